@@ -1,0 +1,46 @@
+// What the host offers every plugin: configuration, identity and logging.
+//
+// Thread-safety: all methods may be called from any thread, at any time between the
+// plugin's create() and destroy().
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "sluice/error.h"
+#include "sluice/types.h"
+
+namespace sluice {
+
+enum class LogLevel { debug, info, warn, error };
+
+class PluginHost {
+ public:
+  virtual ~PluginHost() = default;
+
+  // Configuration lookups by documented key (docs/configuration.md). Typed getters
+  // return `def` when the key is absent and throw std::invalid_argument only from
+  // create() when a value does not parse (a configuration boundary).
+  virtual std::string config_string(std::string_view key, std::string_view def) const = 0;
+  virtual std::int64_t config_int(std::string_view key, std::int64_t def) const = 0;
+  virtual bool config_bool(std::string_view key, bool def) const = 0;
+  virtual bool config_has(std::string_view key) const = 0;
+
+  // The node's identity. data_dir() is the directory holding meta.properties; a plugin
+  // keeps its files under a subdirectory named after itself.
+  virtual NodeId node_id() const = 0;
+  virtual std::string directory_id() const = 0;
+  virtual std::string data_dir() const = 0;
+
+  // Called by the metadata plugin once it has learned the cluster id from its store.
+  // The host persists it to meta.properties (fsynced) before returning, and refuses a
+  // mismatch with an error naming both ids. Only after an ok result may the id be used.
+  virtual Result<void> adopt_cluster_id(const std::string& cluster_id) = 0;
+  virtual std::string cluster_id() const = 0;  // empty until adopted
+
+  // One line, prefixed with time, level and `component`.
+  virtual void log(LogLevel level, std::string_view component, std::string_view message) = 0;
+};
+
+}  // namespace sluice

@@ -1,0 +1,99 @@
+// The metadata (catalog) contract: tenants, namespaces and streams, with a totally ordered
+// change feed. Implemented by raft-meta and postgres-meta with identical meaning.
+//
+// Every successful mutation is durable in the store and has a ChangeSeq. Reads reflect
+// at least every mutation this node has acknowledged (read-your-writes); cross-node
+// linearizability is the backend's job (a Raft barrier, a Postgres transaction).
+//
+// Level 8 (this build): creates store incarnation 0; a delete unregisters the stream and
+// writes no tombstone. Data on brokers is untouched (felix post-mortem, "before").
+//
+// Errors: not_found, already_exists, conflict, invalid_name/argument (definite);
+// unavailable/not_leader (transient); timeout (uncertain: the change may have committed).
+//
+// Thread-safety: all methods may be called from any thread; they block for at most the
+// configured metadata timeout. Watch callbacks run on a backend thread, in ChangeSeq
+// order, one at a time, and must not block for long.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sluice/error.h"
+#include "sluice/types.h"
+
+namespace sluice {
+
+struct ChangeEvent {
+  enum class Kind { tenant_created, tenant_deleted, namespace_created, namespace_deleted,
+                    stream_created, stream_deleted };
+  Kind kind;
+  ChangeSeq seq;
+  std::string tenant;
+  std::string ns;
+  StreamInfo stream;  // stream events: the stream (for a delete, the deleted incarnation)
+};
+std::string_view to_string(ChangeEvent::Kind);
+
+struct CatalogSnapshot {
+  ChangeSeq seq;  // the snapshot reflects every change up to and including seq
+  std::vector<TenantInfo> tenants;
+  std::vector<NamespaceInfo> namespaces;
+  std::vector<StreamInfo> streams;
+};
+
+struct MetadataStatus {
+  std::string backend;       // "raft" or "postgres"
+  std::string cluster_id;    // empty until known
+  bool ready = false;        // can serve reads and writes
+  std::string detail;        // human-readable state ("leader", "catching up", ...)
+  MetadataLevel level{0};    // the group's level
+  ChangeSeq applied;         // highest applied change
+};
+
+// Cancels the watch when destroyed. Destroy it before the MetadataStore.
+class WatchHandle {
+ public:
+  virtual ~WatchHandle() = default;
+};
+
+class MetadataStore {
+ public:
+  virtual ~MetadataStore() = default;
+
+  // Starts the backend. Blocks until the store is usable and the cluster id has been
+  // adopted through PluginHost::adopt_cluster_id, or fails (e.g. cluster_id_mismatch).
+  virtual Result<void> start() = 0;
+  virtual void stop() = 0;
+  virtual MetadataStatus status() = 0;
+
+  virtual Result<TenantInfo> create_tenant(const std::string& name) = 0;
+  virtual Result<void> delete_tenant(const std::string& name) = 0;  // conflict if non-empty
+  virtual Result<std::vector<TenantInfo>> list_tenants() = 0;
+
+  virtual Result<NamespaceInfo> create_namespace(const std::string& tenant,
+                                                 const std::string& name) = 0;
+  virtual Result<void> delete_namespace(const std::string& tenant, const std::string& name) = 0;
+  virtual Result<std::vector<NamespaceInfo>> list_namespaces(const std::string& tenant) = 0;
+
+  // `spec` is validated by the caller (core) and again by the backend's apply.
+  virtual Result<StreamInfo> create_stream(const StreamKey& key, const StreamSpec& spec) = 0;
+  virtual Result<StreamInfo> delete_stream(const StreamKey& key) = 0;  // the deleted stream
+  virtual Result<StreamInfo> get_stream(const StreamKey& key) = 0;
+  virtual Result<std::vector<StreamInfo>> list_streams(const std::string& tenant,
+                                                       const std::string& ns) = 0;
+
+  virtual Result<CatalogSnapshot> snapshot() = 0;
+
+  // Delivers every change with seq > after, in order, starting with those already in the
+  // store. If `after` is too old to replay, delivers nothing and calls `resync` instead;
+  // the caller then takes a snapshot() and watches again from its seq.
+  virtual std::unique_ptr<WatchHandle> watch(ChangeSeq after,
+                                             std::function<void(const ChangeEvent&)> on_change,
+                                             std::function<void()> resync) = 0;
+};
+
+}  // namespace sluice

@@ -1,0 +1,107 @@
+// What an API plugin (http-api) serves: the node's catalog, broker runtime, status and
+// metrics, as implemented by the host (core/). The API plugin only translates: it parses
+// requests, calls these methods and renders the results. Every rule lives in core.
+//
+// Thread-safety: every method may be called from any thread. Methods that take a
+// callback return at once; the callback runs exactly once, on a core or storage thread,
+// and must not block.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sluice/error.h"
+#include "sluice/metadata.h"
+#include "sluice/record_batch.h"
+#include "sluice/storage.h"
+#include "sluice/types.h"
+
+namespace sluice {
+
+// One record of a publish request. Views must stay valid for the duration of the
+// publish() call only (core copies them into batches before it returns).
+struct PublishRecord {
+  std::optional<std::string_view> key;
+  std::string_view value;
+  std::string_view headers;            // encoded (record_batch.h)
+  std::int64_t timestamp_ms = 0;        // 0 = now
+  std::optional<std::uint32_t> shard;  // explicit shard; else by key hash, else round robin
+};
+
+struct PublishedRecord {
+  ShardIndex shard;
+  Offset offset;
+};
+// Results are in request order.
+using PublishCallback = std::function<void(Result<std::vector<PublishedRecord>>)>;
+
+struct ShardStatus {
+  ShardIndex shard;
+  Incarnation incarnation;
+  Generation generation;
+  NodeId leader;
+  std::vector<NodeId> replicas;
+  ShardStats stats;
+};
+
+struct NodeInfo {
+  std::string cluster_id;
+  std::string metadata_backend;
+  NodeId node_id;
+  std::string directory_id;
+  std::vector<std::string> roles;
+  std::string version;
+  MetadataLevel metadata_level{0};
+};
+
+class Node {
+ public:
+  virtual ~Node() = default;
+
+  virtual NodeInfo info() = 0;
+  // Liveness: the process serves. Readiness: the catalog is usable and every assigned
+  // shard is open. `why` says what is missing when not ready.
+  virtual bool ready(std::string* why) = 0;
+  // Prometheus text exposition of the host's and plugins' metrics.
+  virtual std::string metrics_text() = 0;
+
+  virtual MetadataStore& catalog() = 0;
+
+  // Validates names and spec (shard count 1..1024, retention, ack), then creates.
+  virtual Result<StreamInfo> create_stream(const StreamKey& key, const StreamSpec& spec) = 0;
+
+  // Looks the stream up in the broker's applied catalog (not the metadata store).
+  virtual Result<StreamInfo> stream(const StreamKey& key) = 0;
+
+  virtual void publish(const StreamKey& key, const std::vector<PublishRecord>& records,
+                       AckMode ack, PublishCallback cb) = 0;
+
+  virtual Result<FetchResult> fetch(const StreamKey& key, ShardIndex shard, Offset from,
+                                    std::uint32_t max_records, std::size_t max_bytes) = 0;
+  // Resolves "earliest"/"latest" to offsets.
+  virtual Result<ShardStats> shard_stats(const StreamKey& key, ShardIndex shard) = 0;
+  // Long poll: `cb` runs once data beyond `offset` is visible, or the shard closes.
+  virtual Result<void> notify_when_beyond(const StreamKey& key, ShardIndex shard, Offset offset,
+                                          std::function<void()> cb) = 0;
+
+  virtual Result<std::vector<ShardStatus>> shards(const StreamKey& key) = 0;
+};
+
+// The kind of object an api plugin's create() returns.
+class ApiServer {
+ public:
+  virtual ~ApiServer() = default;
+  // Binds and starts serving. Fails (e.g. address in use) with a clear message.
+  virtual Result<void> start(Node& node) = 0;
+  // The bound port (useful when configured with port 0).
+  virtual std::uint16_t port() const = 0;
+  // Stops accepting, finishes or aborts in-flight requests, joins its threads.
+  virtual void stop() = 0;
+};
+
+}  // namespace sluice

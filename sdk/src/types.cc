@@ -1,0 +1,44 @@
+#include "sluice/metadata.h"
+#include "sluice/plugin.h"
+#include "sluice/types.h"
+
+namespace sluice {
+
+std::string_view to_string(AckMode m) {
+  switch (m) {
+    case AckMode::none: return "none";
+    case AckMode::leader: return "leader";
+    case AckMode::quorum: return "quorum";
+  }
+  return "leader";
+}
+
+std::optional<AckMode> parse_ack_mode(std::string_view s) {
+  if (s == "none") return AckMode::none;
+  if (s == "leader") return AckMode::leader;
+  if (s == "quorum") return AckMode::quorum;
+  return std::nullopt;
+}
+
+std::string_view to_string(PluginKind k) {
+  switch (k) {
+    case PluginKind::metadata: return "metadata";
+    case PluginKind::storage: return "storage";
+    case PluginKind::api: return "api";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(ChangeEvent::Kind k) {
+  switch (k) {
+    case ChangeEvent::Kind::tenant_created: return "tenant_created";
+    case ChangeEvent::Kind::tenant_deleted: return "tenant_deleted";
+    case ChangeEvent::Kind::namespace_created: return "namespace_created";
+    case ChangeEvent::Kind::namespace_deleted: return "namespace_deleted";
+    case ChangeEvent::Kind::stream_created: return "stream_created";
+    case ChangeEvent::Kind::stream_deleted: return "stream_deleted";
+  }
+  return "unknown";
+}
+
+}  // namespace sluice
