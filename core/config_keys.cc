@@ -1,0 +1,41 @@
+#include "config.h"
+
+namespace sluice::core {
+
+namespace {
+// The single list of documented keys. docs/configuration.md mirrors it; keep them equal.
+constexpr ConfigKey kConfigKeys[] = {
+    {"node.id", "1", "Numeric id of this node (1..2^31). Must match meta.properties once formatted."},
+    {"node.roles", "controller,broker", "Comma-separated roles: controller (Raft member), broker (holds shards)."},
+    {"data.dir", "./data", "Data directory: meta.properties, raft/, shards/. Created and formatted on first start."},
+    {"plugins.dir", "", "Directory holding plugin libraries. Default: <sluiced dir>/../lib/sluice/plugins."},
+    {"metadata.backend", "raft", "raft (plugin raft-meta) or postgres (plugin postgres-meta, not yet available)."},
+    {"metadata.plugin", "", "Override the metadata plugin name (default from metadata.backend)."},
+    {"metadata.level", "8", "Metadata level this member runs at; may only lower the build's level."},
+    {"metadata.timeout_ms", "10000", "How long a catalog call waits before answering timeout (outcome uncertain)."},
+    {"raft.address", "127.0.0.1:7800", "host:port this controller's Raft transport binds."},
+    {"raft.dir", "", "Raft log and snapshots. Default: <data.dir>/raft."},
+    {"raft.snapshot_threshold", "1024", "Entries between automatic snapshots."},
+    {"raft.snapshot_trailing", "128", "Entries kept in the log behind a snapshot."},
+    {"storage.plugin", "fs-storage", "Storage plugin name (file libsluice-<name>.so in plugins.dir)."},
+    {"storage.dir", "", "Shard data. Default: <data.dir>/shards."},
+    {"storage.segment_bytes", "67108864", "Roll the active segment beyond this size."},
+    {"storage.index_interval_bytes", "4096", "Bytes of log between sparse index entries."},
+    {"storage.fsync", "always", "always: acks wait for fdatasync (group commit). never: benchmarks only, acks do not imply durability."},
+    {"storage.verify_on_start", "all", "all: CRC-check every segment at start; tail: only the active segment."},
+    {"storage.repair", "false", "Operator flag: truncate at the first corrupt batch instead of refusing to start."},
+    {"storage.retention_interval_ms", "30000", "How often retention by size and age runs."},
+    {"api.plugin", "http-api", "API plugin name."},
+    {"http.address", "127.0.0.1", "Address the HTTP API binds."},
+    {"http.port", "8080", "Port the HTTP API binds (0 = ephemeral; the bound port is logged)."},
+    {"http.threads", "2", "HTTP I/O threads."},
+    {"http.max_body_bytes", "8388608", "Largest accepted request body; larger gets 413."},
+    {"http.max_wait_ms", "30000", "Longest long-poll wait a fetch may ask for."},
+    {"http.idle_timeout_ms", "60000", "Close idle keep-alive connections after this long."},
+    {"broker.max_records_per_publish", "100000", "Largest number of records in one publish request."},
+};
+}  // namespace
+
+std::span<const ConfigKey> config_keys() { return kConfigKeys; }
+
+}  // namespace sluice::core

@@ -1,0 +1,67 @@
+// Node and directory identity, persisted in <data.dir>/meta.properties
+// (seed: kraft-cluster-id-discovery).
+//
+//   version=1
+//   node.id=1
+//   directory.id=6f1c...-....        random UUID v4, written when the directory is formatted
+//   cluster.id=0b8e...-....          absent until learned from the metadata store
+//
+// Rules:
+//   * node.id and directory.id exist from the first start; directory.id never changes.
+//     A replica whose directory was wiped comes back with a new directory.id, which is how
+//     the control plane tells it is not the old replica (seed: kafka-15495).
+//   * cluster.id is learned from the metadata store and written (fsync'ed, atomically via
+//     rename) *before* anything uses it. Once written it never changes: a store offering
+//     another id is refused with an error naming both.
+//   * A data directory whose node.id differs from the configured one is refused.
+//
+// Thread-safety: adopt_cluster_id and the getters are safe from any thread.
+#pragma once
+
+#include <mutex>
+#include <string>
+
+#include "sluice/error.h"
+#include "sluice/types.h"
+
+namespace sluice::core {
+
+std::string random_uuid_v4();
+
+class DataDirIdentity {
+ public:
+  // Opens (formatting if needed) the directory. Throws std::runtime_error with a
+  // one-line reason (unreadable, malformed, node.id mismatch).
+  static DataDirIdentity open_or_format(const std::string& dir, NodeId configured_node);
+
+  NodeId node_id() const { return node_id_; }
+  std::string directory_id() const { return directory_id_; }
+  std::string cluster_id() const;
+  const std::string& dir() const { return dir_; }
+  bool freshly_formatted() const { return fresh_; }
+
+  // Persists the id (if new) before returning ok. cluster_id_mismatch if another id is
+  // already recorded.
+  Result<void> adopt_cluster_id(const std::string& id);
+
+  DataDirIdentity(DataDirIdentity&& o) noexcept
+      : dir_(std::move(o.dir_)), node_id_(o.node_id_), directory_id_(std::move(o.directory_id_)),
+        cluster_id_(std::move(o.cluster_id_)), fresh_(o.fresh_) {}
+
+ private:
+  DataDirIdentity() = default;
+  void write_locked();  // throws on I/O failure
+
+  std::string dir_;
+  NodeId node_id_;
+  std::string directory_id_;
+  std::string cluster_id_;
+  bool fresh_ = false;
+  mutable std::mutex mu_;
+};
+
+// Writes `content` to `path` crash-safely: temp file, fsync, rename, fsync directory.
+// Throws std::system_error.
+void write_file_durably(const std::string& path, const std::string& content);
+
+}  // namespace sluice::core

@@ -1,0 +1,256 @@
+// sluiced: the Sluice node.
+//
+// Start-up order (each step fails with one line on stderr and a non-zero exit):
+//   1. configuration (file + --set), checked against the documented keys   exit 2
+//   2. data directory: lock, then meta.properties (node.id, directory.id)   exit 1
+//   3. plugins: storage, metadata, api; descriptors checked before use     exit 1
+//   4. metadata start: the cluster id is learned and persisted before use  exit 1
+//   5. broker: catalog snapshot applied, every shard opened (recovery)     exit 1
+//   6. API bound; "ready" logged
+// SIGTERM/SIGINT shut down in reverse order: API, broker, storage, metadata.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "broker.h"
+#include "config.h"
+#include "identity.h"
+#include "node_host.h"
+#include "plugin_loader.h"
+#include "sluice/log.h"
+#include "sluice/metadata.h"
+#include "sluice/node.h"
+#include "sluice/storage.h"
+
+namespace fs = std::filesystem;
+using namespace sluice;
+
+namespace {
+
+constexpr const char* kUsage = R"(Usage: sluiced [--config FILE] [--set KEY=VALUE]... [options]
+
+Runs a Sluice node. With no --config, runs the embedded default: one process with the
+controller and broker roles, raft-meta with a single member, fs-storage under ./data and
+the HTTP API on 127.0.0.1:8080.
+
+Options:
+  --config FILE      read configuration keys from FILE (key = value lines, # comments)
+  --set KEY=VALUE    override one key (repeatable; wins over the file)
+  --print-config     print the effective configuration and exit
+  --help-config      list every configuration key with its default and meaning
+  --version          print the version and exit
+  -h, --help         show this help
+
+Exit status: 0 after a clean shutdown, 1 when the node cannot start or fails, 2 for a
+usage or configuration error. See docs/configuration.md and docs/operations.md.
+)";
+
+void die(int code, const std::string& msg) {
+  log_line(LogLevel::error, "sluiced", msg);
+  std::exit(code);
+}
+
+fs::path default_plugins_dir() {
+  std::error_code ec;
+  auto exe = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) return "plugins";
+  return exe.parent_path().parent_path() / "lib" / "sluice" / "plugins";
+}
+
+std::vector<std::string> split_roles(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string r;
+  while (std::getline(ss, r, ',')) {
+    r.erase(0, r.find_first_not_of(" \t"));
+    r.erase(r.find_last_not_of(" \t") + 1);
+    if (!r.empty()) out.push_back(r);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Holds an exclusive flock on <data.dir>/.lock for the life of the process, so two nodes
+// can never share a data directory.
+int lock_data_dir(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) die(1, "cannot create data directory " + dir + ": " + ec.message());
+  const std::string path = (fs::path(dir) / ".lock").string();
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) die(1, "cannot open " + path + ": " + std::strerror(errno));
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0)
+    die(1, "data directory " + dir + " is in use by another sluiced process (" + path + " is locked)");
+  return fd;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string config_file;
+  std::vector<std::string> overrides;
+  bool print_config = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto need = [&](const char* what) -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "sluiced: %s needs a value\n", what);
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "-h" || a == "--help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    } else if (a == "--version") {
+      std::printf("sluiced %s (metadata level %u, plugin ABI %u)\n", SLUICE_VERSION,
+                  kBuildMetadataLevel.value(), kPluginAbiVersion);
+      return 0;
+    } else if (a == "--help-config") {
+      for (const auto& k : core::config_keys())
+        std::printf("%-32s default: %-20s %s\n", std::string(k.key).c_str(),
+                    k.default_value.empty() ? "(none)" : std::string(k.default_value).c_str(),
+                    std::string(k.doc).c_str());
+      return 0;
+    } else if (a == "--config") {
+      config_file = need("--config");
+    } else if (a.starts_with("--config=")) {
+      config_file = a.substr(9);
+    } else if (a == "--set") {
+      overrides.push_back(need("--set"));
+    } else if (a == "--print-config") {
+      print_config = true;
+    } else {
+      std::fprintf(stderr, "sluiced: unknown argument '%s' (see --help)\n", a.c_str());
+      return 2;
+    }
+  }
+
+  std::unique_ptr<core::Config> cfg;
+  try {
+    cfg = std::make_unique<core::Config>(core::Config::load(config_file, overrides));
+  } catch (const std::exception& e) {
+    die(2, e.what());
+  }
+  if (print_config) {
+    for (const auto& [k, v] : cfg->effective()) std::printf("%s = %s\n", k.c_str(), v.c_str());
+    return 0;
+  }
+
+  // Validate the node-level keys before touching the disk.
+  NodeId node_id{0};
+  std::string data_dir, backend, plugins_dir;
+  std::vector<std::string> roles;
+  core::BrokerOptions bopts;
+  try {
+    const auto nid = cfg->get_int("node.id", 1);
+    if (nid < 1 || nid > 0x7fffffff) throw std::invalid_argument("node.id must be between 1 and 2147483647");
+    node_id = NodeId{static_cast<std::uint32_t>(nid)};
+    data_dir = cfg->get_string("data.dir", "./data");
+    backend = cfg->get_string("metadata.backend", "raft");
+    roles = split_roles(cfg->get_string("node.roles", "controller,broker"));
+    plugins_dir = cfg->get_string("plugins.dir", "");
+    if (plugins_dir.empty()) plugins_dir = default_plugins_dir().string();
+    const auto level = cfg->get_int("metadata.level", kBuildMetadataLevel.value());
+    if (level != kBuildMetadataLevel.value())
+      throw std::invalid_argument("metadata.level " + std::to_string(level) +
+                                  " is not supported: this build implements level " +
+                                  std::to_string(kBuildMetadataLevel.value()) +
+                                  " and can only run at that level");
+    bopts.max_records_per_publish =
+        static_cast<std::uint32_t>(cfg->get_int("broker.max_records_per_publish", 100000));
+    bopts.catalog_timeout_ms = cfg->get_int("metadata.timeout_ms", 10000);
+    if (backend != "raft" && backend != "postgres")
+      throw std::invalid_argument("metadata.backend must be raft or postgres, got '" + backend + "'");
+    if (backend == "postgres")
+      throw std::invalid_argument("metadata.backend = postgres is not available in this build (postgres-meta is pending)");
+    if (roles != std::vector<std::string>{"broker", "controller"})
+      throw std::invalid_argument("node.roles must be controller,broker in this build (multi-node roles are pending)");
+  } catch (const std::exception& e) {
+    die(2, e.what());
+  }
+
+  const int lock_fd = lock_data_dir(data_dir);
+  (void)lock_fd;  // held until exit
+
+  std::unique_ptr<core::DataDirIdentity> identity;
+  try {
+    identity = std::make_unique<core::DataDirIdentity>(core::DataDirIdentity::open_or_format(data_dir, node_id));
+  } catch (const std::exception& e) {
+    die(1, e.what());
+  }
+  if (identity->freshly_formatted())
+    log_line(LogLevel::info, "sluiced",
+             "formatted data directory " + data_dir + " (node.id " + std::to_string(node_id.value()) +
+                 ", directory.id " + identity->directory_id() + ")");
+
+  core::NodeHost host(*cfg, *identity);
+  core::PluginLoader loader(plugins_dir);
+
+  // Block the shutdown signals before any plugin starts a thread, so that only sigwait
+  // below receives them.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  std::shared_ptr<StorageEngine> storage;
+  std::shared_ptr<MetadataStore> metadata;
+  std::shared_ptr<ApiServer> api;
+  try {
+    storage = loader.load<StorageEngine>(cfg->get_string("storage.plugin", "fs-storage"),
+                                         PluginKind::storage, host);
+    std::string meta_plugin = cfg->get_string("metadata.plugin", "");
+    if (meta_plugin.empty()) meta_plugin = backend == "raft" ? "raft-meta" : "postgres-meta";
+    metadata = loader.load<MetadataStore>(meta_plugin, PluginKind::metadata, host);
+    api = loader.load<ApiServer>(cfg->get_string("api.plugin", "http-api"), PluginKind::api, host);
+  } catch (const std::exception& e) {
+    die(1, e.what());
+  }
+
+  if (auto r = metadata->start(); !r) die(1, "metadata: " + r.error().message);
+
+  NodeInfo info;
+  info.cluster_id = host.cluster_id();
+  info.metadata_backend = backend;
+  info.node_id = node_id;
+  info.directory_id = identity->directory_id();
+  info.roles = roles;
+  info.version = SLUICE_VERSION;
+  info.metadata_level = kBuildMetadataLevel;
+  auto broker = std::make_unique<core::BrokerRuntime>(info, *metadata, *storage, bopts, host);
+  if (auto r = broker->start(); !r) die(1, "broker: " + r.error().message);
+  if (auto r = api->start(*broker); !r) die(1, "api: " + r.error().message);
+
+  log_line(LogLevel::info, "sluiced",
+           "ready: node.id " + std::to_string(node_id.value()) + ", cluster.id " + host.cluster_id() +
+               ", http " + cfg->get_string("http.address", "127.0.0.1") + ":" +
+               std::to_string(api->port()) + ", data " + data_dir);
+
+  int sig = 0;
+  sigwait(&sigs, &sig);
+  log_line(LogLevel::info, "sluiced", std::string("shutting down on ") + strsignal(sig));
+  api->stop();
+  broker->stop();
+  storage->shutdown();
+  metadata->stop();
+  broker.reset();
+  api.reset();
+  storage.reset();
+  metadata.reset();
+  log_line(LogLevel::info, "sluiced", "stopped");
+  return 0;
+}

@@ -1,0 +1,35 @@
+// The host side of PluginHost: configuration from Config, identity from meta.properties,
+// logging to stderr (journald picks it up under systemd).
+#pragma once
+
+#include "config.h"
+#include "identity.h"
+#include "sluice/host.h"
+
+namespace sluice::core {
+
+class NodeHost final : public PluginHost {
+ public:
+  NodeHost(const Config& config, DataDirIdentity& identity) : config_(config), id_(identity) {}
+
+  std::string config_string(std::string_view key, std::string_view def) const override {
+    return config_.get_string(key, def);
+  }
+  std::int64_t config_int(std::string_view key, std::int64_t def) const override {
+    return config_.get_int(key, def);
+  }
+  bool config_bool(std::string_view key, bool def) const override { return config_.get_bool(key, def); }
+  bool config_has(std::string_view key) const override { return config_.has(key); }
+  NodeId node_id() const override { return id_.node_id(); }
+  std::string directory_id() const override { return id_.directory_id(); }
+  std::string data_dir() const override { return id_.dir(); }
+  Result<void> adopt_cluster_id(const std::string& cluster_id) override;
+  std::string cluster_id() const override { return id_.cluster_id(); }
+  void log(LogLevel level, std::string_view component, std::string_view message) override;
+
+ private:
+  const Config& config_;
+  DataDirIdentity& id_;
+};
+
+}  // namespace sluice::core
