@@ -43,9 +43,9 @@ std::pair<void*, std::function<void(void*)>> PluginLoader::load_raw(const std::s
     throw fail(std::string("ABI mismatch: built with standard library '") +
                (d->stdlib_id ? d->stdlib_id : "?") + "', this sluiced with '" SLUICE_STDLIB_ID "'");
   if (d->kind != static_cast<std::uint32_t>(kind))
-    throw fail("wrong kind: it is a " + std::string(to_string(static_cast<PluginKind>(d->kind))) +
-               " plugin named '" + (d->name ? d->name : "?") + "', but a " +
-               std::string(to_string(kind)) + " plugin is needed here");
+    throw fail("wrong kind: '" + std::string(d->name ? d->name : "?") + "' is of kind " +
+               std::string(to_string(static_cast<PluginKind>(d->kind))) + ", but kind " +
+               std::string(to_string(kind)) + " is needed here");
   if (!d->create || !d->destroy) throw fail("descriptor lacks create/destroy");
 
   std::string error;

@@ -1,0 +1,211 @@
+// Unit tests for the host's pure pieces: names, specs, batch codec, partitioner, config,
+// identity.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "config.h"
+#include "identity.h"
+#include "partitioner.h"
+#include "sluice/catalog_rules.h"
+#include "sluice/names.h"
+#include "sluice/record_batch.h"
+#include "support/test_host.h"
+
+using namespace sluice;
+
+TEST(Names, AcceptsTheDocumentedAlphabet) {
+  for (const char* ok : {"orders", "a", "_x", "A.b-c_9", "0day"})
+    EXPECT_TRUE(validate_name(NameKind::stream, ok).ok()) << ok;
+  EXPECT_TRUE(validate_name(NameKind::stream, std::string(255, 'a')).ok());
+}
+
+TEST(Names, RejectsTraversalSeparatorsControlAndLength) {
+  const std::string cases[] = {"", ".", "..", "../x", "a/b", std::string("a\0b", 3), "a\nb", "a\x7f",
+                               "tab\t", ".hidden", "-dash", "sp ace", "é", std::string(256, 'a')};
+  for (const auto& c : cases) {
+    auto r = validate_name(NameKind::tenant, c);
+    ASSERT_FALSE(r.ok()) << "accepted: " << c;
+    EXPECT_EQ(r.error().code, Errc::invalid_name);
+    EXPECT_EQ(http_status(r.error().code), 400);
+    // The message never echoes raw control bytes.
+    for (char ch : r.error().message) EXPECT_GE(static_cast<unsigned char>(ch), 0x20);
+  }
+}
+
+TEST(StreamSpec, Bounds) {
+  StreamSpec s;
+  EXPECT_TRUE(validate_stream_spec(s).ok());
+  s.shards = 0;
+  EXPECT_FALSE(validate_stream_spec(s).ok());
+  s.shards = kMaxShardsPerStream + 1;
+  EXPECT_FALSE(validate_stream_spec(s).ok());
+  s.shards = 4;
+  s.retention.max_bytes = 0;
+  EXPECT_FALSE(validate_stream_spec(s).ok());
+  s.retention.max_bytes = -1;
+  s.default_ack = AckMode::quorum;
+  EXPECT_FALSE(validate_stream_spec(s).ok());
+}
+
+TEST(RecordBatch, RoundTripAndCrc) {
+  BatchBuilder b;
+  std::string hdrs;
+  append_header(hdrs, "h1", "v1");
+  b.add(std::string_view("k1"), "value-1", hdrs, 1000);
+  b.add(std::nullopt, "", "", 2000);
+  b.add(std::string_view(""), std::string(5000, 'x'), "", 1500);
+  std::string batch = b.finish();
+  restamp_batch(batch.data(), 42, 7);
+  BatchHeader h;
+  ASSERT_EQ(check_batch(batch.data(), batch.size(), &h), BatchCheck::ok);
+  EXPECT_EQ(h.base_offset, 42u);
+  EXPECT_EQ(h.incarnation, 7u);
+  EXPECT_EQ(h.record_count, 3u);
+  EXPECT_EQ(h.max_timestamp_ms, 2000);
+  BatchReader rd(batch.data(), batch.size());
+  RecordView r;
+  ASSERT_TRUE(rd.next(r));
+  EXPECT_EQ(r.offset, 42u);
+  EXPECT_EQ(*r.key, "k1");
+  EXPECT_EQ(r.value, "value-1");
+  std::vector<Header> hv;
+  ASSERT_TRUE(decode_headers(r.headers, hv));
+  ASSERT_EQ(hv.size(), 1u);
+  EXPECT_EQ(hv[0].name, "h1");
+  ASSERT_TRUE(rd.next(r));
+  EXPECT_FALSE(r.key.has_value());
+  EXPECT_EQ(r.offset, 43u);
+  ASSERT_TRUE(rd.next(r));
+  EXPECT_EQ(r.key, std::string_view(""));
+  EXPECT_EQ(r.value.size(), 5000u);
+  EXPECT_FALSE(rd.next(r));
+
+  for (std::size_t pos : {std::size_t{20}, std::size_t{60}, batch.size() - 1}) {
+    std::string bad = batch;
+    bad[pos] ^= 0x01;
+    EXPECT_EQ(check_batch(bad.data(), bad.size(), nullptr), BatchCheck::bad_crc) << pos;
+  }
+  EXPECT_EQ(check_batch(batch.data(), batch.size() - 1, nullptr), BatchCheck::truncated);
+}
+
+TEST(Crc32c, KnownVector) {
+  // RFC 3720 B.4: 32 bytes of zeros.
+  std::string zeros(32, '\0');
+  EXPECT_EQ(crc32c(zeros.data(), zeros.size()), 0x8a9136aau);
+  EXPECT_EQ(crc32c("123456789", 9), 0xe3069283u);
+}
+
+TEST(Partitioner, StableAndInRange) {
+  for (std::uint32_t n : {1u, 4u, 7u})
+    for (const char* k : {"a", "b", "user-17"}) {
+      EXPECT_LT(core::shard_for_key(k, n), n);
+      EXPECT_EQ(core::shard_for_key(k, n), core::shard_for_key(k, n));
+    }
+  // Pinned: changing the hash silently re-routes every keyed stream.
+  EXPECT_EQ(core::fnv1a64("user-17"), core::fnv1a64("user-17"));
+  EXPECT_EQ(core::shard_for_key("orders", 4), core::fnv1a64("orders") % 4);
+}
+
+namespace {
+std::string write_tmp(const std::string& dir, const std::string& text) {
+  const std::string p = dir + "/sluiced.properties";
+  std::ofstream(p) << text;
+  return p;
+}
+}  // namespace
+
+TEST(Config, DefaultsFileAndOverrides) {
+  sluice::testing::TestHost tmp;
+  auto f = write_tmp(tmp.data_dir(), "# comment\nhttp.port = 9000\nstorage.segment_bytes=1024\n");
+  auto c = core::Config::load(f, {"http.port=9001"});
+  EXPECT_EQ(c.get_int("http.port", 0), 9001);
+  EXPECT_EQ(c.get_int("storage.segment_bytes", 0), 1024);
+  EXPECT_EQ(c.get_string("data.dir", ""), "./data");  // documented default
+  EXPECT_EQ(c.get_string("http.address", ""), "127.0.0.1");
+}
+
+TEST(Config, UnknownKeyIsAnError) {
+  sluice::testing::TestHost tmp;
+  auto f = write_tmp(tmp.data_dir(), "http.prot = 9000\n");
+  try {
+    core::Config::load(f, {});
+    FAIL() << "accepted a typo";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown configuration key 'http.prot'"), std::string::npos);
+  }
+  EXPECT_NO_THROW(core::Config::load("", {"plugins.acme.speed=3"}));  // third-party namespace
+  EXPECT_THROW(core::Config::load("", {"novalue"}), std::runtime_error);
+}
+
+TEST(Config, BadTypesNameTheKey) {
+  auto c = core::Config::load("", {"http.port=eighty", "storage.repair=maybe"});
+  try {
+    c.get_int("http.port", 0);
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("http.port"), std::string::npos);
+  }
+  EXPECT_THROW(c.get_bool("storage.repair", false), std::invalid_argument);
+}
+
+TEST(Config, MissingFileIsAnError) {
+  EXPECT_THROW(core::Config::load("/nonexistent/sluiced.properties", {}), std::runtime_error);
+}
+
+TEST(Identity, FormatsOnceAndKeepsDirectoryId) {
+  sluice::testing::TestHost tmp;
+  const std::string dir = tmp.data_dir() + "/d";
+  std::string dirid;
+  {
+    auto id = core::DataDirIdentity::open_or_format(dir, NodeId{3});
+    EXPECT_TRUE(id.freshly_formatted());
+    dirid = id.directory_id();
+    EXPECT_EQ(dirid.size(), 36u);
+    EXPECT_TRUE(id.cluster_id().empty());
+  }
+  auto again = core::DataDirIdentity::open_or_format(dir, NodeId{3});
+  EXPECT_FALSE(again.freshly_formatted());
+  EXPECT_EQ(again.directory_id(), dirid);
+}
+
+TEST(Identity, NodeIdMismatchRefused) {
+  sluice::testing::TestHost tmp;
+  const std::string dir = tmp.data_dir() + "/d";
+  core::DataDirIdentity::open_or_format(dir, NodeId{1});
+  try {
+    core::DataDirIdentity::open_or_format(dir, NodeId{2});
+    FAIL();
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("belongs to node.id 1"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Identity, ClusterIdPersistedBeforeUseAndNeverChanges) {
+  sluice::testing::TestHost tmp;
+  const std::string dir = tmp.data_dir() + "/d";
+  const std::string a = core::random_uuid_v4(), b = core::random_uuid_v4();
+  {
+    auto id = core::DataDirIdentity::open_or_format(dir, NodeId{1});
+    ASSERT_TRUE(id.adopt_cluster_id(a).ok());
+  }
+  // Persisted: a fresh open sees it.
+  auto id = core::DataDirIdentity::open_or_format(dir, NodeId{1});
+  EXPECT_EQ(id.cluster_id(), a);
+  EXPECT_TRUE(id.adopt_cluster_id(a).ok());
+  auto r = id.adopt_cluster_id(b);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, Errc::cluster_id_mismatch);
+  EXPECT_NE(r.error().message.find(a), std::string::npos);
+  EXPECT_NE(r.error().message.find(b), std::string::npos);
+  EXPECT_EQ(core::DataDirIdentity::open_or_format(dir, NodeId{1}).cluster_id(), a);
+}
+
+TEST(Identity, MalformedMetaPropertiesRefused) {
+  sluice::testing::TestHost tmp;
+  const std::string dir = tmp.data_dir() + "/d";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/meta.properties") << "version=1\nnode.id=1\ndirectory.id=nope\n";
+  EXPECT_THROW(core::DataDirIdentity::open_or_format(dir, NodeId{1}), std::runtime_error);
+}
