@@ -1,0 +1,245 @@
+"""Process-level test harness: real sluiced processes on loopback, real HTTP.
+
+Nothing here sleeps to wait for a condition: every wait polls with a generous deadline
+(these machines have 2 cores and fdatasync stalls of tens of milliseconds).
+"""
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+SLUICED = os.environ.get("SLUICED", "build/bin/sluiced")
+SLUICE_CLI = os.environ.get("SLUICE_CLI", "build/bin/sluice")
+TEST_PLUGIN_DIR = os.environ.get("TEST_PLUGIN_DIR", "")
+DEADLINE_S = 60.0
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def poll(cond, what, timeout=DEADLINE_S, interval=0.02):
+    """Polls cond() until it returns a truthy value; fails naming `what`."""
+    end = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if v:
+            return v
+        if time.monotonic() > end:
+            raise AssertionError("timed out after %.0fs waiting for %s" % (timeout, what))
+        time.sleep(interval)
+
+
+def encode_binary_batch(records):
+    """records: list of (key or None, value bytes). The application/vnd.sluice.batch body."""
+    out = bytearray()
+    for key, value in records:
+        if key is None:
+            out += struct.pack("<II", 0xFFFFFFFF, len(value))
+        else:
+            out += struct.pack("<II", len(key), len(value)) + key
+        out += value
+    return bytes(out)
+
+
+class HttpError(Exception):
+    def __init__(self, status, body):
+        super().__init__("HTTP %d: %s" % (status, body))
+        self.status = status
+        self.body = body
+        try:
+            self.problem = json.loads(body)
+        except ValueError:
+            self.problem = {}
+
+
+class Node:
+    """One sluiced process with its own data directory and ports."""
+
+    def __init__(self, workdir=None, extra=None, data_dir=None):
+        self.own_workdir = workdir is None
+        self.workdir = workdir or tempfile.mkdtemp(prefix="sluice-it-")
+        self.data_dir = data_dir or os.path.join(self.workdir, "data")
+        self.http_port = free_port()
+        self.raft_port = free_port()
+        self.extra = dict(extra or {})
+        self.proc = None
+        self.log_path = os.path.join(self.workdir, "sluiced.log")
+        self.starts = 0
+
+    # --- process control -------------------------------------------------------------
+    def args(self):
+        cfg = {
+            "data.dir": self.data_dir,
+            "http.port": str(self.http_port),
+            "raft.address": "127.0.0.1:%d" % self.raft_port,
+        }
+        cfg.update(self.extra)
+        args = [SLUICED]
+        for k, v in cfg.items():
+            args += ["--set", "%s=%s" % (k, v)]
+        return args
+
+    def spawn(self):
+        self.starts += 1
+        self.log = open(self.log_path, "ab")
+        self.log.write(b"\n==== start %d ====\n" % self.starts)
+        self.log.flush()
+        self.proc = subprocess.Popen(self.args(), stdout=self.log, stderr=subprocess.STDOUT,
+                                     cwd=self.workdir)
+        return self.proc
+
+    def start(self):
+        self.spawn()
+        poll(lambda: self._ready_or_dead(), "sluiced to become ready (log: %s)" % self.log_path)
+        if self.proc.poll() is not None:
+            raise AssertionError("sluiced exited with %d:\n%s" % (self.proc.returncode, self.log_tail()))
+        return self
+
+    def start_expect_failure(self, timeout=DEADLINE_S):
+        """Starts and expects the process to exit non-zero; returns (code, output of this start)."""
+        self.spawn()
+        try:
+            code = self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError("sluiced did not exit; log:\n" + self.log_tail())
+        return code, self.current_log()
+
+    def _ready_or_dead(self):
+        if self.proc.poll() is not None:
+            return True
+        try:
+            status, _ = self.request("GET", "/readyz", raw=True)
+            return status == 200
+        except (OSError, HttpError):
+            return False
+
+    def kill(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=DEADLINE_S)
+            except subprocess.TimeoutExpired:
+                self.kill()
+                raise AssertionError("sluiced ignored SIGTERM; log:\n" + self.log_tail())
+        return self.proc.returncode if self.proc else None
+
+    def cleanup(self):
+        self.kill()
+        if self.own_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def log_tail(self, n=40):
+        try:
+            with open(self.log_path, "rb") as f:
+                return b"\n".join(f.read().splitlines()[-n:]).decode(errors="replace")
+        except OSError:
+            return ""
+
+    def current_log(self):
+        with open(self.log_path, "rb") as f:
+            text = f.read().decode(errors="replace")
+        return text.rsplit("==== start %d ====" % self.starts, 1)[-1]
+
+    # --- HTTP --------------------------------------------------------------------------
+    @property
+    def url(self):
+        return "http://127.0.0.1:%d" % self.http_port
+
+    def request(self, method, path, body=None, content_type="application/json", raw=False,
+                timeout=DEADLINE_S):
+        data = None
+        headers = {}
+        if body is not None:
+            data = body if isinstance(body, (bytes, bytearray)) else json.dumps(body).encode()
+            headers["Content-Type"] = content_type
+        req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:
+                payload = r.read()
+                status = r.status
+        except urllib.error.HTTPError as e:
+            payload = e.read()
+            status = e.code
+            if not raw:
+                raise HttpError(status, payload.decode(errors="replace"))
+        if raw:
+            return status, payload
+        return json.loads(payload) if payload else None
+
+    # --- catalog and data helpers ------------------------------------------------------
+    def ns_path(self, tenant="t", ns="n"):
+        return "/v1/tenants/%s/namespaces/%s" % (tenant, ns)
+
+    def ensure_ns(self, tenant="t", ns="n"):
+        for path, name in (("/v1/tenants", tenant), ("/v1/tenants/%s/namespaces" % tenant, ns)):
+            status, body = self.request("POST", path, {"name": name}, raw=True)
+            if status not in (201, 409):
+                raise HttpError(status, body)
+
+    def create_stream(self, name, shards=1, tenant="t", ns="n", **spec):
+        self.ensure_ns(tenant, ns)
+        body = {"name": name, "shards": shards}
+        body.update(spec)
+        return self.request("POST", self.ns_path(tenant, ns) + "/streams", body)
+
+    def publish_binary(self, stream, records, ack="leader", tenant="t", ns="n", timeout=DEADLINE_S):
+        return self.request("POST", "%s/streams/%s/records?ack=%s" % (self.ns_path(tenant, ns), stream, ack),
+                            encode_binary_batch(records), content_type="application/vnd.sluice.batch",
+                            timeout=timeout)["results"]
+
+    def fetch(self, stream, shard, offset, max_records=1000, wait_ms=0, tenant="t", ns="n"):
+        q = "%s/streams/%s/shards/%d/records?offset=%s&max=%d" % (
+            self.ns_path(tenant, ns), stream, shard, offset, max_records)
+        if wait_ms:
+            q += "&wait_ms=%d" % wait_ms
+        return self.request("GET", q)
+
+    def fetch_all(self, stream, shard, tenant="t", ns="n", start=0):
+        """Every record of one shard from `start` to the high watermark, in order."""
+        out = []
+        offset = start
+        while True:
+            r = self.fetch(stream, shard, offset, 1000, tenant=tenant, ns=ns)
+            out.extend(r["records"])
+            if not r["records"]:
+                return out
+            offset = r["next_offset"]
+
+
+def record_value(rec):
+    if "value" in rec:
+        return rec["value"].encode()
+    import base64
+    return base64.b64decode(rec["value_base64"])
+
+
+def rng(seed):
+    print("seed=%d" % seed, flush=True)
+    return random.Random(seed)
+
+
+def segments(node, tenant, ns, stream, shard, incarnation=0):
+    d = os.path.join(node.data_dir, "shards", tenant, ns, stream,
+                     str(shard) if incarnation == 0 else "%d-%016x" % (shard, incarnation), "log")
+    return sorted(os.path.join(d, f) for f in os.listdir(d) if f.endswith(".log"))
+
+
+LOG_LINE = re.compile(r"^\S+ (DEBUG|INFO|WARN|ERROR) ")

@@ -1,0 +1,157 @@
+"""Acceptance 4: bad input gets a clear, typed error and changes nothing."""
+import json
+import os
+import subprocess
+import time
+import unittest
+
+from harness import HttpError, Node, poll
+
+
+class BadInput(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.node = Node(extra={"http.max_body_bytes": "65536", "storage.segment_bytes": "4096",
+                               "storage.retention_interval_ms": "100"}).start()
+        cls.node.create_stream("ok", shards=1)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.node.cleanup()
+
+    def curl(self, method, path, data=None, ctype="application/json"):
+        """Real curl; --path-as-is so that '..' reaches the server unnormalised."""
+        args = ["curl", "-s", "--path-as-is", "-o", "-", "-w", "\n%{http_code}", "-X", method,
+                self.node.url + path]
+        if data is not None:
+            args += ["-H", "Content-Type: " + ctype, "--data-binary", "@-"]
+        p = subprocess.run(args, input=data if isinstance(data, bytes) else (data or "").encode(),
+                           capture_output=True, timeout=60)
+        body, _, code = p.stdout.decode(errors="replace").rpartition("\n")
+        return int(code), body
+
+    def assertProblem(self, status, body, want_status, want_code):
+        self.assertEqual(status, want_status, body)
+        p = json.loads(body)
+        self.assertEqual(p["status"], want_status)
+        self.assertEqual(p["code"], want_code)
+        self.assertTrue(p["detail"])
+        self.assertIn(want_code, p["type"])
+
+    def disk_entries(self):
+        out = set()
+        for root, dirs, files in os.walk(os.path.join(self.node.data_dir, "shards")):
+            for d in dirs:
+                out.add(os.path.join(root, d))
+        return out
+
+    def test_bad_names_get_400_and_create_nothing_on_disk(self):
+        before = self.disk_entries()
+        bad_in_body = ["..", ".", "a/b", "a\u0000b", "", "x" * 256, "bell\u0007", "new\nline", "../../etc"]
+        for name in bad_in_body:
+            for path in ("/v1/tenants", "/v1/tenants/t/namespaces", "/v1/tenants/t/namespaces/n/streams"):
+                status, body = self.curl("POST", path, json.dumps({"name": name, "shards": 1}))
+                with self.subTest(name=repr(name), path=path):
+                    self.assertProblem(status, body, 400, "invalid_name")
+        bad_in_path = ["..", "%2E%2E", "a%2Fb", "a%00b", "%0A", "x" * 256, "%7F"]
+        for seg in bad_in_path:
+            for path in ("/v1/tenants/%s/namespaces/n/streams/s" % seg,
+                         "/v1/tenants/t/namespaces/%s/streams/s/records" % seg,
+                         "/v1/tenants/t/namespaces/n/streams/%s/records" % seg):
+                status, body = self.curl("POST" if path.endswith("records") else "GET", path,
+                                         json.dumps({"records": [{"value": "v"}]}))
+                with self.subTest(seg=seg, path=path):
+                    self.assertProblem(status, body, 400, "invalid_name")
+        self.assertEqual(self.disk_entries(), before)
+        names = [s["name"] for s in self.node.request("GET", "/v1/tenants")["tenants"]]
+        self.assertEqual(names, ["t"])
+
+    def test_oversized_body_gets_413(self):
+        status, body = self.curl("POST", "/v1/tenants/t/namespaces/n/streams/ok/records",
+                                 json.dumps({"records": [{"value": "x" * 70000}]}))
+        self.assertProblem(status, body, 413, "body_too_large")
+        self.assertEqual(self.node.fetch("ok", 0, "latest")["next_offset"],
+                         self.node.fetch("ok", 0, "latest")["next_offset"])
+
+    def test_malformed_json_gets_400(self):
+        for bad in ['{"records": [', "not json", '{"records": "x"}', '[]']:
+            status, body = self.curl("POST", "/v1/tenants/t/namespaces/n/streams/ok/records", bad)
+            with self.subTest(body=bad):
+                self.assertEqual(status, 400, body)
+                self.assertIn(json.loads(body)["code"], ("malformed_body", "invalid_argument"))
+        status, body = self.curl("POST", "/v1/tenants", "{bad")
+        self.assertProblem(status, body, 400, "malformed_body")
+
+    def test_unknown_field_gets_400(self):
+        status, body = self.curl("POST", "/v1/tenants/t/namespaces/n/streams",
+                                 json.dumps({"name": "u", "shards": 1, "replicas": 3}))
+        self.assertProblem(status, body, 400, "unknown_field")
+        self.assertIn("replicas", json.loads(body)["detail"])
+
+    def test_unknown_stream_gets_404(self):
+        status, body = self.curl("GET", "/v1/tenants/t/namespaces/n/streams/nope")
+        self.assertProblem(status, body, 404, "not_found")
+        status, body = self.curl("POST", "/v1/tenants/t/namespaces/n/streams/nope/records",
+                                 json.dumps({"records": [{"value": "v"}]}))
+        self.assertProblem(status, body, 404, "not_found")
+        status, body = self.curl("GET", "/v1/tenants/t/namespaces/n/streams/nope/shards/0/records?offset=0")
+        self.assertProblem(status, body, 404, "not_found")
+        status, body = self.curl("GET", "/v1/tenants/t/namespaces/n/streams/ok/shards/9/records?offset=0")
+        self.assertProblem(status, body, 404, "not_found")
+
+    def test_bad_spec_and_bad_offsets(self):
+        for spec in ({"name": "z", "shards": 0}, {"name": "z", "shards": 100000},
+                     {"name": "z", "shards": "four"}, {"name": "z", "ack": "sometimes"}):
+            status, body = self.curl("POST", "/v1/tenants/t/namespaces/n/streams", json.dumps(spec))
+            with self.subTest(spec=spec):
+                self.assertEqual(status, 400, body)
+        for off in ("-1", "abc", "1e3"):
+            status, body = self.curl("GET", "/v1/tenants/t/namespaces/n/streams/ok/shards/0/records?offset=" + off)
+            with self.subTest(offset=off):
+                self.assertEqual(status, 400, body)
+
+    def test_fetch_beyond_end_waits_then_returns_empty(self):
+        hwm = self.node.fetch("ok", 0, "latest")["next_offset"]
+        t0 = time.monotonic()
+        r = self.node.fetch("ok", 0, hwm, wait_ms=700)
+        self.assertGreaterEqual(time.monotonic() - t0, 0.6)  # it waited (a lower bound only)
+        self.assertEqual(r["records"], [])
+        self.assertEqual(r["next_offset"], hwm)
+
+    def test_long_poll_returns_when_a_record_arrives(self):
+        import threading
+        hwm = self.node.fetch("ok", 0, "latest")["next_offset"]
+        got = {}
+        t = threading.Thread(target=lambda: got.update(self.node.fetch("ok", 0, hwm, wait_ms=30000)))
+        t.start()
+        time.sleep(0.2)  # let the fetch park; correctness does not depend on it
+        self.node.publish_binary("ok", [(None, b"wake")])
+        t.join(60)
+        self.assertFalse(t.is_alive())
+        self.assertEqual([r["value"] for r in got["records"]], ["wake"])
+
+    def test_fetch_before_retained_start_gets_typed_error(self):
+        n = self.node
+        n.create_stream("ret", shards=1, retention={"max_bytes": 8192})
+        for i in range(60):
+            n.publish_binary("ret", [(None, b"r" * 300)] * 3)
+        poll(lambda: n.request("GET", n.ns_path() + "/streams/ret/shards")["shards"][0]["log_start"] > 0,
+             "retention to remove the oldest segment")
+        status, body = self.curl("GET", "/v1/tenants/t/namespaces/n/streams/ret/shards/0/records?offset=0")
+        self.assertProblem(status, body, 416, "offset_out_of_range")
+        start = n.fetch("ret", 0, "earliest")["records"][0]["offset"]
+        self.assertGreater(start, 0)
+
+    def test_wrong_content_type_gets_415(self):
+        status, body = self.curl("POST", "/v1/tenants/t/namespaces/n/streams/ok/records", "x", "text/plain")
+        self.assertProblem(status, body, 415, "unsupported_media")
+
+    def test_unknown_route_and_method(self):
+        status, body = self.curl("GET", "/v1/nothing-here")
+        self.assertProblem(status, body, 404, "not_found")
+        status, _ = self.curl("PUT", "/v1/tenants")
+        self.assertEqual(status, 405)
+
+
+if __name__ == "__main__":
+    unittest.main()
