@@ -1,0 +1,642 @@
+#include "catalog_fsm.h"
+
+#include <sqlite3.h>
+
+#include <boost/json.hpp>
+#include <cstring>
+#include <stdexcept>
+
+#include "sluice/catalog_rules.h"
+#include "sluice/names.h"
+
+namespace sluice::raft_meta {
+
+namespace json = boost::json;
+
+namespace {
+
+// A prepared statement; finalized on destruction.
+class Stmt {
+ public:
+  Stmt(sqlite3* db, const char* sql) {
+    if (sqlite3_prepare_v2(db, sql, -1, &s_, nullptr) != SQLITE_OK) {
+      std::string msg = std::string("sqlite prepare failed: ") + sqlite3_errmsg(db) + " in " + sql;
+      throw std::runtime_error(msg);
+    }
+  }
+  ~Stmt() { sqlite3_finalize(s_); }
+  Stmt(const Stmt&) = delete;
+  Stmt& operator=(const Stmt&) = delete;
+
+  Stmt& bind(int i, std::string_view v) {
+    sqlite3_bind_text(s_, i, v.data(), static_cast<int>(v.size()), SQLITE_TRANSIENT);
+    return *this;
+  }
+  Stmt& bind(int i, std::int64_t v) {
+    sqlite3_bind_int64(s_, i, v);
+    return *this;
+  }
+  // true: a row is available; false: done. Throws on error.
+  bool step() {
+    int rc = sqlite3_step(s_);
+    if (rc == SQLITE_ROW) return true;
+    if (rc == SQLITE_DONE) return false;
+    throw std::runtime_error(std::string("sqlite step failed: ") +
+                             sqlite3_errmsg(sqlite3_db_handle(s_)));
+  }
+  std::int64_t i64(int c) const { return sqlite3_column_int64(s_, c); }
+  std::string text(int c) const {
+    auto* p = sqlite3_column_text(s_, c);
+    return p ? std::string(reinterpret_cast<const char*>(p),
+                           static_cast<std::size_t>(sqlite3_column_bytes(s_, c)))
+             : std::string();
+  }
+  sqlite3_stmt* raw() const { return s_; }
+
+ private:
+  sqlite3_stmt* s_ = nullptr;
+};
+
+void exec(sqlite3* db, const char* sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string msg = std::string("sqlite exec failed: ") + (err ? err : "?") + " in " + sql;
+    sqlite3_free(err);
+    throw std::runtime_error(msg);
+  }
+}
+
+sqlite3* open_memory_db() {
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(":memory:", &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) !=
+      SQLITE_OK) {
+    sqlite3_close(db);
+    throw std::runtime_error("cannot open in-memory sqlite database");
+  }
+  return db;
+}
+
+const char* kind_name(ChangeEvent::Kind k) {
+  switch (k) {
+    case ChangeEvent::Kind::tenant_created: return "tenant_created";
+    case ChangeEvent::Kind::tenant_deleted: return "tenant_deleted";
+    case ChangeEvent::Kind::namespace_created: return "namespace_created";
+    case ChangeEvent::Kind::namespace_deleted: return "namespace_deleted";
+    case ChangeEvent::Kind::stream_created: return "stream_created";
+    case ChangeEvent::Kind::stream_deleted: return "stream_deleted";
+  }
+  return "unknown";
+}
+
+std::optional<ChangeEvent::Kind> parse_kind(std::string_view s) {
+  using K = ChangeEvent::Kind;
+  for (auto k : {K::tenant_created, K::tenant_deleted, K::namespace_created, K::namespace_deleted,
+                 K::stream_created, K::stream_deleted})
+    if (s == kind_name(k)) return k;
+  return std::nullopt;
+}
+
+std::string stream_payload(const StreamInfo& s) {
+  json::object o;
+  o["tenant"] = s.key.tenant;
+  o["ns"] = s.key.ns;
+  o["name"] = s.key.name;
+  o["incarnation"] = s.incarnation.value();
+  o["shards"] = s.spec.shards;
+  o["max_bytes"] = s.spec.retention.max_bytes;
+  o["max_age_ms"] = s.spec.retention.max_age_ms;
+  o["ack"] = to_string(s.spec.default_ack);
+  o["created_seq"] = s.created_seq.value();
+  o["created_at_us"] = s.created_at_us;
+  return json::serialize(o);
+}
+
+std::string names_payload(const std::string& tenant, const std::string* ns) {
+  json::object o;
+  o["tenant"] = tenant;
+  if (ns) o["ns"] = *ns;
+  return json::serialize(o);
+}
+
+ChangeEvent decode_change(std::int64_t seq, std::string_view kind, std::string_view payload) {
+  ChangeEvent ev{};
+  ev.kind = parse_kind(kind).value_or(ChangeEvent::Kind::tenant_created);
+  ev.seq = ChangeSeq{static_cast<std::uint64_t>(seq)};
+  boost::system::error_code ec;
+  json::value v = json::parse(payload, ec);
+  if (ec || !v.is_object()) return ev;
+  auto& o = v.get_object();
+  auto str = [&](const char* k) {
+    auto* p = o.if_contains(k);
+    return p && p->is_string() ? std::string(p->get_string()) : std::string();
+  };
+  auto num = [&](const char* k) -> std::int64_t {
+    auto* p = o.if_contains(k);
+    if (!p) return 0;
+    if (p->is_int64()) return p->get_int64();
+    if (p->is_uint64()) return static_cast<std::int64_t>(p->get_uint64());
+    return 0;
+  };
+  ev.tenant = str("tenant");
+  ev.ns = str("ns");
+  if (ev.kind == ChangeEvent::Kind::stream_created || ev.kind == ChangeEvent::Kind::stream_deleted) {
+    ev.stream.key = StreamKey{ev.tenant, ev.ns, str("name")};
+    ev.stream.incarnation = Incarnation{static_cast<std::uint64_t>(num("incarnation"))};
+    ev.stream.spec.shards = static_cast<std::uint32_t>(num("shards"));
+    ev.stream.spec.retention.max_bytes = num("max_bytes");
+    ev.stream.spec.retention.max_age_ms = num("max_age_ms");
+    ev.stream.spec.default_ack = parse_ack_mode(str("ack")).value_or(AckMode::leader);
+    ev.stream.created_seq = ChangeSeq{static_cast<std::uint64_t>(num("created_seq"))};
+    ev.stream.created_at_us = num("created_at_us");
+  }
+  return ev;
+}
+
+constexpr const char* kStreamColumns =
+    "tenant, ns, name, incarnation, shards, retention_max_bytes, retention_max_age_ms, "
+    "default_ack, created_seq, created_at_us";
+
+StreamInfo read_stream(const Stmt& s) {
+  StreamInfo info;
+  info.key = StreamKey{s.text(0), s.text(1), s.text(2)};
+  info.incarnation = Incarnation{static_cast<std::uint64_t>(s.i64(3))};
+  info.spec.shards = static_cast<std::uint32_t>(s.i64(4));
+  info.spec.retention.max_bytes = s.i64(5);
+  info.spec.retention.max_age_ms = s.i64(6);
+  info.spec.default_ack = parse_ack_mode(s.text(7)).value_or(AckMode::leader);
+  info.created_seq = ChangeSeq{static_cast<std::uint64_t>(s.i64(8))};
+  info.created_at_us = s.i64(9);
+  return info;
+}
+
+Error internal_error(const std::exception& e) {
+  return Error(Errc::internal, std::string("catalog: ") + e.what());
+}
+
+}  // namespace
+
+CatalogFsm::CatalogFsm(std::size_t change_retention)
+    : db_(open_memory_db()), change_retention_(change_retention ? change_retention : 1) {
+  try {
+    create_schema();
+  } catch (...) {
+    sqlite3_close(db_);
+    throw;
+  }
+}
+
+CatalogFsm::~CatalogFsm() { sqlite3_close(db_); }
+
+void CatalogFsm::reset() {
+  sqlite3* fresh = open_memory_db();
+  std::swap(db_, fresh);
+  sqlite3_close(fresh);
+  create_schema();
+}
+
+void CatalogFsm::create_schema() {
+  exec(db_,
+       "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);"
+       "CREATE TABLE tenants(name TEXT PRIMARY KEY, created_seq INTEGER NOT NULL);"
+       "CREATE TABLE namespaces(tenant TEXT NOT NULL, name TEXT NOT NULL,"
+       "  created_seq INTEGER NOT NULL, PRIMARY KEY(tenant, name));"
+       "CREATE TABLE streams(tenant TEXT NOT NULL, ns TEXT NOT NULL, name TEXT NOT NULL,"
+       "  incarnation INTEGER NOT NULL, shards INTEGER NOT NULL,"
+       "  retention_max_bytes INTEGER NOT NULL, retention_max_age_ms INTEGER NOT NULL,"
+       "  default_ack TEXT NOT NULL, created_seq INTEGER NOT NULL,"
+       "  created_at_us INTEGER NOT NULL, PRIMARY KEY(tenant, ns, name));"
+       "CREATE TABLE changes(seq INTEGER PRIMARY KEY, kind TEXT NOT NULL, payload TEXT NOT NULL);"
+       "CREATE TABLE tombstones(tenant TEXT NOT NULL, ns TEXT NOT NULL, name TEXT NOT NULL,"
+       "  deleted_up_to INTEGER NOT NULL, PRIMARY KEY(tenant, ns, name));");
+  meta_set("schema_version", std::to_string(kCatalogSchemaVersion));
+  meta_set("cluster_id", "");
+  meta_set("applied_index", "0");
+  meta_set("level", std::to_string(kBuildMetadataLevel.value()));
+  meta_set("level_floor", std::to_string(kBuildMetadataLevel.value()));
+  meta_set("changes_pruned_up_to", "0");
+}
+
+std::string CatalogFsm::meta_get(const char* key) const {
+  Stmt s(db_, "SELECT value FROM meta WHERE key = ?");
+  s.bind(1, std::string_view(key));
+  return s.step() ? s.text(0) : std::string();
+}
+
+void CatalogFsm::meta_set(const char* key, const std::string& value) {
+  Stmt s(db_, "INSERT INTO meta(key, value) VALUES(?, ?) "
+              "ON CONFLICT(key) DO UPDATE SET value = excluded.value");
+  s.bind(1, std::string_view(key)).bind(2, value);
+  s.step();
+}
+
+void CatalogFsm::record_change(std::uint64_t seq, ChangeEvent::Kind kind,
+                               const std::string& payload) {
+  {
+    Stmt s(db_, "INSERT INTO changes(seq, kind, payload) VALUES(?, ?, ?)");
+    s.bind(1, static_cast<std::int64_t>(seq)).bind(2, std::string_view(kind_name(kind))).bind(3, payload);
+    s.step();
+  }
+  // Keep the newest change_retention_ rows; remember the highest pruned seq so that a
+  // watcher behind it is told to resync.
+  Stmt cut(db_, "SELECT seq FROM changes ORDER BY seq DESC LIMIT 1 OFFSET ?");
+  cut.bind(1, static_cast<std::int64_t>(change_retention_));
+  if (cut.step()) {
+    std::int64_t cutoff = cut.i64(0);
+    Stmt del(db_, "DELETE FROM changes WHERE seq <= ?");
+    del.bind(1, cutoff);
+    del.step();
+    meta_set("changes_pruned_up_to", std::to_string(cutoff));
+  }
+}
+
+ApplyResult CatalogFsm::apply(std::uint64_t index, std::string_view entry) {
+  ApplyResult r;
+  r.seq = ChangeSeq{index};
+  try {
+    exec(db_, "SAVEPOINT apply");
+    auto cmd = decode_command(entry);
+    if (!cmd.ok()) {
+      r.error = cmd.error();
+    } else {
+      r = apply_command(index, cmd.value());
+    }
+    if (!r.ok()) {
+      // A rejected entry changes nothing but applied_index.
+      exec(db_, "ROLLBACK TO apply");
+    }
+    meta_set("applied_index", std::to_string(index));
+    exec(db_, "RELEASE apply");
+  } catch (const std::exception& e) {
+    try {
+      exec(db_, "ROLLBACK TO apply");
+      meta_set("applied_index", std::to_string(index));
+      exec(db_, "RELEASE apply");
+    } catch (...) {
+    }
+    r.error = internal_error(e);
+  }
+  r.seq = ChangeSeq{index};
+  return r;
+}
+
+ApplyResult CatalogFsm::apply_command(std::uint64_t index, const Command& c) {
+  ApplyResult r;
+  r.seq = ChangeSeq{index};
+  const auto seq = static_cast<std::int64_t>(index);
+  auto fail = [&](Errc code, std::string msg) {
+    r.error = Error(code, std::move(msg));
+    return r;
+  };
+
+  std::string cluster = meta_get("cluster_id");
+  if (c.type == CommandType::init_cluster) {
+    if (!cluster.empty()) {
+      r.cluster_id = cluster;
+      return fail(Errc::already_exists, "cluster already initialized as " + cluster);
+    }
+    if (c.cluster_id.empty() || c.cluster_id.size() > 128)
+      return fail(Errc::invalid_argument, "cluster id must be 1..128 bytes");
+    meta_set("cluster_id", c.cluster_id);
+    r.cluster_id = c.cluster_id;
+    return r;
+  }
+  if (cluster.empty())
+    return fail(Errc::unavailable, "the catalog has no cluster id yet (init_cluster must come first)");
+  r.cluster_id = cluster;
+
+  auto tenant_exists = [&](const std::string& t) {
+    Stmt s(db_, "SELECT 1 FROM tenants WHERE name = ?");
+    s.bind(1, t);
+    return s.step();
+  };
+  auto ns_exists = [&](const std::string& t, const std::string& n) {
+    Stmt s(db_, "SELECT 1 FROM namespaces WHERE tenant = ? AND name = ?");
+    s.bind(1, t).bind(2, n);
+    return s.step();
+  };
+
+  if (auto v = validate_name(NameKind::tenant, c.tenant); !v.ok())
+    return fail(v.error().code, v.error().message);
+  if (c.type != CommandType::create_tenant && c.type != CommandType::delete_tenant) {
+    if (auto v = validate_name(NameKind::ns, c.ns); !v.ok())
+      return fail(v.error().code, v.error().message);
+  }
+  const bool stream_op =
+      c.type == CommandType::create_stream || c.type == CommandType::delete_stream;
+  if (stream_op) {
+    if (auto v = validate_name(NameKind::stream, c.name); !v.ok())
+      return fail(v.error().code, v.error().message);
+    // A flagged entry is decided by the incarnation rules of level 14; this catalog
+    // implements level 8 only and refuses it identically on every member. (The group
+    // level floor / held state arrives with multi-member groups.)
+    if (c.incarnations == IncarnationRule::flagged)
+      return fail(Errc::invalid_argument,
+                  "entry uses the incarnation rules (metadata level 14); this catalog is at "
+                  "level " + meta_get("level"));
+  }
+
+  switch (c.type) {
+    case CommandType::init_cluster:
+      break;  // handled above
+    case CommandType::create_tenant: {
+      if (tenant_exists(c.tenant)) return fail(Errc::already_exists, "tenant " + c.tenant + " exists");
+      Stmt s(db_, "INSERT INTO tenants(name, created_seq) VALUES(?, ?)");
+      s.bind(1, c.tenant).bind(2, seq);
+      s.step();
+      record_change(index, ChangeEvent::Kind::tenant_created, names_payload(c.tenant, nullptr));
+      r.tenant = TenantInfo{c.tenant, ChangeSeq{index}};
+      return r;
+    }
+    case CommandType::delete_tenant: {
+      if (!tenant_exists(c.tenant)) return fail(Errc::not_found, "no tenant " + c.tenant);
+      Stmt has(db_, "SELECT 1 FROM namespaces WHERE tenant = ? LIMIT 1");
+      has.bind(1, c.tenant);
+      if (has.step())
+        return fail(Errc::conflict, "tenant " + c.tenant + " still has namespaces");
+      Stmt s(db_, "DELETE FROM tenants WHERE name = ?");
+      s.bind(1, c.tenant);
+      s.step();
+      record_change(index, ChangeEvent::Kind::tenant_deleted, names_payload(c.tenant, nullptr));
+      return r;
+    }
+    case CommandType::create_namespace: {
+      if (!tenant_exists(c.tenant)) return fail(Errc::not_found, "no tenant " + c.tenant);
+      if (ns_exists(c.tenant, c.ns))
+        return fail(Errc::already_exists, "namespace " + c.tenant + "/" + c.ns + " exists");
+      Stmt s(db_, "INSERT INTO namespaces(tenant, name, created_seq) VALUES(?, ?, ?)");
+      s.bind(1, c.tenant).bind(2, c.ns).bind(3, seq);
+      s.step();
+      record_change(index, ChangeEvent::Kind::namespace_created, names_payload(c.tenant, &c.ns));
+      r.ns = NamespaceInfo{c.tenant, c.ns, ChangeSeq{index}};
+      return r;
+    }
+    case CommandType::delete_namespace: {
+      if (!ns_exists(c.tenant, c.ns))
+        return fail(Errc::not_found, "no namespace " + c.tenant + "/" + c.ns);
+      Stmt has(db_, "SELECT 1 FROM streams WHERE tenant = ? AND ns = ? LIMIT 1");
+      has.bind(1, c.tenant).bind(2, c.ns);
+      if (has.step())
+        return fail(Errc::conflict, "namespace " + c.tenant + "/" + c.ns + " still has streams");
+      Stmt s(db_, "DELETE FROM namespaces WHERE tenant = ? AND name = ?");
+      s.bind(1, c.tenant).bind(2, c.ns);
+      s.step();
+      record_change(index, ChangeEvent::Kind::namespace_deleted, names_payload(c.tenant, &c.ns));
+      return r;
+    }
+    case CommandType::create_stream: {
+      if (auto v = validate_stream_spec(c.spec); !v.ok())
+        return fail(v.error().code, v.error().message);
+      if (!ns_exists(c.tenant, c.ns))
+        return fail(Errc::not_found, "no namespace " + c.tenant + "/" + c.ns);
+      StreamKey key{c.tenant, c.ns, c.name};
+      {
+        Stmt s(db_, "SELECT 1 FROM streams WHERE tenant = ? AND ns = ? AND name = ?");
+        s.bind(1, c.tenant).bind(2, c.ns).bind(3, c.name);
+        if (s.step()) return fail(Errc::already_exists, "stream " + key.to_string() + " exists");
+      }
+      StreamInfo info;
+      info.key = key;
+      // Legacy (unflagged) rule, what level 8 stores: incarnation 0 whatever was proposed.
+      info.incarnation = Incarnation{0};
+      info.spec = c.spec;
+      info.created_seq = ChangeSeq{index};
+      info.created_at_us = c.clock_us;
+      Stmt s(db_, "INSERT INTO streams(tenant, ns, name, incarnation, shards, retention_max_bytes,"
+                  " retention_max_age_ms, default_ack, created_seq, created_at_us)"
+                  " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+      s.bind(1, c.tenant).bind(2, c.ns).bind(3, c.name)
+          .bind(4, static_cast<std::int64_t>(info.incarnation.value()))
+          .bind(5, static_cast<std::int64_t>(info.spec.shards))
+          .bind(6, info.spec.retention.max_bytes).bind(7, info.spec.retention.max_age_ms)
+          .bind(8, to_string(info.spec.default_ack)).bind(9, seq).bind(10, info.created_at_us);
+      s.step();
+      record_change(index, ChangeEvent::Kind::stream_created, stream_payload(info));
+      r.stream = info;
+      return r;
+    }
+    case CommandType::delete_stream: {
+      StreamKey key{c.tenant, c.ns, c.name};
+      auto existing = get_stream(key);
+      if (!existing.ok()) return fail(existing.error().code, existing.error().message);
+      Stmt s(db_, "DELETE FROM streams WHERE tenant = ? AND ns = ? AND name = ?");
+      s.bind(1, c.tenant).bind(2, c.ns).bind(3, c.name);
+      s.step();
+      // Legacy rule: deleting a stream at incarnation 0 writes no tombstone.
+      record_change(index, ChangeEvent::Kind::stream_deleted, stream_payload(existing.value()));
+      r.stream = existing.value();
+      return r;
+    }
+  }
+  return fail(Errc::internal, "unhandled command");
+}
+
+std::string CatalogFsm::snapshot() const {
+  sqlite3_int64 size = 0;
+  unsigned char* p = sqlite3_serialize(db_, "main", &size, 0);
+  if (!p) return {};
+  std::string out(reinterpret_cast<const char*>(p), static_cast<std::size_t>(size));
+  sqlite3_free(p);
+  return out;
+}
+
+Result<void> CatalogFsm::restore(std::string_view image) {
+  if (image.empty()) return Error(Errc::corrupt_data, "empty catalog snapshot");
+  sqlite3* fresh = nullptr;
+  try {
+    fresh = open_memory_db();
+  } catch (const std::exception& e) {
+    return internal_error(e);
+  }
+  auto* buf = static_cast<unsigned char*>(sqlite3_malloc64(image.size()));
+  if (!buf) {
+    sqlite3_close(fresh);
+    return Error(Errc::internal, "out of memory restoring the catalog snapshot");
+  }
+  std::memcpy(buf, image.data(), image.size());
+  int rc = sqlite3_deserialize(fresh, "main", buf, static_cast<sqlite3_int64>(image.size()),
+                               static_cast<sqlite3_int64>(image.size()),
+                               SQLITE_DESERIALIZE_FREEONCLOSE | SQLITE_DESERIALIZE_RESIZEABLE);
+  if (rc != SQLITE_OK) {  // sqlite frees buf on failure with FREEONCLOSE
+    sqlite3_close(fresh);
+    return Error(Errc::corrupt_data, "catalog snapshot is not a SQLite database");
+  }
+  sqlite3* old = db_;
+  db_ = fresh;
+  std::string version;
+  try {
+    version = meta_get("schema_version");
+  } catch (const std::exception&) {
+  }
+  if (version != std::to_string(kCatalogSchemaVersion)) {
+    db_ = old;
+    sqlite3_close(fresh);
+    return Error(Errc::corrupt_data,
+                 "catalog snapshot has schema version '" + version + "', this build reads " +
+                     std::to_string(kCatalogSchemaVersion));
+  }
+  sqlite3_close(old);
+  return {};
+}
+
+std::string CatalogFsm::cluster_id() const { return meta_get("cluster_id"); }
+
+ChangeSeq CatalogFsm::applied() const {
+  return ChangeSeq{std::stoull("0" + meta_get("applied_index"))};
+}
+
+MetadataLevel CatalogFsm::level() const {
+  return MetadataLevel{static_cast<std::uint32_t>(std::stoul("0" + meta_get("level")))};
+}
+
+MetadataLevel CatalogFsm::level_floor() const {
+  return MetadataLevel{static_cast<std::uint32_t>(std::stoul("0" + meta_get("level_floor")))};
+}
+
+Result<std::vector<TenantInfo>> CatalogFsm::list_tenants() const {
+  try {
+    std::vector<TenantInfo> out;
+    Stmt s(db_, "SELECT name, created_seq FROM tenants ORDER BY name");
+    while (s.step()) out.push_back(TenantInfo{s.text(0), ChangeSeq{static_cast<std::uint64_t>(s.i64(1))}});
+    return out;
+  } catch (const std::exception& e) {
+    return internal_error(e);
+  }
+}
+
+Result<std::vector<NamespaceInfo>> CatalogFsm::list_namespaces(const std::string& tenant) const {
+  try {
+    {
+      Stmt t(db_, "SELECT 1 FROM tenants WHERE name = ?");
+      t.bind(1, tenant);
+      if (!t.step()) return Error(Errc::not_found, "no tenant " + tenant);
+    }
+    std::vector<NamespaceInfo> out;
+    Stmt s(db_, "SELECT tenant, name, created_seq FROM namespaces WHERE tenant = ? ORDER BY name");
+    s.bind(1, tenant);
+    while (s.step())
+      out.push_back(NamespaceInfo{s.text(0), s.text(1), ChangeSeq{static_cast<std::uint64_t>(s.i64(2))}});
+    return out;
+  } catch (const std::exception& e) {
+    return internal_error(e);
+  }
+}
+
+Result<StreamInfo> CatalogFsm::get_stream(const StreamKey& key) const {
+  try {
+    std::string sql = std::string("SELECT ") + kStreamColumns +
+                      " FROM streams WHERE tenant = ? AND ns = ? AND name = ?";
+    Stmt s(db_, sql.c_str());
+    s.bind(1, key.tenant).bind(2, key.ns).bind(3, key.name);
+    if (!s.step()) return Error(Errc::not_found, "no stream " + key.to_string());
+    return read_stream(s);
+  } catch (const std::exception& e) {
+    return internal_error(e);
+  }
+}
+
+Result<std::vector<StreamInfo>> CatalogFsm::list_streams(const std::string& tenant,
+                                                         const std::string& ns) const {
+  try {
+    {
+      Stmt t(db_, "SELECT 1 FROM namespaces WHERE tenant = ? AND name = ?");
+      t.bind(1, tenant).bind(2, ns);
+      if (!t.step()) return Error(Errc::not_found, "no namespace " + tenant + "/" + ns);
+    }
+    std::string sql = std::string("SELECT ") + kStreamColumns +
+                      " FROM streams WHERE tenant = ? AND ns = ? ORDER BY name";
+    Stmt s(db_, sql.c_str());
+    s.bind(1, tenant).bind(2, ns);
+    std::vector<StreamInfo> out;
+    while (s.step()) out.push_back(read_stream(s));
+    return out;
+  } catch (const std::exception& e) {
+    return internal_error(e);
+  }
+}
+
+CatalogSnapshot CatalogFsm::catalog_snapshot() const {
+  CatalogSnapshot snap;
+  snap.seq = applied();
+  if (auto t = list_tenants(); t.ok()) snap.tenants = std::move(t.value());
+  {
+    Stmt s(db_, "SELECT tenant, name, created_seq FROM namespaces ORDER BY tenant, name");
+    while (s.step())
+      snap.namespaces.push_back(
+          NamespaceInfo{s.text(0), s.text(1), ChangeSeq{static_cast<std::uint64_t>(s.i64(2))}});
+  }
+  std::string sql = std::string("SELECT ") + kStreamColumns +
+                    " FROM streams ORDER BY tenant, ns, name";
+  Stmt s(db_, sql.c_str());
+  while (s.step()) snap.streams.push_back(read_stream(s));
+  return snap;
+}
+
+std::size_t CatalogFsm::tombstone_count() const {
+  Stmt s(db_, "SELECT COUNT(*) FROM tombstones");
+  return s.step() ? static_cast<std::size_t>(s.i64(0)) : 0;
+}
+
+std::size_t CatalogFsm::change_count() const {
+  Stmt s(db_, "SELECT COUNT(*) FROM changes");
+  return s.step() ? static_cast<std::size_t>(s.i64(0)) : 0;
+}
+
+ChangeBatch CatalogFsm::changes_after(ChangeSeq after, std::size_t limit) const {
+  ChangeBatch b;
+  std::uint64_t pruned = std::stoull("0" + meta_get("changes_pruned_up_to"));
+  if (after.value() < pruned) {
+    b.resync = true;
+    return b;
+  }
+  Stmt s(db_, "SELECT seq, kind, payload FROM changes WHERE seq > ? ORDER BY seq LIMIT ?");
+  s.bind(1, static_cast<std::int64_t>(after.value())).bind(2, static_cast<std::int64_t>(limit));
+  while (s.step()) b.events.push_back(decode_change(s.i64(0), s.text(1), s.text(2)));
+  return b;
+}
+
+std::uint64_t CatalogFsm::state_hash() const {
+  std::uint64_t h = 14695981039346656037ull;
+  auto mix = [&](const void* data, std::size_t n) {
+    auto* p = static_cast<const unsigned char*>(data);
+    for (std::size_t i = 0; i < n; ++i) {
+      h ^= p[i];
+      h *= 1099511628211ull;
+    }
+  };
+  static const char* const kDumps[] = {
+      "SELECT * FROM meta ORDER BY key",
+      "SELECT * FROM tenants ORDER BY name",
+      "SELECT * FROM namespaces ORDER BY tenant, name",
+      "SELECT * FROM streams ORDER BY tenant, ns, name",
+      "SELECT * FROM changes ORDER BY seq",
+      "SELECT * FROM tombstones ORDER BY tenant, ns, name",
+  };
+  for (const char* sql : kDumps) {
+    mix(sql, std::strlen(sql));
+    Stmt s(db_, sql);
+    int cols = sqlite3_column_count(s.raw());
+    while (s.step()) {
+      for (int c = 0; c < cols; ++c) {
+        int type = sqlite3_column_type(s.raw(), c);
+        unsigned char tag = static_cast<unsigned char>(type);
+        mix(&tag, 1);
+        if (type == SQLITE_INTEGER) {
+          std::int64_t v = s.i64(c);
+          unsigned char le[8];
+          for (int i = 0; i < 8; ++i) le[i] = static_cast<unsigned char>(static_cast<std::uint64_t>(v) >> (8 * i));
+          mix(le, 8);
+        } else if (type != SQLITE_NULL) {
+          std::string v = s.text(c);
+          std::uint64_t n = v.size();
+          unsigned char le[8];
+          for (int i = 0; i < 8; ++i) le[i] = static_cast<unsigned char>(n >> (8 * i));
+          mix(le, 8);
+          mix(v.data(), v.size());
+        }
+      }
+    }
+  }
+  return h;
+}
+
+}  // namespace sluice::raft_meta

@@ -1,0 +1,118 @@
+// The catalog state machine of raft-meta: a deterministic function from (replicated state,
+// committed entry) to (new state, result). No libraft dependency, so it is tested alone.
+//
+// State lives in an in-memory SQLite database (schema below). The database *is* the
+// snapshot: snapshot() is sqlite3_serialize, restore() is sqlite3_deserialize.
+//
+//   meta(key PRIMARY KEY, value)      schema_version, cluster_id, applied_index,
+//                                     level (group metadata level), level_floor,
+//                                     changes_pruned_up_to
+//   tenants(name, created_seq)
+//   namespaces(tenant, name, created_seq)
+//   streams(tenant, ns, name, incarnation, shards, retention_max_bytes,
+//           retention_max_age_ms, default_ack, created_seq, created_at_us)
+//   changes(seq, kind, payload)       the change feed for watchers; the newest
+//                                     `change_retention` rows are kept
+//   tombstones(tenant, ns, name, deleted_up_to)   empty at level 8 (next issue)
+//
+// Determinism (ARCHITECTURE.md §4, felix post-mortem): apply() reads only the entry, its
+// index and the database. It never reads this member's configured level, build, clock
+// or any other local input. An entry that fails to decode or validate is rejected with a
+// definite error and changes nothing but applied_index, identically on every member.
+// (Caveat: validate_name / validate_stream_spec come from the SDK, so a future build that
+// relaxes them must gate the change behind a metadata level.)
+//
+// Thread-safety: none. The owner serializes every call (raft-meta: RaftMetaStore::fsm_mu_).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "command.h"
+#include "sluice/error.h"
+#include "sluice/metadata.h"
+#include "sluice/types.h"
+
+struct sqlite3;
+
+namespace sluice::raft_meta {
+
+// Schema version of the catalog database (stored in meta.schema_version). Restore refuses
+// a database with another version.
+inline constexpr int kCatalogSchemaVersion = 1;
+// How many changes the change log keeps. Part of what apply computes, so it must be the
+// same on every member: only tests pass another value.
+inline constexpr std::size_t kDefaultChangeRetention = 10000;
+
+// What applying one entry produced; the proposer receives it.
+struct ApplyResult {
+  ChangeSeq seq;                // the entry's index
+  std::optional<Error> error;   // set: rejected, nothing but applied_index changed
+  std::string cluster_id;       // init_cluster: the group's cluster id (also when rejected)
+  TenantInfo tenant;            // create_tenant
+  NamespaceInfo ns;             // create_namespace
+  StreamInfo stream;            // create_stream / delete_stream (the deleted stream)
+  bool ok() const { return !error.has_value(); }
+};
+
+// Changes after a cursor, or the news that the cursor is too old.
+struct ChangeBatch {
+  bool resync = false;  // changes after the cursor were pruned: take a snapshot instead
+  std::vector<ChangeEvent> events;
+};
+
+class CatalogFsm {
+ public:
+  // Throws std::runtime_error only if SQLite cannot open an in-memory database.
+  explicit CatalogFsm(std::size_t change_retention = kDefaultChangeRetention);
+  ~CatalogFsm();
+  CatalogFsm(const CatalogFsm&) = delete;
+  CatalogFsm& operator=(const CatalogFsm&) = delete;
+
+  // Back to the empty catalog (before a raft node replays its snapshot and log again).
+  void reset();
+
+  // Applies the committed entry at `index` (> applied()). Deterministic.
+  ApplyResult apply(std::uint64_t index, std::string_view entry);
+
+  // The whole database (sqlite3_serialize). Empty on failure.
+  std::string snapshot() const;
+  // Replaces the state with a snapshot() image. On failure the old state is kept.
+  Result<void> restore(std::string_view image);
+
+  // Reads of the applied state.
+  std::string cluster_id() const;
+  ChangeSeq applied() const;
+  MetadataLevel level() const;
+  MetadataLevel level_floor() const;
+  Result<std::vector<TenantInfo>> list_tenants() const;
+  Result<std::vector<NamespaceInfo>> list_namespaces(const std::string& tenant) const;
+  Result<StreamInfo> get_stream(const StreamKey& key) const;
+  Result<std::vector<StreamInfo>> list_streams(const std::string& tenant,
+                                               const std::string& ns) const;
+  CatalogSnapshot catalog_snapshot() const;
+  std::size_t tombstone_count() const;
+  std::size_t change_count() const;
+
+  // Up to `limit` changes with seq > after, in order; resync if any of them were pruned.
+  ChangeBatch changes_after(ChangeSeq after, std::size_t limit) const;
+
+  // FNV-1a 64 over a canonical dump of every catalog table (meta included), for
+  // divergence checks between members.
+  std::uint64_t state_hash() const;
+
+ private:
+  void create_schema();
+  ApplyResult apply_command(std::uint64_t index, const Command& c);
+  std::string meta_get(const char* key) const;
+  void meta_set(const char* key, const std::string& value);
+  void record_change(std::uint64_t seq, ChangeEvent::Kind kind, const std::string& payload);
+
+  sqlite3* db_ = nullptr;
+  std::size_t change_retention_;
+};
+
+}  // namespace sluice::raft_meta

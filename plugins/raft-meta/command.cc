@@ -1,0 +1,227 @@
+#include "command.h"
+
+#include <boost/json.hpp>
+
+namespace sluice::raft_meta {
+
+namespace json = boost::json;
+
+std::string_view to_string(CommandType t) {
+  switch (t) {
+    case CommandType::init_cluster: return "init_cluster";
+    case CommandType::create_tenant: return "create_tenant";
+    case CommandType::delete_tenant: return "delete_tenant";
+    case CommandType::create_namespace: return "create_namespace";
+    case CommandType::delete_namespace: return "delete_namespace";
+    case CommandType::create_stream: return "create_stream";
+    case CommandType::delete_stream: return "delete_stream";
+  }
+  return "unknown";
+}
+
+static bool parse_type(std::string_view s, CommandType& out) {
+  for (auto t : {CommandType::init_cluster, CommandType::create_tenant, CommandType::delete_tenant,
+                 CommandType::create_namespace, CommandType::delete_namespace,
+                 CommandType::create_stream, CommandType::delete_stream}) {
+    if (to_string(t) == s) {
+      out = t;
+      return true;
+    }
+  }
+  return false;
+}
+
+Command Command::init_cluster(std::string id) {
+  Command c;
+  c.type = CommandType::init_cluster;
+  c.cluster_id = std::move(id);
+  return c;
+}
+Command Command::create_tenant(std::string tenant) {
+  Command c;
+  c.type = CommandType::create_tenant;
+  c.tenant = std::move(tenant);
+  return c;
+}
+Command Command::delete_tenant(std::string tenant) {
+  Command c;
+  c.type = CommandType::delete_tenant;
+  c.tenant = std::move(tenant);
+  return c;
+}
+Command Command::create_namespace(std::string tenant, std::string ns) {
+  Command c;
+  c.type = CommandType::create_namespace;
+  c.tenant = std::move(tenant);
+  c.ns = std::move(ns);
+  return c;
+}
+Command Command::delete_namespace(std::string tenant, std::string ns) {
+  Command c;
+  c.type = CommandType::delete_namespace;
+  c.tenant = std::move(tenant);
+  c.ns = std::move(ns);
+  return c;
+}
+Command Command::create_stream(const StreamKey& key, const StreamSpec& spec, std::int64_t clock_us) {
+  Command c;
+  c.type = CommandType::create_stream;
+  c.tenant = key.tenant;
+  c.ns = key.ns;
+  c.name = key.name;
+  c.spec = spec;
+  c.clock_us = clock_us;
+  return c;
+}
+Command Command::delete_stream(const StreamKey& key) {
+  Command c;
+  c.type = CommandType::delete_stream;
+  c.tenant = key.tenant;
+  c.ns = key.ns;
+  c.name = key.name;
+  return c;
+}
+
+std::string encode_command(const Command& c) {
+  json::object o;
+  o["v"] = kCommandFormatVersion;
+  o["op"] = to_string(c.type);
+  o["level"] = c.level;
+  switch (c.type) {
+    case CommandType::init_cluster:
+      o["cluster_id"] = c.cluster_id;
+      break;
+    case CommandType::create_tenant:
+    case CommandType::delete_tenant:
+      o["tenant"] = c.tenant;
+      break;
+    case CommandType::create_namespace:
+    case CommandType::delete_namespace:
+      o["tenant"] = c.tenant;
+      o["ns"] = c.ns;
+      break;
+    case CommandType::create_stream:
+    case CommandType::delete_stream:
+      o["tenant"] = c.tenant;
+      o["ns"] = c.ns;
+      o["name"] = c.name;
+      o["proposed_incarnation"] = c.proposed_incarnation;
+      o["incarnations"] = c.incarnations == IncarnationRule::flagged;
+      if (c.type == CommandType::create_stream) {
+        json::object spec;
+        spec["shards"] = c.spec.shards;
+        spec["max_bytes"] = c.spec.retention.max_bytes;
+        spec["max_age_ms"] = c.spec.retention.max_age_ms;
+        spec["ack"] = to_string(c.spec.default_ack);
+        o["spec"] = std::move(spec);
+        o["clock_us"] = c.clock_us;
+      }
+      break;
+  }
+  return json::serialize(o);
+}
+
+namespace {
+
+Error bad(std::string what) { return Error(Errc::malformed_body, "bad command: " + what); }
+
+bool get_string(const json::object& o, const char* k, std::string& out) {
+  auto* v = o.if_contains(k);
+  if (!v || !v->is_string()) return false;
+  out = std::string(v->get_string());
+  return true;
+}
+
+bool get_i64(const json::object& o, const char* k, std::int64_t& out) {
+  auto* v = o.if_contains(k);
+  if (!v) return false;
+  if (v->is_int64()) {
+    out = v->get_int64();
+    return true;
+  }
+  if (v->is_uint64() && v->get_uint64() <= static_cast<std::uint64_t>(INT64_MAX)) {
+    out = static_cast<std::int64_t>(v->get_uint64());
+    return true;
+  }
+  return false;
+}
+
+bool get_u64(const json::object& o, const char* k, std::uint64_t& out) {
+  auto* v = o.if_contains(k);
+  if (!v) return false;
+  if (v->is_uint64()) {
+    out = v->get_uint64();
+    return true;
+  }
+  if (v->is_int64() && v->get_int64() >= 0) {
+    out = static_cast<std::uint64_t>(v->get_int64());
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+Result<Command> decode_command(std::string_view bytes) {
+  boost::system::error_code ec;
+  json::value v = json::parse(bytes, ec);
+  if (ec) return bad("not JSON (" + ec.message() + ")");
+  auto* o = v.if_object();
+  if (!o) return bad("not an object");
+  std::uint64_t version = 0;
+  if (!get_u64(*o, "v", version)) return bad("missing format version");
+  if (version != kCommandFormatVersion)
+    return bad("unknown command format version " + std::to_string(version));
+  Command c;
+  std::string op;
+  if (!get_string(*o, "op", op) || !parse_type(op, c.type)) return bad("unknown op");
+  std::uint64_t level = 0;
+  if (!get_u64(*o, "level", level) || level > UINT32_MAX) return bad("missing level");
+  c.level = static_cast<std::uint32_t>(level);
+  switch (c.type) {
+    case CommandType::init_cluster:
+      if (!get_string(*o, "cluster_id", c.cluster_id)) return bad("missing cluster_id");
+      break;
+    case CommandType::create_tenant:
+    case CommandType::delete_tenant:
+      if (!get_string(*o, "tenant", c.tenant)) return bad("missing tenant");
+      break;
+    case CommandType::create_namespace:
+    case CommandType::delete_namespace:
+      if (!get_string(*o, "tenant", c.tenant) || !get_string(*o, "ns", c.ns))
+        return bad("missing tenant or ns");
+      break;
+    case CommandType::create_stream:
+    case CommandType::delete_stream: {
+      if (!get_string(*o, "tenant", c.tenant) || !get_string(*o, "ns", c.ns) ||
+          !get_string(*o, "name", c.name))
+        return bad("missing tenant, ns or name");
+      if (!get_u64(*o, "proposed_incarnation", c.proposed_incarnation))
+        return bad("missing proposed_incarnation");
+      auto* flag = o->if_contains("incarnations");
+      if (!flag || !flag->is_bool()) return bad("missing incarnations flag");
+      c.incarnations = flag->get_bool() ? IncarnationRule::flagged : IncarnationRule::legacy;
+      if (c.type == CommandType::create_stream) {
+        auto* sv = o->if_contains("spec");
+        if (!sv || !sv->is_object()) return bad("missing spec");
+        auto& so = sv->get_object();
+        std::uint64_t shards = 0;
+        std::string ack;
+        if (!get_u64(so, "shards", shards) || shards > UINT32_MAX ||
+            !get_i64(so, "max_bytes", c.spec.retention.max_bytes) ||
+            !get_i64(so, "max_age_ms", c.spec.retention.max_age_ms) ||
+            !get_string(so, "ack", ack))
+          return bad("incomplete spec");
+        c.spec.shards = static_cast<std::uint32_t>(shards);
+        auto mode = parse_ack_mode(ack);
+        if (!mode) return bad("unknown ack mode");
+        c.spec.default_ack = *mode;
+        if (!get_i64(*o, "clock_us", c.clock_us)) return bad("missing clock_us");
+      }
+      break;
+    }
+  }
+  return c;
+}
+
+}  // namespace sluice::raft_meta

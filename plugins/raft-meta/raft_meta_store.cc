@@ -1,0 +1,522 @@
+#include "raft_meta_store.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <random>
+#include <stdexcept>
+
+#include "sluice/catalog_rules.h"
+#include "sluice/names.h"
+
+namespace sluice::raft_meta {
+
+namespace {
+
+constexpr std::string_view kComponent = "raft-meta";
+constexpr std::size_t kDeliveryBatch = 256;
+
+unsigned checked_unsigned(const PluginHost& host, std::string_view key, std::int64_t def,
+                          std::int64_t min) {
+  std::int64_t v = host.config_int(key, def);
+  if (v < min || v > 0x7fffffff)
+    throw std::invalid_argument(std::string(key) + " must be between " + std::to_string(min) +
+                                " and 2147483647, got " + std::to_string(v));
+  return static_cast<unsigned>(v);
+}
+
+// A random (version 4) UUID from /dev/urandom, or std::random_device if that fails.
+std::string random_uuid() {
+  unsigned char b[16];
+  bool ok = false;
+  int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    ok = ::read(fd, b, sizeof b) == static_cast<ssize_t>(sizeof b);
+    ::close(fd);
+  }
+  if (!ok) {
+    std::random_device rd;
+    for (auto& c : b) c = static_cast<unsigned char>(rd());
+  }
+  b[6] = static_cast<unsigned char>((b[6] & 0x0f) | 0x40);
+  b[8] = static_cast<unsigned char>((b[8] & 0x3f) | 0x80);
+  char out[37];
+  std::snprintf(out, sizeof out,
+                "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
+                b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
+                b[15]);
+  return out;
+}
+
+std::int64_t now_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+RaftMetaConfig RaftMetaConfig::from_host(const PluginHost& host) {
+  RaftMetaConfig c;
+  c.raft_dir = host.config_string("raft.dir", "");
+  if (c.raft_dir.empty()) c.raft_dir = (std::filesystem::path(host.data_dir()) / "raft").string();
+  c.address = host.config_string("raft.address", "127.0.0.1:7800");
+  if (host.config_has("raft.port")) {
+    unsigned port = checked_unsigned(host, "raft.port", 7800, 0);
+    if (port > 65535) throw std::invalid_argument("raft.port must be 0..65535");
+    auto colon = c.address.rfind(':');
+    std::string ip = colon == std::string::npos ? c.address : c.address.substr(0, colon);
+    c.address = ip + ":" + std::to_string(port);
+  }
+  if (c.address.find(':') == std::string::npos)
+    throw std::invalid_argument("raft.address must be ip:port, got '" + c.address + "'");
+  c.snapshot_threshold = checked_unsigned(host, "raft.snapshot_threshold", 1024, 1);
+  c.snapshot_trailing = checked_unsigned(host, "raft.snapshot_trailing", 128, 0);
+  c.election_timeout_ms = checked_unsigned(host, "raft.election_timeout_ms", 1000, 10);
+  c.heartbeat_timeout_ms = checked_unsigned(host, "raft.heartbeat_timeout_ms", 100, 1);
+  c.timeout = std::chrono::milliseconds(checked_unsigned(host, "metadata.timeout_ms", 10000, 1));
+  c.start_timeout =
+      std::chrono::milliseconds(checked_unsigned(host, "metadata.start_timeout_ms", 30000, 1));
+  return c;
+}
+
+// --- watches -------------------------------------------------------------------------------
+
+struct RaftMetaStore::Watcher {
+  std::uint64_t id = 0;
+  ChangeSeq cursor;  // delivery thread only
+  std::function<void(const ChangeEvent&)> on_change;
+  std::function<void()> resync;
+  bool cancelled = false;  // guarded by watch_mu_
+};
+
+namespace {
+class Handle final : public WatchHandle {
+ public:
+  Handle(std::function<void()> cancel) : cancel_(std::move(cancel)) {}
+  ~Handle() override { cancel_(); }
+
+ private:
+  std::function<void()> cancel_;
+};
+}  // namespace
+
+// --- lifecycle -----------------------------------------------------------------------------
+
+RaftMetaStore::RaftMetaStore(PluginHost& host) : RaftMetaStore(host, RaftMetaConfig::from_host(host)) {}
+
+RaftMetaStore::RaftMetaStore(PluginHost& host, RaftMetaConfig config)
+    : host_(host), cfg_(std::move(config)), fsm_(cfg_.change_retention) {
+  delivery_ = std::thread([this] { delivery_main(); });
+  delivery_id_ = delivery_.get_id();
+}
+
+RaftMetaStore::~RaftMetaStore() {
+  stop();
+  {
+    std::lock_guard lk(watch_mu_);
+    delivery_stop_ = true;
+  }
+  watch_cv_.notify_all();
+  delivery_.join();
+}
+
+void RaftMetaStore::log(LogLevel level, const std::string& msg) { host_.log(level, kComponent, msg); }
+
+std::shared_ptr<RaftNode> RaftMetaStore::node() {
+  std::lock_guard lk(node_mu_);
+  return node_;
+}
+
+Result<void> RaftMetaStore::start() {
+  std::lock_guard life(life_mu_);
+  if (ready_.load()) return {};
+  starting_.store(true);
+  struct Reset {
+    std::atomic<bool>& f;
+    ~Reset() { f.store(false); }
+  } reset{starting_};
+
+  std::error_code ec;
+  std::filesystem::create_directories(cfg_.raft_dir, ec);
+  if (ec) return Error(Errc::storage_failure, "cannot create " + cfg_.raft_dir + ": " + ec.message());
+
+  // raft_start replays the last snapshot and the log into the catalog: start it empty
+  // (a store may be started again after stop()).
+  {
+    std::lock_guard lk(fsm_mu_);
+    try {
+      fsm_.reset();
+    } catch (const std::exception& e) {
+      return Error(Errc::internal, std::string("cannot reset the catalog: ") + e.what());
+    }
+  }
+
+  RaftNodeOptions o;
+  o.id = host_.node_id().value();
+  o.address = cfg_.address;
+  o.dir = cfg_.raft_dir;
+  o.snapshot_threshold = cfg_.snapshot_threshold;
+  o.snapshot_trailing = cfg_.snapshot_trailing;
+  o.election_timeout_ms = cfg_.election_timeout_ms;
+  o.heartbeat_timeout_ms = cfg_.heartbeat_timeout_ms;
+  o.log = [this](LogLevel l, const std::string& m) { log(l, m); };
+  auto n = std::make_shared<RaftNode>(std::move(o), adapter_);
+  if (auto r = n->start(); !r.ok()) {
+    log(LogLevel::error, "cannot start raft: " + r.error().to_string());
+    return r;
+  }
+  {
+    std::lock_guard lk(node_mu_);
+    node_ = n;
+  }
+  auto fail = [&](Error e) -> Result<void> {
+    log(LogLevel::error, "start failed: " + e.to_string());
+    {
+      std::lock_guard lk(node_mu_);
+      node_.reset();
+    }
+    n->stop();
+    return e;
+  };
+
+  // Wait for leadership (a single voter elects itself at raft_start), then a barrier so
+  // that everything in the log is applied before we look at the catalog.
+  const auto deadline = std::chrono::steady_clock::now() + cfg_.start_timeout;
+  auto remaining = [&] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(deadline -
+                                                                 std::chrono::steady_clock::now());
+  };
+  for (;;) {
+    if (n->role() == RaftRole::leader) {
+      auto b = n->barrier(std::max(remaining(), std::chrono::milliseconds(1)));
+      if (b.ok()) break;
+      if (b.error().code != Errc::not_leader && b.error().code != Errc::unavailable)
+        return fail(b.error());
+    }
+    if (remaining().count() <= 0)
+      return fail(Error(Errc::unavailable,
+                        "raft node did not become leader within " +
+                            std::to_string(cfg_.start_timeout.count()) + " ms (role " +
+                            std::string(to_string(n->role())) + ")"));
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+
+  std::string id;
+  {
+    std::lock_guard lk(fsm_mu_);
+    id = fsm_.cluster_id();
+  }
+  if (id.empty()) {
+    std::string fresh = random_uuid();
+    auto r = n->apply(encode_command(Command::init_cluster(fresh)), cfg_.timeout);
+    if (!r.ok()) return fail(r.error());
+    // Rejected with already_exists: someone initialized first; its id is the group's.
+    if (!r->ok() && r->error->code != Errc::already_exists) return fail(*r->error);
+    id = r->cluster_id;
+    if (id.empty()) return fail(Error(Errc::internal, "init_cluster returned no cluster id"));
+    log(LogLevel::info, "initialized cluster " + id);
+  }
+
+  // The host persists the id to meta.properties (fsynced) before answering; only then may
+  // it be used (ARCHITECTURE.md §3).
+  if (auto a = host_.adopt_cluster_id(id); !a.ok()) {
+    std::string host_id = host_.cluster_id();
+    return fail(Error(Errc::cluster_id_mismatch,
+                      "the raft group in " + cfg_.raft_dir + " belongs to cluster " + id +
+                          " but this node belongs to cluster " +
+                          (host_id.empty() ? std::string("(unknown)") : host_id) + ": " +
+                          a.error().message));
+  }
+  ready_.store(true);
+  log(LogLevel::info, "ready: cluster " + id + ", leader of a single-member group at " +
+                          cfg_.address + ", applied " + std::to_string(n->last_applied()));
+  catalog_changed();
+  return {};
+}
+
+void RaftMetaStore::stop() {
+  std::lock_guard life(life_mu_);
+  ready_.store(false);
+  std::shared_ptr<RaftNode> n;
+  {
+    std::lock_guard lk(node_mu_);
+    n.swap(node_);
+  }
+  if (n) n->stop();
+}
+
+MetadataStatus RaftMetaStore::status() {
+  MetadataStatus s;
+  s.backend = "raft";
+  auto n = node();
+  {
+    std::lock_guard lk(fsm_mu_);
+    s.cluster_id = ready_.load() ? fsm_.cluster_id() : host_.cluster_id();
+    s.level = fsm_.level();
+    s.applied = fsm_.applied();
+  }
+  RaftRole role = n ? n->role() : RaftRole::unavailable;
+  s.ready = ready_.load() && role == RaftRole::leader;
+  if (starting_.load())
+    s.detail = "starting";
+  else if (!n)
+    s.detail = "stopped";
+  else
+    s.detail = std::string(to_string(role));
+  return s;
+}
+
+// --- state machine (raft thread) -----------------------------------------------------------
+
+ApplyResult RaftMetaStore::FsmAdapter::apply(std::uint64_t index, std::string_view entry) {
+  ApplyResult r;
+  {
+    std::lock_guard lk(s_.fsm_mu_);
+    r = s_.fsm_.apply(index, entry);
+  }
+  if (!r.ok() && r.error->code == Errc::malformed_body)
+    s_.log(LogLevel::warn, "entry " + std::to_string(index) + " rejected: " + r.error->message);
+  s_.catalog_changed();
+  return r;
+}
+
+std::string RaftMetaStore::FsmAdapter::snapshot() {
+  std::lock_guard lk(s_.fsm_mu_);
+  return s_.fsm_.snapshot();
+}
+
+Result<void> RaftMetaStore::FsmAdapter::restore(std::string_view image) {
+  Result<void> r;
+  {
+    std::lock_guard lk(s_.fsm_mu_);
+    r = s_.fsm_.restore(image);
+  }
+  if (r.ok()) s_.catalog_changed();
+  return r;
+}
+
+void RaftMetaStore::catalog_changed() {
+  {
+    std::lock_guard lk(watch_mu_);
+    ++wake_seq_;
+  }
+  watch_cv_.notify_all();
+}
+
+std::uint64_t RaftMetaStore::state_hash() {
+  std::lock_guard lk(fsm_mu_);
+  return fsm_.state_hash();
+}
+
+// --- mutations -----------------------------------------------------------------------------
+
+Result<ApplyResult> RaftMetaStore::propose(const Command& c) {
+  auto n = node();
+  if (!n || !ready_.load()) return Error(Errc::unavailable, "raft-meta is not started");
+  return n->apply(encode_command(c), cfg_.timeout);
+}
+
+#define RAFT_META_TRY(expr)                         \
+  do {                                              \
+    if (auto _v = (expr); !_v.ok()) return _v.error(); \
+  } while (0)
+
+Result<TenantInfo> RaftMetaStore::create_tenant(const std::string& name) {
+  RAFT_META_TRY(validate_name(NameKind::tenant, name));
+  auto r = propose(Command::create_tenant(name));
+  if (!r.ok()) return r.error();
+  if (!r->ok()) return *r->error;
+  return r->tenant;
+}
+
+Result<void> RaftMetaStore::delete_tenant(const std::string& name) {
+  RAFT_META_TRY(validate_name(NameKind::tenant, name));
+  auto r = propose(Command::delete_tenant(name));
+  if (!r.ok()) return r.error();
+  if (!r->ok()) return *r->error;
+  return {};
+}
+
+Result<NamespaceInfo> RaftMetaStore::create_namespace(const std::string& tenant,
+                                                      const std::string& name) {
+  RAFT_META_TRY(validate_name(NameKind::tenant, tenant));
+  RAFT_META_TRY(validate_name(NameKind::ns, name));
+  auto r = propose(Command::create_namespace(tenant, name));
+  if (!r.ok()) return r.error();
+  if (!r->ok()) return *r->error;
+  return r->ns;
+}
+
+Result<void> RaftMetaStore::delete_namespace(const std::string& tenant, const std::string& name) {
+  RAFT_META_TRY(validate_name(NameKind::tenant, tenant));
+  RAFT_META_TRY(validate_name(NameKind::ns, name));
+  auto r = propose(Command::delete_namespace(tenant, name));
+  if (!r.ok()) return r.error();
+  if (!r->ok()) return *r->error;
+  return {};
+}
+
+Result<StreamInfo> RaftMetaStore::create_stream(const StreamKey& key, const StreamSpec& spec) {
+  RAFT_META_TRY(validate_stream_key(key));
+  RAFT_META_TRY(validate_stream_spec(spec));
+  // Level 8 proposer: proposed_incarnation 0, incarnations flag unset (ARCHITECTURE.md §4).
+  auto r = propose(Command::create_stream(key, spec, now_us()));
+  if (!r.ok()) return r.error();
+  if (!r->ok()) return *r->error;
+  return r->stream;
+}
+
+Result<StreamInfo> RaftMetaStore::delete_stream(const StreamKey& key) {
+  RAFT_META_TRY(validate_stream_key(key));
+  auto r = propose(Command::delete_stream(key));
+  if (!r.ok()) return r.error();
+  if (!r->ok()) return *r->error;
+  return r->stream;
+}
+
+// --- reads ---------------------------------------------------------------------------------
+
+Result<void> RaftMetaStore::read_barrier() {
+  auto n = node();
+  if (!n || !ready_.load()) return Error(Errc::unavailable, "raft-meta is not started");
+  return n->barrier(cfg_.timeout);
+}
+
+Result<std::vector<TenantInfo>> RaftMetaStore::list_tenants() {
+  RAFT_META_TRY(read_barrier());
+  std::lock_guard lk(fsm_mu_);
+  return fsm_.list_tenants();
+}
+
+Result<std::vector<NamespaceInfo>> RaftMetaStore::list_namespaces(const std::string& tenant) {
+  RAFT_META_TRY(validate_name(NameKind::tenant, tenant));
+  RAFT_META_TRY(read_barrier());
+  std::lock_guard lk(fsm_mu_);
+  return fsm_.list_namespaces(tenant);
+}
+
+Result<StreamInfo> RaftMetaStore::get_stream(const StreamKey& key) {
+  RAFT_META_TRY(validate_stream_key(key));
+  RAFT_META_TRY(read_barrier());
+  std::lock_guard lk(fsm_mu_);
+  return fsm_.get_stream(key);
+}
+
+Result<std::vector<StreamInfo>> RaftMetaStore::list_streams(const std::string& tenant,
+                                                            const std::string& ns) {
+  RAFT_META_TRY(validate_name(NameKind::tenant, tenant));
+  RAFT_META_TRY(validate_name(NameKind::ns, ns));
+  RAFT_META_TRY(read_barrier());
+  std::lock_guard lk(fsm_mu_);
+  return fsm_.list_streams(tenant, ns);
+}
+
+Result<CatalogSnapshot> RaftMetaStore::snapshot() {
+  RAFT_META_TRY(read_barrier());
+  std::lock_guard lk(fsm_mu_);
+  try {
+    return fsm_.catalog_snapshot();
+  } catch (const std::exception& e) {
+    return Error(Errc::internal, std::string("catalog snapshot: ") + e.what());
+  }
+}
+
+// --- watch ---------------------------------------------------------------------------------
+
+std::unique_ptr<WatchHandle> RaftMetaStore::watch(ChangeSeq after,
+                                                  std::function<void(const ChangeEvent&)> on_change,
+                                                  std::function<void()> resync) {
+  auto w = std::make_shared<Watcher>();
+  w->cursor = after;
+  w->on_change = std::move(on_change);
+  w->resync = std::move(resync);
+  {
+    std::lock_guard lk(watch_mu_);
+    w->id = next_watch_id_++;
+    watchers_[w->id] = w;
+    ++wake_seq_;
+  }
+  watch_cv_.notify_all();
+  std::uint64_t id = w->id;
+  return std::make_unique<Handle>([this, id] { unregister(id); });
+}
+
+void RaftMetaStore::unregister(std::uint64_t id) {
+  std::unique_lock lk(watch_mu_);
+  auto it = watchers_.find(id);
+  if (it != watchers_.end()) {
+    it->second->cancelled = true;
+    watchers_.erase(it);
+  }
+  // Wait for an in-flight callback, unless we are that callback (destroying the handle
+  // from inside on_change): then it simply is the last one.
+  if (std::this_thread::get_id() != delivery_id_)
+    watch_cv_.wait(lk, [&] { return delivering_ != id; });
+}
+
+void RaftMetaStore::delivery_main() {
+  std::uint64_t seen = 0;
+  bool more = false;
+  for (;;) {
+    std::vector<std::shared_ptr<Watcher>> ws;
+    {
+      std::unique_lock lk(watch_mu_);
+      if (!more) watch_cv_.wait(lk, [&] { return delivery_stop_ || wake_seq_ != seen; });
+      if (delivery_stop_) return;
+      seen = wake_seq_;
+      for (auto& [id, w] : watchers_) ws.push_back(w);
+    }
+    more = false;
+    for (auto& w : ws) {
+      ChangeBatch batch;
+      {
+        std::lock_guard lk(fsm_mu_);
+        try {
+          batch = fsm_.changes_after(w->cursor, kDeliveryBatch);
+        } catch (const std::exception& e) {
+          log(LogLevel::error, std::string("reading the change log: ") + e.what());
+          continue;
+        }
+      }
+      // Runs `fn` as watcher w's callback unless it was cancelled. false: cancelled.
+      auto run = [&](auto&& fn) {
+        {
+          std::lock_guard lk(watch_mu_);
+          if (w->cancelled) return false;
+          delivering_ = w->id;
+        }
+        try {
+          fn();
+        } catch (const std::exception& e) {
+          log(LogLevel::error, std::string("watch callback threw: ") + e.what());
+        } catch (...) {
+          log(LogLevel::error, "watch callback threw");
+        }
+        {
+          std::lock_guard lk(watch_mu_);
+          delivering_ = 0;
+        }
+        watch_cv_.notify_all();
+        return true;
+      };
+      if (batch.resync) {
+        // Too old to replay: deliver nothing, ask for a resync, and end this watch.
+        run([&] { if (w->resync) w->resync(); });
+        std::lock_guard lk(watch_mu_);
+        w->cancelled = true;
+        watchers_.erase(w->id);
+        continue;
+      }
+      for (auto& ev : batch.events) {
+        if (!run([&] { if (w->on_change) w->on_change(ev); })) break;
+        w->cursor = ev.seq;
+      }
+      if (batch.events.size() == kDeliveryBatch) more = true;
+    }
+  }
+}
+
+}  // namespace sluice::raft_meta

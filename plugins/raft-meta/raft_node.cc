@@ -1,0 +1,416 @@
+#include "raft_node.h"
+
+#include <uv.h>
+
+#include <cstring>
+
+extern "C" {
+#include <raft.h>
+#include <raft/uv.h>
+}
+
+namespace sluice::raft_meta {
+
+// The function `raft_apply` hides `struct raft_apply` (ARCHITECTURE.md §10).
+using ApplyReq = struct raft_apply;
+
+std::string_view to_string(RaftRole r) {
+  switch (r) {
+    case RaftRole::unavailable: return "unavailable";
+    case RaftRole::follower: return "follower";
+    case RaftRole::candidate: return "candidate";
+    case RaftRole::leader: return "leader";
+  }
+  return "unavailable";
+}
+
+namespace {
+
+Error status_error(int status, const char* what) {
+  std::string msg = std::string(what) + ": " + raft_strerror(status);
+  if (status == RAFT_NOTLEADER) return Error(Errc::not_leader, msg, Outcome::transient);
+  // Leadership lost / shutdown after the entry was appended: it may still commit.
+  return Error(Errc::unavailable, msg, Outcome::uncertain);
+}
+
+RaftRole role_of(int state) {
+  switch (state) {
+    case RAFT_FOLLOWER: return RaftRole::follower;
+    case RAFT_CANDIDATE: return RaftRole::candidate;
+    case RAFT_LEADER: return RaftRole::leader;
+    default: return RaftRole::unavailable;
+  }
+}
+
+}  // namespace
+
+// Everything here runs on the raft thread unless stated otherwise. A nested struct of
+// RaftNode, so it may touch the node's private members.
+struct RaftNode::Impl {
+  RaftNode* node = nullptr;
+  uv_loop_t loop{};
+  uv_async_t async{};
+  uv_timer_t timer{};
+  struct raft_uv_transport transport{};
+  struct raft_io io{};
+  struct raft_fsm fsm{};
+  struct raft raft{};
+  bool raft_inited = false;
+  bool closing = false;
+  // Results of applied entries, by index, until the proposer's callback claims them.
+  std::map<std::uint64_t, ApplyResult> results;
+
+  struct ApplyOp {
+    ApplyReq req{};
+    std::promise<Result<ApplyResult>> done;
+    Impl* impl = nullptr;
+  };
+  struct BarrierOp {
+    struct raft_barrier req{};
+    std::promise<Result<void>> done;
+  };
+
+  // --- FSM (fsm version 1) ---
+  static int fsm_apply(struct raft_fsm* fsm, const struct raft_buffer* buf, void** result) {
+    auto* self = static_cast<Impl*>(fsm->data);
+    // libraft applies entries in order and sets last_applied after the FSM returns, so
+    // this entry's index is last_applied + 1. The buffer stays raft's: never free it.
+    std::uint64_t index = raft_last_applied(&self->raft) + 1;
+    ApplyResult r = self->node->sm_.apply(
+        index, std::string_view(static_cast<const char*>(buf->base), buf->len));
+    // Results nobody claims (entries proposed elsewhere, replay at start) are dropped
+    // once they are far behind.
+    if (index > 4096) self->results.erase(self->results.begin(), self->results.lower_bound(index - 4096));
+    self->results[index] = std::move(r);
+    self->node->last_applied_.store(index);
+    *result = nullptr;
+    return 0;
+  }
+
+  static int fsm_snapshot(struct raft_fsm* fsm, struct raft_buffer* bufs[], unsigned* n_bufs) {
+    auto* self = static_cast<Impl*>(fsm->data);
+    std::string image = self->node->sm_.snapshot();
+    if (image.empty()) return RAFT_NOMEM;
+    // fsm version 1: libraft takes ownership of both allocations.
+    auto* arr = static_cast<struct raft_buffer*>(raft_malloc(sizeof(struct raft_buffer)));
+    if (!arr) return RAFT_NOMEM;
+    arr[0].base = raft_malloc(image.size());
+    if (!arr[0].base) {
+      raft_free(arr);
+      return RAFT_NOMEM;
+    }
+    std::memcpy(arr[0].base, image.data(), image.size());
+    arr[0].len = image.size();
+    *bufs = arr;
+    *n_bufs = 1;
+    return 0;
+  }
+
+  static int fsm_restore(struct raft_fsm* fsm, struct raft_buffer* buf) {
+    auto* self = static_cast<Impl*>(fsm->data);
+    auto r = self->node->sm_.restore(
+        std::string_view(static_cast<const char*>(buf->base), buf->len));
+    if (!r.ok()) {
+      self->node->log(LogLevel::error, "snapshot restore failed: " + r.error().to_string());
+      return RAFT_CORRUPT;  // on failure libraft keeps the buffer
+    }
+    raft_free(buf->base);  // on success the buffer is ours to free (§10)
+    return 0;
+  }
+
+  // --- request callbacks ---
+  static void apply_cb(ApplyReq* req, int status, void* /*result*/) {
+    auto* op = static_cast<ApplyOp*>(req->data);
+    if (status != 0) {
+      op->done.set_value(status_error(status, "apply"));
+    } else {
+      auto it = op->impl->results.find(req->index);
+      if (it == op->impl->results.end()) {
+        op->done.set_value(Error(Errc::internal, "applied entry has no result"));
+      } else {
+        op->done.set_value(std::move(it->second));
+        op->impl->results.erase(it);
+      }
+    }
+    delete op;
+  }
+
+  static void barrier_cb(struct raft_barrier* req, int status) {
+    auto* op = static_cast<BarrierOp*>(req->data);
+    if (status != 0)
+      op->done.set_value(status_error(status, "barrier"));
+    else
+      op->done.set_value(ok_result());
+    delete op;
+  }
+
+  // --- loop plumbing ---
+  void refresh_status() {
+    if (!raft_inited || closing) return;
+    node->role_.store(role_of(raft_state(&raft)));
+    node->last_applied_.store(raft_last_applied(&raft));
+    raft_id id = 0;
+    const char* addr = nullptr;
+    raft_leader(&raft, &id, &addr);
+    node->leader_id_.store(id);
+  }
+
+  static void timer_cb(uv_timer_t* t) { static_cast<Impl*>(t->data)->refresh_status(); }
+
+  void close_handles() {
+    uv_timer_stop(&timer);
+    uv_close(reinterpret_cast<uv_handle_t*>(&timer), nullptr);
+    uv_close(reinterpret_cast<uv_handle_t*>(&async), nullptr);
+  }
+
+  static void raft_close_cb(struct raft* r) {
+    auto* self = static_cast<Impl*>(r->data);
+    // ARCHITECTURE.md §10: close the uv io and transport in raft's close callback.
+    raft_uv_close(&self->io);
+    raft_uv_tcp_close(&self->transport);
+    self->close_handles();
+  }
+
+  // Runs queued tasks; on a stop request begins raft_close (never from an apply callback).
+  static void async_cb(uv_async_t* a) {
+    auto* self = static_cast<Impl*>(a->data);
+    RaftNode* n = self->node;
+    std::deque<std::function<void(bool)>> tasks;
+    bool stop_now = false;
+    {
+      std::lock_guard lk(n->q_mu_);
+      tasks.swap(n->queue_);
+      if (n->stopping_.load() && n->accepting_) {
+        n->accepting_ = false;  // no uv_async_send after this point
+        stop_now = true;
+      }
+    }
+    for (auto& t : tasks) t(self->closing || stop_now);
+    if (stop_now && !self->closing) {
+      self->closing = true;
+      n->role_.store(RaftRole::unavailable);
+      if (self->raft_inited) {
+        raft_close(&self->raft, raft_close_cb);
+      } else {
+        self->close_handles();
+      }
+    }
+  }
+
+  // Apply/barrier tasks (run by async_cb).
+  void do_apply(ApplyOp* op, std::string entry, bool closing_now) {
+    if (closing_now) {
+      op->done.set_value(Error(Errc::unavailable, "raft node is stopping"));
+      delete op;
+      return;
+    }
+    // libraft's uv segment encoder assumes every entry is a multiple of 8 bytes long; an
+    // unaligned entry is written fine but misread at the next start ("entries count in
+    // preamble is too high"). Pad with ASCII spaces, which the JSON command decoder skips.
+    entry.append((8 - entry.size() % 8) % 8, ' ');
+    if (entry.empty()) entry.assign(8, ' ');
+    struct raft_buffer buf;
+    buf.len = entry.size();
+    buf.base = raft_malloc(entry.size());
+    if (!buf.base) {
+      op->done.set_value(Error(Errc::unavailable, "out of memory"));
+      delete op;
+      return;
+    }
+    std::memcpy(buf.base, entry.data(), entry.size());
+    op->req.data = op;
+    int rv = raft_apply(&raft, &op->req, &buf, 1, apply_cb);
+    if (rv != 0) {
+      raft_free(buf.base);  // not raft's unless raft_apply returned 0 (§10)
+      op->done.set_value(Error(rv == RAFT_NOTLEADER ? Errc::not_leader : Errc::unavailable,
+                               std::string("raft_apply: ") + raft_strerror(rv),
+                               Outcome::transient));
+      delete op;
+    }
+  }
+
+  void do_barrier(BarrierOp* op, bool closing_now) {
+    if (closing_now) {
+      op->done.set_value(Error(Errc::unavailable, "raft node is stopping"));
+      delete op;
+      return;
+    }
+    op->req.data = op;
+    int rv = raft_barrier(&raft, &op->req, barrier_cb);
+    if (rv != 0) {
+      op->done.set_value(Error(rv == RAFT_NOTLEADER ? Errc::not_leader : Errc::unavailable,
+                               std::string("raft_barrier: ") + raft_strerror(rv),
+                               Outcome::transient));
+      delete op;
+    }
+  }
+
+  // Opens io/transport/raft, bootstraps on first start, raft_start. On failure everything
+  // opened so far is being closed and the loop must still be run to finish closing.
+  Result<void> open() {
+    const RaftNodeOptions& o = node->opts_;
+    int rv = uv_timer_init(&loop, &timer);
+    if (rv == 0) rv = uv_async_init(&loop, &async, async_cb);
+    if (rv != 0) return Error(Errc::internal, std::string("uv init: ") + uv_strerror(rv));
+    timer.data = this;
+    async.data = this;
+
+    rv = raft_uv_tcp_init(&transport, &loop);
+    if (rv != 0) {
+      close_handles();
+      return Error(Errc::storage_failure, std::string("raft_uv_tcp_init: ") + raft_strerror(rv));
+    }
+    rv = raft_uv_init(&io, &loop, o.dir.c_str(), &transport);
+    if (rv != 0) {
+      std::string msg = std::string("raft_uv_init(") + o.dir + "): " + io.errmsg;
+      raft_uv_tcp_close(&transport);
+      close_handles();
+      return Error(Errc::storage_failure, msg);
+    }
+    // Uncompressed snapshots: the snapshot file is the catalog's SQLite image verbatim
+    // (README.md, "Opening a snapshot").
+    raft_uv_set_snapshot_compression(&io, false);
+
+    fsm.version = 1;
+    fsm.data = this;
+    fsm.apply = fsm_apply;
+    fsm.snapshot = fsm_snapshot;
+    fsm.restore = fsm_restore;
+    rv = raft_init(&raft, &io, &fsm, o.id, o.address.c_str());
+    if (rv != 0) {
+      std::string msg = std::string("raft_init: ") + raft_errmsg(&raft);
+      raft_uv_close(&io);
+      raft_uv_tcp_close(&transport);
+      close_handles();
+      return Error(Errc::storage_failure, msg);
+    }
+    raft.data = this;
+    raft_inited = true;
+    raft_set_election_timeout(&raft, o.election_timeout_ms);
+    raft_set_heartbeat_timeout(&raft, o.heartbeat_timeout_ms);
+    raft_set_snapshot_threshold(&raft, o.snapshot_threshold);
+    raft_set_snapshot_trailing(&raft, o.snapshot_trailing);
+
+    struct raft_configuration conf;
+    raft_configuration_init(&conf);
+    rv = raft_configuration_add(&conf, o.id, o.address.c_str(), RAFT_VOTER);
+    if (rv == 0) rv = raft_bootstrap(&raft, &conf);
+    raft_configuration_close(&conf);
+    if (rv == 0) {
+      node->log(LogLevel::info, "bootstrapped a single-member group: id " + std::to_string(o.id) +
+                                    " at " + o.address);
+    } else if (rv != RAFT_CANTBOOTSTRAP) {  // CANTBOOTSTRAP: a restart, expected
+      std::string msg = std::string("raft_bootstrap: ") + raft_strerror(rv);
+      closing = true;
+      raft_close(&raft, raft_close_cb);
+      return Error(Errc::storage_failure, msg);
+    }
+    rv = raft_start(&raft);
+    if (rv != 0) {
+      std::string msg = std::string("raft_start: ") + raft_errmsg(&raft);
+      closing = true;
+      raft_close(&raft, raft_close_cb);
+      return Error(Errc::storage_failure, msg);
+    }
+    uv_timer_start(&timer, timer_cb, 0, 20);
+    refresh_status();
+    return {};
+  }
+};
+
+RaftNode::RaftNode(RaftNodeOptions options, RaftStateMachine& sm)
+    : opts_(std::move(options)), sm_(sm) {}
+
+RaftNode::~RaftNode() { stop(); }
+
+void RaftNode::log(LogLevel level, const std::string& msg) const {
+  if (opts_.log) opts_.log(level, msg);
+}
+
+Result<void> RaftNode::start() {
+  if (started_.exchange(true)) return Error(Errc::internal, "raft node started twice");
+  std::promise<Result<void>> ready;
+  auto fut = ready.get_future();
+  thread_ = std::thread([this, &ready] { thread_main(&ready); });
+  Result<void> r = fut.get();
+  if (!r.ok()) {
+    thread_.join();  // the loop finished closing whatever was opened
+    stopping_.store(true);
+  }
+  return r;
+}
+
+void RaftNode::thread_main(std::promise<Result<void>>* started) {
+  impl_ = std::make_unique<Impl>();
+  impl_->node = this;
+  int rv = uv_loop_init(&impl_->loop);
+  if (rv != 0) {
+    started->set_value(Error(Errc::internal, std::string("uv_loop_init: ") + uv_strerror(rv)));
+    return;
+  }
+  Result<void> opened = impl_->open();
+  if (opened.ok()) {
+    std::lock_guard lk(q_mu_);
+    accepting_ = true;
+  }
+  bool ok = opened.ok();
+  started->set_value(std::move(opened));  // `started` dangles after this
+  uv_run(&impl_->loop, UV_RUN_DEFAULT);
+  rv = uv_loop_close(&impl_->loop);
+  if (rv != 0) log(LogLevel::warn, std::string("uv_loop_close: ") + uv_strerror(rv));
+  if (ok) log(LogLevel::info, "raft node stopped");
+}
+
+bool RaftNode::submit(std::function<void(bool)> task) {
+  std::lock_guard lk(q_mu_);
+  if (!accepting_ || stopping_.load()) return false;
+  queue_.push_back(std::move(task));
+  uv_async_send(&impl_->async);
+  return true;
+}
+
+void RaftNode::stop() {
+  if (!started_.load()) return;
+  {
+    std::lock_guard lk(q_mu_);
+    bool already = stopping_.exchange(true);
+    if (!already && accepting_) uv_async_send(&impl_->async);
+  }
+  if (thread_.joinable()) thread_.join();
+  role_.store(RaftRole::unavailable);
+}
+
+Result<ApplyResult> RaftNode::apply(std::string_view entry, std::chrono::milliseconds timeout) {
+  auto* op = new Impl::ApplyOp();
+  op->impl = impl_.get();
+  auto fut = op->done.get_future();
+  Impl* impl = impl_.get();
+  std::string copy(entry);
+  if (!submit([impl, op, copy = std::move(copy)](bool closing) mutable {
+        impl->do_apply(op, std::move(copy), closing);
+      })) {
+    delete op;
+    return Error(Errc::unavailable, "raft node is not running");
+  }
+  if (fut.wait_for(timeout) != std::future_status::ready)
+    return Error(Errc::timeout,
+                 "no result within " + std::to_string(timeout.count()) + " ms; the change may "
+                 "still commit", Outcome::uncertain);
+  return fut.get();
+}
+
+Result<void> RaftNode::barrier(std::chrono::milliseconds timeout) {
+  auto* op = new Impl::BarrierOp();
+  auto fut = op->done.get_future();
+  Impl* impl = impl_.get();
+  if (!submit([impl, op](bool closing) { impl->do_barrier(op, closing); })) {
+    delete op;
+    return Error(Errc::unavailable, "raft node is not running");
+  }
+  if (fut.wait_for(timeout) != std::future_status::ready)
+    return Error(Errc::timeout, "barrier not applied within " + std::to_string(timeout.count()) + " ms",
+                 Outcome::uncertain);
+  return fut.get();
+}
+
+}  // namespace sluice::raft_meta
