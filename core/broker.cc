@@ -301,6 +301,7 @@ MetadataStore& BrokerRuntime::catalog() { return *facade_; }
 Result<StreamInfo> BrokerRuntime::create_stream(const StreamKey& key, const StreamSpec& spec) {
   if (auto v = validate_stream_key(key); !v) return v.error();
   if (auto v = validate_stream_spec(spec); !v) return v.error();
+  if (auto v = check_spec_supported(spec); !v) return v.error();
   auto r = catalog_.create_stream(key, spec);
   if (!r) return r;
   if (!wait_applied(r->created_seq, opts_.catalog_timeout_ms))

@@ -12,8 +12,13 @@ namespace sluice {
 
 inline constexpr std::uint32_t kMaxShardsPerStream = 1024;
 
-// Shards 1..kMaxShardsPerStream; retention values -1 (unlimited) or > 0; ack none|leader
-// (quorum needs replication, which this build does not have).
+// Structural validity, stable forever: shards 1..kMaxShardsPerStream, retention values -1
+// (unlimited) or > 0. Metadata apply uses only this, because what apply accepts must never
+// depend on the build that applies it (felix post-mortem, "apply reads only the entry").
 Result<void> validate_stream_spec(const StreamSpec& spec);
+
+// What this build can serve (ack quorum needs replication, which it lacks). Checked by the
+// proposer and the broker, never inside apply.
+Result<void> check_spec_supported(const StreamSpec& spec);
 
 }  // namespace sluice
