@@ -1,0 +1,161 @@
+#include "file_system.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+
+namespace sluice::fs_storage {
+
+Error io_error(std::string_view op, const std::string& path, int err) {
+  return Error(Errc::storage_failure,
+               std::string(op) + " " + path + ": " + ::strerror(err));
+}
+
+namespace {
+
+class PosixFile final : public File {
+ public:
+  PosixFile(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+  ~PosixFile() override { ::close(fd_); }
+
+  const std::string& path() const override { return path_; }
+
+  Result<std::size_t> pread(char* buf, std::size_t n, std::uint64_t offset) override {
+    std::size_t done = 0;
+    while (done < n) {
+      ssize_t r = ::pread(fd_, buf + done, n - done, static_cast<off_t>(offset + done));
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        return io_error("pread", path_, errno);
+      }
+      if (r == 0) break;
+      done += static_cast<std::size_t>(r);
+    }
+    return done;
+  }
+
+  Result<void> pwritev(const struct iovec* iov, int count, std::uint64_t offset) override {
+    // Copy so short writes can advance through the vector without touching the caller's.
+    std::vector<struct iovec> v(iov, iov + count);
+    std::size_t i = 0;
+    while (i < v.size()) {
+      if (v[i].iov_len == 0) { ++i; continue; }
+      int n = static_cast<int>(std::min<std::size_t>(v.size() - i, IOV_MAX));
+      ssize_t r = ::pwritev(fd_, v.data() + i, n, static_cast<off_t>(offset));
+      if (r < 0) {
+        if (errno == EINTR) continue;
+        return io_error("pwritev", path_, errno);
+      }
+      offset += static_cast<std::uint64_t>(r);
+      std::size_t left = static_cast<std::size_t>(r);
+      while (left > 0 && i < v.size()) {
+        if (left >= v[i].iov_len) {
+          left -= v[i].iov_len;
+          ++i;
+        } else {
+          v[i].iov_base = static_cast<char*>(v[i].iov_base) + left;
+          v[i].iov_len -= left;
+          left = 0;
+        }
+      }
+    }
+    return {};
+  }
+
+  Result<void> datasync() override {
+    if (::fdatasync(fd_) != 0) return io_error("fdatasync", path_, errno);
+    return {};
+  }
+
+  Result<void> truncate(std::uint64_t length) override {
+    if (::ftruncate(fd_, static_cast<off_t>(length)) != 0)
+      return io_error("ftruncate", path_, errno);
+    return {};
+  }
+
+  Result<std::uint64_t> size() override {
+    struct stat st;
+    if (::fstat(fd_, &st) != 0) return io_error("fstat", path_, errno);
+    return static_cast<std::uint64_t>(st.st_size);
+  }
+
+ private:
+  int fd_;
+  std::string path_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<File>> PosixFileSystem::open(const std::string& path, OpenMode mode) {
+  int flags = O_RDWR | O_CLOEXEC;
+  if (mode == OpenMode::create_new) flags |= O_CREAT | O_EXCL;
+  if (mode == OpenMode::create_truncate) flags |= O_CREAT | O_TRUNC;
+  int fd;
+  do {
+    fd = ::open(path.c_str(), flags, 0644);
+  } while (fd < 0 && errno == EINTR);
+  if (fd < 0) return io_error("open", path, errno);
+  return std::unique_ptr<File>(std::make_unique<PosixFile>(fd, path));
+}
+
+Result<bool> PosixFileSystem::exists(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) == 0) return true;
+  if (errno == ENOENT) return false;
+  return io_error("stat", path, errno);
+}
+
+Result<bool> PosixFileSystem::mkdir(const std::string& path) {
+  if (::mkdir(path.c_str(), 0755) == 0) return true;
+  if (errno == EEXIST) return false;
+  return io_error("mkdir", path, errno);
+}
+
+Result<void> PosixFileSystem::sync_dir(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return io_error("open dir", path, errno);
+  int rc = ::fsync(fd);
+  int err = errno;
+  ::close(fd);
+  if (rc != 0) return io_error("fsync dir", path, err);
+  return {};
+}
+
+Result<std::vector<std::string>> PosixFileSystem::list(const std::string& dir) {
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return io_error("opendir", dir, errno);
+  std::vector<std::string> out;
+  errno = 0;
+  while (struct dirent* e = ::readdir(d)) {
+    std::string name = e->d_name;
+    if (name != "." && name != "..") out.push_back(std::move(name));
+  }
+  int err = errno;
+  ::closedir(d);
+  if (err != 0) return io_error("readdir", dir, err);
+  return out;
+}
+
+Result<void> PosixFileSystem::remove(const std::string& path) {
+  if (::unlink(path.c_str()) != 0 && errno != ENOENT) return io_error("unlink", path, errno);
+  return {};
+}
+
+Result<void> PosixFileSystem::rename(const std::string& from, const std::string& to) {
+  if (::rename(from.c_str(), to.c_str()) != 0) return io_error("rename", from + " -> " + to, errno);
+  return {};
+}
+
+Result<std::uint64_t> PosixFileSystem::file_size(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return io_error("stat", path, errno);
+  return static_cast<std::uint64_t>(st.st_size);
+}
+
+}  // namespace sluice::fs_storage

@@ -1,0 +1,83 @@
+// The file-system seam of fs-storage (modelled on LevelDB's Env): every file operation the
+// engine performs goes through FileSystem/File, so tests can substitute a fault-injecting
+// implementation that drops unsynced bytes, tears writes, or fails fdatasync with EIO.
+//
+// Errors: every operation returns a Result; I/O errors are Errc::storage_failure with a
+// message naming the path and strerror. Nothing here throws.
+//
+// Thread-safety: a FileSystem may be used from any thread. A File may be used from several
+// threads for pread; writes to one File are issued by one thread at a time (the shard's
+// flusher), which is what the engine guarantees.
+//
+// Ownership: open() hands the caller a File it owns; the descriptor closes when the File is
+// destroyed. A File stays usable after its path is removed (POSIX unlink semantics), which
+// retention relies on while a reader still holds a segment.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sluice/error.h"
+
+namespace sluice::fs_storage {
+
+class File {
+ public:
+  virtual ~File() = default;
+  virtual const std::string& path() const = 0;
+  // Reads up to n bytes at `offset`; returns the number read (short only at end of file).
+  virtual Result<std::size_t> pread(char* buf, std::size_t n, std::uint64_t offset) = 0;
+  // Writes all iovecs contiguously at `offset` (retries short writes, splits at IOV_MAX).
+  virtual Result<void> pwritev(const struct iovec* iov, int count, std::uint64_t offset) = 0;
+  virtual Result<void> datasync() = 0;  // fdatasync(2)
+  virtual Result<void> truncate(std::uint64_t length) = 0;
+  virtual Result<std::uint64_t> size() = 0;
+
+  Result<void> pwrite(const char* buf, std::size_t n, std::uint64_t offset) {
+    struct iovec v{const_cast<char*>(buf), n};
+    return pwritev(&v, 1, offset);
+  }
+};
+
+enum class OpenMode {
+  read_write,       // existing file only
+  create_new,       // O_CREAT | O_EXCL: fails if the file exists
+  create_truncate,  // O_CREAT | O_TRUNC
+};
+
+class FileSystem {
+ public:
+  virtual ~FileSystem() = default;
+  virtual Result<std::unique_ptr<File>> open(const std::string& path, OpenMode mode) = 0;
+  virtual Result<bool> exists(const std::string& path) = 0;
+  // Creates one directory; ok if it already exists (returns false then, true if created).
+  virtual Result<bool> mkdir(const std::string& path) = 0;
+  virtual Result<void> sync_dir(const std::string& path) = 0;  // fsync of a directory
+  // Entry names (not paths) of a directory, without "." and "..", unsorted.
+  virtual Result<std::vector<std::string>> list(const std::string& dir) = 0;
+  virtual Result<void> remove(const std::string& path) = 0;  // ok if absent
+  virtual Result<void> rename(const std::string& from, const std::string& to) = 0;
+  virtual Result<std::uint64_t> file_size(const std::string& path) = 0;
+};
+
+// The real thing: POSIX calls, O_CLOEXEC everywhere.
+class PosixFileSystem final : public FileSystem {
+ public:
+  Result<std::unique_ptr<File>> open(const std::string& path, OpenMode mode) override;
+  Result<bool> exists(const std::string& path) override;
+  Result<bool> mkdir(const std::string& path) override;
+  Result<void> sync_dir(const std::string& path) override;
+  Result<std::vector<std::string>> list(const std::string& dir) override;
+  Result<void> remove(const std::string& path) override;
+  Result<void> rename(const std::string& from, const std::string& to) override;
+  Result<std::uint64_t> file_size(const std::string& path) override;
+};
+
+// Error helper: Errc::storage_failure "<op> <path>: <strerror(err)>".
+Error io_error(std::string_view op, const std::string& path, int err);
+
+}  // namespace sluice::fs_storage

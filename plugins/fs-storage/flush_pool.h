@@ -1,0 +1,47 @@
+// The flusher threads of one engine: a fixed pool (storage.flush_threads, default 1) that
+// serves every shard. A shard with queued appends is scheduled once; a flusher takes the
+// whole queue (one group), writes it with one pwritev, fdatasyncs once, publishes the high
+// watermark and completes the callbacks; the shard re-schedules itself if more arrived.
+//
+// Why a shared pool and not a thread per shard: the machine has 2 cores, and the cost of an
+// fdatasync is device time, not CPU. One thread serving all shards turns "many shards
+// appending" into back-to-back group commits without a thread per shard. A shard is never
+// flushed by two threads at once (ShardLogImpl::scheduled_), so its writes stay ordered;
+// more threads only let several shards' fdatasyncs overlap (useful on multi-queue NVMe).
+//
+// Thread-safety: schedule() from any thread. stop() once, from the engine; flushers finish
+// the shards already queued before they exit. A schedule() after stop() flushes inline.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace sluice::fs_storage {
+
+class ShardLogImpl;
+
+class FlushPool {
+ public:
+  explicit FlushPool(unsigned threads);
+  ~FlushPool();
+  FlushPool(const FlushPool&) = delete;
+  FlushPool& operator=(const FlushPool&) = delete;
+
+  void schedule(std::shared_ptr<ShardLogImpl> shard);
+  void stop();
+
+ private:
+  void run();
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<ShardLogImpl>> ready_;
+  bool stopping_ = false;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace sluice::fs_storage

@@ -1,0 +1,52 @@
+#include "layout.h"
+
+#include <cinttypes>
+#include <cstdio>
+
+#include "sluice/names.h"
+
+namespace sluice::fs_storage {
+
+std::string shard_dir_name(ShardIndex shard, Incarnation incarnation) {
+  char buf[64];
+  if (incarnation.value() == 0)
+    std::snprintf(buf, sizeof buf, "%" PRIu32, shard.value());
+  else
+    std::snprintf(buf, sizeof buf, "%" PRIu32 "-%016" PRIx64, shard.value(), incarnation.value());
+  return buf;
+}
+
+Result<std::string> shard_dir(const std::string& root, const ShardRef& ref) {
+  // Defence in depth: callers validated already, but a bug above must never become a
+  // path traversal.
+  if (auto r = validate_name(NameKind::tenant, ref.stream.tenant); !r) return r.error();
+  if (auto r = validate_name(NameKind::ns, ref.stream.ns); !r) return r.error();
+  if (auto r = validate_name(NameKind::stream, ref.stream.name); !r) return r.error();
+  return root + "/" + ref.stream.tenant + "/" + ref.stream.ns + "/" + ref.stream.name + "/" +
+         shard_dir_name(ref.shard, ref.incarnation);
+}
+
+namespace {
+std::string offset_name(std::uint64_t base, const char* ext) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%020" PRIu64 "%s", base, ext);
+  return buf;
+}
+}  // namespace
+
+std::string segment_file_name(std::uint64_t base_offset) { return offset_name(base_offset, ".log"); }
+std::string index_file_name(std::uint64_t base_offset) { return offset_name(base_offset, ".idx"); }
+
+std::optional<std::uint64_t> parse_offset_file_name(std::string_view name, std::string_view ext) {
+  if (name.size() != 20 + ext.size() || name.substr(20) != ext) return std::nullopt;
+  std::uint64_t v = 0;
+  for (char c : name.substr(0, 20)) {
+    if (c < '0' || c > '9') return std::nullopt;
+    std::uint64_t d = static_cast<std::uint64_t>(c - '0');
+    if (v > (UINT64_MAX - d) / 10) return std::nullopt;
+    v = v * 10 + d;
+  }
+  return v;
+}
+
+}  // namespace sluice::fs_storage

@@ -1,0 +1,55 @@
+// Where fs-storage keeps things (ARCHITECTURE.md §7). Pure functions: no I/O.
+//
+//   <storage.dir>/                         default <host.data_dir()>/shards
+//     <tenant>/<namespace>/<stream>/       each component passed sluice::validate_name
+//       3/                                 shard 3, incarnation 0 (legacy name)
+//       3-00000000000000ab/                shard 3, incarnation 0xab ("%u-%016x")
+//         log/
+//           00000000000000000000.log       segment: SDK record batches back to back,
+//           00000000000000000000.idx       named by base offset ("%020llu"); .idx only for
+//           00000000000000001234.log       sealed segments (a cache, CRC-checked)
+//           00000000000000001234.idx.tmp   transient while an index is written
+//
+// Everything of one shard incarnation lives under its directory, so deleting an
+// incarnation is one directory move and two incarnations never share a file.
+//
+// Segment (.log): the exact SDK batch encoding (record_batch.h), contiguous, no padding.
+// The first batch's base_offset equals the file name; offsets are contiguous within and
+// across segments.
+//
+// Sparse index (.idx), little-endian:
+//   0  u32 magic "SLIX"  4 u32 version 1  8 u64 base_offset  16 u64 log_size
+//   24 u64 next_offset   32 i64 last_max_timestamp_ms          40 u32 entry_count
+//   44 entries: (u32 relative_offset, u32 file_position) * entry_count
+//   .. u32 crc32c of everything before it
+// It is valid only if magic, version, base and CRC match and log_size equals the current
+// size of the .log; otherwise it is rebuilt from the log.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "sluice/error.h"
+#include "sluice/types.h"
+
+namespace sluice::fs_storage {
+
+// "<shard>" for incarnation 0, "<shard>-%016x" otherwise.
+std::string shard_dir_name(ShardIndex shard, Incarnation incarnation);
+
+// <root>/<tenant>/<ns>/<stream>/<shard_dir_name>. Errc::invalid_name if any component
+// fails validate_name.
+Result<std::string> shard_dir(const std::string& root, const ShardRef& ref);
+
+inline std::string log_dir(const std::string& shard_dir) { return shard_dir + "/log"; }
+
+std::string segment_file_name(std::uint64_t base_offset);  // "%020llu.log"
+std::string index_file_name(std::uint64_t base_offset);    // "%020llu.idx"
+
+// Base offset from "%020llu.log" (ext ".log") or "%020llu.idx" (ext ".idx"); nullopt for
+// any other name.
+std::optional<std::uint64_t> parse_offset_file_name(std::string_view name, std::string_view ext);
+
+}  // namespace sluice::fs_storage

@@ -1,0 +1,42 @@
+#include "options.h"
+
+#include <stdexcept>
+
+namespace sluice::fs_storage {
+
+Options Options::from_host(const PluginHost& host) {
+  Options o;
+  o.dir = host.config_string("storage.dir", host.data_dir() + "/shards");
+  if (o.dir.empty()) throw std::invalid_argument("storage.dir must not be empty");
+  while (o.dir.size() > 1 && o.dir.back() == '/') o.dir.pop_back();
+
+  const std::int64_t seg = host.config_int("storage.segment_bytes", 64ll << 20);
+  // Index positions are u32; 1 GiB keeps every batch start far below that.
+  if (seg < 1024 || seg > (1ll << 30))
+    throw std::invalid_argument("storage.segment_bytes must be in [1024, 1073741824]");
+  o.segment_bytes = static_cast<std::uint64_t>(seg);
+
+  const std::int64_t iv = host.config_int("storage.index_interval_bytes", 4096);
+  if (iv < 64) throw std::invalid_argument("storage.index_interval_bytes must be >= 64");
+  o.index_interval_bytes = static_cast<std::uint64_t>(iv);
+
+  const std::string fsync = host.config_string("storage.fsync", "always");
+  if (fsync == "always") o.fsync = FsyncPolicy::always;
+  else if (fsync == "never") o.fsync = FsyncPolicy::never;
+  else throw std::invalid_argument("storage.fsync must be \"always\" or \"never\", got \"" + fsync + "\"");
+
+  const std::string verify = host.config_string("storage.verify_on_start", "all");
+  if (verify == "all") o.verify_on_start = VerifyOnStart::all;
+  else if (verify == "tail") o.verify_on_start = VerifyOnStart::tail;
+  else throw std::invalid_argument("storage.verify_on_start must be \"all\" or \"tail\", got \"" + verify + "\"");
+
+  o.repair = host.config_bool("storage.repair", false);
+  o.retention_interval_ms = host.config_int("storage.retention_interval_ms", 30000);
+
+  const std::int64_t ft = host.config_int("storage.flush_threads", 1);
+  if (ft < 1 || ft > 8) throw std::invalid_argument("storage.flush_threads must be in [1, 8]");
+  o.flush_threads = static_cast<unsigned>(ft);
+  return o;
+}
+
+}  // namespace sluice::fs_storage

@@ -1,0 +1,37 @@
+// fs-storage configuration, read once from PluginHost::config_* (README.md lists keys).
+//
+// Errors: from_host() throws std::invalid_argument for a value that does not parse or is
+// out of range; that is a configuration boundary (error.h), and plugin.cc turns it into a
+// create() error.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "sluice/host.h"
+
+namespace sluice::fs_storage {
+
+enum class FsyncPolicy {
+  always,  // every group is fdatasync'ed before its acks (default)
+  never,   // benchmarks only: acks and visibility do NOT imply durability
+};
+enum class VerifyOnStart {
+  all,   // CRC-verify every batch of every segment (default)
+  tail,  // verify the active segment; sealed segments trust a valid .idx
+};
+
+struct Options {
+  std::string dir;                                   // storage.dir
+  std::uint64_t segment_bytes = 64ull << 20;         // storage.segment_bytes
+  std::uint64_t index_interval_bytes = 4096;         // storage.index_interval_bytes
+  FsyncPolicy fsync = FsyncPolicy::always;           // storage.fsync
+  VerifyOnStart verify_on_start = VerifyOnStart::all;  // storage.verify_on_start
+  bool repair = false;                               // storage.repair
+  std::int64_t retention_interval_ms = 30000;        // storage.retention_interval_ms (<=0: off)
+  unsigned flush_threads = 1;                        // storage.flush_threads (1..8)
+
+  static Options from_host(const PluginHost& host);
+};
+
+}  // namespace sluice::fs_storage

@@ -1,0 +1,263 @@
+#include "recovery.h"
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+
+#include "layout.h"
+#include "sluice/record_batch.h"
+
+namespace sluice::fs_storage {
+
+namespace {
+
+constexpr std::string_view kComponent = "fs-storage";
+
+struct Bad {
+  std::uint64_t pos;
+  std::string reason;
+  bool batch_invalid;  // check_batch failed (candidate for a torn tail), vs a valid batch
+                       // in the wrong place (offset gap, wrong incarnation): corruption
+};
+
+struct Scan {
+  std::uint64_t valid_end = 0;
+  std::uint64_t next_offset = 0;
+  std::int64_t last_max_ts = kNoTimestamp;
+  std::vector<IndexEntry> index;
+  std::uint64_t last_index_pos = 0;
+  std::optional<Bad> bad;
+};
+
+Scan scan_segment(std::string_view data, std::uint64_t base, Incarnation inc,
+                  std::uint64_t interval) {
+  Scan s;
+  s.next_offset = base;
+  std::uint64_t pos = 0;
+  while (pos < data.size()) {
+    BatchHeader h;
+    BatchCheck c = check_batch(data.data() + pos, data.size() - pos, &h);
+    if (c != BatchCheck::ok) {
+      s.bad = Bad{pos, std::string(to_string(c)), true};
+      break;
+    }
+    if (h.base_offset != s.next_offset) {
+      s.bad = Bad{pos, "offset discontinuity: expected base offset " + std::to_string(s.next_offset) +
+                           ", found " + std::to_string(h.base_offset), false};
+      break;
+    }
+    if (h.incarnation != inc.value()) {
+      s.bad = Bad{pos, "batch incarnation " + std::to_string(h.incarnation) +
+                           " != shard incarnation " + std::to_string(inc.value()), false};
+      break;
+    }
+    if (wants_index_entry(pos, s.last_index_pos, interval)) {
+      s.index.push_back({static_cast<std::uint32_t>(h.base_offset - base),
+                         static_cast<std::uint32_t>(pos)});
+      s.last_index_pos = pos;
+    }
+    s.next_offset = h.next_offset();
+    s.last_max_ts = h.max_timestamp_ms;
+    pos += h.length;
+  }
+  s.valid_end = pos;
+  return s;
+}
+
+// Whether any byte position after `bad` starts a batch that passes check_batch.
+bool valid_batch_follows(std::string_view data, std::uint64_t bad) {
+  char magic[4];
+  wire::put_u32(magic, kBatchMagic);
+  for (std::uint64_t q = bad + 1; q + kBatchHeaderSize <= data.size(); ++q) {
+    const void* m = std::memchr(data.data() + q, magic[0], data.size() - q);
+    if (!m) return false;
+    q = static_cast<std::uint64_t>(static_cast<const char*>(m) - data.data());
+    if (q + kBatchHeaderSize > data.size()) return false;
+    if (std::memcmp(data.data() + q, magic, 4) != 0) continue;
+    if (check_batch(data.data() + q, data.size() - q, nullptr) == BatchCheck::ok) return true;
+  }
+  return false;
+}
+
+std::string corrupt_message(const std::string& file, std::uint64_t pos, const std::string& reason) {
+  return "corrupt batch in " + file + " at byte " + std::to_string(pos) + ": " + reason;
+}
+
+void publish_scan(Segment& seg, const Scan& s) {
+  seg.readable_size = s.valid_end;
+  seg.next_offset = s.next_offset;
+  seg.last_max_ts = s.last_max_ts;
+  seg.index = s.index;
+}
+
+void init_writer_fields(Segment& seg) {
+  seg.write_pos = seg.readable_size;
+  seg.last_index_pos = seg.index.empty() ? 0 : seg.index.back().position;
+  seg.pending_next_offset = seg.next_offset;
+  seg.pending_max_ts = seg.last_max_ts;
+  seg.pending_index.clear();
+}
+
+Result<std::shared_ptr<Segment>> open_segment(FileSystem& fs, const std::string& dir,
+                                              std::uint64_t base, OpenMode mode) {
+  const std::string path = dir + "/" + segment_file_name(base);
+  auto f = fs.open(path, mode);
+  if (!f) return f.error();
+  return std::make_shared<Segment>(base, path, dir + "/" + index_file_name(base),
+                                   std::move(f).value());
+}
+
+// A sealed segment described by a valid .idx (verify_on_start=tail).
+bool load_trusted_index(FileSystem& fs, Segment& seg) {
+  auto f = fs.open(seg.index_path(), OpenMode::read_write);
+  if (!f) return false;
+  auto bytes = read_whole_file(**f);
+  if (!bytes) return false;
+  auto c = decode_index_file(*bytes);
+  if (!c) return false;
+  auto size = seg.file().size();
+  if (!size || c->base_offset != seg.base() || c->log_size != *size) return false;
+  seg.readable_size = c->log_size;
+  seg.next_offset = c->next_offset;
+  seg.last_max_ts = c->last_max_ts;
+  seg.index = std::move(c->entries);
+  return true;
+}
+
+}  // namespace
+
+Result<RecoveredLog> recover_log(FileSystem& fs, PluginHost& host, const Options& opts,
+                                 const std::string& dir, Incarnation incarnation) {
+  auto names = fs.list(dir);
+  if (!names) return names.error();
+  std::vector<std::uint64_t> bases;
+  std::vector<std::uint64_t> index_bases;
+  for (const auto& n : *names) {
+    if (auto b = parse_offset_file_name(n, ".log")) bases.push_back(*b);
+    else if (auto i = parse_offset_file_name(n, ".idx")) index_bases.push_back(*i);
+    else if (n.size() > 8 && n.substr(n.size() - 8) == ".idx.tmp") (void)fs.remove(dir + "/" + n);
+  }
+  std::sort(bases.begin(), bases.end());
+  // An index whose log is gone (crash during retention) is stale.
+  for (auto i : index_bases)
+    if (!std::binary_search(bases.begin(), bases.end(), i))
+      (void)fs.remove(dir + "/" + index_file_name(i));
+
+  RecoveredLog out;
+  if (bases.empty()) {
+    auto seg = open_segment(fs, dir, 0, OpenMode::create_new);
+    if (!seg) return seg.error();
+    if (auto r = fs.sync_dir(dir); !r) return r.error();
+    out.segments.push_back(std::move(seg).value());
+    out.next_offset = 0;
+    return out;
+  }
+
+  for (std::size_t i = 0; i < bases.size(); ++i) {
+    auto opened = open_segment(fs, dir, bases[i], OpenMode::read_write);
+    if (!opened) return opened.error();
+    auto seg = std::move(opened).value();
+    const bool last = i + 1 == bases.size();
+    const std::optional<std::uint64_t> prev_next =
+        out.segments.empty() ? std::nullopt : std::optional(out.segments.back()->next_offset);
+
+    if (!last && opts.verify_on_start == VerifyOnStart::tail && load_trusted_index(fs, *seg) &&
+        (!prev_next || *prev_next == seg->base())) {
+      init_writer_fields(*seg);
+      out.segments.push_back(std::move(seg));
+      continue;
+    }
+
+    auto data = read_whole_file(seg->file());
+    if (!data) return data.error();
+    Scan s;
+    if (prev_next && *prev_next != seg->base()) {
+      s.next_offset = seg->base();
+      s.bad = Bad{0, "segment base offset " + std::to_string(seg->base()) +
+                         " does not follow the previous segment's end " +
+                         std::to_string(*prev_next), false};
+    } else {
+      s = scan_segment(*data, seg->base(), incarnation, opts.index_interval_bytes);
+    }
+
+    if (s.bad && last && s.bad->batch_invalid && !valid_batch_follows(*data, s.bad->pos)) {
+      // Torn tail: bytes of a write that never completed its fdatasync, so no append
+      // covering them was ever acknowledged.
+      const std::uint64_t dropped = data->size() - s.bad->pos;
+      if (auto r = seg->file().truncate(s.bad->pos); !r) return r.error();
+      if (auto r = seg->file().datasync(); !r) return r.error();
+      host.log(LogLevel::warn, kComponent,
+               "truncated torn tail of " + seg->log_path() + " at byte " +
+                   std::to_string(s.bad->pos) + ": discarded " + std::to_string(dropped) +
+                   " bytes (" + s.bad->reason + "); they were never acknowledged");
+      s.bad.reset();
+    }
+
+    if (s.bad) {
+      const std::string msg = corrupt_message(seg->log_path(), s.bad->pos, s.bad->reason);
+      if (!opts.repair) return Error(Errc::corrupt_data, msg);
+      // Operator-requested repair: cut the log at the first corrupt batch.
+      std::uint64_t dropped_bytes = data->size() - s.bad->pos;
+      std::size_t dropped_segments = 0;
+      const bool drop_this = s.bad->pos == 0 && !out.segments.empty();
+      for (std::size_t j = i + 1; j < bases.size(); ++j) {
+        const std::string p = dir + "/" + segment_file_name(bases[j]);
+        auto sz = fs.file_size(p);
+        if (sz) dropped_bytes += *sz;
+        if (auto r = fs.remove(p); !r) return r.error();
+        (void)fs.remove(dir + "/" + index_file_name(bases[j]));
+        ++dropped_segments;
+      }
+      (void)fs.remove(seg->index_path());
+      if (drop_this) {
+        if (auto r = fs.remove(seg->log_path()); !r) return r.error();
+        ++dropped_segments;
+      } else {
+        if (auto r = seg->file().truncate(s.bad->pos); !r) return r.error();
+        if (auto r = seg->file().datasync(); !r) return r.error();
+      }
+      if (auto r = fs.sync_dir(dir); !r) return r.error();
+      host.log(LogLevel::error, kComponent,
+               "storage.repair: " + msg + "; discarded " + std::to_string(dropped_bytes) +
+                   " bytes, including " + std::to_string(dropped_segments) +
+                   " whole segment(s); offsets from " + std::to_string(s.next_offset) +
+                   " on are gone");
+      if (!drop_this) {
+        publish_scan(*seg, s);
+        init_writer_fields(*seg);
+        out.segments.push_back(std::move(seg));
+      }
+      break;
+    }
+
+    publish_scan(*seg, s);
+    init_writer_fields(*seg);
+    if (!last) {
+      bool have_index = false;
+      if (opts.verify_on_start == VerifyOnStart::all) {
+        // Refresh a missing or stale cache so a later "tail" start can use it.
+        auto f = fs.open(seg->index_path(), OpenMode::read_write);
+        if (f) {
+          auto bytes = read_whole_file(**f);
+          auto c = bytes ? decode_index_file(*bytes) : Result<IndexFileContents>(bytes.error());
+          have_index = c && c->base_offset == seg->base() && c->log_size == seg->readable_size;
+        }
+      }
+      if (!have_index) {
+        IndexFileContents c{seg->base(), seg->readable_size, seg->next_offset, seg->last_max_ts,
+                            seg->index};
+        if (auto r = write_index_file(fs, seg->index_path(), c); !r)
+          host.log(LogLevel::warn, kComponent, "could not write index cache: " + r.error().message);
+      }
+    } else {
+      (void)fs.remove(seg->index_path());  // an active segment has no valid cache
+    }
+    out.segments.push_back(std::move(seg));
+  }
+
+  // The active segment is opened for appends at its (possibly truncated) end.
+  out.next_offset = out.segments.back()->next_offset;
+  return out;
+}
+
+}  // namespace sluice::fs_storage

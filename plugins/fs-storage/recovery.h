@@ -1,0 +1,37 @@
+// Recovery of one shard's log directory at open_shard (README.md "Recovery rules").
+//
+//   for each segment, oldest first:
+//     sealed (not last): every batch must check (verify_on_start=all, or its .idx is
+//       missing/invalid) and offsets must be contiguous; otherwise Errc::corrupt_data
+//       "corrupt batch in <file> at byte <pos>: <reason>".
+//     active (last): scanned fully. An invalid batch at P is a TORN TAIL if no byte
+//       position after P starts a valid batch: the file is truncated at P (ftruncate +
+//       fdatasync) and a warning says "truncated torn tail ... never acknowledged".
+//       If a valid batch follows, it is corruption.
+//   storage.repair=true: instead of failing, the log is cut at the first corrupt batch
+//   (later segments deleted) and an ERROR line says how many bytes/segments went.
+//
+// Thread: runs on the open_shard caller, before the shard is visible to anyone.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "file_system.h"
+#include "options.h"
+#include "segment.h"
+#include "sluice/host.h"
+#include "sluice/types.h"
+
+namespace sluice::fs_storage {
+
+struct RecoveredLog {
+  std::vector<std::shared_ptr<Segment>> segments;  // never empty; last is active
+  std::uint64_t next_offset = 0;                   // = high watermark after recovery
+};
+
+Result<RecoveredLog> recover_log(FileSystem& fs, PluginHost& host, const Options& opts,
+                                 const std::string& log_dir, Incarnation incarnation);
+
+}  // namespace sluice::fs_storage

@@ -1,0 +1,97 @@
+// One segment: a .log file of record batches starting at `base`, its open File, and its
+// in-memory sparse offset index.
+//
+// Ownership: a ShardLogImpl owns its segments through shared_ptr; a reader copies the
+// shared_ptr so retention may unlink the files while the read finishes on the open fd.
+//
+// Thread-safety: two groups of fields.
+//   * "published" fields (readable_size, next_offset, last_max_ts, index) are guarded by
+//     the owning shard's segments mutex; readers look at them only under it.
+//   * "writer" fields (write_pos, last_index_pos, pending_*) belong to the shard's flusher
+//     (one thread at a time) and are published under the segments mutex after a sync.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "file_system.h"
+#include "sluice/error.h"
+
+namespace sluice::fs_storage {
+
+struct IndexEntry {
+  std::uint32_t relative_offset;  // batch base_offset - segment base
+  std::uint32_t position;         // byte position of the batch in the .log
+};
+
+// Sparse-index policy, shared by the writer and the recovery scan so both produce the
+// same index: a batch at `pos` gets an entry when pos - last_entry_pos >= interval
+// (last_entry_pos starts at 0, the segment start, which needs no entry).
+inline bool wants_index_entry(std::uint64_t pos, std::uint64_t last_entry_pos,
+                              std::uint64_t interval) {
+  return pos > 0 && pos - last_entry_pos >= interval;
+}
+
+inline constexpr std::int64_t kNoTimestamp = std::numeric_limits<std::int64_t>::min();
+
+class Segment {
+ public:
+  Segment(std::uint64_t base, std::string log_path, std::string index_path,
+          std::unique_ptr<File> file)
+      : next_offset(base), base_(base), log_path_(std::move(log_path)),
+        index_path_(std::move(index_path)), file_(std::move(file)) {}
+
+  std::uint64_t base() const { return base_; }
+  const std::string& log_path() const { return log_path_; }
+  const std::string& index_path() const { return index_path_; }
+  File& file() { return *file_; }
+
+  // Position to start scanning for `offset` (>= base): the greatest index entry at or
+  // below it, else 0. Caller holds the segments mutex.
+  std::uint64_t lookup(std::uint64_t offset) const;
+
+  // --- published (segments mutex) ---
+  std::uint64_t readable_size = 0;          // bytes that are durable and visible
+  std::uint64_t next_offset;                // offset after the last visible batch
+  std::int64_t last_max_ts = kNoTimestamp;  // max_timestamp of the last visible batch
+  std::vector<IndexEntry> index;
+
+  // --- writer (flusher) ---
+  std::uint64_t write_pos = 0;       // end of written bytes (synced or not)
+  std::uint64_t last_index_pos = 0;  // position of the last index entry (0 = start)
+  std::uint64_t pending_next_offset = 0;
+  std::int64_t pending_max_ts = kNoTimestamp;
+  std::vector<IndexEntry> pending_index;  // entries written but not yet published
+
+ private:
+  std::uint64_t base_;
+  std::string log_path_;
+  std::string index_path_;
+  std::unique_ptr<File> file_;
+};
+
+// What an index file records about a sealed segment.
+struct IndexFileContents {
+  std::uint64_t base_offset = 0;
+  std::uint64_t log_size = 0;
+  std::uint64_t next_offset = 0;
+  std::int64_t last_max_ts = kNoTimestamp;
+  std::vector<IndexEntry> entries;
+};
+
+std::string encode_index_file(const IndexFileContents& c);
+// Errc::corrupt_data (with the reason) if the bytes are not a well-formed index.
+Result<IndexFileContents> decode_index_file(std::string_view bytes);
+
+// Writes <index>.tmp, fdatasyncs it and renames it over the index path. The index is a
+// cache, so the directory is not fsynced: losing the rename only costs a rebuild.
+Result<void> write_index_file(FileSystem& fs, const std::string& index_path,
+                              const IndexFileContents& c);
+
+// Reads an entire file into memory (recovery reads one segment at a time).
+Result<std::string> read_whole_file(File& f);
+
+}  // namespace sluice::fs_storage

@@ -1,0 +1,392 @@
+#include "shard_log.h"
+
+#include <algorithm>
+
+#include "flush_pool.h"
+#include "layout.h"
+#include "sluice/record_batch.h"
+
+namespace sluice::fs_storage {
+
+namespace {
+constexpr std::string_view kComponent = "fs-storage";
+constexpr std::size_t kMaxSegmentsPerRead = 8;
+}  // namespace
+
+ShardLogImpl::ShardLogImpl(ShardRef ref, RetentionPolicy retention, std::string dir,
+                           const Options& opts, std::shared_ptr<FileSystem> fs, PluginHost& host,
+                           FlushPool& pool, RecoveredLog recovered)
+    : ref_(std::move(ref)), dir_(std::move(dir)), opts_(opts), fs_(std::move(fs)), host_(host),
+      pool_(pool), next_offset_(recovered.next_offset), segments_(std::move(recovered.segments)),
+      retention_(retention), hwm_(recovered.next_offset) {}
+
+ShardLogImpl::~ShardLogImpl() = default;
+
+void ShardLogImpl::append(std::string batch, AckMode ack, AppendCallback cb) {
+  BatchHeader h;
+  const BatchCheck check = check_batch(batch.data(), batch.size(), &h);
+  if (check != BatchCheck::ok) {
+    cb(Error(Errc::malformed_body, "invalid record batch: " + std::string(to_string(check))));
+    return;
+  }
+  if (h.length != batch.size()) {
+    cb(Error(Errc::invalid_argument, "record batch has " + std::to_string(batch.size() - h.length) +
+                                         " trailing bytes"));
+    return;
+  }
+  std::uint64_t base;
+  bool schedule = false;
+  {
+    std::unique_lock lk(mu_);
+    if (!failure_.empty()) {
+      std::string why = failure_;
+      lk.unlock();
+      cb(Error(Errc::storage_failure, "shard " + ref_.to_string() + " failed: " + why));
+      return;
+    }
+    if (state_ != State::open) {
+      lk.unlock();
+      cb(Error(Errc::unavailable, "shard " + ref_.to_string() + " is closed"));
+      return;
+    }
+    base = next_offset_;
+    next_offset_ += h.record_count;
+    restamp_batch(batch.data(), base, ref_.incarnation.value());
+    queue_.push_back(Pending{std::move(batch), base, h.record_count, h.max_timestamp_ms, ack,
+                             ack == AckMode::none ? AppendCallback() : std::move(cb)});
+    if (!scheduled_) scheduled_ = schedule = true;
+  }
+  appended_records_.fetch_add(h.record_count, std::memory_order_relaxed);
+  if (ack == AckMode::none) cb(AppendResult{Offset(base), h.record_count});
+  if (schedule) pool_.schedule(shared_from_this());
+}
+
+void ShardLogImpl::flush() {
+  std::string failed_already;
+  {
+    std::lock_guard lk(mu_);
+    flushing_.swap(queue_);
+    failed_already = failure_;
+  }
+  Result<void> r;
+  if (!failed_already.empty())
+    r = Error(Errc::storage_failure, "shard " + ref_.to_string() + " failed: " + failed_already);
+  else if (!flushing_.empty())
+    r = write_group();
+
+  if (!r) {
+    std::vector<Pending> later;
+    {
+      std::lock_guard lk(mu_);
+      if (failure_.empty()) failure_ = r.error().message;
+      later.swap(queue_);
+    }
+    if (failed_already.empty())
+      host_.log(LogLevel::error, kComponent,
+                "shard " + ref_.to_string() + " failed, refusing appends until reopened: " +
+                    r.error().message);
+    if (failed_already.empty()) {
+      fail_all(r.error());
+    } else {  // queued behind an earlier failure: never written
+      for (auto& p : flushing_)
+        if (p.cb) p.cb(Error(Errc::storage_failure, r.error().message));
+    }
+    for (auto& p : later)
+      if (p.cb) p.cb(Error(Errc::storage_failure, r.error().message));
+  } else {
+    // High watermark already advanced (sync_and_publish); waiters first, then acks.
+    wake_waiters();
+    for (auto& p : flushing_)
+      if (p.cb) p.cb(AppendResult{Offset(p.base), p.count});
+  }
+  flushing_.clear();
+
+  bool again = false;
+  {
+    std::lock_guard lk(mu_);
+    if (!queue_.empty()) again = true;
+    else scheduled_ = false;
+    drained_cv_.notify_all();
+  }
+  if (again) pool_.schedule(shared_from_this());
+}
+
+void ShardLogImpl::fail_all(const Error& e) {
+  for (auto& p : flushing_)
+    if (p.cb)  // the bytes may have reached the disk before the error: outcome unknown
+      p.cb(Error(Errc::storage_failure, e.message, Outcome::uncertain));
+}
+
+Result<void> ShardLogImpl::write_group() {
+  std::shared_ptr<Segment> seg;
+  {
+    std::lock_guard lk(seg_mu_);
+    seg = segments_.back();
+  }
+  iov_.clear();
+  std::uint64_t run_start = seg->write_pos;
+  bool dirty = false;
+  for (auto& p : flushing_) {
+    const std::uint64_t len = p.batch.size();
+    if (seg->write_pos > 0 && seg->write_pos + len > opts_.segment_bytes) {
+      if (!iov_.empty())
+        if (auto r = write_run(*seg, run_start); !r) return r;
+      if (dirty)
+        if (auto r = sync_and_publish(*seg); !r) return r;
+      if (auto r = roll(p.base); !r) return r;
+      {
+        std::lock_guard lk(seg_mu_);
+        seg = segments_.back();
+      }
+      run_start = 0;
+      dirty = false;
+    }
+    if (wants_index_entry(seg->write_pos, seg->last_index_pos, opts_.index_interval_bytes)) {
+      seg->pending_index.push_back({static_cast<std::uint32_t>(p.base - seg->base()),
+                                    static_cast<std::uint32_t>(seg->write_pos)});
+      seg->last_index_pos = seg->write_pos;
+    }
+    iov_.push_back({p.batch.data(), p.batch.size()});
+    seg->write_pos += len;
+    seg->pending_next_offset = p.base + p.count;
+    seg->pending_max_ts = p.max_ts;
+    dirty = true;
+  }
+  if (!iov_.empty())
+    if (auto r = write_run(*seg, run_start); !r) return r;
+  if (dirty) return sync_and_publish(*seg);
+  return {};
+}
+
+Result<void> ShardLogImpl::write_run(Segment& seg, std::uint64_t at) {
+  auto r = seg.file().pwritev(iov_.data(), static_cast<int>(iov_.size()), at);
+  iov_.clear();
+  return r;
+}
+
+Result<void> ShardLogImpl::sync_and_publish(Segment& seg) {
+  if (opts_.fsync == FsyncPolicy::always) {
+    if (auto r = seg.file().datasync(); !r) return r;
+    syncs_.fetch_add(1, std::memory_order_relaxed);
+  }
+  std::lock_guard lk(seg_mu_);
+  seg.readable_size = seg.write_pos;
+  seg.next_offset = seg.pending_next_offset;
+  seg.last_max_ts = seg.pending_max_ts;
+  seg.index.insert(seg.index.end(), seg.pending_index.begin(), seg.pending_index.end());
+  seg.pending_index.clear();
+  hwm_.store(seg.next_offset, std::memory_order_release);
+  return {};
+}
+
+Result<void> ShardLogImpl::roll(std::uint64_t new_base) {
+  std::shared_ptr<Segment> old;
+  {
+    std::lock_guard lk(seg_mu_);
+    old = segments_.back();
+  }
+  // Seal: the .idx is a cache; failing to write it costs a rebuild at the next start.
+  IndexFileContents c{old->base(), old->write_pos, old->pending_next_offset, old->pending_max_ts,
+                      {}};
+  {
+    std::lock_guard lk(seg_mu_);
+    c.entries = old->index;
+  }
+  if (auto r = write_index_file(*fs_, old->index_path(), c); !r) {
+    (void)fs_->remove(old->index_path());
+    host_.log(LogLevel::warn, kComponent, "could not write index cache: " + r.error().message);
+  }
+  const std::string dir = log_dir();
+  const std::string path = dir + "/" + segment_file_name(new_base);
+  auto f = fs_->open(path, OpenMode::create_new);
+  if (!f) return f.error();
+  // The new segment's directory entry must be durable before any ack depends on it.
+  if (auto r = fs_->sync_dir(dir); !r) return r;
+  auto seg = std::make_shared<Segment>(new_base, path, dir + "/" + index_file_name(new_base),
+                                       std::move(f).value());
+  seg->pending_next_offset = new_base;
+  std::lock_guard lk(seg_mu_);
+  segments_.push_back(std::move(seg));
+  return {};
+}
+
+void ShardLogImpl::wake_waiters() {
+  const std::uint64_t hwm = hwm_.load(std::memory_order_acquire);
+  std::vector<std::function<void()>> ready;
+  {
+    std::lock_guard lk(mu_);
+    auto it = std::partition(waiters_.begin(), waiters_.end(),
+                             [&](const auto& w) { return w.first >= hwm; });
+    for (auto j = it; j != waiters_.end(); ++j) ready.push_back(std::move(j->second));
+    waiters_.erase(it, waiters_.end());
+  }
+  for (auto& cb : ready) cb();
+}
+
+void ShardLogImpl::notify_when_beyond(Offset offset, std::function<void()> cb) {
+  {
+    std::lock_guard lk(mu_);
+    if (state_ != State::closed && hwm_.load(std::memory_order_acquire) <= offset.value()) {
+      waiters_.emplace_back(offset.value(), std::move(cb));
+      return;
+    }
+  }
+  cb();
+}
+
+Result<FetchResult> ShardLogImpl::read(Offset from_off, std::uint32_t max_records,
+                                       std::size_t max_bytes) {
+  struct Snap {
+    std::shared_ptr<Segment> seg;
+    std::uint64_t size;
+    std::uint64_t start;
+  };
+  std::vector<Snap> snaps;
+  const std::uint64_t from = from_off.value();
+  FetchResult res;
+  std::uint64_t hwm;
+  {
+    std::lock_guard lk(seg_mu_);
+    if (segments_.empty())
+      return Error(Errc::unavailable, "shard " + ref_.to_string() + " is closed");
+    hwm = hwm_.load(std::memory_order_acquire);
+    const std::uint64_t log_start = segments_.front()->base();
+    res.high_watermark = Offset(hwm);
+    res.log_start = Offset(log_start);
+    res.next_offset = from_off;
+    if (from < log_start)
+      return Error(Errc::offset_out_of_range,
+                   "offset " + std::to_string(from) + " is before the log start " +
+                       std::to_string(log_start) + " of shard " + ref_.to_string());
+    if (from > hwm)
+      return Error(Errc::invalid_argument, "offset " + std::to_string(from) +
+                                               " is beyond the high watermark " +
+                                               std::to_string(hwm));
+    if (from == hwm) return res;
+    auto it = std::upper_bound(segments_.begin(), segments_.end(), from,
+                               [](std::uint64_t o, const auto& s) { return o < s->base(); });
+    std::size_t i = static_cast<std::size_t>(std::prev(it) - segments_.begin());
+    for (std::size_t j = i; j < segments_.size() && snaps.size() < kMaxSegmentsPerRead; ++j)
+      snaps.push_back({segments_[j], segments_[j]->readable_size,
+                       j == i ? segments_[j]->lookup(from) : 0});
+  }
+
+  if (max_records == 0) max_records = 1;
+  std::uint64_t records = 0, bytes = 0;
+  for (auto& s : snaps) {
+    std::uint64_t pos = s.start;
+    while (pos + kBatchHeaderSize <= s.size) {
+      char hdr[kBatchHeaderSize];
+      auto n = s.seg->file().pread(hdr, sizeof hdr, pos);
+      if (!n) return n.error();
+      const BatchHeader h = BatchHeader::decode(hdr);
+      if (*n != sizeof hdr || h.magic != kBatchMagic || h.length < kBatchHeaderSize ||
+          pos + h.length > s.size)
+        return Error(Errc::corrupt_data, "corrupt batch in " + s.seg->log_path() + " at byte " +
+                                             std::to_string(pos) + ": bad header");
+      if (h.next_offset() <= from) {  // before the requested offset: skip unread
+        pos += h.length;
+        continue;
+      }
+      if (h.base_offset >= hwm) return res;
+      if (!res.batches.empty() && bytes + h.length > max_bytes) return res;
+      std::string b(h.length, '\0');
+      auto m = s.seg->file().pread(b.data(), b.size(), pos);
+      if (!m) return m.error();
+      BatchHeader checked;
+      const BatchCheck c = *m == b.size() ? check_batch(b.data(), b.size(), &checked)
+                                          : BatchCheck::truncated;
+      if (c != BatchCheck::ok)
+        return Error(Errc::corrupt_data, "corrupt batch in " + s.seg->log_path() + " at byte " +
+                                             std::to_string(pos) + ": " +
+                                             std::string(to_string(c)));
+      records += checked.next_offset() - std::max(from, checked.base_offset);
+      bytes += b.size();
+      res.next_offset = Offset(checked.next_offset());
+      res.batches.push_back(std::move(b));
+      pos += checked.length;
+      if (records >= max_records || bytes >= max_bytes) return res;
+    }
+  }
+  return res;
+}
+
+ShardStats ShardLogImpl::stats() {
+  ShardStats st;
+  {
+    std::lock_guard lk(seg_mu_);
+    st.log_start = Offset(segments_.empty() ? 0 : segments_.front()->base());
+    st.high_watermark = Offset(hwm_.load(std::memory_order_acquire));
+    for (auto& s : segments_) st.size_bytes += s->readable_size;
+    st.segments = segments_.size();
+  }
+  st.appended_records = appended_records_.load(std::memory_order_relaxed);
+  st.syncs = syncs_.load(std::memory_order_relaxed);
+  return st;
+}
+
+void ShardLogImpl::close() {
+  std::vector<std::pair<std::uint64_t, std::function<void()>>> waiters;
+  {
+    std::unique_lock lk(mu_);
+    if (state_ == State::closed) return;
+    state_ = State::closing;
+    drained_cv_.wait(lk, [&] { return !scheduled_; });
+    state_ = State::closed;
+    waiters.swap(waiters_);
+  }
+  for (auto& w : waiters) w.second();
+  std::vector<std::shared_ptr<Segment>> segs;
+  {
+    std::lock_guard lk(seg_mu_);
+    segs.swap(segments_);  // files close once in-flight readers drop their references
+  }
+}
+
+void ShardLogImpl::set_retention(RetentionPolicy r) {
+  std::lock_guard lk(seg_mu_);
+  retention_ = r;
+}
+
+void ShardLogImpl::apply_retention(std::int64_t now_ms) {
+  std::vector<std::shared_ptr<Segment>> doomed;
+  std::uint64_t new_start = 0;
+  {
+    std::lock_guard lk(seg_mu_);
+    if (segments_.size() < 2) return;
+    std::uint64_t total = 0;
+    for (auto& s : segments_) total += s->readable_size;
+    std::size_t drop = 0;
+    while (drop + 1 < segments_.size()) {  // never the active segment
+      const auto& s = segments_[drop];
+      const bool by_size = retention_.max_bytes >= 0 &&
+                           total > static_cast<std::uint64_t>(retention_.max_bytes);
+      const bool by_age =
+          retention_.max_age_ms >= 0 && s->last_max_ts < now_ms - retention_.max_age_ms;
+      if (!by_size && !by_age) break;
+      total -= s->readable_size;
+      ++drop;
+    }
+    if (drop == 0) return;
+    doomed.assign(segments_.begin(), segments_.begin() + static_cast<std::ptrdiff_t>(drop));
+    segments_.erase(segments_.begin(), segments_.begin() + static_cast<std::ptrdiff_t>(drop));
+    new_start = segments_.front()->base();
+  }
+  // Oldest first: if a removal fails, the remaining files still form a contiguous log
+  // (a restart would show the undeleted segments again, never a gap).
+  std::size_t removed = 0;
+  for (auto& s : doomed) {
+    if (auto r = fs_->remove(s->log_path()); !r) {
+      host_.log(LogLevel::warn, kComponent, "retention: " + r.error().message);
+      break;
+    }
+    (void)fs_->remove(s->index_path());
+    ++removed;
+  }
+  (void)fs_->sync_dir(log_dir());
+  host_.log(LogLevel::info, kComponent,
+            "retention: shard " + ref_.to_string() + " deleted " + std::to_string(removed) +
+                " segment(s); log start is now " + std::to_string(new_start));
+}
+
+}  // namespace sluice::fs_storage

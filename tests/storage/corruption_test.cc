@@ -1,0 +1,143 @@
+// Recovery rules: a torn tail of the active segment is truncated (and logged); any other
+// invalid batch fails open_shard with corrupt_data naming file and byte, unless repair.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "layout.h"
+#include "storage_test_util.h"
+
+namespace sluice::fs_storage::testing {
+namespace {
+
+using sluice::testing::TestHost;
+
+void flip_byte(const std::string& path, std::uint64_t pos) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  ASSERT_TRUE(f.good()) << path;
+  f.seekg(static_cast<std::streamoff>(pos));
+  char c;
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ 0x40);
+  f.seekp(static_cast<std::streamoff>(pos));
+  f.write(&c, 1);
+}
+
+void append_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream f(path, std::ios::app | std::ios::binary);
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+class CorruptionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    host_.set("storage.retention_interval_ms", "0");
+    host_.set("storage.index_interval_bytes", "256");
+  }
+  // Writes `batches` batches of 3 records each, closes the engine, returns batch length.
+  std::size_t write(int batches, const std::string& segment_bytes) {
+    host_.set("storage.segment_bytes", segment_bytes);
+    FsStorageEngine e(host_, std::make_shared<PosixFileSystem>());
+    auto s = e.open_shard(test_ref(), StreamSpec{});
+    EXPECT_TRUE(s);
+    for (int i = 0; i < batches; ++i) EXPECT_TRUE(append_wait(**s, make_batch("v", 3, 1000, 30)));
+    seg0_ = segment_path(e, test_ref(), 0);
+    dir_ = e.shard_directory(test_ref()).value() + "/log";
+    return make_batch("v", 3, 1000, 30).size();
+  }
+  Result<std::shared_ptr<ShardLog>> reopen() {
+    engine_ = std::make_unique<FsStorageEngine>(host_, std::make_shared<PosixFileSystem>());
+    return engine_->open_shard(test_ref(), StreamSpec{});
+  }
+  TestHost host_;
+  std::unique_ptr<FsStorageEngine> engine_;
+  std::string seg0_, dir_;
+};
+
+TEST_F(CorruptionTest, TornTailOfActiveSegmentIsTruncatedAndLogged) {
+  const std::size_t len = write(5, "1048576");
+  std::string partial = make_batch("torn", 3, 1000, 30).substr(0, len / 2);
+  append_bytes(seg0_, partial + "garbage!");
+  auto s = reopen();
+  ASSERT_TRUE(s) << s.error().to_string();
+  EXPECT_TRUE(host_.logged("truncated torn tail"));
+  EXPECT_TRUE(host_.logged("never acknowledged"));
+  EXPECT_TRUE(host_.logged(segment_file_name(0) + " at byte " + std::to_string(5 * len)));
+  EXPECT_TRUE(host_.logged("discarded " + std::to_string(partial.size() + 8) + " bytes"));
+  EXPECT_EQ(std::filesystem::file_size(seg0_), 5 * len);
+  EXPECT_EQ((*s)->stats().high_watermark.value(), 15u);
+  auto r = append_wait(**s, make_batch("after", 1));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->base_offset.value(), 15u);
+  EXPECT_EQ(read_all(**s).size(), 16u);
+}
+
+TEST_F(CorruptionTest, FlippedByteInSealedSegmentFailsOpenNamingFileAndPosition) {
+  const std::size_t len = write(20, "1024");
+  flip_byte(seg0_, len + 60);  // inside the second batch
+  auto s = reopen();
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.error().code, Errc::corrupt_data);
+  EXPECT_NE(s.error().message.find(seg0_), std::string::npos) << s.error().message;
+  EXPECT_NE(s.error().message.find("at byte " + std::to_string(len)), std::string::npos)
+      << s.error().message;
+  EXPECT_NE(s.error().message.find("corrupt batch in"), std::string::npos);
+}
+
+TEST_F(CorruptionTest, RepairCutsTheLogAtTheFirstCorruptBatchAndLogsWhatWasDiscarded) {
+  const std::size_t len = write(20, "1024");
+  flip_byte(seg0_, len + 60);
+  host_.set("storage.repair", "true");
+  auto s = reopen();
+  ASSERT_TRUE(s) << s.error().to_string();
+  EXPECT_TRUE(host_.logged("storage.repair"));
+  EXPECT_TRUE(host_.logged("whole segment(s)"));
+  auto st = (*s)->stats();
+  EXPECT_EQ(st.high_watermark.value(), 3u) << "only the first batch precedes the corruption";
+  EXPECT_EQ(st.segments, 1u);
+  auto r = append_wait(**s, make_batch("after", 1));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->base_offset.value(), 3u);
+}
+
+TEST_F(CorruptionTest, CorruptBatchInActiveSegmentFollowedByValidBatchesFailsLoudly) {
+  const std::size_t len = write(6, "1048576");
+  flip_byte(seg0_, 2 * len + 70);
+  auto s = reopen();
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.error().code, Errc::corrupt_data);
+  EXPECT_NE(s.error().message.find("at byte " + std::to_string(2 * len)), std::string::npos)
+      << s.error().message;
+  EXPECT_FALSE(host_.logged("truncated torn tail"));
+  EXPECT_EQ(std::filesystem::file_size(seg0_), 6 * len) << "nothing truncated";
+}
+
+TEST_F(CorruptionTest, MissingMiddleSegmentIsAnOffsetGapAndFailsOpen) {
+  write(20, "1024");
+  std::vector<std::string> logs;
+  for (auto& e : std::filesystem::directory_iterator(dir_))
+    if (e.path().extension() == ".log") logs.push_back(e.path().string());
+  std::sort(logs.begin(), logs.end());
+  ASSERT_GE(logs.size(), 3u);
+  std::filesystem::remove(logs[1]);
+  auto s = reopen();
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.error().code, Errc::corrupt_data);
+  EXPECT_NE(s.error().message.find("does not follow"), std::string::npos) << s.error().message;
+}
+
+TEST_F(CorruptionTest, CorruptionFoundByReadIsReportedWithFileAndPosition) {
+  const std::size_t len = write(4, "1048576");
+  auto s = reopen();
+  ASSERT_TRUE(s);
+  flip_byte(seg0_, len + 60);  // behind recovery's back
+  auto r = (*s)->read(Offset(3), 1, 1);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::corrupt_data);
+  EXPECT_NE(r.error().message.find(seg0_ + " at byte " + std::to_string(len)), std::string::npos)
+      << r.error().message;
+}
+
+}  // namespace
+}  // namespace sluice::fs_storage::testing

@@ -1,0 +1,195 @@
+// A fault-injecting FileSystem for storage tests (LevelDB's FaultInjectionTestEnv idea).
+//
+// It wraps the POSIX file system (real files in the test's temporary directory) and
+// tracks, per file, the length known to be durable: a datasync() makes the current length
+// durable; truncate() can only shorten it. crash() then models power loss: every file is
+// cut back to its durable length, optionally keeping a random prefix of the unsynced part
+// (a partially persisted write) and/or appending random garbage (a torn sector), and every
+// later operation fails with EIO until restart() (the "new process").
+//
+// Other faults: fail_syncs() makes datasync return EIO; block_syncs() parks every datasync
+// until unblock_syncs(), so a test can hold a group between write and sync.
+//
+// Simplifications: directory entries are durable immediately (creation, rename, remove);
+// the engine fsyncs directories anyway. Thread-safe; one mutex serializes all operations.
+#pragma once
+
+#include <errno.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+
+#include "file_system.h"
+
+namespace sluice::fs_storage::testing {
+
+struct CrashOptions {
+  bool keep_unsynced_prefix = false;  // keep a random prefix of never-synced bytes
+  bool append_garbage = false;        // then append 1..64 random bytes
+};
+
+class FaultFileSystem final : public FileSystem {
+ public:
+  // --- faults ---
+  void fail_syncs(bool on) {
+    std::lock_guard lk(mu_);
+    fail_syncs_ = on;
+  }
+  void block_syncs() {
+    std::lock_guard lk(mu_);
+    blocked_ = true;
+  }
+  void unblock_syncs() {
+    std::lock_guard lk(mu_);
+    blocked_ = false;
+    cv_.notify_all();
+  }
+  int blocked_sync_waiters() {
+    std::lock_guard lk(mu_);
+    return waiting_;
+  }
+  std::uint64_t syncs() {
+    std::lock_guard lk(mu_);
+    return syncs_;
+  }
+
+  // Drops unsynced bytes of every tracked file; returns how many files lost bytes.
+  int crash(std::uint64_t seed, CrashOptions opt) {
+    std::lock_guard lk(mu_);
+    crashed_ = true;
+    std::mt19937_64 rng(seed);
+    int touched = 0;
+    for (auto& [path, synced] : synced_) {
+      auto size = real_.file_size(path);
+      if (!size || *size <= synced) continue;
+      ++touched;
+      std::uint64_t keep = 0;
+      if (opt.keep_unsynced_prefix) keep = rng() % (*size - synced + 1);
+      if (::truncate(path.c_str(), static_cast<off_t>(synced + keep)) != 0) std::abort();
+      if (opt.append_garbage) {
+        std::string junk(1 + rng() % 64, '\0');
+        for (auto& c : junk) c = static_cast<char>(rng());
+        auto f = real_.open(path, OpenMode::read_write);
+        if (!f || !(*f)->pwrite(junk.data(), junk.size(), synced + keep)) std::abort();
+      }
+    }
+    return touched;
+  }
+  void restart() {
+    std::lock_guard lk(mu_);
+    crashed_ = false;
+    blocked_ = false;
+    fail_syncs_ = false;
+    synced_.clear();  // files found by the new process count as durable
+    cv_.notify_all();
+  }
+
+  // --- FileSystem ---
+  Result<std::unique_ptr<File>> open(const std::string& path, OpenMode mode) override {
+    std::lock_guard lk(mu_);
+    if (crashed_) return io_error("open", path, EIO);
+    auto f = real_.open(path, mode);
+    if (!f) return f.error();
+    if (mode != OpenMode::read_write) {
+      synced_[path] = 0;
+    } else if (!synced_.count(path)) {
+      auto sz = (*f)->size();
+      synced_[path] = sz ? *sz : 0;
+    }
+    return std::unique_ptr<File>(std::make_unique<FaultFile>(*this, std::move(f).value()));
+  }
+  Result<bool> exists(const std::string& p) override { return guard("exists", p, [&] { return real_.exists(p); }); }
+  Result<bool> mkdir(const std::string& p) override { return guard("mkdir", p, [&] { return real_.mkdir(p); }); }
+  Result<void> sync_dir(const std::string& p) override { return guard("sync_dir", p, [&] { return real_.sync_dir(p); }); }
+  Result<std::vector<std::string>> list(const std::string& p) override { return guard("list", p, [&] { return real_.list(p); }); }
+  Result<std::uint64_t> file_size(const std::string& p) override { return guard("stat", p, [&] { return real_.file_size(p); }); }
+  Result<void> remove(const std::string& p) override {
+    return guard("remove", p, [&] {
+      synced_.erase(p);
+      return real_.remove(p);
+    });
+  }
+  Result<void> rename(const std::string& from, const std::string& to) override {
+    return guard("rename", from, [&]() -> Result<void> {
+      auto r = real_.rename(from, to);
+      if (r) {
+        auto it = synced_.find(from);
+        std::uint64_t s = it == synced_.end() ? 0 : it->second;
+        if (it != synced_.end()) synced_.erase(it);
+        synced_[to] = s;
+      }
+      return r;
+    });
+  }
+
+ private:
+  class FaultFile final : public File {
+   public:
+    FaultFile(FaultFileSystem& fs, std::unique_ptr<File> real) : fs_(fs), real_(std::move(real)) {}
+    const std::string& path() const override { return real_->path(); }
+    Result<std::size_t> pread(char* buf, std::size_t n, std::uint64_t off) override {
+      std::lock_guard lk(fs_.mu_);
+      if (fs_.crashed_) return io_error("pread", path(), EIO);
+      return real_->pread(buf, n, off);
+    }
+    Result<void> pwritev(const struct iovec* iov, int count, std::uint64_t off) override {
+      std::lock_guard lk(fs_.mu_);
+      if (fs_.crashed_) return io_error("pwritev", path(), EIO);
+      return real_->pwritev(iov, count, off);
+    }
+    Result<void> datasync() override {
+      std::unique_lock lk(fs_.mu_);
+      ++fs_.waiting_;
+      fs_.cv_.wait(lk, [&] { return !fs_.blocked_; });
+      --fs_.waiting_;
+      if (fs_.crashed_ || fs_.fail_syncs_) return io_error("fdatasync", path(), EIO);
+      if (auto r = real_->datasync(); !r) return r;
+      ++fs_.syncs_;
+      auto sz = real_->size();
+      if (sz) fs_.synced_[path()] = *sz;
+      return {};
+    }
+    Result<void> truncate(std::uint64_t len) override {
+      std::lock_guard lk(fs_.mu_);
+      if (fs_.crashed_) return io_error("ftruncate", path(), EIO);
+      auto r = real_->truncate(len);
+      auto it = fs_.synced_.find(path());
+      if (r && it != fs_.synced_.end() && it->second > len) it->second = len;
+      return r;
+    }
+    Result<std::uint64_t> size() override {
+      std::lock_guard lk(fs_.mu_);
+      if (fs_.crashed_) return io_error("fstat", path(), EIO);
+      return real_->size();
+    }
+
+   private:
+    FaultFileSystem& fs_;
+    std::unique_ptr<File> real_;
+  };
+
+  template <class F>
+  auto guard(const char* op, const std::string& p, F f) -> decltype(f()) {
+    std::lock_guard lk(mu_);
+    if (crashed_) return io_error(op, p, EIO);
+    return f();
+  }
+
+  PosixFileSystem real_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, std::uint64_t> synced_;
+  bool crashed_ = false;
+  bool fail_syncs_ = false;
+  bool blocked_ = false;
+  int waiting_ = 0;
+  std::uint64_t syncs_ = 0;
+};
+
+}  // namespace sluice::fs_storage::testing

@@ -1,0 +1,148 @@
+// Group commit, visibility after sync, and the failed-shard state on I/O errors.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "storage_test_util.h"
+
+namespace sluice::fs_storage::testing {
+namespace {
+
+using sluice::testing::TestHost;
+
+class GroupCommitTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    host_.set("storage.segment_bytes", "65536");
+    host_.set("storage.retention_interval_ms", "0");
+    fs_ = std::make_shared<FaultFileSystem>();
+    engine_ = std::make_unique<FsStorageEngine>(host_, fs_);
+    auto s = engine_->open_shard(test_ref(), StreamSpec{});
+    ASSERT_TRUE(s) << s.error().to_string();
+    shard_ = *s;
+  }
+  void TearDown() override {
+    fs_->unblock_syncs();
+    engine_.reset();
+  }
+  TestHost host_;
+  std::shared_ptr<FaultFileSystem> fs_;
+  std::unique_ptr<FsStorageEngine> engine_;
+  std::shared_ptr<ShardLog> shard_;
+};
+
+TEST_F(GroupCommitTest, ConcurrentAppendersAllSucceedWithUniqueContiguousOffsetsAndSharedSyncs) {
+  constexpr int kThreads = 8, kPerThread = 100, kRecords = 3;
+  constexpr int kAppends = kThreads * kPerThread;
+  // Hold the first sync so that the other appends pile up behind it: the count of syncs
+  // then does not depend on timing.
+  fs_->block_syncs();
+  std::mutex mu;
+  std::vector<std::uint64_t> bases;
+  std::atomic<int> ok{0}, failed{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kPerThread; ++i)
+        shard_->append(make_batch("t" + std::to_string(t), kRecords), AckMode::leader,
+                       [&](Result<AppendResult> r) {
+                         if (!r) { ++failed; return; }
+                         std::lock_guard lk(mu);
+                         bases.push_back(r->base_offset.value());
+                         ++ok;
+                       });
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ok.load(), 0) << "nothing is acknowledged before its fdatasync";
+  fs_->unblock_syncs();
+  ASSERT_TRUE(eventually([&] { return ok.load() + failed.load() == kAppends; }));
+  EXPECT_EQ(failed.load(), 0);
+  std::sort(bases.begin(), bases.end());
+  for (int i = 0; i < kAppends; ++i) ASSERT_EQ(bases[i], std::uint64_t(i) * kRecords);
+  auto st = shard_->stats();
+  EXPECT_EQ(st.high_watermark.value(), std::uint64_t(kAppends) * kRecords);
+  EXPECT_EQ(st.appended_records, std::uint64_t(kAppends) * kRecords);
+  EXPECT_LT(st.syncs, std::uint64_t(kAppends)) << "appends share fdatasyncs";
+  EXPECT_LE(st.syncs, 10u) << "everything queued behind one blocked sync is one group";
+  EXPECT_EQ(read_all(*shard_).size(), std::size_t(kAppends) * kRecords);
+}
+
+TEST_F(GroupCommitTest, RecordIsNotReadableBeforeItsSync) {
+  ASSERT_TRUE(append_wait(*shard_, make_batch("first", 2)));
+  fs_->block_syncs();
+  std::atomic<bool> acked{false};
+  shard_->append(make_batch("second", 2), AckMode::leader, [&](Result<AppendResult> r) {
+    EXPECT_TRUE(r);
+    acked = true;
+  });
+  // The flusher has written the bytes and waits in fdatasync.
+  ASSERT_TRUE(eventually([&] { return fs_->blocked_sync_waiters() == 1; }));
+  auto r = shard_->read(Offset(0), 100, 1 << 20);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->high_watermark.value(), 2u);
+  ASSERT_EQ(r->batches.size(), 1u) << "the unsynced batch must not be visible";
+  EXPECT_EQ(r->next_offset.value(), 2u);
+  auto at = shard_->read(Offset(2), 100, 1 << 20);
+  ASSERT_TRUE(at);
+  EXPECT_TRUE(at->batches.empty());
+  EXPECT_FALSE(shard_->read(Offset(3), 100, 1 << 20)) << "offset 3 is beyond the HWM";
+  EXPECT_FALSE(acked.load());
+  EXPECT_EQ(shard_->stats().high_watermark.value(), 2u);
+
+  fs_->unblock_syncs();
+  ASSERT_TRUE(eventually([&] { return acked.load(); }));
+  EXPECT_EQ(shard_->stats().high_watermark.value(), 4u);
+  EXPECT_EQ(read_all(*shard_).size(), 4u);
+}
+
+TEST_F(GroupCommitTest, SyncFailureFailsTheShardAndNothingIsAcknowledged) {
+  ASSERT_TRUE(append_wait(*shard_, make_batch("ok", 1)));
+  fs_->block_syncs();
+  fs_->fail_syncs(true);
+  std::atomic<int> ok{0}, storage_failures{0}, done{0};
+  for (int i = 0; i < 20; ++i)
+    shard_->append(make_batch("doomed", 1), AckMode::leader, [&](Result<AppendResult> r) {
+      if (r) ++ok;
+      else if (r.error().code == Errc::storage_failure) ++storage_failures;
+      ++done;
+    });
+  fs_->unblock_syncs();
+  ASSERT_TRUE(eventually([&] { return done.load() == 20; }));
+  EXPECT_EQ(ok.load(), 0);
+  EXPECT_EQ(storage_failures.load(), 20);
+
+  // Later appends fail too, even though the disk "recovered".
+  fs_->fail_syncs(false);
+  auto later = append_wait(*shard_, make_batch("later", 1));
+  ASSERT_FALSE(later);
+  EXPECT_EQ(later.error().code, Errc::storage_failure);
+  auto none = append_wait(*shard_, make_batch("later", 1), AckMode::none);
+  ASSERT_FALSE(none);
+  EXPECT_EQ(none.error().code, Errc::storage_failure);
+  EXPECT_EQ(shard_->stats().high_watermark.value(), 1u);
+  EXPECT_EQ(read_all(*shard_).size(), 1u);
+  EXPECT_TRUE(host_.logged("refusing appends until reopened"));
+}
+
+TEST_F(GroupCommitTest, ShutdownCompletesEveryPendingCallback) {
+  fs_->block_syncs();
+  std::atomic<int> done{0};
+  for (int i = 0; i < 10; ++i)
+    shard_->append(make_batch("p", 1), AckMode::leader, [&](Result<AppendResult>) { ++done; });
+  std::thread unblock([&] {
+    eventually([&] { return fs_->blocked_sync_waiters() > 0; });
+    fs_->unblock_syncs();
+  });
+  engine_->shutdown();
+  unblock.join();
+  EXPECT_EQ(done.load(), 10);
+  auto after = append_wait(*shard_, make_batch("late", 1));
+  ASSERT_FALSE(after);
+  EXPECT_EQ(after.error().code, Errc::unavailable);
+}
+
+}  // namespace
+}  // namespace sluice::fs_storage::testing

@@ -1,0 +1,99 @@
+// Retention by size and by age deletes whole sealed segments from the oldest and moves
+// the log start; the active segment is never deleted.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+
+#include "layout.h"
+#include "storage_test_util.h"
+
+namespace sluice::fs_storage::testing {
+namespace {
+
+using sluice::testing::TestHost;
+
+class RetentionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    host_.set("storage.segment_bytes", "1024");
+    host_.set("storage.retention_interval_ms", "0");
+    engine_ = std::make_unique<FsStorageEngine>(host_, std::make_shared<PosixFileSystem>());
+  }
+  std::shared_ptr<ShardLog> open(RetentionPolicy p) {
+    StreamSpec spec;
+    spec.retention = p;
+    auto s = engine_->open_shard(test_ref(), spec);
+    EXPECT_TRUE(s) << s.error().to_string();
+    return *s;
+  }
+  TestHost host_;
+  std::unique_ptr<FsStorageEngine> engine_;
+};
+
+TEST_F(RetentionTest, SizeRetentionDeletesOldestSealedSegmentsAndMovesLogStart) {
+  auto shard = open(RetentionPolicy{2048, -1});
+  for (int i = 0; i < 40; ++i) ASSERT_TRUE(append_wait(*shard, make_batch("v", 3, 1000, 30)));
+  auto before = shard->stats();
+  ASSERT_GT(before.size_bytes, 2048u);
+  engine_->run_retention_once();
+  auto after = shard->stats();
+  EXPECT_LE(after.size_bytes, 2048u);
+  EXPECT_LT(after.segments, before.segments);
+  EXPECT_GT(after.log_start.value(), 0u);
+  EXPECT_EQ(after.high_watermark, before.high_watermark);
+  const auto dir = engine_->shard_directory(test_ref()).value() + "/log/";
+  EXPECT_FALSE(std::filesystem::exists(dir + segment_file_name(0)));
+  EXPECT_TRUE(std::filesystem::exists(dir + segment_file_name(after.log_start.value())));
+
+  auto before_start = shard->read(Offset(0), 10, 1 << 20);
+  ASSERT_FALSE(before_start);
+  EXPECT_EQ(before_start.error().code, Errc::offset_out_of_range);
+  EXPECT_NE(before_start.error().message.find("log start " + std::to_string(after.log_start.value())),
+            std::string::npos)
+      << before_start.error().message;
+  auto rest = read_all(*shard, after.log_start.value());
+  EXPECT_EQ(rest.size(), after.high_watermark.value() - after.log_start.value());
+
+  // The log start survives a restart.
+  engine_->close_shard(test_ref());
+  shard = open(RetentionPolicy{2048, -1});
+  EXPECT_EQ(shard->stats().log_start, after.log_start);
+}
+
+TEST_F(RetentionTest, AgeRetentionDeletesSegmentsWhoseNewestRecordIsTooOld) {
+  auto shard = open(RetentionPolicy{-1, 60'000});
+  const std::int64_t now = 10'000'000;
+  for (int i = 0; i < 15; ++i) ASSERT_TRUE(append_wait(*shard, make_batch("old", 3, now - 120'000, 30)));
+  for (int i = 0; i < 15; ++i) ASSERT_TRUE(append_wait(*shard, make_batch("new", 3, now - 1'000, 30)));
+  engine_->run_retention_once(now);
+  auto st = shard->stats();
+  EXPECT_GT(st.log_start.value(), 0u) << "old segments deleted";
+  EXPECT_LE(st.log_start.value(), 45u) << "no segment holding a new record is deleted";
+  auto rest = read_all(*shard, st.log_start.value());
+  for (std::uint64_t o = 45; o < 90; ++o) EXPECT_TRUE(rest.count(o)) << o;
+}
+
+TEST_F(RetentionTest, ActiveSegmentIsNeverDeleted) {
+  auto shard = open(RetentionPolicy{0, 0});
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(append_wait(*shard, make_batch("v", 3, 1, 30)));
+  engine_->run_retention_once();
+  auto st = shard->stats();
+  EXPECT_EQ(st.segments, 1u);
+  EXPECT_EQ(st.high_watermark.value(), 60u);
+  auto r = append_wait(*shard, make_batch("more", 1));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->base_offset.value(), 60u);
+}
+
+TEST_F(RetentionTest, UnlimitedPolicyDeletesNothing) {
+  auto shard = open(RetentionPolicy{});
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(append_wait(*shard, make_batch("v", 3, 1, 30)));
+  auto before = shard->stats();
+  engine_->run_retention_once();
+  EXPECT_EQ(shard->stats().segments, before.segments);
+  EXPECT_EQ(shard->stats().log_start.value(), 0u);
+}
+
+}  // namespace
+}  // namespace sluice::fs_storage::testing

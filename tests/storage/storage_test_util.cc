@@ -1,0 +1,69 @@
+#include "storage_test_util.h"
+
+#include <gtest/gtest.h>
+
+#include <future>
+#include <thread>
+
+#include "layout.h"
+
+namespace sluice::fs_storage::testing {
+
+std::string make_batch(const std::string& tag, std::uint32_t records, std::int64_t ts,
+                       std::size_t value_pad) {
+  BatchBuilder b;
+  for (std::uint32_t i = 0; i < records; ++i) {
+    std::string v = tag + "#" + std::to_string(i) + std::string(value_pad, 'x');
+    b.add(std::nullopt, v, {}, ts);
+  }
+  return b.finish();
+}
+
+ShardRef test_ref(std::uint32_t shard, std::uint64_t incarnation) {
+  return ShardRef{StreamKey{"acme", "orders", "events"}, ShardIndex(shard), Incarnation(incarnation)};
+}
+
+Result<AppendResult> append_wait(ShardLog& shard, std::string batch, AckMode ack) {
+  auto p = std::make_shared<std::promise<Result<AppendResult>>>();
+  auto f = p->get_future();
+  shard.append(std::move(batch), ack, [p](Result<AppendResult> r) { p->set_value(std::move(r)); });
+  if (f.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
+    ADD_FAILURE() << "append callback did not run within 30 s";
+    return Error(Errc::timeout, "test timeout");
+  }
+  return f.get();
+}
+
+bool eventually(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return pred();
+}
+
+std::map<std::uint64_t, std::string> read_all(ShardLog& shard, std::uint64_t from) {
+  std::map<std::uint64_t, std::string> out;
+  for (;;) {
+    auto r = shard.read(Offset(from), 1000, 1 << 20);
+    if (!r) {
+      ADD_FAILURE() << "read(" << from << ") failed: " << r.error().to_string();
+      return out;
+    }
+    for (auto& b : r->batches) {
+      BatchReader reader(b.data(), b.size());
+      RecordView rv;
+      while (reader.next(rv))
+        if (rv.offset >= from) out[rv.offset] = std::string(rv.value);
+    }
+    if (r->batches.empty()) return out;
+    from = r->next_offset.value();
+  }
+}
+
+std::string segment_path(FsStorageEngine& engine, const ShardRef& ref, std::uint64_t base) {
+  return engine.shard_directory(ref).value() + "/log/" + segment_file_name(base);
+}
+
+}  // namespace sluice::fs_storage::testing

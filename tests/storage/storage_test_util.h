@@ -1,0 +1,41 @@
+// Shared helpers for fs-storage tests: batch building, synchronous append, polling, and
+// reading a whole shard back.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine.h"
+#include "fault_file_system.h"
+#include "sluice/record_batch.h"
+#include "sluice/storage.h"
+#include "test_host.h"
+
+namespace sluice::fs_storage::testing {
+
+// A batch of `records` records whose values are "<tag>#<i>", timestamps `ts`.
+std::string make_batch(const std::string& tag, std::uint32_t records, std::int64_t ts = 1000,
+                       std::size_t value_pad = 0);
+
+ShardRef test_ref(std::uint32_t shard = 0, std::uint64_t incarnation = 0);
+
+// Appends and waits for the callback (30 s cap; fails the test on timeout).
+Result<AppendResult> append_wait(ShardLog& shard, std::string batch, AckMode ack = AckMode::leader);
+
+// Polls `pred` every millisecond for up to `timeout`; true once it holds.
+bool eventually(const std::function<bool()>& pred,
+                std::chrono::milliseconds timeout = std::chrono::seconds(30));
+
+// Every record value from `from` up to the high watermark, keyed by offset. Fails the
+// test on a read error.
+std::map<std::uint64_t, std::string> read_all(ShardLog& shard, std::uint64_t from = 0);
+
+// Path of segment `base` of the shard in `engine`'s layout.
+std::string segment_path(FsStorageEngine& engine, const ShardRef& ref, std::uint64_t base);
+
+}  // namespace sluice::fs_storage::testing
