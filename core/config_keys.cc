@@ -37,6 +37,8 @@ constexpr ConfigKey kConfigKeys[] = {
     {"http.max_body_bytes", "8388608", "Largest accepted request body; larger gets 413."},
     {"http.max_wait_ms", "30000", "Longest long-poll wait a fetch may ask for."},
     {"http.idle_timeout_ms", "60000", "Close idle keep-alive connections after this long."},
+    {"http.admin_threads", "2", "Threads for catalog calls, which may block on the metadata store."},
+    {"http.fetch_max_bytes", "1048576", "Most batch bytes one fetch reads (at least one batch is returned)."},
     {"broker.max_records_per_publish", "100000", "Largest number of records in one publish request."},
 };
 }  // namespace

@@ -247,9 +247,11 @@ int main(int argc, char** argv) {
   broker->stop();
   storage->shutdown();
   metadata->stop();
+  // Release in dependency order: storage may still hold callbacks whose code lives in the
+  // API plugin (long-poll waiters), so the API library is unloaded only after storage.
   broker.reset();
-  api.reset();
   storage.reset();
+  api.reset();
   metadata.reset();
   log_line(LogLevel::info, "sluiced", "stopped");
   return 0;

@@ -1,0 +1,173 @@
+#include "codec.h"
+
+#include <boost/json/array.hpp>
+#include <boost/json/serialize.hpp>
+#include <boost/json/value.hpp>
+
+namespace sluice::http_api {
+
+namespace json = boost::json;
+
+bool valid_utf8(std::string_view s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const auto* end = p + s.size();
+  while (p < end) {
+    const unsigned char c = *p;
+    if (c < 0x80) { ++p; continue; }
+    int n;
+    std::uint32_t cp;
+    if ((c & 0xe0) == 0xc0) { n = 1; cp = c & 0x1f; }
+    else if ((c & 0xf0) == 0xe0) { n = 2; cp = c & 0x0f; }
+    else if ((c & 0xf8) == 0xf0) { n = 3; cp = c & 0x07; }
+    else return false;
+    if (end - p < n + 1) return false;
+    for (int i = 1; i <= n; ++i) {
+      if ((p[i] & 0xc0) != 0x80) return false;
+      cp = (cp << 6) | (p[i] & 0x3f);
+    }
+    if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000)) return false;
+    if (cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
+    p += n + 1;
+  }
+  return true;
+}
+
+namespace {
+constexpr char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+int b64val(char c) {
+  if (c >= 'A' && c <= 'Z') return c - 'A';
+  if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+  if (c >= '0' && c <= '9') return c - '0' + 52;
+  if (c == '+') return 62;
+  if (c == '/') return 63;
+  return -1;
+}
+}  // namespace
+
+std::string base64_encode(std::string_view in) {
+  std::string out;
+  out.reserve((in.size() + 2) / 3 * 4);
+  std::size_t i = 0;
+  const auto* p = reinterpret_cast<const unsigned char*>(in.data());
+  for (; i + 3 <= in.size(); i += 3) {
+    const std::uint32_t v = (p[i] << 16) | (p[i + 1] << 8) | p[i + 2];
+    out.push_back(kB64[v >> 18]);
+    out.push_back(kB64[(v >> 12) & 63]);
+    out.push_back(kB64[(v >> 6) & 63]);
+    out.push_back(kB64[v & 63]);
+  }
+  if (const std::size_t rest = in.size() - i; rest) {
+    std::uint32_t v = p[i] << 16;
+    if (rest == 2) v |= p[i + 1] << 8;
+    out.push_back(kB64[v >> 18]);
+    out.push_back(kB64[(v >> 12) & 63]);
+    out.push_back(rest == 2 ? kB64[(v >> 6) & 63] : '=');
+    out.push_back('=');
+  }
+  return out;
+}
+
+std::optional<std::size_t> base64_decode_to(std::string_view in, char* out) {
+  while (!in.empty() && in.back() == '=') in.remove_suffix(1);
+  if (in.size() % 4 == 1) return std::nullopt;
+  std::size_t n = 0;
+  std::uint32_t acc = 0;
+  int bits = 0;
+  for (char c : in) {
+    const int v = b64val(c);
+    if (v < 0) return std::nullopt;
+    acc = (acc << 6) | static_cast<std::uint32_t>(v);
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      out[n++] = static_cast<char>((acc >> bits) & 0xff);
+    }
+  }
+  return n;
+}
+
+std::optional<std::string> base64_decode(std::string_view in) {
+  std::string out(in.size() / 4 * 3 + 3, '\0');
+  auto n = base64_decode_to(in, out.data());
+  if (!n) return std::nullopt;
+  out.resize(*n);
+  return out;
+}
+
+json::object tenant_json(const TenantInfo& t) {
+  json::object o;
+  o["name"] = t.name;
+  o["created_seq"] = t.created_seq.value();
+  return o;
+}
+
+json::object namespace_json(const NamespaceInfo& n) {
+  json::object o;
+  o["tenant"] = n.tenant;
+  o["name"] = n.name;
+  o["created_seq"] = n.created_seq.value();
+  return o;
+}
+
+json::object stream_json(const StreamInfo& s) {
+  json::object o;
+  o["tenant"] = s.key.tenant;
+  o["namespace"] = s.key.ns;
+  o["name"] = s.key.name;
+  o["incarnation"] = s.incarnation.value();
+  o["shards"] = s.spec.shards;
+  json::object r;
+  r["max_bytes"] = s.spec.retention.max_bytes;
+  r["max_age_ms"] = s.spec.retention.max_age_ms;
+  o["retention"] = std::move(r);
+  o["ack"] = to_string(s.spec.default_ack);
+  o["created_seq"] = s.created_seq.value();
+  return o;
+}
+
+json::object shard_status_json(const ShardStatus& s) {
+  json::object o;
+  o["shard"] = s.shard.value();
+  o["incarnation"] = s.incarnation.value();
+  o["generation"] = s.generation.value();
+  o["leader"] = s.leader.value();
+  json::array reps;
+  for (auto& r : s.replicas) reps.push_back(r.value());
+  o["replicas"] = std::move(reps);
+  o["log_start"] = s.stats.log_start.value();
+  o["high_watermark"] = s.stats.high_watermark.value();
+  o["size_bytes"] = s.stats.size_bytes;
+  return o;
+}
+
+json::object cluster_json(const NodeInfo& i) {
+  json::object o;
+  o["cluster_id"] = i.cluster_id;
+  o["metadata_backend"] = i.metadata_backend;
+  o["node_id"] = i.node_id.value();
+  o["directory_id"] = i.directory_id;
+  json::array roles;
+  for (auto& r : i.roles) roles.push_back(json::string_view(r));
+  o["roles"] = std::move(roles);
+  o["version"] = i.version;
+  o["metadata_level"] = i.metadata_level.value();
+  return o;
+}
+
+HttpResponse json_response(int status, const json::value& v) {
+  HttpResponse r;
+  r.status = status;
+  r.content_type = "application/json";
+  r.body = json::serialize(v);
+  return r;
+}
+
+HttpResponse json_response(int status, const json::object& v) {
+  HttpResponse r;
+  r.status = status;
+  r.content_type = "application/json";
+  r.body = json::serialize(v);
+  return r;
+}
+
+}  // namespace sluice::http_api

@@ -1,0 +1,37 @@
+#include "config.h"
+
+#include <stdexcept>
+
+#include "sluice/host.h"
+
+namespace sluice::http_api {
+
+namespace {
+std::int64_t ranged(const PluginHost& h, const char* key, std::int64_t def, std::int64_t lo,
+                    std::int64_t hi) {
+  const std::int64_t v = h.config_int(key, def);
+  if (v < lo || v > hi)
+    throw std::invalid_argument(std::string(key) + " = " + std::to_string(v) +
+                                " is out of range [" + std::to_string(lo) + ", " +
+                                std::to_string(hi) + "]");
+  return v;
+}
+}  // namespace
+
+HttpConfig HttpConfig::from_host(const PluginHost& h) {
+  HttpConfig c;
+  c.address = h.config_string("http.address", c.address);
+  c.port = static_cast<std::uint16_t>(ranged(h, "http.port", 8080, 0, 65535));
+  c.threads = static_cast<unsigned>(ranged(h, "http.threads", 2, 1, 256));
+  c.admin_threads = static_cast<unsigned>(ranged(h, "http.admin_threads", 2, 1, 64));
+  c.max_body_bytes =
+      static_cast<std::size_t>(ranged(h, "http.max_body_bytes", 8 << 20, 1, std::int64_t{1} << 32));
+  c.max_wait = std::chrono::milliseconds(ranged(h, "http.max_wait_ms", 30000, 0, 3600000));
+  c.idle_timeout =
+      std::chrono::milliseconds(ranged(h, "http.idle_timeout_ms", 60000, 1, 86400000));
+  c.fetch_max_bytes = static_cast<std::size_t>(
+      ranged(h, "http.fetch_max_bytes", 1 << 20, 1024, std::int64_t{1} << 30));
+  return c;
+}
+
+}  // namespace sluice::http_api

@@ -1,0 +1,30 @@
+// http-api configuration (documented in README.md).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace sluice {
+class PluginHost;
+}
+
+namespace sluice::http_api {
+
+struct HttpConfig {
+  std::string address = "127.0.0.1";
+  std::uint16_t port = 8080;           // 0 = ephemeral (see ApiServer::port())
+  unsigned threads = 2;                // io_context threads
+  unsigned admin_threads = 2;          // thread pool for blocking catalog calls
+  std::size_t max_body_bytes = 8u << 20;
+  std::chrono::milliseconds max_wait{30000};       // long-poll cap
+  std::chrono::milliseconds idle_timeout{60000};   // keep-alive idle timeout
+  std::size_t fetch_max_bytes = 1u << 20;          // max_bytes passed to Node::fetch
+
+  // Reads the http.* keys. Throws std::invalid_argument on a bad value (only called from
+  // create(), a configuration boundary).
+  static HttpConfig from_host(const PluginHost& host);
+};
+
+}  // namespace sluice::http_api

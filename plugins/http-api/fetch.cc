@@ -1,0 +1,170 @@
+// GET {ns}/streams/{s}/shards/{n}/records?offset=N|earliest|latest&max=M&wait_ms=W
+//
+// Long poll: when the first read finds nothing and wait_ms > 0, the handler arms a strand
+// timer (wait_ms capped by http.max_wait_ms) and Node::notify_when_beyond. Whichever
+// fires first (both run on the connection strand, so `done` needs no lock) re-reads and
+// answers; a timeout answers 200 with no records. The notify callback runs on a storage
+// thread and holds only a weak_ptr to the poll, so a poll that already answered costs the
+// node nothing but an empty std::function until it fires.
+#include <charconv>
+
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
+
+#include "codec.h"
+#include "handlers.h"
+#include "problem.h"
+
+namespace sluice::http_api {
+
+namespace json = boost::json;
+
+namespace {
+
+constexpr std::uint32_t kDefaultMax = 100;
+constexpr std::uint32_t kMaxMax = 10000;
+
+std::optional<std::uint64_t> parse_u64(std::string_view s) {
+  std::uint64_t v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size() || s.empty()) return std::nullopt;
+  return v;
+}
+
+void put_bytes(json::object& o, std::string_view name, std::string_view bytes) {
+  if (valid_utf8(bytes))
+    o[name] = json::string_view(bytes.data(), bytes.size());
+  else
+    o[std::string(name) + "_base64"] = base64_encode(bytes);
+}
+
+// One read; renders the response. `empty` is true when no record was returned.
+struct ReadOutcome {
+  bool empty = false;
+  HttpResponse response;
+};
+
+ReadOutcome read_once(Node& node, const HttpConfig& cfg, const StreamKey& key, ShardIndex shard,
+                      Offset from, std::uint32_t max) {
+  auto r = node.fetch(key, shard, from, max, cfg.fetch_max_bytes);
+  if (!r) return {false, problem(r.error())};
+  json::array recs;
+  std::uint64_t next = std::max(from.value(), r->next_offset.value());
+  std::vector<Header> headers;
+  bool full = false;
+  for (const auto& b : r->batches) {
+    if (full) break;
+    // Storage hands out whole, CRC-checked batches (storage.h): no second CRC pass here.
+    if (b.size() < kBatchHeaderSize)
+      return {false, problem(Error(Errc::corrupt_data, "fetch returned a truncated batch"))};
+    BatchReader reader(b.data(), b.size());
+    RecordView rv;
+    while (reader.next(rv)) {
+      if (rv.offset < from.value()) continue;  // the first batch may start before `from`
+      if (recs.size() >= max) {
+        full = true;
+        break;
+      }
+      json::object o;
+      o["offset"] = rv.offset;
+      if (rv.key) put_bytes(o, "key", *rv.key);
+      put_bytes(o, "value", rv.value);
+      if (!rv.headers.empty()) {
+        headers.clear();
+        if (decode_headers(rv.headers, headers)) {
+          json::object ho, hb;
+          for (auto& hd : headers) {
+            if (valid_utf8(hd.value))
+              ho[hd.name] = json::string_view(hd.value.data(), hd.value.size());
+            else
+              hb[hd.name] = base64_encode(hd.value);
+          }
+          if (!ho.empty()) o["headers"] = std::move(ho);
+          if (!hb.empty()) o["headers_base64"] = std::move(hb);
+        }
+      }
+      o["timestamp"] = rv.timestamp_ms;
+      recs.push_back(std::move(o));
+      next = rv.offset + 1;
+    }
+  }
+  json::object out;
+  const bool empty = recs.empty();
+  out["records"] = std::move(recs);
+  out["next_offset"] = next;
+  out["high_watermark"] = r->high_watermark.value();
+  return {empty, json_response(200, out)};
+}
+
+struct Poll {
+  std::shared_ptr<Exchange> ex;
+  Node* node;
+  const HttpConfig* cfg;
+  StreamKey key;
+  ShardIndex shard;
+  Offset from;
+  std::uint32_t max;
+  bool done = false;
+  std::function<void()> cancel_timer;
+
+  // Strand only.
+  void finish() {
+    if (done) return;
+    done = true;
+    if (cancel_timer) std::exchange(cancel_timer, nullptr)();
+    ex->respond(read_once(*node, *cfg, key, shard, from, max).response);
+  }
+};
+
+}  // namespace
+
+void handle_fetch(Node& node, const HttpConfig& cfg, const std::shared_ptr<Exchange>& ex,
+                  const StreamKey& key, ShardIndex shard, const Target& target) {
+  std::uint32_t max = kDefaultMax;
+  if (auto m = target.param("max")) {
+    auto v = parse_u64(*m);
+    if (!v || *v == 0)
+      return ex->respond(problem(Error(Errc::invalid_argument, "max must be a positive integer")));
+    max = static_cast<std::uint32_t>(std::min<std::uint64_t>(*v, kMaxMax));
+  }
+  std::chrono::milliseconds wait{0};
+  if (auto w = target.param("wait_ms")) {
+    auto v = parse_u64(*w);
+    if (!v)
+      return ex->respond(
+          problem(Error(Errc::invalid_argument, "wait_ms must be a non-negative integer")));
+    wait = std::min<std::chrono::milliseconds>(
+        std::chrono::milliseconds(std::min<std::uint64_t>(*v, 86400000)), cfg.max_wait);
+  }
+  Offset from{0};
+  const std::string_view off = target.param("offset").value_or("earliest");
+  if (off == "earliest" || off == "latest") {
+    auto st = node.shard_stats(key, shard);
+    if (!st) return ex->respond(problem(st.error()));
+    from = off == "earliest" ? st->log_start : st->high_watermark;
+  } else {
+    auto v = parse_u64(off);
+    if (!v)
+      return ex->respond(problem(Error(
+          Errc::invalid_argument, "offset must be a non-negative integer, earliest or latest")));
+    from = Offset{*v};
+  }
+
+  ReadOutcome first = read_once(node, cfg, key, shard, from, max);
+  if (!first.empty || wait.count() == 0) return ex->respond(std::move(first.response));
+
+  auto poll = std::make_shared<Poll>(Poll{ex, &node, &cfg, key, shard, from, max, false, {}});
+  poll->cancel_timer = ex->start_timer(wait, [poll] { poll->finish(); });
+  auto r = node.notify_when_beyond(key, shard, from, [w = std::weak_ptr<Poll>(poll)] {
+    if (auto p = w.lock()) {
+      p->ex->post([p] { p->finish(); });
+    }
+  });
+  if (!r) {
+    poll->done = true;
+    if (poll->cancel_timer) std::exchange(poll->cancel_timer, nullptr)();
+    ex->respond(problem(r.error()));
+  }
+}
+
+}  // namespace sluice::http_api

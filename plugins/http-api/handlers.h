@@ -1,0 +1,37 @@
+// Internal to http-api: the data-path handlers and JSON body helpers shared by router.cc,
+// publish.cc and fetch.cc.
+#pragma once
+
+#include <initializer_list>
+#include <memory>
+#include <string_view>
+
+#include <boost/json/monotonic_resource.hpp>
+#include <boost/json/value.hpp>
+
+#include "config.h"
+#include "http_types.h"
+#include "path.h"
+#include "sluice/node.h"
+
+namespace sluice::http_api {
+
+// Parses `body` as JSON into `out`, allocating from out.storage() (callers give it a
+// monotonic_resource). malformed_body if it does not parse; invalid_argument if it is
+// not an object.
+Result<void> parse_json_object(std::string_view body, boost::json::value& out);
+// unknown_field naming the first field of `o` not in `allowed` (`where` prefixes it).
+Result<void> check_fields(const boost::json::object& o,
+                          std::initializer_list<std::string_view> allowed,
+                          std::string_view where);
+// "application/json; charset=utf-8" -> "application/json" (lower-cased, trimmed).
+std::string media_type(std::string_view content_type);
+
+// POST {ns}/streams/{s}/records
+void handle_publish(Node& node, const std::shared_ptr<Exchange>& ex, const StreamKey& key,
+                    const Target& target);
+// GET {ns}/streams/{s}/shards/{n}/records
+void handle_fetch(Node& node, const HttpConfig& cfg, const std::shared_ptr<Exchange>& ex,
+                  const StreamKey& key, ShardIndex shard, const Target& target);
+
+}  // namespace sluice::http_api

@@ -1,0 +1,53 @@
+// The plain request/response types shared by the Beast connection code (server.cc) and
+// the Beast-free routing and rendering code (router.cc, publish.cc, fetch.cc). Keeping
+// Beast out of everything but server.cc keeps the build cheap (ARCHITECTURE.md §9).
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace sluice::http_api {
+
+struct HttpRequest {
+  std::string method;        // "GET", "POST", ...
+  std::string target;        // raw request-target, still percent-encoded
+  std::string content_type;  // raw Content-Type header ("" if absent)
+  std::string body;          // owned; publish builds views into it
+};
+
+struct HttpResponse {
+  int status = 200;
+  std::string content_type;  // empty: no Content-Type (e.g. 204)
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;  // extra headers (Allow, ...)
+  bool close = false;        // close the connection after sending
+};
+
+// One request in flight, as the router sees it. Implemented by the connection (server.cc).
+//
+// Threading: request() and start_timer() are for the connection's strand (the thread the
+// router's handle() is called on, or a function given to post()). respond(), post() and
+// run_blocking() may be called from any thread (core, storage or admin-pool threads).
+// After stop() they silently drop their argument.
+class Exchange {
+ public:
+  virtual ~Exchange() = default;
+  virtual const HttpRequest& request() const = 0;
+  // Strand only, before respond(): the route template, used as a metrics label.
+  virtual void set_route(std::string route) = 0;
+  // Sends the response on the connection's strand. Only the first call counts.
+  virtual void respond(HttpResponse r) = 0;
+  // Runs `fn` on the connection's strand.
+  virtual void post(std::function<void()> fn) = 0;
+  // Runs `fn` on the small admin thread pool (for calls that may block, e.g. the catalog).
+  virtual void run_blocking(std::function<void()> fn) = 0;
+  // Strand only. Runs `fn` on the strand after `d`, unless the returned cancel function
+  // is called (also on the strand) first.
+  virtual std::function<void()> start_timer(std::chrono::milliseconds d,
+                                            std::function<void()> fn) = 0;
+};
+
+}  // namespace sluice::http_api

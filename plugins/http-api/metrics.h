@@ -1,0 +1,36 @@
+// The server's own counters, appended to Node::metrics_text() on GET /metrics.
+// Thread-safety: all methods may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <utility>
+
+namespace sluice::http_api {
+
+class HttpMetrics {
+ public:
+  void request_done(const std::string& route, int status);
+  void add_bytes_in(std::uint64_t n) { bytes_in_.fetch_add(n, std::memory_order_relaxed); }
+  void add_bytes_out(std::uint64_t n) { bytes_out_.fetch_add(n, std::memory_order_relaxed); }
+  void inc_in_flight() { in_flight_.fetch_add(1, std::memory_order_relaxed); }
+  void dec_in_flight() { in_flight_.fetch_sub(1, std::memory_order_relaxed); }
+  void connection_opened() { connections_.fetch_add(1, std::memory_order_relaxed); }
+  void connection_closed() { connections_.fetch_sub(1, std::memory_order_relaxed); }
+
+  // Prometheus text format (version 0.0.4).
+  std::string render() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::pair<std::string, int>, std::uint64_t> requests_;
+  std::atomic<std::int64_t> in_flight_{0};
+  std::atomic<std::int64_t> connections_{0};
+  std::atomic<std::uint64_t> bytes_in_{0};
+  std::atomic<std::uint64_t> bytes_out_{0};
+};
+
+}  // namespace sluice::http_api

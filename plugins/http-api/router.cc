@@ -1,0 +1,405 @@
+#include "router.h"
+
+#include <algorithm>
+#include <cctype>
+#include <exception>
+#include <string>
+#include <vector>
+
+#include <boost/json/array.hpp>
+#include <boost/json/parse.hpp>
+
+#include "codec.h"
+#include "handlers.h"
+#include "path.h"
+#include "problem.h"
+#include "sluice/names.h"
+
+namespace sluice::http_api {
+
+namespace json = boost::json;
+
+// ---- JSON body helpers (declared in handlers.h) ----
+
+Result<void> parse_json_object(std::string_view body, json::value& out) {
+  boost::system::error_code ec;
+  // Same storage as `out`, so the assignment moves instead of copying out of the arena.
+  out = json::parse(body, ec, out.storage());
+  if (ec) return Error(Errc::malformed_body, "request body is not valid JSON: " + ec.message());
+  if (!out.is_object()) return Error(Errc::invalid_argument, "request body must be a JSON object");
+  return {};
+}
+
+Result<void> check_fields(const json::object& o, std::initializer_list<std::string_view> allowed,
+                          std::string_view where) {
+  for (auto& kv : o) {
+    const std::string_view k(kv.key().data(), kv.key().size());
+    if (std::find(allowed.begin(), allowed.end(), k) == allowed.end()) {
+      std::string shown = valid_utf8(k) ? std::string(k) : "(non-UTF-8 name)";
+      return Error(Errc::unknown_field,
+                   "unknown field \"" + std::string(where) + shown + "\"");
+    }
+  }
+  return {};
+}
+
+std::string media_type(std::string_view ct) {
+  if (auto semi = ct.find(';'); semi != std::string_view::npos) ct = ct.substr(0, semi);
+  while (!ct.empty() && (ct.front() == ' ' || ct.front() == '\t')) ct.remove_prefix(1);
+  while (!ct.empty() && (ct.back() == ' ' || ct.back() == '\t')) ct.remove_suffix(1);
+  std::string out(ct);
+  for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+namespace {
+
+enum class Route {
+  healthz, readyz, metrics, cluster, tenants, tenant, namespaces, namespace_, streams, stream,
+  records, shards, shard_records
+};
+
+struct RouteDef {
+  Route route;
+  std::string_view label;  // route template, for metrics
+  std::string_view allow;  // "GET, POST"
+};
+
+std::optional<RouteDef> match(const std::vector<std::string>& s) {
+  const std::size_t n = s.size();
+  if (n == 1 && s[0] == "healthz") return RouteDef{Route::healthz, "/healthz", "GET"};
+  if (n == 1 && s[0] == "readyz") return RouteDef{Route::readyz, "/readyz", "GET"};
+  if (n == 1 && s[0] == "metrics") return RouteDef{Route::metrics, "/metrics", "GET"};
+  if (n < 2 || s[0] != "v1") return std::nullopt;
+  if (n == 2 && s[1] == "cluster") return RouteDef{Route::cluster, "/v1/cluster", "GET"};
+  if (s[1] != "tenants") return std::nullopt;
+  if (n == 2) return RouteDef{Route::tenants, "/v1/tenants", "GET, POST"};
+  if (n == 3) return RouteDef{Route::tenant, "/v1/tenants/{t}", "GET, DELETE"};
+  if (s[3] != "namespaces") return std::nullopt;
+  if (n == 4) return RouteDef{Route::namespaces, "/v1/tenants/{t}/namespaces", "GET, POST"};
+  if (n == 5) return RouteDef{Route::namespace_, "{ns}", "GET, DELETE"};
+  if (s[5] != "streams") return std::nullopt;
+  if (n == 6) return RouteDef{Route::streams, "{ns}/streams", "GET, POST"};
+  if (n == 7) return RouteDef{Route::stream, "{ns}/streams/{s}", "GET, DELETE"};
+  if (n == 8 && s[7] == "records") return RouteDef{Route::records, "{ns}/streams/{s}/records", "POST"};
+  if (n == 8 && s[7] == "shards") return RouteDef{Route::shards, "{ns}/streams/{s}/shards", "GET"};
+  if (n == 10 && s[7] == "shards" && s[9] == "records")
+    return RouteDef{Route::shard_records, "{ns}/streams/{s}/shards/{n}/records", "GET"};
+  return std::nullopt;
+}
+
+bool method_allowed(std::string_view allow, std::string_view method) {
+  while (!allow.empty()) {
+    auto comma = allow.find(',');
+    auto m = allow.substr(0, comma);
+    while (!m.empty() && m.front() == ' ') m.remove_prefix(1);
+    if (m == method) return true;
+    if (comma == std::string_view::npos) break;
+    allow.remove_prefix(comma + 1);
+  }
+  return false;
+}
+
+HttpResponse empty_response(int status) {
+  HttpResponse r;
+  r.status = status;
+  return r;
+}
+
+// Reads {"name": string} (the create body of tenants and namespaces).
+Result<std::string> name_body(std::string_view body, NameKind kind) {
+  json::monotonic_resource mr;
+  json::value v(json::storage_ptr{&mr});
+  if (auto r = parse_json_object(body, v); !r) return r.error();
+  const auto& o = v.get_object();
+  if (auto r = check_fields(o, {"name"}, ""); !r) return r.error();
+  const auto* n = o.if_contains("name");
+  if (!n) return Error(Errc::invalid_argument, "field \"name\" is required");
+  if (!n->is_string()) return Error(Errc::invalid_argument, "field \"name\" must be a string");
+  std::string name(n->get_string().data(), n->get_string().size());
+  if (auto r = validate_name(kind, name); !r) return r.error();
+  return name;
+}
+
+Result<std::uint32_t> u32_field(const json::value& v, std::string_view what, std::uint32_t lo) {
+  if (v.is_int64() && v.get_int64() >= lo && v.get_int64() <= 0xffffffffLL)
+    return static_cast<std::uint32_t>(v.get_int64());
+  if (v.is_uint64() && v.get_uint64() >= lo && v.get_uint64() <= 0xffffffffULL)
+    return static_cast<std::uint32_t>(v.get_uint64());
+  return Error(Errc::invalid_argument, "field \"" + std::string(what) + "\" must be an integer >= " +
+                                           std::to_string(lo));
+}
+
+Result<std::int64_t> i64_field(const json::value& v, std::string_view what) {
+  if (v.is_int64()) return v.get_int64();
+  if (v.is_uint64() && v.get_uint64() <= static_cast<std::uint64_t>(INT64_MAX))
+    return static_cast<std::int64_t>(v.get_uint64());
+  return Error(Errc::invalid_argument, "field \"" + std::string(what) + "\" must be an integer");
+}
+
+// Reads the create-stream body: {"name","shards"?,"retention"?:{...},"ack"?}.
+Result<std::pair<std::string, StreamSpec>> stream_body(std::string_view body) {
+  json::monotonic_resource mr;
+  json::value v(json::storage_ptr{&mr});
+  if (auto r = parse_json_object(body, v); !r) return r.error();
+  const auto& o = v.get_object();
+  if (auto r = check_fields(o, {"name", "shards", "retention", "ack"}, ""); !r) return r.error();
+  const auto* n = o.if_contains("name");
+  if (!n) return Error(Errc::invalid_argument, "field \"name\" is required");
+  if (!n->is_string()) return Error(Errc::invalid_argument, "field \"name\" must be a string");
+  std::string name(n->get_string().data(), n->get_string().size());
+  if (auto r = validate_name(NameKind::stream, name); !r) return r.error();
+  StreamSpec spec;
+  if (const auto* s = o.if_contains("shards")) {
+    auto r = u32_field(*s, "shards", 1);
+    if (!r) return r.error();
+    spec.shards = *r;
+  }
+  if (const auto* rv = o.if_contains("retention")) {
+    if (!rv->is_object())
+      return Error(Errc::invalid_argument, "field \"retention\" must be an object");
+    const auto& ro = rv->get_object();
+    if (auto r = check_fields(ro, {"max_bytes", "max_age_ms"}, "retention."); !r) return r.error();
+    if (const auto* b = ro.if_contains("max_bytes")) {
+      auto r = i64_field(*b, "retention.max_bytes");
+      if (!r) return r.error();
+      spec.retention.max_bytes = *r;
+    }
+    if (const auto* a = ro.if_contains("max_age_ms")) {
+      auto r = i64_field(*a, "retention.max_age_ms");
+      if (!r) return r.error();
+      spec.retention.max_age_ms = *r;
+    }
+  }
+  if (const auto* a = o.if_contains("ack")) {
+    if (!a->is_string()) return Error(Errc::invalid_argument, "field \"ack\" must be a string");
+    auto m = parse_ack_mode(std::string_view(a->get_string().data(), a->get_string().size()));
+    if (!m) return Error(Errc::invalid_argument, "field \"ack\" must be \"none\" or \"leader\"");
+    spec.default_ack = *m;
+  }
+  return std::pair{std::move(name), spec};
+}
+
+Result<ShardIndex> shard_segment(const std::string& s) {
+  if (s.empty() || s.size() > 10 ||
+      !std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return Error(Errc::invalid_argument, "shard must be a non-negative integer");
+  const auto v = std::stoull(s);
+  if (v > 0xffffffffULL) return Error(Errc::invalid_argument, "shard is out of range");
+  return ShardIndex{static_cast<std::uint32_t>(v)};
+}
+
+template <class Fn>
+void blocking(const std::shared_ptr<Exchange>& ex, Fn fn) {
+  ex->run_blocking([ex, fn = std::move(fn)]() mutable {
+    try {
+      ex->respond(fn());
+    } catch (const std::exception& e) {
+      ex->respond(problem(Error(Errc::internal, std::string("unexpected exception: ") + e.what())));
+    }
+  });
+}
+
+}  // namespace
+
+void Router::handle(const std::shared_ptr<Exchange>& ex) {
+  try {
+    dispatch(ex);
+  } catch (const std::exception& e) {
+    ex->respond(problem(Error(Errc::internal, std::string("unexpected exception: ") + e.what())));
+  }
+}
+
+void Router::dispatch(const std::shared_ptr<Exchange>& ex) {
+  const HttpRequest& req = ex->request();
+  auto target = parse_target(req.target);
+  if (!target) {
+    ex->respond(problem(Error(Errc::invalid_argument,
+                              "request target is not an absolute path or has a malformed "
+                              "percent-encoding")));
+    return;
+  }
+  const auto& seg = target->segments;
+  auto def = match(seg);
+  if (!def) {
+    ex->respond(problem(Error(Errc::not_found, "no such route")));
+    return;
+  }
+  ex->set_route(std::string(def->label));
+  if (!method_allowed(def->allow, req.method)) {
+    HttpResponse r = problem(405, "method_not_allowed", "Method not allowed",
+                             "method " + req.method + " is not allowed here; allowed: " +
+                                 std::string(def->allow));
+    r.headers.emplace_back("Allow", std::string(def->allow));
+    ex->respond(std::move(r));
+    return;
+  }
+  // Every name in the path is validated before anything touches the Node.
+  static constexpr NameKind kinds[] = {NameKind::tenant, NameKind::ns, NameKind::stream};
+  for (std::size_t i = 2, k = 0; i < seg.size() && i <= 6; i += 2, ++k) {
+    if (auto r = validate_name(kinds[k], seg[i]); !r) {
+      ex->respond(problem(r.error()));
+      return;
+    }
+  }
+  const bool get = req.method == "GET";
+  Node& node = node_;
+  switch (def->route) {
+    case Route::healthz: {
+      json::object o;
+      o["status"] = "ok";
+      ex->respond(json_response(200, o));
+      return;
+    }
+    case Route::readyz: {
+      std::string why;
+      const bool ready = node.ready(&why);
+      json::object o;
+      o["status"] = ready ? "ready" : "not_ready";
+      if (!ready) o["reason"] = why;
+      ex->respond(json_response(ready ? 200 : 503, o));
+      return;
+    }
+    case Route::metrics: {
+      HttpResponse r;
+      r.content_type = "text/plain; version=0.0.4";
+      r.body = node.metrics_text();
+      if (!r.body.empty() && r.body.back() != '\n') r.body.push_back('\n');
+      r.body += metrics_.render();
+      ex->respond(std::move(r));
+      return;
+    }
+    case Route::cluster:
+      ex->respond(json_response(200, cluster_json(node.info())));
+      return;
+    case Route::tenants:
+      if (get) {
+        blocking(ex, [&node]() -> HttpResponse {
+          auto r = node.catalog().list_tenants();
+          if (!r) return problem(r.error());
+          json::array a;
+          for (auto& t : *r) a.push_back(tenant_json(t));
+          json::object o;
+          o["tenants"] = std::move(a);
+          return json_response(200, o);
+        });
+      } else {
+        auto name = name_body(req.body, NameKind::tenant);
+        if (!name) return ex->respond(problem(name.error()));
+        blocking(ex, [&node, name = std::move(*name)]() -> HttpResponse {
+          auto r = node.catalog().create_tenant(name);
+          return r ? json_response(201, tenant_json(*r)) : problem(r.error());
+        });
+      }
+      return;
+    case Route::tenant:
+      if (get) {
+        blocking(ex, [&node, t = seg[2]]() -> HttpResponse {
+          auto r = node.catalog().list_tenants();
+          if (!r) return problem(r.error());
+          for (auto& ti : *r)
+            if (ti.name == t) return json_response(200, tenant_json(ti));
+          return problem(Error(Errc::not_found, "tenant '" + t + "' not found"));
+        });
+      } else {
+        blocking(ex, [&node, t = seg[2]]() -> HttpResponse {
+          auto r = node.catalog().delete_tenant(t);
+          return r ? empty_response(204) : problem(r.error());
+        });
+      }
+      return;
+    case Route::namespaces:
+      if (get) {
+        blocking(ex, [&node, t = seg[2]]() -> HttpResponse {
+          auto r = node.catalog().list_namespaces(t);
+          if (!r) return problem(r.error());
+          json::array a;
+          for (auto& n : *r) a.push_back(namespace_json(n));
+          json::object o;
+          o["namespaces"] = std::move(a);
+          return json_response(200, o);
+        });
+      } else {
+        auto name = name_body(req.body, NameKind::ns);
+        if (!name) return ex->respond(problem(name.error()));
+        blocking(ex, [&node, t = seg[2], name = std::move(*name)]() -> HttpResponse {
+          auto r = node.catalog().create_namespace(t, name);
+          return r ? json_response(201, namespace_json(*r)) : problem(r.error());
+        });
+      }
+      return;
+    case Route::namespace_:
+      if (get) {
+        blocking(ex, [&node, t = seg[2], n = seg[4]]() -> HttpResponse {
+          auto r = node.catalog().list_namespaces(t);
+          if (!r) return problem(r.error());
+          for (auto& ni : *r)
+            if (ni.name == n) return json_response(200, namespace_json(ni));
+          return problem(Error(Errc::not_found, "namespace '" + t + "/" + n + "' not found"));
+        });
+      } else {
+        blocking(ex, [&node, t = seg[2], n = seg[4]]() -> HttpResponse {
+          auto r = node.catalog().delete_namespace(t, n);
+          return r ? empty_response(204) : problem(r.error());
+        });
+      }
+      return;
+    case Route::streams:
+      if (get) {
+        blocking(ex, [&node, t = seg[2], n = seg[4]]() -> HttpResponse {
+          auto r = node.catalog().list_streams(t, n);
+          if (!r) return problem(r.error());
+          json::array a;
+          for (auto& s : *r) a.push_back(stream_json(s));
+          json::object o;
+          o["streams"] = std::move(a);
+          return json_response(200, o);
+        });
+      } else {
+        auto body = stream_body(req.body);
+        if (!body) return ex->respond(problem(body.error()));
+        StreamKey key{seg[2], seg[4], std::move(body->first)};
+        blocking(ex, [&node, key = std::move(key), spec = body->second]() -> HttpResponse {
+          auto r = node.create_stream(key, spec);
+          return r ? json_response(201, stream_json(*r)) : problem(r.error());
+        });
+      }
+      return;
+    case Route::stream: {
+      StreamKey key{seg[2], seg[4], seg[6]};
+      if (get) {
+        blocking(ex, [&node, key = std::move(key)]() -> HttpResponse {
+          auto r = node.catalog().get_stream(key);
+          return r ? json_response(200, stream_json(*r)) : problem(r.error());
+        });
+      } else {
+        blocking(ex, [&node, key = std::move(key)]() -> HttpResponse {
+          auto r = node.catalog().delete_stream(key);
+          return r ? json_response(200, stream_json(*r)) : problem(r.error());
+        });
+      }
+      return;
+    }
+    case Route::records:
+      handle_publish(node, ex, StreamKey{seg[2], seg[4], seg[6]}, *target);
+      return;
+    case Route::shards: {
+      auto r = node.shards(StreamKey{seg[2], seg[4], seg[6]});
+      if (!r) return ex->respond(problem(r.error()));
+      json::array a;
+      for (auto& s : *r) a.push_back(shard_status_json(s));
+      json::object o;
+      o["shards"] = std::move(a);
+      ex->respond(json_response(200, o));
+      return;
+    }
+    case Route::shard_records: {
+      auto shard = shard_segment(seg[8]);
+      if (!shard) return ex->respond(problem(shard.error()));
+      handle_fetch(node, cfg_, ex, StreamKey{seg[2], seg[4], seg[6]}, *shard, *target);
+      return;
+    }
+  }
+}
+
+}  // namespace sluice::http_api

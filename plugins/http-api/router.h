@@ -1,0 +1,39 @@
+// Request routing and the admin/status handlers. Beast-free: works on HttpRequest /
+// HttpResponse through an Exchange (http_types.h). The path table is the contract of
+// ARCHITECTURE.md §8; README.md lists what this build serves.
+//
+// Order of checks for every request: parse the target (percent-decoding each path
+// segment on its own) -> match the route shape (404 not_found) -> method (405 + Allow)
+// -> validate every name in the path with sluice::validate_name (400 invalid_name) ->
+// handler. So an invalid name never reaches the Node or its catalog.
+//
+// Threading: handle() runs on the connection's strand. Catalog calls (which may block
+// for seconds) run on the admin pool via Exchange::run_blocking; fetch, stream lookup,
+// shards, info, ready and metrics run inline (fast local reads); publish is async.
+#pragma once
+
+#include <memory>
+
+#include "config.h"
+#include "http_types.h"
+#include "metrics.h"
+#include "sluice/node.h"
+
+namespace sluice::http_api {
+
+class Router {
+ public:
+  Router(Node& node, HttpMetrics& metrics, const HttpConfig& cfg)
+      : node_(node), metrics_(metrics), cfg_(cfg) {}
+  // Answers through ex->respond(), exactly once (unless the server stops first).
+  void handle(const std::shared_ptr<Exchange>& ex);
+
+ private:
+  void dispatch(const std::shared_ptr<Exchange>& ex);
+
+  Node& node_;
+  HttpMetrics& metrics_;
+  const HttpConfig& cfg_;
+};
+
+}  // namespace sluice::http_api

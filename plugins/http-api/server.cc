@@ -1,0 +1,439 @@
+// The only Beast translation unit of http-api: connections, the acceptor, timers and the
+// io/admin thread pools. Everything about routes and JSON lives in Beast-free files.
+#include "server.h"
+
+#include <atomic>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include <boost/asio/bind_executor.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+#include "http_types.h"
+#include "metrics.h"
+#include "problem.h"
+#include "router.h"
+
+namespace sluice::http_api {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+
+namespace {
+
+constexpr std::size_t kHeaderLimit = 16 * 1024;
+constexpr std::size_t kDrainLimit = 4u << 20;  // bytes read and dropped on a lingering close
+constexpr std::chrono::milliseconds kDrainTime{2000};
+
+// Guards every post from a foreign thread (core, storage, admin pool). stop() closes it
+// before it tears the io_context and the pool down.
+struct Gate {
+  std::mutex mu;
+  bool open = true;
+};
+
+class Session;
+
+}  // namespace
+
+struct HttpServer::Impl {
+  HttpConfig cfg;
+  PluginHost* host;
+  // Declared before the io_context: sessions destroyed with it still count connections.
+  HttpMetrics metrics;
+  std::unique_ptr<Router> router;
+  std::shared_ptr<Gate> gate = std::make_shared<Gate>();
+
+  // Sessions waiting for the router's answer. No pending I/O holds them, and Exchanges
+  // hold them only weakly (so a late Node callback never keeps a socket alive past the
+  // io_context).
+  std::mutex parked_mu;
+  std::unordered_map<Session*, std::shared_ptr<Session>> parked;
+
+  std::optional<net::io_context> ioc;
+  std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
+  std::optional<net::thread_pool> pool;
+  std::optional<tcp::acceptor> acceptor;
+  std::optional<net::steady_timer> accept_backoff;
+  std::vector<std::thread> threads;
+  std::atomic<std::uint16_t> port{0};
+
+  std::mutex state_mu;
+  bool started = false;
+  bool stopped = false;
+
+  void log(LogLevel lvl, const std::string& msg) {
+    if (host) host->log(lvl, "http-api", msg);
+  }
+  void park(std::shared_ptr<Session> s) {
+    std::lock_guard lk(parked_mu);
+    Session* p = s.get();
+    parked.emplace(p, std::move(s));
+  }
+  void unpark(Session* s) {
+    std::shared_ptr<Session> keep;  // released outside the lock
+    std::lock_guard lk(parked_mu);
+    if (auto it = parked.find(s); it != parked.end()) {
+      keep = std::move(it->second);
+      parked.erase(it);
+    }
+  }
+  void do_accept();
+  void teardown();
+};
+
+namespace {
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(tcp::socket&& s, HttpServer::Impl& impl) : stream_(std::move(s)), impl_(impl) {
+    impl_.metrics.connection_opened();
+  }
+  ~Session() { impl_.metrics.connection_closed(); }
+
+  net::any_io_executor executor() { return stream_.get_executor(); }
+  HttpServer::Impl& impl() { return impl_; }
+
+  void run() {
+    net::dispatch(stream_.get_executor(),
+                  beast::bind_front_handler(&Session::do_read, shared_from_this()));
+  }
+
+  // Strand only: sends the router's answer, then reads the next request or closes.
+  void answer(HttpResponse r, const std::string& route) {
+    impl_.unpark(this);
+    impl_.metrics.dec_in_flight();
+    impl_.metrics.request_done(route, r.status);
+    send(std::move(r));
+  }
+
+ private:
+  void do_read() {
+    parser_.emplace();
+    parser_->body_limit(impl_.cfg.max_body_bytes);
+    parser_->header_limit(kHeaderLimit);
+    stream_.expires_after(impl_.cfg.idle_timeout);
+    // Header first: the body limit trips here when Content-Length is too large, and a
+    // client that sent "Expect: 100-continue" (curl does for larger bodies) is told to go
+    // on instead of waiting for its own timeout.
+    http::async_read_header(stream_, buffer_, *parser_,
+                            beast::bind_front_handler(&Session::on_header, shared_from_this()));
+  }
+
+  void on_header(beast::error_code ec, std::size_t n) {
+    if (ec) return on_read(ec, n);
+    impl_.metrics.add_bytes_in(n);
+    auto& req = parser_->get();
+    if (beast::iequals(req[http::field::expect], "100-continue") && !parser_->is_done()) {
+      auto cont = std::make_shared<http::response<http::empty_body>>(http::status::continue_,
+                                                                      req.version());
+      http::async_write(stream_, *cont,
+                        [self = shared_from_this(), cont](beast::error_code ec, std::size_t n) {
+                          self->impl_.metrics.add_bytes_out(n);
+                          if (ec) return self->hard_close();
+                          self->read_body();
+                        });
+      return;
+    }
+    read_body();
+  }
+
+  void read_body() {
+    http::async_read(stream_, buffer_, *parser_,
+                     beast::bind_front_handler(&Session::on_read, shared_from_this()));
+  }
+
+  void on_read(beast::error_code ec, std::size_t n);
+
+  void fail_request(const Error& e) {
+    HttpResponse r = problem(e);
+    r.close = true;
+    impl_.metrics.request_done("unmatched", r.status);
+    send(std::move(r));
+  }
+
+  void send(HttpResponse r) {
+    const bool close = r.close || !keep_alive_;
+    auto res = std::make_shared<http::response<http::string_body>>(
+        static_cast<http::status>(r.status), version_);
+    res->set(http::field::server, "sluice");
+    if (!r.content_type.empty()) res->set(http::field::content_type, r.content_type);
+    for (auto& [k, v] : r.headers) res->set(k, v);
+    res->body() = std::move(r.body);
+    res->keep_alive(!close);
+    res->prepare_payload();
+    stream_.expires_after(impl_.cfg.idle_timeout);
+    http::async_write(stream_, *res,
+                      [self = shared_from_this(), res, close](beast::error_code ec, std::size_t n) {
+                        self->impl_.metrics.add_bytes_out(n);
+                        if (ec) return self->hard_close();
+                        if (close) return self->lingering_close();
+                        self->do_read();
+                      });
+  }
+
+  // Half-closes, then reads and drops what the client still sends (e.g. the rest of an
+  // oversized body) for a bounded time, so our response is not lost to a TCP reset.
+  void lingering_close() {
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    if (ec) return hard_close();
+    stream_.expires_after(std::min(impl_.cfg.idle_timeout, kDrainTime));
+    drain();
+  }
+  void drain() {
+    stream_.async_read_some(net::buffer(drain_buf_),
+                            [self = shared_from_this()](beast::error_code ec, std::size_t n) {
+                              self->drained_ += n;
+                              if (ec || self->drained_ > kDrainLimit) return self->hard_close();
+                              self->drain();
+                            });
+  }
+  void hard_close() {
+    beast::error_code ec;
+    stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
+    stream_.socket().close(ec);
+  }
+
+  beast::tcp_stream stream_;
+  HttpServer::Impl& impl_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  bool keep_alive_ = true;
+  unsigned version_ = 11;
+  std::size_t drained_ = 0;
+  char drain_buf_[4096];
+};
+
+class ConnExchange final : public Exchange {
+ public:
+  ConnExchange(HttpServer::Impl& impl, std::weak_ptr<Session> s, HttpRequest req)
+      : impl_(impl), gate_(impl.gate), session_(std::move(s)), req_(std::move(req)) {}
+
+  const HttpRequest& request() const override { return req_; }
+  void set_route(std::string route) override { route_ = std::move(route); }
+
+  void respond(HttpResponse r) override {
+    if (responded_.exchange(true)) return;
+    on_session([r = std::move(r), route = route_](Session& s) mutable {
+      s.answer(std::move(r), route);
+    });
+  }
+  void post(std::function<void()> fn) override {
+    on_session([fn = std::move(fn)](Session&) { fn(); });
+  }
+  void run_blocking(std::function<void()> fn) override {
+    std::lock_guard lk(gate_->mu);
+    if (!gate_->open) return;
+    net::post(*impl_.pool, std::move(fn));
+  }
+  std::function<void()> start_timer(std::chrono::milliseconds d,
+                                    std::function<void()> fn) override {
+    auto s = session_.lock();
+    if (!s) return {};
+    auto t = std::make_shared<net::steady_timer>(s->executor());
+    t->expires_after(d);
+    t->async_wait([t, fn = std::move(fn)](beast::error_code ec) {
+      if (!ec) fn();
+    });
+    // Weak: only the pending wait owns the timer, so whoever holds the cancel function
+    // (possibly a storage thread, late) never destroys a timer.
+    return [w = std::weak_ptr<net::steady_timer>(t)] {
+      if (auto t = w.lock()) t->cancel();
+    };
+  }
+
+ private:
+  template <class F>
+  void on_session(F f) {
+    std::lock_guard lk(gate_->mu);  // after stop() the Impl may be gone: check first
+    if (!gate_->open) return;
+    auto s = session_.lock();
+    if (!s) return;
+    net::post(s->executor(), [s, f = std::move(f)]() mutable { f(*s); });
+  }
+
+  HttpServer::Impl& impl_;
+  std::shared_ptr<Gate> gate_;
+  std::weak_ptr<Session> session_;
+  HttpRequest req_;
+  std::string route_ = "unmatched";
+  std::atomic<bool> responded_{false};
+};
+
+void Session::on_read(beast::error_code ec, std::size_t n) {
+  impl_.metrics.add_bytes_in(n);
+  if (ec == http::error::end_of_stream || ec == http::error::partial_message) return hard_close();
+  if (ec == http::error::body_limit)
+    return fail_request(Error(Errc::body_too_large,
+                              "request body exceeds http.max_body_bytes (" +
+                                  std::to_string(impl_.cfg.max_body_bytes) + " bytes)"));
+  if (ec == http::error::header_limit)
+    return fail_request(Error(Errc::malformed_body, "request headers exceed " +
+                                                        std::to_string(kHeaderLimit) + " bytes"));
+  if (ec && ec.category() == http::make_error_code(http::error::bad_target).category())
+    return fail_request(Error(Errc::malformed_body, "malformed HTTP request: " + ec.message()));
+  if (ec) return hard_close();  // timeout (idle), reset, ...
+
+  auto& req = parser_->get();
+  keep_alive_ = req.keep_alive();
+  version_ = req.version();
+  HttpRequest r;
+  r.method = std::string(req.method_string());
+  r.target = std::string(req.target());
+  r.content_type = std::string(req[http::field::content_type]);
+  r.body = std::move(req.body());
+  parser_.reset();
+
+  auto ex = std::make_shared<ConnExchange>(impl_, weak_from_this(), std::move(r));
+  impl_.park(shared_from_this());
+  stream_.expires_never();
+  impl_.metrics.inc_in_flight();
+  impl_.router->handle(ex);
+}
+
+}  // namespace
+
+void HttpServer::Impl::do_accept() {
+  acceptor->async_accept(net::make_strand(*ioc), [this](beast::error_code ec, tcp::socket s) {
+    if (ec == net::error::operation_aborted) return;
+    if (ec) {
+      // e.g. EMFILE: back off instead of spinning.
+      log(LogLevel::warn, "accept failed: " + ec.message());
+      accept_backoff->expires_after(std::chrono::milliseconds(100));
+      accept_backoff->async_wait([this](beast::error_code e) {
+        if (!e) do_accept();
+      });
+      return;
+    }
+    beast::error_code ignored;
+    s.set_option(tcp::no_delay(true), ignored);  // small responses, often pipelined
+    std::make_shared<Session>(std::move(s), *this)->run();
+    do_accept();
+  });
+}
+
+void HttpServer::Impl::teardown() {
+  {
+    std::lock_guard lk(gate->mu);
+    gate->open = false;
+  }
+  if (ioc) ioc->stop();
+  for (auto& t : threads) {
+    if (t.get_id() == std::this_thread::get_id())
+      t.detach();  // stop() from an io thread: cannot join ourselves
+    else if (t.joinable())
+      t.join();
+  }
+  threads.clear();
+  if (pool) {
+    pool->stop();
+    pool->join();
+  }
+  accept_backoff.reset();
+  acceptor.reset();
+  {
+    std::unordered_map<Session*, std::shared_ptr<Session>> p;
+    {
+      std::lock_guard lk(parked_mu);
+      p.swap(parked);
+    }
+  }
+  work.reset();
+  ioc.reset();  // destroys pending handlers and the sessions they hold
+  pool.reset();
+}
+
+HttpServer::HttpServer(HttpConfig cfg, PluginHost* host) : impl_(std::make_unique<Impl>()) {
+  impl_->cfg = std::move(cfg);
+  impl_->host = host;
+}
+
+HttpServer::~HttpServer() { stop(); }
+
+std::uint16_t HttpServer::port() const { return impl_->port.load(); }
+
+Result<void> HttpServer::start(Node& node) {
+  Impl& m = *impl_;
+  std::lock_guard lk(m.state_mu);
+  if (m.started || m.stopped) return Error(Errc::internal, "http-api: start() called twice");
+  m.started = true;
+  try {
+    m.router = std::make_unique<Router>(node, m.metrics, m.cfg);
+    m.ioc.emplace(static_cast<int>(m.cfg.threads));
+    m.work.emplace(m.ioc->get_executor());
+    m.pool.emplace(m.cfg.admin_threads);
+    beast::error_code ec;
+    const auto addr = net::ip::make_address(m.cfg.address, ec);
+    if (ec) {
+      m.teardown();
+      m.stopped = true;
+      return Error(Errc::invalid_argument,
+                   "http.address '" + m.cfg.address + "' is not an IP address");
+    }
+    const tcp::endpoint ep(addr, m.cfg.port);
+    m.acceptor.emplace(net::make_strand(*m.ioc));
+    m.accept_backoff.emplace(m.acceptor->get_executor());
+    auto fail = [&](const char* what) -> Result<void> {
+      const std::string msg = std::string("http-api: cannot ") + what + " " + m.cfg.address +
+                              ":" + std::to_string(m.cfg.port) + ": " + ec.message();
+      m.teardown();
+      m.stopped = true;
+      return Error(Errc::unavailable, msg);
+    };
+    m.acceptor->open(ep.protocol(), ec);
+    if (ec) return fail("open a socket for");
+    m.acceptor->set_option(net::socket_base::reuse_address(true), ec);
+    m.acceptor->bind(ep, ec);
+    if (ec) return fail("bind");
+    m.acceptor->listen(net::socket_base::max_listen_connections, ec);
+    if (ec) return fail("listen on");
+    m.port = m.acceptor->local_endpoint().port();
+    m.do_accept();
+    for (unsigned i = 0; i < m.cfg.threads; ++i) {
+      m.threads.emplace_back([&m] {
+        for (;;) {
+          try {
+            m.ioc->run();
+            return;
+          } catch (const std::exception& e) {
+            m.log(LogLevel::error, std::string("io thread: unexpected exception: ") + e.what());
+          }
+        }
+      });
+    }
+    m.log(LogLevel::info, "listening on " + m.cfg.address + ":" + std::to_string(m.port.load()) +
+                              " with " + std::to_string(m.cfg.threads) + " io threads");
+    return {};
+  } catch (const std::exception& e) {
+    m.teardown();
+    m.stopped = true;
+    return Error(Errc::internal, std::string("http-api: start failed: ") + e.what());
+  }
+}
+
+void HttpServer::stop() {
+  Impl& m = *impl_;
+  std::lock_guard lk(m.state_mu);
+  if (m.stopped) return;
+  m.stopped = true;
+  if (!m.started) return;
+  m.teardown();
+  m.log(LogLevel::info, "stopped");
+}
+
+}  // namespace sluice::http_api

@@ -1,0 +1,42 @@
+// HttpServer: the sluice::ApiServer of the http-api plugin.
+//
+// Thread model:
+//   * `http.threads` threads run one io_context. Each connection has its own strand; all
+//     its I/O, its timers and the router's handle() run there.
+//   * A small thread pool (`http.admin_threads`) runs catalog calls, which may block.
+//   * Node callbacks (publish completion, notify_when_beyond) run on core/storage threads
+//     and only post back to the connection strand through the Exchange.
+//   * A shared "gate" (mutex + open flag) guards every cross-thread post: stop() closes it
+//     before it destroys the io_context, so a late Node callback never touches a dead
+//     io_context or pool. (It cannot make a callback safe after the plugin library is
+//     unloaded; see README.md "Known limits".)
+//
+// Lifetime: start() once; stop() is idempotent and is also called by the destructor.
+#pragma once
+
+#include <memory>
+
+#include "config.h"
+#include "sluice/host.h"
+#include "sluice/node.h"
+
+namespace sluice::http_api {
+
+class HttpServer final : public ApiServer {
+ public:
+  HttpServer(HttpConfig cfg, PluginHost* host);  // host may be null (logs go to stderr)
+  ~HttpServer() override;
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  Result<void> start(Node& node) override;
+  std::uint16_t port() const override;
+  void stop() override;
+
+  struct Impl;  // server.cc only (public so that file's connection classes can name it)
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sluice::http_api

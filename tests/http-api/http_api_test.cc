@@ -1,0 +1,543 @@
+// http-api against a fake Node: the real server on an ephemeral port, a raw-socket client.
+// No test depends on timing: long polls are observed through the fake's state.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include <boost/json.hpp>
+
+#include "codec.h"
+#include "config.h"
+#include "path.h"
+#include "fake_node.h"
+#include "http_client.h"
+#include "server.h"
+#include "test_host.h"
+
+namespace sluice::testing {
+namespace {
+
+namespace json = boost::json;
+
+const std::string kNs = "/v1/tenants/acme/namespaces/prod";
+
+class HttpApiTest : public ::testing::Test {
+ protected:
+  void SetUp() override { start({}); }
+  void TearDown() override {
+    if (server_) server_->stop();
+  }
+
+  void start(std::map<std::string, std::string> cfg) {
+    if (server_) server_->stop();
+    cfg["http.port"] = "0";
+    host_ = std::make_unique<TestHost>(cfg);
+    server_ = std::make_unique<http_api::HttpServer>(http_api::HttpConfig::from_host(*host_),
+                                                     host_.get());
+    auto r = server_->start(node_);
+    ASSERT_TRUE(r.ok()) << r.error().to_string();
+    ASSERT_NE(server_->port(), 0);
+  }
+
+  HttpResult req(const std::string& method, const std::string& target, const std::string& body = "",
+                 const std::string& ct = "application/json") {
+    Conn c(server_->port());
+    return c.request(method, target, body, body.empty() && method != "POST" ? "" : ct, false);
+  }
+
+  static json::object obj(const HttpResult& r) {
+    auto v = json::parse(r.body);
+    EXPECT_TRUE(v.is_object()) << r.body;
+    return v.is_object() ? v.get_object() : json::object{};
+  }
+
+  // Asserts an RFC 9457 problem with the given status and stable code.
+  static void expect_problem(const HttpResult& r, int status, const std::string& code) {
+    EXPECT_EQ(r.status, status) << r.body;
+    EXPECT_EQ(r.header("content-type"), "application/problem+json");
+    auto o = obj(r);
+    EXPECT_EQ(o["type"].as_string(), "https://sluice.dev/errors/" + code) << r.body;
+    EXPECT_EQ(o["code"].as_string(), code) << r.body;
+    EXPECT_EQ(o["status"].as_int64(), status);
+    EXPECT_TRUE(o["title"].is_string());
+    EXPECT_TRUE(o["detail"].is_string());
+  }
+
+  void make_stream(const std::string& name, int shards = 1, const std::string& extra = "") {
+    auto r = req("POST", kNs + "/streams",
+                 R"({"name":")" + name + R"(","shards":)" + std::to_string(shards) + extra + "}");
+    ASSERT_EQ(r.status, 201) << r.body;
+  }
+
+  FakeNode node_;
+  std::unique_ptr<TestHost> host_;
+  std::unique_ptr<http_api::HttpServer> server_;
+};
+
+TEST_F(HttpApiTest, Healthz) {
+  auto r = req("GET", "/healthz");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.header("content-type"), "application/json");
+  EXPECT_EQ(obj(r)["status"].as_string(), "ok");
+}
+
+TEST_F(HttpApiTest, ReadyzReadyAndNotReady) {
+  EXPECT_EQ(req("GET", "/readyz").status, 200);
+  node_.set_ready(false, "catalog catching up");
+  auto r = req("GET", "/readyz");
+  EXPECT_EQ(r.status, 503);
+  EXPECT_EQ(obj(r)["reason"].as_string(), "catalog catching up");
+}
+
+TEST_F(HttpApiTest, MetricsTextFormat) {
+  req("GET", "/healthz");
+  auto r = req("GET", "/metrics");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.header("content-type"), "text/plain; version=0.0.4");
+  EXPECT_NE(r.body.find("fake_metric 1\n"), std::string::npos);
+  EXPECT_NE(r.body.find("sluice_http_requests_total{route=\"/healthz\",status=\"200\"} 1"),
+            std::string::npos)
+      << r.body;
+  EXPECT_NE(r.body.find("sluice_http_requests_in_flight 1"), std::string::npos) << r.body;
+  EXPECT_NE(r.body.find("sluice_http_received_bytes_total"), std::string::npos);
+}
+
+TEST_F(HttpApiTest, ClusterInfo) {
+  auto o = obj(req("GET", "/v1/cluster"));
+  EXPECT_EQ(o["cluster_id"].as_string(), "cluster-1");
+  EXPECT_EQ(o["metadata_backend"].as_string(), "fake");
+  EXPECT_EQ(o["node_id"].to_number<int>(), 7);
+  EXPECT_EQ(o["directory_id"].as_string(), "dir-1");
+  EXPECT_EQ(o["roles"].as_array().size(), 2u);
+  EXPECT_EQ(o["version"].as_string(), "0.1.0");
+  EXPECT_EQ(o["metadata_level"].to_number<int>(), 8);
+}
+
+TEST_F(HttpApiTest, TenantsAndNamespaces) {
+  auto r = req("POST", "/v1/tenants", R"({"name":"acme"})");
+  ASSERT_EQ(r.status, 201) << r.body;
+  EXPECT_EQ(obj(r)["name"].as_string(), "acme");
+  expect_problem(req("POST", "/v1/tenants", R"({"name":"acme"})"), 409, "already_exists");
+  auto l = obj(req("GET", "/v1/tenants"));
+  ASSERT_EQ(l["tenants"].as_array().size(), 1u);
+  EXPECT_EQ(req("GET", "/v1/tenants/acme").status, 200);
+  expect_problem(req("GET", "/v1/tenants/nobody"), 404, "not_found");
+
+  r = req("POST", "/v1/tenants/acme/namespaces", R"({"name":"prod"})");
+  ASSERT_EQ(r.status, 201) << r.body;
+  auto n = obj(r);
+  EXPECT_EQ(n["tenant"].as_string(), "acme");
+  EXPECT_EQ(n["name"].as_string(), "prod");
+  EXPECT_EQ(obj(req("GET", "/v1/tenants/acme/namespaces"))["namespaces"].as_array().size(), 1u);
+  EXPECT_EQ(req("GET", kNs).status, 200);
+  auto d = req("DELETE", kNs);
+  EXPECT_EQ(d.status, 204);
+  EXPECT_TRUE(d.body.empty());
+  EXPECT_EQ(req("DELETE", "/v1/tenants/acme").status, 204);
+  expect_problem(req("DELETE", "/v1/tenants/acme"), 404, "not_found");
+}
+
+TEST_F(HttpApiTest, StreamLifecycleShapes) {
+  auto r = req("POST", kNs + "/streams",
+               R"({"name":"orders","shards":3,"retention":{"max_bytes":1048576,"max_age_ms":60000},"ack":"none"})");
+  ASSERT_EQ(r.status, 201) << r.body;
+  auto s = obj(r);
+  EXPECT_EQ(s["tenant"].as_string(), "acme");
+  EXPECT_EQ(s["namespace"].as_string(), "prod");
+  EXPECT_EQ(s["name"].as_string(), "orders");
+  EXPECT_EQ(s["incarnation"].to_number<int>(), 0);
+  EXPECT_EQ(s["shards"].to_number<int>(), 3);
+  EXPECT_EQ(s["retention"].as_object().at("max_bytes").to_number<std::int64_t>(), 1048576);
+  EXPECT_EQ(s["retention"].as_object().at("max_age_ms").to_number<std::int64_t>(), 60000);
+  EXPECT_EQ(s["ack"].as_string(), "none");
+  EXPECT_TRUE(s.contains("created_seq"));
+
+  expect_problem(req("POST", kNs + "/streams", R"({"name":"orders"})"), 409, "already_exists");
+
+  auto d = obj(req("GET", kNs + "/streams/orders"));
+  EXPECT_EQ(d["shards"].to_number<int>(), 3);
+  make_stream("events");
+  auto l = obj(req("GET", kNs + "/streams"));
+  EXPECT_EQ(l["streams"].as_array().size(), 2u);
+  auto def = obj(req("GET", kNs + "/streams/events"));
+  EXPECT_EQ(def["ack"].as_string(), "leader");
+  EXPECT_EQ(def["retention"].as_object().at("max_bytes").to_number<int>(), -1);
+
+  auto sh = obj(req("GET", kNs + "/streams/orders/shards"));
+  ASSERT_EQ(sh["shards"].as_array().size(), 3u);
+  auto s0 = sh["shards"].as_array()[0].as_object();
+  for (auto* k : {"shard", "incarnation", "generation", "leader", "replicas", "log_start",
+                  "high_watermark", "size_bytes"})
+    EXPECT_TRUE(s0.contains(k)) << k;
+
+  auto del = req("DELETE", kNs + "/streams/orders");
+  EXPECT_EQ(del.status, 200);
+  EXPECT_EQ(obj(del)["name"].as_string(), "orders");
+  expect_problem(req("GET", kNs + "/streams/orders"), 404, "not_found");
+  expect_problem(req("DELETE", kNs + "/streams/orders"), 404, "not_found");
+}
+
+TEST_F(HttpApiTest, CreateStreamBadSpec) {
+  expect_problem(req("POST", kNs + "/streams", R"({"name":"x","shards":"3"})"), 400,
+                 "invalid_argument");
+  expect_problem(req("POST", kNs + "/streams", R"({"name":"x","ack":"sometimes"})"), 400,
+                 "invalid_argument");
+  expect_problem(req("POST", kNs + "/streams", R"({"shards":1})"), 400, "invalid_argument");
+  expect_problem(req("POST", kNs + "/streams", R"({"name":"x","retention":{"max_msgs":1}})"),
+                 400, "unknown_field");
+  expect_problem(req("POST", kNs + "/streams", R"({"name":"x","shards":5000})"), 400,
+                 "invalid_argument");  // refused by the node's spec validation
+}
+
+TEST_F(HttpApiTest, PublishJsonOffsetsInRequestOrder) {
+  make_stream("s", 2);
+  auto r = req("POST", kNs + "/streams/s/records",
+               R"({"records":[{"value":"a"},{"value":"b","shard":1},{"key":"k","value":"c","headers":{"h":"v"},"timestamp":1234},{"value_base64":"AP8="}]})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  auto res = obj(r)["results"].as_array();
+  ASSERT_EQ(res.size(), 4u);
+  auto at = [&](int i, const char* f) { return res[i].as_object().at(f).to_number<int>(); };
+  EXPECT_EQ(at(0, "shard"), 0); EXPECT_EQ(at(0, "offset"), 0);
+  EXPECT_EQ(at(1, "shard"), 1); EXPECT_EQ(at(1, "offset"), 0);
+  EXPECT_EQ(at(2, "shard"), 0); EXPECT_EQ(at(2, "offset"), 1);
+  EXPECT_EQ(at(3, "shard"), 0); EXPECT_EQ(at(3, "offset"), 2);
+  auto stored = node_.records({"acme", "prod", "s"}, 0);
+  ASSERT_EQ(stored.size(), 3u);
+  EXPECT_EQ(stored[2].value, std::string("\x00\xff", 2));
+  EXPECT_EQ(node_.last_ack(), AckMode::leader);  // the stream's default
+
+  // Fetch back: key, headers, timestamp, value vs value_base64.
+  auto f = obj(req("GET", kNs + "/streams/s/shards/0/records?offset=0"));
+  auto recs = f["records"].as_array();
+  ASSERT_EQ(recs.size(), 3u);
+  EXPECT_EQ(recs[0].as_object().at("value").as_string(), "a");
+  EXPECT_FALSE(recs[0].as_object().contains("key"));
+  EXPECT_EQ(recs[1].as_object().at("key").as_string(), "k");
+  EXPECT_EQ(recs[1].as_object().at("headers").as_object().at("h").as_string(), "v");
+  EXPECT_EQ(recs[1].as_object().at("timestamp").to_number<int>(), 1234);
+  EXPECT_EQ(recs[2].as_object().at("value_base64").as_string(), "AP8=");
+  EXPECT_FALSE(recs[2].as_object().contains("value"));
+  EXPECT_EQ(f["next_offset"].to_number<int>(), 3);
+  EXPECT_EQ(f["high_watermark"].to_number<int>(), 3);
+
+  ASSERT_EQ(req("POST", kNs + "/streams/s/records?ack=none", R"({"records":[{"value":"x"}]})").status, 200);
+  EXPECT_EQ(node_.last_ack(), AckMode::none);
+  expect_problem(req("POST", kNs + "/streams/s/records?ack=maybe", R"({"records":[{"value":"x"}]})"),
+                 400, "invalid_argument");
+  expect_problem(req("POST", kNs + "/streams/nope/records", R"({"records":[{"value":"x"}]})"),
+                 404, "not_found");
+}
+
+TEST_F(HttpApiTest, PublishJsonHeadersAndBase64Key) {
+  make_stream("h");
+  auto r = req("POST", kNs + "/streams/h/records",
+               R"({"records":[{"key_base64":"/wA=","value":"v","headers":{"a":"1","bb":"22","e":""}}]})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  auto stored = node_.records({"acme", "prod", "h"}, 0);
+  ASSERT_EQ(stored.size(), 1u);
+  EXPECT_EQ(stored[0].key, std::string("\xff\x00", 2));
+  std::vector<Header> hs;
+  ASSERT_TRUE(decode_headers(stored[0].headers, hs));
+  ASSERT_EQ(hs.size(), 3u);
+  EXPECT_EQ(hs[1].name, "bb");
+  EXPECT_EQ(hs[1].value, "22");
+  EXPECT_EQ(hs[2].value, "");
+  auto f = obj(req("GET", kNs + "/streams/h/shards/0/records"));
+  auto rec = f["records"].as_array().at(0).as_object();
+  EXPECT_EQ(rec.at("key_base64").as_string(), "/wA=");
+  EXPECT_EQ(rec.at("headers").as_object().at("a").as_string(), "1");
+  expect_problem(req("POST", kNs + "/streams/h/records", R"({"records":[{"value_base64":"*"}]})"),
+                 400, "invalid_argument");
+  expect_problem(req("POST", kNs + "/streams/h/records",
+                     R"({"records":[{"value":"v","headers":{"a":1}}]})"),
+                 400, "invalid_argument");
+}
+
+std::string binary_record(const std::string* key, const std::string& value) {
+  std::string out(8, '\0');
+  const std::uint32_t kl = key ? static_cast<std::uint32_t>(key->size()) : 0xffffffffu;
+  const std::uint32_t vl = static_cast<std::uint32_t>(value.size());
+  std::memcpy(out.data(), &kl, 4);
+  std::memcpy(out.data() + 4, &vl, 4);
+  if (key) out += *key;
+  return out + value;
+}
+
+TEST_F(HttpApiTest, PublishBinaryBatch) {
+  make_stream("bin");
+  const std::string k = "key1";
+  std::string body = binary_record(&k, "hello") + binary_record(nullptr, std::string("\x01\x80", 2)) +
+                     binary_record(nullptr, "");
+  auto r = req("POST", kNs + "/streams/bin/records", body, "application/vnd.sluice.batch");
+  ASSERT_EQ(r.status, 200) << r.body;
+  auto res = obj(r)["results"].as_array();
+  ASSERT_EQ(res.size(), 3u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(res[i].as_object().at("offset").to_number<int>(), i);
+  auto stored = node_.records({"acme", "prod", "bin"}, 0);
+  ASSERT_EQ(stored.size(), 3u);
+  EXPECT_EQ(stored[0].key, "key1");
+  EXPECT_EQ(stored[0].value, "hello");
+  EXPECT_FALSE(stored[1].key.has_value());
+  auto f = obj(req("GET", kNs + "/streams/bin/shards/0/records?offset=1&max=1"));
+  ASSERT_EQ(f["records"].as_array().size(), 1u);
+  EXPECT_EQ(f["records"].as_array()[0].as_object().at("value_base64").as_string(), "AYA=");
+
+  // Truncated framing and an empty batch.
+  expect_problem(req("POST", kNs + "/streams/bin/records", body.substr(0, body.size() - 3),
+                     "application/vnd.sluice.batch"),
+                 400, "malformed_body");
+  expect_problem(req("POST", kNs + "/streams/bin/records", std::string(4, 'x'),
+                     "application/vnd.sluice.batch"),
+                 400, "malformed_body");
+}
+
+TEST_F(HttpApiTest, FetchMaxEarliestLatestAndMidBatch) {
+  make_stream("f");
+  std::string recs;
+  for (int i = 0; i < 10; ++i) recs += std::string(i ? "," : "") + R"({"value":"v)" + std::to_string(i) + R"("})";
+  ASSERT_EQ(req("POST", kNs + "/streams/f/records", R"({"records":[)" + recs + "]}").status, 200);
+
+  // offset 4 is inside the fake's batch [3,6): records below it are skipped.
+  auto f = obj(req("GET", kNs + "/streams/f/shards/0/records?offset=4&max=3"));
+  auto a = f["records"].as_array();
+  ASSERT_EQ(a.size(), 3u);
+  EXPECT_EQ(a[0].as_object().at("offset").to_number<int>(), 4);
+  EXPECT_EQ(a[0].as_object().at("value").as_string(), "v4");
+  EXPECT_EQ(a[2].as_object().at("offset").to_number<int>(), 6);
+  EXPECT_EQ(f["next_offset"].to_number<int>(), 7);
+  EXPECT_EQ(f["high_watermark"].to_number<int>(), 10);
+
+  auto e = obj(req("GET", kNs + "/streams/f/shards/0/records?offset=earliest&max=2"));
+  EXPECT_EQ(e["records"].as_array()[0].as_object().at("offset").to_number<int>(), 0);
+  EXPECT_EQ(e["records"].as_array().size(), 2u);
+  auto l = obj(req("GET", kNs + "/streams/f/shards/0/records?offset=latest"));
+  EXPECT_EQ(l["records"].as_array().size(), 0u);
+  EXPECT_EQ(l["next_offset"].to_number<int>(), 10);
+  auto all = obj(req("GET", kNs + "/streams/f/shards/0/records"));
+  EXPECT_EQ(all["records"].as_array().size(), 10u);
+
+  expect_problem(req("GET", kNs + "/streams/f/shards/0/records?offset=99"), 400,
+                 "invalid_argument");
+  expect_problem(req("GET", kNs + "/streams/f/shards/0/records?offset=abc"), 400,
+                 "invalid_argument");
+  expect_problem(req("GET", kNs + "/streams/f/shards/0/records?max=0"), 400, "invalid_argument");
+  expect_problem(req("GET", kNs + "/streams/f/shards/x/records"), 400, "invalid_argument");
+}
+
+TEST_F(HttpApiTest, LongPollWakesOnPublish) {
+  make_stream("lp");
+  HttpResult got;
+  std::thread waiter([&] {
+    Conn c(server_->port());
+    got = c.request("GET", kNs + "/streams/lp/shards/0/records?offset=0&wait_ms=600000", "", "",
+                    false);
+  });
+  // Wait (on state, not on time) until the poll is registered with the node.
+  while (node_.pending_notifies() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  auto p = req("POST", kNs + "/streams/lp/records", R"({"records":[{"value":"wake"}]})");
+  ASSERT_EQ(p.status, 200);
+  waiter.join();
+  ASSERT_EQ(got.status, 200) << got.body;
+  auto a = obj(got)["records"].as_array();
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].as_object().at("value").as_string(), "wake");
+}
+
+TEST_F(HttpApiTest, LongPollTimesOutEmpty) {
+  make_stream("lp2");
+  auto r = req("GET", kNs + "/streams/lp2/shards/0/records?offset=0&wait_ms=20");
+  ASSERT_EQ(r.status, 200) << r.body;
+  auto o = obj(r);
+  EXPECT_EQ(o["records"].as_array().size(), 0u);
+  EXPECT_EQ(o["next_offset"].to_number<int>(), 0);
+}
+
+TEST_F(HttpApiTest, LongPollCappedByMaxWait) {
+  start({{"http.max_wait_ms", "10"}});
+  make_stream("lp3");
+  auto r = req("GET", kNs + "/streams/lp3/shards/0/records?offset=0&wait_ms=3600000");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(obj(r)["records"].as_array().size(), 0u);
+}
+
+TEST_F(HttpApiTest, BodyTooLarge) {
+  start({{"http.max_body_bytes", "1024"}});
+  make_stream("big");
+  const int before = node_.calls();
+  Conn c(server_->port());
+  // Headers announce more than the limit; the server answers without reading the body.
+  c.send_raw("POST " + kNs + "/streams/big/records HTTP/1.1\r\nHost: x\r\n"
+             "Content-Type: application/json\r\nContent-Length: 4096\r\n\r\n");
+  auto r = c.read_response();
+  expect_problem(r, 413, "body_too_large");
+  EXPECT_EQ(r.header("connection"), "close");
+  EXPECT_TRUE(c.at_eof());
+  EXPECT_EQ(node_.calls(), before);
+
+  // A body that is actually sent in full (chunked, so the limit trips mid-body).
+  Conn c2(server_->port());
+  std::string chunk(600, 'x');
+  c2.send_raw("POST " + kNs + "/streams/big/records HTTP/1.1\r\nHost: x\r\n"
+              "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
+              "258\r\n" + chunk + "\r\n258\r\n" + chunk + "\r\n0\r\n\r\n");
+  expect_problem(c2.read_response(), 413, "body_too_large");
+}
+
+TEST_F(HttpApiTest, MalformedAndUnknownFields) {
+  make_stream("m");
+  expect_problem(req("POST", kNs + "/streams/m/records", "{\"records\":["), 400, "malformed_body");
+  expect_problem(req("POST", "/v1/tenants", "not json"), 400, "malformed_body");
+  auto u = req("POST", kNs + "/streams/m/records", R"({"records":[{"value":"a","colour":"red"}]})");
+  expect_problem(u, 400, "unknown_field");
+  EXPECT_NE(obj(u)["detail"].as_string().find("colour"), json::string::npos);
+  auto t = req("POST", "/v1/tenants", R"({"name":"a","owner":"b"})");
+  expect_problem(t, 400, "unknown_field");
+  EXPECT_NE(obj(t)["detail"].as_string().find("owner"), json::string::npos);
+  expect_problem(req("POST", kNs + "/streams/m/records", R"({"records":[]})"), 400,
+                 "invalid_argument");
+  expect_problem(req("POST", kNs + "/streams/m/records", R"({"records":[{"value":1}]})"), 400,
+                 "invalid_argument");
+  expect_problem(req("POST", kNs + "/streams/m/records", R"({"records":[{"key":"k"}]})"), 400,
+                 "invalid_argument");
+  expect_problem(req("POST", kNs + "/streams/m/records", R"([1,2])"), 400, "invalid_argument");
+}
+
+TEST_F(HttpApiTest, InvalidNamesNeverReachTheNode) {
+  const int before = node_.calls();
+  const std::string long_name(256, 'a');
+  for (const std::string& target :
+       {std::string("/v1/tenants/../namespaces"), std::string("/v1/tenants/a%2Fb"),
+        std::string("/v1/tenants/a%2fb/namespaces/n/streams"), std::string("/v1/tenants/a%00b"),
+        std::string("/v1/tenants/a%01b"), std::string("/v1/tenants/") + long_name,
+        std::string("/v1/tenants/acme/namespaces/..%2F..%2Fetc"),
+        std::string("/v1/tenants/acme/namespaces/prod/streams/.hidden"),
+        std::string("/v1/tenants//namespaces"), std::string("/v1/tenants/%2E%2E")}) {
+    SCOPED_TRACE(target);
+    expect_problem(req("GET", target), 400, "invalid_name");
+  }
+  expect_problem(req("POST", "/v1/tenants", R"({"name":""})"), 400, "invalid_name");
+  expect_problem(req("POST", "/v1/tenants", R"({"name":"a/b"})"), 400, "invalid_name");
+  expect_problem(req("POST", "/v1/tenants/acme/namespaces", R"({"name":".."})"), 400,
+                 "invalid_name");
+  expect_problem(req("POST", kNs + "/streams", R"({"name":"\u0001x"})"), 400, "invalid_name");
+  expect_problem(req("POST", kNs + "/streams", "{\"name\":\"" + long_name + "\"}"), 400,
+                 "invalid_name");
+  expect_problem(req("POST", "/v1/tenants/a%00/namespaces/p/streams/s/records",
+                     R"({"records":[{"value":"x"}]})"),
+                 400, "invalid_name");
+  expect_problem(req("GET", "/v1/tenants/ok/namespaces/ok/streams/a%2F/shards/0/records"), 400,
+                 "invalid_name");
+  EXPECT_EQ(node_.calls(), before);
+}
+
+TEST_F(HttpApiTest, UnsupportedMediaType) {
+  make_stream("u");
+  expect_problem(req("POST", kNs + "/streams/u/records", "a=b", "application/x-www-form-urlencoded"),
+                 415, "unsupported_media");
+  EXPECT_EQ(req("POST", kNs + "/streams/u/records", R"({"records":[{"value":"x"}]})",
+                "application/json; charset=utf-8").status,
+            200);
+}
+
+TEST_F(HttpApiTest, UnknownRouteAndWrongMethod) {
+  expect_problem(req("GET", "/nope"), 404, "not_found");
+  expect_problem(req("GET", "/v1/tenants/a/namespaces/b/streams/c/shards/0/what"), 404,
+                 "not_found");
+  auto r = req("PUT", "/v1/tenants", "{}");
+  EXPECT_EQ(r.status, 405);
+  EXPECT_EQ(r.header("allow"), "GET, POST");
+  EXPECT_EQ(r.header("content-type"), "application/problem+json");
+  EXPECT_EQ(req("POST", "/healthz", "{}").header("allow"), "GET");
+}
+
+TEST_F(HttpApiTest, KeepAliveServesSeveralRequests) {
+  Conn c(server_->port());
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(c.request("GET", "/healthz").status, 200);
+  // Two requests pipelined in one write.
+  c.send_raw("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /nope HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_EQ(c.read_response().status, 200);
+  EXPECT_EQ(c.read_response().status, 404);
+}
+
+TEST_F(HttpApiTest, StopIsIdempotentAndBindFailureIsAnError) {
+  TestHost h({{"http.port", std::to_string(server_->port())}});
+  http_api::HttpServer second(http_api::HttpConfig::from_host(h), &h);
+  auto r = second.start(node_);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, Errc::unavailable);
+  EXPECT_NE(r.error().message.find("bind"), std::string::npos) << r.error().message;
+  second.stop();
+  server_->stop();
+  server_->stop();
+}
+
+TEST_F(HttpApiTest, StopWithPendingLongPollThenLateNotify) {
+  make_stream("late");
+  std::thread waiter([&] {
+    try {
+      Conn c(server_->port());
+      c.request("GET", kNs + "/streams/late/shards/0/records?wait_ms=600000", "", "", false);
+    } catch (...) {
+      // the server closes the connection at stop: expected
+    }
+  });
+  while (node_.pending_notifies() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  server_->stop();
+  waiter.join();
+  server_.reset();
+  // The node still holds the poll's callback; firing it after the server is gone is safe.
+  node_.publish({"acme", "prod", "late"}, {PublishRecord{std::nullopt, "x", {}, 0, {}}},
+                AckMode::none, [](auto) {});
+  EXPECT_EQ(node_.pending_notifies(), 0u);
+}
+
+TEST_F(HttpApiTest, ExpectContinue) {
+  make_stream("cont");
+  Conn c(server_->port());
+  const std::string body = R"({"records":[{"value":"after 100"}]})";
+  c.send_raw("POST " + kNs + "/streams/cont/records HTTP/1.1\r\nHost: x\r\n"
+             "Content-Type: application/json\r\nExpect: 100-continue\r\nContent-Length: " +
+             std::to_string(body.size()) + "\r\n\r\n");
+  EXPECT_EQ(c.read_response().status, 100);  // interim, before we send the body
+  c.send_raw(body);
+  auto r = c.read_response();
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(node_.records({"acme", "prod", "cont"}, 0).at(0).value, "after 100");
+}
+
+TEST(HttpApiCodec, PercentDecodingAndTarget) {
+  using http_api::parse_target;
+  auto t = parse_target("/v1/tenants/a%2Fb/x%00?offset=5&max=2&k=a+b%21");
+  ASSERT_TRUE(t);
+  ASSERT_EQ(t->segments.size(), 4u);
+  EXPECT_EQ(t->segments[2], "a/b");  // decoded within its segment, never split
+  EXPECT_EQ(t->segments[3], std::string("x\0", 2));
+  EXPECT_EQ(t->param("offset"), "5");
+  EXPECT_EQ(t->param("k"), "a b!");
+  EXPECT_FALSE(parse_target("/v1/%zz"));
+  EXPECT_FALSE(parse_target("/v1/%4"));
+  EXPECT_FALSE(parse_target("v1"));
+  EXPECT_TRUE(parse_target("/")->segments.empty());
+}
+
+TEST(HttpApiCodec, Utf8AndBase64) {
+  using namespace http_api;
+  EXPECT_TRUE(valid_utf8("h\xc3\xa9llo \xf0\x9f\x98\x80"));
+  EXPECT_FALSE(valid_utf8("\xc3"));
+  EXPECT_FALSE(valid_utf8("\xc0\xaf"));          // overlong '/'
+  EXPECT_FALSE(valid_utf8("\xed\xa0\x80"));      // surrogate
+  EXPECT_FALSE(valid_utf8("\xff"));
+  for (std::string s : {std::string(""), std::string("f"), std::string("fo"), std::string("foo"),
+                        std::string("\x00\xff\x10\x80", 4)}) {
+    EXPECT_EQ(base64_decode(base64_encode(s)), s);
+  }
+  EXPECT_EQ(base64_encode("fo"), "Zm8=");
+  EXPECT_EQ(base64_decode("Zm8"), "fo");
+  EXPECT_FALSE(base64_decode("Z"));
+  EXPECT_FALSE(base64_decode("Zm8*"));
+}
+
+}  // namespace
+}  // namespace sluice::testing
