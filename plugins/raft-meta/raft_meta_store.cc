@@ -164,16 +164,14 @@ Result<void> RaftMetaStore::start() {
   o.heartbeat_timeout_ms = cfg_.heartbeat_timeout_ms;
   o.log = [this](LogLevel l, const std::string& m) { log(l, m); };
   auto n = std::make_shared<RaftNode>(std::move(o), adapter_);
-  if (auto r = n->start(); !r.ok()) {
-    log(LogLevel::error, "cannot start raft: " + r.error().to_string());
-    return r;
-  }
+  // Start failures are returned, not logged: the host prints the one ERROR line.
+  if (auto r = n->start(); !r.ok()) return r;
   {
     std::lock_guard lk(node_mu_);
     node_ = n;
   }
   auto fail = [&](Error e) -> Result<void> {
-    log(LogLevel::error, "start failed: " + e.to_string());
+    log(LogLevel::info, "start aborted; stopping the raft node");
     {
       std::lock_guard lk(node_mu_);
       node_.reset();
@@ -222,14 +220,8 @@ Result<void> RaftMetaStore::start() {
 
   // The host persists the id to meta.properties (fsynced) before answering; only then may
   // it be used (ARCHITECTURE.md §3).
-  if (auto a = host_.adopt_cluster_id(id); !a.ok()) {
-    std::string host_id = host_.cluster_id();
-    return fail(Error(Errc::cluster_id_mismatch,
-                      "the raft group in " + cfg_.raft_dir + " belongs to cluster " + id +
-                          " but this node belongs to cluster " +
-                          (host_id.empty() ? std::string("(unknown)") : host_id) + ": " +
-                          a.error().message));
-  }
+  if (auto a = host_.adopt_cluster_id(id); !a.ok())
+    return fail(Error(a.error().code, a.error().message + " (raft log in " + cfg_.raft_dir + ")"));
   ready_.store(true);
   log(LogLevel::info, "ready: cluster " + id + ", leader of a single-member group at " +
                           cfg_.address + ", applied " + std::to_string(n->last_applied()));

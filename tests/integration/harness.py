@@ -17,8 +17,8 @@ import time
 import urllib.error
 import urllib.request
 
-SLUICED = os.environ.get("SLUICED", "build/bin/sluiced")
-SLUICE_CLI = os.environ.get("SLUICE_CLI", "build/bin/sluice")
+SLUICED = os.path.abspath(os.environ.get("SLUICED", "build/bin/sluiced"))
+SLUICE_CLI = os.path.abspath(os.environ.get("SLUICE_CLI", "build/bin/sluice"))
 TEST_PLUGIN_DIR = os.environ.get("TEST_PLUGIN_DIR", "")
 DEADLINE_S = 60.0
 
@@ -93,11 +93,11 @@ class Node:
 
     def spawn(self):
         self.starts += 1
-        self.log = open(self.log_path, "ab")
-        self.log.write(b"\n==== start %d ====\n" % self.starts)
-        self.log.flush()
-        self.proc = subprocess.Popen(self.args(), stdout=self.log, stderr=subprocess.STDOUT,
-                                     cwd=self.workdir)
+        with open(self.log_path, "ab") as log:
+            log.write(b"\n==== start %d ====\n" % self.starts)
+            log.flush()
+            self.proc = subprocess.Popen(self.args(), stdout=log, stderr=subprocess.STDOUT,
+                                         cwd=self.workdir)
         return self.proc
 
     def start(self):
