@@ -1,5 +1,7 @@
 #include "identity.h"
 
+#include "sluice/uuid.h"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -17,20 +19,6 @@ namespace sluice::core {
 
 namespace fs = std::filesystem;
 
-std::string random_uuid_v4() {
-  unsigned char b[16];
-  std::random_device rd;  // /dev/urandom on Linux
-  for (auto& x : b) x = static_cast<unsigned char>(rd());
-  b[6] = (b[6] & 0x0f) | 0x40;
-  b[8] = (b[8] & 0x3f) | 0x80;
-  char out[37];
-  std::snprintf(out, sizeof out,
-                "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
-                b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
-                b[15]);
-  return out;
-}
-
 namespace {
 void fsync_path(const std::string& path, int flags) {
   int fd = ::open(path.c_str(), flags | O_CLOEXEC);
@@ -43,17 +31,6 @@ void fsync_path(const std::string& path, int flags) {
   ::close(fd);
 }
 
-bool valid_uuid(const std::string& s) {
-  if (s.size() != 36) return false;
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    if (i == 8 || i == 13 || i == 18 || i == 23) {
-      if (s[i] != '-') return false;
-    } else if (!std::isxdigit(static_cast<unsigned char>(s[i]))) {
-      return false;
-    }
-  }
-  return true;
-}
 }  // namespace
 
 void write_file_durably(const std::string& path, const std::string& content) {
@@ -117,10 +94,10 @@ DataDirIdentity DataDirIdentity::open_or_format(const std::string& dir, NodeId c
     throw std::runtime_error(path + ": missing or malformed node.id");
   }
   id.directory_id_ = kv["directory.id"];
-  if (!valid_uuid(id.directory_id_))
+  if (!is_uuid(id.directory_id_))
     throw std::runtime_error(path + ": missing or malformed directory.id");
   id.cluster_id_ = kv["cluster.id"];
-  if (!id.cluster_id_.empty() && !valid_uuid(id.cluster_id_))
+  if (!id.cluster_id_.empty() && !is_uuid(id.cluster_id_))
     throw std::runtime_error(path + ": malformed cluster.id '" + id.cluster_id_ + "'");
   if (id.node_id_ != configured)
     throw std::runtime_error("data directory " + dir + " belongs to node.id " +
@@ -136,7 +113,7 @@ std::string DataDirIdentity::cluster_id() const {
 
 Result<void> DataDirIdentity::adopt_cluster_id(const std::string& cid) {
   std::lock_guard lk(mu_);
-  if (!valid_uuid(cid)) return Error(Errc::invalid_argument, "malformed cluster id '" + cid + "'");
+  if (!is_uuid(cid)) return Error(Errc::invalid_argument, "malformed cluster id '" + cid + "'");
   if (cluster_id_ == cid) return {};
   if (!cluster_id_.empty())
     return Error(Errc::cluster_id_mismatch,

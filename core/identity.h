@@ -26,8 +26,6 @@
 
 namespace sluice::core {
 
-std::string random_uuid_v4();
-
 class DataDirIdentity {
  public:
   // Opens (formatting if needed) the directory. Throws std::runtime_error with a

@@ -76,23 +76,11 @@ sqlite3* open_memory_db() {
   return db;
 }
 
-const char* kind_name(ChangeEvent::Kind k) {
-  switch (k) {
-    case ChangeEvent::Kind::tenant_created: return "tenant_created";
-    case ChangeEvent::Kind::tenant_deleted: return "tenant_deleted";
-    case ChangeEvent::Kind::namespace_created: return "namespace_created";
-    case ChangeEvent::Kind::namespace_deleted: return "namespace_deleted";
-    case ChangeEvent::Kind::stream_created: return "stream_created";
-    case ChangeEvent::Kind::stream_deleted: return "stream_deleted";
-  }
-  return "unknown";
-}
-
 std::optional<ChangeEvent::Kind> parse_kind(std::string_view s) {
   using K = ChangeEvent::Kind;
   for (auto k : {K::tenant_created, K::tenant_deleted, K::namespace_created, K::namespace_deleted,
                  K::stream_created, K::stream_deleted})
-    if (s == kind_name(k)) return k;
+    if (s == to_string(k)) return k;
   return std::nullopt;
 }
 
@@ -233,7 +221,7 @@ void CatalogFsm::record_change(std::uint64_t seq, ChangeEvent::Kind kind,
                                const std::string& payload) {
   {
     Stmt s(db_, "INSERT INTO changes(seq, kind, payload) VALUES(?, ?, ?)");
-    s.bind(1, static_cast<std::int64_t>(seq)).bind(2, std::string_view(kind_name(kind))).bind(3, payload);
+    s.bind(1, static_cast<std::int64_t>(seq)).bind(2, to_string(kind)).bind(3, payload);
     s.step();
   }
   // Keep the newest change_retention_ rows; remember the highest pruned seq so that a

@@ -1,5 +1,7 @@
 #include "raft_meta_store.h"
 
+#include "sluice/uuid.h"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -27,28 +29,6 @@ unsigned checked_unsigned(const PluginHost& host, std::string_view key, std::int
   return static_cast<unsigned>(v);
 }
 
-// A random (version 4) UUID from /dev/urandom, or std::random_device if that fails.
-std::string random_uuid() {
-  unsigned char b[16];
-  bool ok = false;
-  int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-  if (fd >= 0) {
-    ok = ::read(fd, b, sizeof b) == static_cast<ssize_t>(sizeof b);
-    ::close(fd);
-  }
-  if (!ok) {
-    std::random_device rd;
-    for (auto& c : b) c = static_cast<unsigned char>(rd());
-  }
-  b[6] = static_cast<unsigned char>((b[6] & 0x0f) | 0x40);
-  b[8] = static_cast<unsigned char>((b[8] & 0x3f) | 0x80);
-  char out[37];
-  std::snprintf(out, sizeof out,
-                "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
-                b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14],
-                b[15]);
-  return out;
-}
 
 std::int64_t now_us() {
   return std::chrono::duration_cast<std::chrono::microseconds>(
@@ -208,7 +188,7 @@ Result<void> RaftMetaStore::start() {
     id = fsm_.cluster_id();
   }
   if (id.empty()) {
-    std::string fresh = random_uuid();
+    std::string fresh = random_uuid_v4();
     auto r = n->apply(encode_command(Command::init_cluster(fresh)), cfg_.timeout);
     if (!r.ok()) return fail(r.error());
     // Rejected with already_exists: someone initialized first; its id is the group's.

@@ -11,6 +11,7 @@
 #include "sluice/catalog_rules.h"
 #include "sluice/names.h"
 #include "sluice/record_batch.h"
+#include "sluice/uuid.h"
 #include "support/test_host.h"
 
 using namespace sluice;
@@ -186,7 +187,7 @@ TEST(Identity, NodeIdMismatchRefused) {
 TEST(Identity, ClusterIdPersistedBeforeUseAndNeverChanges) {
   sluice::testing::TestHost tmp;
   const std::string dir = tmp.data_dir() + "/d";
-  const std::string a = core::random_uuid_v4(), b = core::random_uuid_v4();
+  const std::string a = sluice::random_uuid_v4(), b = sluice::random_uuid_v4();
   {
     auto id = core::DataDirIdentity::open_or_format(dir, NodeId{1});
     ASSERT_TRUE(id.adopt_cluster_id(a).ok());
