@@ -1,0 +1,18 @@
+// Test failpoints for crash tests. When the environment variable SLUICE_FAILPOINTS holds
+// a comma-separated list of names, reaching one of them kills the process with SIGKILL,
+// exactly as a crash would: no destructors, no flushes. Unset (always, in production),
+// a failpoint costs one branch on a cached flag.
+//
+// Names in use (keep docs/operations.md in step):
+//   storage.delete.after_marker     marker written, nothing moved yet
+//   storage.delete.after_move       directories moved to .deleted/, marker still there
+//   storage.delete.after_unmark     marker removed, .deleted/ entries not yet removed
+#pragma once
+
+#include <string_view>
+
+namespace sluice {
+
+void failpoint(std::string_view name);
+
+}  // namespace sluice

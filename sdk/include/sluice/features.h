@@ -1,0 +1,109 @@
+// Fleet features and the catalog rules around incarnations, as pure functions
+// (STYLE.md "Decisions are pure functions"; felix post-mortem; ARCHITECTURE.md §3-§4).
+// Both metadata backends call these, so Raft and Postgres decide alike, and each rule is
+// testable without a cluster.
+//
+// Feature lifecycle (one-way):
+//
+//      known to some brokers                finalize (gate below)
+//   ┌──────────────────────────┐   ──────────────────────────────►  ┌───────────┐
+//   │ not finalized            │                                    │ finalized │
+//   │ old behaviour everywhere │   never back                       │ new rules │
+//   └──────────────────────────┘  ◄──────── x ───────────────────── └───────────┘
+//
+//   gate:  the feature is known; every metadata member is at its required level; every
+//          serving broker reports it.  (409 conflict with the reason otherwise)
+//   after: registering a broker that lacks a finalized feature is refused (409).
+//
+// A new cluster finalizes every feature its bootstrapping proposer knows, unless held
+// back by configuration (how upgrades from level 8 are tested).
+#pragma once
+
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sluice/error.h"
+#include "sluice/types.h"
+
+namespace sluice {
+
+inline constexpr std::string_view kStreamIncarnations = "stream_incarnations";
+
+struct FeatureSpec {
+  std::string_view name;
+  MetadataLevel required_level;  // every metadata member must be at this level or higher
+  std::string_view description;
+};
+
+// Every feature this build implements, in the order they were introduced.
+std::span<const FeatureSpec> known_features();
+const FeatureSpec* find_feature(std::string_view name);
+
+// A broker as the control plane sees it.
+struct BrokerInfo {
+  NodeId id;
+  std::string address;       // host:port of its API
+  std::string directory_id;  // the data directory it registered with
+  std::string version;
+  std::vector<std::string> features;  // what it implements (sorted)
+  bool live = false;                  // heartbeat within the session timeout (leader's view)
+  ChangeSeq registered_seq;
+};
+
+struct FeatureInfo {
+  std::string name;
+  MetadataLevel required_level;
+  bool finalized = false;
+  ChangeSeq finalized_seq;             // 0 while not finalized
+  std::vector<NodeId> supported_by;    // serving brokers that implement it
+  std::vector<NodeId> lacking;         // serving brokers that do not
+};
+
+// The finalize gate. `serving` are the brokers counted as serving (registered and live).
+// not_found for an unknown feature; conflict (naming the level or the brokers) when refused.
+Result<void> check_finalize(std::string_view feature, MetadataLevel group_level,
+                            const std::vector<BrokerInfo>& serving);
+
+// Admission of a broker registration: conflict if it lacks any finalized feature.
+Result<void> admit_broker(const std::vector<std::string>& broker_features,
+                          const std::set<std::string, std::less<>>& finalized);
+
+// --- incarnations -----------------------------------------------------------------------
+
+// max(proposed, tombstone + 1): a name's incarnations only go up, even if the proposer's
+// clock went backwards or a restore rewound sequences.
+Incarnation next_incarnation(std::uint64_t proposed, std::optional<Incarnation> tombstone);
+
+// How apply decides a create's incarnation (felix post-mortem, "The fix for the rollout").
+// Reads only the entry (proposed, flagged) and replicated state (finalized, tombstone):
+//   not finalized                 -> 0          (level 8 behaviour)
+//   unflagged entry proposing 0   -> 0          (what a level-8 proposer wrote; finalized or not)
+//   otherwise                     -> next_incarnation(proposed, tombstone)
+Incarnation decide_create_incarnation(std::uint64_t proposed, bool flagged, bool finalized,
+                                      std::optional<Incarnation> tombstone);
+
+// The tombstone a delete writes, if any: an unflagged delete of a stream at 0 writes none
+// (what level 8 stores); any other delete records "every incarnation up to `deleted`".
+std::optional<Incarnation> decide_delete_tombstone(Incarnation deleted, bool flagged);
+
+// What a proposer puts in a create: the control plane clock (µs) once the feature is
+// finalized as the proposer sees it, else 0. A level-8 proposer always writes 0.
+std::uint64_t propose_incarnation(bool finalized_here, std::int64_t clock_us);
+
+// --- ownership ------------------------------------------------------------------------
+
+// Shard ownership compares (incarnation, generation), incarnation first (felix #1245):
+// true if an assignment at (inc, gen) replaces one held at (held_inc, held_gen).
+bool assignment_supersedes(Incarnation inc, Generation gen, Incarnation held_inc,
+                           Generation held_gen);
+
+// A stream's first generation is the change sequence of its create (felix #1245: never 0,
+// so on one timeline a recreate's first assignment lands above the deleted stream's). We
+// use it for legacy (incarnation 0) streams too.
+Generation first_generation(ChangeSeq create_seq);
+
+}  // namespace sluice

@@ -1,0 +1,91 @@
+#include "sluice/features.h"
+
+#include <algorithm>
+
+namespace sluice {
+
+namespace {
+constexpr FeatureSpec kKnown[] = {
+    {kStreamIncarnations, MetadataLevel{10},
+     "every stream creation gets an incarnation that never repeats; deletes leave tombstones"},
+};
+
+std::string join_ids(const std::vector<NodeId>& ids) {
+  std::string out;
+  for (auto id : ids) {
+    if (!out.empty()) out += ", ";
+    out += std::to_string(id.value());
+  }
+  return out;
+}
+}  // namespace
+
+std::span<const FeatureSpec> known_features() { return kKnown; }
+
+const FeatureSpec* find_feature(std::string_view name) {
+  for (const auto& f : kKnown)
+    if (f.name == name) return &f;
+  return nullptr;
+}
+
+Result<void> check_finalize(std::string_view feature, MetadataLevel group_level,
+                            const std::vector<BrokerInfo>& serving) {
+  const FeatureSpec* spec = find_feature(feature);
+  if (!spec) return Error(Errc::not_found, "unknown feature '" + std::string(feature) + "'");
+  if (group_level < spec->required_level)
+    return Error(Errc::conflict, "cannot finalize " + std::string(feature) +
+                                     ": every metadata member must be at level " +
+                                     std::to_string(spec->required_level.value()) +
+                                     " or higher, and the group is at level " +
+                                     std::to_string(group_level.value()));
+  std::vector<NodeId> lacking;
+  for (const auto& b : serving)
+    if (std::find(b.features.begin(), b.features.end(), feature) == b.features.end())
+      lacking.push_back(b.id);
+  if (!lacking.empty())
+    return Error(Errc::conflict, "cannot finalize " + std::string(feature) +
+                                     ": serving brokers lack it: " + join_ids(lacking) +
+                                     " (upgrade or stop them first)");
+  return {};
+}
+
+Result<void> admit_broker(const std::vector<std::string>& broker_features,
+                          const std::set<std::string, std::less<>>& finalized) {
+  for (const auto& f : finalized)
+    if (std::find(broker_features.begin(), broker_features.end(), f) == broker_features.end())
+      return Error(Errc::conflict, "feature " + f +
+                                       " is finalized in this cluster and this broker does not "
+                                       "implement it; upgrade the broker");
+  return {};
+}
+
+Incarnation next_incarnation(std::uint64_t proposed, std::optional<Incarnation> tombstone) {
+  const std::uint64_t floor = tombstone ? tombstone->value() + 1 : 0;
+  return Incarnation{std::max(proposed, floor)};
+}
+
+Incarnation decide_create_incarnation(std::uint64_t proposed, bool flagged, bool finalized,
+                                      std::optional<Incarnation> tombstone) {
+  if (!finalized || (!flagged && proposed == 0)) return Incarnation{0};
+  return next_incarnation(proposed, tombstone);
+}
+
+std::optional<Incarnation> decide_delete_tombstone(Incarnation deleted, bool flagged) {
+  if (deleted.value() == 0 && !flagged) return std::nullopt;
+  return deleted;
+}
+
+std::uint64_t propose_incarnation(bool finalized_here, std::int64_t clock_us) {
+  if (!finalized_here) return 0;
+  return clock_us > 0 ? static_cast<std::uint64_t>(clock_us) : 1;
+}
+
+bool assignment_supersedes(Incarnation inc, Generation gen, Incarnation held_inc,
+                           Generation held_gen) {
+  if (inc != held_inc) return inc > held_inc;
+  return gen > held_gen;
+}
+
+Generation first_generation(ChangeSeq create_seq) { return Generation{create_seq.value()}; }
+
+}  // namespace sluice
