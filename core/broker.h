@@ -1,23 +1,37 @@
-// The broker runtime: keeps the set of open shards equal to the catalog, and serves
-// publish and fetch on them. It implements sluice::Node for the API plugin.
+// The broker runtime: keeps the set of open shards equal to this broker's assignments in
+// the catalog, serves publish, fetch and consumer groups on them, and implements
+// sluice::Node for the API plugin.
 //
-// Catalog application:
+// Catalog application (ARCHITECTURE.md §3, felix post-mortem):
 //
-//   start():  snapshot() ──> open every shard of every stream ──> watch(snapshot.seq)
-//                                  (a shard that fails recovery fails start: the node
-//                                   exits naming the file and position)
-//   watch callback (metadata thread) ──enqueue──> control thread applies, in seq order:
-//       stream_created  -> open shards of (key, incarnation)
-//       stream_deleted  -> close shards; at level 8 the data stays on disk, so a
-//                          recreate reopens it (felix post-mortem, "before")
-//       resync          -> snapshot(), reconcile, watch again
+//   start():  snapshot()
+//               ├─ 1. apply EVERY tombstone: delete incarnations <= deleted_up_to on disk
+//               │     (a broker that slept through a delete and a recreate removes the
+//               │      old data before it serves anything)
+//               ├─ 2. register with the features it implements (refused -> node exits)
+//               ├─ 3. open the shards assigned to this broker (recovery runs here)
+//               └─ 4. watch(snapshot.seq), heartbeat thread
 //
-// Read-your-writes: catalog().create_stream / delete_stream return only after this broker
-// has applied the change (or time out), so a 201 means the stream is servable here.
+//   change feed (metadata thread) ──enqueue──> control thread, in seq order:
+//     stream_created   take assignments to this broker that supersede what it holds
+//                      (incarnation first, then generation); never a lower incarnation
+//                      and never one at or below the name's tombstone
+//     stream_deleted   drop the assignments, close the shards, then delete data:
+//                        tombstone written           -> incarnations <= tombstone
+//                        stream_incarnations final   -> the deleted incarnation (0)
+//                        otherwise (level 8)         -> nothing: a recreate reopens it
+//     feature_finalized  remember it (it changes what a delete removes)
+//     resync           snapshot(), reconcile, watch again
+//
+// Without the broker role (node.roles = controller) there is no storage: catalog calls
+// work, data calls answer `unavailable`.
+//
+// Read-your-writes: catalog().create_stream / delete_stream answer only once this node has
+// applied the change, so a 201 means the stream is servable here.
 //
 // Hot path: publish takes a shared lock to find the stream, builds one batch per shard
-// touched (one allocation per batch, none per record) and appends; offsets come back
-// through the storage callback. No lock is held across storage calls.
+// touched (one allocation per batch, none per record) and appends. No lock is held across
+// storage calls.
 //
 // Thread-safety: every public method may be called from any thread.
 #pragma once
@@ -29,13 +43,14 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <shared_mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "sluice/metadata.h"
 #include "sluice/host.h"
+#include "sluice/metadata.h"
 #include "sluice/node.h"
 #include "sluice/storage.h"
 
@@ -44,17 +59,22 @@ namespace sluice::core {
 struct BrokerOptions {
   std::uint32_t max_records_per_publish = 100000;
   std::int64_t catalog_timeout_ms = 10000;
+  std::int64_t heartbeat_interval_ms = 2000;
+  std::string advertised_address;      // host:port of this node's API, for not_leader answers
+  std::vector<std::string> features;   // what this broker reports (sorted)
 };
 
 class BrokerRuntime final : public Node {
  public:
-  BrokerRuntime(NodeInfo info, MetadataStore& catalog, StorageEngine& storage, BrokerOptions opts,
+  // `storage` is null on a node without the broker role.
+  BrokerRuntime(NodeInfo info, MetadataStore& catalog, StorageEngine* storage, BrokerOptions opts,
                 PluginHost& host);
   ~BrokerRuntime() override;
 
-  // Applies the catalog snapshot and opens every shard. Fails if a shard cannot be
-  // recovered (corruption) or the catalog is unreachable.
+  // Applies tombstones, registers, opens assigned shards, follows the change feed. Fails if
+  // registration is refused or a shard cannot be recovered.
   Result<void> start();
+  // Closes shards. The broker stays registered (its heartbeats lapse; see stop()).
   void stop();
 
   NodeInfo info() override;
@@ -63,21 +83,39 @@ class BrokerRuntime final : public Node {
   MetadataStore& catalog() override;
   Result<StreamInfo> create_stream(const StreamKey& key, const StreamSpec& spec) override;
   Result<StreamInfo> stream(const StreamKey& key) override;
-  void publish(const StreamKey& key, const std::vector<PublishRecord>& records, AckMode ack,
-               PublishCallback cb) override;
+  void publish(const StreamKey& key, const std::vector<PublishRecord>& records,
+               const PublishOptions& opts, PublishCallback cb) override;
   Result<FetchResult> fetch(const StreamKey& key, ShardIndex shard, Offset from,
                             std::uint32_t max_records, std::size_t max_bytes) override;
   Result<ShardStats> shard_stats(const StreamKey& key, ShardIndex shard) override;
   Result<void> notify_when_beyond(const StreamKey& key, ShardIndex shard, Offset offset,
                                   std::function<void()> cb) override;
   Result<std::vector<ShardStatus>> shards(const StreamKey& key) override;
+  Result<GroupDelivery> group_fetch(const StreamKey& key, ShardIndex shard, const std::string& group,
+                                    std::uint32_t max_records, const GroupOptions& opts) override;
+  Result<void> group_ack(const StreamKey& key, ShardIndex shard, const std::string& group,
+                         const std::vector<Offset>& offsets) override;
+  Result<void> group_nack(const StreamKey& key, ShardIndex shard, const std::string& group,
+                          const std::vector<Offset>& offsets) override;
+  Result<std::vector<GroupPosition>> group_positions(const StreamKey& key,
+                                                     const std::string& group) override;
+  Result<std::vector<std::string>> groups(const StreamKey& key) override;
+  Result<FetchResult> dead_letters(const StreamKey& key, ShardIndex shard, const std::string& group,
+                                   Offset from, std::uint32_t max_records,
+                                   std::size_t max_bytes) override;
+  Result<std::uint64_t> replay_dead_letters(const StreamKey& key, ShardIndex shard,
+                                            const std::string& group, Offset from,
+                                            Offset to) override;
 
-  // Blocks until the broker has applied every change up to `seq`, or the timeout.
+  // Blocks until this node has applied every change up to `seq`, or the timeout.
   bool wait_applied(ChangeSeq seq, std::int64_t timeout_ms);
 
  private:
+  // One stream incarnation as this broker knows it. `shards[i]` is null unless this broker
+  // holds shard i's assignment.
   struct StreamState {
     StreamInfo info;
+    std::vector<Assignment> assignments;
     std::vector<std::shared_ptr<ShardLog>> shards;
     std::atomic<std::uint32_t> sticky{0};
   };
@@ -89,40 +127,51 @@ class BrokerRuntime final : public Node {
 
   std::shared_ptr<StreamState> find(const StreamKey& key);
   Result<std::shared_ptr<ShardLog>> find_shard(const StreamKey& key, ShardIndex shard);
-  Result<void> open_stream(const StreamInfo& info);
-  void close_stream(const StreamKey& key, Incarnation inc);
+  Result<void> serve_stream(const StreamInfo& info, const std::vector<Assignment>& assignments);
+  void drop_stream(const StreamKey& key, Incarnation inc);
+  Result<void> delete_data(const StreamKey& key, Incarnation up_to, const char* why);
   void apply(const ChangeEvent& ev);
   Result<void> resync();
+  Result<void> register_self();
   void control_loop();
+  void heartbeat_loop();
   void enqueue(Task t);
   void mark_applied(ChangeSeq seq);
+  void note_failure(const std::string& what);
+  bool finalized(std::string_view feature);
+  Error no_broker_role() const;
 
   NodeInfo info_;
   MetadataStore& catalog_;
-  StorageEngine& storage_;
+  StorageEngine* storage_;  // null without the broker role
   BrokerOptions opts_;
   PluginHost& host_;
   std::unique_ptr<CatalogFacade> facade_;
 
   std::shared_mutex streams_mu_;
   std::map<StreamKey, std::shared_ptr<StreamState>> streams_;
+  std::map<StreamKey, Incarnation> tombstones_;  // guarded by streams_mu_
+  std::set<std::string, std::less<>> finalized_;  // guarded by streams_mu_
 
   std::mutex applied_mu_;
   std::condition_variable applied_cv_;
   ChangeSeq applied_{0};
-  std::string failure_;  // non-empty: a stream could not be opened; not ready
+  std::string failure_;  // non-empty: something could not be applied; not ready
 
   std::mutex tasks_mu_;
   std::condition_variable tasks_cv_;
   std::deque<Task> tasks_;
   bool stopping_ = false;
   std::thread control_;
+  std::thread heartbeat_;
   std::unique_ptr<WatchHandle> watch_;
   std::atomic<bool> started_{false};
+  std::atomic<bool> registered_{false};
 
   // Metrics (monotonic counters).
   std::atomic<std::uint64_t> m_publish_requests_{0}, m_publish_records_{0}, m_publish_bytes_{0},
-      m_publish_errors_{0}, m_fetch_requests_{0}, m_fetch_errors_{0};
+      m_publish_errors_{0}, m_publish_duplicates_{0}, m_fetch_requests_{0}, m_fetch_errors_{0},
+      m_deleted_dirs_{0};
 };
 
 }  // namespace sluice::core

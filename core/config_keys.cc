@@ -11,7 +11,7 @@ constexpr ConfigKey kConfigKeys[] = {
     {"plugins.dir", "", "Directory holding plugin libraries. Default: <sluiced dir>/../lib/sluice/plugins."},
     {"metadata.backend", "raft", "raft (plugin raft-meta) or postgres (plugin postgres-meta, not yet available)."},
     {"metadata.plugin", "", "Override the metadata plugin name (default from metadata.backend)."},
-    {"metadata.level", "8", "Metadata level this member runs at; may only lower the build's level."},
+    {"metadata.level", "10", "Metadata level this member runs at (8..10); a lower level proposes and reports exactly as that older build would."},
     {"metadata.timeout_ms", "10000", "How long a catalog call waits before answering timeout (outcome uncertain)."},
     {"raft.address", "127.0.0.1:7800", "host:port this controller's Raft transport binds."},
     {"raft.port", "", "Overrides the port of raft.address."},
@@ -39,6 +39,12 @@ constexpr ConfigKey kConfigKeys[] = {
     {"http.idle_timeout_ms", "60000", "Close idle keep-alive connections after this long."},
     {"http.admin_threads", "2", "Threads for catalog calls, which may block on the metadata store."},
     {"http.fetch_max_bytes", "1048576", "Most batch bytes one fetch reads (at least one batch is returned)."},
+    {"broker.features", "", "Features this broker reports at registration. Default: all this build implements. A subset emulates an older build."},
+    {"broker.heartbeat_interval_ms", "2000", "How often a broker heartbeats to the control plane."},
+    {"broker.session_timeout_ms", "10000", "A broker without a heartbeat for this long stops counting as serving."},
+    {"metadata.bootstrap_hold_back", "", "Features a new cluster does NOT finalize at bootstrap (comma list), to test upgrades from level 8."},
+    {"metadata.rpc_address", "127.0.0.1:7801", "host:port a controller serves the metadata RPC on (brokers connect here; empty disables it)."},
+    {"metadata.controllers", "127.0.0.1:7801", "Comma list of controller RPC addresses, for nodes without the controller role."},
     {"broker.max_records_per_publish", "100000", "Largest number of records in one publish request."},
 };
 }  // namespace

@@ -28,6 +28,7 @@
 #include "identity.h"
 #include "node_host.h"
 #include "plugin_loader.h"
+#include "sluice/features.h"
 #include "sluice/log.h"
 #include "sluice/metadata.h"
 #include "sluice/node.h"
@@ -68,7 +69,7 @@ fs::path default_plugins_dir() {
   return exe.parent_path().parent_path() / "lib" / "sluice" / "plugins";
 }
 
-std::vector<std::string> split_roles(const std::string& s) {
+std::vector<std::string> split_list(const std::string& s) {
   std::vector<std::string> out;
   std::stringstream ss(s);
   std::string r;
@@ -79,6 +80,19 @@ std::vector<std::string> split_roles(const std::string& s) {
   }
   std::sort(out.begin(), out.end());
   return out;
+}
+
+// The features this broker reports: every feature the build implements, unless
+// `broker.features` names a subset (how an older build is emulated in upgrade tests).
+std::vector<std::string> parse_features(const core::Config& cfg) {
+  std::vector<std::string> all;
+  for (const auto& f : known_features()) all.emplace_back(f.name);
+  if (!cfg.has("broker.features")) return all;
+  auto want = split_list(cfg.get_string("broker.features", ""));
+  for (const auto& f : want)
+    if (!find_feature(f))
+      throw std::invalid_argument("broker.features: '" + f + "' is not a feature this build implements");
+  return want;
 }
 
 // Holds an exclusive flock on <data.dir>/.lock for the life of the process, so two nodes
@@ -153,30 +167,37 @@ int main(int argc, char** argv) {
   std::string data_dir, backend, plugins_dir;
   std::vector<std::string> roles;
   core::BrokerOptions bopts;
+  MetadataLevel metadata_level = kBuildMetadataLevel;
   try {
     const auto nid = cfg->get_int("node.id", 1);
     if (nid < 1 || nid > 0x7fffffff) throw std::invalid_argument("node.id must be between 1 and 2147483647");
     node_id = NodeId{static_cast<std::uint32_t>(nid)};
     data_dir = cfg->get_string("data.dir", "./data");
     backend = cfg->get_string("metadata.backend", "raft");
-    roles = split_roles(cfg->get_string("node.roles", "controller,broker"));
+    roles = split_list(cfg->get_string("node.roles", "controller,broker"));
     plugins_dir = cfg->get_string("plugins.dir", "");
     if (plugins_dir.empty()) plugins_dir = default_plugins_dir().string();
     const auto level = cfg->get_int("metadata.level", kBuildMetadataLevel.value());
-    if (level != kBuildMetadataLevel.value())
+    if (level < kLowestMetadataLevel.value() || level > kBuildMetadataLevel.value())
       throw std::invalid_argument("metadata.level " + std::to_string(level) +
-                                  " is not supported: this build implements level " +
-                                  std::to_string(kBuildMetadataLevel.value()) +
-                                  " and can only run at that level");
+                                  " is not supported: this build runs at levels " +
+                                  std::to_string(kLowestMetadataLevel.value()) + " to " +
+                                  std::to_string(kBuildMetadataLevel.value()));
+    metadata_level = MetadataLevel{static_cast<std::uint32_t>(level)};
+    bopts.features = parse_features(*cfg);
     bopts.max_records_per_publish =
         static_cast<std::uint32_t>(cfg->get_int("broker.max_records_per_publish", 100000));
     bopts.catalog_timeout_ms = cfg->get_int("metadata.timeout_ms", 10000);
+    bopts.heartbeat_interval_ms = cfg->get_int("broker.heartbeat_interval_ms", 2000);
+    if (bopts.heartbeat_interval_ms < 10) throw std::invalid_argument("broker.heartbeat_interval_ms must be at least 10");
     if (backend != "raft" && backend != "postgres")
       throw std::invalid_argument("metadata.backend must be raft or postgres, got '" + backend + "'");
     if (backend == "postgres")
       throw std::invalid_argument("metadata.backend = postgres is not available in this build (postgres-meta is pending)");
-    if (roles != std::vector<std::string>{"broker", "controller"})
-      throw std::invalid_argument("node.roles must be controller,broker in this build (multi-node roles are pending)");
+    for (const auto& r : roles)
+      if (r != "broker" && r != "controller")
+        throw std::invalid_argument("node.roles: unknown role '" + r + "' (roles are controller and broker)");
+    if (roles.empty()) throw std::invalid_argument("node.roles must name at least one role");
   } catch (const std::exception& e) {
     die(2, e.what());
   }
@@ -207,12 +228,14 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
+  const bool broker_role = std::find(roles.begin(), roles.end(), "broker") != roles.end();
   std::shared_ptr<StorageEngine> storage;
   std::shared_ptr<MetadataStore> metadata;
   std::shared_ptr<ApiServer> api;
   try {
-    storage = loader.load<StorageEngine>(cfg->get_string("storage.plugin", "fs-storage"),
-                                         PluginKind::storage, host);
+    if (broker_role)
+      storage = loader.load<StorageEngine>(cfg->get_string("storage.plugin", "fs-storage"),
+                                           PluginKind::storage, host);
     std::string meta_plugin = cfg->get_string("metadata.plugin", "");
     if (meta_plugin.empty()) meta_plugin = backend == "raft" ? "raft-meta" : "postgres-meta";
     metadata = loader.load<MetadataStore>(meta_plugin, PluginKind::metadata, host);
@@ -230,8 +253,10 @@ int main(int argc, char** argv) {
   info.directory_id = identity->directory_id();
   info.roles = roles;
   info.version = SLUICE_VERSION;
-  info.metadata_level = kBuildMetadataLevel;
-  auto broker = std::make_unique<core::BrokerRuntime>(info, *metadata, *storage, bopts, host);
+  info.metadata_level = metadata_level;
+  bopts.advertised_address = cfg->get_string("http.address", "127.0.0.1") + ":" +
+                             std::to_string(cfg->get_int("http.port", 8080));
+  auto broker = std::make_unique<core::BrokerRuntime>(info, *metadata, storage.get(), bopts, host);
   if (auto r = broker->start(); !r) die(1, "broker: " + r.error().message);
   if (auto r = api->start(*broker); !r) die(1, "api: " + r.error().message);
 
@@ -245,7 +270,7 @@ int main(int argc, char** argv) {
   log_line(LogLevel::info, "sluiced", std::string("shutting down on ") + strsignal(sig));
   api->stop();
   broker->stop();
-  storage->shutdown();
+  if (storage) storage->shutdown();
   metadata->stop();
   // Release in dependency order: storage may still hold callbacks whose code lives in the
   // API plugin (long-poll waiters), so the API library is unloaded only after storage.

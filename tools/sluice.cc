@@ -39,6 +39,11 @@ Commands:
   shards STREAM                   show a stream's shards (incarnation, high watermark, ...)
   publish STREAM                  publish lines from standard input, one record per line
   consume STREAM                  print records to standard output
+  group consume|ack|positions     consumer groups: at-least-once delivery with acks
+  dead-letters list|replay        a group's dead letters
+  feature list|finalize NAME      fleet features (finalizing is one-way)
+  brokers                         registered brokers and their features
+  tombstones                      deleted names and the incarnations they cover
 
 Run `sluice COMMAND --help` for a command's options.
 )";
@@ -296,15 +301,32 @@ int cmd_publish(Client& c, int argc, char** argv) {
   Args a = parse_args(argc, argv, 2, {"quiet"});
   if (a.has("help") || a.pos.size() != 1) {
     std::puts(R"(Usage: sluice publish TENANT/NS/STREAM [--key KEY] [--ack none|leader] [--batch N] [--quiet]
+                      [--producer-id ID [--sequence S]]
 
 Reads standard input and publishes each line (without its newline) as one record,
 N lines per request (default 500), over the binary batch API. With --key every record
-gets KEY (so all land on one shard, in order). Prints progress and a summary on stderr.)");
+gets KEY (so all land on one shard, in order). Prints progress and a summary on stderr.
+
+With --producer-id the publish is idempotent: request k carries sequence S+k (S defaults
+to 0), so a retried request is answered with its original offsets instead of being
+written twice. Every request must then land on one shard: give --key, or use a
+one-shard stream.)");
     return a.has("help") ? 0 : 2;
   }
   StreamPath p = parse_stream(a.pos[0]);
   const std::uint64_t batch = std::max<std::uint64_t>(1, parse_u64("--batch", a.get("batch", "500")));
-  const std::string path = p.path() + "/records" + (a.has("ack") ? "?ack=" + a.get("ack") : "");
+  std::string query;
+  auto add_param = [&](const std::string& k, const std::string& v) {
+    query += (query.empty() ? "?" : "&") + k + "=" + v;
+  };
+  if (a.has("ack")) add_param("ack", a.get("ack"));
+  const bool idempotent = a.has("producer-id");
+  std::uint64_t sequence = idempotent ? parse_u64("--sequence", a.get("sequence", "0")) : 0;
+  if (idempotent) {
+    parse_u64("--producer-id", a.get("producer-id"));
+    add_param("producer_id", a.get("producer-id"));
+  }
+  const std::string path = p.path() + "/records" + query;
   const bool has_key = a.has("key");
   const std::string key = a.get("key");
   const bool quiet = a.has("quiet");
@@ -313,7 +335,9 @@ gets KEY (so all land on one shard, in order). Prints progress and a summary on 
   auto t0 = std::chrono::steady_clock::now();
   auto flush = [&] {
     if (!in_body) return;
-    c.call_ok("POST", path, body, "application/vnd.sluice.batch");
+    const std::string target =
+        idempotent ? path + (query.empty() ? "?" : "&") + "sequence=" + std::to_string(sequence++) : path;
+    c.call_ok("POST", target, body, "application/vnd.sluice.batch");
     total += in_body;
     ++requests;
     body.clear();
@@ -391,6 +415,116 @@ interrupted. --max stops after N records. --offsets prefixes "shard offset " to 
   return 0;
 }
 
+int cmd_feature(Client& c, int argc, char** argv) {
+  Args a = parse_args(argc, argv, 2, {});
+  if (a.has("help") || a.pos.empty()) {
+    std::puts(R"(Usage: sluice feature list
+       sluice feature finalize NAME
+
+Finalizing is one-way. The control plane refuses it (409, with the reason) while a
+metadata member is below the feature's level or a serving broker lacks it; see
+docs/upgrades.md before finalizing stream_incarnations.)");
+    return a.has("help") ? 0 : 2;
+  }
+  if (a.pos[0] == "list") print_json(c.call_ok("GET", "/v1/features"));
+  else if (a.pos[0] == "finalize" && a.pos.size() == 2)
+    print_json(c.call_ok("POST", "/v1/features/" + a.pos[1] + "/finalize", "{}"));
+  else usage_error("feature: expected list or finalize NAME");
+  return 0;
+}
+
+int cmd_simple_get(Client& c, int argc, char** argv, const char* path, const char* usage) {
+  Args a = parse_args(argc, argv, 2, {});
+  if (a.has("help")) {
+    std::puts(usage);
+    return 0;
+  }
+  print_json(c.call_ok("GET", path));
+  return 0;
+}
+
+std::string offsets_json(const std::vector<std::string>& offs, std::size_t from) {
+  json::array arr;
+  for (std::size_t i = from; i < offs.size(); ++i) arr.push_back(parse_u64("offset", offs[i]));
+  return json::serialize(json::object{{"offsets", arr}});
+}
+
+int cmd_group(Client& c, int argc, char** argv) {
+  Args a = parse_args(argc, argv, 2, {"ack", "follow"});
+  if (a.has("help") || a.pos.size() < 3) {
+    std::puts(R"(Usage: sluice group consume TENANT/NS/STREAM GROUP --shard N [--max N] [--ack]
+                           [--follow] [--max-deliveries N] [--ack-timeout-ms MS]
+       sluice group ack  TENANT/NS/STREAM GROUP --shard N OFFSET...
+       sluice group nack TENANT/NS/STREAM GROUP --shard N OFFSET...
+       sluice group positions TENANT/NS/STREAM GROUP
+
+consume prints "offset delivery value" per record. With --ack it acknowledges each batch
+after printing it; without, records are redelivered after the ack timeout.)");
+    return a.has("help") ? 0 : 2;
+  }
+  const std::string op = a.pos[0];
+  StreamPath p = parse_stream(a.pos[1]);
+  const std::string base = p.path() + "/groups/" + a.pos[2];
+  if (op == "positions") {
+    print_json(c.call_ok("GET", base));
+    return 0;
+  }
+  if (!a.has("shard")) usage_error("group " + op + " needs --shard N");
+  const std::string shard_base = base + "/shards/" + std::to_string(parse_u64("--shard", a.get("shard")));
+  if (op == "ack" || op == "nack") {
+    if (a.pos.size() < 4) usage_error("group " + op + " needs at least one offset");
+    c.call_ok("POST", shard_base + "/" + op, offsets_json(a.pos, 3));
+    return 0;
+  }
+  if (op != "consume") usage_error("group: unknown operation '" + op + "'");
+  std::string q = shard_base + "/records?max=" + a.get("max", "100");
+  if (a.has("max-deliveries")) q += "&max_deliveries=" + a.get("max-deliveries");
+  if (a.has("ack-timeout-ms")) q += "&ack_timeout_ms=" + a.get("ack-timeout-ms");
+  if (a.has("follow")) q += "&wait_ms=10000";
+  std::signal(SIGINT, [](int) { g_stop = 1; });
+  do {
+    auto res = c.call_ok("GET", q).as_object();
+    std::vector<std::string> offs;
+    for (auto& rv : res.at("records").as_array()) {
+      auto& r = rv.as_object();
+      const auto off = r.at("offset").to_number<std::uint64_t>();
+      std::cout << off << " " << r.at("delivery").to_number<std::uint64_t>() << " ";
+      if (auto* v = r.if_contains("value")) std::cout << json::value_to<std::string>(*v);
+      else if (auto* b = r.if_contains("value_base64")) std::cout << "base64:" << json::value_to<std::string>(*b);
+      std::cout << "\n";
+      offs.push_back(std::to_string(off));
+    }
+    std::cout.flush();
+    if (a.has("ack") && !offs.empty()) c.call_ok("POST", shard_base + "/ack", offsets_json(offs, 0));
+    if (!a.has("follow") && offs.empty()) break;
+    if (!a.has("follow")) break;
+  } while (!g_stop);
+  return 0;
+}
+
+int cmd_dead_letters(Client& c, int argc, char** argv) {
+  Args a = parse_args(argc, argv, 2, {});
+  if (a.has("help") || a.pos.size() < 3 || !a.has("shard")) {
+    std::puts(R"(Usage: sluice dead-letters list   TENANT/NS/STREAM GROUP --shard N [--from OFFSET]
+       sluice dead-letters replay TENANT/NS/STREAM GROUP --shard N --from A --to B
+
+replay publishes dead letters [A, B) to the stream again, as new records.)");
+    return a.has("help") ? 0 : 2;
+  }
+  StreamPath p = parse_stream(a.pos[1]);
+  const std::string base = p.path() + "/groups/" + a.pos[2] + "/shards/" +
+                           std::to_string(parse_u64("--shard", a.get("shard"))) + "/dead-letters";
+  if (a.pos[0] == "list") {
+    print_json(c.call_ok("GET", base + "?offset=" + std::to_string(parse_u64("--from", a.get("from", "0")))));
+  } else if (a.pos[0] == "replay") {
+    json::object body{{"from", parse_u64("--from", a.get("from"))}, {"to", parse_u64("--to", a.get("to"))}};
+    print_json(c.call_ok("POST", base + "/replay", json::serialize(body)));
+  } else {
+    usage_error("dead-letters: expected list or replay");
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -425,6 +559,13 @@ int main(int argc, char** argv) {
     if (cmd == "shards") return cmd_shards(c, argc, argv);
     if (cmd == "publish") return cmd_publish(c, argc, argv);
     if (cmd == "consume") return cmd_consume(c, argc, argv);
+    if (cmd == "feature") return cmd_feature(c, argc, argv);
+    if (cmd == "group") return cmd_group(c, argc, argv);
+    if (cmd == "dead-letters") return cmd_dead_letters(c, argc, argv);
+    if (cmd == "brokers")
+      return cmd_simple_get(c, argc, argv, "/v1/brokers", "Usage: sluice brokers");
+    if (cmd == "tombstones")
+      return cmd_simple_get(c, argc, argv, "/v1/tombstones", "Usage: sluice tombstones");
   } catch (const std::exception& e) {
     std::fprintf(stderr, "sluice: unexpected answer from the server: %s\n", e.what());
     return 1;

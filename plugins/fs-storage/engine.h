@@ -9,12 +9,28 @@
 // longer, after close they answer unavailable). `host` must outlive the engine; `fs` is
 // shared with every shard.
 //
-// Errors: the constructor throws std::invalid_argument for bad configuration (a startup
-// boundary). Everything else returns Result.
+// Delete protocol (delete_incarnations, storage.h): under delete_mu_,
+//   0. close the open shards of the doomed incarnations; open_shard of them is refused
+//      (unavailable) while the delete runs
+//   1. <dir>/.delete-pending/<id>.marker: the relative dirs, written .tmp + fdatasync +
+//      rename + directory fsync                      failpoint storage.delete.after_marker
+//   2. rename each dir to <dir>/.deleted/<id>/<same relative path>, fsync the source and
+//      destination parents                           failpoint storage.delete.after_move
+//   3. remove the marker, fsync .delete-pending/      failpoint storage.delete.after_unmark
+//   4. remove .deleted/<id>/ (garbage; a failure here is only logged)
+// At construction, before any shard can open, every marker is finished (its listed dirs
+// that still exist are moved, then the marker is removed) and .deleted/ is emptied.
+//
+// Errors: the constructor throws std::invalid_argument for bad configuration and
+// std::runtime_error when an interrupted delete cannot be finished (both startup
+// boundaries: serving then could resurrect deleted data). Everything else returns Result.
 #pragma once
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
+#include <string_view>
+#include <vector>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -39,6 +55,15 @@ class FsStorageEngine final : public StorageEngine {
   Result<std::shared_ptr<ShardLog>> open_shard(const ShardRef& ref, const StreamSpec& spec) override;
   void close_shard(const ShardRef& ref) override;
   void shutdown() override;
+  Result<std::uint32_t> delete_incarnations(const StreamKey& stream, Incarnation up_to) override;
+  Result<std::vector<ShardRef>> list_on_disk() override;
+
+  // Test seam: called at each delete step (after the failpoint of the same name); returning
+  // true stops the delete right there, as a crash would (the call returns internal), so a
+  // test can construct a new engine on the state that is left.
+  void set_delete_step_hook(std::function<bool(std::string_view step)> hook) {
+    delete_step_hook_ = std::move(hook);
+  }
 
   // Applies retention to every open shard now, on the calling thread.
   void run_retention_once();
@@ -46,12 +71,20 @@ class FsStorageEngine final : public StorageEngine {
   void run_retention_once(std::int64_t now_ms);
 
   const Options& options() const { return opts_; }
+  // Clock of consumer-group deadlines for shards opened from now on (tests).
+  void set_group_clock(GroupClock c) { group_clock_ = std::move(c); }
   // The directory of a shard incarnation (invalid_name if a name fails validation).
   Result<std::string> shard_directory(const ShardRef& ref) const;
 
  private:
   Result<void> make_dirs(const std::string& path);
   void retention_loop();
+  // Finishes interrupted deletes and empties .deleted/ (constructor; throws on failure).
+  void recover_deletes();
+  Result<void> finish_marker(const std::string& marker_path, const std::string& id,
+                             const std::vector<std::string>& rel_dirs);
+  bool stop_at(std::string_view step);
+  std::string unique_id();
 
   PluginHost& host_;
   const std::shared_ptr<FileSystem> fs_;
@@ -61,6 +94,14 @@ class FsStorageEngine final : public StorageEngine {
   std::mutex mu_;  // shards_, shut_down_; held across recovery in open_shard
   std::map<ShardRef, std::shared_ptr<ShardLogImpl>> shards_;
   bool shut_down_ = false;
+  // Streams with a delete in progress, and the incarnation bound: open_shard refuses them.
+  std::vector<std::pair<StreamKey, Incarnation>> deleting_;
+
+  std::mutex delete_mu_;  // one delete at a time; never taken under mu_
+  std::uint64_t delete_seq_ = 0;
+  std::function<bool(std::string_view)> delete_step_hook_;
+  GroupClock group_clock_;
+  bool recovering_ = false;  // constructor only: finishing interrupted deletes
 
   std::mutex retention_mu_;
   std::condition_variable retention_cv_;

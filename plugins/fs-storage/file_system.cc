@@ -147,6 +147,29 @@ Result<void> PosixFileSystem::remove(const std::string& path) {
   return {};
 }
 
+Result<void> PosixFileSystem::remove_dir(const std::string& path) {
+  if (::rmdir(path.c_str()) != 0 && errno != ENOENT) return io_error("rmdir", path, errno);
+  return {};
+}
+
+Result<bool> PosixFileSystem::is_directory(const std::string& path) {
+  struct stat st;
+  if (::lstat(path.c_str(), &st) == 0) return S_ISDIR(st.st_mode);
+  if (errno == ENOENT) return false;
+  return io_error("lstat", path, errno);
+}
+
+Result<void> remove_tree(FileSystem& fs, const std::string& path) {
+  auto dir = fs.is_directory(path);
+  if (!dir) return dir.error();
+  if (!*dir) return fs.remove(path);
+  auto names = fs.list(path);
+  if (!names) return names.error();
+  for (const auto& n : *names)
+    if (auto r = remove_tree(fs, path + "/" + n); !r) return r;
+  return fs.remove_dir(path);
+}
+
 Result<void> PosixFileSystem::rename(const std::string& from, const std::string& to) {
   if (::rename(from.c_str(), to.c_str()) != 0) return io_error("rename", from + " -> " + to, errno);
   return {};

@@ -60,6 +60,8 @@ class FileSystem {
   // Entry names (not paths) of a directory, without "." and "..", unsorted.
   virtual Result<std::vector<std::string>> list(const std::string& dir) = 0;
   virtual Result<void> remove(const std::string& path) = 0;  // ok if absent
+  virtual Result<void> remove_dir(const std::string& path) = 0;  // rmdir(2) of an empty dir; ok if absent
+  virtual Result<bool> is_directory(const std::string& path) = 0;  // false if absent
   virtual Result<void> rename(const std::string& from, const std::string& to) = 0;
   virtual Result<std::uint64_t> file_size(const std::string& path) = 0;
 };
@@ -73,9 +75,15 @@ class PosixFileSystem final : public FileSystem {
   Result<void> sync_dir(const std::string& path) override;
   Result<std::vector<std::string>> list(const std::string& dir) override;
   Result<void> remove(const std::string& path) override;
+  Result<void> remove_dir(const std::string& path) override;
+  Result<bool> is_directory(const std::string& path) override;
   Result<void> rename(const std::string& from, const std::string& to) override;
   Result<std::uint64_t> file_size(const std::string& path) override;
 };
+
+// Removes `path` and everything below it (files and directories; no symlink following).
+// Ok if absent. Not atomic: used only for garbage (.deleted/ entries).
+Result<void> remove_tree(FileSystem& fs, const std::string& path);
 
 // Error helper: Errc::storage_failure "<op> <path>: <strerror(err)>".
 Error io_error(std::string_view op, const std::string& path, int err);

@@ -26,6 +26,32 @@ Result<std::string> shard_dir(const std::string& root, const ShardRef& ref) {
          shard_dir_name(ref.shard, ref.incarnation);
 }
 
+std::optional<std::pair<ShardIndex, Incarnation>> parse_shard_dir_name(std::string_view name) {
+  const auto dash = name.find('-');
+  const std::string_view dec = name.substr(0, dash);
+  if (dec.empty() || dec.size() > 10 || (dec.size() > 1 && dec[0] == '0')) return std::nullopt;
+  std::uint64_t shard = 0;
+  for (char c : dec) {
+    if (c < '0' || c > '9') return std::nullopt;
+    shard = shard * 10 + static_cast<std::uint64_t>(c - '0');
+  }
+  if (shard > UINT32_MAX) return std::nullopt;
+  std::uint64_t inc = 0;
+  if (dash != std::string_view::npos) {
+    const std::string_view hex = name.substr(dash + 1);
+    if (hex.size() != 16) return std::nullopt;
+    for (char c : hex) {
+      std::uint64_t d;
+      if (c >= '0' && c <= '9') d = static_cast<std::uint64_t>(c - '0');
+      else if (c >= 'a' && c <= 'f') d = static_cast<std::uint64_t>(c - 'a' + 10);
+      else return std::nullopt;
+      inc = inc << 4 | d;
+    }
+    if (inc == 0) return std::nullopt;  // incarnation 0 never has a suffix
+  }
+  return std::pair{ShardIndex(static_cast<std::uint32_t>(shard)), Incarnation(inc)};
+}
+
 namespace {
 std::string offset_name(std::uint64_t base, const char* ext) {
   char buf[40];

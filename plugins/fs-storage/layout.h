@@ -9,6 +9,11 @@
 //           00000000000000000000.idx       named by base offset ("%020llu"); .idx only for
 //           00000000000000001234.log       sealed segments (a cache, CRC-checked)
 //           00000000000000001234.idx.tmp   transient while an index is written
+//           producers.snapshot             idempotent-producer state at a segment boundary
+//         groups/<group>/journal           one consumer group (group.h)
+//         groups/<group>/dead-letters/log/ its dead-letter log (same segment format)
+//     .delete-pending/<id>.marker          an unfinished delete (engine.h, delete protocol)
+//     .deleted/<id>/<t>/<n>/<s>/<shard>    moved-away incarnations, garbage to remove
 //
 // Everything of one shard incarnation lives under its directory, so deleting an
 // incarnation is one directory move and two incarnations never share a file.
@@ -30,6 +35,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "sluice/error.h"
 #include "sluice/types.h"
@@ -42,6 +48,15 @@ std::string shard_dir_name(ShardIndex shard, Incarnation incarnation);
 // <root>/<tenant>/<ns>/<stream>/<shard_dir_name>. Errc::invalid_name if any component
 // fails validate_name.
 Result<std::string> shard_dir(const std::string& root, const ShardRef& ref);
+
+// Inverse of shard_dir_name: "<u32 decimal>" (incarnation 0) or "<u32>-<16 lowercase hex>"
+// with a non-zero incarnation. Leading zeros, other characters or lengths: nullopt.
+std::optional<std::pair<ShardIndex, Incarnation>> parse_shard_dir_name(std::string_view name);
+
+// Reserved entries directly under <storage.dir>. Every valid name starts with a letter, a
+// digit or '_', so these can never collide with a tenant.
+inline constexpr std::string_view kDeletedDir = ".deleted";
+inline constexpr std::string_view kDeletePendingDir = ".delete-pending";
 
 inline std::string log_dir(const std::string& shard_dir) { return shard_dir + "/log"; }
 

@@ -30,7 +30,7 @@ struct Scan {
 };
 
 Scan scan_segment(std::string_view data, std::uint64_t base, Incarnation inc,
-                  std::uint64_t interval) {
+                  std::uint64_t interval, ProducerTable* producers, std::uint64_t producers_from) {
   Scan s;
   s.next_offset = base;
   std::uint64_t pos = 0;
@@ -56,6 +56,8 @@ Scan scan_segment(std::string_view data, std::uint64_t base, Incarnation inc,
                          static_cast<std::uint32_t>(pos)});
       s.last_index_pos = pos;
     }
+    if (h.producer_id != 0 && h.base_offset >= producers_from)
+      producers->record(h.producer_id, h.producer_seq, h.base_offset, h.record_count);
     s.next_offset = h.next_offset();
     s.last_max_ts = h.max_timestamp_ms;
     pos += h.length;
@@ -124,10 +126,39 @@ bool load_trusted_index(FileSystem& fs, Segment& seg) {
   return true;
 }
 
+// The producer snapshot, if present and well-formed.
+std::optional<std::pair<ProducerTable, std::uint64_t>> load_producer_snapshot(
+    FileSystem& fs, PluginHost& host, const std::string& path) {
+  auto f = fs.open(path, OpenMode::read_write);
+  if (!f) return std::nullopt;
+  auto bytes = read_whole_file(**f);
+  if (!bytes) return std::nullopt;
+  std::uint64_t end = 0;
+  auto t = ProducerTable::decode_snapshot(*bytes, &end);
+  if (!t) {
+    host.log(LogLevel::warn, kComponent,
+             "ignoring " + path + " (" + t.error().message + "); rebuilding producer state");
+    return std::nullopt;
+  }
+  return std::pair{std::move(t).value(), end};
+}
+
+Result<RecoveredLog> recover_log_impl(FileSystem& fs, PluginHost& host, const Options& opts,
+                                      const std::string& dir, Incarnation incarnation,
+                                      bool use_snapshot);
+
 }  // namespace
 
 Result<RecoveredLog> recover_log(FileSystem& fs, PluginHost& host, const Options& opts,
                                  const std::string& dir, Incarnation incarnation) {
+  return recover_log_impl(fs, host, opts, dir, incarnation, true);
+}
+
+namespace {
+
+Result<RecoveredLog> recover_log_impl(FileSystem& fs, PluginHost& host, const Options& opts,
+                                      const std::string& dir, Incarnation incarnation,
+                                      bool use_snapshot) {
   auto names = fs.list(dir);
   if (!names) return names.error();
   std::vector<std::uint64_t> bases;
@@ -135,21 +166,33 @@ Result<RecoveredLog> recover_log(FileSystem& fs, PluginHost& host, const Options
   for (const auto& n : *names) {
     if (auto b = parse_offset_file_name(n, ".log")) bases.push_back(*b);
     else if (auto i = parse_offset_file_name(n, ".idx")) index_bases.push_back(*i);
-    else if (n.size() > 8 && n.substr(n.size() - 8) == ".idx.tmp") (void)fs.remove(dir + "/" + n);
+    else if (n.size() > 4 && n.substr(n.size() - 4) == ".tmp") (void)fs.remove(dir + "/" + n);
   }
+  const std::string snap_path = dir + "/" + std::string(kProducerSnapshotName);
+  std::optional<std::pair<ProducerTable, std::uint64_t>> snap;
+  if (use_snapshot) snap = load_producer_snapshot(fs, host, snap_path);
+  RecoveredLog out;
+  // Producer state is recorded from batches at or above this offset.
+  const std::uint64_t producers_from = snap ? snap->second : 0;
+  if (snap) out.producers = std::move(snap->first);
   std::sort(bases.begin(), bases.end());
   // An index whose log is gone (crash during retention) is stale.
   for (auto i : index_bases)
     if (!std::binary_search(bases.begin(), bases.end(), i))
       (void)fs.remove(dir + "/" + index_file_name(i));
 
-  RecoveredLog out;
   if (bases.empty()) {
     auto seg = open_segment(fs, dir, 0, OpenMode::create_new);
     if (!seg) return seg.error();
     if (auto r = fs.sync_dir(dir); !r) return r.error();
     out.segments.push_back(std::move(seg).value());
     out.next_offset = 0;
+    out.producers = ProducerTable();  // no batches: no producers (a stale snapshot is moot)
+    if (auto r = write_producer_snapshot(fs, snap_path, out.producers, 0); !r)
+      host.log(LogLevel::warn, kComponent, "could not write producer snapshot: " + r.error().message);
+    else if (auto r2 = fs.sync_dir(dir); !r2)
+      return r2.error();
+    out.snapshot_end = 0;
     return out;
   }
 
@@ -161,8 +204,9 @@ Result<RecoveredLog> recover_log(FileSystem& fs, PluginHost& host, const Options
     const std::optional<std::uint64_t> prev_next =
         out.segments.empty() ? std::nullopt : std::optional(out.segments.back()->next_offset);
 
-    if (!last && opts.verify_on_start == VerifyOnStart::tail && load_trusted_index(fs, *seg) &&
-        (!prev_next || *prev_next == seg->base())) {
+    if (!last && opts.verify_on_start == VerifyOnStart::tail && snap &&
+        load_trusted_index(fs, *seg) && seg->next_offset <= producers_from &&
+        prev_next.value_or(seg->base()) == seg->base()) {
       init_writer_fields(*seg);
       out.segments.push_back(std::move(seg));
       continue;
@@ -177,7 +221,8 @@ Result<RecoveredLog> recover_log(FileSystem& fs, PluginHost& host, const Options
                          " does not follow the previous segment's end " +
                          std::to_string(*prev_next), false};
     } else {
-      s = scan_segment(*data, seg->base(), incarnation, opts.index_interval_bytes);
+      s = scan_segment(*data, seg->base(), incarnation, opts.index_interval_bytes, &out.producers,
+                       producers_from);
     }
 
     if (s.bad && last && s.bad->batch_invalid && !valid_batch_follows(*data, s.bad->pos)) {
@@ -257,7 +302,36 @@ Result<RecoveredLog> recover_log(FileSystem& fs, PluginHost& host, const Options
 
   // The active segment is opened for appends at its (possibly truncated) end.
   out.next_offset = out.segments.back()->next_offset;
+  if (snap && (producers_from > out.next_offset || producers_from < out.segments.front()->base())) {
+    // The snapshot describes a log that is not this one (repair cut below it, or it is
+    // older than the oldest segment): rebuild from what is there.
+    host.log(LogLevel::warn, kComponent,
+             snap_path + " ends at offset " + std::to_string(producers_from) +
+                 ", outside the recovered log [" + std::to_string(out.segments.front()->base()) +
+                 ", " + std::to_string(out.next_offset) + "); rebuilding producer state");
+    out.segments.clear();  // close the files before scanning again
+    return recover_log_impl(fs, host, opts, dir, incarnation, false);
+  }
+  if (snap) {
+    out.snapshot_end = producers_from;
+  } else {
+    if (out.segments.front()->base() > 0)
+      host.log(LogLevel::warn, kComponent,
+               "no valid " + snap_path + " and the log starts at " +
+                   std::to_string(out.segments.front()->base()) +
+                   ": idempotent-producer state of deleted segments is unknown");
+    if (auto r = write_producer_snapshot(fs, snap_path, out.producers, out.next_offset); !r) {
+      host.log(LogLevel::warn, kComponent, "could not write producer snapshot: " + r.error().message);
+      out.snapshot_end = 0;
+    } else if (auto r2 = fs.sync_dir(dir); !r2) {
+      return r2.error();
+    } else {
+      out.snapshot_end = out.next_offset;
+    }
+  }
   return out;
 }
+
+}  // namespace
 
 }  // namespace sluice::fs_storage

@@ -8,6 +8,10 @@
 //       position after P starts a valid batch: the file is truncated at P (ftruncate +
 //       fdatasync) and a warning says "truncated torn tail ... never acknowledged".
 //       If a valid batch follows, it is corruption.
+//   producer state: the snapshot (producers.h) if it is valid and its end lies within the
+//     recovered log, plus every scanned batch at or above its end. verify_on_start=tail
+//     trusts a sealed segment's .idx only if the snapshot covers that segment. Without a
+//     valid snapshot, every batch is scanned and a new snapshot is written.
 //   storage.repair=true: instead of failing, the log is cut at the first corrupt batch
 //   (later segments deleted) and an ERROR line says how many bytes/segments went.
 //
@@ -20,6 +24,7 @@
 
 #include "file_system.h"
 #include "options.h"
+#include "producers.h"
 #include "segment.h"
 #include "sluice/host.h"
 #include "sluice/types.h"
@@ -29,6 +34,8 @@ namespace sluice::fs_storage {
 struct RecoveredLog {
   std::vector<std::shared_ptr<Segment>> segments;  // never empty; last is active
   std::uint64_t next_offset = 0;                   // = high watermark after recovery
+  ProducerTable producers;                         // idempotent-producer state at next_offset
+  std::uint64_t snapshot_end = 0;                  // end of the valid producer snapshot on disk
 };
 
 Result<RecoveredLog> recover_log(FileSystem& fs, PluginHost& host, const Options& opts,

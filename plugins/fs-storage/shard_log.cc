@@ -4,6 +4,7 @@
 
 #include "flush_pool.h"
 #include "layout.h"
+#include "sluice/names.h"
 #include "sluice/record_batch.h"
 
 namespace sluice::fs_storage {
@@ -17,8 +18,10 @@ ShardLogImpl::ShardLogImpl(ShardRef ref, RetentionPolicy retention, std::string 
                            const Options& opts, std::shared_ptr<FileSystem> fs, PluginHost& host,
                            FlushPool& pool, RecoveredLog recovered)
     : ref_(std::move(ref)), dir_(std::move(dir)), opts_(opts), fs_(std::move(fs)), host_(host),
-      pool_(pool), next_offset_(recovered.next_offset), segments_(std::move(recovered.segments)),
-      retention_(retention), hwm_(recovered.next_offset) {}
+      pool_(pool), next_offset_(recovered.next_offset), producers_(recovered.producers),
+      acked_end_(recovered.next_offset), written_producers_(std::move(recovered.producers)),
+      segments_(std::move(recovered.segments)), retention_(retention),
+      hwm_(recovered.next_offset), snapshot_end_(recovered.snapshot_end) {}
 
 ShardLogImpl::~ShardLogImpl() = default;
 
@@ -49,11 +52,36 @@ void ShardLogImpl::append(std::string batch, AckMode ack, AppendCallback cb) {
       cb(Error(Errc::unavailable, "shard " + ref_.to_string() + " is closed"));
       return;
     }
+    if (h.producer_id != 0) {
+      const auto c = producers_.check(h.producer_id, h.producer_seq);
+      if (c.verdict == ProducerTable::Verdict::gap) {
+        lk.unlock();
+        cb(Error(Errc::sequence_gap,
+                 "producer " + std::to_string(h.producer_id) + " sent sequence " +
+                     std::to_string(h.producer_seq) + " to shard " + ref_.to_string() +
+                     "; expected sequence " + std::to_string(c.expected) +
+                     " (or a retry of one of the last " + std::to_string(kRecentBatches) + ")"));
+        return;
+      }
+      if (c.verdict == ProducerTable::Verdict::duplicate) {
+        const AppendResult orig{Offset(c.original.base), c.original.count, true};
+        const std::uint64_t end = c.original.base + c.original.count;
+        if (end > acked_end_) {  // original still in flight: answer right after it
+          dup_waiters_.push_back(DupWaiter{end, orig, std::move(cb)});
+          return;
+        }
+        lk.unlock();
+        cb(orig);
+        return;
+      }
+      producers_.record(h.producer_id, h.producer_seq, next_offset_, h.record_count);
+    }
     base = next_offset_;
     next_offset_ += h.record_count;
     restamp_batch(batch.data(), base, ref_.incarnation.value());
     queue_.push_back(Pending{std::move(batch), base, h.record_count, h.max_timestamp_ms, ack,
-                             ack == AckMode::none ? AppendCallback() : std::move(cb)});
+                             ack == AckMode::none ? AppendCallback() : std::move(cb),
+                             h.producer_id, h.producer_seq});
     if (!scheduled_) scheduled_ = schedule = true;
   }
   appended_records_.fetch_add(h.record_count, std::memory_order_relaxed);
@@ -93,11 +121,19 @@ void ShardLogImpl::flush() {
     }
     for (auto& p : later)
       if (p.cb) p.cb(Error(Errc::storage_failure, r.error().message));
+    // Duplicates share their original's outcome: uncertain for the group that failed
+    // mid-write, definite for everything queued behind it.
+    if (failed_already.empty() && !flushing_.empty())
+      fail_dups(r.error(), flushing_.front().base, flushing_.back().base + flushing_.back().count);
+    else
+      fail_dups(r.error(), 0, 0);
   } else {
-    // High watermark already advanced (sync_and_publish); waiters first, then acks.
+    // High watermark already advanced (sync_and_publish); waiters first, then acks, then
+    // duplicates of what was just acknowledged.
     wake_waiters();
     for (auto& p : flushing_)
       if (p.cb) p.cb(AppendResult{Offset(p.base), p.count});
+    if (!flushing_.empty()) complete_dups(flushing_.back().base + flushing_.back().count);
   }
   flushing_.clear();
 
@@ -109,6 +145,35 @@ void ShardLogImpl::flush() {
     drained_cv_.notify_all();
   }
   if (again) pool_.schedule(shared_from_this());
+}
+
+void ShardLogImpl::complete_dups(std::uint64_t acked_end) {
+  std::vector<DupWaiter> ready;
+  {
+    std::lock_guard lk(mu_);
+    acked_end_ = acked_end;
+    if (dup_waiters_.empty()) return;
+    auto it = std::partition(dup_waiters_.begin(), dup_waiters_.end(),
+                             [&](const DupWaiter& d) { return d.end > acked_end; });
+    ready.assign(std::make_move_iterator(it), std::make_move_iterator(dup_waiters_.end()));
+    dup_waiters_.erase(it, dup_waiters_.end());
+  }
+  std::sort(ready.begin(), ready.end(),
+            [](const DupWaiter& a, const DupWaiter& b) { return a.end < b.end; });
+  for (auto& d : ready) d.cb(d.result);
+}
+
+void ShardLogImpl::fail_dups(const Error& e, std::uint64_t inflight_begin,
+                             std::uint64_t inflight_end) {
+  std::vector<DupWaiter> all;
+  {
+    std::lock_guard lk(mu_);
+    all.swap(dup_waiters_);  // a failed shard never acknowledges anything again
+  }
+  for (auto& d : all) {
+    const bool inflight = d.end > inflight_begin && d.end <= inflight_end;
+    d.cb(Error(Errc::storage_failure, e.message, inflight ? Outcome::uncertain : Outcome::definite));
+  }
 }
 
 void ShardLogImpl::fail_all(const Error& e) {
@@ -147,6 +212,7 @@ Result<void> ShardLogImpl::write_group() {
       seg->last_index_pos = seg->write_pos;
     }
     iov_.push_back({p.batch.data(), p.batch.size()});
+    if (p.producer_id != 0) written_producers_.record(p.producer_id, p.producer_seq, p.base, p.count);
     seg->write_pos += len;
     seg->pending_next_offset = p.base + p.count;
     seg->pending_max_ts = p.max_ts;
@@ -197,11 +263,23 @@ Result<void> ShardLogImpl::roll(std::uint64_t new_base) {
     host_.log(LogLevel::warn, kComponent, "could not write index cache: " + r.error().message);
   }
   const std::string dir = log_dir();
+  // Producer state at the boundary (everything below new_base has been written and synced).
+  // Like the .idx it can be rebuilt from the log, so a failure is only a warning; retention
+  // then keeps the segments above the previous snapshot.
+  bool snap_ok = true;
+  if (auto r = write_producer_snapshot(*fs_, dir + "/" + std::string(kProducerSnapshotName),
+                                       written_producers_, new_base);
+      !r) {
+    snap_ok = false;
+    host_.log(LogLevel::warn, kComponent, "could not write producer snapshot: " + r.error().message);
+  }
   const std::string path = dir + "/" + segment_file_name(new_base);
   auto f = fs_->open(path, OpenMode::create_new);
   if (!f) return f.error();
-  // The new segment's directory entry must be durable before any ack depends on it.
+  // The new segment's directory entry (and the snapshot's rename) must be durable before
+  // any ack depends on it.
   if (auto r = fs_->sync_dir(dir); !r) return r;
+  if (snap_ok) snapshot_end_.store(new_base, std::memory_order_release);
   auto seg = std::make_shared<Segment>(new_base, path, dir + "/" + index_file_name(new_base),
                                        std::move(f).value());
   seg->pending_next_offset = new_base;
@@ -326,6 +404,13 @@ ShardStats ShardLogImpl::stats() {
 }
 
 void ShardLogImpl::close() {
+  std::map<std::string, std::shared_ptr<ConsumerGroup>> groups;
+  {
+    std::lock_guard lk(groups_mu_);
+    groups_closed_ = true;
+    groups.swap(groups_);
+  }
+  for (auto& [n, g] : groups) g->close();  // waits for a group call in progress
   std::vector<std::pair<std::uint64_t, std::function<void()>>> waiters;
   {
     std::unique_lock lk(mu_);
@@ -357,8 +442,11 @@ void ShardLogImpl::apply_retention(std::int64_t now_ms) {
     std::uint64_t total = 0;
     for (auto& s : segments_) total += s->readable_size;
     std::size_t drop = 0;
+    const std::uint64_t snap_end = snapshot_end_.load(std::memory_order_acquire);
     while (drop + 1 < segments_.size()) {  // never the active segment
       const auto& s = segments_[drop];
+      // Never beyond the producer snapshot: producer state must outlive the data.
+      if (segments_[drop + 1]->base() > snap_end) break;
       const bool by_size = retention_.max_bytes >= 0 &&
                            total > static_cast<std::uint64_t>(retention_.max_bytes);
       const bool by_age =
@@ -387,6 +475,78 @@ void ShardLogImpl::apply_retention(std::int64_t now_ms) {
   host_.log(LogLevel::info, kComponent,
             "retention: shard " + ref_.to_string() + " deleted " + std::to_string(removed) +
                 " segment(s); log start is now " + std::to_string(new_start));
+}
+
+// --- consumer groups (group.h) -----------------------------------------------------
+
+Result<std::shared_ptr<ConsumerGroup>> ShardLogImpl::group(const std::string& name, bool create) {
+  if (auto r = validate_name(NameKind::group, name); !r) return r.error();
+  std::lock_guard lk(groups_mu_);
+  if (groups_closed_) return Error(Errc::unavailable, "shard " + ref_.to_string() + " is closed");
+  if (auto it = groups_.find(name); it != groups_.end()) return it->second;
+  const std::string gdir = dir_ + "/groups/" + name;
+  if (!create) {
+    auto ex = fs_->is_directory(gdir);
+    if (!ex) return ex.error();
+    if (!*ex)
+      return Error(Errc::not_found, "no consumer group " + name + " on shard " + ref_.to_string());
+  }
+  auto g = ConsumerGroup::open(name, gdir, *this, opts_, fs_, host_, pool_, group_clock_);
+  if (!g) return g.error();
+  return groups_.emplace(name, std::shared_ptr<ConsumerGroup>(std::move(g).value())).first->second;
+}
+
+Result<GroupDelivery> ShardLogImpl::group_fetch(const std::string& name, std::uint32_t max_records,
+                                                const GroupOptions& opts) {
+  auto g = group(name, true);
+  if (!g) return g.error();
+  return (*g)->fetch(max_records, opts);
+}
+
+Result<void> ShardLogImpl::group_ack(const std::string& name, const std::vector<Offset>& offsets) {
+  auto g = group(name, false);
+  if (!g) return g.error();
+  return (*g)->ack(offsets);
+}
+
+Result<void> ShardLogImpl::group_nack(const std::string& name, const std::vector<Offset>& offsets) {
+  auto g = group(name, false);
+  if (!g) return g.error();
+  return (*g)->nack(offsets);
+}
+
+Result<GroupPosition> ShardLogImpl::group_position(const std::string& name) {
+  auto g = group(name, false);
+  if (!g) return g.error();
+  return (*g)->position();
+}
+
+Result<std::vector<std::string>> ShardLogImpl::list_groups() {
+  std::vector<std::string> out;
+  const std::string gdir = dir_ + "/groups";
+  auto ex = fs_->is_directory(gdir);
+  if (!ex) return ex.error();
+  if (!*ex) return out;
+  auto names = fs_->list(gdir);
+  if (!names) return names.error();
+  for (auto& n : *names)
+    if (validate_name(NameKind::group, n)) out.push_back(std::move(n));
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+Result<FetchResult> ShardLogImpl::dead_letters(const std::string& name, Offset from,
+                                               std::uint32_t max_records, std::size_t max_bytes) {
+  auto g = group(name, false);
+  if (!g) return g.error();
+  return (*g)->dead_letters(from, max_records, max_bytes);
+}
+
+Result<std::uint64_t> ShardLogImpl::replay_dead_letters(const std::string& name, Offset from,
+                                                        Offset to) {
+  auto g = group(name, false);
+  if (!g) return g.error();
+  return (*g)->replay(from, to);
 }
 
 }  // namespace sluice::fs_storage

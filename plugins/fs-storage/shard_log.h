@@ -27,19 +27,30 @@
 // either except the segment creation on roll. Readers hold seg_mu_ only to pick the segment
 // and position; pread runs unlocked on a shared_ptr<Segment>.
 //
+// Idempotent producers (producers.h): append() checks a batch with producer_id != 0
+// against producers_ under mu_ (one map lookup): the next sequence is appended and recorded;
+// one of the last 5 completes with the original offsets and duplicate = true, at once if
+// the original's callback already ran (acked_end_), else from the flusher right after the
+// original's callback (dup_waiters_), with the same outcome; anything else is
+// sequence_gap. The flusher keeps a second table (written_producers_) of what it wrote, and
+// when it seals a segment it writes that table as the producer snapshot at the boundary.
+//
 // AckMode::quorum is treated like leader here (replication is not this component's job).
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <vector>
 
 #include "file_system.h"
+#include "group.h"
 #include "options.h"
+#include "producers.h"
 #include "recovery.h"
 #include "segment.h"
 #include "sluice/host.h"
@@ -64,6 +75,17 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   void notify_when_beyond(Offset offset, std::function<void()> cb) override;
   ShardStats stats() override;
 
+  Result<GroupDelivery> group_fetch(const std::string& group, std::uint32_t max_records,
+                                    const GroupOptions& opts) override;
+  Result<void> group_ack(const std::string& group, const std::vector<Offset>& offsets) override;
+  Result<void> group_nack(const std::string& group, const std::vector<Offset>& offsets) override;
+  Result<GroupPosition> group_position(const std::string& group) override;
+  Result<std::vector<std::string>> list_groups() override;
+  Result<FetchResult> dead_letters(const std::string& group, Offset from,
+                                   std::uint32_t max_records, std::size_t max_bytes) override;
+  Result<std::uint64_t> replay_dead_letters(const std::string& group, Offset from,
+                                            Offset to) override;
+
   // Flusher thread only (FlushPool).
   void flush();
   // Drains pending appends, then closes. Idempotent. Not from a callback.
@@ -72,6 +94,8 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   void apply_retention(std::int64_t now_ms);
   void set_retention(RetentionPolicy r);
   const std::string& directory() const { return dir_; }
+  // Clock of group deadlines (tests inject one); set before any group call.
+  void set_group_clock(GroupClock c) { group_clock_ = std::move(c); }
 
  private:
   enum class State { open, failed, closing, closed };
@@ -83,6 +107,14 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
     std::int64_t max_ts;
     AckMode ack;
     AppendCallback cb;  // empty for AckMode::none (already answered)
+    std::uint64_t producer_id = 0;
+    std::uint64_t producer_seq = 0;
+  };
+  // A duplicate waiting for its original's callback.
+  struct DupWaiter {
+    std::uint64_t end;  // original base + count
+    AppendResult result;
+    AppendCallback cb;
   };
 
   Result<void> write_group();  // flusher: writes + syncs flushing_, publishing as it goes
@@ -90,8 +122,13 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   Result<void> sync_and_publish(Segment& seg);
   Result<void> roll(std::uint64_t new_base);
   void fail_all(const Error& e);
+  void complete_dups(std::uint64_t acked_end);
+  void fail_dups(const Error& e, std::uint64_t inflight_begin, std::uint64_t inflight_end);
   void wake_waiters();
   std::string log_dir() const { return dir_ + "/log"; }
+  // The open group `name` (validated), opening it from disk first; create = false gives
+  // not_found for a group that has no directory.
+  Result<std::shared_ptr<ConsumerGroup>> group(const std::string& name, bool create);
 
   const ShardRef ref_;
   const std::string dir_;
@@ -109,17 +146,28 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   bool scheduled_ = false;  // queued on the pool or being flushed
   std::vector<Pending> queue_;
   std::vector<std::pair<std::uint64_t, std::function<void()>>> waiters_;
+  ProducerTable producers_;
+  std::uint64_t acked_end_;  // every append below has had its callback (or was none)
+  std::vector<DupWaiter> dup_waiters_;
 
   // --- flusher only ---
   std::vector<Pending> flushing_;
   std::vector<struct iovec> iov_;
+  ProducerTable written_producers_;  // state as of the end of what has been written
 
   // --- guarded by seg_mu_ ---
   std::mutex seg_mu_;
   std::vector<std::shared_ptr<Segment>> segments_;  // oldest first; back() is active
   RetentionPolicy retention_;
 
+  // --- consumer groups (groups_mu_; each group has its own mutex for its work) ---
+  std::mutex groups_mu_;
+  bool groups_closed_ = false;
+  std::map<std::string, std::shared_ptr<ConsumerGroup>> groups_;
+  GroupClock group_clock_;
+
   std::atomic<std::uint64_t> hwm_;
+  std::atomic<std::uint64_t> snapshot_end_;  // retention keeps every segment at/after it
   std::atomic<std::uint64_t> appended_records_{0};
   std::atomic<std::uint64_t> syncs_{0};
 };

@@ -20,6 +20,39 @@ namespace sluice::http_api {
 namespace json = boost::json;
 
 namespace {
+void put_bytes(json::object& o, std::string_view name, std::string_view bytes) {
+  if (valid_utf8(bytes))
+    o[name] = json::string_view(bytes.data(), bytes.size());
+  else
+    o[std::string(name) + "_base64"] = base64_encode(bytes);
+}
+
+}  // namespace
+
+json::object record_json(const RecordView& rv, std::vector<Header>& headers) {
+  json::object o;
+  o["offset"] = rv.offset;
+  if (rv.key) put_bytes(o, "key", *rv.key);
+  put_bytes(o, "value", rv.value);
+  if (!rv.headers.empty()) {
+    headers.clear();
+    if (decode_headers(rv.headers, headers)) {
+      json::object ho, hb;
+      for (auto& hd : headers) {
+        if (valid_utf8(hd.value))
+          ho[hd.name] = json::string_view(hd.value.data(), hd.value.size());
+        else
+          hb[hd.name] = base64_encode(hd.value);
+      }
+      if (!ho.empty()) o["headers"] = std::move(ho);
+      if (!hb.empty()) o["headers_base64"] = std::move(hb);
+    }
+  }
+  o["timestamp"] = rv.timestamp_ms;
+  return o;
+}
+
+namespace {
 
 constexpr std::uint32_t kDefaultMax = 100;
 constexpr std::uint32_t kMaxMax = 10000;
@@ -29,13 +62,6 @@ std::optional<std::uint64_t> parse_u64(std::string_view s) {
   auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (ec != std::errc() || p != s.data() + s.size() || s.empty()) return std::nullopt;
   return v;
-}
-
-void put_bytes(json::object& o, std::string_view name, std::string_view bytes) {
-  if (valid_utf8(bytes))
-    o[name] = json::string_view(bytes.data(), bytes.size());
-  else
-    o[std::string(name) + "_base64"] = base64_encode(bytes);
 }
 
 // One read; renders the response. `empty` is true when no record was returned.
@@ -65,25 +91,7 @@ ReadOutcome read_once(Node& node, const HttpConfig& cfg, const StreamKey& key, S
         full = true;
         break;
       }
-      json::object o;
-      o["offset"] = rv.offset;
-      if (rv.key) put_bytes(o, "key", *rv.key);
-      put_bytes(o, "value", rv.value);
-      if (!rv.headers.empty()) {
-        headers.clear();
-        if (decode_headers(rv.headers, headers)) {
-          json::object ho, hb;
-          for (auto& hd : headers) {
-            if (valid_utf8(hd.value))
-              ho[hd.name] = json::string_view(hd.value.data(), hd.value.size());
-            else
-              hb[hd.name] = base64_encode(hd.value);
-          }
-          if (!ho.empty()) o["headers"] = std::move(ho);
-          if (!hb.empty()) o["headers_base64"] = std::move(hb);
-        }
-      }
-      o["timestamp"] = rv.timestamp_ms;
+      json::object o = record_json(rv, headers);
       recs.push_back(std::move(o));
       next = rv.offset + 1;
     }

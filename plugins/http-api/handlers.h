@@ -5,6 +5,9 @@
 #include <initializer_list>
 #include <memory>
 #include <string_view>
+#include <vector>
+
+#include <boost/json/object.hpp>
 
 #include <boost/json/monotonic_resource.hpp>
 #include <boost/json/value.hpp>
@@ -26,6 +29,17 @@ Result<void> check_fields(const boost::json::object& o,
                           std::string_view where);
 // "application/json; charset=utf-8" -> "application/json" (lower-cased, trimmed).
 std::string media_type(std::string_view content_type);
+
+// One stored record as the API shows it: offset, key/key_base64, value/value_base64,
+// headers/headers_base64, timestamp. `scratch` is reused between calls.
+boost::json::object record_json(const RecordView& rv, std::vector<Header>& scratch);
+
+// GET /v1/features, POST /v1/features/{f}/finalize, GET /v1/brokers, GET /v1/tombstones
+void handle_fleet(Node& node, const std::shared_ptr<Exchange>& ex, const std::vector<std::string>& seg);
+
+// {ns}/streams/{s}/groups[/{g}[/shards/{n}/(records|ack|nack|dead-letters[/replay])]]
+void handle_groups(Node& node, const HttpConfig& cfg, const std::shared_ptr<Exchange>& ex,
+                   const std::vector<std::string>& seg, const Target& target);
 
 // POST {ns}/streams/{s}/records
 void handle_publish(Node& node, const std::shared_ptr<Exchange>& ex, const StreamKey& key,

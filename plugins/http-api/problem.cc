@@ -33,24 +33,38 @@ std::string_view title_of(Errc c) {
 }
 }  // namespace
 
-HttpResponse problem(int status, std::string_view code, std::string_view title,
-                     std::string_view detail) {
+namespace {
+HttpResponse render_problem(int status, std::string_view code, std::string_view title,
+                            std::string_view detail, std::string_view outcome) {
   boost::json::object o;
   o["type"] = std::string("https://sluice.dev/errors/") + std::string(code);
   o["title"] = title;
   o["status"] = status;
   o["code"] = code;
   o["detail"] = detail;
+  if (!outcome.empty()) o["outcome"] = outcome;
   HttpResponse r;
   r.status = status;
   r.content_type = std::string(kProblemJson);
   r.body = boost::json::serialize(o);
   return r;
 }
+}  // namespace
+
+HttpResponse problem(int status, std::string_view code, std::string_view title,
+                     std::string_view detail) {
+  return render_problem(status, code, title, detail, "");
+}
 
 HttpResponse problem(const Error& e) {
-  HttpResponse r = problem(http_status(e.code), errc_name(e.code), title_of(e.code), e.message);
-  if (e.code == Errc::unavailable) r.headers.emplace_back("Retry-After", "1");
+  // The outcome tells a client whether the operation may have happened (error.h): a
+  // client must not blindly retry an `uncertain` publish.
+  const std::string_view outcome = e.outcome == Outcome::definite    ? "definite"
+                                   : e.outcome == Outcome::transient ? "transient"
+                                                                     : "uncertain";
+  HttpResponse r =
+      render_problem(http_status(e.code), errc_name(e.code), title_of(e.code), e.message, outcome);
+  if (e.outcome == Outcome::transient) r.headers.emplace_back("Retry-After", "1");
   return r;
 }
 

@@ -5,6 +5,7 @@
 //     u32 key_len (0xffffffff = no key) | u32 value_len | key bytes | value bytes
 // Records become PublishRecord views into the request body (no copies, one vector
 // allocation). The body lives in the Exchange, which outlives the publish() call.
+#include <charconv>
 #include <algorithm>
 #include <cstring>
 
@@ -219,7 +220,27 @@ void handle_publish(Node& node, const std::shared_ptr<Exchange>& ex, const Strea
   }
   // Core copies the records before publish() returns; `records`, `doc` and the arena may
   // go away afterwards. The callback runs on a storage thread: render on the strand.
-  node.publish(key, records, *ack, [ex](Result<std::vector<PublishedRecord>> r) {
+  PublishOptions opts;
+  opts.ack = *ack;
+  auto pid = target.param("producer_id");
+  auto seq = target.param("sequence");
+  if (pid || seq) {
+    auto parse = [](std::string_view v) -> std::optional<std::uint64_t> {
+      std::uint64_t x = 0;
+      auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+      if (ec != std::errc() || p != v.data() + v.size() || v.empty()) return std::nullopt;
+      return x;
+    };
+    auto p = pid ? parse(*pid) : std::nullopt;
+    auto q = seq ? parse(*seq) : std::nullopt;
+    if (!p || !q || *p == 0)
+      return ex->respond(problem(Error(Errc::invalid_argument,
+                                       "an idempotent publish needs producer_id (a positive integer) "
+                                       "and sequence (a non-negative integer) together")));
+    opts.producer_id = *p;
+    opts.sequence = *q;
+  }
+  node.publish(key, records, opts, [ex](Result<std::vector<PublishedRecord>> r) {
     ex->post([ex, r = std::move(r)] {
       ex->respond(r ? render_results(r.value()) : problem(r.error()));
     });

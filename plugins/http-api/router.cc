@@ -56,7 +56,7 @@ namespace {
 
 enum class Route {
   healthz, readyz, metrics, cluster, tenants, tenant, namespaces, namespace_, streams, stream,
-  records, shards, shard_records
+  records, shards, shard_records, fleet, groups
 };
 
 struct RouteDef {
@@ -72,6 +72,11 @@ std::optional<RouteDef> match(const std::vector<std::string>& s) {
   if (n == 1 && s[0] == "metrics") return RouteDef{Route::metrics, "/metrics", "GET"};
   if (n < 2 || s[0] != "v1") return std::nullopt;
   if (n == 2 && s[1] == "cluster") return RouteDef{Route::cluster, "/v1/cluster", "GET"};
+  if (n == 2 && s[1] == "features") return RouteDef{Route::fleet, "/v1/features", "GET"};
+  if (n == 4 && s[1] == "features" && s[3] == "finalize")
+    return RouteDef{Route::fleet, "/v1/features/{f}/finalize", "POST"};
+  if (n == 2 && s[1] == "brokers") return RouteDef{Route::fleet, "/v1/brokers", "GET"};
+  if (n == 2 && s[1] == "tombstones") return RouteDef{Route::fleet, "/v1/tombstones", "GET"};
   if (s[1] != "tenants") return std::nullopt;
   if (n == 2) return RouteDef{Route::tenants, "/v1/tenants", "GET, POST"};
   if (n == 3) return RouteDef{Route::tenant, "/v1/tenants/{t}", "GET, DELETE"};
@@ -85,6 +90,20 @@ std::optional<RouteDef> match(const std::vector<std::string>& s) {
   if (n == 8 && s[7] == "shards") return RouteDef{Route::shards, "{ns}/streams/{s}/shards", "GET"};
   if (n == 10 && s[7] == "shards" && s[9] == "records")
     return RouteDef{Route::shard_records, "{ns}/streams/{s}/shards/{n}/records", "GET"};
+  if (s[7] != "groups") return std::nullopt;
+  if (n == 8) return RouteDef{Route::groups, "{ns}/streams/{s}/groups", "GET"};
+  if (n == 9) return RouteDef{Route::groups, "{ns}/streams/{s}/groups/{g}", "GET"};
+  if (n < 12 || s[9] != "shards") return std::nullopt;
+  if (n == 12 && s[11] == "records")
+    return RouteDef{Route::groups, "{ns}/streams/{s}/groups/{g}/shards/{n}/records", "GET"};
+  if (n == 12 && s[11] == "ack")
+    return RouteDef{Route::groups, "{ns}/streams/{s}/groups/{g}/shards/{n}/ack", "POST"};
+  if (n == 12 && s[11] == "nack")
+    return RouteDef{Route::groups, "{ns}/streams/{s}/groups/{g}/shards/{n}/nack", "POST"};
+  if (n == 12 && s[11] == "dead-letters")
+    return RouteDef{Route::groups, "{ns}/streams/{s}/groups/{g}/shards/{n}/dead-letters", "GET"};
+  if (n == 13 && s[11] == "dead-letters" && s[12] == "replay")
+    return RouteDef{Route::groups, "{ns}/streams/{s}/groups/{g}/shards/{n}/dead-letters/replay", "POST"};
   return std::nullopt;
 }
 
@@ -236,7 +255,8 @@ void Router::dispatch(const std::shared_ptr<Exchange>& ex) {
   }
   // Every name in the path is validated before anything touches the Node.
   static constexpr NameKind kinds[] = {NameKind::tenant, NameKind::ns, NameKind::stream};
-  for (std::size_t i = 2, k = 0; i < seg.size() && i <= 6; i += 2, ++k) {
+  const bool tenant_path = seg.size() > 1 && seg[1] == "tenants";
+  for (std::size_t i = 2, k = 0; tenant_path && i < seg.size() && i <= 6; i += 2, ++k) {
     if (auto r = validate_name(kinds[k], seg[i]); !r) {
       ex->respond(problem(r.error()));
       return;
@@ -399,6 +419,12 @@ void Router::dispatch(const std::shared_ptr<Exchange>& ex) {
       handle_fetch(node, cfg_, ex, StreamKey{seg[2], seg[4], seg[6]}, *shard, *target);
       return;
     }
+    case Route::fleet:
+      handle_fleet(node, ex, seg);
+      return;
+    case Route::groups:
+      handle_groups(node, cfg_, ex, seg, *target);
+      return;
   }
 }
 

@@ -2,11 +2,14 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <boost/json.hpp>
 #include <cstring>
+#include <set>
 #include <stdexcept>
 
 #include "sluice/catalog_rules.h"
+#include "sluice/features.h"
 #include "sluice/names.h"
 
 namespace sluice::raft_meta {
@@ -79,7 +82,8 @@ sqlite3* open_memory_db() {
 std::optional<ChangeEvent::Kind> parse_kind(std::string_view s) {
   using K = ChangeEvent::Kind;
   for (auto k : {K::tenant_created, K::tenant_deleted, K::namespace_created, K::namespace_deleted,
-                 K::stream_created, K::stream_deleted})
+                 K::stream_created, K::stream_deleted, K::feature_finalized, K::broker_registered,
+                 K::broker_unregistered})
     if (s == to_string(k)) return k;
   return std::nullopt;
 }
@@ -97,6 +101,110 @@ std::string stream_payload(const StreamInfo& s) {
   o["created_seq"] = s.created_seq.value();
   o["created_at_us"] = s.created_at_us;
   return json::serialize(o);
+}
+
+std::string join_ids(const std::vector<NodeId>& ids) {
+  std::string out;
+  for (auto id : ids) {
+    if (!out.empty()) out += ",";
+    out += std::to_string(id.value());
+  }
+  return out;
+}
+
+std::vector<NodeId> split_ids(std::string_view s) {
+  std::vector<NodeId> out;
+  std::size_t i = 0;
+  while (i < s.size()) {
+    std::size_t j = s.find(',', i);
+    if (j == std::string_view::npos) j = s.size();
+    std::uint64_t v = 0;
+    for (std::size_t k = i; k < j; ++k)
+      if (s[k] >= '0' && s[k] <= '9') v = v * 10 + static_cast<std::uint64_t>(s[k] - '0');
+    if (j > i) out.push_back(NodeId{static_cast<std::uint32_t>(v)});
+    i = j + 1;
+  }
+  return out;
+}
+
+std::string join_strings(const std::vector<std::string>& v) {
+  std::string out;
+  for (auto& x : v) {
+    if (!out.empty()) out += ",";
+    out += x;
+  }
+  return out;
+}
+
+std::vector<std::string> split_strings(std::string_view s) {
+  std::vector<std::string> out;
+  std::size_t i = 0;
+  while (i < s.size()) {
+    std::size_t j = s.find(',', i);
+    if (j == std::string_view::npos) j = s.size();
+    if (j > i) out.emplace_back(s.substr(i, j - i));
+    i = j + 1;
+  }
+  return out;
+}
+
+json::array assignments_json(const std::vector<Assignment>& as) {
+  json::array a;
+  for (auto& x : as) {
+    json::object o;
+    o["shard"] = x.shard.value();
+    o["incarnation"] = x.incarnation.value();
+    o["generation"] = x.generation.value();
+    o["leader"] = x.leader.value();
+    json::array rs;
+    for (auto r : x.replicas) rs.emplace_back(r.value());
+    o["replicas"] = std::move(rs);
+    a.emplace_back(std::move(o));
+  }
+  return a;
+}
+
+std::string stream_change_payload(const StreamInfo& s, const std::vector<Assignment>& as,
+                                  const std::optional<Tombstone>& t) {
+  boost::system::error_code ec;
+  json::value v = json::parse(stream_payload(s), ec);
+  auto& o = v.get_object();
+  o["assignments"] = assignments_json(as);
+  if (t) {
+    json::object to;
+    to["deleted_up_to"] = t->deleted_up_to.value();
+    to["seq"] = t->seq.value();
+    o["tombstone"] = std::move(to);
+  }
+  return json::serialize(o);
+}
+
+std::string broker_payload(const BrokerInfo& b) {
+  json::object o;
+  o["id"] = b.id.value();
+  o["address"] = b.address;
+  o["directory_id"] = b.directory_id;
+  o["version"] = b.version;
+  json::array fs;
+  for (auto& f : b.features) fs.emplace_back(f);
+  o["features"] = std::move(fs);
+  o["registered_seq"] = b.registered_seq.value();
+  return json::serialize(o);
+}
+
+std::string feature_payload(const std::string& name) {
+  json::object o;
+  o["feature"] = name;
+  return json::serialize(o);
+}
+
+// A fleet feature name as the catalog accepts it: 1..64 of [a-z0-9_]. Structural and
+// stable forever (apply must not depend on the build).
+bool valid_feature_name(std::string_view n) {
+  if (n.empty() || n.size() > 64) return false;
+  for (char c : n)
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) return false;
+  return true;
 }
 
 std::string names_payload(const std::string& tenant, const std::string* ns) {
@@ -136,6 +244,50 @@ ChangeEvent decode_change(std::int64_t seq, std::string_view kind, std::string_v
     ev.stream.spec.default_ack = parse_ack_mode(str("ack")).value_or(AckMode::leader);
     ev.stream.created_seq = ChangeSeq{static_cast<std::uint64_t>(num("created_seq"))};
     ev.stream.created_at_us = num("created_at_us");
+    if (auto* av = o.if_contains("assignments"); av && av->is_array()) {
+      for (auto& e : av->get_array()) {
+        if (!e.is_object()) continue;
+        auto& ao = e.get_object();
+        auto n = [&](const char* k) -> std::uint64_t {
+          auto* p = ao.if_contains(k);
+          if (!p) return 0;
+          if (p->is_uint64()) return p->get_uint64();
+          if (p->is_int64()) return static_cast<std::uint64_t>(p->get_int64());
+          return 0;
+        };
+        Assignment a;
+        a.key = ev.stream.key;
+        a.shard = ShardIndex{static_cast<std::uint32_t>(n("shard"))};
+        a.incarnation = Incarnation{n("incarnation")};
+        a.generation = Generation{n("generation")};
+        a.leader = NodeId{static_cast<std::uint32_t>(n("leader"))};
+        if (auto* rv = ao.if_contains("replicas"); rv && rv->is_array())
+          for (auto& r : rv->get_array())
+            if (r.is_uint64() || r.is_int64())
+              a.replicas.push_back(NodeId{static_cast<std::uint32_t>(r.to_number<std::uint64_t>())});
+        ev.assignments.push_back(std::move(a));
+      }
+    }
+    if (auto* tv = o.if_contains("tombstone"); tv && tv->is_object()) {
+      auto& to = tv->get_object();
+      Tombstone t;
+      t.key = ev.stream.key;
+      t.deleted_up_to = Incarnation{to.at("deleted_up_to").to_number<std::uint64_t>()};
+      t.seq = ChangeSeq{to.at("seq").to_number<std::uint64_t>()};
+      ev.tombstone = t;
+    }
+  } else if (ev.kind == ChangeEvent::Kind::feature_finalized) {
+    ev.feature = str("feature");
+  } else if (ev.kind == ChangeEvent::Kind::broker_registered ||
+             ev.kind == ChangeEvent::Kind::broker_unregistered) {
+    ev.broker.id = NodeId{static_cast<std::uint32_t>(num("id"))};
+    ev.broker.address = str("address");
+    ev.broker.directory_id = str("directory_id");
+    ev.broker.version = str("version");
+    if (auto* fv = o.if_contains("features"); fv && fv->is_array())
+      for (auto& f : fv->get_array())
+        if (f.is_string()) ev.broker.features.emplace_back(f.get_string());
+    ev.broker.registered_seq = ChangeSeq{static_cast<std::uint64_t>(num("registered_seq"))};
   }
   return ev;
 }
@@ -156,6 +308,52 @@ StreamInfo read_stream(const Stmt& s) {
   info.created_at_us = s.i64(9);
   return info;
 }
+
+constexpr const char* kBrokerColumns =
+    "id, address, directory_id, version, features, registered_seq";
+
+BrokerInfo read_broker(const Stmt& s) {
+  BrokerInfo b;
+  b.id = NodeId{static_cast<std::uint32_t>(s.i64(0))};
+  b.address = s.text(1);
+  b.directory_id = s.text(2);
+  b.version = s.text(3);
+  b.features = split_strings(s.text(4));
+  b.registered_seq = ChangeSeq{static_cast<std::uint64_t>(s.i64(5))};
+  return b;
+}
+
+constexpr const char* kAssignmentColumns =
+    "tenant, ns, name, shard, incarnation, generation, leader, replicas";
+
+Assignment read_assignment(const Stmt& s) {
+  Assignment a;
+  a.key = StreamKey{s.text(0), s.text(1), s.text(2)};
+  a.shard = ShardIndex{static_cast<std::uint32_t>(s.i64(3))};
+  a.incarnation = Incarnation{static_cast<std::uint64_t>(s.i64(4))};
+  a.generation = Generation{static_cast<std::uint64_t>(s.i64(5))};
+  a.leader = NodeId{static_cast<std::uint32_t>(s.i64(6))};
+  a.replicas = split_ids(s.text(7));
+  return a;
+}
+
+Tombstone read_tombstone(const Stmt& s) {
+  Tombstone t;
+  t.key = StreamKey{s.text(0), s.text(1), s.text(2)};
+  t.deleted_up_to = Incarnation{static_cast<std::uint64_t>(s.i64(3))};
+  t.seq = ChangeSeq{static_cast<std::uint64_t>(s.i64(4))};
+  return t;
+}
+
+// Tables added by schema version 2 (also the upgrade of a version-1 image).
+constexpr const char* kSchemaV2Tables =
+    "CREATE TABLE features(name TEXT PRIMARY KEY, finalized_seq INTEGER NOT NULL);"
+    "CREATE TABLE brokers(id INTEGER PRIMARY KEY, address TEXT NOT NULL,"
+    "  directory_id TEXT NOT NULL, version TEXT NOT NULL, features TEXT NOT NULL,"
+    "  registered_seq INTEGER NOT NULL);"
+    "CREATE TABLE assignments(tenant TEXT NOT NULL, ns TEXT NOT NULL, name TEXT NOT NULL,"
+    "  shard INTEGER NOT NULL, incarnation INTEGER NOT NULL, generation INTEGER NOT NULL,"
+    "  leader INTEGER NOT NULL, replicas TEXT NOT NULL, PRIMARY KEY(tenant, ns, name, shard));";
 
 Error internal_error(const std::exception& e) {
   return Error(Errc::internal, std::string("catalog: ") + e.what());
@@ -195,13 +393,24 @@ void CatalogFsm::create_schema() {
        "  created_at_us INTEGER NOT NULL, PRIMARY KEY(tenant, ns, name));"
        "CREATE TABLE changes(seq INTEGER PRIMARY KEY, kind TEXT NOT NULL, payload TEXT NOT NULL);"
        "CREATE TABLE tombstones(tenant TEXT NOT NULL, ns TEXT NOT NULL, name TEXT NOT NULL,"
-       "  deleted_up_to INTEGER NOT NULL, PRIMARY KEY(tenant, ns, name));");
+       "  deleted_up_to INTEGER NOT NULL, seq INTEGER NOT NULL DEFAULT 0,"
+       "  PRIMARY KEY(tenant, ns, name));");
+  exec(db_, kSchemaV2Tables);
   meta_set("schema_version", std::to_string(kCatalogSchemaVersion));
   meta_set("cluster_id", "");
   meta_set("applied_index", "0");
-  meta_set("level", std::to_string(kBuildMetadataLevel.value()));
-  meta_set("level_floor", std::to_string(kBuildMetadataLevel.value()));
+  // The group's level and floor are replicated state and start at the baseline, whatever
+  // build creates the database (a build's own level must never leak into the catalog).
+  // Raising them is the business of entries (level 14: the first flagged entry).
+  meta_set("level", std::to_string(kLowestMetadataLevel.value()));
+  meta_set("level_floor", std::to_string(kLowestMetadataLevel.value()));
   meta_set("changes_pruned_up_to", "0");
+}
+
+void CatalogFsm::upgrade_schema_1_to_2() {
+  exec(db_, "ALTER TABLE tombstones ADD COLUMN seq INTEGER NOT NULL DEFAULT 0;");
+  exec(db_, kSchemaV2Tables);
+  meta_set("schema_version", "2");
 }
 
 std::string CatalogFsm::meta_get(const char* key) const {
@@ -284,7 +493,18 @@ ApplyResult CatalogFsm::apply_command(std::uint64_t index, const Command& c) {
     }
     if (c.cluster_id.empty() || c.cluster_id.size() > 128)
       return fail(Errc::invalid_argument, "cluster id must be 1..128 bytes");
+    for (auto& f : c.finalize_features)
+      if (!valid_feature_name(f))
+        return fail(Errc::invalid_argument, "bad feature name '" + f + "' in init_cluster");
     meta_set("cluster_id", c.cluster_id);
+    // The features the bootstrapping proposer knows (minus those held back) are finalized
+    // by the first entry. Recorded as written: apply does not filter them by what this
+    // build knows.
+    for (auto& f : c.finalize_features) {
+      Stmt s(db_, "INSERT OR IGNORE INTO features(name, finalized_seq) VALUES(?, ?)");
+      s.bind(1, f).bind(2, seq);
+      s.step();
+    }
     r.cluster_id = c.cluster_id;
     return r;
   }
@@ -292,6 +512,81 @@ ApplyResult CatalogFsm::apply_command(std::uint64_t index, const Command& c) {
     return fail(Errc::unavailable, "the catalog has no cluster id yet (init_cluster must come first)");
   r.cluster_id = cluster;
 
+  // --- fleet ops ---------------------------------------------------------------------------
+  switch (c.type) {
+    case CommandType::register_broker: {
+      const BrokerRegistration& b = c.broker;
+      if (b.id.value() == 0) return fail(Errc::invalid_argument, "broker id must be > 0");
+      std::vector<std::string> features = b.features;
+      for (auto& f : features)
+        if (!valid_feature_name(f))
+          return fail(Errc::invalid_argument, "bad feature name '" + f + "'");
+      std::sort(features.begin(), features.end());
+      features.erase(std::unique(features.begin(), features.end()), features.end());
+      std::set<std::string, std::less<>> finalized;
+      for (auto& [name, at] : finalized_features()) finalized.insert(name);
+      if (auto a = admit_broker(features, finalized); !a.ok())
+        return fail(a.error().code, "broker " + std::to_string(b.id.value()) + ": " +
+                                        a.error().message);
+      BrokerInfo info;
+      info.id = b.id;
+      info.address = b.address;
+      info.directory_id = b.directory_id;
+      info.version = b.version;
+      info.features = features;
+      info.registered_seq = ChangeSeq{index};
+      Stmt s(db_, "INSERT INTO brokers(id, address, directory_id, version, features, registered_seq)"
+                  " VALUES(?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET"
+                  " address = excluded.address, directory_id = excluded.directory_id,"
+                  " version = excluded.version, features = excluded.features,"
+                  " registered_seq = excluded.registered_seq");
+      s.bind(1, static_cast<std::int64_t>(info.id.value())).bind(2, info.address)
+          .bind(3, info.directory_id).bind(4, info.version).bind(5, join_strings(info.features))
+          .bind(6, seq);
+      s.step();
+      record_change(index, ChangeEvent::Kind::broker_registered, broker_payload(info));
+      r.broker = info;
+      return r;
+    }
+    case CommandType::unregister_broker: {
+      auto existing = broker(c.broker.id);
+      if (!existing)
+        return fail(Errc::not_found, "no broker " + std::to_string(c.broker.id.value()));
+      Stmt s(db_, "DELETE FROM brokers WHERE id = ?");
+      s.bind(1, static_cast<std::int64_t>(c.broker.id.value()));
+      s.step();
+      record_change(index, ChangeEvent::Kind::broker_unregistered, broker_payload(*existing));
+      r.broker = *existing;
+      return r;
+    }
+    case CommandType::finalize_feature: {
+      // Apply records any well-formed name: whether a feature is "known" depends on the
+      // applying build, and apply must not (felix: a level-8 member proposes a finalize of a
+      // feature it does not know as an ordinary one). The proposer answers not_found for a
+      // feature it does not know, before proposing.
+      if (!valid_feature_name(c.feature))
+        return fail(Errc::invalid_argument, "bad feature name '" + c.feature + "'");
+      r.feature = c.feature;
+      {
+        Stmt q(db_, "SELECT finalized_seq FROM features WHERE name = ?");
+        q.bind(1, c.feature);
+        if (q.step()) {  // one-way and idempotent: unchanged, no change event
+          r.finalized_seq = ChangeSeq{static_cast<std::uint64_t>(q.i64(0))};
+          return r;
+        }
+      }
+      Stmt s(db_, "INSERT INTO features(name, finalized_seq) VALUES(?, ?)");
+      s.bind(1, c.feature).bind(2, seq);
+      s.step();
+      record_change(index, ChangeEvent::Kind::feature_finalized, feature_payload(c.feature));
+      r.finalized_seq = ChangeSeq{index};
+      return r;
+    }
+    default:
+      break;
+  }
+
+  // --- catalog ops -------------------------------------------------------------------------
   auto tenant_exists = [&](const std::string& t) {
     Stmt s(db_, "SELECT 1 FROM tenants WHERE name = ?");
     s.bind(1, t);
@@ -315,16 +610,19 @@ ApplyResult CatalogFsm::apply_command(std::uint64_t index, const Command& c) {
     if (auto v = validate_name(NameKind::stream, c.name); !v.ok())
       return fail(v.error().code, v.error().message);
     // A flagged entry is decided by the incarnation rules of level 14; this catalog
-    // implements level 8 only and refuses it identically on every member. (The group
+    // implements up to level 10 and refuses it identically on every member. (The group
     // level floor / held state arrives with multi-member groups.)
     if (c.incarnations == IncarnationRule::flagged)
       return fail(Errc::invalid_argument,
-                  "entry uses the incarnation rules (metadata level 14); this catalog is at "
-                  "level " + meta_get("level"));
+                  "entry uses the per-entry incarnations flag (metadata level 14); this "
+                  "catalog implements up to level 10");
   }
 
   switch (c.type) {
     case CommandType::init_cluster:
+    case CommandType::register_broker:
+    case CommandType::unregister_broker:
+    case CommandType::finalize_feature:
       break;  // handled above
     case CommandType::create_tenant: {
       if (tenant_exists(c.tenant)) return fail(Errc::already_exists, "tenant " + c.tenant + " exists");
@@ -374,6 +672,10 @@ ApplyResult CatalogFsm::apply_command(std::uint64_t index, const Command& c) {
     case CommandType::create_stream: {
       if (auto v = validate_stream_spec(c.spec); !v.ok())
         return fail(v.error().code, v.error().message);
+      if (!c.placement.empty() && c.placement.size() != c.spec.shards)
+        return fail(Errc::invalid_argument,
+                    "placement names " + std::to_string(c.placement.size()) +
+                        " shards, the spec has " + std::to_string(c.spec.shards));
       if (!ns_exists(c.tenant, c.ns))
         return fail(Errc::not_found, "no namespace " + c.tenant + "/" + c.ns);
       StreamKey key{c.tenant, c.ns, c.name};
@@ -384,8 +686,13 @@ ApplyResult CatalogFsm::apply_command(std::uint64_t index, const Command& c) {
       }
       StreamInfo info;
       info.key = key;
-      // Legacy (unflagged) rule, what level 8 stores: incarnation 0 whatever was proposed.
-      info.incarnation = Incarnation{0};
+      // The rule (features.h): decided only from the entry (proposed, flag) and replicated
+      // state (finalized, the name's tombstone). An unflagged 0 proposal stores 0.
+      std::optional<Incarnation> tomb;
+      if (auto t = tombstone(key)) tomb = t->deleted_up_to;
+      info.incarnation = decide_create_incarnation(
+          c.proposed_incarnation, c.incarnations == IncarnationRule::flagged,
+          is_finalized(kStreamIncarnations), tomb);
       info.spec = c.spec;
       info.created_seq = ChangeSeq{index};
       info.created_at_us = c.clock_us;
@@ -398,20 +705,73 @@ ApplyResult CatalogFsm::apply_command(std::uint64_t index, const Command& c) {
           .bind(6, info.spec.retention.max_bytes).bind(7, info.spec.retention.max_age_ms)
           .bind(8, to_string(info.spec.default_ack)).bind(9, seq).bind(10, info.created_at_us);
       s.step();
-      record_change(index, ChangeEvent::Kind::stream_created, stream_payload(info));
+      // One assignment per shard, first generation = the create's index (never 0).
+      std::vector<Assignment> as;
+      for (std::uint32_t i = 0; i < info.spec.shards; ++i) {
+        Assignment a;
+        a.key = key;
+        a.shard = ShardIndex{i};
+        a.incarnation = info.incarnation;
+        a.generation = first_generation(ChangeSeq{index});
+        if (!c.placement.empty()) {
+          a.leader = NodeId{c.placement[i].leader};
+          for (auto rep : c.placement[i].replicas) a.replicas.push_back(NodeId{rep});
+        }
+        Stmt ins(db_, "INSERT INTO assignments(tenant, ns, name, shard, incarnation, generation,"
+                      " leader, replicas) VALUES(?, ?, ?, ?, ?, ?, ?, ?)");
+        ins.bind(1, c.tenant).bind(2, c.ns).bind(3, c.name)
+            .bind(4, static_cast<std::int64_t>(i))
+            .bind(5, static_cast<std::int64_t>(a.incarnation.value()))
+            .bind(6, static_cast<std::int64_t>(a.generation.value()))
+            .bind(7, static_cast<std::int64_t>(a.leader.value()))
+            .bind(8, join_ids(a.replicas));
+        ins.step();
+        as.push_back(std::move(a));
+      }
+      record_change(index, ChangeEvent::Kind::stream_created,
+                    stream_change_payload(info, as, std::nullopt));
       r.stream = info;
+      r.assignments = std::move(as);
       return r;
     }
     case CommandType::delete_stream: {
       StreamKey key{c.tenant, c.ns, c.name};
       auto existing = get_stream(key);
       if (!existing.ok()) return fail(existing.error().code, existing.error().message);
-      Stmt s(db_, "DELETE FROM streams WHERE tenant = ? AND ns = ? AND name = ?");
-      s.bind(1, c.tenant).bind(2, c.ns).bind(3, c.name);
-      s.step();
-      // Legacy rule: deleting a stream at incarnation 0 writes no tombstone.
-      record_change(index, ChangeEvent::Kind::stream_deleted, stream_payload(existing.value()));
+      std::vector<Assignment> removed = assignments(key);
+      {
+        Stmt s(db_, "DELETE FROM streams WHERE tenant = ? AND ns = ? AND name = ?");
+        s.bind(1, c.tenant).bind(2, c.ns).bind(3, c.name);
+        s.step();
+      }
+      {
+        Stmt s(db_, "DELETE FROM assignments WHERE tenant = ? AND ns = ? AND name = ?");
+        s.bind(1, c.tenant).bind(2, c.ns).bind(3, c.name);
+        s.step();
+      }
+      // An unflagged delete of a stream at 0 writes no tombstone (what level 8 stores).
+      std::optional<Tombstone> written;
+      if (auto up_to = decide_delete_tombstone(existing->incarnation,
+                                               c.incarnations == IncarnationRule::flagged)) {
+        Tombstone t;
+        t.key = key;
+        t.deleted_up_to = *up_to;
+        if (auto old = tombstone(key); old && old->deleted_up_to > t.deleted_up_to)
+          t.deleted_up_to = old->deleted_up_to;  // only ever raised
+        t.seq = ChangeSeq{index};
+        Stmt s(db_, "INSERT INTO tombstones(tenant, ns, name, deleted_up_to, seq)"
+                    " VALUES(?, ?, ?, ?, ?) ON CONFLICT(tenant, ns, name) DO UPDATE SET"
+                    " deleted_up_to = excluded.deleted_up_to, seq = excluded.seq");
+        s.bind(1, c.tenant).bind(2, c.ns).bind(3, c.name)
+            .bind(4, static_cast<std::int64_t>(t.deleted_up_to.value())).bind(5, seq);
+        s.step();
+        written = t;
+      }
+      record_change(index, ChangeEvent::Kind::stream_deleted,
+                    stream_change_payload(existing.value(), removed, written));
       r.stream = existing.value();
+      r.assignments = std::move(removed);
+      r.tombstone = written;
       return r;
     }
   }
@@ -454,6 +814,16 @@ Result<void> CatalogFsm::restore(std::string_view image) {
   try {
     version = meta_get("schema_version");
   } catch (const std::exception&) {
+  }
+  if (version == "1") {
+    try {
+      exec(db_, "SAVEPOINT upgrade");
+      upgrade_schema_1_to_2();
+      exec(db_, "RELEASE upgrade");
+      version = meta_get("schema_version");
+    } catch (const std::exception&) {
+      version = "1 (upgrade failed)";
+    }
   }
   if (version != std::to_string(kCatalogSchemaVersion)) {
     db_ = old;
@@ -554,9 +924,75 @@ CatalogSnapshot CatalogFsm::catalog_snapshot() const {
   }
   std::string sql = std::string("SELECT ") + kStreamColumns +
                     " FROM streams ORDER BY tenant, ns, name";
-  Stmt s(db_, sql.c_str());
-  while (s.step()) snap.streams.push_back(read_stream(s));
+  {
+    Stmt s(db_, sql.c_str());
+    while (s.step()) snap.streams.push_back(read_stream(s));
+  }
+  snap.tombstones = list_tombstones();
+  {
+    std::string q = std::string("SELECT ") + kAssignmentColumns +
+                    " FROM assignments ORDER BY tenant, ns, name, shard";
+    Stmt s(db_, q.c_str());
+    while (s.step()) snap.assignments.push_back(read_assignment(s));
+  }
+  for (auto& [name, at] : finalized_features()) snap.finalized_features.push_back(name);
+  snap.brokers = list_brokers();
   return snap;
+}
+
+std::vector<Tombstone> CatalogFsm::list_tombstones() const {
+  std::vector<Tombstone> out;
+  Stmt s(db_, "SELECT tenant, ns, name, deleted_up_to, seq FROM tombstones"
+              " ORDER BY tenant, ns, name");
+  while (s.step()) out.push_back(read_tombstone(s));
+  return out;
+}
+
+std::optional<Tombstone> CatalogFsm::tombstone(const StreamKey& key) const {
+  Stmt s(db_, "SELECT tenant, ns, name, deleted_up_to, seq FROM tombstones"
+              " WHERE tenant = ? AND ns = ? AND name = ?");
+  s.bind(1, key.tenant).bind(2, key.ns).bind(3, key.name);
+  if (!s.step()) return std::nullopt;
+  return read_tombstone(s);
+}
+
+std::vector<Assignment> CatalogFsm::assignments(const StreamKey& key) const {
+  std::vector<Assignment> out;
+  std::string q = std::string("SELECT ") + kAssignmentColumns +
+                  " FROM assignments WHERE tenant = ? AND ns = ? AND name = ? ORDER BY shard";
+  Stmt s(db_, q.c_str());
+  s.bind(1, key.tenant).bind(2, key.ns).bind(3, key.name);
+  while (s.step()) out.push_back(read_assignment(s));
+  return out;
+}
+
+std::vector<BrokerInfo> CatalogFsm::list_brokers() const {
+  std::vector<BrokerInfo> out;
+  std::string q = std::string("SELECT ") + kBrokerColumns + " FROM brokers ORDER BY id";
+  Stmt s(db_, q.c_str());
+  while (s.step()) out.push_back(read_broker(s));
+  return out;
+}
+
+std::optional<BrokerInfo> CatalogFsm::broker(NodeId id) const {
+  std::string q = std::string("SELECT ") + kBrokerColumns + " FROM brokers WHERE id = ?";
+  Stmt s(db_, q.c_str());
+  s.bind(1, static_cast<std::int64_t>(id.value()));
+  if (!s.step()) return std::nullopt;
+  return read_broker(s);
+}
+
+std::map<std::string, ChangeSeq, std::less<>> CatalogFsm::finalized_features() const {
+  std::map<std::string, ChangeSeq, std::less<>> out;
+  Stmt s(db_, "SELECT name, finalized_seq FROM features ORDER BY name");
+  while (s.step()) out.emplace(s.text(0), ChangeSeq{static_cast<std::uint64_t>(s.i64(1))});
+  return out;
+}
+
+bool CatalogFsm::is_finalized(std::string_view feature) const {
+  Stmt s(db_, "SELECT 1 FROM features WHERE name = ?");
+  s.bind(1, feature);
+  return s.step();
 }
 
 std::size_t CatalogFsm::tombstone_count() const {
@@ -598,6 +1034,9 @@ std::uint64_t CatalogFsm::state_hash() const {
       "SELECT * FROM streams ORDER BY tenant, ns, name",
       "SELECT * FROM changes ORDER BY seq",
       "SELECT * FROM tombstones ORDER BY tenant, ns, name",
+      "SELECT * FROM features ORDER BY name",
+      "SELECT * FROM brokers ORDER BY id",
+      "SELECT * FROM assignments ORDER BY tenant, ns, name, shard",
   };
   for (const char* sql : kDumps) {
     mix(sql, std::strlen(sql));

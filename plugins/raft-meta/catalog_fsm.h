@@ -13,7 +13,10 @@
 //           retention_max_age_ms, default_ack, created_seq, created_at_us)
 //   changes(seq, kind, payload)       the change feed for watchers; the newest
 //                                     `change_retention` rows are kept
-//   tombstones(tenant, ns, name, deleted_up_to)   empty at level 8 (next issue)
+//   tombstones(tenant, ns, name, deleted_up_to, seq)   one row per name, kept forever
+//   features(name, finalized_seq)                      finalized fleet features
+//   brokers(id, address, directory_id, version, features, registered_seq)
+//   assignments(tenant, ns, name, shard, incarnation, generation, leader, replicas)
 //
 // Determinism (ARCHITECTURE.md §4, felix post-mortem): apply() reads only the entry, its
 // index and the database. It never reads this member's configured level, build, clock
@@ -26,6 +29,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -42,7 +46,9 @@ namespace sluice::raft_meta {
 
 // Schema version of the catalog database (stored in meta.schema_version). Restore refuses
 // a database with another version.
-inline constexpr int kCatalogSchemaVersion = 1;
+// Version 2 added tombstones.seq, features, brokers and assignments; restore() upgrades a
+// version-1 image in place (deterministically: every member upgrades alike).
+inline constexpr int kCatalogSchemaVersion = 2;
 // How many changes the change log keeps. Part of what apply computes, so it must be the
 // same on every member: only tests pass another value.
 inline constexpr std::size_t kDefaultChangeRetention = 10000;
@@ -55,6 +61,12 @@ struct ApplyResult {
   TenantInfo tenant;            // create_tenant
   NamespaceInfo ns;             // create_namespace
   StreamInfo stream;            // create_stream / delete_stream (the deleted stream)
+  std::vector<Assignment> assignments;  // create_stream: written; delete_stream: removed
+  std::optional<Tombstone> tombstone;   // delete_stream: the tombstone written, if any
+  BrokerInfo broker;                    // register_broker (live is not replicated: false)
+  std::string feature;                  // finalize_feature
+  ChangeSeq finalized_seq;              // finalize_feature: when it was finalized (also
+                                        // for an already finalized one)
   bool ok() const { return !error.has_value(); }
 };
 
@@ -93,8 +105,17 @@ class CatalogFsm {
   Result<StreamInfo> get_stream(const StreamKey& key) const;
   Result<std::vector<StreamInfo>> list_streams(const std::string& tenant,
                                                const std::string& ns) const;
+  // brokers[].live is false: liveness is the leader's memory, not replicated state.
   CatalogSnapshot catalog_snapshot() const;
   std::size_t tombstone_count() const;
+  std::vector<Tombstone> list_tombstones() const;
+  std::optional<Tombstone> tombstone(const StreamKey& key) const;
+  std::vector<Assignment> assignments(const StreamKey& key) const;
+  std::vector<BrokerInfo> list_brokers() const;
+  std::optional<BrokerInfo> broker(NodeId id) const;
+  // Finalized features: name -> finalized_seq.
+  std::map<std::string, ChangeSeq, std::less<>> finalized_features() const;
+  bool is_finalized(std::string_view feature) const;
   std::size_t change_count() const;
 
   // Up to `limit` changes with seq > after, in order; resync if any of them were pruned.
@@ -106,6 +127,7 @@ class CatalogFsm {
 
  private:
   void create_schema();
+  void upgrade_schema_1_to_2();
   ApplyResult apply_command(std::uint64_t index, const Command& c);
   std::string meta_get(const char* key) const;
   void meta_set(const char* key, const std::string& value);

@@ -15,6 +15,9 @@ std::string_view to_string(CommandType t) {
     case CommandType::delete_namespace: return "delete_namespace";
     case CommandType::create_stream: return "create_stream";
     case CommandType::delete_stream: return "delete_stream";
+    case CommandType::register_broker: return "register_broker";
+    case CommandType::unregister_broker: return "unregister_broker";
+    case CommandType::finalize_feature: return "finalize_feature";
   }
   return "unknown";
 }
@@ -22,7 +25,9 @@ std::string_view to_string(CommandType t) {
 static bool parse_type(std::string_view s, CommandType& out) {
   for (auto t : {CommandType::init_cluster, CommandType::create_tenant, CommandType::delete_tenant,
                  CommandType::create_namespace, CommandType::delete_namespace,
-                 CommandType::create_stream, CommandType::delete_stream}) {
+                 CommandType::create_stream, CommandType::delete_stream,
+                 CommandType::register_broker, CommandType::unregister_broker,
+                 CommandType::finalize_feature}) {
     if (to_string(t) == s) {
       out = t;
       return true;
@@ -82,6 +87,33 @@ Command Command::delete_stream(const StreamKey& key) {
   return c;
 }
 
+Command Command::register_broker(const BrokerRegistration& reg) {
+  Command c;
+  c.type = CommandType::register_broker;
+  c.broker = reg;
+  return c;
+}
+Command Command::unregister_broker(NodeId id) {
+  Command c;
+  c.type = CommandType::unregister_broker;
+  c.broker.id = id;
+  return c;
+}
+Command Command::finalize_feature(std::string name) {
+  Command c;
+  c.type = CommandType::finalize_feature;
+  c.feature = std::move(name);
+  return c;
+}
+
+namespace {
+json::array string_array(const std::vector<std::string>& v) {
+  json::array a;
+  for (auto& s : v) a.emplace_back(s);
+  return a;
+}
+}  // namespace
+
 std::string encode_command(const Command& c) {
   json::object o;
   o["v"] = kCommandFormatVersion;
@@ -90,6 +122,23 @@ std::string encode_command(const Command& c) {
   switch (c.type) {
     case CommandType::init_cluster:
       o["cluster_id"] = c.cluster_id;
+      if (!c.finalize_features.empty()) o["finalize_features"] = string_array(c.finalize_features);
+      break;
+    case CommandType::register_broker: {
+      json::object b;
+      b["id"] = c.broker.id.value();
+      b["address"] = c.broker.address;
+      b["directory_id"] = c.broker.directory_id;
+      b["version"] = c.broker.version;
+      b["features"] = string_array(c.broker.features);
+      o["broker"] = std::move(b);
+      break;
+    }
+    case CommandType::unregister_broker:
+      o["broker_id"] = c.broker.id.value();
+      break;
+    case CommandType::finalize_feature:
+      o["feature"] = c.feature;
       break;
     case CommandType::create_tenant:
     case CommandType::delete_tenant:
@@ -115,6 +164,18 @@ std::string encode_command(const Command& c) {
         spec["ack"] = to_string(c.spec.default_ack);
         o["spec"] = std::move(spec);
         o["clock_us"] = c.clock_us;
+        if (!c.placement.empty()) {
+          json::array pl;
+          for (auto& p : c.placement) {
+            json::object po;
+            po["leader"] = p.leader;
+            json::array rs;
+            for (auto r : p.replicas) rs.emplace_back(r);
+            po["replicas"] = std::move(rs);
+            pl.emplace_back(std::move(po));
+          }
+          o["placement"] = std::move(pl);
+        }
       }
       break;
   }
@@ -160,6 +221,26 @@ bool get_u64(const json::object& o, const char* k, std::uint64_t& out) {
   return false;
 }
 
+bool get_u32(const json::object& o, const char* k, std::uint32_t& out) {
+  std::uint64_t v = 0;
+  if (!get_u64(o, k, v) || v > UINT32_MAX) return false;
+  out = static_cast<std::uint32_t>(v);
+  return true;
+}
+
+// Optional array of strings: absent -> empty (true); present but malformed -> false.
+bool get_strings(const json::object& o, const char* k, std::vector<std::string>& out) {
+  out.clear();
+  auto* v = o.if_contains(k);
+  if (!v) return true;
+  if (!v->is_array()) return false;
+  for (auto& e : v->get_array()) {
+    if (!e.is_string()) return false;
+    out.emplace_back(e.get_string());
+  }
+  return true;
+}
+
 }  // namespace
 
 Result<Command> decode_command(std::string_view bytes) {
@@ -181,6 +262,30 @@ Result<Command> decode_command(std::string_view bytes) {
   switch (c.type) {
     case CommandType::init_cluster:
       if (!get_string(*o, "cluster_id", c.cluster_id)) return bad("missing cluster_id");
+      if (!get_strings(*o, "finalize_features", c.finalize_features))
+        return bad("finalize_features must be an array of strings");
+      break;
+    case CommandType::register_broker: {
+      auto* bv = o->if_contains("broker");
+      if (!bv || !bv->is_object()) return bad("missing broker");
+      auto& bo = bv->get_object();
+      std::uint32_t id = 0;
+      if (!get_u32(bo, "id", id) || !get_string(bo, "address", c.broker.address) ||
+          !get_string(bo, "directory_id", c.broker.directory_id) ||
+          !get_string(bo, "version", c.broker.version) ||
+          !get_strings(bo, "features", c.broker.features))
+        return bad("incomplete broker");
+      c.broker.id = NodeId{id};
+      break;
+    }
+    case CommandType::unregister_broker: {
+      std::uint32_t id = 0;
+      if (!get_u32(*o, "broker_id", id)) return bad("missing broker_id");
+      c.broker.id = NodeId{id};
+      break;
+    }
+    case CommandType::finalize_feature:
+      if (!get_string(*o, "feature", c.feature)) return bad("missing feature");
       break;
     case CommandType::create_tenant:
     case CommandType::delete_tenant:
@@ -217,6 +322,28 @@ Result<Command> decode_command(std::string_view bytes) {
         if (!mode) return bad("unknown ack mode");
         c.spec.default_ack = *mode;
         if (!get_i64(*o, "clock_us", c.clock_us)) return bad("missing clock_us");
+        if (auto* pv = o->if_contains("placement")) {
+          if (!pv->is_array()) return bad("placement must be an array");
+          for (auto& e : pv->get_array()) {
+            if (!e.is_object()) return bad("placement entries must be objects");
+            auto& po = e.get_object();
+            Command::ShardPlacement p;
+            if (!get_u32(po, "leader", p.leader)) return bad("placement entry without leader");
+            auto* rv = po.if_contains("replicas");
+            if (rv) {
+              if (!rv->is_array()) return bad("replicas must be an array");
+              for (auto& r : rv->get_array()) {
+                if (r.is_uint64() && r.get_uint64() <= UINT32_MAX)
+                  p.replicas.push_back(static_cast<std::uint32_t>(r.get_uint64()));
+                else if (r.is_int64() && r.get_int64() >= 0 && r.get_int64() <= UINT32_MAX)
+                  p.replicas.push_back(static_cast<std::uint32_t>(r.get_int64()));
+                else
+                  return bad("replicas must be node ids");
+              }
+            }
+            c.placement.push_back(std::move(p));
+          }
+        }
       }
       break;
     }

@@ -4,7 +4,16 @@
 //
 //   {"v":1,"op":"create_stream","level":8,"tenant":"t","ns":"n","name":"s",
 //    "spec":{"shards":3,"max_bytes":-1,"max_age_ms":-1,"ack":"leader"},
-//    "proposed_incarnation":0,"incarnations":false,"clock_us":1764670000000000}
+//    "proposed_incarnation":0,"incarnations":false,"clock_us":1764670000000000,
+//    "placement":[{"leader":1,"replicas":[1]},{"leader":2,"replicas":[2]},{"leader":0,"replicas":[]}]}
+//
+// Additions for level 10 (still format version 1: new fields are optional with defaults,
+// new ops are new `op` values that older entries never carry):
+//   init_cluster      "finalize_features":[names]           (default [])
+//   create_stream     "placement":[{"leader","replicas"}]   (default: every shard unassigned)
+//   register_broker   "broker":{"id","address","directory_id","version","features":[..]}
+//   unregister_broker "broker_id"
+//   finalize_feature  "feature"
 //
 // Every create and delete carries `proposed_incarnation` and `incarnations` from the start
 // (felix post-mortem: "apply decides only from fields a new proposer writes"). A level-8
@@ -17,8 +26,10 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "sluice/error.h"
+#include "sluice/metadata.h"
 #include "sluice/types.h"
 
 namespace sluice::raft_meta {
@@ -33,6 +44,10 @@ enum class CommandType {
   delete_namespace,
   create_stream,
   delete_stream,
+  // Level 8 fleet ops (added to format version 1; older entries never carry them).
+  register_broker,
+  unregister_broker,
+  finalize_feature,
 };
 std::string_view to_string(CommandType);
 
@@ -51,6 +66,17 @@ struct Command {
   std::uint64_t proposed_incarnation = 0;             // create/delete; 0 at level 8
   IncarnationRule incarnations = IncarnationRule::legacy;  // create/delete
   std::int64_t clock_us = 0;                          // proposer's clock (create_stream)
+  // create_stream: one entry per shard, chosen by the proposer. Optional: an entry without
+  // it (older proposers) assigns every shard to node 0 ("unassigned").
+  struct ShardPlacement {
+    std::uint32_t leader = 0;              // 0 = unassigned
+    std::vector<std::uint32_t> replicas;   // includes the leader when assigned
+    bool operator==(const ShardPlacement&) const = default;
+  };
+  std::vector<ShardPlacement> placement;
+  std::vector<std::string> finalize_features;  // init_cluster; optional, default empty
+  BrokerRegistration broker{};                 // register_broker (broker.id: unregister_broker)
+  std::string feature;                         // finalize_feature
 
   static Command init_cluster(std::string id);
   static Command create_tenant(std::string tenant);
@@ -59,6 +85,9 @@ struct Command {
   static Command delete_namespace(std::string tenant, std::string ns);
   static Command create_stream(const StreamKey& key, const StreamSpec& spec, std::int64_t clock_us);
   static Command delete_stream(const StreamKey& key);
+  static Command register_broker(const BrokerRegistration& reg);
+  static Command unregister_broker(NodeId id);
+  static Command finalize_feature(std::string name);
 };
 
 std::string encode_command(const Command& c);

@@ -1,16 +1,20 @@
 #include "raft_meta_store.h"
 
+#include "rpc.h"
+
 #include "sluice/uuid.h"
 
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <random>
 #include <stdexcept>
 
 #include "sluice/catalog_rules.h"
+#include "sluice/features.h"
 #include "sluice/names.h"
 
 namespace sluice::raft_meta {
@@ -29,6 +33,31 @@ unsigned checked_unsigned(const PluginHost& host, std::string_view key, std::int
   return static_cast<unsigned>(v);
 }
 
+
+std::vector<std::string> split_list(std::string_view s) {
+  std::vector<std::string> out;
+  std::size_t i = 0;
+  while (i <= s.size()) {
+    std::size_t j = s.find(',', i);
+    if (j == std::string_view::npos) j = s.size();
+    std::string item(s.substr(i, j - i));
+    auto b = item.find_first_not_of(" \t");
+    auto e = item.find_last_not_of(" \t");
+    if (b != std::string::npos) out.push_back(item.substr(b, e - b + 1));
+    i = j + 1;
+  }
+  return out;
+}
+
+// FNV-1a 64 of the stream's full name: the shard offset of its placement.
+std::uint64_t name_hash(const StreamKey& key) {
+  std::uint64_t h = 14695981039346656037ull;
+  for (char c : key.to_string()) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 1099511628211ull;
+  }
+  return h;
+}
 
 std::int64_t now_us() {
   return std::chrono::duration_cast<std::chrono::microseconds>(
@@ -59,6 +88,22 @@ RaftMetaConfig RaftMetaConfig::from_host(const PluginHost& host) {
   c.timeout = std::chrono::milliseconds(checked_unsigned(host, "metadata.timeout_ms", 10000, 1));
   c.start_timeout =
       std::chrono::milliseconds(checked_unsigned(host, "metadata.start_timeout_ms", 30000, 1));
+  {
+    std::int64_t lv = host.config_int("metadata.level", kBuildMetadataLevel.value());
+    if (lv < kLowestMetadataLevel.value() || lv > kBuildMetadataLevel.value())
+      throw std::invalid_argument(
+          "metadata.level must be between " + std::to_string(kLowestMetadataLevel.value()) +
+          " and " + std::to_string(kBuildMetadataLevel.value()) + " (this build's level), got " +
+          std::to_string(lv));
+    c.level = MetadataLevel{static_cast<std::uint32_t>(lv)};
+  }
+  c.bootstrap_hold_back = split_list(host.config_string("metadata.bootstrap_hold_back", ""));
+  for (auto& f : c.bootstrap_hold_back)
+    if (!find_feature(f))
+      throw std::invalid_argument("metadata.bootstrap_hold_back names unknown feature '" + f + "'");
+  c.rpc_address = host.config_string("metadata.rpc_address", "127.0.0.1:7801");
+  c.session_timeout =
+      std::chrono::milliseconds(checked_unsigned(host, "broker.session_timeout_ms", 10000, 1));
   return c;
 }
 
@@ -189,7 +234,15 @@ Result<void> RaftMetaStore::start() {
   }
   if (id.empty()) {
     std::string fresh = random_uuid_v4();
-    auto r = n->apply(encode_command(Command::init_cluster(fresh)), cfg_.timeout);
+    Command init = Command::init_cluster(fresh);
+    init.level = cfg_.level.value();
+    // A new cluster finalizes every feature this member's level knows, unless held back
+    // (a level-8 member knows none).
+    for (auto& f : features_known_at_level())
+      if (std::find(cfg_.bootstrap_hold_back.begin(), cfg_.bootstrap_hold_back.end(), f) ==
+          cfg_.bootstrap_hold_back.end())
+        init.finalize_features.push_back(f);
+    auto r = n->apply(encode_command(init), cfg_.timeout);
     if (!r.ok()) return fail(r.error());
     // Rejected with already_exists: someone initialized first; its id is the group's.
     if (!r->ok() && r->error->code != Errc::already_exists) return fail(*r->error);
@@ -202,15 +255,39 @@ Result<void> RaftMetaStore::start() {
   // it be used (ARCHITECTURE.md §3).
   if (auto a = host_.adopt_cluster_id(id); !a.ok())
     return fail(Error(a.error().code, a.error().message + " (raft log in " + cfg_.raft_dir + ")"));
+  {
+    // Leader (re)start: every registered broker counts as live for one session timeout,
+    // so a restart does not make the whole fleet "dead".
+    std::lock_guard lk(live_mu_);
+    last_seen_.clear();
+    grace_until_ = now() + cfg_.session_timeout;
+  }
   ready_.store(true);
-  log(LogLevel::info, "ready: cluster " + id + ", leader of a single-member group at " +
+  if (!cfg_.rpc_address.empty()) {
+    auto srv = std::make_unique<RpcServer>(*this, host_, cfg_.rpc_address);
+    if (auto r = srv->start(); !r.ok()) {
+      ready_.store(false);
+      return fail(r.error());
+    }
+    rpc_port_ = srv->port();
+    rpc_ = std::move(srv);
+  }
+  log(LogLevel::info, "ready: cluster " + id + " at metadata level " +
+                          std::to_string(cfg_.level.value()) + ", leader of a single-member group at " +
                           cfg_.address + ", applied " + std::to_string(n->last_applied()));
   catalog_changed();
   return {};
 }
 
+int RaftMetaStore::rpc_port() const { return rpc_port_.load(); }
+
 void RaftMetaStore::stop() {
   std::lock_guard life(life_mu_);
+  if (rpc_) {
+    rpc_->stop();
+    rpc_.reset();
+    rpc_port_ = 0;
+  }
   ready_.store(false);
   std::shared_ptr<RaftNode> n;
   {
@@ -227,10 +304,10 @@ MetadataStatus RaftMetaStore::status() {
   {
     std::lock_guard lk(fsm_mu_);
     s.cluster_id = ready_.load() ? fsm_.cluster_id() : host_.cluster_id();
-    s.level = fsm_.level();
     s.applied = fsm_.applied();
   }
   RaftRole role = n ? n->role() : RaftRole::unavailable;
+  s.level = cfg_.level;  // single member: the group's level is this member's
   s.ready = ready_.load() && role == RaftRole::leader;
   if (starting_.load())
     s.detail = "starting";
@@ -288,7 +365,9 @@ std::uint64_t RaftMetaStore::state_hash() {
 Result<ApplyResult> RaftMetaStore::propose(const Command& c) {
   auto n = node();
   if (!n || !ready_.load()) return Error(Errc::unavailable, "raft-meta is not started");
-  return n->apply(encode_command(c), cfg_.timeout);
+  Command stamped = c;
+  stamped.level = cfg_.level.value();
+  return n->apply(encode_command(stamped), cfg_.timeout);
 }
 
 #define RAFT_META_TRY(expr)                         \
@@ -334,16 +413,56 @@ Result<void> RaftMetaStore::delete_namespace(const std::string& tenant, const st
 Result<StreamInfo> RaftMetaStore::create_stream(const StreamKey& key, const StreamSpec& spec) {
   RAFT_META_TRY(validate_stream_key(key));
   RAFT_META_TRY(validate_stream_spec(spec));
-  // Level 8 proposer: proposed_incarnation 0, incarnations flag unset (ARCHITECTURE.md §4).
-  auto r = propose(Command::create_stream(key, spec, now_us()));
+  auto r = propose(stream_create_command(key, spec));
   if (!r.ok()) return r.error();
   if (!r->ok()) return *r->error;
   return r->stream;
 }
 
+Command RaftMetaStore::stream_create_command(const StreamKey& key, const StreamSpec& spec) {
+  std::int64_t clock = now_us();
+  Command c = Command::create_stream(key, spec, clock);
+  c.level = cfg_.level.value();
+  std::vector<BrokerInfo> registered;
+  bool finalized_here = false;
+  {
+    std::lock_guard lk(fsm_mu_);
+    finalized_here = fsm_.is_finalized(kStreamIncarnations);
+    registered = fsm_.list_brokers();
+  }
+  // Below the feature's level this member has never heard of incarnations: it proposes 0
+  // even if the catalog says the feature is finalized (apply then stores 0, as level 8).
+  const FeatureSpec* f = find_feature(kStreamIncarnations);
+  if (f && cfg_.level >= f->required_level)
+    c.proposed_incarnation = propose_incarnation(finalized_here, clock);
+  // The incarnations flag stays unset: it needs every member at level 14.
+  c.incarnations = IncarnationRule::legacy;
+
+  // Placement: round robin over the live brokers sorted by id, from an offset derived from
+  // the name. With no live broker, over the registered ones: a shard is placed on a broker
+  // id like a replica assignment, and is served when that broker comes back (a broker that
+  // slept through a delete and a recreate takes the new stream). Nobody registered ->
+  // every shard unassigned (leader 0).
+  auto live = serving_brokers(registered);
+  if (live.empty()) live = registered;
+  std::sort(live.begin(), live.end(), [](auto& a, auto& b) { return a.id < b.id; });
+  c.placement.resize(spec.shards);
+  if (!live.empty()) {
+    const std::uint64_t offset = name_hash(key) % live.size();
+    for (std::uint32_t i = 0; i < spec.shards; ++i) {
+      NodeId leader = live[(offset + i) % live.size()].id;
+      c.placement[i].leader = leader.value();
+      c.placement[i].replicas = {leader.value()};
+    }
+  }
+  return c;
+}
+
 Result<StreamInfo> RaftMetaStore::delete_stream(const StreamKey& key) {
   RAFT_META_TRY(validate_stream_key(key));
-  auto r = propose(Command::delete_stream(key));
+  Command c = Command::delete_stream(key);
+  c.level = cfg_.level.value();  // proposed_incarnation 0, unflagged (level 14 sets them)
+  auto r = propose(c);
   if (!r.ok()) return r.error();
   if (!r->ok()) return *r->error;
   return r->stream;
@@ -388,12 +507,175 @@ Result<std::vector<StreamInfo>> RaftMetaStore::list_streams(const std::string& t
 
 Result<CatalogSnapshot> RaftMetaStore::snapshot() {
   RAFT_META_TRY(read_barrier());
+  CatalogSnapshot snap;
+  {
+    std::lock_guard lk(fsm_mu_);
+    try {
+      snap = fsm_.catalog_snapshot();
+    } catch (const std::exception& e) {
+      return Error(Errc::internal, std::string("catalog snapshot: ") + e.what());
+    }
+  }
+  snap.brokers = brokers_with_liveness(std::move(snap.brokers));
+  return snap;
+}
+
+// --- fleet ---------------------------------------------------------------------------------
+
+std::chrono::steady_clock::time_point RaftMetaStore::now() const {
+  return cfg_.clock ? cfg_.clock() : std::chrono::steady_clock::now();
+}
+
+std::vector<std::string> RaftMetaStore::features_known_at_level() const {
+  std::vector<std::string> out;
+  for (auto& f : known_features())
+    if (f.required_level <= cfg_.level) out.emplace_back(f.name);
+  return out;
+}
+
+std::vector<BrokerInfo> RaftMetaStore::brokers_with_liveness(std::vector<BrokerInfo> registered) {
+  const auto t = now();
+  std::lock_guard lk(live_mu_);
+  for (auto& b : registered) {
+    auto it = last_seen_.find(b.id.value());
+    b.live = t < grace_until_ ||
+             (it != last_seen_.end() && t - it->second < cfg_.session_timeout);
+  }
+  return registered;
+}
+
+std::vector<BrokerInfo> RaftMetaStore::serving_brokers(const std::vector<BrokerInfo>& registered) {
+  std::vector<BrokerInfo> out;
+  for (auto& b : brokers_with_liveness(registered))
+    if (b.live) out.push_back(b);
+  return out;
+}
+
+FeatureInfo RaftMetaStore::feature_info(std::string_view name,
+                                        const std::map<std::string, ChangeSeq, std::less<>>& fin,
+                                        const std::vector<BrokerInfo>& serving) const {
+  FeatureInfo fi;
+  fi.name = std::string(name);
+  const FeatureSpec* spec = find_feature(name);
+  fi.required_level = spec ? spec->required_level : MetadataLevel{0};
+  if (auto it = fin.find(name); it != fin.end()) {
+    fi.finalized = true;
+    fi.finalized_seq = it->second;
+  }
+  for (auto& b : serving) {
+    if (std::find(b.features.begin(), b.features.end(), name) != b.features.end())
+      fi.supported_by.push_back(b.id);
+    else
+      fi.lacking.push_back(b.id);
+  }
+  return fi;
+}
+
+Result<BrokerInfo> RaftMetaStore::register_broker(const BrokerRegistration& reg) {
+  if (reg.id.value() == 0) return Error(Errc::invalid_argument, "broker id must be > 0");
+  BrokerRegistration sorted = reg;
+  std::sort(sorted.features.begin(), sorted.features.end());
+  sorted.features.erase(std::unique(sorted.features.begin(), sorted.features.end()),
+                        sorted.features.end());
+  auto r = propose(Command::register_broker(sorted));
+  if (!r.ok()) return r.error();
+  if (!r->ok()) return *r->error;
+  {
+    std::lock_guard lk(live_mu_);
+    last_seen_[reg.id.value()] = now();  // registration counts as a heartbeat
+  }
+  BrokerInfo b = r->broker;
+  b.live = true;
+  return b;
+}
+
+Result<void> RaftMetaStore::heartbeat_broker(NodeId id) {
+  if (!ready_.load()) return Error(Errc::unavailable, "raft-meta is not started");
+  bool registered = false;
+  {
+    std::lock_guard lk(fsm_mu_);
+    registered = fsm_.broker(id).has_value();
+  }
+  if (!registered)
+    return Error(Errc::not_found, "broker " + std::to_string(id.value()) + " is not registered");
+  std::lock_guard lk(live_mu_);
+  last_seen_[id.value()] = now();
+  return {};
+}
+
+Result<void> RaftMetaStore::unregister_broker(NodeId id) {
+  auto r = propose(Command::unregister_broker(id));
+  if (!r.ok()) return r.error();
+  if (!r->ok()) return *r->error;
+  std::lock_guard lk(live_mu_);
+  last_seen_.erase(id.value());
+  return {};
+}
+
+Result<std::vector<BrokerInfo>> RaftMetaStore::list_brokers() {
+  RAFT_META_TRY(read_barrier());
+  std::vector<BrokerInfo> registered;
+  {
+    std::lock_guard lk(fsm_mu_);
+    registered = fsm_.list_brokers();
+  }
+  return brokers_with_liveness(std::move(registered));
+}
+
+Result<std::vector<FeatureInfo>> RaftMetaStore::list_features() {
+  RAFT_META_TRY(read_barrier());
+  std::vector<BrokerInfo> registered;
+  std::map<std::string, ChangeSeq, std::less<>> fin;
+  {
+    std::lock_guard lk(fsm_mu_);
+    registered = fsm_.list_brokers();
+    fin = fsm_.finalized_features();
+  }
+  auto serving = serving_brokers(registered);
+  std::vector<FeatureInfo> out;
+  for (auto& f : known_features()) out.push_back(feature_info(f.name, fin, serving));
+  for (auto& [name, at] : fin)  // finalized by a build that knows more than this one
+    if (!find_feature(name)) out.push_back(feature_info(name, fin, serving));
+  return out;
+}
+
+Result<FeatureInfo> RaftMetaStore::finalize_feature(const std::string& name) {
+  RAFT_META_TRY(read_barrier());
+  std::vector<BrokerInfo> registered;
+  std::map<std::string, ChangeSeq, std::less<>> fin;
+  {
+    std::lock_guard lk(fsm_mu_);
+    registered = fsm_.list_brokers();
+    fin = fsm_.finalized_features();
+  }
+  auto serving = serving_brokers(registered);
+  // Already finalized: the same answer, nothing proposed (one-way and idempotent).
+  if (fin.count(name)) return feature_info(name, fin, serving);
+  if (!find_feature(name)) return Error(Errc::not_found, "unknown feature '" + name + "'");
+  // The gate. Single member: the group's level is this member's configured level.
+  if (auto g = check_finalize(name, cfg_.level, serving); !g.ok()) return g.error();
+  auto r = propose(Command::finalize_feature(name));
+  if (!r.ok()) return r.error();
+  if (!r->ok()) return *r->error;
+  fin[name] = r->finalized_seq;
+  log(LogLevel::info, "feature " + name + " finalized at " +
+                          std::to_string(r->finalized_seq.value()));
+  return feature_info(name, fin, serving);
+}
+
+Result<std::vector<Tombstone>> RaftMetaStore::list_tombstones() {
+  RAFT_META_TRY(read_barrier());
   std::lock_guard lk(fsm_mu_);
   try {
-    return fsm_.catalog_snapshot();
+    return fsm_.list_tombstones();
   } catch (const std::exception& e) {
-    return Error(Errc::internal, std::string("catalog snapshot: ") + e.what());
+    return Error(Errc::internal, std::string("tombstones: ") + e.what());
   }
+}
+
+ChangeBatch RaftMetaStore::changes_after(ChangeSeq after, std::size_t limit) {
+  std::lock_guard lk(fsm_mu_);
+  return fsm_.changes_after(after, limit);
 }
 
 // --- watch ---------------------------------------------------------------------------------

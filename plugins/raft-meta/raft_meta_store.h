@@ -24,6 +24,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "catalog_fsm.h"
 #include "raft_node.h"
@@ -42,6 +43,18 @@ struct RaftMetaConfig {
   unsigned heartbeat_timeout_ms = 100;         // raft.heartbeat_timeout_ms
   std::chrono::milliseconds timeout{10000};    // metadata.timeout_ms
   std::chrono::milliseconds start_timeout{30000};  // metadata.start_timeout_ms
+  // metadata.level: the level this member runs (and proposes) at, kLowestMetadataLevel..
+  // kBuildMetadataLevel. Below a feature's required level the member behaves as a build
+  // that has never heard of it: it bootstraps without it and proposes incarnation 0.
+  MetadataLevel level = kBuildMetadataLevel;
+  // metadata.bootstrap_hold_back: features a new cluster does NOT finalize at bootstrap.
+  std::vector<std::string> bootstrap_hold_back;
+  // broker.session_timeout_ms: a broker is live if it registered or heartbeated within it.
+  std::chrono::milliseconds session_timeout{10000};
+  // metadata.rpc_address: the controller RPC listener (rpc.h); empty string disables it.
+  std::string rpc_address = "127.0.0.1:7801";
+  // Liveness clock (leader memory only; never reaches apply). Tests inject one.
+  std::function<std::chrono::steady_clock::time_point()> clock;
   // Changes kept for watchers. Part of the replicated state's meaning, so it is not read
   // from configuration: only tests change it, and all members must agree.
   std::size_t change_retention = kDefaultChangeRetention;
@@ -73,12 +86,30 @@ class RaftMetaStore final : public MetadataStore {
   Result<std::vector<StreamInfo>> list_streams(const std::string& tenant,
                                                const std::string& ns) override;
   Result<CatalogSnapshot> snapshot() override;
+
+  Result<BrokerInfo> register_broker(const BrokerRegistration& reg) override;
+  Result<void> heartbeat_broker(NodeId id) override;
+  Result<void> unregister_broker(NodeId id) override;
+  Result<std::vector<BrokerInfo>> list_brokers() override;
+  Result<std::vector<FeatureInfo>> list_features() override;
+  Result<FeatureInfo> finalize_feature(const std::string& name) override;
+  Result<std::vector<Tombstone>> list_tombstones() override;
+
   std::unique_ptr<WatchHandle> watch(ChangeSeq after,
                                      std::function<void(const ChangeEvent&)> on_change,
                                      std::function<void()> resync) override;
 
+  // The bound port of the controller RPC listener (0 when not serving).
+  int rpc_port() const;
+
   // For tests: the catalog's state hash (divergence checks).
   std::uint64_t state_hash();
+  // For tests and the RPC server: the changes after `after` (at most `limit`).
+  ChangeBatch changes_after(ChangeSeq after, std::size_t limit);
+  // The features this member's level knows (required_level <= metadata.level).
+  std::vector<std::string> features_known_at_level() const;
+  // The create_stream command this member would propose now (placement, incarnation).
+  Command stream_create_command(const StreamKey& key, const StreamSpec& spec);
 
   struct Watcher;  // one registered watch; defined in the .cc
 
@@ -100,6 +131,12 @@ class RaftMetaStore final : public MetadataStore {
   Result<void> read_barrier();
   void log(LogLevel level, const std::string& msg);
   void delivery_main();
+  std::chrono::steady_clock::time_point now() const;
+  // Registered brokers with `live` filled from leader memory. Caller holds no lock.
+  std::vector<BrokerInfo> brokers_with_liveness(std::vector<BrokerInfo> registered);
+  std::vector<BrokerInfo> serving_brokers(const std::vector<BrokerInfo>& registered);
+  FeatureInfo feature_info(std::string_view name, const std::map<std::string, ChangeSeq, std::less<>>& fin,
+                           const std::vector<BrokerInfo>& serving) const;
   void unregister(std::uint64_t id);
 
   PluginHost& host_;
@@ -115,6 +152,13 @@ class RaftMetaStore final : public MetadataStore {
   std::shared_ptr<RaftNode> node();
   std::atomic<bool> ready_{false};
   std::atomic<bool> starting_{false};
+  std::unique_ptr<class RpcServer> rpc_;  // guarded by life_mu_
+  std::atomic<int> rpc_port_{0};
+
+  // Broker liveness: leader memory, not replicated (ARCHITECTURE.md §5).
+  std::mutex live_mu_;
+  std::map<std::uint32_t, std::chrono::steady_clock::time_point> last_seen_;  // live_mu_
+  std::chrono::steady_clock::time_point grace_until_{};  // live_mu_: restart grace
 
   // Watches.
   std::mutex watch_mu_;

@@ -24,6 +24,8 @@ std::string_view errc_name(Errc c) {
     case Errc::timeout: return "timeout";
     case Errc::unauthorized: return "unauthorized";
     case Errc::internal: return "internal";
+    case Errc::sequence_gap: return "sequence_gap";
+    case Errc::method_not_allowed: return "method_not_allowed";
   }
   return "internal";
 }
@@ -40,7 +42,9 @@ int http_status(Errc c) {
     case Errc::already_exists:
     case Errc::conflict:
     case Errc::fenced:
-    case Errc::stale_route: return 409;
+    case Errc::stale_route:
+    case Errc::sequence_gap: return 409;
+    case Errc::method_not_allowed: return 405;
     case Errc::offset_out_of_range: return 416;
     case Errc::not_leader: return 421;
     case Errc::cluster_id_mismatch: return 403;

@@ -9,6 +9,7 @@ std::string_view to_string(NameKind k) {
     case NameKind::tenant: return "tenant";
     case NameKind::ns: return "namespace";
     case NameKind::stream: return "stream";
+    case NameKind::group: return "group";
   }
   return "name";
 }

@@ -71,6 +71,8 @@ BatchHeader BatchHeader::decode(const char* p) {
   h.first_timestamp_ms = static_cast<std::int64_t>(wire::get_u64(p + 32));
   h.max_timestamp_ms = static_cast<std::int64_t>(wire::get_u64(p + 40));
   h.record_count = wire::get_u32(p + 48);
+  h.producer_id = wire::get_u64(p + 56);
+  h.producer_seq = wire::get_u64(p + 64);
   return h;
 }
 
@@ -86,6 +88,8 @@ void BatchHeader::encode(char* p) const {
   wire::put_u64(p + 40, static_cast<std::uint64_t>(max_timestamp_ms));
   wire::put_u32(p + 48, record_count);
   wire::put_u32(p + 52, 0);
+  wire::put_u64(p + 56, producer_id);
+  wire::put_u64(p + 64, producer_seq);
 }
 
 std::string_view to_string(BatchCheck c) {
@@ -165,12 +169,15 @@ std::string BatchBuilder::finish() {
   h.first_timestamp_ms = first_ts_;
   h.max_timestamp_ms = max_ts_;
   h.record_count = count_;
+  h.producer_id = producer_id_;
+  h.producer_seq = producer_seq_;
   h.encode(buf_.data());
   wire::put_u32(buf_.data() + 8, crc32c(buf_.data() + 12, buf_.size() - 12));
   std::string out;
   out.swap(buf_);
   buf_.resize(kBatchHeaderSize);
   count_ = 0;
+  producer_id_ = producer_seq_ = 0;
   return out;
 }
 

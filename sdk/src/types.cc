@@ -37,6 +37,9 @@ std::string_view to_string(ChangeEvent::Kind k) {
     case ChangeEvent::Kind::namespace_deleted: return "namespace_deleted";
     case ChangeEvent::Kind::stream_created: return "stream_created";
     case ChangeEvent::Kind::stream_deleted: return "stream_deleted";
+    case ChangeEvent::Kind::feature_finalized: return "feature_finalized";
+    case ChangeEvent::Kind::broker_registered: return "broker_registered";
+    case ChangeEvent::Kind::broker_unregistered: return "broker_unregistered";
   }
   return "unknown";
 }

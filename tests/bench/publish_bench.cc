@@ -6,8 +6,11 @@
 //   2. starts a sluiced of its own (or uses --url), creates a stream, and publishes
 //      --record-bytes records with ack leader over the binary batch API from
 //      --connections concurrent connections for --seconds;
-//   3. prints records/s, MB/s, ack latency p50/p99/p999 and the ratio to the disk figure.
-// Design goal (issue 2): at 1 KiB records, at least half the disk's fdatasync bandwidth.
+//   3. prints records/s, MB/s, ack latency p50/p99/p999 and the ratio to the disk figure;
+//   4. unless --no-idempotence: the same load with one key per connection, without and
+//      then with idempotent producers (producer_id + sequence), and their ratio.
+// Design goals: at 1 KiB records, at least half the disk's fdatasync bandwidth (issue 2);
+// idempotence costs at most 10% of the throughput (issue 3).
 #include <Poco/Net/HTTPClientSession.h>
 #include <Poco/Net/HTTPRequest.h>
 #include <Poco/Net/HTTPResponse.h>
@@ -47,6 +50,7 @@ struct Options {
   int chunk = 0;  // disk reference chunk; default = one request's payload
   std::string dir;
   std::string ack = "leader";
+  bool idempotence = true;
 };
 
 void usage() {
@@ -61,6 +65,7 @@ void usage() {
   --dir DIR           where the node's data and the disk probe live (default: a temp dir)
   --url URL           publish to a running node instead of starting one
   --sluiced PATH      sluiced binary (default: next to this program)
+  --no-idempotence    skip the idempotent-producer comparison
 )");
 }
 
@@ -159,6 +164,7 @@ int main(int argc, char** argv) {
     else if (a == "--dir") o.dir = val();
     else if (a == "--url") o.url = val();
     else if (a == "--sluiced") o.sluiced = val();
+    else if (a == "--no-idempotence") o.idempotence = false;
     else if (a == "-h" || a == "--help") { usage(); return 0; }
     else { usage(); return 2; }
   }
@@ -174,7 +180,7 @@ int main(int argc, char** argv) {
 
   std::printf("sluice-bench: %d connections, %d-byte records, %d records/request, ack %s, %d s\n",
               o.connections, o.record_bytes, o.batch_records, o.ack.c_str(), o.seconds);
-  std::printf("[1/2] disk reference: %d-byte sequential writes + fdatasync in %s ...\n", o.chunk,
+  std::printf("[1/4] disk reference: %d-byte sequential writes + fdatasync in %s ...\n", o.chunk,
               o.dir.c_str());
   std::fflush(stdout);
   double disk_p50 = 0;
@@ -183,7 +189,7 @@ int main(int argc, char** argv) {
 
   pid_t child = -1;
   if (o.url.empty()) {
-    const int http = free_port(), raft = free_port();
+    const int http = free_port(), raft = free_port(), rpc = free_port();
     o.url = "http://127.0.0.1:" + std::to_string(http);
     child = fork();
     if (child == 0) {
@@ -192,9 +198,10 @@ int main(int argc, char** argv) {
       dup2(fd, 1);
       dup2(fd, 2);
       const std::string d = "data.dir=" + o.dir + "/data", h = "http.port=" + std::to_string(http),
-                        r = "raft.address=127.0.0.1:" + std::to_string(raft);
+                        r = "raft.address=127.0.0.1:" + std::to_string(raft),
+                        m = "metadata.rpc_address=127.0.0.1:" + std::to_string(rpc);
       execl(o.sluiced.c_str(), "sluiced", "--set", d.c_str(), "--set", h.c_str(), "--set", r.c_str(),
-            "--set", "http.threads=2", nullptr);
+            "--set", m.c_str(), "--set", "http.threads=2", nullptr);
       _exit(127);
     }
   }
@@ -219,76 +226,118 @@ int main(int argc, char** argv) {
     Poco::Net::HTTPClientSession s(target.host, target.port);
     call(s, "POST", "/v1/tenants", R"({"name":"bench"})", "application/json");
     call(s, "POST", "/v1/tenants/bench/namespaces", R"({"name":"b"})", "application/json");
+  }
+
+  // Phase 1 (the issue-2 figure): keyless records, sticky shard per request.
+  // Phase 2 and 3 (idempotence, issue 3): each connection is a producer with its own key,
+  // so each request is one batch on one shard; the same shape with and without
+  // producer_id/sequence, side by side.
+  auto make_body = [&](const std::string* key) {
     std::string body;
-    int st = call(s, "POST", "/v1/tenants/bench/namespaces/b/streams",
-                  R"({"name":"pub","shards":)" + std::to_string(o.shards) + "}", "application/json", &body);
-    if (st != 201 && st != 409) {
-      std::fprintf(stderr, "create stream failed: %d %s\n", st, body.c_str());
-      return 1;
+    for (int i = 0; i < o.batch_records; ++i) {
+      std::uint32_t kl = key ? static_cast<std::uint32_t>(key->size()) : 0xffffffffu;
+      std::uint32_t vl = static_cast<std::uint32_t>(o.record_bytes);
+      body.append(reinterpret_cast<char*>(&kl), 4).append(reinterpret_cast<char*>(&vl), 4);
+      if (key) body += *key;
+      body.append(o.record_bytes, static_cast<char>('a' + i % 26));
     }
-  }
-
-  // One request body, reused: keyless 1 KiB records.
-  std::string body;
-  for (int i = 0; i < o.batch_records; ++i) {
-    std::uint32_t kl = 0xffffffffu, vl = static_cast<std::uint32_t>(o.record_bytes);
-    body.append(reinterpret_cast<char*>(&kl), 4).append(reinterpret_cast<char*>(&vl), 4);
-    body.append(o.record_bytes, static_cast<char>('a' + i % 26));
-  }
-  const std::string path = "/v1/tenants/bench/namespaces/b/streams/pub/records?ack=" + o.ack;
-
-  std::printf("[2/2] publishing to %s ...\n", o.url.c_str());
-  std::fflush(stdout);
-  std::atomic<bool> stop{false};
-  std::atomic<std::uint64_t> records{0}, errors{0};
-  std::mutex lat_mu;
-  std::vector<double> lat_all;
-  std::vector<std::thread> threads;
-  const auto t_start = Clock::now();
-  for (int c = 0; c < o.connections; ++c) {
-    threads.emplace_back([&] {
-      std::vector<double> lat;
-      lat.reserve(1 << 16);
+    return body;
+  };
+  struct PhaseResult {
+    double rps = 0, mbps = 0, p50 = 0, p99 = 0, p999 = 0;
+    std::uint64_t errors = 0;
+  };
+  auto run_phase = [&](const char* title, const std::string& stream, bool keyed, bool idempotent) {
+    {
       Poco::Net::HTTPClientSession s(target.host, target.port);
-      s.setKeepAlive(true);
-      while (!stop.load(std::memory_order_relaxed)) {
-        const auto t0 = Clock::now();
-        int st = 0;
-        try {
-          st = call(s, "POST", path, body, "application/vnd.sluice.batch");
-        } catch (...) {
-          s.reset();
-        }
-        if (st == 200) {
-          lat.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
-          records.fetch_add(o.batch_records, std::memory_order_relaxed);
-        } else {
-          errors.fetch_add(1, std::memory_order_relaxed);
-        }
+      std::string out;
+      int st = call(s, "POST", "/v1/tenants/bench/namespaces/b/streams",
+                    R"({"name":")" + stream + R"(","shards":)" + std::to_string(o.shards) + "}",
+                    "application/json", &out);
+      if (st != 201 && st != 409) {
+        std::fprintf(stderr, "create stream failed: %d %s\n", st, out.c_str());
+        std::exit(1);
       }
-      std::lock_guard lk(lat_mu);
-      lat_all.insert(lat_all.end(), lat.begin(), lat.end());
-    });
-  }
-  for (int s = 1; s <= o.seconds; ++s) {
-    std::this_thread::sleep_for(std::chrono::seconds(1));
-    std::printf("      %2d s: %llu records\n", s, static_cast<unsigned long long>(records.load()));
+    }
+    std::printf("%s: publishing to %s ...\n", title, o.url.c_str());
     std::fflush(stdout);
+    const std::string path = "/v1/tenants/bench/namespaces/b/streams/" + stream + "/records?ack=" + o.ack;
+    std::atomic<bool> stop{false};
+    std::atomic<std::uint64_t> records{0}, errors{0};
+    std::mutex lat_mu;
+    std::vector<double> lat_all;
+    std::vector<std::thread> threads;
+    const auto t_start = Clock::now();
+    for (int c = 0; c < o.connections; ++c) {
+      threads.emplace_back([&, c] {
+        const std::string key = "producer-" + std::to_string(c);
+        const std::string body = make_body(keyed ? &key : nullptr);
+        std::vector<double> lat;
+        lat.reserve(1 << 16);
+        Poco::Net::HTTPClientSession s(target.host, target.port);
+        s.setKeepAlive(true);
+        std::uint64_t seq = 0;
+        while (!stop.load(std::memory_order_relaxed)) {
+          const std::string p = idempotent ? path + "&producer_id=" + std::to_string(c + 1) +
+                                                 "&sequence=" + std::to_string(seq)
+                                           : path;
+          const auto t0 = Clock::now();
+          int st = 0;
+          try {
+            st = call(s, "POST", p, body, "application/vnd.sluice.batch");
+          } catch (...) {
+            s.reset();
+          }
+          if (st == 200) {
+            ++seq;
+            lat.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+            records.fetch_add(o.batch_records, std::memory_order_relaxed);
+          } else {
+            errors.fetch_add(1, std::memory_order_relaxed);
+          }
+        }
+        std::lock_guard lk(lat_mu);
+        lat_all.insert(lat_all.end(), lat.begin(), lat.end());
+      });
+    }
+    for (int s = 1; s <= o.seconds; ++s) {
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+      std::printf("      %2d s: %llu records\n", s, static_cast<unsigned long long>(records.load()));
+      std::fflush(stdout);
+    }
+    stop = true;
+    for (auto& t : threads) t.join();
+    const double secs = std::chrono::duration<double>(Clock::now() - t_start).count();
+    PhaseResult r;
+    r.rps = records.load() / secs;
+    r.mbps = r.rps * o.record_bytes / 1e6;
+    r.p50 = percentile(lat_all, 0.50) / 1000;
+    r.p99 = percentile(lat_all, 0.99) / 1000;
+    r.p999 = percentile(lat_all, 0.999) / 1000;
+    r.errors = errors.load();
+    return r;
+  };
+  auto print = [&](const char* name, const PhaseResult& r) {
+    std::printf("  %-22s %9.0f rec/s %7.1f MB/s  p50 %6.2f ms  p99 %6.2f ms  p999 %6.2f ms  failed %llu\n",
+                name, r.rps, r.mbps, r.p50, r.p99, r.p999, static_cast<unsigned long long>(r.errors));
+  };
+
+  const PhaseResult plain = run_phase("[2/4] keyless, sticky shards", "pub", false, false);
+  PhaseResult keyed, idem;
+  if (o.idempotence) {
+    keyed = run_phase("[3/4] one key per connection", "pub-keyed", true, false);
+    idem = run_phase("[4/4] the same, idempotent producers", "pub-idem", true, true);
   }
-  stop = true;
-  for (auto& t : threads) t.join();
-  const double secs = std::chrono::duration<double>(Clock::now() - t_start).count();
-  const double rps = records.load() / secs;
-  const double mbps = rps * o.record_bytes / 1e6;
-  std::printf("\nresults\n");
-  std::printf("  records/s          %.0f\n", rps);
-  std::printf("  MB/s (values)      %.1f\n", mbps);
-  std::printf("  ack latency p50    %.2f ms\n", percentile(lat_all, 0.50) / 1000);
-  std::printf("  ack latency p99    %.2f ms\n", percentile(lat_all, 0.99) / 1000);
-  std::printf("  ack latency p999   %.2f ms\n", percentile(lat_all, 0.999) / 1000);
-  std::printf("  failed requests    %llu\n", static_cast<unsigned long long>(errors.load()));
-  std::printf("  disk fdatasync     %.1f MB/s\n", disk_mbps);
-  std::printf("  ratio to disk      %.2f  (design goal >= 0.50)\n", disk_mbps > 0 ? mbps / disk_mbps : 0);
+  std::printf("\nresults (%d-byte records, ack %s, %d connections)\n", o.record_bytes, o.ack.c_str(),
+              o.connections);
+  print("keyless", plain);
+  std::printf("  disk fdatasync         %.1f MB/s\n", disk_mbps);
+  std::printf("  ratio to disk          %.2f  (design goal >= 0.50)\n", disk_mbps > 0 ? plain.mbps / disk_mbps : 0);
+  if (o.idempotence) {
+    print("keyed", keyed);
+    print("keyed, idempotent", idem);
+    std::printf("  idempotent / plain     %.2f  (design goal >= 0.90)\n", keyed.rps > 0 ? idem.rps / keyed.rps : 0);
+  }
 
   if (child > 0) {
     kill(child, SIGTERM);

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <functional>
 #include <map>
+#include <set>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -98,6 +99,38 @@ class FakeCatalog : public MetadataStore {
     return v;
   }
   Result<CatalogSnapshot> snapshot() override { return Error(Errc::internal, "not in fake"); }
+
+  // Fleet: one feature; finalize refused while `refuse_finalize_` is set.
+  Result<BrokerInfo> register_broker(const BrokerRegistration& r) override {
+    ++calls_;
+    return BrokerInfo{r.id, r.address, r.directory_id, r.version, r.features, true, ChangeSeq{1}};
+  }
+  Result<void> heartbeat_broker(NodeId) override { return {}; }
+  Result<void> unregister_broker(NodeId) override { return {}; }
+  Result<std::vector<BrokerInfo>> list_brokers() override {
+    ++calls_;
+    return std::vector<BrokerInfo>{{NodeId{7}, "127.0.0.1:1", "d", "v", {"stream_incarnations"}, true, ChangeSeq{1}}};
+  }
+  Result<std::vector<FeatureInfo>> list_features() override {
+    ++calls_;
+    std::lock_guard lk(mu_);
+    return std::vector<FeatureInfo>{feature_};
+  }
+  Result<FeatureInfo> finalize_feature(const std::string& name) override {
+    ++calls_;
+    std::lock_guard lk(mu_);
+    if (name != feature_.name) return Error(Errc::not_found, "unknown feature '" + name + "'");
+    if (feature_.finalized) return feature_;
+    if (!refuse_reason.empty()) return Error(Errc::conflict, refuse_reason);
+    feature_.finalized = true;
+    feature_.finalized_seq = ChangeSeq{++seq_};
+    return feature_;
+  }
+  Result<std::vector<Tombstone>> list_tombstones() override {
+    ++calls_;
+    return std::vector<Tombstone>{{StreamKey{"t", "n", "gone"}, Incarnation{42}, ChangeSeq{9}}};
+  }
+  std::string refuse_reason;
   std::unique_ptr<WatchHandle> watch(ChangeSeq, std::function<void(const ChangeEvent&)>,
                                      std::function<void()>) override {
     return nullptr;
@@ -110,6 +143,7 @@ class FakeCatalog : public MetadataStore {
   std::map<std::string, TenantInfo> tenants_;
   std::map<std::string, NamespaceInfo> namespaces_;
   std::map<StreamKey, StreamInfo> streams_;
+  FeatureInfo feature_{"stream_incarnations", MetadataLevel{10}, false, ChangeSeq{0}, {NodeId{7}}, {}};
 };
 
 class FakeNode : public Node {
@@ -164,9 +198,14 @@ class FakeNode : public Node {
   }
   Result<StreamInfo> stream(const StreamKey& key) override { return catalog_.get_stream(key); }
 
-  void publish(const StreamKey& key, const std::vector<PublishRecord>& records, AckMode ack,
-               PublishCallback cb) override {
+  void publish(const StreamKey& key, const std::vector<PublishRecord>& records,
+               const PublishOptions& opts, PublishCallback cb) override {
     ++calls_;
+    const AckMode ack = opts.ack;
+    {
+      std::lock_guard lk(mu_);
+      last_producer_ = {opts.producer_id, opts.sequence};
+    }
     std::vector<PublishedRecord> out;
     std::vector<std::function<void()>> fire;
     {
@@ -258,12 +297,88 @@ class FakeNode : public Node {
     return out;
   }
 
+  FakeCatalog& catalog_for_test() { return catalog_; }
   AckMode last_ack() {
     std::lock_guard lk(mu_);
     return last_ack_;
   }
+  std::pair<std::uint64_t, std::uint64_t> last_producer() {
+    std::lock_guard lk(mu_);
+    return last_producer_;
+  }
+
+  // Groups: a minimal model. Delivers every stored record once per fetch round, tracks
+  // what is outstanding, and refuses acks of anything else (as storage does).
+  Result<GroupDelivery> group_fetch(const StreamKey& key, ShardIndex shard, const std::string& group,
+                                    std::uint32_t max_records, const GroupOptions&) override {
+    ++calls_;
+    std::lock_guard lk(mu_);
+    auto& g = groups_[{group, shard.value()}];
+    auto& v = shards_[{key, shard.value()}];
+    GroupDelivery d;
+    BatchBuilder b;
+    std::uint64_t first = g.next;
+    while (g.next < v.size() && d.records.size() < max_records) {
+      auto& r = v[g.next];
+      b.add(r.key ? std::optional<std::string_view>(*r.key) : std::nullopt, r.value, r.headers, r.timestamp_ms);
+      d.records.push_back({Offset{g.next}, 1});
+      g.outstanding.insert(g.next);
+      ++g.next;
+    }
+    if (!d.records.empty()) {
+      std::string batch = b.finish();
+      restamp_batch(batch.data(), first, 0);
+      d.batches.push_back(std::move(batch));
+    }
+    return d;
+  }
+  Result<void> group_ack(const StreamKey&, ShardIndex shard, const std::string& group,
+                         const std::vector<Offset>& offsets) override {
+    ++calls_;
+    std::lock_guard lk(mu_);
+    auto& g = groups_[{group, shard.value()}];
+    for (auto o : offsets)
+      if (!g.outstanding.count(o.value()))
+        return Error(Errc::invalid_argument, "offset " + std::to_string(o.value()) + " is not outstanding");
+    for (auto o : offsets) g.outstanding.erase(o.value());
+    return {};
+  }
+  Result<void> group_nack(const StreamKey& k, ShardIndex shard, const std::string& group,
+                          const std::vector<Offset>& offsets) override {
+    return group_ack(k, shard, group, offsets);
+  }
+  Result<std::vector<GroupPosition>> group_positions(const StreamKey&, const std::string& group) override {
+    ++calls_;
+    std::lock_guard lk(mu_);
+    auto& g = groups_[{group, 0}];
+    GroupPosition p;
+    p.group = group;
+    p.committed = Offset{g.next - g.outstanding.size()};
+    p.outstanding = g.outstanding.size();
+    return std::vector<GroupPosition>{p};
+  }
+  Result<std::vector<std::string>> groups(const StreamKey&) override {
+    std::lock_guard lk(mu_);
+    std::vector<std::string> out;
+    for (auto& [k, g] : groups_) out.push_back(k.first);
+    return out;
+  }
+  Result<FetchResult> dead_letters(const StreamKey&, ShardIndex, const std::string&, Offset,
+                                   std::uint32_t, std::size_t) override {
+    return FetchResult{};
+  }
+  Result<std::uint64_t> replay_dead_letters(const StreamKey&, ShardIndex, const std::string&, Offset from,
+                                            Offset to) override {
+    return to.value() - from.value();
+  }
 
  private:
+  struct FakeGroup {
+    std::uint64_t next = 0;
+    std::set<std::uint64_t> outstanding;
+  };
+  std::map<std::pair<std::string, std::uint32_t>, FakeGroup> groups_;
+  std::pair<std::uint64_t, std::uint64_t> last_producer_{0, 0};
   struct Notify {
     StreamKey key;
     std::uint32_t shard;

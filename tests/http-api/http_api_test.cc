@@ -112,7 +112,7 @@ TEST_F(HttpApiTest, ClusterInfo) {
   EXPECT_EQ(o["directory_id"].as_string(), "dir-1");
   EXPECT_EQ(o["roles"].as_array().size(), 2u);
   EXPECT_EQ(o["version"].as_string(), "0.1.0");
-  EXPECT_EQ(o["metadata_level"].to_number<int>(), 8);
+  EXPECT_EQ(o["metadata_level"].to_number<int>(), static_cast<int>(kBuildMetadataLevel.value()));
 }
 
 TEST_F(HttpApiTest, TenantsAndNamespaces) {
@@ -489,7 +489,7 @@ TEST_F(HttpApiTest, StopWithPendingLongPollThenLateNotify) {
   server_.reset();
   // The node still holds the poll's callback; firing it after the server is gone is safe.
   node_.publish({"acme", "prod", "late"}, {PublishRecord{std::nullopt, "x", {}, 0, {}}},
-                AckMode::none, [](auto) {});
+                PublishOptions{AckMode::none}, [](auto) {});
   EXPECT_EQ(node_.pending_notifies(), 0u);
 }
 
@@ -505,6 +505,83 @@ TEST_F(HttpApiTest, ExpectContinue) {
   auto r = c.read_response();
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(node_.records({"acme", "prod", "cont"}, 0).at(0).value, "after 100");
+}
+
+TEST_F(HttpApiTest, FeaturesListFinalizeIdempotentUnknownAndRefused) {
+  auto r = req("GET", "/v1/features");
+  ASSERT_EQ(r.status, 200) << r.body;
+  auto f = obj(r)["features"].as_array().at(0).as_object();
+  EXPECT_EQ(f["name"].as_string(), "stream_incarnations");
+  EXPECT_EQ(f["finalized"].as_bool(), false);
+  EXPECT_EQ(f["required_level"].as_int64(), 10);
+
+  expect_problem(req("POST", "/v1/features/warp_drive/finalize"), 404, "not_found");
+  expect_problem(req("POST", "/v1/features/..%2F/finalize"), 400, "invalid_argument");
+
+  node_.catalog_for_test().refuse_reason = "serving brokers lack it: 2";
+  auto refused = req("POST", "/v1/features/stream_incarnations/finalize");
+  expect_problem(refused, 409, "conflict");
+  EXPECT_NE(obj(refused)["detail"].as_string().find("lack it: 2"), std::string::npos);
+
+  node_.catalog_for_test().refuse_reason.clear();
+  auto first = req("POST", "/v1/features/stream_incarnations/finalize");
+  ASSERT_EQ(first.status, 200) << first.body;
+  auto again = req("POST", "/v1/features/stream_incarnations/finalize");
+  ASSERT_EQ(again.status, 200) << again.body;
+  EXPECT_EQ(obj(first)["finalized_seq"], obj(again)["finalized_seq"]);  // unchanged
+  expect_problem(req("GET", "/v1/features/stream_incarnations/finalize"), 405, "method_not_allowed");
+}
+
+TEST_F(HttpApiTest, BrokersAndTombstones) {
+  auto b = req("GET", "/v1/brokers");
+  ASSERT_EQ(b.status, 200) << b.body;
+  EXPECT_EQ(obj(b)["brokers"].as_array().at(0).as_object()["id"].as_int64(), 7);
+  auto t = req("GET", "/v1/tombstones");
+  ASSERT_EQ(t.status, 200) << t.body;
+  auto t0 = obj(t)["tombstones"].as_array().at(0).as_object();
+  EXPECT_EQ(t0["name"].as_string(), "gone");
+  EXPECT_EQ(t0["deleted_up_to"].as_int64(), 42);
+}
+
+TEST_F(HttpApiTest, IdempotentPublishParameters) {
+  make_stream("idem");
+  auto ok = req("POST", kNs + "/streams/idem/records?producer_id=5&sequence=0", R"({"records":[{"value":"a"}]})");
+  ASSERT_EQ(ok.status, 200) << ok.body;
+  EXPECT_EQ(node_.last_producer(), std::make_pair(std::uint64_t{5}, std::uint64_t{0}));
+  for (const char* bad : {"?producer_id=5", "?sequence=1", "?producer_id=0&sequence=1",
+                          "?producer_id=x&sequence=1", "?producer_id=5&sequence=-1"})
+    expect_problem(req("POST", kNs + "/streams/idem/records" + bad, R"({"records":[{"value":"a"}]})"),
+                   400, "invalid_argument");
+}
+
+TEST_F(HttpApiTest, GroupDeliverAckAndNeverDeliveredAck) {
+  make_stream("g");
+  ASSERT_EQ(req("POST", kNs + "/streams/g/records", R"({"records":[{"value":"a"},{"value":"b"}]})").status, 200);
+  auto d = req("GET", kNs + "/streams/g/groups/workers/shards/0/records?max=10");
+  ASSERT_EQ(d.status, 200) << d.body;
+  auto recs = obj(d)["records"].as_array();
+  ASSERT_EQ(recs.size(), 2u);
+  EXPECT_EQ(recs[0].as_object().at("value").as_string(), "a");
+  EXPECT_EQ(recs[0].as_object().at("delivery").as_int64(), 1);
+  EXPECT_EQ(req("POST", kNs + "/streams/g/groups/workers/shards/0/ack", R"({"offsets":[0,1]})").status, 204);
+  // Acking an offset that was never delivered (or twice) is a 400 naming it.
+  auto bad = req("POST", kNs + "/streams/g/groups/workers/shards/0/ack", R"({"offsets":[1]})");
+  expect_problem(bad, 400, "invalid_argument");
+  expect_problem(req("POST", kNs + "/streams/g/groups/workers/shards/0/ack", R"({"offsets":[]})"), 400,
+                 "invalid_argument");
+  expect_problem(req("POST", kNs + "/streams/g/groups/workers/shards/0/ack", R"({"offsets":[-1]})"), 400,
+                 "invalid_argument");
+  expect_problem(req("POST", kNs + "/streams/g/groups/workers/shards/0/ack", R"({"offsets":[0],"x":1})"), 400,
+                 "unknown_field");
+  expect_problem(req("GET", kNs + "/streams/g/groups/..%2F/shards/0/records"), 400, "invalid_name");
+  auto pos = req("GET", kNs + "/streams/g/groups/workers");
+  ASSERT_EQ(pos.status, 200) << pos.body;
+  EXPECT_EQ(obj(pos)["positions"].as_array().at(0).as_object().at("committed").as_int64(), 2);
+  auto replay = req("POST", kNs + "/streams/g/groups/workers/shards/0/dead-letters/replay", R"({"from":3,"to":5})");
+  ASSERT_EQ(replay.status, 200) << replay.body;
+  EXPECT_EQ(obj(replay)["replayed"].as_int64(), 2);
+  expect_problem(req("POST", kNs + "/streams/g/groups/workers/shards/0/dead-letters/replay", R"({"from":5,"to":3})"),
+                 400, "invalid_argument");
 }
 
 TEST(HttpApiCodec, PercentDecodingAndTarget) {

@@ -67,13 +67,15 @@ class HttpError(Exception):
 class Node:
     """One sluiced process with its own data directory and ports."""
 
-    def __init__(self, workdir=None, extra=None, data_dir=None):
+    def __init__(self, workdir=None, extra=None, data_dir=None, env=None):
         self.own_workdir = workdir is None
         self.workdir = workdir or tempfile.mkdtemp(prefix="sluice-it-")
         self.data_dir = data_dir or os.path.join(self.workdir, "data")
         self.http_port = free_port()
         self.raft_port = free_port()
+        self.rpc_port = free_port()
         self.extra = dict(extra or {})
+        self.env = dict(env or {})
         self.proc = None
         self.log_path = os.path.join(self.workdir, "sluiced.log")
         self.starts = 0
@@ -84,6 +86,7 @@ class Node:
             "data.dir": self.data_dir,
             "http.port": str(self.http_port),
             "raft.address": "127.0.0.1:%d" % self.raft_port,
+            "metadata.rpc_address": "127.0.0.1:%d" % self.rpc_port,
         }
         cfg.update(self.extra)
         args = [SLUICED]
@@ -96,8 +99,10 @@ class Node:
         with open(self.log_path, "ab") as log:
             log.write(b"\n==== start %d ====\n" % self.starts)
             log.flush()
+            env = dict(os.environ)
+            env.update(self.env)
             self.proc = subprocess.Popen(self.args(), stdout=log, stderr=subprocess.STDOUT,
-                                         cwd=self.workdir)
+                                         cwd=self.workdir, env=env)
         return self.proc
 
     def start(self):
@@ -200,10 +205,19 @@ class Node:
         body.update(spec)
         return self.request("POST", self.ns_path(tenant, ns) + "/streams", body)
 
-    def publish_binary(self, stream, records, ack="leader", tenant="t", ns="n", timeout=DEADLINE_S):
-        return self.request("POST", "%s/streams/%s/records?ack=%s" % (self.ns_path(tenant, ns), stream, ack),
+    def publish_binary(self, stream, records, ack="leader", tenant="t", ns="n", timeout=DEADLINE_S,
+                       producer=None):
+        q = "ack=%s" % ack
+        if producer is not None:
+            q += "&producer_id=%d&sequence=%d" % producer
+        return self.request("POST", "%s/streams/%s/records?%s" % (self.ns_path(tenant, ns), stream, q),
                             encode_binary_batch(records), content_type="application/vnd.sluice.batch",
                             timeout=timeout)["results"]
+
+    def stream_dirs(self, tenant, ns, stream):
+        """Shard incarnation directories of a stream on disk."""
+        d = os.path.join(self.data_dir, "shards", tenant, ns, stream)
+        return sorted(os.listdir(d)) if os.path.isdir(d) else []
 
     def fetch(self, stream, shard, offset, max_records=1000, wait_ms=0, tenant="t", ns="n"):
         q = "%s/streams/%s/shards/%d/records?offset=%s&max=%d" % (

@@ -12,7 +12,7 @@ def batch_starts(path):
     with open(path, "rb") as f:
         data = f.read()
     pos, out = 0, []
-    while pos + 56 <= len(data):
+    while pos + 72 <= len(data):
         length = struct.unpack_from("<I", data, pos + 4)[0]
         out.append((pos, length))
         pos += length
@@ -22,11 +22,11 @@ def batch_starts(path):
 class Corruption(unittest.TestCase):
     def setUp(self):
         self.node = Node(extra={"storage.segment_bytes": "8192"}).start()
-        self.node.create_stream("c", shards=1)
+        inc = self.node.create_stream("c", shards=1)["incarnation"]
         for i in range(40):
             self.node.publish_binary("c", [(None, b"x" * 200 + b"%d" % i)] * 5)
         self.assertEqual(self.node.stop(), 0)
-        self.segs = segments(self.node, "t", "n", "c", 0)
+        self.segs = segments(self.node, "t", "n", "c", 0, inc)
         self.assertGreater(len(self.segs), 2, "the test needs sealed segments")
 
     def tearDown(self):
@@ -36,7 +36,7 @@ class Corruption(unittest.TestCase):
         sealed = self.segs[1]
         starts = batch_starts(sealed)
         batch_pos, length = starts[len(starts) // 2]
-        flip = batch_pos + 56 + 10  # inside the records of that batch
+        flip = batch_pos + 72 + 10  # inside the records of that batch
         with open(sealed, "r+b") as f:
             f.seek(flip)
             b = f.read(1)

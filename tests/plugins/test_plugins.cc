@@ -20,6 +20,12 @@ class LifetimeEngine final : public sluice::StorageEngine {
   }
   void close_shard(const sluice::ShardRef&) override {}
   void shutdown() override {}
+  sluice::Result<std::uint32_t> delete_incarnations(const sluice::StreamKey&, sluice::Incarnation) override {
+    return sluice::Error(sluice::Errc::unavailable, "test engine holds no data");
+  }
+  sluice::Result<std::vector<sluice::ShardRef>> list_on_disk() override {
+    return std::vector<sluice::ShardRef>{};
+  }
 
  private:
   sluice::PluginHost& host_;

@@ -61,7 +61,7 @@ TEST(CommandCodec, RoundTripsEveryField) {
   EXPECT_EQ(d->proposed_incarnation, 99u);
   EXPECT_EQ(d->incarnations, IncarnationRule::flagged);
   EXPECT_EQ(d->clock_us, 42);
-  EXPECT_EQ(d->level, 8u);
+  EXPECT_EQ(d->level, kBuildMetadataLevel.value());
 }
 
 TEST(CommandCodec, Level8CreateAndDeleteCarryIncarnationFields) {

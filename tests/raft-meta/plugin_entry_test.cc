@@ -33,7 +33,7 @@ TEST(RaftMetaPlugin, DescriptorCreateStartDestroy) {
     EXPECT_NE(error.find("raft-meta"), std::string::npos) << error;
   }
   {
-    TestHost host(std::map<std::string, std::string>{{"raft.address", "127.0.0.1:0"}});
+    TestHost host(std::map<std::string, std::string>{{"raft.address", "127.0.0.1:0"}, {"metadata.rpc_address", "127.0.0.1:0"}});
     std::string error;
     void* obj = d->create(host, &error);
     ASSERT_NE(obj, nullptr) << error;

@@ -115,14 +115,28 @@ class FaultFileSystem final : public FileSystem {
       return real_.remove(p);
     });
   }
+  Result<void> remove_dir(const std::string& p) override {
+    return guard("rmdir", p, [&] { return real_.remove_dir(p); });
+  }
+  Result<bool> is_directory(const std::string& p) override {
+    return guard("lstat", p, [&] { return real_.is_directory(p); });
+  }
   Result<void> rename(const std::string& from, const std::string& to) override {
     return guard("rename", from, [&]() -> Result<void> {
       auto r = real_.rename(from, to);
       if (r) {
         auto it = synced_.find(from);
-        std::uint64_t s = it == synced_.end() ? 0 : it->second;
-        if (it != synced_.end()) synced_.erase(it);
-        synced_[to] = s;
+        if (it != synced_.end()) {
+          const std::uint64_t s = it->second;
+          synced_.erase(it);
+          synced_[to] = s;
+        }
+        // A directory rename moves every tracked file below it.
+        const std::string prefix = from + "/";
+        for (auto j = synced_.lower_bound(prefix); j != synced_.end() && j->first.compare(0, prefix.size(), prefix) == 0;) {
+          synced_[to + "/" + j->first.substr(prefix.size())] = j->second;
+          j = synced_.erase(j);
+        }
       }
       return r;
     });

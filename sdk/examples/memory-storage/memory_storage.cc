@@ -18,6 +18,10 @@ namespace {
 
 using namespace sluice;
 
+Error no_groups() {
+  return Error(Errc::unavailable, "memory-storage does not implement consumer groups", Outcome::definite);
+}
+
 class MemoryShard final : public ShardLog {
  public:
   explicit MemoryShard(ShardRef ref) : ref_(std::move(ref)) {}
@@ -74,6 +78,21 @@ class MemoryShard final : public ShardLog {
       }
     }
     cb();
+  }
+
+  // Consumer groups are optional for a minimal engine: say so with a stable code.
+  Result<GroupDelivery> group_fetch(const std::string&, std::uint32_t, const GroupOptions&) override {
+    return no_groups();
+  }
+  Result<void> group_ack(const std::string&, const std::vector<Offset>&) override { return no_groups(); }
+  Result<void> group_nack(const std::string&, const std::vector<Offset>&) override { return no_groups(); }
+  Result<GroupPosition> group_position(const std::string&) override { return no_groups(); }
+  Result<std::vector<std::string>> list_groups() override { return std::vector<std::string>{}; }
+  Result<FetchResult> dead_letters(const std::string&, Offset, std::uint32_t, std::size_t) override {
+    return no_groups();
+  }
+  Result<std::uint64_t> replay_dead_letters(const std::string&, Offset, Offset) override {
+    return no_groups();
   }
 
   ShardStats stats() override {
@@ -134,6 +153,28 @@ class MemoryEngine final : public StorageEngine {
   void shutdown() override {
     std::lock_guard lk(mu_);
     for (auto& [r, s] : shards_) s->close();
+  }
+
+  Result<std::uint32_t> delete_incarnations(const StreamKey& stream, Incarnation up_to) override {
+    std::lock_guard lk(mu_);
+    std::uint32_t n = 0;
+    for (auto it = shards_.begin(); it != shards_.end();) {
+      if (it->first.stream == stream && it->first.incarnation <= up_to) {
+        it->second->close();
+        it = shards_.erase(it);
+        ++n;
+      } else {
+        ++it;
+      }
+    }
+    return n;
+  }
+
+  Result<std::vector<ShardRef>> list_on_disk() override {
+    std::lock_guard lk(mu_);
+    std::vector<ShardRef> out;
+    for (auto& [r, s] : shards_) out.push_back(r);
+    return out;
   }
 
  private:

@@ -36,6 +36,8 @@ enum class Errc {
   timeout,              // 504: outcome unknown
   unauthorized,         // 401
   internal,             // 500: a bug
+  sequence_gap,         // 409: an idempotent producer skipped or reordered a sequence
+  method_not_allowed,   // 405
 };
 
 // Whether the operation may have happened.
@@ -73,6 +75,7 @@ class [[nodiscard]] Result {
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
   T& operator*() { return value(); }
+  const T& operator*() const { return value(); }
   const Error& error() const { assert(!ok()); return std::get<1>(v_); }
 
  private:

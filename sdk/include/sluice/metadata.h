@@ -5,8 +5,11 @@
 // at least every mutation this node has acknowledged (read-your-writes); cross-node
 // linearizability is the backend's job (a Raft barrier, a Postgres transaction).
 //
-// Level 8 (this build): creates store incarnation 0; a delete unregisters the stream and
-// writes no tombstone. Data on brokers is untouched (felix post-mortem, "before").
+// Incarnations (level 10, ARCHITECTURE.md §3-§4, felix post-mortem): until the fleet
+// feature `stream_incarnations` is finalized, creates store incarnation 0 and deletes write
+// no tombstone (the level-8 behaviour). After it, a create decides
+// max(proposed, tombstone + 1) inside its own write, and a delete records a tombstone and
+// an assignment change. The rules are the pure functions of features.h.
 //
 // Errors: not_found, already_exists, conflict, invalid_name/argument (definite);
 // unavailable/not_leader (transient); timeout (uncertain: the change may have committed).
@@ -19,22 +22,50 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "sluice/error.h"
+#include "sluice/features.h"
 #include "sluice/types.h"
 
 namespace sluice {
 
+// "Every incarnation of this name up to and including deleted_up_to is deleted."
+// One per name, overwritten by the next delete, kept forever.
+struct Tombstone {
+  StreamKey key;
+  Incarnation deleted_up_to;
+  ChangeSeq seq;  // the delete that wrote it
+};
+
+// Which broker leads one shard of one stream incarnation. Ownership compares
+// (incarnation, generation); see assignment_supersedes().
+struct Assignment {
+  StreamKey key;
+  ShardIndex shard;
+  Incarnation incarnation;
+  Generation generation;
+  NodeId leader;
+  std::vector<NodeId> replicas;
+};
+
 struct ChangeEvent {
   enum class Kind { tenant_created, tenant_deleted, namespace_created, namespace_deleted,
-                    stream_created, stream_deleted };
+                    stream_created, stream_deleted, feature_finalized, broker_registered,
+                    broker_unregistered };
   Kind kind;
   ChangeSeq seq;
   std::string tenant;
   std::string ns;
   StreamInfo stream;  // stream events: the stream (for a delete, the deleted incarnation)
+  // stream_created: the new assignments. stream_deleted: the assignments it removes
+  // (a delete always records this change, so brokers drop what they held).
+  std::vector<Assignment> assignments;
+  std::optional<Tombstone> tombstone;  // stream_deleted: the tombstone written, if any
+  std::string feature;                 // feature_finalized
+  BrokerInfo broker;                   // broker_registered / broker_unregistered
 };
 std::string_view to_string(ChangeEvent::Kind);
 
@@ -43,6 +74,19 @@ struct CatalogSnapshot {
   std::vector<TenantInfo> tenants;
   std::vector<NamespaceInfo> namespaces;
   std::vector<StreamInfo> streams;
+  std::vector<Tombstone> tombstones;          // all of them: a broker applies these first
+  std::vector<Assignment> assignments;
+  std::vector<std::string> finalized_features;
+  std::vector<BrokerInfo> brokers;            // registered (live is the leader's view)
+};
+
+// What a broker reports when it registers (ARCHITECTURE.md §4).
+struct BrokerRegistration {
+  NodeId id;
+  std::string address;
+  std::string directory_id;
+  std::string version;
+  std::vector<std::string> features;  // implemented features, sorted
 };
 
 struct MetadataStatus {
@@ -87,6 +131,23 @@ class MetadataStore {
                                                        const std::string& ns) = 0;
 
   virtual Result<CatalogSnapshot> snapshot() = 0;
+
+  // --- fleet ---------------------------------------------------------------------------
+  // Registers (or re-registers) a broker. Refused with conflict if it lacks a finalized
+  // feature (admit_broker); the broker must then exit. Registration makes it live.
+  virtual Result<BrokerInfo> register_broker(const BrokerRegistration& reg) = 0;
+  // Keeps a registered broker live; not_found if it is not registered.
+  virtual Result<void> heartbeat_broker(NodeId id) = 0;
+  // A clean shutdown: the broker stops counting as serving at once.
+  virtual Result<void> unregister_broker(NodeId id) = 0;
+  virtual Result<std::vector<BrokerInfo>> list_brokers() = 0;
+
+  virtual Result<std::vector<FeatureInfo>> list_features() = 0;
+  // One-way and idempotent (finalizing twice answers the same FeatureInfo). not_found for
+  // an unknown feature; conflict with the reason while the gate refuses (check_finalize).
+  virtual Result<FeatureInfo> finalize_feature(const std::string& name) = 0;
+
+  virtual Result<std::vector<Tombstone>> list_tombstones() = 0;
 
   // Delivers every change with seq > after, in order, starting with those already in the
   // store. If `after` is too old to replay, delivers nothing and calls `resync` instead;

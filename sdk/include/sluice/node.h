@@ -37,6 +37,16 @@ struct PublishedRecord {
   ShardIndex shard;
   Offset offset;
 };
+
+// Per-request publish options.
+struct PublishOptions {
+  AckMode ack = AckMode::leader;
+  // Idempotent producer (storage.h): producer_id != 0 makes the request one batch with this
+  // sequence; every record must then land on one shard (explicit, or all keys hashing to
+  // it). A retry answers the original offsets; a skipped sequence is sequence_gap.
+  std::uint64_t producer_id = 0;
+  std::uint64_t sequence = 0;
+};
 // Results are in request order.
 using PublishCallback = std::function<void(Result<std::vector<PublishedRecord>>)>;
 
@@ -79,7 +89,7 @@ class Node {
   virtual Result<StreamInfo> stream(const StreamKey& key) = 0;
 
   virtual void publish(const StreamKey& key, const std::vector<PublishRecord>& records,
-                       AckMode ack, PublishCallback cb) = 0;
+                       const PublishOptions& opts, PublishCallback cb) = 0;
 
   virtual Result<FetchResult> fetch(const StreamKey& key, ShardIndex shard, Offset from,
                                     std::uint32_t max_records, std::size_t max_bytes) = 0;
@@ -90,6 +100,25 @@ class Node {
                                           std::function<void()> cb) = 0;
 
   virtual Result<std::vector<ShardStatus>> shards(const StreamKey& key) = 0;
+
+  // --- consumer groups and dead letters (storage.h has the semantics) -----------------
+  virtual Result<GroupDelivery> group_fetch(const StreamKey& key, ShardIndex shard,
+                                            const std::string& group, std::uint32_t max_records,
+                                            const GroupOptions& opts) = 0;
+  virtual Result<void> group_ack(const StreamKey& key, ShardIndex shard, const std::string& group,
+                                 const std::vector<Offset>& offsets) = 0;
+  virtual Result<void> group_nack(const StreamKey& key, ShardIndex shard, const std::string& group,
+                                  const std::vector<Offset>& offsets) = 0;
+  // One position per shard.
+  virtual Result<std::vector<GroupPosition>> group_positions(const StreamKey& key,
+                                                             const std::string& group) = 0;
+  virtual Result<std::vector<std::string>> groups(const StreamKey& key) = 0;
+  virtual Result<FetchResult> dead_letters(const StreamKey& key, ShardIndex shard,
+                                           const std::string& group, Offset from,
+                                           std::uint32_t max_records, std::size_t max_bytes) = 0;
+  virtual Result<std::uint64_t> replay_dead_letters(const StreamKey& key, ShardIndex shard,
+                                                    const std::string& group, Offset from,
+                                                    Offset to) = 0;
 };
 
 // The kind of object an api plugin's create() returns.

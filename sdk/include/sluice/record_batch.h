@@ -16,7 +16,9 @@
 //   40     8    max_timestamp    greatest record timestamp (retention by age uses it)
 //   48     4    record_count     > 0
 //   52     4    reserved         0
-//   56     ...  records
+//   56     8    producer_id      0 = not idempotent
+//   64     8    producer_seq     the producer's sequence for this shard (batch granularity)
+//   72     ...  records
 //
 // Each record:
 //   u32 key_len (0xffffffff = no key) | u32 value_len | u32 headers_len | i64 timestamp_ms
@@ -40,7 +42,7 @@
 namespace sluice {
 
 inline constexpr std::uint32_t kBatchMagic = 0x31424c53;  // "SLB1"
-inline constexpr std::size_t kBatchHeaderSize = 56;
+inline constexpr std::size_t kBatchHeaderSize = 72;
 inline constexpr std::size_t kRecordHeaderSize = 20;
 inline constexpr std::uint32_t kNoKey = 0xffffffffu;
 inline constexpr std::uint16_t kBatchVersion = 1;
@@ -67,6 +69,8 @@ struct BatchHeader {
   std::int64_t first_timestamp_ms = 0;
   std::int64_t max_timestamp_ms = 0;
   std::uint32_t record_count = 0;
+  std::uint64_t producer_id = 0;
+  std::uint64_t producer_seq = 0;
 
   static BatchHeader decode(const char* p);  // p has kBatchHeaderSize bytes
   void encode(char* p) const;
@@ -107,6 +111,11 @@ class BatchBuilder {
            std::int64_t timestamp_ms);
   std::uint32_t count() const { return count_; }
   std::size_t size_bytes() const { return buf_.size(); }
+  // Marks the batch as an idempotent producer's send (id != 0).
+  void set_producer(std::uint64_t id, std::uint64_t seq) {
+    producer_id_ = id;
+    producer_seq_ = seq;
+  }
   // Finishes the header (offset 0, incarnation 0, CRC) and hands out the buffer. The
   // builder is empty afterwards.
   std::string finish();
@@ -116,6 +125,8 @@ class BatchBuilder {
   std::uint32_t count_ = 0;
   std::int64_t first_ts_ = 0;
   std::int64_t max_ts_ = 0;
+  std::uint64_t producer_id_ = 0;
+  std::uint64_t producer_seq_ = 0;
 };
 
 void append_header(std::string& out, std::string_view name, std::string_view value);

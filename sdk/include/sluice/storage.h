@@ -34,6 +34,7 @@ namespace sluice {
 struct AppendResult {
   Offset base_offset;      // first record's offset
   std::uint32_t count = 0; // records in the batch
+  bool duplicate = false;  // an idempotent retry: these are the original offsets, nothing written
 };
 using AppendCallback = std::function<void(Result<AppendResult>)>;
 
@@ -44,6 +45,28 @@ struct FetchResult {
   Offset next_offset;     // where the next fetch should start
   Offset high_watermark;  // end of the durable, visible log
   Offset log_start;       // first retained offset
+};
+
+struct GroupOptions {
+  std::uint32_t max_deliveries = 5;    // 1..1000
+  std::int64_t ack_timeout_ms = 30000; // redelivery after this long without an ack
+};
+
+struct GroupDelivery {
+  std::vector<std::string> batches;  // whole stored batches holding the delivered records
+  struct Item {
+    Offset offset;
+    std::uint32_t delivery = 1;  // 1 on first delivery
+  };
+  std::vector<Item> records;  // what to hand to the consumer, in offset order
+};
+
+struct GroupPosition {
+  std::string group;
+  Offset committed;          // every record below is acked or dead-lettered
+  std::uint64_t outstanding = 0;  // delivered, not yet acked
+  Offset dead_letter_end;    // dead letters held (offsets in the group's dead-letter log)
+  Offset dead_letter_start;
 };
 
 struct ShardStats {
@@ -63,6 +86,16 @@ class ShardLog {
 
   // `batch` is an encoded batch (record_batch.h). Storage assigns base_offset, stamps
   // the incarnation and recomputes the CRC. `cb` is called exactly once.
+  //
+  // Idempotent producers: a batch whose header has producer_id != 0 carries the producer's
+  // sequence for this shard (one per batch, starting at 0). Producer state lives in the
+  // shard incarnation (rebuilt from the log on recovery), so the first send to a new
+  // incarnation is never a duplicate. Per producer:
+  //   sequence == next expected      -> appended
+  //   one of the last 5 sequences    -> completes with the original offsets and
+  //                                     duplicate = true, writing nothing (after the
+  //                                     original is durable, if it is still in flight)
+  //   anything else                  -> Errc::sequence_gap naming the expected sequence
   virtual void append(std::string batch, AckMode ack, AppendCallback cb) = 0;
 
   // Batches holding offsets >= from, up to about max_bytes (at least one batch if any
@@ -77,6 +110,31 @@ class ShardLog {
   virtual void notify_when_beyond(Offset offset, std::function<void()> cb) = 0;
 
   virtual ShardStats stats() = 0;
+
+  // --- consumer groups (per shard incarnation) ---------------------------------------
+  // A group delivers every record at least once. A delivered record is outstanding until
+  // acked; it is delivered again after a nack or once ack_timeout_ms passes without an
+  // ack. When a record would be delivered more than max_deliveries times it moves to the
+  // group's dead letters instead (and counts as done). Positions, acks and dead letters
+  // are durable (synced before the call returns); delivery counts are best effort across
+  // a crash (a record may be redelivered, never skipped).
+  virtual Result<GroupDelivery> group_fetch(const std::string& group, std::uint32_t max_records,
+                                            const GroupOptions& opts) = 0;
+  // invalid_argument naming the offset if it is not outstanding for this group (never
+  // delivered, or already acked); nothing is changed then.
+  virtual Result<void> group_ack(const std::string& group, const std::vector<Offset>& offsets) = 0;
+  virtual Result<void> group_nack(const std::string& group, const std::vector<Offset>& offsets) = 0;
+  virtual Result<GroupPosition> group_position(const std::string& group) = 0;
+  virtual Result<std::vector<std::string>> list_groups() = 0;
+  // Dead letters are stored as batches in the group's own log (offsets there are dead-letter
+  // offsets; each record keeps its original key, value and headers, plus headers
+  // `sluice-original-offset` and `sluice-deliveries`).
+  virtual Result<FetchResult> dead_letters(const std::string& group, Offset from,
+                                           std::uint32_t max_records, std::size_t max_bytes) = 0;
+  // Publishes the dead letters in [from, to) to this shard again (new offsets, delivered to
+  // every group as new records) and marks them replayed. Returns how many were replayed.
+  virtual Result<std::uint64_t> replay_dead_letters(const std::string& group, Offset from,
+                                                    Offset to) = 0;
 };
 
 class StorageEngine {
@@ -93,6 +151,19 @@ class StorageEngine {
 
   // Stops all background work; pending appends complete or fail before it returns.
   virtual void shutdown() = 0;
+
+  // Deletes every incarnation <= up_to of `stream` held here (every shard), on the control
+  // plane's word (a tombstone or a finalized delete) or an operator's. Open shards of those
+  // incarnations are closed first. Crash-safe protocol:
+  //   1. write and fsync a marker naming the directories
+  //   2. rename each into <storage.dir>/.deleted/, fsync the parents
+  //   3. remove the marker (fsync); the .deleted/ entries are removed afterwards
+  // A crash at any step is finished when the engine next starts, before any shard opens,
+  // so no record of a deleted incarnation is ever served. Returns the directories moved.
+  virtual Result<std::uint32_t> delete_incarnations(const StreamKey& stream, Incarnation up_to) = 0;
+
+  // Every shard incarnation directory held here (for orphan reports and tests).
+  virtual Result<std::vector<ShardRef>> list_on_disk() = 0;
 };
 
 }  // namespace sluice

@@ -45,8 +45,10 @@ using ShardIndex = Strong<struct ShardIndexTag, std::uint32_t>;
 using MetadataLevel = Strong<struct MetadataLevelTag, std::uint32_t>;
 
 // The metadata level this build implements (docs/metadata-levels.md). Level 8 is the
-// baseline: streams, tenants, namespaces; no incarnations.
-inline constexpr MetadataLevel kBuildMetadataLevel{8};
+// baseline (streams, tenants, namespaces, no incarnations); level 10 lets
+// `stream_incarnations` be finalized. A member may run lower (`metadata.level`).
+inline constexpr MetadataLevel kBuildMetadataLevel{10};
+inline constexpr MetadataLevel kLowestMetadataLevel{8};
 
 // (tenant, namespace, name). Validated by sluice::validate_name (names.h) before it is
 // ever used in a path.

@@ -1,0 +1,123 @@
+// Fleet administration: features (list, finalize), brokers, tombstones.
+//
+//   GET  /v1/features                  {"features":[{"name","required_level","finalized",
+//                                       "finalized_seq","supported_by":[ids],"lacking":[ids]}]}
+//   POST /v1/features/{f}/finalize     200 feature (idempotent: finalizing twice answers the
+//                                       same); 404 unknown feature; 409 with the reason
+//   GET  /v1/brokers                   {"brokers":[{"id","address","directory_id","version",
+//                                       "features","live","registered_seq"}]}
+//   GET  /v1/tombstones                {"tombstones":[{"tenant","namespace","name",
+//                                       "deleted_up_to","seq"}]}
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
+
+#include "codec.h"
+#include "handlers.h"
+#include "problem.h"
+
+namespace sluice::http_api {
+
+namespace json = boost::json;
+
+namespace {
+
+json::array ids(const std::vector<NodeId>& v) {
+  json::array a;
+  for (auto id : v) a.push_back(id.value());
+  return a;
+}
+
+json::object feature_json(const FeatureInfo& f) {
+  json::object o;
+  o["name"] = f.name;
+  o["required_level"] = f.required_level.value();
+  o["finalized"] = f.finalized;
+  o["finalized_seq"] = f.finalized_seq.value();
+  o["supported_by"] = ids(f.supported_by);
+  o["lacking"] = ids(f.lacking);
+  return o;
+}
+
+json::object broker_json(const BrokerInfo& b) {
+  json::object o;
+  o["id"] = b.id.value();
+  o["address"] = b.address;
+  o["directory_id"] = b.directory_id;
+  o["version"] = b.version;
+  json::array f;
+  for (auto& x : b.features) f.push_back(json::string(x));
+  o["features"] = std::move(f);
+  o["live"] = b.live;
+  o["registered_seq"] = b.registered_seq.value();
+  return o;
+}
+
+json::object tombstone_json(const Tombstone& t) {
+  json::object o;
+  o["tenant"] = t.key.tenant;
+  o["namespace"] = t.key.ns;
+  o["name"] = t.key.name;
+  o["deleted_up_to"] = t.deleted_up_to.value();
+  o["seq"] = t.seq.value();
+  return o;
+}
+
+template <class T, class F>
+HttpResponse list_response(const Result<std::vector<T>>& r, const char* field, F render) {
+  if (!r) return problem(r.error());
+  json::array a;
+  for (const auto& x : *r) a.push_back(render(x));
+  json::object o;
+  o[field] = std::move(a);
+  return json_response(200, o);
+}
+
+bool plain_feature_name(const std::string& s) {
+  if (s.empty() || s.size() > 64) return false;
+  for (char c : s)
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) return false;
+  return true;
+}
+
+template <class Fn>
+void blocking_call(const std::shared_ptr<Exchange>& ex, Fn fn) {
+  ex->run_blocking([ex, fn = std::move(fn)]() mutable {
+    try {
+      ex->respond(fn());
+    } catch (const std::exception& e) {
+      ex->respond(problem(Error(Errc::internal, std::string("unexpected exception: ") + e.what())));
+    }
+  });
+}
+
+}  // namespace
+
+void handle_fleet(Node& node, const std::shared_ptr<Exchange>& ex, const std::vector<std::string>& seg) {
+  const std::string& what = seg[1];
+  if (what == "features" && seg.size() == 2) {
+    return blocking_call(ex, [&node] {
+      return list_response(node.catalog().list_features(), "features", feature_json);
+    });
+  }
+  if (what == "features" && seg.size() == 4) {
+    const std::string name = seg[2];
+    if (!plain_feature_name(name))
+      return ex->respond(problem(Error(Errc::invalid_argument,
+                                       "a feature name is 1..64 characters of [a-z0-9_]")));
+    return blocking_call(ex, [&node, name] {
+      auto r = node.catalog().finalize_feature(name);
+      return r ? json_response(200, feature_json(*r)) : problem(r.error());
+    });
+  }
+  if (what == "brokers")
+    return blocking_call(ex, [&node] {
+      return list_response(node.catalog().list_brokers(), "brokers", broker_json);
+    });
+  if (what == "tombstones")
+    return blocking_call(ex, [&node] {
+      return list_response(node.catalog().list_tombstones(), "tombstones", tombstone_json);
+    });
+  ex->respond(problem(Error(Errc::not_found, "no such route")));
+}
+
+}  // namespace sluice::http_api

@@ -1,0 +1,292 @@
+// Consumer groups and dead letters, per stream shard (storage.h has the semantics).
+//
+//   GET  {ns}/streams/{s}/groups                                  {"groups":[names]}
+//   GET  {ns}/streams/{s}/groups/{g}                              {"group","positions":[...]}
+//   GET  {ns}/streams/{s}/groups/{g}/shards/{n}/records?max=&wait_ms=&max_deliveries=&ack_timeout_ms=
+//        {"records":[{...record, "delivery"}]}   (long poll like fetch)
+//   POST {ns}/streams/{s}/groups/{g}/shards/{n}/ack   {"offsets":[...]}   -> 204
+//   POST {ns}/streams/{s}/groups/{g}/shards/{n}/nack  {"offsets":[...]}   -> 204
+//   GET  {ns}/streams/{s}/groups/{g}/shards/{n}/dead-letters?offset=&max=
+//   POST {ns}/streams/{s}/groups/{g}/shards/{n}/dead-letters/replay {"from","to"}
+//        -> {"replayed": n}
+//
+// Group calls may sync to disk (acks, dead letters), so they run on the blocking pool.
+#include <charconv>
+
+#include <boost/json/array.hpp>
+#include <boost/json/object.hpp>
+#include <boost/json/parse.hpp>
+
+#include "codec.h"
+#include "handlers.h"
+#include "problem.h"
+#include "sluice/names.h"
+
+namespace sluice::http_api {
+
+namespace json = boost::json;
+
+namespace {
+
+constexpr std::uint32_t kDefaultMax = 100;
+constexpr std::uint32_t kMaxMax = 10000;
+
+std::optional<std::uint64_t> parse_u64(std::string_view s) {
+  std::uint64_t v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size() || s.empty()) return std::nullopt;
+  return v;
+}
+
+Result<std::uint64_t> u64_param(const Target& t, const char* name, std::uint64_t def,
+                                std::uint64_t lo, std::uint64_t hi) {
+  auto p = t.param(name);
+  if (!p) return def;
+  auto v = parse_u64(*p);
+  if (!v || *v < lo || *v > hi)
+    return Error(Errc::invalid_argument, std::string(name) + " must be an integer between " +
+                                             std::to_string(lo) + " and " + std::to_string(hi));
+  return *v;
+}
+
+Result<ShardIndex> shard_of(const std::string& s) {
+  auto v = parse_u64(s);
+  if (!v || *v > 0xffffffffULL) return Error(Errc::invalid_argument, "shard must be a non-negative integer");
+  return ShardIndex{static_cast<std::uint32_t>(*v)};
+}
+
+json::object position_json(const GroupPosition& p) {
+  json::object o;
+  o["committed"] = p.committed.value();
+  o["outstanding"] = p.outstanding;
+  o["dead_letter_start"] = p.dead_letter_start.value();
+  o["dead_letter_end"] = p.dead_letter_end.value();
+  return o;
+}
+
+Result<std::vector<Offset>> offsets_body(std::string_view body) {
+  json::monotonic_resource mr;
+  json::value v(json::storage_ptr{&mr});
+  if (auto r = parse_json_object(body, v); !r) return r.error();
+  const auto& o = v.as_object();
+  if (auto r = check_fields(o, {"offsets"}, ""); !r) return r.error();
+  const auto* arr = o.if_contains("offsets");
+  if (!arr || !arr->is_array() || arr->as_array().empty())
+    return Error(Errc::invalid_argument, "offsets must be a non-empty array of offsets");
+  if (arr->as_array().size() > kMaxMax)
+    return Error(Errc::invalid_argument, "at most " + std::to_string(kMaxMax) + " offsets per call");
+  std::vector<Offset> out;
+  out.reserve(arr->as_array().size());
+  for (const auto& x : arr->as_array()) {
+    if (x.is_uint64()) out.push_back(Offset{x.as_uint64()});
+    else if (x.is_int64() && x.as_int64() >= 0) out.push_back(Offset{static_cast<std::uint64_t>(x.as_int64())});
+    else return Error(Errc::invalid_argument, "offsets must be non-negative integers");
+  }
+  return out;
+}
+
+Result<std::pair<Offset, Offset>> range_body(std::string_view body) {
+  json::monotonic_resource mr;
+  json::value v(json::storage_ptr{&mr});
+  if (auto r = parse_json_object(body, v); !r) return r.error();
+  const auto& o = v.as_object();
+  if (auto r = check_fields(o, {"from", "to"}, ""); !r) return r.error();
+  auto get = [&](const char* k) -> std::optional<std::uint64_t> {
+    const auto* x = o.if_contains(k);
+    if (!x) return std::nullopt;
+    if (x->is_uint64()) return x->as_uint64();
+    if (x->is_int64() && x->as_int64() >= 0) return static_cast<std::uint64_t>(x->as_int64());
+    return std::nullopt;
+  };
+  auto from = get("from"), to = get("to");
+  if (!from || !to || *to < *from)
+    return Error(Errc::invalid_argument, "replay needs integer offsets from <= to (to is exclusive)");
+  return std::make_pair(Offset{*from}, Offset{*to});
+}
+
+HttpResponse render_delivery(const GroupDelivery& d) {
+  json::array recs;
+  std::vector<Header> scratch;
+  std::size_t next = 0;  // d.records is in offset order; batches are in offset order
+  for (const auto& b : d.batches) {
+    BatchReader reader(b.data(), b.size());
+    RecordView rv;
+    while (reader.next(rv) && next < d.records.size()) {
+      while (next < d.records.size() && d.records[next].offset.value() < rv.offset) ++next;
+      if (next < d.records.size() && d.records[next].offset.value() == rv.offset) {
+        json::object o = record_json(rv, scratch);
+        o["delivery"] = d.records[next].delivery;
+        recs.push_back(std::move(o));
+        ++next;
+      }
+    }
+  }
+  json::object out;
+  out["records"] = std::move(recs);
+  return json_response(200, out);
+}
+
+HttpResponse render_dead_letters(const FetchResult& r, Offset from, std::uint32_t max) {
+  json::array recs;
+  std::vector<Header> scratch;
+  std::uint64_t next = from.value();
+  for (const auto& b : r.batches) {
+    BatchReader reader(b.data(), b.size());
+    RecordView rv;
+    while (reader.next(rv) && recs.size() < max) {
+      if (rv.offset < from.value()) continue;
+      recs.push_back(record_json(rv, scratch));
+      next = rv.offset + 1;
+    }
+  }
+  json::object out;
+  out["records"] = std::move(recs);
+  out["next_offset"] = std::max(next, r.log_start.value());
+  out["end"] = r.high_watermark.value();
+  return json_response(200, out);
+}
+
+template <class Fn>
+void blocking_call(const std::shared_ptr<Exchange>& ex, Fn fn) {
+  ex->run_blocking([ex, fn = std::move(fn)]() mutable {
+    try {
+      ex->respond(fn());
+    } catch (const std::exception& e) {
+      ex->respond(problem(Error(Errc::internal, std::string("unexpected exception: ") + e.what())));
+    }
+  });
+}
+
+// A group fetch that found nothing waits for new data (or the timeout), then tries once more.
+struct GroupPoll {
+  std::shared_ptr<Exchange> ex;
+  Node* node;
+  StreamKey key;
+  ShardIndex shard;
+  std::string group;
+  std::uint32_t max;
+  GroupOptions opts;
+  bool done = false;
+  std::function<void()> cancel_timer;
+  void finish() {  // strand only
+    if (done) return;
+    done = true;
+    if (cancel_timer) std::exchange(cancel_timer, nullptr)();
+    Node* n = node;
+    blocking_call(ex, [n, key = key, shard = shard, group = group, max = max, opts = opts] {
+      auto r = n->group_fetch(key, shard, group, max, opts);
+      return r ? render_delivery(*r) : problem(r.error());
+    });
+  }
+};
+
+}  // namespace
+
+void handle_groups(Node& node, const HttpConfig& cfg, const std::shared_ptr<Exchange>& ex,
+                   const std::vector<std::string>& seg, const Target& target) {
+  const HttpRequest& req = ex->request();
+  const bool get = req.method == "GET";
+  StreamKey key{seg[2], seg[4], seg[6]};
+  if (seg.size() == 8) {
+    return blocking_call(ex, [&node, key] {
+      auto r = node.groups(key);
+      if (!r) return problem(r.error());
+      json::array a;
+      for (auto& g : *r) a.push_back(json::string(g));
+      json::object o;
+      o["groups"] = std::move(a);
+      return json_response(200, o);
+    });
+  }
+  const std::string group = seg[8];
+  if (auto v = validate_name(NameKind::group, group); !v) return ex->respond(problem(v.error()));
+  if (seg.size() == 9) {
+    return blocking_call(ex, [&node, key, group] {
+      auto r = node.group_positions(key, group);
+      if (!r) return problem(r.error());
+      json::array a;
+      std::uint32_t i = 0;
+      for (auto& p : *r) {
+        json::object o = position_json(p);
+        o["shard"] = i++;
+        a.push_back(std::move(o));
+      }
+      json::object out;
+      out["group"] = group;
+      out["positions"] = std::move(a);
+      return json_response(200, out);
+    });
+  }
+  auto shard = shard_of(seg[10]);
+  if (!shard) return ex->respond(problem(shard.error()));
+  const std::string& op = seg[11];
+  if (op == "records") {
+    auto max = u64_param(target, "max", kDefaultMax, 1, kMaxMax);
+    auto wait = u64_param(target, "wait_ms", 0, 0, static_cast<std::uint64_t>(cfg.max_wait.count()));
+    auto maxd = u64_param(target, "max_deliveries", 5, 1, 1000);
+    auto tmo = u64_param(target, "ack_timeout_ms", 30000, 1, 86'400'000);
+    for (auto* r : {&max, &wait, &maxd, &tmo})
+      if (!*r) return ex->respond(problem(r->error()));
+    GroupOptions opts;
+    opts.max_deliveries = static_cast<std::uint32_t>(*maxd);
+    opts.ack_timeout_ms = static_cast<std::int64_t>(*tmo);
+    const auto m = static_cast<std::uint32_t>(*max);
+    const auto w = std::chrono::milliseconds(*wait);
+    Node* n = &node;
+    ex->run_blocking([n, ex, key, shard = *shard, group, m, opts, w] {
+      auto r = n->group_fetch(key, shard, group, m, opts);
+      if (!r) return ex->respond(problem(r.error()));
+      if (!r->records.empty() || w.count() == 0) return ex->respond(render_delivery(*r));
+      // Nothing to deliver: park until a new record or the timeout, then try once more.
+      auto stats = n->shard_stats(key, shard);
+      if (!stats) return ex->respond(problem(stats.error()));
+      auto poll = std::make_shared<GroupPoll>(GroupPoll{ex, n, key, shard, group, m, opts});
+      ex->post([poll, w, hwm = stats->high_watermark] {
+        poll->cancel_timer = poll->ex->start_timer(w, [poll] { poll->finish(); });
+        std::weak_ptr<GroupPoll> weak = poll;
+        auto nr = poll->node->notify_when_beyond(poll->key, poll->shard, hwm, [weak] {
+          if (auto p = weak.lock()) p->ex->post([p] { p->finish(); });
+        });
+        if (!nr) poll->finish();
+      });
+    });
+    return;
+  }
+  if (op == "ack" || op == "nack") {
+    auto offsets = offsets_body(req.body);
+    if (!offsets) return ex->respond(problem(offsets.error()));
+    const bool ack = op == "ack";
+    return blocking_call(ex, [&node, key, shard = *shard, group, ack, offs = std::move(*offsets)] {
+      auto r = ack ? node.group_ack(key, shard, group, offs) : node.group_nack(key, shard, group, offs);
+      if (!r) return problem(r.error());
+      HttpResponse resp;
+      resp.status = 204;
+      return resp;
+    });
+  }
+  if (op == "dead-letters" && seg.size() == 12 && get) {
+    auto off = u64_param(target, "offset", 0, 0, UINT64_MAX);
+    auto max = u64_param(target, "max", kDefaultMax, 1, kMaxMax);
+    if (!off) return ex->respond(problem(off.error()));
+    if (!max) return ex->respond(problem(max.error()));
+    return blocking_call(ex, [&node, &cfg, key, shard = *shard, group, from = Offset{*off},
+                              m = static_cast<std::uint32_t>(*max)] {
+      auto r = node.dead_letters(key, shard, group, from, m, cfg.fetch_max_bytes);
+      return r ? render_dead_letters(*r, from, m) : problem(r.error());
+    });
+  }
+  if (op == "dead-letters" && seg.size() == 13) {
+    auto range = range_body(req.body);
+    if (!range) return ex->respond(problem(range.error()));
+    return blocking_call(ex, [&node, key, shard = *shard, group, range = *range] {
+      auto r = node.replay_dead_letters(key, shard, group, range.first, range.second);
+      if (!r) return problem(r.error());
+      json::object o;
+      o["replayed"] = *r;
+      return json_response(200, o);
+    });
+  }
+  ex->respond(problem(Error(Errc::not_found, "no such route")));
+}
+
+}  // namespace sluice::http_api

@@ -1,0 +1,130 @@
+// The controller RPC (phase 2): lets a broker-only sluiced reach the catalog of a
+// controller process.
+//
+// Wire: TCP, frames `u32 length (little-endian, max 8 MiB) | JSON object`.
+//   request  {"cluster_id": "<id or empty>", "method": "...", "params": {...}}
+//   response {"ok": true, "result": ...} | {"ok": false, "error": {"code","message","outcome"}}
+// Only `hello` may be sent with an empty cluster_id (it answers the controller's id); every
+// other request must carry the controller's cluster id, else the answer is
+// cluster_id_mismatch naming both ids and the connection is closed. A malformed, truncated
+// or oversized frame closes that connection with a logged reason; the server keeps serving.
+//
+// Thread model (RpcServer): one acceptor thread (poll on the listening socket and a wake
+// pipe) and one thread per connection with blocking sockets. Requests call the
+// RaftMetaStore's public methods, which hand work to the raft thread as any caller does.
+// `changes_after(seq, wait_ms)` long-polls on the connection's own thread. stop() shuts
+// every socket down and joins every thread.
+//
+// RemoteMetadataStore: MetadataStore over that RPC. One request connection (requests are
+// serialized by a mutex), reconnecting over `metadata.controllers` on failure; each watch
+// has its own delivery thread and connection, long-polling changes_after, reconnecting with
+// backoff (100 ms doubling to 2 s). ready=false while no controller answers.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "sluice/host.h"
+#include "sluice/metadata.h"
+
+namespace sluice::raft_meta {
+
+class RaftMetaStore;
+
+class RpcServer {
+ public:
+  RpcServer(RaftMetaStore& store, PluginHost& host, std::string address);
+  ~RpcServer();
+  // Binds and starts serving. The bound port is port() (useful with port 0).
+  Result<void> start();
+  void stop();
+  int port() const { return port_; }
+
+ private:
+  void accept_main();
+  void serve(int fd);
+  std::string handle(const std::string& request, bool& close_after);
+
+  RaftMetaStore& store_;
+  PluginHost& host_;
+  std::string address_;
+  int listen_fd_ = -1;
+  int wake_[2] = {-1, -1};
+  int port_ = 0;
+  std::atomic<bool> stopping_{false};
+  std::thread acceptor_;
+  std::mutex mu_;
+  std::map<int, std::thread> conns_;  // guarded by mu_
+  std::vector<std::thread> finished_;  // guarded by mu_
+};
+
+struct RemoteConfig {
+  std::vector<std::string> controllers;  // metadata.controllers
+  std::chrono::milliseconds timeout{10000};  // metadata.timeout_ms (socket timeouts)
+  static RemoteConfig from_host(const PluginHost& host);
+};
+
+class RemoteMetadataStore final : public MetadataStore {
+ public:
+  explicit RemoteMetadataStore(PluginHost& host);
+  RemoteMetadataStore(PluginHost& host, RemoteConfig cfg);
+  ~RemoteMetadataStore() override;
+
+  Result<void> start() override;
+  void stop() override;
+  MetadataStatus status() override;
+  Result<TenantInfo> create_tenant(const std::string& name) override;
+  Result<void> delete_tenant(const std::string& name) override;
+  Result<std::vector<TenantInfo>> list_tenants() override;
+  Result<NamespaceInfo> create_namespace(const std::string& tenant, const std::string& name) override;
+  Result<void> delete_namespace(const std::string& tenant, const std::string& name) override;
+  Result<std::vector<NamespaceInfo>> list_namespaces(const std::string& tenant) override;
+  Result<StreamInfo> create_stream(const StreamKey& key, const StreamSpec& spec) override;
+  Result<StreamInfo> delete_stream(const StreamKey& key) override;
+  Result<StreamInfo> get_stream(const StreamKey& key) override;
+  Result<std::vector<StreamInfo>> list_streams(const std::string& tenant, const std::string& ns) override;
+  Result<CatalogSnapshot> snapshot() override;
+  Result<BrokerInfo> register_broker(const BrokerRegistration& reg) override;
+  Result<void> heartbeat_broker(NodeId id) override;
+  Result<void> unregister_broker(NodeId id) override;
+  Result<std::vector<BrokerInfo>> list_brokers() override;
+  Result<std::vector<FeatureInfo>> list_features() override;
+  Result<FeatureInfo> finalize_feature(const std::string& name) override;
+  Result<std::vector<Tombstone>> list_tombstones() override;
+  std::unique_ptr<WatchHandle> watch(ChangeSeq after, std::function<void(const ChangeEvent&)> on_change,
+                                     std::function<void()> resync) override;
+
+  // One request on a connection of its own (`fd` is reconnected as needed). Public for
+  // the watch threads.
+  struct Conn {
+    int fd = -1;
+    ~Conn();
+    void close();
+  };
+  // `retry`: one more attempt on a fresh connection after an I/O failure.
+  Result<std::string> call_on(Conn& c, const std::string& method, const std::string& params_json,
+                              bool retry = true);
+
+ private:
+  Result<std::string> call(const std::string& method, const std::string& params_json);
+  bool connect(Conn& c, std::string& why);
+
+  PluginHost& host_;
+  RemoteConfig cfg_;
+  std::mutex call_mu_;
+  Conn conn_;  // guarded by call_mu_
+  std::atomic<bool> ready_{false};
+  std::atomic<bool> started_{false};
+  std::mutex id_mu_;
+  std::string cluster_id_;  // guarded by id_mu_; set only after adopt_cluster_id succeeded
+  std::string last_error_;  // guarded by id_mu_
+};
+
+}  // namespace sluice::raft_meta

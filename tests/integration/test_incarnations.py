@@ -1,0 +1,245 @@
+"""Issue 3: stream incarnations, tombstones and fleet features, against real processes.
+Each test is a named regression test from the felix post-mortem; see docs/upgrades.md."""
+import json
+import os
+import unittest
+
+from harness import HttpError, Node, poll, record_value
+
+HOLD_BACK = {"metadata.bootstrap_hold_back": "stream_incarnations"}
+
+
+def dirs(node, stream):
+    return node.stream_dirs("t", "n", stream)
+
+
+class Incarnations(unittest.TestCase):
+    def tearDown(self):
+        for n in getattr(self, "nodes", []):
+            n.cleanup()
+
+    def node(self, **kw):
+        n = Node(**kw)
+        self.nodes = getattr(self, "nodes", []) + [n]
+        return n
+
+    def problem(self, fn):
+        with self.assertRaises(HttpError) as e:
+            fn()
+        return e.exception
+
+    # felix #1208: a recreated stream gets nothing of the deleted one.
+    def test_stream_recreate(self):
+        n = self.node().start()
+        feats = {f["name"]: f for f in n.request("GET", "/v1/features")["features"]}
+        self.assertTrue(feats["stream_incarnations"]["finalized"], "a fresh cluster finalizes at bootstrap")
+        first = n.create_stream("orders", shards=1)
+        self.assertGreater(first["incarnation"], 0)
+        res = n.publish_binary("orders", [(None, b"old-%d" % i) for i in range(5)], producer=(77, 0))
+        self.assertEqual([r["offset"] for r in res], list(range(5)))
+        n.publish_binary("orders", [(None, b"old-5")], producer=(77, 1))
+        g = n.request("GET", n.ns_path() + "/streams/orders/groups/workers/shards/0/records?max=3")
+        self.assertEqual(len(g["records"]), 3)
+        n.request("POST", n.ns_path() + "/streams/orders/groups/workers/shards/0/ack", {"offsets": [0, 1]})
+
+        deleted = n.request("DELETE", n.ns_path() + "/streams/orders")
+        self.assertEqual(deleted["incarnation"], first["incarnation"])
+        tombs = n.request("GET", "/v1/tombstones")["tombstones"]
+        self.assertIn({"tenant": "t", "namespace": "n", "name": "orders",
+                       "deleted_up_to": first["incarnation"]},
+                      [{k: t[k] for k in ("tenant", "namespace", "name", "deleted_up_to")} for t in tombs])
+        self.assertEqual(dirs(n, "orders"), [], "the old incarnation's data is gone from disk")
+
+        again = n.create_stream("orders", shards=1)
+        self.assertGreater(again["incarnation"], first["incarnation"])
+        self.assertEqual(n.fetch("orders", 0, "earliest")["records"], [], "the new stream gets nothing")
+        # The same producer id and sequence is not a duplicate in the new incarnation.
+        res = n.publish_binary("orders", [(None, b"new-0")], producer=(77, 0))
+        self.assertEqual(res[0]["offset"], 0, "offsets start at 0")
+        self.assertEqual([record_value(r) for r in n.fetch_all("orders", 0)], [b"new-0"])
+        pos = n.request("GET", n.ns_path() + "/streams/orders/groups/workers")["positions"]
+        self.assertEqual(pos[0]["committed"], 0)
+        self.assertEqual(pos[0]["outstanding"], 0)
+        dl = n.request("GET", n.ns_path() + "/streams/orders/groups/workers/shards/0/dead-letters")
+        self.assertEqual(dl["records"], [])
+        self.assertEqual(dirs(n, "orders"), ["0-%016x" % again["incarnation"]])
+
+    # The level-8 behaviour until the finalize, then the next delete removes the old data.
+    def test_legacy_recreate_before_finalize(self):
+        n = self.node(extra=HOLD_BACK).start()
+        s = n.create_stream("legacy", shards=1)
+        self.assertEqual(s["incarnation"], 0)
+        n.publish_binary("legacy", [(None, b"old-%d" % i) for i in range(3)])
+        n.request("DELETE", n.ns_path() + "/streams/legacy")
+        self.assertEqual(n.request("GET", "/v1/tombstones")["tombstones"], [])
+        self.assertEqual(dirs(n, "legacy"), ["0"], "level 8 leaves the data")
+        again = n.create_stream("legacy", shards=1)
+        self.assertEqual(again["incarnation"], 0)
+        self.assertEqual([record_value(r) for r in n.fetch_all("legacy", 0)], [b"old-%d" % i for i in range(3)])
+
+        f = n.request("POST", "/v1/features/stream_incarnations/finalize", {})
+        self.assertTrue(f["finalized"])
+        # A delete after the finalize removes the legacy data; the recreate is incarnated.
+        n.request("DELETE", n.ns_path() + "/streams/legacy")
+        self.assertEqual(dirs(n, "legacy"), [])
+        third = n.create_stream("legacy", shards=1)
+        self.assertGreater(third["incarnation"], 0)
+        self.assertEqual(n.fetch("legacy", 0, "earliest")["records"], [])
+
+    # felix: "a broker that slept through a delete and a recreate still removes the old data".
+    def test_broker_slept_through_delete_and_recreate(self):
+        n = self.node().start()
+        old = n.create_stream("sleepy", shards=2)
+        n.publish_binary("sleepy", [(b"k%d" % i, b"old") for i in range(20)])
+        self.assertEqual(n.stop(), 0)
+        # The control plane carries on while the broker role sleeps.
+        n.extra["node.roles"] = "controller"
+        n.start()
+        n.request("DELETE", n.ns_path() + "/streams/sleepy")
+        new = n.create_stream("sleepy", shards=2)
+        self.assertGreater(new["incarnation"], old["incarnation"])
+        self.assertEqual(n.stop(), 0)
+        self.assertEqual(sorted(dirs(n, "sleepy")), ["0-%016x" % old["incarnation"], "1-%016x" % old["incarnation"]],
+                         "nothing touched the broker's disk while it slept")
+        # The broker comes back: tombstones first, then the new stream.
+        del n.extra["node.roles"]
+        n.start()
+        log = n.current_log()
+        self.assertLess(log.index("deleted 2 shard directories of t/n/sleepy"),
+                        log.index("serving stream t/n/sleepy incarnation %d" % new["incarnation"]))
+        self.assertEqual(sorted(dirs(n, "sleepy")), ["0-%016x" % new["incarnation"], "1-%016x" % new["incarnation"]])
+        for s in range(2):
+            self.assertEqual(n.fetch("sleepy", s, "earliest")["records"], [])
+
+    # felix: the recreated stream's first assignment must be taken by the broker that held
+    # the old shard (incarnation compared first; the delete records an assignment change).
+    def test_assignment_after_recreate_is_taken(self):
+        n = self.node().start()
+        n.create_stream("moves", shards=1)
+        old = n.request("GET", n.ns_path() + "/streams/moves/shards")["shards"][0]
+        n.publish_binary("moves", [(None, b"x")])
+        n.request("DELETE", n.ns_path() + "/streams/moves")
+        with self.assertRaises(HttpError):
+            n.request("GET", n.ns_path() + "/streams/moves/shards")
+        n.create_stream("moves", shards=1)
+        new = n.request("GET", n.ns_path() + "/streams/moves/shards")["shards"][0]
+        self.assertGreater(new["incarnation"], old["incarnation"])
+        self.assertEqual(new["leader"], old["leader"])
+        self.assertGreater(new["generation"], 0)
+        self.assertEqual(n.publish_binary("moves", [(None, b"y")])[0]["offset"], 0)
+
+    def test_finalize_refused_while_the_broker_lacks_it_then_old_build_refused(self):
+        # The only broker runs as an older build (no stream_incarnations).
+        n = self.node(extra=dict(HOLD_BACK, **{"broker.features": ""})).start()
+        e = self.problem(lambda: n.request("POST", "/v1/features/stream_incarnations/finalize", {}))
+        self.assertEqual(e.status, 409)
+        self.assertEqual(e.problem["code"], "conflict")
+        self.assertIn("lack it: 1", e.problem["detail"])
+        feats = {f["name"]: f for f in n.request("GET", "/v1/features")["features"]}
+        self.assertEqual(feats["stream_incarnations"]["lacking"], [1])
+        self.assertEqual(n.stop(), 0)
+        # Upgrade the broker: the finalize succeeds (idempotently).
+        del n.extra["broker.features"]
+        n.start()
+        a = n.request("POST", "/v1/features/stream_incarnations/finalize", {})
+        b = n.request("POST", "/v1/features/stream_incarnations/finalize", {})
+        self.assertTrue(a["finalized"])
+        self.assertEqual(a, b)
+        self.assertEqual(n.stop(), 0)
+        # The old build's registration is now refused, and it exits with a clear message.
+        n.extra["broker.features"] = ""
+        code, out = n.start_expect_failure()
+        self.assertEqual(code, 1)
+        self.assertIn("stream_incarnations is finalized", out)
+
+    # Two broker processes, one an older build without the feature (ARCHITECTURE.md §4).
+    def test_finalize_refused_while_a_broker_lacks_it(self):
+        ctl = self.node(extra=dict(HOLD_BACK, **{"broker.session_timeout_ms": "1500"})).start()
+        old = self.node(extra={"node.id": "2", "node.roles": "broker", "broker.features": "",
+                               "metadata.controllers": "127.0.0.1:%d" % ctl.rpc_port})
+        old.start()
+        self.assertEqual(old.request("GET", "/v1/cluster")["cluster_id"],
+                         ctl.request("GET", "/v1/cluster")["cluster_id"])
+        brokers = {b["id"]: b for b in ctl.request("GET", "/v1/brokers")["brokers"]}
+        self.assertEqual(sorted(brokers), [1, 2])
+        self.assertEqual(brokers[2]["features"], [])
+        e = self.problem(lambda: ctl.request("POST", "/v1/features/stream_incarnations/finalize", {}))
+        self.assertEqual((e.status, e.problem["code"]), (409, "conflict"))
+        self.assertIn("lack it: 2", e.problem["detail"])
+        # Through the old broker's own API too: the request reaches the same control plane.
+        e = self.problem(lambda: old.request("POST", "/v1/features/stream_incarnations/finalize", {}))
+        self.assertEqual(e.status, 409)
+        # Stop the old broker; once it stops counting as serving, the finalize succeeds.
+        self.assertEqual(old.stop(), 0)
+
+        def try_finalize():
+            st, body = ctl.request("POST", "/v1/features/stream_incarnations/finalize", {}, raw=True)
+            return json.loads(body) if st == 200 else None
+        f = poll(try_finalize, "the finalize to succeed once broker 2 stopped serving")
+        self.assertTrue(f["finalized"])
+        # The old build's registration is now refused, and it exits with a clear message.
+        code, out = old.start_expect_failure()
+        self.assertEqual(code, 1)
+        self.assertIn("stream_incarnations is finalized", out)
+
+    def test_finalize_bad_input(self):
+        n = self.node(extra=HOLD_BACK).start()
+        e = self.problem(lambda: n.request("POST", "/v1/features/warp_drive/finalize", {}))
+        self.assertEqual((e.status, e.problem["code"]), (404, "not_found"))
+
+    def test_producer_duplicate_and_sequence_gap(self):
+        n = self.node().start()
+        n.create_stream("idem", shards=1)
+        first = n.publish_binary("idem", [(None, b"a"), (None, b"b")], producer=(9, 0))
+        dup = n.publish_binary("idem", [(None, b"a"), (None, b"b")], producer=(9, 0))
+        self.assertEqual(dup, first, "a retry gets the original offsets")
+        self.assertEqual(len(n.fetch_all("idem", 0)), 2, "and is not written twice")
+        e = self.problem(lambda: n.publish_binary("idem", [(None, b"c")], producer=(9, 5)))
+        self.assertEqual((e.status, e.problem["code"]), (409, "sequence_gap"))
+        self.assertIn("1", e.problem["detail"])
+        self.assertEqual(len(n.fetch_all("idem", 0)), 2)
+        self.assertEqual(n.publish_binary("idem", [(None, b"c")], producer=(9, 1))[0]["offset"], 2)
+        # Survives a crash: the state is rebuilt from the log.
+        n.kill()
+        n.start()
+        self.assertEqual(n.publish_binary("idem", [(None, b"c")], producer=(9, 1))[0]["offset"], 2)
+        self.assertEqual(len(n.fetch_all("idem", 0)), 3)
+
+    def test_group_ack_nack_redelivery_and_dead_letters(self):
+        n = self.node().start()
+        n.create_stream("jobs", shards=1)
+        n.publish_binary("jobs", [(None, b"job-%d" % i) for i in range(3)])
+        base = n.ns_path() + "/streams/jobs/groups/w/shards/0"
+        q = "/records?max=10&max_deliveries=2&ack_timeout_ms=60000"
+        got = n.request("GET", base + q)["records"]
+        self.assertEqual([(r["offset"], r["delivery"]) for r in got], [(0, 1), (1, 1), (2, 1)])
+        n.request("POST", base + "/ack", {"offsets": [0]})
+        e = self.problem(lambda: n.request("POST", base + "/ack", {"offsets": [0]}))
+        self.assertEqual((e.status, e.problem["code"]), (400, "invalid_argument"))
+        e = self.problem(lambda: n.request("POST", base + "/ack", {"offsets": [99]}))
+        self.assertEqual(e.status, 400)
+        n.request("POST", base + "/nack", {"offsets": [1, 2]})
+        again = n.request("GET", base + q)["records"]
+        self.assertEqual([(r["offset"], r["delivery"]) for r in again], [(1, 2), (2, 2)])
+        n.request("POST", base + "/ack", {"offsets": [1]})
+        n.request("POST", base + "/nack", {"offsets": [2]})
+        # A third delivery would exceed max_deliveries=2: record 2 goes to the dead letters.
+        self.assertEqual(n.request("GET", base + q)["records"], [])
+        dl = n.request("GET", base + "/dead-letters")["records"]
+        self.assertEqual([record_value(r) for r in dl], [b"job-2"])
+        self.assertEqual(dl[0]["headers"]["sluice-original-offset"], "2")
+        pos = n.request("GET", n.ns_path() + "/streams/jobs/groups/w")["positions"][0]
+        self.assertEqual(pos["committed"], 3)
+        # Acks survive a crash.
+        n.kill()
+        n.start()
+        self.assertEqual(n.request("GET", base + q)["records"], [])
+        replayed = n.request("POST", base + "/dead-letters/replay", {"from": 0, "to": 1})
+        self.assertEqual(replayed["replayed"], 1)
+        redo = n.request("GET", base + q)["records"]
+        self.assertEqual([record_value(r) for r in redo], [b"job-2"])
+        self.assertEqual(redo[0]["offset"], 3)
+
+
+if __name__ == "__main__":
+    unittest.main()

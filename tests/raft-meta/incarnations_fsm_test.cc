@@ -1,0 +1,446 @@
+// CatalogFsm at level 10: incarnations, tombstones, fleet features, brokers, assignments,
+// and the mixed-level rule (felix post-mortem, ARCHITECTURE.md §4): entries written the way
+// a level-8 proposer writes them store what level 8 stores.
+#include <gtest/gtest.h>
+
+#include "catalog_fsm.h"
+#include "command.h"
+#include "sluice/features.h"
+
+namespace sluice::raft_meta {
+namespace {
+
+const StreamKey kOrders{"acme", "prod", "orders"};
+const std::string kInc(kStreamIncarnations);
+
+StreamSpec spec(std::uint32_t shards = 1) {
+  StreamSpec s;
+  s.shards = shards;
+  return s;
+}
+
+class Feeder {
+ public:
+  explicit Feeder(CatalogFsm& fsm) : fsm_(fsm) {}
+  ApplyResult operator()(const Command& c) {
+    entries_.push_back(encode_command(c));
+    return fsm_.apply(next_++, entries_.back());
+  }
+  std::uint64_t next() const { return next_; }
+  const std::vector<std::string>& entries() const { return entries_; }
+
+ private:
+  CatalogFsm& fsm_;
+  std::uint64_t next_ = 1;
+  std::vector<std::string> entries_;
+};
+
+Command init(std::vector<std::string> finalize = {}) {
+  Command c = Command::init_cluster("11111111-2222-4333-8444-555555555555");
+  c.finalize_features = std::move(finalize);
+  return c;
+}
+
+// A create as a level-10 proposer writes it once it sees the feature finalized.
+Command create_at(const StreamKey& k, std::uint64_t proposed, std::uint32_t shards = 1) {
+  Command c = Command::create_stream(k, spec(shards), static_cast<std::int64_t>(proposed));
+  c.proposed_incarnation = proposed;
+  return c;
+}
+
+// Exactly what a level-8 proposer writes: level 8, proposed 0, unflagged, no placement.
+Command level8_create(const StreamKey& k, std::int64_t clock_us) {
+  Command c = Command::create_stream(k, spec(), clock_us);
+  c.level = 8;
+  return c;
+}
+Command level8_delete(const StreamKey& k) {
+  Command c = Command::delete_stream(k);
+  c.level = 8;
+  return c;
+}
+
+void setup_namespace(Feeder& f, std::vector<std::string> finalize) {
+  ASSERT_TRUE(f(init(std::move(finalize))).ok());
+  ASSERT_TRUE(f(Command::create_tenant("acme")).ok());
+  ASSERT_TRUE(f(Command::create_namespace("acme", "prod")).ok());
+}
+
+TEST(Incarnations, CreateDeleteRecreateAfterFinalizeIncarnationsStrictlyIncrease) {
+  CatalogFsm fsm;
+  Feeder f(fsm);
+  setup_namespace(f, {kInc});
+  ASSERT_TRUE(fsm.is_finalized(kInc));
+
+  auto c1 = f(create_at(kOrders, 1000));
+  ASSERT_TRUE(c1.ok()) << c1.error->to_string();
+  EXPECT_EQ(c1.stream.incarnation, Incarnation{1000});
+  auto d1 = f(Command::delete_stream(kOrders));
+  ASSERT_TRUE(d1.ok());
+  ASSERT_TRUE(d1.tombstone.has_value());
+  EXPECT_EQ(d1.tombstone->deleted_up_to, Incarnation{1000});
+  EXPECT_EQ(d1.tombstone->seq, d1.seq);
+  ASSERT_TRUE(fsm.tombstone(kOrders).has_value());
+  EXPECT_EQ(fsm.tombstone(kOrders)->deleted_up_to, Incarnation{1000});
+
+  // The proposer's clock went backwards (or a restore rewound it): still above the tombstone.
+  auto c2 = f(create_at(kOrders, 500));
+  ASSERT_TRUE(c2.ok());
+  EXPECT_EQ(c2.stream.incarnation, Incarnation{1001});
+  auto d2 = f(Command::delete_stream(kOrders));
+  ASSERT_TRUE(d2.ok());
+  EXPECT_EQ(fsm.tombstone(kOrders)->deleted_up_to, Incarnation{1001});  // overwritten
+  EXPECT_EQ(fsm.tombstone(kOrders)->seq, d2.seq);
+  EXPECT_EQ(fsm.tombstone_count(), 1u);  // one row per name
+
+  auto c3 = f(create_at(kOrders, 9000));
+  ASSERT_TRUE(c3.ok());
+  EXPECT_EQ(c3.stream.incarnation, Incarnation{9000});
+  EXPECT_GT(c3.stream.incarnation, c2.stream.incarnation);
+  EXPECT_GT(c2.stream.incarnation, c1.stream.incarnation);
+  // The tombstone stays while the name lives again (kept forever).
+  EXPECT_EQ(fsm.tombstone(kOrders)->deleted_up_to, Incarnation{1001});
+  EXPECT_EQ(fsm.catalog_snapshot().tombstones.size(), 1u);
+}
+
+TEST(Incarnations, LegacyRecreateBeforeFinalizeStoresZeroAndWritesNoTombstone) {
+  CatalogFsm fsm;
+  Feeder f(fsm);
+  setup_namespace(f, {});  // held back: not finalized
+  ASSERT_FALSE(fsm.is_finalized(kInc));
+  // Even a non-zero proposal stores 0 before the finalize.
+  auto c1 = f(create_at(kOrders, 1000));
+  ASSERT_TRUE(c1.ok());
+  EXPECT_EQ(c1.stream.incarnation, Incarnation{0});
+  auto d1 = f(Command::delete_stream(kOrders));
+  ASSERT_TRUE(d1.ok());
+  EXPECT_FALSE(d1.tombstone.has_value());
+  auto c2 = f(create_at(kOrders, 2000));
+  ASSERT_TRUE(c2.ok());
+  EXPECT_EQ(c2.stream.incarnation, Incarnation{0});
+  EXPECT_EQ(fsm.tombstone_count(), 0u);
+}
+
+TEST(Incarnations, DeleteOfAStreamAtZeroWritesNoTombstoneEvenAfterFinalize) {
+  CatalogFsm fsm;
+  Feeder f(fsm);
+  setup_namespace(f, {});
+  ASSERT_EQ(f(create_at(kOrders, 0)).stream.incarnation, Incarnation{0});
+  auto fin = f(Command::finalize_feature(kInc));
+  ASSERT_TRUE(fin.ok()) << fin.error->to_string();
+  EXPECT_EQ(fin.finalized_seq, fin.seq);
+  auto d = f(Command::delete_stream(kOrders));
+  ASSERT_TRUE(d.ok());
+  EXPECT_FALSE(d.tombstone.has_value());
+  EXPECT_EQ(fsm.tombstone_count(), 0u);
+  // The next create after the finalize gets a real incarnation.
+  auto c = f(create_at(kOrders, 777));
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c.stream.incarnation, Incarnation{777});
+}
+
+// The felix rollout hole: a level-8 member proposes after the finalize committed. Every
+// entry it writes must be decided the way level 8 decides it, on every member: incarnation
+// 0 and no tombstone, even where an earlier (level-10) delete left a tombstone for the name.
+// Fails if decide_create_incarnation loses its "unflagged 0 stays 0" rule (the recreate of
+// `orders` would store tombstone+1) or decide_delete_tombstone loses "no tombstone for an
+// unflagged delete at 0" (level-8 deletes would write rows).
+void check_level8_entries(bool finalized) {
+  SCOPED_TRACE(finalized ? "feature finalized" : "feature not finalized");
+  CatalogFsm fsm;
+  Feeder f(fsm);
+  setup_namespace(f, finalized ? std::vector<std::string>{kInc} : std::vector<std::string>{});
+  // Before the level-8 member speaks: a level-10 member created and deleted `orders`.
+  ASSERT_TRUE(f(create_at(kOrders, 5000)).ok());
+  ASSERT_TRUE(f(Command::delete_stream(kOrders)).ok());
+  const auto tombstones_before = fsm.list_tombstones();
+  ASSERT_EQ(tombstones_before.size(), finalized ? 1u : 0u);
+
+  // Now entries exactly as a level-8 proposer writes them.
+  const StreamKey fresh{"acme", "prod", "fresh"};
+  std::vector<ApplyResult> rs;
+  rs.push_back(f(level8_create(kOrders, 1700000000000000)));
+  rs.push_back(f(level8_create(fresh, 1700000000000001)));
+  rs.push_back(f(level8_delete(kOrders)));
+  rs.push_back(f(level8_delete(fresh)));
+  rs.push_back(f(level8_create(kOrders, 1700000000000002)));
+  rs.push_back(f(level8_create(fresh, 1700000000000003)));
+  for (auto& r : rs) ASSERT_TRUE(r.ok()) << r.error->to_string();
+
+  // What level 8 stores: every stream at incarnation 0, and no tombstone from these entries.
+  for (auto& r : rs) EXPECT_EQ(r.stream.incarnation, Incarnation{0}) << "entry " << r.seq.value();
+  EXPECT_FALSE(rs[2].tombstone.has_value());
+  EXPECT_FALSE(rs[3].tombstone.has_value());
+  auto snap = fsm.catalog_snapshot();
+  ASSERT_EQ(snap.streams.size(), 2u);
+  for (auto& s : snap.streams) EXPECT_EQ(s.incarnation, Incarnation{0}) << s.key.to_string();
+  ASSERT_EQ(snap.tombstones.size(), tombstones_before.size());
+  for (std::size_t i = 0; i < snap.tombstones.size(); ++i) {
+    EXPECT_EQ(snap.tombstones[i].deleted_up_to, tombstones_before[i].deleted_up_to);
+    EXPECT_EQ(snap.tombstones[i].seq, tombstones_before[i].seq);
+  }
+  for (auto& a : snap.assignments) EXPECT_EQ(a.incarnation, Incarnation{0});
+}
+
+TEST(Incarnations, stream_entries_from_a_level_8_proposer_store_what_level_8_stores) {
+  check_level8_entries(/*finalized=*/true);
+  check_level8_entries(/*finalized=*/false);
+}
+
+TEST(Incarnations, FlaggedEntriesAreStillRefusedAtLevel10) {
+  CatalogFsm fsm;
+  Feeder f(fsm);
+  setup_namespace(f, {kInc});
+  Command c = create_at(kOrders, 10);
+  c.incarnations = IncarnationRule::flagged;
+  auto r = f(c);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error->code, Errc::invalid_argument);
+  EXPECT_EQ(fsm.get_stream(kOrders).error().code, Errc::not_found);
+  EXPECT_EQ(fsm.level(), MetadataLevel{8});
+  EXPECT_EQ(fsm.level_floor(), MetadataLevel{8});
+}
+
+TEST(Fleet, RegistrationLackingAFinalizedFeatureIsRefused) {
+  CatalogFsm fsm;
+  Feeder f(fsm);
+  setup_namespace(f, {});
+  BrokerRegistration old{NodeId{7}, "10.0.0.7:8080", "dir-7", "0.6.0-preview.7", {}};
+  auto r1 = f(Command::register_broker(old));
+  ASSERT_TRUE(r1.ok()) << r1.error->to_string();  // nothing finalized yet
+  EXPECT_EQ(r1.broker.registered_seq, r1.seq);
+  ASSERT_TRUE(f(Command::finalize_feature(kInc)).ok());
+  BrokerRegistration old2 = old;
+  old2.id = NodeId{8};
+  auto r2 = f(Command::register_broker(old2));
+  ASSERT_FALSE(r2.ok());
+  EXPECT_EQ(r2.error->code, Errc::conflict);
+  EXPECT_EQ(r2.error->outcome, Outcome::definite);
+  EXPECT_FALSE(fsm.broker(NodeId{8}).has_value());
+  BrokerRegistration upgraded{NodeId{8}, "10.0.0.8:8080", "dir-8", "0.7.0", {kInc}};
+  ASSERT_TRUE(f(Command::register_broker(upgraded)).ok());
+  ASSERT_EQ(fsm.list_brokers().size(), 2u);
+  EXPECT_EQ(fsm.broker(NodeId{8})->features, std::vector<std::string>{kInc});
+  auto u = f(Command::unregister_broker(NodeId{7}));
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ(f(Command::unregister_broker(NodeId{7})).error->code, Errc::not_found);
+  EXPECT_EQ(fsm.list_brokers().size(), 1u);
+
+  auto ch = fsm.changes_after(ChangeSeq{0}, 100);
+  using K = ChangeEvent::Kind;
+  std::vector<K> kinds;
+  for (auto& e : ch.events) kinds.push_back(e.kind);
+  std::vector<K> want{K::tenant_created, K::namespace_created, K::broker_registered,
+                      K::feature_finalized, K::broker_registered, K::broker_unregistered};
+  EXPECT_EQ(kinds, want);
+  EXPECT_EQ(ch.events[3].feature, kInc);
+  EXPECT_EQ(ch.events[4].broker.id, NodeId{8});
+  EXPECT_EQ(ch.events[4].broker.features, std::vector<std::string>{kInc});
+  EXPECT_EQ(ch.events[5].broker.id, NodeId{7});
+}
+
+// Unknown features are refused by the proposer (RaftMetaStore::finalize_feature); apply
+// records any well-formed name, because "known" depends on the applying build.
+TEST(Fleet, FinalizeIsIdempotentAndApplyDoesNotDependOnTheBuildsFeatureList) {
+  CatalogFsm fsm;
+  Feeder f(fsm);
+  setup_namespace(f, {});
+  auto a = f(Command::finalize_feature(kInc));
+  ASSERT_TRUE(a.ok());
+  auto changes = fsm.change_count();
+  auto b = f(Command::finalize_feature(kInc));
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b.finalized_seq, a.finalized_seq);  // unchanged
+  EXPECT_EQ(fsm.change_count(), changes);       // no second event
+  auto u = f(Command::finalize_feature("feature_of_a_newer_build"));
+  ASSERT_TRUE(u.ok());
+  EXPECT_EQ(fsm.finalized_features().size(), 2u);
+  auto bad = f(Command::finalize_feature("Bad Name"));
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error->code, Errc::invalid_argument);
+}
+
+TEST(Fleet, InitClusterFinalizesTheListedFeaturesAtItsIndex) {
+  CatalogFsm fsm;
+  Feeder f(fsm);
+  ASSERT_TRUE(f(init({kInc})).ok());
+  auto fin = fsm.finalized_features();
+  ASSERT_EQ(fin.size(), 1u);
+  EXPECT_EQ(fin.at(kInc), ChangeSeq{1});
+  CatalogFsm none;
+  Feeder g(none);
+  ASSERT_TRUE(g(init()).ok());
+  EXPECT_TRUE(none.finalized_features().empty());
+}
+
+TEST(Assignments, CreateWritesOneRowPerShardAtTheCreatesIndexAndDeleteRemovesThem) {
+  CatalogFsm fsm;
+  Feeder f(fsm);
+  setup_namespace(f, {kInc});
+  Command c = create_at(kOrders, 4242, 3);
+  c.placement = {{2, {2}}, {3, {3}}, {1, {1}}};
+  auto r = f(c);
+  ASSERT_TRUE(r.ok()) << r.error->to_string();
+  ASSERT_EQ(r.assignments.size(), 3u);
+  auto rows = fsm.assignments(kOrders);
+  ASSERT_EQ(rows.size(), 3u);
+  const std::uint32_t leaders[] = {2, 3, 1};
+  for (std::uint32_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(rows[i].shard, ShardIndex{i});
+    EXPECT_EQ(rows[i].generation, first_generation(r.seq));
+    EXPECT_EQ(rows[i].generation, Generation{r.seq.value()});
+    EXPECT_EQ(rows[i].incarnation, Incarnation{4242});
+    EXPECT_EQ(rows[i].leader, NodeId{leaders[i]});
+    EXPECT_EQ(rows[i].replicas, std::vector<NodeId>{NodeId{leaders[i]}});
+  }
+  // Without a placement (an older proposer's entry) every shard is unassigned.
+  auto legacy = f(level8_create({"acme", "prod", "legacy"}, 1));
+  ASSERT_TRUE(legacy.ok());
+  ASSERT_EQ(legacy.assignments.size(), 1u);
+  EXPECT_EQ(legacy.assignments[0].leader, NodeId{0});
+  EXPECT_EQ(legacy.assignments[0].generation, Generation{legacy.seq.value()});
+  // A placement that does not match the shard count is refused.
+  Command bad = create_at({"acme", "prod", "bad"}, 1, 2);
+  bad.placement = {{1, {1}}};
+  EXPECT_EQ(f(bad).error->code, Errc::invalid_argument);
+
+  auto d = f(Command::delete_stream(kOrders));
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d.assignments.size(), 3u);
+  EXPECT_TRUE(fsm.assignments(kOrders).empty());
+
+  // The change feed carries the assignment changes (and the tombstone).
+  auto ch = fsm.changes_after(ChangeSeq{r.seq.value() - 1}, 100);
+  ASSERT_FALSE(ch.resync);
+  ASSERT_EQ(ch.events.size(), 3u);
+  EXPECT_EQ(ch.events[0].kind, ChangeEvent::Kind::stream_created);
+  ASSERT_EQ(ch.events[0].assignments.size(), 3u);
+  EXPECT_EQ(ch.events[0].assignments[1].leader, NodeId{3});
+  EXPECT_EQ(ch.events[0].assignments[1].key, kOrders);
+  EXPECT_EQ(ch.events[0].assignments[1].generation, Generation{r.seq.value()});
+  const auto& del = ch.events[2];
+  EXPECT_EQ(del.kind, ChangeEvent::Kind::stream_deleted);
+  ASSERT_EQ(del.assignments.size(), 3u);
+  EXPECT_EQ(del.assignments[2].leader, NodeId{1});
+  EXPECT_EQ(del.assignments[2].incarnation, Incarnation{4242});
+  ASSERT_TRUE(del.tombstone.has_value());
+  EXPECT_EQ(del.tombstone->deleted_up_to, Incarnation{4242});
+  EXPECT_EQ(del.tombstone->seq, d.seq);
+  // Recreate: the new first generation lands above the deleted stream's.
+  auto again = f(create_at(kOrders, 1));
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(assignment_supersedes(again.assignments[0].incarnation,
+                                    again.assignments[0].generation, Incarnation{4242},
+                                    Generation{r.seq.value()}));
+}
+
+std::vector<std::string> level10_entries() {
+  CatalogFsm scratch;
+  Feeder f(scratch);
+  f(init({}));
+  f(Command::create_tenant("acme"));
+  f(Command::create_namespace("acme", "prod"));
+  f(Command::register_broker({NodeId{1}, "a:1", "d1", "v", {kInc}}));
+  f(Command::register_broker({NodeId{2}, "a:2", "d2", "v", {}}));
+  f(create_at(kOrders, 0));
+  f(Command::unregister_broker(NodeId{2}));
+  f(Command::finalize_feature(kInc));
+  f(Command::delete_stream(kOrders));
+  Command c = create_at(kOrders, 100, 2);
+  c.placement = {{1, {1}}, {0, {}}};
+  f(c);
+  f(Command::delete_stream(kOrders));
+  f(create_at(kOrders, 50));
+  f(Command::register_broker({NodeId{3}, "a:3", "d3", "v", {}}));  // refused
+  f(Command::finalize_feature("nope"));                             // refused
+  return f.entries();
+}
+
+TEST(Determinism, TwoFsmsFedTheSameLevel10EntriesHaveEqualStateAndSnapshotsRestoreEqual) {
+  auto entries = level10_entries();
+  CatalogFsm a, b;
+  std::uint64_t i = 1;
+  for (auto& e : entries) {
+    auto ra = a.apply(i, e);
+    auto rb = b.apply(i, e);
+    EXPECT_EQ(ra.ok(), rb.ok()) << "entry " << i;
+    EXPECT_EQ(ra.stream.incarnation, rb.stream.incarnation) << "entry " << i;
+    i += 2;
+  }
+  EXPECT_EQ(a.state_hash(), b.state_hash());
+  EXPECT_EQ(a.tombstone(kOrders)->deleted_up_to, Incarnation{100});
+  EXPECT_EQ(a.get_stream(kOrders)->incarnation, Incarnation{101});
+
+  CatalogFsm c;
+  ASSERT_TRUE(c.restore(a.snapshot()).ok());
+  EXPECT_EQ(c.state_hash(), a.state_hash());
+  auto sa = a.catalog_snapshot();
+  auto sc = c.catalog_snapshot();
+  EXPECT_EQ(sc.tombstones.size(), sa.tombstones.size());
+  EXPECT_EQ(sc.assignments.size(), sa.assignments.size());
+  EXPECT_EQ(sc.finalized_features, sa.finalized_features);
+  EXPECT_EQ(sc.brokers.size(), 1u);
+  // The restored copy keeps deciding alike.
+  auto e = encode_command(Command::delete_stream(kOrders));
+  EXPECT_EQ(a.apply(i, e).tombstone->deleted_up_to, c.apply(i, e).tombstone->deleted_up_to);
+  EXPECT_EQ(a.state_hash(), c.state_hash());
+
+  // Each new table is part of the hash.
+  CatalogFsm d, g;
+  d.apply(1, entries[0]);
+  g.apply(1, entries[0]);
+  EXPECT_EQ(d.state_hash(), g.state_hash());
+  d.apply(2, encode_command(Command::register_broker({NodeId{9}, "x", "y", "z", {}})));
+  g.apply(2, encode_command(Command::register_broker({NodeId{9}, "x", "y", "z2", {}})));
+  EXPECT_NE(d.state_hash(), g.state_hash());
+}
+
+TEST(Determinism, ApplyIgnoresTheProposersLevelField) {
+  // Same entry content, different `level` recorded: the decision is the same.
+  CatalogFsm a, b;
+  Feeder fa(a), fb(b);
+  setup_namespace(fa, {kInc});
+  setup_namespace(fb, {kInc});
+  Command c8 = create_at(kOrders, 300);
+  c8.level = 8;
+  Command c10 = create_at(kOrders, 300);
+  c10.level = 10;
+  EXPECT_EQ(fa(c8).stream.incarnation, fb(c10).stream.incarnation);
+}
+
+TEST(CommandCodec, Level10FieldsRoundTripAndOldEntriesDecodeWithDefaults) {
+  Command c = create_at(kOrders, 5, 2);
+  c.placement = {{4, {4, 5}}, {0, {}}};
+  auto d = decode_command(encode_command(c));
+  ASSERT_TRUE(d.ok()) << d.error().to_string();
+  EXPECT_EQ(d->placement, c.placement);
+  EXPECT_EQ(d->level, kBuildMetadataLevel.value());
+
+  Command i = init({kInc});
+  auto di = decode_command(encode_command(i));
+  ASSERT_TRUE(di.ok());
+  EXPECT_EQ(di->finalize_features, std::vector<std::string>{kInc});
+
+  BrokerRegistration reg{NodeId{3}, "h:1", "dir", "1.0", {"a", "b"}};
+  auto dr = decode_command(encode_command(Command::register_broker(reg)));
+  ASSERT_TRUE(dr.ok());
+  EXPECT_EQ(dr->broker.id, NodeId{3});
+  EXPECT_EQ(dr->broker.features, reg.features);
+  EXPECT_EQ(decode_command(encode_command(Command::unregister_broker(NodeId{3})))->broker.id,
+            NodeId{3});
+  EXPECT_EQ(decode_command(encode_command(Command::finalize_feature(kInc)))->feature, kInc);
+
+  // Entries written by the previous (level 8) build: no placement, no finalize_features.
+  auto old = decode_command(
+      R"({"v":1,"op":"create_stream","level":8,"tenant":"acme","ns":"prod","name":"orders",)"
+      R"("proposed_incarnation":0,"incarnations":false,"spec":{"shards":3,"max_bytes":-1,)"
+      R"("max_age_ms":-1,"ack":"leader"},"clock_us":1764670000000000})");
+  ASSERT_TRUE(old.ok()) << old.error().to_string();
+  EXPECT_TRUE(old->placement.empty());
+  auto old_init = decode_command(R"({"v":1,"op":"init_cluster","level":8,"cluster_id":"x"})");
+  ASSERT_TRUE(old_init.ok());
+  EXPECT_TRUE(old_init->finalize_features.empty());
+}
+
+}  // namespace
+}  // namespace sluice::raft_meta

@@ -1,0 +1,245 @@
+// Controller RPC: a controller RaftMetaStore and a RemoteMetadataStore in one process
+// (two TestHosts), plus raw sockets for the refusal cases.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <boost/json.hpp>
+#include <chrono>
+#include <mutex>
+#include <thread>
+
+#include "raft_meta_store.h"
+#include "rpc.h"
+#include "rpc_codec.h"
+#include "test_host.h"
+
+namespace sluice::raft_meta {
+namespace {
+
+using sluice::testing::TestHost;
+namespace json = boost::json;
+
+template <class Pred>
+bool eventually(Pred pred) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return pred();
+}
+
+struct Controller {
+  TestHost host{{{"raft.address", "127.0.0.1:0"},
+                 {"metadata.rpc_address", "127.0.0.1:0"},
+                 {"metadata.timeout_ms", "20000"}}};
+  RaftMetaStore store{host};
+  std::string address() const { return "127.0.0.1:" + std::to_string(store.rpc_port()); }
+};
+
+std::map<std::string, std::string> broker_config(const std::string& controllers) {
+  return {{"node.roles", "broker"}, {"metadata.controllers", controllers}, {"metadata.timeout_ms", "20000"}};
+}
+
+int dial(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<std::uint16_t>(port));
+  inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  timeval tv{10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  return fd;
+}
+
+// true if the peer closed the connection (recv returns 0 after any pending frame).
+bool closed_by_peer(int fd) {
+  char buf[4096];
+  for (;;) {
+    ssize_t r = ::recv(fd, buf, sizeof buf, 0);
+    if (r == 0) return true;
+    if (r < 0) return false;
+  }
+}
+
+TEST(ControllerRpc, RemoteCreateIsVisibleOnTheControllerAndViceVersa) {
+  Controller c;
+  ASSERT_TRUE(c.store.start().ok());
+  ASSERT_GT(c.store.rpc_port(), 0);
+  // The first address is unreachable: the client tries the next.
+  TestHost bh(broker_config("127.0.0.1:1," + c.address()));
+  RemoteMetadataStore remote(bh);
+  EXPECT_FALSE(remote.status().ready);
+  ASSERT_TRUE(remote.start().ok());
+  EXPECT_EQ(bh.cluster_id(), c.host.cluster_id());
+  EXPECT_TRUE(remote.status().ready);
+  EXPECT_EQ(remote.status().cluster_id, c.host.cluster_id());
+
+  ASSERT_TRUE(remote.create_tenant("acme").ok());
+  ASSERT_TRUE(remote.create_namespace("acme", "prod").ok());
+  auto s = remote.create_stream({"acme", "prod", "orders"}, StreamSpec{});
+  ASSERT_TRUE(s.ok()) << s.error().to_string();
+  auto on_ctrl = c.store.get_stream({"acme", "prod", "orders"});
+  ASSERT_TRUE(on_ctrl.ok());
+  EXPECT_EQ(on_ctrl->incarnation, s->incarnation);
+  EXPECT_EQ(on_ctrl->created_seq, s->created_seq);
+
+  ASSERT_TRUE(c.store.create_stream({"acme", "prod", "billing"}, StreamSpec{}).ok());
+  auto list = remote.list_streams("acme", "prod");
+  ASSERT_TRUE(list.ok());
+  EXPECT_EQ(list->size(), 2u);
+
+  // Errors keep their codes across the wire.
+  auto dup = remote.create_tenant("acme");
+  ASSERT_FALSE(dup.ok());
+  EXPECT_EQ(dup.error().code, Errc::already_exists);
+  EXPECT_EQ(remote.get_stream({"acme", "prod", "nope"}).error().code, Errc::not_found);
+
+  // Fleet methods.
+  auto b = remote.register_broker({NodeId{2}, "127.0.0.1:9002", "d2", "0.7.0", {"stream_incarnations"}});
+  ASSERT_TRUE(b.ok()) << b.error().to_string();
+  EXPECT_TRUE(remote.heartbeat_broker(NodeId{2}).ok());
+  EXPECT_EQ(remote.heartbeat_broker(NodeId{9}).error().code, Errc::not_found);
+  EXPECT_EQ(remote.list_brokers()->size(), 1u);
+  EXPECT_TRUE(remote.finalize_feature("stream_incarnations").ok());
+  EXPECT_FALSE(remote.list_features()->empty());
+  ASSERT_TRUE(remote.delete_stream({"acme", "prod", "orders"}).ok());
+  EXPECT_EQ(remote.list_tombstones()->size(), 1u);
+  auto snap = remote.snapshot();
+  ASSERT_TRUE(snap.ok());
+  EXPECT_EQ(snap->streams.size(), 1u);
+  EXPECT_EQ(snap->tombstones.size(), 1u);
+  EXPECT_EQ(snap->brokers.size(), 1u);
+  remote.stop();
+}
+
+TEST(ControllerRpc, WatchDeliversInOrder) {
+  Controller c;
+  ASSERT_TRUE(c.store.start().ok());
+  TestHost bh(broker_config(c.address()));
+  RemoteMetadataStore remote(bh);
+  ASSERT_TRUE(remote.start().ok());
+  std::mutex mu;
+  std::vector<ChangeEvent> got;
+  auto h = remote.watch(ChangeSeq{0}, [&](const ChangeEvent& e) {
+    std::lock_guard lk(mu);
+    got.push_back(e);
+  }, [] {});
+  ASSERT_TRUE(c.store.create_tenant("t").ok());
+  ASSERT_TRUE(remote.create_namespace("t", "n").ok());
+  for (int i = 0; i < 5; ++i)
+    ASSERT_TRUE(c.store.create_stream({"t", "n", "s" + std::to_string(i)}, StreamSpec{}).ok());
+  ASSERT_TRUE(eventually([&] {
+    std::lock_guard lk(mu);
+    return got.size() >= 7;
+  }));
+  h.reset();
+  std::lock_guard lk(mu);
+  EXPECT_EQ(got[0].kind, ChangeEvent::Kind::tenant_created);
+  EXPECT_EQ(got[1].kind, ChangeEvent::Kind::namespace_created);
+  for (std::size_t i = 1; i < got.size(); ++i) EXPECT_GT(got[i].seq, got[i - 1].seq);
+  EXPECT_EQ(got[6].stream.key.name, "s4");
+  EXPECT_EQ(got[6].assignments.size(), 1u);
+}
+
+TEST(ControllerRpc, ANodeOfAnotherClusterIsRefusedNamingBothIds) {
+  Controller c;
+  ASSERT_TRUE(c.store.start().ok());
+  const std::string theirs = c.host.cluster_id();
+  TestHost bh(broker_config(c.address()));
+  ASSERT_TRUE(bh.adopt_cluster_id("aaaaaaaa-0000-4000-8000-000000000000").ok());
+  RemoteMetadataStore remote(bh);
+  auto r = remote.start();
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, Errc::cluster_id_mismatch);
+  EXPECT_NE(r.error().message.find(theirs), std::string::npos) << r.error().message;
+  EXPECT_NE(r.error().message.find("aaaaaaaa-0000-4000-8000-000000000000"), std::string::npos);
+
+  // On the wire: a request naming another cluster is answered with both ids, then closed.
+  int fd = dial(c.store.rpc_port());
+  ASSERT_GE(fd, 0);
+  std::string req = json::serialize(json::object{
+      {"cluster_id", "bbbbbbbb-0000-4000-8000-000000000000"}, {"method", "list_tenants"}, {"params", json::object{}}});
+  ASSERT_TRUE(rpc::write_frame(fd, req, nullptr));
+  std::string resp;
+  ASSERT_TRUE(rpc::read_frame(fd, resp, nullptr));
+  EXPECT_NE(resp.find("cluster_id_mismatch"), std::string::npos) << resp;
+  EXPECT_NE(resp.find("bbbbbbbb-0000-4000-8000-000000000000"), std::string::npos) << resp;
+  EXPECT_NE(resp.find(theirs), std::string::npos) << resp;
+  EXPECT_TRUE(closed_by_peer(fd));
+  ::close(fd);
+}
+
+TEST(ControllerRpc, AGarbageFrameClosesOnlyThatConnection) {
+  Controller c;
+  ASSERT_TRUE(c.store.start().ok());
+  TestHost bh(broker_config(c.address()));
+  RemoteMetadataStore remote(bh);
+  ASSERT_TRUE(remote.start().ok());
+  ASSERT_TRUE(remote.create_tenant("before").ok());
+
+  int garbage = dial(c.store.rpc_port());
+  ASSERT_GE(garbage, 0);
+  ASSERT_TRUE(rpc::write_frame(garbage, "this is not json", nullptr));
+  EXPECT_TRUE(closed_by_peer(garbage));
+  ::close(garbage);
+
+  int oversized = dial(c.store.rpc_port());
+  const unsigned char huge[4] = {0xff, 0xff, 0xff, 0x7f};
+  ASSERT_EQ(::send(oversized, huge, 4, 0), 4);
+  EXPECT_TRUE(closed_by_peer(oversized));
+  ::close(oversized);
+
+  int truncated = dial(c.store.rpc_port());
+  const unsigned char partial[6] = {100, 0, 0, 0, '{', '"'};
+  ASSERT_EQ(::send(truncated, partial, 6, 0), 6);
+  ::shutdown(truncated, SHUT_WR);
+  EXPECT_TRUE(closed_by_peer(truncated));
+  ::close(truncated);
+
+  // The server and the healthy client's connection keep working.
+  ASSERT_TRUE(remote.create_tenant("after").ok());
+  EXPECT_EQ(remote.list_tenants()->size(), 2u);
+  EXPECT_TRUE(eventually([&] { return c.host.logged("oversized frame"); }));
+  EXPECT_TRUE(eventually([&] { return c.host.logged("truncated frame"); }));
+  EXPECT_TRUE(eventually([&] { return c.host.logged("not a JSON object"); }));
+}
+
+TEST(ControllerRpc, UnreachableControllerMeansNotReady) {
+  TestHost bh(broker_config("127.0.0.1:1"));
+  RemoteMetadataStore remote(bh);
+  auto r = remote.start();
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, Errc::unavailable);
+  EXPECT_FALSE(remote.status().ready);
+  EXPECT_TRUE(bh.cluster_id().empty());
+}
+
+TEST(ControllerRpc, ClientReconnectsAfterTheControllerRestarts) {
+  Controller c;
+  ASSERT_TRUE(c.store.start().ok());
+  int port = c.store.rpc_port();
+  TestHost bh(broker_config(c.address()));
+  RemoteMetadataStore remote(bh);
+  ASSERT_TRUE(remote.start().ok());
+  ASSERT_TRUE(remote.create_tenant("a").ok());
+  c.store.stop();
+  EXPECT_FALSE(remote.create_tenant("b").ok());
+  EXPECT_FALSE(remote.status().ready);
+  c.host.set("metadata.rpc_address", "127.0.0.1:" + std::to_string(port));
+  RaftMetaStore again(c.host);
+  ASSERT_TRUE(again.start().ok());
+  ASSERT_TRUE(remote.create_tenant("b").ok());
+  EXPECT_TRUE(remote.status().ready);
+}
+
+}  // namespace
+}  // namespace sluice::raft_meta

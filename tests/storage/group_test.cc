@@ -1,0 +1,271 @@
+// Consumer groups: at-least-once delivery, ack/nack/timeout redelivery on an injected clock
+// (no sleeps), dead letters with their headers, replay, durability across crashes, and
+// groups per shard incarnation.
+#include <gtest/gtest.h>
+
+#include <atomic>
+
+#include "group.h"
+#include "storage_test_util.h"
+
+namespace sluice::fs_storage::testing {
+namespace {
+
+using sluice::testing::TestHost;
+
+std::vector<std::uint64_t> offsets_of(const GroupDelivery& d) {
+  std::vector<std::uint64_t> v;
+  for (auto& i : d.records) v.push_back(i.offset.value());
+  return v;
+}
+std::vector<std::uint32_t> deliveries_of(const GroupDelivery& d) {
+  std::vector<std::uint32_t> v;
+  for (auto& i : d.records) v.push_back(i.delivery);
+  return v;
+}
+std::vector<Offset> offs(std::initializer_list<std::uint64_t> l) {
+  std::vector<Offset> v;
+  for (auto o : l) v.push_back(Offset(o));
+  return v;
+}
+// Values of the records at `offsets` found in the delivered batches.
+std::map<std::uint64_t, std::string> values_in(const GroupDelivery& d) {
+  std::map<std::uint64_t, std::string> out;
+  for (auto& b : d.batches) {
+    BatchReader r(b.data(), b.size());
+    RecordView rv;
+    while (r.next(rv)) out[rv.offset] = std::string(rv.value);
+  }
+  return out;
+}
+
+class GroupTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    host_.set("storage.retention_interval_ms", "0");
+    fs_ = std::make_shared<FaultFileSystem>();
+    start();
+  }
+  void start() {
+    engine_ = std::make_unique<FsStorageEngine>(host_, fs_);
+    engine_->set_group_clock([this] { return now_.load(); });
+    shard_ = *engine_->open_shard(test_ref(), StreamSpec{});
+  }
+  void crash_and_restart() {
+    fs_->crash(7, CrashOptions{});
+    shard_.reset();
+    engine_.reset();
+    fs_->restart();
+    start();
+  }
+  GroupDelivery fetch(std::uint32_t n, GroupOptions o = {}) {
+    auto r = shard_->group_fetch("g", n, o);
+    EXPECT_TRUE(r) << r.error().to_string();
+    return r ? *r : GroupDelivery{};
+  }
+  GroupPosition pos(const std::string& g = "g") {
+    auto r = shard_->group_position(g);
+    EXPECT_TRUE(r) << r.error().to_string();
+    return r ? *r : GroupPosition{};
+  }
+
+  TestHost host_;
+  std::shared_ptr<FaultFileSystem> fs_;
+  std::unique_ptr<FsStorageEngine> engine_;
+  std::shared_ptr<ShardLog> shard_;
+  std::atomic<std::int64_t> now_{1'000'000};
+};
+
+TEST_F(GroupTest, DeliversEveryRecordOnceInOrderWithWholeBatches) {
+  ASSERT_TRUE(append_wait(*shard_, make_batch("a", 3)));
+  ASSERT_TRUE(append_wait(*shard_, make_batch("b", 3)));
+  ASSERT_TRUE(append_wait(*shard_, make_batch("c", 4)));
+  auto d1 = fetch(5);
+  EXPECT_EQ(offsets_of(d1), (std::vector<std::uint64_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(deliveries_of(d1), std::vector<std::uint32_t>(5, 1));
+  ASSERT_EQ(d1.batches.size(), 2u);
+  EXPECT_EQ(values_in(d1).at(4), "b#1");
+  auto d2 = fetch(100);
+  EXPECT_EQ(offsets_of(d2), (std::vector<std::uint64_t>{5, 6, 7, 8, 9}));
+  EXPECT_TRUE(fetch(100).records.empty()) << "nothing new, nothing due";
+  EXPECT_EQ(pos().outstanding, 10u);
+  ASSERT_TRUE(shard_->group_ack("g", offs({0, 1, 2, 3, 4, 5, 6, 7, 8, 9})));
+  auto p = pos();
+  EXPECT_EQ(p.committed.value(), 10u);
+  EXPECT_EQ(p.outstanding, 0u);
+  EXPECT_TRUE(fetch(100).records.empty());
+  EXPECT_EQ(*shard_->list_groups(), std::vector<std::string>{"g"});
+}
+
+TEST_F(GroupTest, CommittedStopsAtTheFirstUnackedOffset) {
+  ASSERT_TRUE(append_wait(*shard_, make_batch("a", 5)));
+  fetch(5);
+  ASSERT_TRUE(shard_->group_ack("g", offs({0, 1, 3, 4})));
+  EXPECT_EQ(pos().committed.value(), 2u);
+  EXPECT_EQ(pos().outstanding, 1u);
+  ASSERT_TRUE(shard_->group_ack("g", offs({2})));
+  EXPECT_EQ(pos().committed.value(), 5u);
+}
+
+TEST_F(GroupTest, NackAndTimeoutRedeliverWithAHigherDeliveryCount) {
+  ASSERT_TRUE(append_wait(*shard_, make_batch("a", 3)));
+  GroupOptions o;
+  o.ack_timeout_ms = 1000;
+  fetch(3, o);
+  now_ += 500;
+  ASSERT_TRUE(shard_->group_nack("g", offs({1})));
+  auto d = fetch(10, o);
+  EXPECT_EQ(offsets_of(d), std::vector<std::uint64_t>{1});
+  EXPECT_EQ(deliveries_of(d), std::vector<std::uint32_t>{2});
+  EXPECT_EQ(values_in(d).at(1), "a#1");
+  now_ += 499;
+  EXPECT_TRUE(fetch(10, o).records.empty()) << "not yet timed out";
+  now_ += 1;
+  auto t = fetch(10, o);
+  EXPECT_EQ(offsets_of(t), (std::vector<std::uint64_t>{0, 2})) << "0 and 2 timed out; 1 was redelivered later";
+  EXPECT_EQ(deliveries_of(t), (std::vector<std::uint32_t>{2, 2}));
+}
+
+TEST_F(GroupTest, AckOrNackOfAnOffsetThatIsNotOutstandingChangesNothing) {
+  ASSERT_TRUE(append_wait(*shard_, make_batch("a", 4)));
+  fetch(2);
+  auto r = shard_->group_ack("g", offs({0, 3}));
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::invalid_argument);
+  EXPECT_NE(r.error().message.find("offset 3"), std::string::npos) << r.error().message;
+  EXPECT_EQ(pos().outstanding, 2u) << "offset 0 was not acked either";
+  EXPECT_EQ(pos().committed.value(), 0u);
+  ASSERT_TRUE(shard_->group_ack("g", offs({0})));
+  auto again = shard_->group_ack("g", offs({0}));
+  ASSERT_FALSE(again);
+  EXPECT_EQ(again.error().code, Errc::invalid_argument);
+  auto n = shard_->group_nack("g", offs({2}));
+  ASSERT_FALSE(n);
+  EXPECT_EQ(n.error().code, Errc::invalid_argument);
+  auto unknown = shard_->group_ack("nobody", offs({0}));
+  ASSERT_FALSE(unknown);
+  EXPECT_EQ(unknown.error().code, Errc::not_found);
+  auto bad = shard_->group_fetch("../x", 1, GroupOptions{});
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().code, Errc::invalid_name);
+}
+
+TEST_F(GroupTest, TooManyDeliveriesMoveARecordToDeadLettersWithHeadersAndReplayPublishesIt) {
+  BatchBuilder bb;
+  std::string hdrs;
+  append_header(hdrs, "trace", "t-1");
+  bb.add(std::string_view("k0"), "v0", {}, 1000);
+  bb.add(std::string_view("k1"), "poison", hdrs, 1234);
+  ASSERT_TRUE(append_wait(*shard_, bb.finish()));
+  GroupOptions o;
+  o.max_deliveries = 2;
+  fetch(10, o);
+  ASSERT_TRUE(shard_->group_ack("g", offs({0})));
+  ASSERT_TRUE(shard_->group_nack("g", offs({1})));
+  EXPECT_EQ(deliveries_of(fetch(10, o)), std::vector<std::uint32_t>{2});
+  ASSERT_TRUE(shard_->group_nack("g", offs({1})));
+  EXPECT_TRUE(fetch(10, o).records.empty()) << "a third delivery would exceed max_deliveries";
+  auto p = pos();
+  EXPECT_EQ(p.committed.value(), 2u) << "a dead letter counts as done";
+  EXPECT_EQ(p.outstanding, 0u);
+  EXPECT_EQ(p.dead_letter_start.value(), 0u);
+  EXPECT_EQ(p.dead_letter_end.value(), 1u);
+
+  auto dl = shard_->dead_letters("g", Offset(0), 100, 1 << 20);
+  ASSERT_TRUE(dl) << dl.error().to_string();
+  ASSERT_EQ(dl->batches.size(), 1u);
+  BatchReader r(dl->batches[0].data(), dl->batches[0].size());
+  RecordView rv;
+  ASSERT_TRUE(r.next(rv));
+  EXPECT_EQ(rv.offset, 0u);
+  EXPECT_EQ(rv.key, std::optional<std::string_view>("k1"));
+  EXPECT_EQ(rv.value, "poison");
+  EXPECT_EQ(rv.timestamp_ms, 1234);
+  std::vector<Header> hs;
+  ASSERT_TRUE(decode_headers(rv.headers, hs));
+  std::map<std::string, std::string> hm;
+  for (auto& h : hs) hm[std::string(h.name)] = std::string(h.value);
+  EXPECT_EQ(hm["trace"], "t-1");
+  EXPECT_EQ(hm["sluice-original-offset"], "1");
+  EXPECT_EQ(hm["sluice-deliveries"], "2");
+
+  auto n = shard_->replay_dead_letters("g", Offset(0), Offset(1));
+  ASSERT_TRUE(n) << n.error().to_string();
+  EXPECT_EQ(*n, 1u);
+  EXPECT_EQ(shard_->stats().high_watermark.value(), 3u) << "replayed as a new record";
+  auto all = read_all(*shard_);
+  EXPECT_EQ(all.at(2), "poison");
+  auto dl2 = shard_->dead_letters("g", Offset(0), 100, 1 << 20);
+  ASSERT_TRUE(dl2);
+  EXPECT_TRUE(dl2->batches.empty()) << "replayed dead letters are not listed again";
+  EXPECT_EQ(pos().dead_letter_start.value(), 1u);
+  auto again = fetch(10, o);
+  EXPECT_EQ(offsets_of(again), std::vector<std::uint64_t>{2});
+  EXPECT_EQ(deliveries_of(again), std::vector<std::uint32_t>{1});
+  // The replayed copy has the original headers, not the dead-letter ones.
+  BatchReader r2(again.batches[0].data(), again.batches[0].size());
+  ASSERT_TRUE(r2.next(rv));
+  hs.clear();
+  ASSERT_TRUE(decode_headers(rv.headers, hs));
+  ASSERT_EQ(hs.size(), 1u);
+  EXPECT_EQ(hs[0].name, "trace");
+
+  // Dead letters and the replay mark survive a restart.
+  crash_and_restart();
+  auto dl3 = shard_->dead_letters("g", Offset(0), 100, 1 << 20);
+  ASSERT_TRUE(dl3);
+  EXPECT_TRUE(dl3->batches.empty());
+  EXPECT_EQ(pos().dead_letter_end.value(), 1u);
+  EXPECT_EQ(pos().committed.value(), 2u);
+}
+
+TEST_F(GroupTest, AcksSurviveACrashAndUnackedRecordsAreRedelivered) {
+  ASSERT_TRUE(append_wait(*shard_, make_batch("a", 6)));
+  fetch(6);
+  ASSERT_TRUE(shard_->group_ack("g", offs({0, 1, 2, 4})));
+  crash_and_restart();
+  auto p = pos();
+  EXPECT_EQ(p.committed.value(), 3u);
+  EXPECT_EQ(p.outstanding, 2u);
+  auto d = fetch(10);
+  EXPECT_EQ(offsets_of(d), (std::vector<std::uint64_t>{3, 5})) << "redelivered at once, 4 stays acked";
+  EXPECT_EQ(deliveries_of(d), (std::vector<std::uint32_t>{2, 2}));
+  ASSERT_TRUE(shard_->group_ack("g", offs({3, 5})));
+  EXPECT_EQ(pos().committed.value(), 6u);
+}
+
+TEST_F(GroupTest, LostDeliveryRecordsMeanRedeliveryNeverSkipping) {
+  ASSERT_TRUE(append_wait(*shard_, make_batch("a", 3)));
+  fetch(1);
+  ASSERT_TRUE(shard_->group_ack("g", offs({0})));  // synced, with the delivery before it
+  fetch(2);                                          // delivery record never synced
+  crash_and_restart();
+  auto d = fetch(10);
+  EXPECT_EQ(offsets_of(d), (std::vector<std::uint64_t>{1, 2}));
+  EXPECT_EQ(pos().committed.value(), 1u);
+}
+
+TEST_F(GroupTest, GroupsArePerIncarnation) {
+  auto a = *engine_->open_shard(test_ref(0, 1), StreamSpec{});
+  auto b = *engine_->open_shard(test_ref(0, 2), StreamSpec{});
+  ASSERT_TRUE(append_wait(*a, make_batch("a", 3)));
+  ASSERT_TRUE(append_wait(*b, make_batch("b", 3)));
+  auto da = a->group_fetch("g", 10, GroupOptions{});
+  ASSERT_TRUE(da);
+  ASSERT_TRUE(a->group_ack("g", offs({0, 1, 2})));
+  EXPECT_TRUE(b->list_groups()->empty());
+  auto pb = b->group_position("g");
+  ASSERT_FALSE(pb);
+  EXPECT_EQ(pb.error().code, Errc::not_found);
+  auto db = b->group_fetch("g", 10, GroupOptions{});
+  ASSERT_TRUE(db);
+  EXPECT_EQ(offsets_of(*db), (std::vector<std::uint64_t>{0, 1, 2})) << "a new incarnation's group starts at 0";
+  EXPECT_EQ(values_in(*db).at(0), "b#0");
+  // Deleting incarnation 1 takes its group with it.
+  ASSERT_TRUE(engine_->delete_incarnations(test_ref().stream, Incarnation(1)));
+  auto a2 = *engine_->open_shard(test_ref(0, 1), StreamSpec{});
+  EXPECT_TRUE(a2->list_groups()->empty());
+}
+
+}  // namespace
+}  // namespace sluice::fs_storage::testing
