@@ -31,6 +31,9 @@ HttpConfig HttpConfig::from_host(const PluginHost& h) {
       std::chrono::milliseconds(ranged(h, "http.idle_timeout_ms", 60000, 1, 86400000));
   c.fetch_max_bytes = static_cast<std::size_t>(
       ranged(h, "http.fetch_max_bytes", 1 << 20, 1024, std::int64_t{1} << 30));
+  // The broker's limit, checked while parsing so that an oversized request costs nothing.
+  c.max_records = static_cast<std::size_t>(
+      ranged(h, "broker.max_records_per_publish", 100000, 1, 10'000'000));
   return c;
 }
 

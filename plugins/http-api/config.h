@@ -21,6 +21,7 @@ struct HttpConfig {
   std::chrono::milliseconds max_wait{30000};       // long-poll cap
   std::chrono::milliseconds idle_timeout{60000};   // keep-alive idle timeout
   std::size_t fetch_max_bytes = 1u << 20;          // max_bytes passed to Node::fetch
+  std::size_t max_records = 100000;                // broker.max_records_per_publish
 
   // Reads the http.* keys. Throws std::invalid_argument on a bad value (only called from
   // create(), a configuration boundary).

@@ -42,7 +42,7 @@ void handle_groups(Node& node, const HttpConfig& cfg, const std::shared_ptr<Exch
                    const std::vector<std::string>& seg, const Target& target);
 
 // POST {ns}/streams/{s}/records
-void handle_publish(Node& node, const std::shared_ptr<Exchange>& ex, const StreamKey& key,
+void handle_publish(Node& node, const HttpConfig& cfg, const std::shared_ptr<Exchange>& ex, const StreamKey& key,
                     const Target& target);
 // GET {ns}/streams/{s}/shards/{n}/records
 void handle_fetch(Node& node, const HttpConfig& cfg, const std::shared_ptr<Exchange>& ex,

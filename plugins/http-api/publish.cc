@@ -24,10 +24,17 @@ inline constexpr std::string_view kBatchMedia = "application/vnd.sluice.batch";
 
 namespace {
 
-Result<void> parse_binary(std::string_view body, std::vector<PublishRecord>& out) {
-  // Pass 1: validate framing and count, so the vector is allocated exactly once.
+Error too_many(std::size_t limit) {
+  return Error(Errc::invalid_argument, "a publish may hold at most " + std::to_string(limit) +
+                                           " records (broker.max_records_per_publish)");
+}
+
+Result<void> parse_binary(std::string_view body, std::size_t limit, std::vector<PublishRecord>& out) {
+  // Pass 1: validate framing and count, so the vector is allocated exactly once, and never
+  // beyond the record limit (a body of empty records would otherwise cost 10x its size).
   std::size_t count = 0;
   for (std::size_t pos = 0; pos < body.size(); ++count) {
+    if (count == limit) return too_many(limit);
     if (body.size() - pos < 8)
       return Error(Errc::malformed_body, "binary batch: truncated record header at byte " +
                                              std::to_string(pos));
@@ -82,7 +89,7 @@ class Arena {
   json::monotonic_resource& mr_;
 };
 
-Result<void> parse_json(std::string_view body, json::value& doc, Arena& arena,
+Result<void> parse_json(std::string_view body, std::size_t limit, json::value& doc, Arena& arena,
                         std::vector<PublishRecord>& out) {
   if (auto r = parse_json_object(body, doc); !r) return r;
   const auto& o = doc.get_object();
@@ -92,6 +99,7 @@ Result<void> parse_json(std::string_view body, json::value& doc, Arena& arena,
   if (!recs->is_array()) return Error(Errc::invalid_argument, "field \"records\" must be an array");
   const auto& arr = recs->get_array();
   if (arr.empty()) return Error(Errc::invalid_argument, "no records to publish");
+  if (arr.size() > limit) return too_many(limit);
   out.reserve(arr.size());
   for (std::size_t i = 0; i < arr.size(); ++i) {
     if (!arr[i].is_object()) return bad(i, "must be an object");
@@ -185,7 +193,7 @@ HttpResponse render_results(const std::vector<PublishedRecord>& rs) {
 
 }  // namespace
 
-void handle_publish(Node& node, const std::shared_ptr<Exchange>& ex, const StreamKey& key,
+void handle_publish(Node& node, const HttpConfig& cfg, const std::shared_ptr<Exchange>& ex, const StreamKey& key,
                     const Target& target) {
   const HttpRequest& req = ex->request();
   const std::string media = media_type(req.content_type);
@@ -210,7 +218,8 @@ void handle_publish(Node& node, const std::shared_ptr<Exchange>& ex, const Strea
   json::value doc(json::storage_ptr{&mr});
   Arena arena(mr);
   auto parsed =
-      binary ? parse_binary(req.body, records) : parse_json(req.body, doc, arena, records);
+      binary ? parse_binary(req.body, cfg.max_records, records)
+             : parse_json(req.body, cfg.max_records, doc, arena, records);
   if (!parsed) return ex->respond(problem(parsed.error()));
 
   if (!ack) {

@@ -507,6 +507,21 @@ TEST_F(HttpApiTest, ExpectContinue) {
   EXPECT_EQ(node_.records({"acme", "prod", "cont"}, 0).at(0).value, "after 100");
 }
 
+TEST_F(HttpApiTest, RecordLimitIsCheckedWhileParsing) {
+  start({{"broker.max_records_per_publish", "3"}});
+  make_stream("lim");
+  const int before = node_.calls();
+  std::string body;
+  for (int i = 0; i < 4; ++i) body += std::string("\xff\xff\xff\xff\x00\x00\x00\x00", 8);
+  auto r = req("POST", kNs + "/streams/lim/records", body, "application/vnd.sluice.batch");
+  expect_problem(r, 400, "invalid_argument");
+  EXPECT_NE(obj(r)["detail"].as_string().find("at most 3"), std::string::npos);
+  expect_problem(req("POST", kNs + "/streams/lim/records",
+                     R"({"records":[{"value":"a"},{"value":"b"},{"value":"c"},{"value":"d"}]})"),
+                 400, "invalid_argument");
+  EXPECT_EQ(node_.calls(), before) << "the node was never asked to publish";
+}
+
 TEST_F(HttpApiTest, FeaturesListFinalizeIdempotentUnknownAndRefused) {
   auto r = req("GET", "/v1/features");
   ASSERT_EQ(r.status, 200) << r.body;
