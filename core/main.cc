@@ -50,6 +50,10 @@ Options:
   --set KEY=VALUE    override one key (repeatable; wins over the file)
   --print-config     print the effective configuration and exit
   --help-config      list every configuration key with its default and meaning
+  admin list-data    (offline) list the shard incarnation directories in data.dir
+  admin delete-data TENANT/NS/STREAM --up-to N
+                     (offline) an operator's delete: remove every incarnation <= N of the
+                     stream from this node's disk, with the crash-safe delete protocol
   --version          print the version and exit
   -h, --help         show this help
 
@@ -109,11 +113,60 @@ int lock_data_dir(const std::string& dir) {
   return fd;
 }
 
+// Offline operator commands. The data directory lock is held, so no node runs on it.
+int run_admin(const std::vector<std::string>& args, const core::Config& cfg, PluginHost& host,
+              core::PluginLoader& loader) {
+  const std::string cmd = args.size() > 1 ? args[1] : "";
+  std::shared_ptr<StorageEngine> storage;
+  try {
+    storage = loader.load<StorageEngine>(cfg.get_string("storage.plugin", "fs-storage"),
+                                         PluginKind::storage, host);
+  } catch (const std::exception& e) {
+    die(1, e.what());
+  }
+  int rc = 0;
+  if (cmd == "list-data" && args.size() == 2) {
+    auto r = storage->list_on_disk();
+    if (!r) die(1, r.error().message);
+    for (const auto& ref : *r)
+      std::printf("%s/%s/%s shard %u incarnation %llu\n", ref.stream.tenant.c_str(), ref.stream.ns.c_str(),
+                  ref.stream.name.c_str(), ref.shard.value(),
+                  static_cast<unsigned long long>(ref.incarnation.value()));
+  } else if (cmd == "delete-data" && args.size() == 5 && args[3] == "--up-to") {
+    const std::string& path = args[2];
+    const auto a = path.find('/'), b = a == std::string::npos ? a : path.find('/', a + 1);
+    if (b == std::string::npos || path.find('/', b + 1) != std::string::npos) {
+      std::fprintf(stderr, "sluiced: admin delete-data expects TENANT/NS/STREAM, got '%s'\n", path.c_str());
+      return 2;
+    }
+    StreamKey key{path.substr(0, a), path.substr(a + 1, b - a - 1), path.substr(b + 1)};
+    std::uint64_t up_to = 0;
+    try {
+      std::size_t n = 0;
+      up_to = std::stoull(args[4], &n);
+      if (n != args[4].size()) throw std::invalid_argument(args[4]);
+    } catch (const std::exception&) {
+      std::fprintf(stderr, "sluiced: --up-to expects an incarnation number, got '%s'\n", args[4].c_str());
+      return 2;
+    }
+    auto r = storage->delete_incarnations(key, Incarnation{up_to});
+    if (!r) die(1, r.error().message);
+    std::printf("deleted %u shard directories of %s (incarnations up to %llu)\n", r.value(),
+                key.to_string().c_str(), static_cast<unsigned long long>(up_to));
+  } else {
+    std::fprintf(stderr, "sluiced: admin expects list-data, or delete-data TENANT/NS/STREAM --up-to N (see --help)\n");
+    rc = 2;
+  }
+  storage->shutdown();
+  return rc;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string config_file;
   std::vector<std::string> overrides;
+  std::vector<std::string> admin;  // "admin" and its arguments
   bool print_config = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -145,6 +198,8 @@ int main(int argc, char** argv) {
       overrides.push_back(need("--set"));
     } else if (a == "--print-config") {
       print_config = true;
+    } else if (a == "admin" || !admin.empty()) {
+      admin.push_back(a);
     } else {
       std::fprintf(stderr, "sluiced: unknown argument '%s' (see --help)\n", a.c_str());
       return 2;
@@ -202,6 +257,8 @@ int main(int argc, char** argv) {
     die(2, e.what());
   }
 
+  if (!admin.empty() && !fs::exists(fs::path(data_dir) / "meta.properties"))
+    die(1, "no formatted data directory at " + data_dir + " (meta.properties is missing)");
   const int lock_fd = lock_data_dir(data_dir);
   (void)lock_fd;  // held until exit
 
@@ -218,6 +275,7 @@ int main(int argc, char** argv) {
 
   core::NodeHost host(*cfg, *identity);
   core::PluginLoader loader(plugins_dir);
+  if (!admin.empty()) return run_admin(admin, *cfg, host, loader);
 
   // Block the shutdown signals before any plugin starts a thread, so that only sigwait
   // below receives them.

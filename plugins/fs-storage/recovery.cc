@@ -23,7 +23,7 @@ struct Bad {
 struct Scan {
   std::uint64_t valid_end = 0;
   std::uint64_t next_offset = 0;
-  std::int64_t last_max_ts = kNoTimestamp;
+  std::int64_t max_ts = kNoTimestamp;
   std::vector<IndexEntry> index;
   std::uint64_t last_index_pos = 0;
   std::optional<Bad> bad;
@@ -59,7 +59,7 @@ Scan scan_segment(std::string_view data, std::uint64_t base, Incarnation inc,
     if (h.producer_id != 0 && h.base_offset >= producers_from)
       producers->record(h.producer_id, h.producer_seq, h.base_offset, h.record_count);
     s.next_offset = h.next_offset();
-    s.last_max_ts = h.max_timestamp_ms;
+    s.max_ts = std::max(s.max_ts, h.max_timestamp_ms);  // running max (age retention)
     pos += h.length;
   }
   s.valid_end = pos;
@@ -88,7 +88,7 @@ std::string corrupt_message(const std::string& file, std::uint64_t pos, const st
 void publish_scan(Segment& seg, const Scan& s) {
   seg.readable_size = s.valid_end;
   seg.next_offset = s.next_offset;
-  seg.last_max_ts = s.last_max_ts;
+  seg.max_ts = s.max_ts;
   seg.index = s.index;
 }
 
@@ -96,7 +96,7 @@ void init_writer_fields(Segment& seg) {
   seg.write_pos = seg.readable_size;
   seg.last_index_pos = seg.index.empty() ? 0 : seg.index.back().position;
   seg.pending_next_offset = seg.next_offset;
-  seg.pending_max_ts = seg.last_max_ts;
+  seg.pending_max_ts = seg.max_ts;
   seg.pending_index.clear();
 }
 
@@ -121,7 +121,7 @@ bool load_trusted_index(FileSystem& fs, Segment& seg) {
   if (!size || c->base_offset != seg.base() || c->log_size != *size) return false;
   seg.readable_size = c->log_size;
   seg.next_offset = c->next_offset;
-  seg.last_max_ts = c->last_max_ts;
+  seg.max_ts = c->max_ts;
   seg.index = std::move(c->entries);
   return true;
 }
@@ -289,7 +289,7 @@ Result<RecoveredLog> recover_log_impl(FileSystem& fs, PluginHost& host, const Op
         }
       }
       if (!have_index) {
-        IndexFileContents c{seg->base(), seg->readable_size, seg->next_offset, seg->last_max_ts,
+        IndexFileContents c{seg->base(), seg->readable_size, seg->next_offset, seg->max_ts,
                             seg->index};
         if (auto r = write_index_file(fs, seg->index_path(), c); !r)
           host.log(LogLevel::warn, kComponent, "could not write index cache: " + r.error().message);

@@ -8,7 +8,10 @@ namespace sluice::fs_storage {
 
 namespace {
 constexpr std::uint32_t kIndexMagic = 0x58494c53;  // "SLIX"
-constexpr std::uint32_t kIndexVersion = 1;
+// Version 2: the timestamp field is the segment's running maximum. Version 1 stored the
+// last batch's max_timestamp, which must not be trusted for age retention: a v1 file fails
+// decode and is rebuilt from the log.
+constexpr std::uint32_t kIndexVersion = 2;
 constexpr std::size_t kIndexHeader = 44;
 }  // namespace
 
@@ -29,7 +32,7 @@ std::string encode_index_file(const IndexFileContents& c) {
   wire::put_u64(p + 8, c.base_offset);
   wire::put_u64(p + 16, c.log_size);
   wire::put_u64(p + 24, c.next_offset);
-  wire::put_u64(p + 32, static_cast<std::uint64_t>(c.last_max_ts));
+  wire::put_u64(p + 32, static_cast<std::uint64_t>(c.max_ts));
   wire::put_u32(p + 40, static_cast<std::uint32_t>(c.entries.size()));
   char* e = p + kIndexHeader;
   for (const auto& ent : c.entries) {
@@ -54,7 +57,7 @@ Result<IndexFileContents> decode_index_file(std::string_view b) {
   c.base_offset = wire::get_u64(p + 8);
   c.log_size = wire::get_u64(p + 16);
   c.next_offset = wire::get_u64(p + 24);
-  c.last_max_ts = static_cast<std::int64_t>(wire::get_u64(p + 32));
+  c.max_ts = static_cast<std::int64_t>(wire::get_u64(p + 32));
   c.entries.reserve(n);
   const char* e = p + kIndexHeader;
   for (std::uint32_t i = 0; i < n; ++i, e += 8)

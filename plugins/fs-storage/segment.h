@@ -5,7 +5,7 @@
 // shared_ptr so retention may unlink the files while the read finishes on the open fd.
 //
 // Thread-safety: two groups of fields.
-//   * "published" fields (readable_size, next_offset, last_max_ts, index) are guarded by
+//   * "published" fields (readable_size, next_offset, max_ts, index) are guarded by
 //     the owning shard's segments mutex; readers look at them only under it.
 //   * "writer" fields (write_pos, last_index_pos, pending_*) belong to the shard's flusher
 //     (one thread at a time) and are published under the segments mutex after a sync.
@@ -56,14 +56,15 @@ class Segment {
   // --- published (segments mutex) ---
   std::uint64_t readable_size = 0;          // bytes that are durable and visible
   std::uint64_t next_offset;                // offset after the last visible batch
-  std::int64_t last_max_ts = kNoTimestamp;  // max_timestamp of the last visible batch
+  std::int64_t max_ts = kNoTimestamp;  // greatest max_timestamp of any visible batch (age
+                                       // retention: a running max, never the last batch's)
   std::vector<IndexEntry> index;
 
   // --- writer (flusher) ---
   std::uint64_t write_pos = 0;       // end of written bytes (synced or not)
   std::uint64_t last_index_pos = 0;  // position of the last index entry (0 = start)
   std::uint64_t pending_next_offset = 0;
-  std::int64_t pending_max_ts = kNoTimestamp;
+  std::int64_t pending_max_ts = kNoTimestamp;  // running max over everything written
   std::vector<IndexEntry> pending_index;  // entries written but not yet published
 
  private:
@@ -78,7 +79,7 @@ struct IndexFileContents {
   std::uint64_t base_offset = 0;
   std::uint64_t log_size = 0;
   std::uint64_t next_offset = 0;
-  std::int64_t last_max_ts = kNoTimestamp;
+  std::int64_t max_ts = kNoTimestamp;  // greatest batch max_timestamp in the segment (v2)
   std::vector<IndexEntry> entries;
 };
 

@@ -215,7 +215,8 @@ Result<void> ShardLogImpl::write_group() {
     if (p.producer_id != 0) written_producers_.record(p.producer_id, p.producer_seq, p.base, p.count);
     seg->write_pos += len;
     seg->pending_next_offset = p.base + p.count;
-    seg->pending_max_ts = p.max_ts;
+    // Running max: one old-timestamped batch must not make the whole segment look old.
+    seg->pending_max_ts = std::max(seg->pending_max_ts, p.max_ts);
     dirty = true;
   }
   if (!iov_.empty())
@@ -238,7 +239,7 @@ Result<void> ShardLogImpl::sync_and_publish(Segment& seg) {
   std::lock_guard lk(seg_mu_);
   seg.readable_size = seg.write_pos;
   seg.next_offset = seg.pending_next_offset;
-  seg.last_max_ts = seg.pending_max_ts;
+  seg.max_ts = seg.pending_max_ts;
   seg.index.insert(seg.index.end(), seg.pending_index.begin(), seg.pending_index.end());
   seg.pending_index.clear();
   hwm_.store(seg.next_offset, std::memory_order_release);
@@ -450,7 +451,7 @@ void ShardLogImpl::apply_retention(std::int64_t now_ms) {
       const bool by_size = retention_.max_bytes >= 0 &&
                            total > static_cast<std::uint64_t>(retention_.max_bytes);
       const bool by_age =
-          retention_.max_age_ms >= 0 && s->last_max_ts < now_ms - retention_.max_age_ms;
+          retention_.max_age_ms >= 0 && s->max_ts < now_ms - retention_.max_age_ms;
       if (!by_size && !by_age) break;
       total -= s->readable_size;
       ++drop;

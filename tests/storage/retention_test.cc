@@ -74,6 +74,48 @@ TEST_F(RetentionTest, AgeRetentionDeletesSegmentsWhoseNewestRecordIsTooOld) {
   for (std::uint64_t o = 45; o < 90; ++o) EXPECT_TRUE(rest.count(o)) << o;
 }
 
+// Regression: a segment's age was taken from its LAST batch's max timestamp, so one
+// client-stamped old batch at the end of a segment got fresh, acknowledged records deleted.
+// The age is the running maximum over all its batches: in the writer, in the recovery scan
+// and in the .idx (verify_on_start=tail trusts it).
+TEST_F(RetentionTest, OldTimestampedLastBatchDoesNotMakeAFreshSegmentOld) {
+  const std::int64_t now = 10'000'000;
+  const std::size_t len = make_batch("v", 3, now, 30).size();
+  const std::size_t per_segment = 1024 / len;
+  ASSERT_GE(per_segment, 2u);
+  auto fill = [&](ShardLog& shard) {
+    for (std::size_t i = 0; i + 1 < per_segment; ++i)
+      ASSERT_TRUE(append_wait(shard, make_batch("fresh", 3, now - 1'000, 30)));
+    ASSERT_TRUE(append_wait(shard, make_batch("ancient", 3, 1, 30)));  // last batch of segment 0
+    for (std::size_t i = 0; i < per_segment + 1; ++i)
+      ASSERT_TRUE(append_wait(shard, make_batch("fresh", 3, now - 1'000, 30)));
+  };
+  auto shard = open(RetentionPolicy{-1, 60'000});
+  fill(*shard);
+  ASSERT_GE(shard->stats().segments, 3u);
+  ASSERT_TRUE(std::filesystem::exists(engine_->shard_directory(test_ref()).value() + "/log/" +
+                                      segment_file_name(3 * per_segment)))
+      << "the old-timestamped batch is the last one of segment 0";
+
+  engine_->run_retention_once(now);  // writer path
+  EXPECT_EQ(shard->stats().log_start.value(), 0u) << "segment 0 holds fresh records";
+
+  for (const char* verify : {"all", "tail"}) {  // recovery scan, then the trusted .idx
+    SCOPED_TRACE(verify);
+    shard.reset();
+    engine_.reset();
+    host_.set("storage.verify_on_start", verify);
+    engine_ = std::make_unique<FsStorageEngine>(host_, std::make_shared<PosixFileSystem>());
+    shard = open(RetentionPolicy{-1, 60'000});
+    engine_->run_retention_once(now);
+    EXPECT_EQ(shard->stats().log_start.value(), 0u) << "segment 0 holds fresh records";
+    EXPECT_EQ(read_all(*shard).size(), shard->stats().high_watermark.value());
+  }
+  // Once every record of segment 0 is old, it goes.
+  engine_->run_retention_once(now + 10 * 60'000);
+  EXPECT_GT(shard->stats().log_start.value(), 0u);
+}
+
 TEST_F(RetentionTest, ActiveSegmentIsNeverDeleted) {
   auto shard = open(RetentionPolicy{0, 0});
   for (int i = 0; i < 20; ++i) ASSERT_TRUE(append_wait(*shard, make_batch("v", 3, 1, 30)));
