@@ -73,6 +73,8 @@ fs::path default_plugins_dir() {
   return exe.parent_path().parent_path() / "lib" / "sluice" / "plugins";
 }
 
+bool roles_have(const std::string& roles, const std::string& role);
+
 std::vector<std::string> split_list(const std::string& s) {
   std::vector<std::string> out;
   std::stringstream ss(s);
@@ -84,6 +86,11 @@ std::vector<std::string> split_list(const std::string& s) {
   }
   std::sort(out.begin(), out.end());
   return out;
+}
+
+bool roles_have(const std::string& roles, const std::string& role) {
+  auto v = split_list(roles);
+  return std::find(v.begin(), v.end(), role) != v.end();
 }
 
 // The features this broker reports: every feature the build implements, unless
@@ -247,8 +254,9 @@ int main(int argc, char** argv) {
     if (bopts.heartbeat_interval_ms < 10) throw std::invalid_argument("broker.heartbeat_interval_ms must be at least 10");
     if (backend != "raft" && backend != "postgres")
       throw std::invalid_argument("metadata.backend must be raft or postgres, got '" + backend + "'");
-    if (backend == "postgres")
-      throw std::invalid_argument("metadata.backend = postgres is not available in this build (postgres-meta is pending)");
+    if (backend == "postgres" && roles_have(cfg->get_string("node.roles", "controller,broker"), "controller"))
+      throw std::invalid_argument("with metadata.backend = postgres there are no controllers: the database is the "
+                                  "control plane; set node.roles = broker");
     for (const auto& r : roles)
       if (r != "broker" && r != "controller")
         throw std::invalid_argument("node.roles: unknown role '" + r + "' (roles are controller and broker)");
