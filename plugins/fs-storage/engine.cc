@@ -126,7 +126,12 @@ Result<std::shared_ptr<ShardLog>> FsStorageEngine::open_shard(const ShardRef& re
                                                               const StreamSpec& spec) {
   auto dir = shard_dir(opts_.dir, ref);
   if (!dir) return dir.error();
-  std::lock_guard lk(mu_);
+  std::unique_lock lk(mu_);
+  if (closing_.count(ref)) {  // a close of this shard is draining: wait for it to finish
+    ++open_waiters_;
+    closed_cv_.wait(lk, [&] { return !closing_.count(ref); });
+    --open_waiters_;
+  }
   if (shut_down_) return Error(Errc::unavailable, "storage engine is shut down");
   for (const auto& [key, up_to] : deleting_)
     if (key == ref.stream && ref.incarnation <= up_to)
@@ -158,8 +163,19 @@ void FsStorageEngine::close_shard(const ShardRef& ref) {
     if (it == shards_.end()) return;
     shard = std::move(it->second);
     shards_.erase(it);
+    closing_.emplace(ref, shard);
   }
-  shard->close();
+  finish_close({shard});
+}
+
+void FsStorageEngine::finish_close(const std::vector<std::shared_ptr<ShardLogImpl>>& shards) {
+  for (auto& s : shards) s->close();  // drains: every callback completes
+  std::lock_guard lk(mu_);
+  for (auto& s : shards) {
+    auto it = closing_.find(s->ref());
+    if (it != closing_.end() && it->second == s) closing_.erase(it);
+  }
+  closed_cv_.notify_all();
 }
 
 void FsStorageEngine::shutdown() {
@@ -169,13 +185,22 @@ void FsStorageEngine::shutdown() {
     retention_cv_.notify_all();
   }
   if (retention_thread_.joinable()) retention_thread_.join();
-  std::map<ShardRef, std::shared_ptr<ShardLogImpl>> shards;
+  std::vector<std::shared_ptr<ShardLogImpl>> shards;
   {
     std::lock_guard lk(mu_);
     shut_down_ = true;
-    shards.swap(shards_);
+    for (auto& [ref, shard] : shards_) {
+      closing_.emplace(ref, shard);
+      shards.push_back(std::move(shard));
+    }
+    shards_.clear();
   }
-  for (auto& [ref, shard] : shards) shard->close();  // drains: every callback completes
+  finish_close(shards);
+  {
+    // A close_shard or delete running on another thread may still be draining into the pool.
+    std::unique_lock lk(mu_);
+    closed_cv_.wait(lk, [&] { return closing_.empty(); });
+  }
   pool_.stop();
 }
 
@@ -217,6 +242,7 @@ Result<std::uint32_t> FsStorageEngine::delete_incarnations(const StreamKey& stre
     deleting_.emplace_back(stream, up_to);
     for (auto it = shards_.begin(); it != shards_.end();) {
       if (it->first.stream == stream && it->first.incarnation <= up_to) {
+        closing_.emplace(it->first, it->second);
         closing.push_back(std::move(it->second));
         it = shards_.erase(it);
       } else {
@@ -233,7 +259,17 @@ Result<std::uint32_t> FsStorageEngine::delete_incarnations(const StreamKey& stre
       d.erase(std::find_if(d.begin(), d.end(), [&](const auto& p) { return p.first == k; }));
     }
   } unmark{this, stream};
-  for (auto& s : closing) s->close();
+  finish_close(closing);
+  {
+    // A close_shard of one of these shards may still be draining on another thread: its
+    // flusher must be done before the directories move.
+    std::unique_lock lk(mu_);
+    closed_cv_.wait(lk, [&] {
+      return std::none_of(closing_.begin(), closing_.end(), [&](const auto& e) {
+        return e.first.stream == stream && e.first.incarnation <= up_to;
+      });
+    });
+  }
 
   const std::string rel_stream = stream.tenant + "/" + stream.ns + "/" + stream.name;
   const std::string stream_dir = opts_.dir + "/" + rel_stream;

@@ -5,13 +5,16 @@
 //   * retention: one thread, every storage.retention_interval_ms (off if <= 0), calls
 //     apply_retention on every open shard; tests call run_retention_once() instead.
 //
+// Close/open: a closing shard stays in closing_ until close() has drained it; open_shard of
+// it waits for that (recovery never runs under a live flusher), shutdown too.
+//
 // Ownership: the engine owns the map of open shards (shared_ptr; callers may hold theirs
 // longer, after close they answer unavailable). `host` must outlive the engine; `fs` is
 // shared with every shard.
 //
 // Delete protocol (delete_incarnations, storage.h): under delete_mu_,
-//   0. close the open shards of the doomed incarnations; open_shard of them is refused
-//      (unavailable) while the delete runs
+//   0. close the open shards of the doomed incarnations (and wait for any close_shard of
+//      them still draining); open_shard of them is refused (unavailable) while it runs
 //   1. <dir>/.delete-pending/<id>.marker: the relative dirs, written .tmp + fdatasync +
 //      rename + directory fsync                      failpoint storage.delete.after_marker
 //   2. rename each dir to <dir>/.deleted/<id>/<same relative path>, fsync the source and
@@ -70,6 +73,12 @@ class FsStorageEngine final : public StorageEngine {
   // Same, with an explicit clock (ms since epoch) for tests of age retention.
   void run_retention_once(std::int64_t now_ms);
 
+  // How many open_shard calls are waiting for a close of the same shard to finish (tests).
+  std::size_t open_waiters() {
+    std::lock_guard lk(mu_);
+    return open_waiters_;
+  }
+
   const Options& options() const { return opts_; }
   // Clock of consumer-group deadlines for shards opened from now on (tests).
   void set_group_clock(GroupClock c) { group_clock_ = std::move(c); }
@@ -79,6 +88,9 @@ class FsStorageEngine final : public StorageEngine {
  private:
   Result<void> make_dirs(const std::string& path);
   void retention_loop();
+  // Closes shards already moved from shards_ into closing_ (outside mu_), then removes them
+  // from closing_ and wakes open_shard calls waiting for them.
+  void finish_close(const std::vector<std::shared_ptr<ShardLogImpl>>& shards);
   // Finishes interrupted deletes and empties .deleted/ (constructor; throws on failure).
   void recover_deletes();
   Result<void> finish_marker(const std::string& marker_path, const std::string& id,
@@ -91,8 +103,14 @@ class FsStorageEngine final : public StorageEngine {
   const Options opts_;
   FlushPool pool_;
 
-  std::mutex mu_;  // shards_, shut_down_; held across recovery in open_shard
+  std::mutex mu_;  // shards_, closing_, shut_down_; held across recovery in open_shard
   std::map<ShardRef, std::shared_ptr<ShardLogImpl>> shards_;
+  // Shards whose close() is still draining (close_shard, delete, shutdown): open_shard of
+  // one waits on closed_cv_ until it is gone, so recovery never runs on a directory whose
+  // flusher is still writing.
+  std::map<ShardRef, std::shared_ptr<ShardLogImpl>> closing_;
+  std::condition_variable closed_cv_;
+  std::size_t open_waiters_ = 0;  // open_shard calls waiting for a close (tests)
   bool shut_down_ = false;
   // Streams with a delete in progress, and the incarnation bound: open_shard refuses them.
   std::vector<std::pair<StreamKey, Incarnation>> deleting_;

@@ -66,17 +66,50 @@ Scan scan_segment(std::string_view data, std::uint64_t base, Incarnation inc,
   return s;
 }
 
-// Whether any byte position after `bad` starts a batch that passes check_batch.
-bool valid_batch_follows(std::string_view data, std::uint64_t bad) {
+// Torn-tail test of the active segment. `bad` is where the scan stopped on a batch that
+// fails check_batch; `expected` is the offset that batch should have had.
+//
+// A candidate "valid batch follows" only if it passes check_batch AND carries the shard's
+// incarnation AND its base_offset >= expected: a record value may legally contain an
+// encoded batch (offset/incarnation as its producer built them), and such bytes inside an
+// unacknowledged torn batch must not make the node refuse to start. If the bad batch's
+// header is plausible (magic, length >= header) and its declared extent lies within the
+// file, the search starts after that extent (never inside its own payload). A declared
+// extent past the end of the file is searched too (with the same filters): a flipped bit
+// in the (CRC-less) length field of an acknowledged batch must not hide the batches after
+// it.
+std::optional<std::uint64_t> next_sequenced_batch(std::string_view data, std::uint64_t bad,
+                                                  std::uint64_t expected, Incarnation inc) {
+  std::uint64_t from = bad + 1;
+  if (bad + kBatchHeaderSize <= data.size()) {
+    const BatchHeader h = BatchHeader::decode(data.data() + bad);
+    if (h.magic == kBatchMagic && h.length >= kBatchHeaderSize && h.length <= data.size() - bad)
+      from = bad + h.length;
+  }
   char magic[4];
   wire::put_u32(magic, kBatchMagic);
-  for (std::uint64_t q = bad + 1; q + kBatchHeaderSize <= data.size(); ++q) {
+  for (std::uint64_t q = from; q + kBatchHeaderSize <= data.size(); ++q) {
     const void* m = std::memchr(data.data() + q, magic[0], data.size() - q);
-    if (!m) return false;
+    if (!m) return std::nullopt;
     q = static_cast<std::uint64_t>(static_cast<const char*>(m) - data.data());
-    if (q + kBatchHeaderSize > data.size()) return false;
+    if (q + kBatchHeaderSize > data.size()) return std::nullopt;
     if (std::memcmp(data.data() + q, magic, 4) != 0) continue;
-    if (check_batch(data.data() + q, data.size() - q, nullptr) == BatchCheck::ok) return true;
+    BatchHeader h;
+    if (check_batch(data.data() + q, data.size() - q, &h) == BatchCheck::ok &&
+        h.incarnation == inc.value() && h.base_offset >= expected)
+      return q;
+  }
+  return std::nullopt;
+}
+
+// Whether [from, to) holds a whole 512-byte-aligned block of zeros: a sector the device never
+// wrote (a write torn by power loss leaves holes that read as zeros), which bit rot of
+// written data does not produce.
+constexpr std::uint64_t kSector = 512;
+bool has_zero_sector(std::string_view data, std::uint64_t from, std::uint64_t to) {
+  for (std::uint64_t b = (from + kSector - 1) / kSector * kSector; b + kSector <= to; b += kSector) {
+    const char* p = data.data() + b;
+    if (p[0] == 0 && std::memcmp(p, p + 1, kSector - 1) == 0) return true;
   }
   return false;
 }
@@ -225,10 +258,23 @@ Result<RecoveredLog> recover_log_impl(FileSystem& fs, PluginHost& host, const Op
                        producers_from);
     }
 
-    if (s.bad && last && s.bad->batch_invalid && !valid_batch_follows(*data, s.bad->pos)) {
+    std::optional<std::uint64_t> follows;
+    bool torn_group = false;
+    if (s.bad && last && s.bad->batch_invalid) {
+      follows = next_sequenced_batch(*data, s.bad->pos, s.next_offset, incarnation);
+      // A group commit is one pwritev of batches k..m then one fdatasync; power loss before
+      // the sync can persist batch k+1 but not (all of) batch k. None of it was acknowledged.
+      // Told apart from corruption of written data by an unwritten (all-zero) sector in the
+      // bad region.
+      torn_group = follows && has_zero_sector(*data, s.bad->pos, *follows);
+    }
+    if (s.bad && last && s.bad->batch_invalid && (!follows || torn_group)) {
       // Torn tail: bytes of a write that never completed its fdatasync, so no append
       // covering them was ever acknowledged.
       const std::uint64_t dropped = data->size() - s.bad->pos;
+      if (torn_group)
+        s.bad->reason += "; a torn group commit: unwritten sector before a later batch at byte " +
+                         std::to_string(*follows);
       if (auto r = seg->file().truncate(s.bad->pos); !r) return r.error();
       if (auto r = seg->file().datasync(); !r) return r.error();
       host.log(LogLevel::warn, kComponent,

@@ -4,10 +4,12 @@
 //     sealed (not last): every batch must check (verify_on_start=all, or its .idx is
 //       missing/invalid) and offsets must be contiguous; otherwise Errc::corrupt_data
 //       "corrupt batch in <file> at byte <pos>: <reason>".
-//     active (last): scanned fully. An invalid batch at P is a TORN TAIL if no byte
-//       position after P starts a valid batch: the file is truncated at P (ftruncate +
-//       fdatasync) and a warning says "truncated torn tail ... never acknowledged".
-//       If a valid batch follows, it is corruption.
+//     active (last): scanned fully. An invalid batch at P is a TORN TAIL if no sequenced
+//       batch follows (passes check_batch, shard's incarnation, base offset >= the offset
+//       expected at P; not searched inside P's own declared extent when that lies within
+//       the file), or if one follows but [P, it) holds an all-zero aligned sector (a torn
+//       group commit): the file is truncated at P (ftruncate + fdatasync) and a warning
+//       says "truncated torn tail ... never acknowledged". Otherwise it is corruption.
 //   producer state: the snapshot (producers.h) if it is valid and its end lies within the
 //     recovered log, plus every scanned batch at or above its end. verify_on_start=tail
 //     trusts a sealed segment's .idx only if the snapshot covers that segment. Without a

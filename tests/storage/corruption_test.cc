@@ -113,6 +113,98 @@ TEST_F(CorruptionTest, CorruptBatchInActiveSegmentFollowedByValidBatchesFailsLou
   EXPECT_EQ(std::filesystem::file_size(seg0_), 6 * len) << "nothing truncated";
 }
 
+// A batch of one record whose value is `value`, stamped as storage would have written it.
+std::string stamped_batch(const std::string& value, std::uint64_t base, std::uint64_t inc = 0) {
+  BatchBuilder b;
+  b.add(std::nullopt, value, {}, 1000);
+  std::string out = b.finish();
+  restamp_batch(out.data(), base, inc);
+  return out;
+}
+
+void overwrite(const std::string& path, std::uint64_t pos, const std::string& bytes) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(static_cast<std::streamoff>(pos));
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// Regression: recovery took any valid batch anywhere after a torn batch (even inside its
+// payload) as proof of mid-log corruption, so a torn write of a record whose value is an
+// encoded batch made the node refuse to start.
+TEST_F(CorruptionTest, TornTailWhoseValueIsAnEncodedBatchIsTruncated) {
+  const std::size_t len = write(5, "1048576");
+  const std::string inner = make_batch("inner", 2);  // as a client built it: offset 0
+  ASSERT_EQ(check_batch(inner.data(), inner.size(), nullptr), BatchCheck::ok);
+  const std::string outer = stamped_batch("prefix" + inner + "suffix", 15);
+  append_bytes(seg0_, outer.substr(0, outer.size() - 3));  // cut short: never synced
+  auto s = reopen();
+  ASSERT_TRUE(s) << s.error().to_string();
+  EXPECT_TRUE(host_.logged("truncated torn tail of"));
+  EXPECT_TRUE(host_.logged(segment_file_name(0) + " at byte " + std::to_string(5 * len)));
+  EXPECT_EQ(std::filesystem::file_size(seg0_), 5 * len);
+  EXPECT_EQ((*s)->stats().high_watermark.value(), 15u);
+}
+
+// Same, with an embedded batch that even carries a plausible offset and the incarnation:
+// the torn batch's header is intact and its extent is within the file, so recovery does
+// not look inside it.
+TEST_F(CorruptionTest, TornBatchIsNotSearchedInsideItsOwnDeclaredExtent) {
+  const std::size_t len = write(5, "1048576");
+  std::string inner = make_batch("inner", 2);
+  restamp_batch(inner.data(), 16, 0);
+  std::string outer = stamped_batch("prefix" + inner + "suffix", 15);
+  outer[outer.size() - 1] ^= 0x40;  // last bytes never made it: CRC fails
+  append_bytes(seg0_, outer);
+  auto s = reopen();
+  ASSERT_TRUE(s) << s.error().to_string();
+  EXPECT_TRUE(host_.logged("truncated torn tail of"));
+  EXPECT_EQ(std::filesystem::file_size(seg0_), 5 * len);
+  EXPECT_EQ((*s)->stats().high_watermark.value(), 15u);
+}
+
+// A group commit (batches k, k+1 in one write, one fdatasync) torn by power loss: a sector
+// of batch k never reached the disk (reads as zeros) while batch k+1 did. Never
+// acknowledged, so it is a torn tail, not corruption.
+TEST_F(CorruptionTest, TornGroupCommitWithUnwrittenSectorIsTruncated) {
+  const std::size_t len = write(5, "1048576");
+  const std::string k = stamped_batch(std::string(3000, 'x'), 15);
+  const std::string k1 = stamped_batch("next", 16);
+  append_bytes(seg0_, k + k1);
+  const std::uint64_t sector = (5 * len + 200 + 511) / 512 * 512;  // inside batch k
+  overwrite(seg0_, sector, std::string(512, '\0'));
+  auto s = reopen();
+  ASSERT_TRUE(s) << s.error().to_string();
+  EXPECT_TRUE(host_.logged("torn group commit"));
+  EXPECT_TRUE(host_.logged(segment_file_name(0) + " at byte " + std::to_string(5 * len)));
+  EXPECT_EQ(std::filesystem::file_size(seg0_), 5 * len);
+  EXPECT_EQ((*s)->stats().high_watermark.value(), 15u);
+}
+
+// Still loud: garbage over a batch's header in the middle of the active segment, followed
+// by properly sequenced batches.
+TEST_F(CorruptionTest, GarbageMidActiveSegmentFollowedBySequencedBatchesFailsLoudly) {
+  const std::size_t len = write(6, "1048576");
+  overwrite(seg0_, 2 * len, "GARBAGE!");
+  auto s = reopen();
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.error().code, Errc::corrupt_data);
+  EXPECT_NE(s.error().message.find("at byte " + std::to_string(2 * len)), std::string::npos)
+      << s.error().message;
+  EXPECT_FALSE(host_.logged("truncated torn tail"));
+  EXPECT_EQ(std::filesystem::file_size(seg0_), 6 * len);
+}
+
+// Still loud: a flipped bit in the CRC-less length field makes a mid-log batch claim an
+// extent past the end of the file; the batches after it are still found.
+TEST_F(CorruptionTest, CorruptLengthPointingPastEndStillFailsLoudly) {
+  const std::size_t len = write(6, "1048576");
+  overwrite(seg0_, 2 * len + 4 + 2, std::string(1, '\x40'));  // length += 4 MiB
+  auto s = reopen();
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.error().code, Errc::corrupt_data);
+  EXPECT_EQ(std::filesystem::file_size(seg0_), 6 * len);
+}
+
 TEST_F(CorruptionTest, MissingMiddleSegmentIsAnOffsetGapAndFailsOpen) {
   write(20, "1024");
   std::vector<std::string> logs;

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <future>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -142,6 +143,58 @@ TEST_F(GroupCommitTest, ShutdownCompletesEveryPendingCallback) {
   auto after = append_wait(*shard_, make_batch("late", 1));
   ASSERT_FALSE(after);
   EXPECT_EQ(after.error().code, Errc::unavailable);
+}
+
+}  // namespace
+}  // namespace sluice::fs_storage::testing
+
+namespace sluice::fs_storage::testing {
+namespace {
+
+// Regression: close_shard removed the shard from the engine's map before close() had
+// drained it, so a concurrent open_shard ran recovery on a directory whose flusher was
+// still writing (two writers on one log). open_shard now waits for the close to finish.
+TEST_F(GroupCommitTest, OpenShardWaitsForAConcurrentCloseOfTheSameShard) {
+  fs_->block_syncs();
+  using P = std::promise<Result<AppendResult>>;
+  auto cb_result = [](const std::shared_ptr<P>& p) {
+    return [p](Result<AppendResult> r) { p->set_value(std::move(r)); };
+  };
+  auto a = std::make_shared<P>(), b = std::make_shared<P>();
+  auto fa = a->get_future(), fb = b->get_future();
+  shard_->append(make_batch("a", 3), AckMode::leader, cb_result(a));
+  ASSERT_TRUE(eventually([&] { return fs_->blocked_sync_waiters() == 1; }));  // A in its sync
+  shard_->append(make_batch("b", 3), AckMode::leader, cb_result(b));          // B queued
+
+  std::thread closer([&] { engine_->close_shard(test_ref()); });
+  // close() has begun (the shard is out of the engine's map): group calls answer unavailable.
+  ASSERT_TRUE(eventually([&] {
+    auto r = shard_->group_position("g");
+    return !r && r.error().code == Errc::unavailable;
+  }));
+  std::atomic<bool> opened{false};
+  Result<std::shared_ptr<ShardLog>> reopened = Error(Errc::internal, "not run");
+  std::thread opener([&] {
+    reopened = engine_->open_shard(test_ref(), StreamSpec{});
+    opened = true;
+  });
+  ASSERT_TRUE(eventually([&] { return engine_->open_waiters() == 1 || opened.load(); }));
+  EXPECT_FALSE(opened.load()) << "open_shard ran while the old shard was still draining";
+  fs_->unblock_syncs();
+  closer.join();
+  opener.join();
+
+  auto ra = fa.get(), rb = fb.get();
+  ASSERT_TRUE(ra) << ra.error().to_string();
+  ASSERT_TRUE(rb) << rb.error().to_string();
+  EXPECT_EQ(rb->base_offset.value(), 3u);
+  ASSERT_TRUE(reopened) << reopened.error().to_string();
+  EXPECT_EQ((*reopened)->stats().high_watermark.value(), 6u)
+      << "recovery ran after both acknowledged appends were written";
+  auto c = append_wait(**reopened, make_batch("c", 1));
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->base_offset.value(), 6u);
+  EXPECT_EQ(read_all(**reopened).size(), 7u);
 }
 
 }  // namespace
