@@ -34,6 +34,9 @@ std::string media_type(std::string_view content_type);
 // headers/headers_base64, timestamp. `scratch` is reused between calls.
 boost::json::object record_json(const RecordView& rv, std::vector<Header>& scratch);
 
+// docs/openapi.yaml, compiled in (embed_openapi.cmake).
+std::string_view openapi_document();
+
 // GET /v1/features, POST /v1/features/{f}/finalize, GET /v1/brokers, GET /v1/tombstones
 void handle_fleet(Node& node, const std::shared_ptr<Exchange>& ex, const std::vector<std::string>& seg);
 

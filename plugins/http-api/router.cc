@@ -56,7 +56,7 @@ namespace {
 
 enum class Route {
   healthz, readyz, metrics, cluster, tenants, tenant, namespaces, namespace_, streams, stream,
-  records, shards, shard_records, fleet, groups
+  records, shards, shard_records, fleet, groups, openapi
 };
 
 struct RouteDef {
@@ -70,6 +70,7 @@ std::optional<RouteDef> match(const std::vector<std::string>& s) {
   if (n == 1 && s[0] == "healthz") return RouteDef{Route::healthz, "/healthz", "GET"};
   if (n == 1 && s[0] == "readyz") return RouteDef{Route::readyz, "/readyz", "GET"};
   if (n == 1 && s[0] == "metrics") return RouteDef{Route::metrics, "/metrics", "GET"};
+  if (n == 1 && s[0] == "openapi.yaml") return RouteDef{Route::openapi, "/openapi.yaml", "GET"};
   if (n < 2 || s[0] != "v1") return std::nullopt;
   if (n == 2 && s[1] == "cluster") return RouteDef{Route::cluster, "/v1/cluster", "GET"};
   if (n == 2 && s[1] == "features") return RouteDef{Route::fleet, "/v1/features", "GET"};
@@ -292,6 +293,13 @@ void Router::dispatch(const std::shared_ptr<Exchange>& ex) {
     case Route::cluster:
       ex->respond(json_response(200, cluster_json(node.info())));
       return;
+    case Route::openapi: {
+      HttpResponse r;
+      r.content_type = "application/yaml";
+      r.body = std::string(openapi_document());
+      ex->respond(std::move(r));
+      return;
+    }
     case Route::tenants:
       if (get) {
         blocking(ex, [&node]() -> HttpResponse {

@@ -507,6 +507,17 @@ TEST_F(HttpApiTest, ExpectContinue) {
   EXPECT_EQ(node_.records({"acme", "prod", "cont"}, 0).at(0).value, "after 100");
 }
 
+TEST_F(HttpApiTest, ServesTheOpenApiDocument) {
+  auto r = req("GET", "/openapi.yaml");
+  ASSERT_EQ(r.status, 200);
+  EXPECT_EQ(r.header("content-type"), "application/yaml");
+  EXPECT_EQ(r.body.rfind("openapi: 3.0.3", 0), 0u);
+  // Every route template the router serves is documented.
+  for (const char* path : {"/v1/features/{feature}/finalize:", "/v1/tombstones:", "/v1/brokers:",
+                           "/groups/{group}/shards/{shard}/ack:", "/shards/{shard}/records:"})
+    EXPECT_NE(r.body.find(path), std::string::npos) << path;
+}
+
 TEST_F(HttpApiTest, RecordLimitIsCheckedWhileParsing) {
   start({{"broker.max_records_per_publish", "3"}});
   make_stream("lim");
