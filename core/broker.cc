@@ -648,12 +648,18 @@ Result<ShardStats> BrokerRuntime::shard_stats(const StreamKey& key, ShardIndex s
   return log.value()->stats();
 }
 
-Result<void> BrokerRuntime::notify_when_beyond(const StreamKey& key, ShardIndex shard, Offset offset,
-                                               std::function<void()> cb) {
+Result<std::uint64_t> BrokerRuntime::notify_when_beyond(const StreamKey& key, ShardIndex shard,
+                                                        Offset offset, std::function<void()> cb) {
   auto log = find_shard(key, shard);
   if (!log) return log.error();
-  log.value()->notify_when_beyond(offset, std::move(cb));
-  return {};
+  return log.value()->notify_when_beyond(offset, std::move(cb));
+}
+
+void BrokerRuntime::cancel_notify(const StreamKey& key, ShardIndex shard, std::uint64_t handle) {
+  if (handle == 0) return;
+  // The shard may have closed (its waiters then fired) or been recreated: a handle of
+  // another ShardLog object is unknown to it and ignored.
+  if (auto log = find_shard(key, shard); log) log.value()->cancel_notify(handle);
 }
 
 Result<std::vector<ShardStatus>> BrokerRuntime::shards(const StreamKey& key) {

@@ -88,8 +88,9 @@ class BrokerRuntime final : public Node {
   Result<FetchResult> fetch(const StreamKey& key, ShardIndex shard, Offset from,
                             std::uint32_t max_records, std::size_t max_bytes) override;
   Result<ShardStats> shard_stats(const StreamKey& key, ShardIndex shard) override;
-  Result<void> notify_when_beyond(const StreamKey& key, ShardIndex shard, Offset offset,
-                                  std::function<void()> cb) override;
+  Result<std::uint64_t> notify_when_beyond(const StreamKey& key, ShardIndex shard, Offset offset,
+                                           std::function<void()> cb) override;
+  void cancel_notify(const StreamKey& key, ShardIndex shard, std::uint64_t handle) override;
   Result<std::vector<ShardStatus>> shards(const StreamKey& key) override;
   Result<GroupDelivery> group_fetch(const StreamKey& key, ShardIndex shard, const std::string& group,
                                     std::uint32_t max_records, const GroupOptions& opts) override;

@@ -30,6 +30,7 @@ constexpr ConfigKey kConfigKeys[] = {
     {"storage.repair", "false", "Operator flag: truncate at the first corrupt batch instead of refusing to start."},
     {"storage.retention_interval_ms", "30000", "How often retention by size and age runs (0 disables it)."},
     {"storage.flush_threads", "1", "Group-commit flusher threads serving all shards (1..8)."},
+    {"storage.group_journal_compact_bytes", "1048576", "Compact a consumer group's journal into a snapshot beyond this size."},
     {"api.plugin", "http-api", "API plugin name."},
     {"http.address", "127.0.0.1", "Address the HTTP API binds."},
     {"http.port", "8080", "Port the HTTP API binds (0 = ephemeral; the bound port is logged)."},

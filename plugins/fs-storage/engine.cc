@@ -151,6 +151,7 @@ Result<std::shared_ptr<ShardLog>> FsStorageEngine::open_shard(const ShardRef& re
   auto shard = std::make_shared<ShardLogImpl>(ref, spec.retention, *dir, opts_, fs_, host_, pool_,
                                               std::move(recovered).value());
   if (group_clock_) shard->set_group_clock(group_clock_);
+  if (group_step_hook_) shard->set_group_step_hook(group_step_hook_);
   shards_.emplace(ref, shard);
   return std::shared_ptr<ShardLog>(shard);
 }

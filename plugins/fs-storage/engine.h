@@ -82,6 +82,8 @@ class FsStorageEngine final : public StorageEngine {
   const Options& options() const { return opts_; }
   // Clock of consumer-group deadlines for shards opened from now on (tests).
   void set_group_clock(GroupClock c) { group_clock_ = std::move(c); }
+  // Crash-point seam of consumer groups (group.h) for shards opened from now on (tests).
+  void set_group_step_hook(GroupStepHook h) { group_step_hook_ = std::move(h); }
   // The directory of a shard incarnation (invalid_name if a name fails validation).
   Result<std::string> shard_directory(const ShardRef& ref) const;
 
@@ -119,6 +121,7 @@ class FsStorageEngine final : public StorageEngine {
   std::uint64_t delete_seq_ = 0;
   std::function<bool(std::string_view)> delete_step_hook_;
   GroupClock group_clock_;
+  GroupStepHook group_step_hook_;
   bool recovering_ = false;  // constructor only: finishing interrupted deletes
 
   std::mutex retention_mu_;

@@ -36,6 +36,11 @@ Options Options::from_host(const PluginHost& host) {
   const std::int64_t ft = host.config_int("storage.flush_threads", 1);
   if (ft < 1 || ft > 8) throw std::invalid_argument("storage.flush_threads must be in [1, 8]");
   o.flush_threads = static_cast<unsigned>(ft);
+
+  const std::int64_t gc = host.config_int("storage.group_journal_compact_bytes", 1 << 20);
+  if (gc < 1 || gc > (1ll << 40))
+    throw std::invalid_argument("storage.group_journal_compact_bytes must be in [1, 1099511627776]");
+  o.group_journal_compact_bytes = static_cast<std::uint64_t>(gc);
   return o;
 }
 

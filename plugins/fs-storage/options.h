@@ -30,6 +30,7 @@ struct Options {
   bool repair = false;                               // storage.repair
   std::int64_t retention_interval_ms = 30000;        // storage.retention_interval_ms (<=0: off)
   unsigned flush_threads = 1;                        // storage.flush_threads (1..8)
+  std::uint64_t group_journal_compact_bytes = 1 << 20;  // storage.group_journal_compact_bytes
 
   static Options from_host(const PluginHost& host);
 };

@@ -294,23 +294,48 @@ void ShardLogImpl::wake_waiters() {
   std::vector<std::function<void()>> ready;
   {
     std::lock_guard lk(mu_);
-    auto it = std::partition(waiters_.begin(), waiters_.end(),
-                             [&](const auto& w) { return w.first >= hwm; });
-    for (auto j = it; j != waiters_.end(); ++j) ready.push_back(std::move(j->second));
-    waiters_.erase(it, waiters_.end());
+    // A waiter at offset o fires once the high watermark exceeds o.
+    const auto end = waiters_by_offset_.lower_bound(hwm);
+    for (auto it = waiters_by_offset_.begin(); it != end; ++it) {
+      auto w = waiters_.find(it->second);
+      ready.push_back(std::move(w->second.cb));
+      waiters_.erase(w);
+    }
+    waiters_by_offset_.erase(waiters_by_offset_.begin(), end);
   }
   for (auto& cb : ready) cb();
 }
 
-void ShardLogImpl::notify_when_beyond(Offset offset, std::function<void()> cb) {
+std::uint64_t ShardLogImpl::notify_when_beyond(Offset offset, std::function<void()> cb) {
   {
     std::lock_guard lk(mu_);
     if (state_ != State::closed && hwm_.load(std::memory_order_acquire) <= offset.value()) {
-      waiters_.emplace_back(offset.value(), std::move(cb));
-      return;
+      const std::uint64_t h = ++last_waiter_handle_;
+      waiters_.emplace(h, Waiter{offset.value(), std::move(cb)});
+      waiters_by_offset_.emplace(offset.value(), h);
+      return h;
     }
   }
   cb();
+  return 0;
+}
+
+void ShardLogImpl::cancel_notify(std::uint64_t handle) {
+  if (handle == 0) return;
+  std::function<void()> dropped;  // destroyed after mu_ is released (it may own anything)
+  {
+    std::lock_guard lk(mu_);
+    auto w = waiters_.find(handle);
+    if (w == waiters_.end()) return;  // fired (or firing), cancelled, or never issued
+    auto [lo, hi] = waiters_by_offset_.equal_range(w->second.offset);
+    for (auto it = lo; it != hi; ++it)
+      if (it->second == handle) {
+        waiters_by_offset_.erase(it);
+        break;
+      }
+    dropped = std::move(w->second.cb);
+    waiters_.erase(w);
+  }
 }
 
 Result<FetchResult> ShardLogImpl::read(Offset from_off, std::uint32_t max_records,
@@ -412,7 +437,7 @@ void ShardLogImpl::close() {
     groups.swap(groups_);
   }
   for (auto& [n, g] : groups) g->close();  // waits for a group call in progress
-  std::vector<std::pair<std::uint64_t, std::function<void()>>> waiters;
+  std::map<std::uint64_t, Waiter> waiters;
   {
     std::unique_lock lk(mu_);
     if (state_ == State::closed) return;
@@ -420,8 +445,9 @@ void ShardLogImpl::close() {
     drained_cv_.wait(lk, [&] { return !scheduled_; });
     state_ = State::closed;
     waiters.swap(waiters_);
+    waiters_by_offset_.clear();
   }
-  for (auto& w : waiters) w.second();
+  for (auto& [h, w] : waiters) w.cb();  // in registration order
   std::vector<std::shared_ptr<Segment>> segs;
   {
     std::lock_guard lk(seg_mu_);
@@ -492,7 +518,8 @@ Result<std::shared_ptr<ConsumerGroup>> ShardLogImpl::group(const std::string& na
     if (!*ex)
       return Error(Errc::not_found, "no consumer group " + name + " on shard " + ref_.to_string());
   }
-  auto g = ConsumerGroup::open(name, gdir, *this, opts_, fs_, host_, pool_, group_clock_);
+  auto g = ConsumerGroup::open(name, gdir, *this, opts_, fs_, host_, pool_, group_clock_,
+                               group_step_hook_);
   if (!g) return g.error();
   return groups_.emplace(name, std::shared_ptr<ConsumerGroup>(std::move(g).value())).first->second;
 }

@@ -35,6 +35,11 @@
 // sequence_gap. The flusher keeps a second table (written_producers_) of what it wrote, and
 // when it seals a segment it writes that table as the producer snapshot at the boundary.
 //
+// notify_when_beyond waiters (under mu_) are keyed by a handle (1, 2, ...) for cancel_notify
+// and indexed by offset: the flusher takes every waiter below the new high watermark in
+// one ordered walk per group; cancel_notify erases one by handle and destroys its callback
+// outside mu_; close() calls the rest.
+//
 // AckMode::quorum is treated like leader here (replication is not this component's job).
 #pragma once
 
@@ -72,7 +77,8 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   const ShardRef& ref() const override { return ref_; }
   void append(std::string batch, AckMode ack, AppendCallback cb) override;
   Result<FetchResult> read(Offset from, std::uint32_t max_records, std::size_t max_bytes) override;
-  void notify_when_beyond(Offset offset, std::function<void()> cb) override;
+  std::uint64_t notify_when_beyond(Offset offset, std::function<void()> cb) override;
+  void cancel_notify(std::uint64_t handle) override;
   ShardStats stats() override;
 
   Result<GroupDelivery> group_fetch(const std::string& group, std::uint32_t max_records,
@@ -96,7 +102,13 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   const std::string& directory() const { return dir_; }
   // Clock of group deadlines (tests inject one); set before any group call.
   void set_group_clock(GroupClock c) { group_clock_ = std::move(c); }
-
+  // Test seam of consumer-group crash points (group.h); set before any group call.
+  void set_group_step_hook(GroupStepHook h) { group_step_hook_ = std::move(h); }
+  // notify_when_beyond waiters registered and neither fired nor cancelled (tests).
+  std::size_t waiter_count() {
+    std::lock_guard lk(mu_);
+    return waiters_.size();
+  }
  private:
   enum class State { open, failed, closing, closed };
 
@@ -145,7 +157,15 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   std::uint64_t next_offset_;
   bool scheduled_ = false;  // queued on the pool or being flushed
   std::vector<Pending> queue_;
-  std::vector<std::pair<std::uint64_t, std::function<void()>>> waiters_;
+  // notify_when_beyond waiters by handle (cancel_notify), and by offset for the flusher's
+  // wake-up (one ordered walk per flushed group, never per record).
+  struct Waiter {
+    std::uint64_t offset;
+    std::function<void()> cb;
+  };
+  std::map<std::uint64_t, Waiter> waiters_;                    // handle -> waiter
+  std::multimap<std::uint64_t, std::uint64_t> waiters_by_offset_;  // offset -> handle
+  std::uint64_t last_waiter_handle_ = 0;
   ProducerTable producers_;
   std::uint64_t acked_end_;  // every append below has had its callback (or was none)
   std::vector<DupWaiter> dup_waiters_;
@@ -165,6 +185,7 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   bool groups_closed_ = false;
   std::map<std::string, std::shared_ptr<ConsumerGroup>> groups_;
   GroupClock group_clock_;
+  GroupStepHook group_step_hook_;
 
   std::atomic<std::uint64_t> hwm_;
   std::atomic<std::uint64_t> snapshot_end_;  // retention keeps every segment at/after it

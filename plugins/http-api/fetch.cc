@@ -114,12 +114,15 @@ struct Poll {
   std::uint32_t max;
   bool done = false;
   std::function<void()> cancel_timer;
+  std::uint64_t notify_handle = 0;
 
   // Strand only.
   void finish() {
     if (done) return;
     done = true;
     if (cancel_timer) std::exchange(cancel_timer, nullptr)();
+    // A timed-out poll drops its waiter, so idle shards do not accumulate them.
+    if (notify_handle) node->cancel_notify(key, shard, std::exchange(notify_handle, 0));
     ex->respond(read_once(*node, *cfg, key, shard, from, max).response);
   }
 };
@@ -161,7 +164,7 @@ void handle_fetch(Node& node, const HttpConfig& cfg, const std::shared_ptr<Excha
   ReadOutcome first = read_once(node, cfg, key, shard, from, max);
   if (!first.empty || wait.count() == 0) return ex->respond(std::move(first.response));
 
-  auto poll = std::make_shared<Poll>(Poll{ex, &node, &cfg, key, shard, from, max, false, {}});
+  auto poll = std::make_shared<Poll>(Poll{ex, &node, &cfg, key, shard, from, max, false, {}, 0});
   poll->cancel_timer = ex->start_timer(wait, [poll] { poll->finish(); });
   auto r = node.notify_when_beyond(key, shard, from, [w = std::weak_ptr<Poll>(poll)] {
     if (auto p = w.lock()) {
@@ -172,7 +175,9 @@ void handle_fetch(Node& node, const HttpConfig& cfg, const std::shared_ptr<Excha
     poll->done = true;
     if (poll->cancel_timer) std::exchange(poll->cancel_timer, nullptr)();
     ex->respond(problem(r.error()));
+    return;
   }
+  poll->notify_handle = r.value();
 }
 
 }  // namespace sluice::http_api

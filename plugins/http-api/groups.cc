@@ -168,10 +168,12 @@ struct GroupPoll {
   GroupOptions opts;
   bool done = false;
   std::function<void()> cancel_timer;
+  std::uint64_t notify_handle = 0;
   void finish() {  // strand only
     if (done) return;
     done = true;
     if (cancel_timer) std::exchange(cancel_timer, nullptr)();
+    if (notify_handle) node->cancel_notify(key, shard, std::exchange(notify_handle, 0));
     Node* n = node;
     blocking_call(ex, [n, key = key, shard = shard, group = group, max = max, opts = opts] {
       auto r = n->group_fetch(key, shard, group, max, opts);
@@ -247,7 +249,8 @@ void handle_groups(Node& node, const HttpConfig& cfg, const std::shared_ptr<Exch
         auto nr = poll->node->notify_when_beyond(poll->key, poll->shard, hwm, [weak] {
           if (auto p = weak.lock()) p->ex->post([p] { p->finish(); });
         });
-        if (!nr) poll->finish();
+        if (!nr) return poll->finish();
+        poll->notify_handle = nr.value();
       });
     });
     return;

@@ -271,18 +271,32 @@ class FakeNode : public Node {
     st.high_watermark = Offset{shards_[{key, shard.value()}].size()};
     return st;
   }
-  Result<void> notify_when_beyond(const StreamKey& key, ShardIndex shard, Offset offset,
-                                  std::function<void()> cb) override {
+  Result<std::uint64_t> notify_when_beyond(const StreamKey& key, ShardIndex shard, Offset offset,
+                                           std::function<void()> cb) override {
     ++calls_;
     {
       std::lock_guard lk(mu_);
       if (shards_[{key, shard.value()}].size() <= offset.value()) {
-        notifies_.push_back({key, shard.value(), offset.value(), std::move(cb)});
-        return {};
+        const std::uint64_t h = ++last_handle_;
+        notifies_.push_back({key, shard.value(), offset.value(), std::move(cb), h});
+        return h;
       }
     }
     cb();
-    return {};
+    return std::uint64_t{0};
+  }
+  void cancel_notify(const StreamKey&, ShardIndex, std::uint64_t handle) override {
+    std::lock_guard lk(mu_);
+    for (auto it = notifies_.begin(); it != notifies_.end(); ++it)
+      if (it->handle == handle) {
+        notifies_.erase(it);
+        ++cancelled_;
+        return;
+      }
+  }
+  std::size_t cancelled() {
+    std::lock_guard lk(mu_);
+    return cancelled_;
   }
   Result<std::vector<ShardStatus>> shards(const StreamKey& key) override {
     auto s = catalog_.get_stream(key);
@@ -379,11 +393,14 @@ class FakeNode : public Node {
   };
   std::map<std::pair<std::string, std::uint32_t>, FakeGroup> groups_;
   std::pair<std::uint64_t, std::uint64_t> last_producer_{0, 0};
+  std::uint64_t last_handle_ = 0;
+  std::size_t cancelled_ = 0;
   struct Notify {
     StreamKey key;
     std::uint32_t shard;
     std::uint64_t offset;
     std::function<void()> cb;
+    std::uint64_t handle = 0;
   };
   std::atomic<int> calls_{0};
   FakeCatalog catalog_;

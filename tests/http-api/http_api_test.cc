@@ -352,6 +352,9 @@ TEST_F(HttpApiTest, LongPollTimesOutEmpty) {
   auto o = obj(r);
   EXPECT_EQ(o["records"].as_array().size(), 0u);
   EXPECT_EQ(o["next_offset"].to_number<int>(), 0);
+  // The timed-out poll dropped its waiter (review: idle shards accumulated them).
+  EXPECT_EQ(node_.cancelled(), 1u);
+  EXPECT_EQ(node_.pending_notifies(), 0u);
 }
 
 TEST_F(HttpApiTest, LongPollCappedByMaxWait) {

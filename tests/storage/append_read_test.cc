@@ -6,9 +6,11 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <mutex>
 
 #include "layout.h"
 #include "segment.h"
+#include "shard_log.h"
 #include "storage_test_util.h"
 
 namespace sluice::fs_storage::testing {
@@ -156,17 +158,89 @@ TEST_F(AppendReadTest, MalformedBatchIsRejectedWithoutUsingAnOffset) {
 
 TEST_F(AppendReadTest, NotifyWhenBeyondFiresAfterAnAppendSyncs) {
   std::atomic<int> fired{0};
-  shard_->notify_when_beyond(Offset(0), [&] { ++fired; });
+  EXPECT_NE(shard_->notify_when_beyond(Offset(0), [&] { ++fired; }), 0u) << "registered: a handle";
   EXPECT_EQ(fired.load(), 0) << "nothing appended yet";
   ASSERT_TRUE(append_wait(*shard_, make_batch("b", 1)));
   EXPECT_TRUE(eventually([&] { return fired.load() == 1; }));
-  // Already beyond: inline.
-  shard_->notify_when_beyond(Offset(0), [&] { ++fired; });
+  // Already beyond: inline, handle 0.
+  EXPECT_EQ(shard_->notify_when_beyond(Offset(0), [&] { ++fired; }), 0u);
   EXPECT_EQ(fired.load(), 2);
   // A waiter beyond the end is called when the shard closes.
-  shard_->notify_when_beyond(Offset(100), [&] { ++fired; });
+  EXPECT_NE(shard_->notify_when_beyond(Offset(100), [&] { ++fired; }), 0u);
   engine_->close_shard(test_ref());
   EXPECT_EQ(fired.load(), 3);
+  // After close: inline.
+  EXPECT_EQ(shard_->notify_when_beyond(Offset(100), [&] { ++fired; }), 0u);
+  EXPECT_EQ(fired.load(), 4);
+}
+
+// The leak a reviewer found: every long poll that timed out on an idle shard left its
+// callback registered until the next append.
+TEST_F(AppendReadTest, CancelledWaitersLeaveNothingBehindAndNeverFire) {
+  auto impl = std::dynamic_pointer_cast<ShardLogImpl>(shard_);
+  ASSERT_TRUE(impl);
+  std::atomic<int> fired{0};
+  auto token = std::make_shared<int>(0);  // owned by every callback
+  std::vector<std::uint64_t> handles;
+  for (int i = 0; i < 1000; ++i) {
+    const std::uint64_t h = shard_->notify_when_beyond(Offset(i % 3), [&, token] { ++fired; });
+    ASSERT_NE(h, 0u);
+    handles.push_back(h);
+  }
+  EXPECT_EQ(impl->waiter_count(), 1000u);
+  for (auto h : handles) shard_->cancel_notify(h);  // every poll timed out
+  EXPECT_EQ(impl->waiter_count(), 0u);
+  EXPECT_EQ(token.use_count(), 1) << "cancel_notify destroys the callbacks before it returns";
+  ASSERT_TRUE(append_wait(*shard_, make_batch("b", 5)));
+  // A waiter registered after the append synced: it is flushed by the next append, and the
+  // flusher wakes waiters before acking, so once this append is acked every due waiter ran.
+  std::atomic<bool> later{false};
+  const std::uint64_t h2 = shard_->notify_when_beyond(Offset(5), [&] { later = true; });
+  ASSERT_NE(h2, 0u);
+  ASSERT_TRUE(append_wait(*shard_, make_batch("c", 1)));
+  EXPECT_TRUE(later.load());
+  EXPECT_EQ(fired.load(), 0) << "a cancelled waiter never fires";
+}
+
+TEST_F(AppendReadTest, CancellingAFiredUnknownOrZeroHandleIsHarmless) {
+  auto impl = std::dynamic_pointer_cast<ShardLogImpl>(shard_);
+  ASSERT_TRUE(impl);
+  std::atomic<int> fired{0};
+  const std::uint64_t h1 = shard_->notify_when_beyond(Offset(0), [&] { ++fired; });
+  ASSERT_TRUE(append_wait(*shard_, make_batch("b", 1)));  // wakes before the ack
+  EXPECT_EQ(fired.load(), 1);
+  std::atomic<int> other{0};
+  const std::uint64_t h2 = shard_->notify_when_beyond(Offset(1), [&] { ++other; });
+  ASSERT_NE(h2, 0u);
+  EXPECT_NE(h1, h2) << "handles are never reused";
+  shard_->cancel_notify(h1);  // already fired
+  shard_->cancel_notify(0);
+  shard_->cancel_notify(h2 + 1000);  // never issued
+  EXPECT_EQ(impl->waiter_count(), 1u) << "only the cancelled handle is dropped";
+  ASSERT_TRUE(append_wait(*shard_, make_batch("c", 1)));
+  EXPECT_EQ(other.load(), 1);
+  EXPECT_EQ(fired.load(), 1);
+  shard_->cancel_notify(h2);
+  EXPECT_EQ(impl->waiter_count(), 0u);
+}
+
+TEST_F(AppendReadTest, CloseFiresTheWaitersThatWereNotCancelled) {
+  std::vector<int> fired;
+  std::mutex mu;
+  auto cb = [&](int i) {
+    return [&, i] {
+      std::lock_guard lk(mu);
+      fired.push_back(i);
+    };
+  };
+  const auto a = shard_->notify_when_beyond(Offset(10), cb(1));
+  const auto b = shard_->notify_when_beyond(Offset(10), cb(2));
+  const auto c = shard_->notify_when_beyond(Offset(20), cb(3));
+  ASSERT_TRUE(a && b && c);
+  shard_->cancel_notify(b);
+  engine_->close_shard(test_ref());
+  EXPECT_EQ(fired, (std::vector<int>{1, 3}));
+  shard_->cancel_notify(a);  // after close: harmless
 }
 
 TEST_F(AppendReadTest, AckModeNoneCompletesInlineAndDataIsReadableAfterSync) {

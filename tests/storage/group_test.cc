@@ -207,8 +207,10 @@ TEST_F(GroupTest, TooManyDeliveriesMoveARecordToDeadLettersWithHeadersAndReplayP
   ASSERT_TRUE(r2.next(rv));
   hs.clear();
   ASSERT_TRUE(decode_headers(rv.headers, hs));
-  ASSERT_EQ(hs.size(), 1u);
+  ASSERT_EQ(hs.size(), 2u);
   EXPECT_EQ(hs[0].name, "trace");
+  EXPECT_EQ(hs[1].name, "sluice-replayed-from") << "the mark recovery looks for";
+  EXPECT_EQ(hs[1].value, "g:0");
 
   // Dead letters and the replay mark survive a restart.
   crash_and_restart();

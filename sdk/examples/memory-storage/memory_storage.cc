@@ -31,7 +31,7 @@ class MemoryShard final : public ShardLog {
     BatchHeader h;
     if (check_batch(batch.data(), batch.size(), &h) != BatchCheck::ok || h.length != batch.size())
       return cb(Error(Errc::malformed_body, "not one well-formed record batch"));
-    std::vector<std::function<void()>> wake;
+    std::map<std::uint64_t, std::function<void()>> wake;
     AppendResult res;
     {
       std::lock_guard lk(mu_);
@@ -42,7 +42,7 @@ class MemoryShard final : public ShardLog {
       batches_.push_back(std::move(batch));
       wake.swap(waiters_);
     }
-    for (auto& w : wake) w();
+    for (auto& [h, w] : wake) w();
     cb(res);
   }
 
@@ -69,15 +69,26 @@ class MemoryShard final : public ShardLog {
     return out;
   }
 
-  void notify_when_beyond(Offset offset, std::function<void()> cb) override {
+  std::uint64_t notify_when_beyond(Offset offset, std::function<void()> cb) override {
     {
       std::lock_guard lk(mu_);
       if (next_ <= offset.value() && !closed_) {
-        waiters_.push_back(std::move(cb));
-        return;
+        const std::uint64_t h = ++last_handle_;
+        waiters_.emplace(h, std::move(cb));
+        return h;
       }
     }
     cb();
+    return 0;
+  }
+
+  void cancel_notify(std::uint64_t handle) override {
+    std::function<void()> dropped;  // destroyed outside the lock
+    std::lock_guard lk(mu_);
+    if (auto it = waiters_.find(handle); it != waiters_.end()) {
+      dropped = std::move(it->second);
+      waiters_.erase(it);
+    }
   }
 
   // Consumer groups are optional for a minimal engine: say so with a stable code.
@@ -110,13 +121,13 @@ class MemoryShard final : public ShardLog {
   }
 
   void close() {
-    std::vector<std::function<void()>> wake;
+    std::map<std::uint64_t, std::function<void()>> wake;
     {
       std::lock_guard lk(mu_);
       closed_ = true;
       wake.swap(waiters_);
     }
-    for (auto& w : wake) w();
+    for (auto& [h, w] : wake) w();
   }
 
  private:
@@ -124,7 +135,8 @@ class MemoryShard final : public ShardLog {
   std::mutex mu_;
   std::uint64_t next_ = 0;
   std::vector<std::string> batches_;
-  std::vector<std::function<void()>> waiters_;
+  std::map<std::uint64_t, std::function<void()>> waiters_;
+  std::uint64_t last_handle_ = 0;
   bool closed_ = false;
 };
 

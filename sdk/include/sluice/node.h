@@ -96,8 +96,10 @@ class Node {
   // Resolves "earliest"/"latest" to offsets.
   virtual Result<ShardStats> shard_stats(const StreamKey& key, ShardIndex shard) = 0;
   // Long poll: `cb` runs once data beyond `offset` is visible, or the shard closes.
-  virtual Result<void> notify_when_beyond(const StreamKey& key, ShardIndex shard, Offset offset,
-                                          std::function<void()> cb) = 0;
+  // Returns the handle for cancel_notify (0 if `cb` already ran).
+  virtual Result<std::uint64_t> notify_when_beyond(const StreamKey& key, ShardIndex shard,
+                                                   Offset offset, std::function<void()> cb) = 0;
+  virtual void cancel_notify(const StreamKey& key, ShardIndex shard, std::uint64_t handle) = 0;
 
   virtual Result<std::vector<ShardStatus>> shards(const StreamKey& key) = 0;
 

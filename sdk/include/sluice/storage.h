@@ -106,8 +106,13 @@ class ShardLog {
                                    std::size_t max_bytes) = 0;
 
   // Calls `cb` once, as soon as the high watermark exceeds `offset` or the shard closes
-  // (possibly inline, if that is already true). Used for long-poll fetch.
-  virtual void notify_when_beyond(Offset offset, std::function<void()> cb) = 0;
+  // (possibly inline, if that is already true; then it returns 0). Otherwise returns a
+  // non-zero handle for cancel_notify. Used for long-poll fetch.
+  virtual std::uint64_t notify_when_beyond(Offset offset, std::function<void()> cb) = 0;
+  // Drops a waiter that has not fired (a long poll that timed out), so idle shards do not
+  // accumulate callbacks. A handle that already fired, or 0, is ignored. `cb` is destroyed
+  // before this returns, or it has run or is running.
+  virtual void cancel_notify(std::uint64_t handle) = 0;
 
   virtual ShardStats stats() = 0;
 
