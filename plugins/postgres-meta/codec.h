@@ -1,0 +1,31 @@
+// Change payloads (JSON text in changes.payload), the same shape raft-meta records.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sluice/metadata.h"
+
+namespace sluice::postgres_meta {
+
+std::string names_payload(const std::string& tenant, const std::string* ns);
+std::string stream_change_payload(const StreamInfo& s, const std::vector<Assignment>& as,
+                                  const std::optional<Tombstone>& t);
+std::string broker_payload(const BrokerInfo& b);
+std::string feature_payload(const std::string& name);
+
+// Decodes one row of `changes`. An unknown kind or a malformed payload is an error.
+Result<ChangeEvent> decode_change(std::int64_t seq, std::string_view kind,
+                                  std::string_view payload);
+
+// libpq connection strings: a human-readable form without the password (host, port,
+// dbname, user), or an error that does not echo the string.
+Result<std::string> describe_conninfo(const std::string& conninfo);
+// The password in `conninfo` (empty if none or unparseable); used to scrub messages.
+std::string conninfo_password(const std::string& conninfo);
+// `msg` with every occurrence of `secret` replaced by "***" (no-op for an empty secret).
+std::string scrub(std::string msg, const std::string& secret);
+
+}  // namespace sluice::postgres_meta

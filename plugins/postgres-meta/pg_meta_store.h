@@ -1,0 +1,150 @@
+// MetadataStore in PostgreSQL (ARCHITECTURE.md §6; README.md in this directory).
+//
+// Thread model
+//   - callers (any thread): every catalog call runs one transaction on the request
+//     connection (req_mu_ serializes them). Writes are SERIALIZABLE and lock the single
+//     `counter` row's table first, so catalog writes are serial, the change sequence is
+//     gap-free and its order is commit order. Serialization failures and lost connections
+//     are retried with backoff until metadata.timeout_ms.
+//   - feed thread (one per started store, its own connection): LISTENs for change
+//     notifications, pages the `changes` table for every watcher (callbacks run here, one
+//     at a time, in ChangeSeq order, no lock held), holds the controller lease (a session
+//     advisory lock) and tracks readiness. Reconnects with backoff.
+//
+// Lock order: life_mu_ -> req_mu_; watch_mu_ is never held with req_mu_.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <pqxx/pqxx>
+
+#include "sluice/host.h"
+#include "sluice/metadata.h"
+
+
+namespace sluice::postgres_meta {
+
+struct PgMetaConfig {
+  std::string url;                                  // metadata.postgres.url (required)
+  std::string schema = "sluice";                    // metadata.postgres.schema
+  MetadataLevel level = kBuildMetadataLevel;        // metadata.level (8..10)
+  std::vector<std::string> bootstrap_hold_back;     // metadata.bootstrap_hold_back
+  std::chrono::milliseconds timeout{10000};         // metadata.timeout_ms
+  std::chrono::milliseconds start_timeout{30000};   // metadata.start_timeout_ms
+  std::chrono::milliseconds session_timeout{10000}; // broker.session_timeout_ms
+  std::int64_t change_retention = 100000;           // metadata.postgres.change_retention
+  std::chrono::milliseconds poll_interval{1000};    // metadata.postgres.poll_interval_ms
+
+  // Throws std::invalid_argument on a missing or malformed value.
+  static PgMetaConfig from_host(const PluginHost& host);
+};
+
+class PgMetaStore final : public MetadataStore {
+ public:
+  explicit PgMetaStore(PluginHost& host);  // may throw std::invalid_argument
+  PgMetaStore(PluginHost& host, PgMetaConfig config);
+  ~PgMetaStore() override;
+
+  Result<void> start() override;
+  void stop() override;
+  MetadataStatus status() override;
+
+  Result<TenantInfo> create_tenant(const std::string& name) override;
+  Result<void> delete_tenant(const std::string& name) override;
+  Result<std::vector<TenantInfo>> list_tenants() override;
+  Result<NamespaceInfo> create_namespace(const std::string& tenant, const std::string& name) override;
+  Result<void> delete_namespace(const std::string& tenant, const std::string& name) override;
+  Result<std::vector<NamespaceInfo>> list_namespaces(const std::string& tenant) override;
+  Result<StreamInfo> create_stream(const StreamKey& key, const StreamSpec& spec) override;
+  Result<StreamInfo> delete_stream(const StreamKey& key) override;
+  Result<StreamInfo> get_stream(const StreamKey& key) override;
+  Result<std::vector<StreamInfo>> list_streams(const std::string& tenant,
+                                               const std::string& ns) override;
+  Result<CatalogSnapshot> snapshot() override;
+
+  Result<BrokerInfo> register_broker(const BrokerRegistration& reg) override;
+  Result<void> heartbeat_broker(NodeId id) override;
+  Result<void> unregister_broker(NodeId id) override;
+  Result<std::vector<BrokerInfo>> list_brokers() override;
+  Result<std::vector<FeatureInfo>> list_features() override;
+  Result<FeatureInfo> finalize_feature(const std::string& name) override;
+  Result<std::vector<Tombstone>> list_tombstones() override;
+
+  std::unique_ptr<WatchHandle> watch(ChangeSeq after,
+                                     std::function<void(const ChangeEvent&)> on_change,
+                                     std::function<void()> resync) override;
+
+  // Whether this instance holds the controller lease (the feed connection's advisory lock).
+  bool holds_lease() const { return lease_held_.load(); }
+  const PgMetaConfig& config() const { return cfg_; }
+
+  struct Watcher;
+
+ private:
+  enum class Mode { write, read, plain };
+  template <class T, class F>
+  Result<T> run(Mode mode, F&& fn);
+  Result<std::unique_ptr<pqxx::connection>> connect_once();
+  Result<std::string> migrate(pqxx::connection& c);
+  Result<void> check_started();
+  void log(LogLevel level, const std::string& msg);
+  std::string clean(const std::string& msg) const;  // scrubbed, one line
+  Error map_sql_error(const std::string& sqlstate, const std::string& what) const;
+
+  // Inside a write transaction.
+  std::uint64_t next_seq(pqxx::transaction_base& tx);
+  void record_change(pqxx::transaction_base& tx, std::uint64_t seq, ChangeEvent::Kind kind,
+                     const std::string& payload);
+  std::vector<BrokerInfo> read_brokers(pqxx::transaction_base& tx);
+  std::map<std::string, ChangeSeq, std::less<>> read_finalized(pqxx::transaction_base& tx);
+  FeatureInfo feature_info(std::string_view name,
+                           const std::map<std::string, ChangeSeq, std::less<>>& fin,
+                           const std::vector<BrokerInfo>& serving) const;
+
+  void feed_main();
+  bool deliver_all(pqxx::connection& c);  // true: more pending
+  void unregister(std::uint64_t id);
+
+  PluginHost& host_;
+  PgMetaConfig cfg_;
+  std::string target_;   // the connection target without the password
+  std::string secret_;   // the password, for scrubbing messages
+  std::string channel_;  // LISTEN channel
+
+  std::mutex life_mu_;
+  std::atomic<bool> started_{false};
+  std::string cluster_id_;  // guarded by life_mu_ once started
+
+  std::mutex req_mu_;
+  std::unique_ptr<pqxx::connection> req_;  // guarded by req_mu_
+
+  // Feed thread state.
+  std::thread feed_;
+  std::atomic<bool> feed_stop_{false};
+  std::atomic<bool> feed_up_{false};
+  std::atomic<bool> lease_held_{false};
+  std::atomic<std::uint64_t> applied_{0};
+  std::mutex err_mu_;
+  std::string last_error_;  // guarded by err_mu_
+
+  // Watches.
+  std::mutex watch_mu_;
+  std::condition_variable watch_cv_;
+  std::map<std::uint64_t, std::shared_ptr<Watcher>> watchers_;  // watch_mu_
+  std::uint64_t next_watch_id_ = 1;                               // watch_mu_
+  bool wake_ = false;                                             // watch_mu_
+  std::uint64_t delivering_ = 0;                                  // watch_mu_
+  std::thread::id feed_id_;
+};
+
+}  // namespace sluice::postgres_meta

@@ -1,0 +1,181 @@
+#include "schema.h"
+
+namespace sluice::postgres_meta {
+
+namespace {
+
+// Version 1: the catalog as a level-8 build knows it, plus the fleet tables and the change
+// feed. `counter` is the single row every writing transaction locks first: it serializes
+// catalog writes, so change sequence order is commit order and the feed never skips a row.
+constexpr std::string_view kV1 = R"SQL(
+CREATE TABLE cluster (
+  singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+  id text NOT NULL,
+  created timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE counter (
+  singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+  last_seq bigint NOT NULL,
+  pruned_up_to bigint NOT NULL
+);
+INSERT INTO counter(singleton, last_seq, pruned_up_to) VALUES (true, 0, 0);
+CREATE TABLE tenants (
+  name text PRIMARY KEY,
+  created_seq bigint NOT NULL
+);
+CREATE TABLE namespaces (
+  tenant text NOT NULL REFERENCES tenants(name),
+  name text NOT NULL,
+  created_seq bigint NOT NULL,
+  PRIMARY KEY (tenant, name)
+);
+CREATE TABLE streams (
+  tenant text NOT NULL,
+  ns text NOT NULL,
+  name text NOT NULL,
+  incarnation bigint NOT NULL DEFAULT 0 CHECK (incarnation >= 0),
+  shards integer NOT NULL CHECK (shards >= 1),
+  retention_max_bytes bigint NOT NULL,
+  retention_max_age_ms bigint NOT NULL,
+  default_ack text NOT NULL,
+  created_seq bigint NOT NULL,
+  created_at_us bigint NOT NULL,
+  PRIMARY KEY (tenant, ns, name),
+  FOREIGN KEY (tenant, ns) REFERENCES namespaces(tenant, name)
+);
+CREATE TABLE tombstones (
+  tenant text NOT NULL,
+  ns text NOT NULL,
+  name text NOT NULL,
+  deleted_up_to bigint NOT NULL,
+  seq bigint NOT NULL,
+  PRIMARY KEY (tenant, ns, name)
+);
+CREATE TABLE features (
+  name text PRIMARY KEY,
+  finalized_seq bigint NOT NULL
+);
+CREATE TABLE brokers (
+  id bigint PRIMARY KEY CHECK (id > 0),
+  address text NOT NULL,
+  directory_id text NOT NULL,
+  version text NOT NULL,
+  features text[] NOT NULL,
+  registered_seq bigint NOT NULL,
+  last_heartbeat timestamptz NOT NULL DEFAULT now()
+);
+CREATE TABLE assignments (
+  tenant text NOT NULL,
+  ns text NOT NULL,
+  name text NOT NULL,
+  shard integer NOT NULL,
+  incarnation bigint NOT NULL,
+  generation bigint NOT NULL,
+  leader bigint NOT NULL,
+  replicas bigint[] NOT NULL,
+  PRIMARY KEY (tenant, ns, name, shard)
+);
+CREATE TABLE changes (
+  seq bigint PRIMARY KEY,
+  kind text NOT NULL,
+  payload text NOT NULL,
+  committed_at timestamptz NOT NULL DEFAULT now()
+);
+)SQL";
+
+// Version 2: the incarnation rules inside the database. The SQL functions mirror
+// features.h (tests/postgres-meta checks they agree); the triggers refuse what a
+// pre-incarnation instance (which never sets sluice.writer_level) would write once
+// stream_incarnations is finalized.
+constexpr std::string_view kV2 = R"SQL(
+CREATE FUNCTION next_incarnation(proposed bigint, tombstone bigint) RETURNS bigint
+  LANGUAGE sql IMMUTABLE AS
+  $$ SELECT GREATEST(proposed, COALESCE(tombstone + 1, 0)) $$;
+
+CREATE FUNCTION decide_create_incarnation(proposed bigint, flagged boolean, finalized boolean,
+                                          tombstone bigint) RETURNS bigint
+  LANGUAGE sql IMMUTABLE AS
+  $$ SELECT CASE WHEN NOT finalized OR (NOT flagged AND proposed = 0) THEN 0
+                 ELSE GREATEST(proposed, COALESCE(tombstone + 1, 0)) END $$;
+
+CREATE FUNCTION decide_delete_tombstone(deleted bigint, flagged boolean) RETURNS bigint
+  LANGUAGE sql IMMUTABLE AS
+  $$ SELECT CASE WHEN deleted = 0 AND NOT flagged THEN NULL ELSE deleted END $$;
+
+-- The metadata level the writing session declared (SET LOCAL sluice.writer_level). A
+-- build from before incarnations never sets it: level 8.
+CREATE FUNCTION writer_level() RETURNS integer
+  LANGUAGE sql STABLE AS
+  $$ SELECT COALESCE(NULLIF(current_setting('sluice.writer_level', true), '')::integer, 8) $$;
+
+CREATE FUNCTION streams_guard_insert() RETURNS trigger
+  LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+  tomb bigint;
+BEGIN
+  IF EXISTS (SELECT 1 FROM features WHERE name = 'stream_incarnations') THEN
+    IF writer_level() < 10 THEN
+      RAISE EXCEPTION USING
+        ERRCODE = 'SL001',
+        MESSAGE = format('stream_incarnations is finalized: this instance predates incarnations '
+                         '(writer level %s); upgrade it (refused create of %s/%s/%s)',
+                         writer_level(), NEW.tenant, NEW.ns, NEW.name),
+        HINT = 'every instance must run metadata level 10 or higher once stream_incarnations is finalized';
+    END IF;
+    SELECT deleted_up_to INTO tomb FROM tombstones
+      WHERE tenant = NEW.tenant AND ns = NEW.ns AND name = NEW.name;
+    IF tomb IS NOT NULL AND NEW.incarnation <= tomb THEN
+      RAISE EXCEPTION USING
+        ERRCODE = 'SL002',
+        MESSAGE = format('incarnation %s of %s/%s/%s is not above its tombstone %s',
+                         NEW.incarnation, NEW.tenant, NEW.ns, NEW.name, tomb);
+    END IF;
+  END IF;
+  RETURN NEW;
+END $$;
+CREATE TRIGGER streams_guard_insert BEFORE INSERT ON streams
+  FOR EACH ROW EXECUTE FUNCTION streams_guard_insert();
+
+-- A pre-incarnation instance deletes without a tombstone; refuse it for an incarnated stream.
+CREATE FUNCTION streams_guard_delete() RETURNS trigger
+  LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+  IF OLD.incarnation > 0 AND writer_level() < 10 THEN
+    RAISE EXCEPTION USING
+      ERRCODE = 'SL003',
+      MESSAGE = format('stream %s/%s/%s has incarnation %s: this instance predates incarnations '
+                       '(writer level %s) and cannot delete it; upgrade it',
+                       OLD.tenant, OLD.ns, OLD.name, OLD.incarnation, writer_level());
+  END IF;
+  RETURN OLD;
+END $$;
+CREATE TRIGGER streams_guard_delete BEFORE DELETE ON streams
+  FOR EACH ROW EXECUTE FUNCTION streams_guard_delete();
+
+-- Tombstones: deleted_up_to is only ever raised, and rows are kept forever.
+CREATE FUNCTION tombstones_guard() RETURNS trigger
+  LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+  IF TG_OP = 'DELETE' THEN
+    RAISE EXCEPTION USING
+      ERRCODE = 'SL004',
+      MESSAGE = format('tombstone of %s/%s/%s is kept forever', OLD.tenant, OLD.ns, OLD.name);
+  END IF;
+  NEW.deleted_up_to := GREATEST(NEW.deleted_up_to, OLD.deleted_up_to);
+  RETURN NEW;
+END $$;
+CREATE TRIGGER tombstones_guard BEFORE UPDATE OR DELETE ON tombstones
+  FOR EACH ROW EXECUTE FUNCTION tombstones_guard();
+)SQL";
+
+}  // namespace
+
+const std::vector<Migration>& migrations() {
+  static const std::vector<Migration> m = {
+      {1, "catalog, fleet and change feed tables", kV1},
+      {2, "incarnation rules and the pre-incarnation guard triggers", kV2},
+  };
+  return m;
+}
+
+}  // namespace sluice::postgres_meta

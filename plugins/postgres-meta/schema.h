@@ -1,0 +1,27 @@
+// The postgres-meta schema: versioned migrations (README.md "Schema and migrations").
+#pragma once
+
+#include <string_view>
+#include <vector>
+
+namespace sluice::postgres_meta {
+
+// The schema version this build knows. A database at a higher version is refused at start.
+inline constexpr int kSchemaVersion = 2;
+
+struct Migration {
+  int version;
+  std::string_view description;
+  std::string_view sql;  // runs with search_path = the configured schema
+};
+
+// Every migration, in version order (1..kSchemaVersion).
+const std::vector<Migration>& migrations();
+
+// SQLSTATEs raised by the rules inside the database (migration 2).
+inline constexpr std::string_view kStateOldInstanceCreate = "SL001";   // pre-incarnation create
+inline constexpr std::string_view kStateIncarnationRepeat = "SL002";   // not above the tombstone
+inline constexpr std::string_view kStateOldInstanceDelete = "SL003";   // pre-incarnation delete
+inline constexpr std::string_view kStateTombstoneKept = "SL004";       // tombstones are forever
+
+}  // namespace sluice::postgres_meta

@@ -1,0 +1,442 @@
+// The metadata conformance suite: the same cases against every MetadataStore backend
+// (ARCHITECTURE.md §6 "Raft and Postgres pass the same metadata conformance suite").
+//
+//   raft      raft-meta, a single member in a temporary directory
+//   postgres  postgres-meta on the test PostgreSQL (ctest fixture sluice_pg), a fresh
+//             schema per test
+//
+// Only behaviour the contract (metadata.h, features.h) defines is checked here. One known
+// difference is left to the backend suites: a level-8 create after the finalize is stored
+// at 0 by raft-meta (apply must not diverge) and refused by PostgreSQL's trigger.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "pg_test_util.h"
+#include "raft_meta_store.h"
+#include "sluice/catalog_rules.h"
+#include "sluice/features.h"
+#include "test_host.h"
+
+namespace sluice {
+namespace {
+
+using sluice::testing::TestHost;
+const std::string kInc(kStreamIncarnations);
+
+struct Options {
+  bool hold_back_incarnations = false;  // a cluster bootstrapped without the finalize
+  std::size_t change_retention = 0;     // 0: the backend's default
+};
+
+// One started store and its host; the store is destroyed first.
+struct Instance {
+  std::unique_ptr<TestHost> host;
+  std::unique_ptr<MetadataStore> store;
+  ~Instance() {
+    if (store) store->stop();
+    store.reset();
+  }
+};
+
+struct Backend {
+  std::string name;
+  std::function<std::unique_ptr<Instance>(const Options&)> make;
+};
+
+void PrintTo(const Backend& b, std::ostream* os) { *os << b.name; }
+
+std::unique_ptr<Instance> make_raft(const Options& o) {
+  auto in = std::make_unique<Instance>();
+  std::map<std::string, std::string> cfg = {{"raft.address", "127.0.0.1:0"},
+                                            {"metadata.rpc_address", ""},
+                                            {"metadata.timeout_ms", "30000"}};
+  if (o.hold_back_incarnations) cfg["metadata.bootstrap_hold_back"] = kInc;
+  in->host = std::make_unique<TestHost>(cfg);
+  auto c = raft_meta::RaftMetaConfig::from_host(*in->host);
+  if (o.change_retention) c.change_retention = o.change_retention;
+  in->store = std::make_unique<raft_meta::RaftMetaStore>(*in->host, c);
+  auto r = in->store->start();
+  EXPECT_TRUE(r.ok()) << r.error().to_string();
+  return in;
+}
+
+std::unique_ptr<Instance> make_postgres(const Options& o) {
+  auto in = std::make_unique<Instance>();
+  in->host = std::make_unique<TestHost>();
+  auto c = pgtest::config(pgtest::fresh_schema("conf_" + pgtest::current_test_name()));
+  if (o.hold_back_incarnations) c.bootstrap_hold_back = {kInc};
+  if (o.change_retention) c.change_retention = static_cast<std::int64_t>(o.change_retention);
+  if (c.url.empty()) c.start_timeout = std::chrono::milliseconds(1);  // already failed: say so fast
+  in->store = std::make_unique<postgres_meta::PgMetaStore>(*in->host, c);
+  auto r = in->store->start();
+  EXPECT_TRUE(r.ok()) << r.error().to_string();
+  return in;
+}
+
+class Conformance : public ::testing::TestWithParam<Backend> {
+ protected:
+  std::unique_ptr<Instance> make(const Options& o = {}) { return GetParam().make(o); }
+  static StreamSpec spec(std::uint32_t shards = 1) {
+    StreamSpec s;
+    s.shards = shards;
+    return s;
+  }
+  static void make_ns(MetadataStore& s) {
+    ASSERT_TRUE(s.create_tenant("acme").ok());
+    ASSERT_TRUE(s.create_namespace("acme", "prod").ok());
+  }
+  static BrokerRegistration broker(std::uint32_t id, bool with_incarnations) {
+    BrokerRegistration b;
+    b.id = NodeId{id};
+    b.address = "127.0.0.1:" + std::to_string(9000 + id);
+    b.directory_id = "dir-" + std::to_string(id);
+    b.version = "test";
+    if (with_incarnations) b.features = {kInc};
+    return b;
+  }
+};
+
+// Collects watch deliveries (they arrive on a backend thread).
+struct Collector {
+  std::mutex mu;
+  std::vector<ChangeEvent> events;
+  std::atomic<int> resyncs{0};
+  std::function<void(const ChangeEvent&)> on_change() {
+    return [this](const ChangeEvent& e) {
+      std::lock_guard lk(mu);
+      events.push_back(e);
+    };
+  }
+  std::function<void()> on_resync() {
+    return [this] { ++resyncs; };
+  }
+  std::vector<ChangeEvent> copy() {
+    std::lock_guard lk(mu);
+    return events;
+  }
+  std::size_t size() {
+    std::lock_guard lk(mu);
+    return events.size();
+  }
+};
+
+const StreamKey kKey{"acme", "prod", "orders"};
+
+TEST_P(Conformance, IncarnationsStrictlyIncreaseAcrossDeleteAndRecreate) {
+  auto in = make();
+  auto& s = *in->store;
+  make_ns(s);
+  std::vector<std::uint64_t> seen;
+  for (int round = 0; round < 4; ++round) {
+    auto c = s.create_stream(kKey, spec(2));
+    ASSERT_TRUE(c.ok()) << c.error().to_string();
+    ASSERT_GT(c->incarnation.value(), 0u) << "finalized at bootstrap: never incarnation 0";
+    if (!seen.empty()) {
+      EXPECT_GT(c->incarnation.value(), seen.back());
+    }
+    seen.push_back(c->incarnation.value());
+    auto g = s.get_stream(kKey);
+    ASSERT_TRUE(g.ok());
+    EXPECT_EQ(g->incarnation, c->incarnation);
+    auto d = s.delete_stream(kKey);
+    ASSERT_TRUE(d.ok()) << d.error().to_string();
+    EXPECT_EQ(d->incarnation, c->incarnation);
+    auto ts = s.list_tombstones();
+    ASSERT_TRUE(ts.ok());
+    ASSERT_EQ(ts->size(), 1u) << "one tombstone per name, overwritten";
+    EXPECT_EQ(ts->front().key, kKey);
+    EXPECT_EQ(ts->front().deleted_up_to, c->incarnation);
+  }
+  EXPECT_EQ(s.get_stream(kKey).error().code, Errc::not_found);
+}
+
+TEST_P(Conformance, TombstonesAreInTheSnapshotAndTheDeleteChange) {
+  auto in = make();
+  auto& s = *in->store;
+  make_ns(s);
+  auto c = s.create_stream(kKey, spec(3));
+  ASSERT_TRUE(c.ok());
+  auto before = s.snapshot();
+  ASSERT_TRUE(before.ok());
+  Collector col;
+  auto h = s.watch(before->seq, col.on_change(), col.on_resync());
+  ASSERT_TRUE(s.delete_stream(kKey).ok());
+  ASSERT_TRUE(pgtest::eventually([&] { return col.size() >= 1; }));
+  auto ev = col.copy().front();
+  EXPECT_EQ(ev.kind, ChangeEvent::Kind::stream_deleted);
+  EXPECT_EQ(ev.stream.incarnation, c->incarnation);
+  ASSERT_TRUE(ev.tombstone.has_value());
+  EXPECT_EQ(ev.tombstone->deleted_up_to, c->incarnation);
+  EXPECT_EQ(ev.tombstone->seq, ev.seq);
+  EXPECT_EQ(ev.assignments.size(), 3u) << "the delete carries the assignments it removes";
+  auto snap = s.snapshot();
+  ASSERT_TRUE(snap.ok());
+  ASSERT_EQ(snap->tombstones.size(), 1u);
+  EXPECT_EQ(snap->tombstones[0].deleted_up_to, c->incarnation);
+  EXPECT_EQ(snap->tombstones[0].seq, ev.seq);
+  EXPECT_TRUE(snap->streams.empty());
+  EXPECT_TRUE(snap->assignments.empty());
+  EXPECT_GE(snap->seq, ev.seq);
+}
+
+TEST_P(Conformance, LegacyBeforeFinalizeStoresZeroAndWritesNoTombstone) {
+  auto in = make({.hold_back_incarnations = true});
+  auto& s = *in->store;
+  make_ns(s);
+  for (int round = 0; round < 2; ++round) {
+    auto c = s.create_stream(kKey, spec());
+    ASSERT_TRUE(c.ok()) << c.error().to_string();
+    EXPECT_EQ(c->incarnation.value(), 0u);
+    auto d = s.delete_stream(kKey);
+    ASSERT_TRUE(d.ok());
+    auto ts = s.list_tombstones();
+    ASSERT_TRUE(ts.ok());
+    EXPECT_TRUE(ts->empty()) << "no tombstone before the finalize";
+  }
+  // Finalize with a stream at 0 alive: deleting it afterwards writes no tombstone either.
+  ASSERT_TRUE(s.create_stream(kKey, spec()).ok());
+  auto f = s.finalize_feature(kInc);
+  ASSERT_TRUE(f.ok()) << f.error().to_string();
+  auto d0 = s.delete_stream(kKey);
+  ASSERT_TRUE(d0.ok());
+  EXPECT_EQ(d0->incarnation.value(), 0u);
+  EXPECT_TRUE(s.list_tombstones()->empty()) << "a delete at incarnation 0 writes no tombstone";
+  // The next create is incarnated, and its delete leaves a tombstone.
+  auto c1 = s.create_stream(kKey, spec());
+  ASSERT_TRUE(c1.ok());
+  EXPECT_GT(c1->incarnation.value(), 0u);
+  ASSERT_TRUE(s.delete_stream(kKey).ok());
+  auto ts = s.list_tombstones();
+  ASSERT_EQ(ts->size(), 1u);
+  EXPECT_EQ(ts->front().deleted_up_to, c1->incarnation);
+  auto c2 = s.create_stream(kKey, spec());
+  ASSERT_TRUE(c2.ok());
+  EXPECT_GT(c2->incarnation, c1->incarnation);
+}
+
+TEST_P(Conformance, FinalizeGateRefusesWhileAServingBrokerLacksIt) {
+  auto in = make({.hold_back_incarnations = true});
+  auto& s = *in->store;
+  ASSERT_TRUE(s.register_broker(broker(7, false)).ok());
+  ASSERT_TRUE(s.register_broker(broker(8, true)).ok());
+  auto fs = s.list_features();
+  ASSERT_TRUE(fs.ok());
+  auto it = std::find_if(fs->begin(), fs->end(), [](auto& f) { return f.name == kInc; });
+  ASSERT_NE(it, fs->end());
+  EXPECT_FALSE(it->finalized);
+  EXPECT_EQ(it->lacking, std::vector<NodeId>{NodeId{7}});
+  EXPECT_EQ(it->supported_by, std::vector<NodeId>{NodeId{8}});
+
+  auto refused = s.finalize_feature(kInc);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code, Errc::conflict);
+  EXPECT_NE(refused.error().message.find("7"), std::string::npos) << refused.error().message;
+
+  // Broker 7 stops serving (clean shutdown): the gate opens.
+  ASSERT_TRUE(s.unregister_broker(NodeId{7}).ok());
+  auto f1 = s.finalize_feature(kInc);
+  ASSERT_TRUE(f1.ok()) << f1.error().to_string();
+  EXPECT_TRUE(f1->finalized);
+  EXPECT_GT(f1->finalized_seq.value(), 0u);
+  auto f2 = s.finalize_feature(kInc);  // idempotent: the same answer
+  ASSERT_TRUE(f2.ok());
+  EXPECT_EQ(f2->finalized_seq, f1->finalized_seq);
+
+  auto unknown = s.finalize_feature("no_such_feature");
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(unknown.error().code, Errc::not_found);
+  auto snap = s.snapshot();
+  ASSERT_TRUE(snap.ok());
+  EXPECT_EQ(snap->finalized_features, std::vector<std::string>{kInc});
+}
+
+TEST_P(Conformance, RegistrationRefusedAfterFinalizeForBrokersLackingIt) {
+  auto in = make();  // bootstrap finalizes stream_incarnations
+  auto& s = *in->store;
+  auto old = s.register_broker(broker(3, false));
+  ASSERT_FALSE(old.ok());
+  EXPECT_EQ(old.error().code, Errc::conflict);
+  EXPECT_NE(old.error().message.find(kInc), std::string::npos) << old.error().message;
+  auto b = s.register_broker(broker(3, true));
+  ASSERT_TRUE(b.ok()) << b.error().to_string();
+  EXPECT_TRUE(b->live);
+  auto brokers = s.list_brokers();
+  ASSERT_TRUE(brokers.ok());
+  ASSERT_EQ(brokers->size(), 1u);
+  EXPECT_EQ(brokers->front().id, NodeId{3});
+  EXPECT_TRUE(brokers->front().live);
+  EXPECT_TRUE(s.heartbeat_broker(NodeId{3}).ok());
+  EXPECT_EQ(s.heartbeat_broker(NodeId{99}).error().code, Errc::not_found);
+  EXPECT_EQ(s.unregister_broker(NodeId{99}).error().code, Errc::not_found);
+}
+
+TEST_P(Conformance, ChangeFeedDeliversEveryChangeInOrder) {
+  auto in = make();
+  auto& s = *in->store;
+  Collector col;
+  auto h = s.watch(ChangeSeq{0}, col.on_change(), col.on_resync());
+  make_ns(s);
+  ASSERT_TRUE(s.register_broker(broker(1, true)).ok());
+  auto c = s.create_stream(kKey, spec(2));
+  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE(s.delete_stream(kKey).ok());
+  ASSERT_TRUE(s.unregister_broker(NodeId{1}).ok());
+  ASSERT_TRUE(s.delete_namespace("acme", "prod").ok());
+  ASSERT_TRUE(s.delete_tenant("acme").ok());
+  using K = ChangeEvent::Kind;
+  const std::vector<K> want = {K::tenant_created,    K::namespace_created, K::broker_registered,
+                               K::stream_created,    K::stream_deleted,    K::broker_unregistered,
+                               K::namespace_deleted, K::tenant_deleted};
+  ASSERT_TRUE(pgtest::eventually([&] { return col.size() >= want.size(); })) << col.size();
+  auto evs = col.copy();
+  ASSERT_EQ(evs.size(), want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(evs[i].kind, want[i]) << i;
+    if (i) {
+      EXPECT_GT(evs[i].seq, evs[i - 1].seq) << i;
+    }
+  }
+  EXPECT_EQ(col.resyncs.load(), 0);
+  EXPECT_EQ(evs[3].stream.key, kKey);
+  EXPECT_EQ(evs[3].stream.incarnation, c->incarnation);
+  EXPECT_EQ(evs[3].stream.created_seq, evs[3].seq);
+  ASSERT_EQ(evs[3].assignments.size(), 2u);
+  EXPECT_EQ(evs[3].assignments[0].leader, NodeId{1});
+  EXPECT_EQ(evs[4].assignments.size(), 2u);
+  EXPECT_EQ(evs[2].broker.id, NodeId{1});
+  // A second watch from the middle gets exactly the rest.
+  Collector tail;
+  auto h2 = s.watch(evs[4].seq, tail.on_change(), tail.on_resync());
+  ASSERT_TRUE(pgtest::eventually([&] { return tail.size() >= 3; }));
+  auto t = tail.copy();
+  ASSERT_EQ(t.size(), 3u);
+  EXPECT_EQ(t[0].seq, evs[5].seq);
+}
+
+TEST_P(Conformance, ChangeFeedTooOldCursorResyncsFromSnapshot) {
+  auto in = make({.change_retention = 5});
+  auto& s = *in->store;
+  ASSERT_TRUE(s.create_tenant("acme").ok());
+  for (int i = 0; i < 12; ++i) ASSERT_TRUE(s.create_namespace("acme", "ns" + std::to_string(i)).ok());
+  Collector old;
+  auto h = s.watch(ChangeSeq{0}, old.on_change(), old.on_resync());
+  ASSERT_TRUE(pgtest::eventually([&] { return old.resyncs.load() == 1; }));
+  EXPECT_EQ(old.size(), 0u) << "a resync delivers nothing";
+  auto snap = s.snapshot();
+  ASSERT_TRUE(snap.ok());
+  EXPECT_EQ(snap->namespaces.size(), 12u);
+  Collector fresh;
+  auto h2 = s.watch(snap->seq, fresh.on_change(), fresh.on_resync());
+  ASSERT_TRUE(s.create_namespace("acme", "after").ok());
+  ASSERT_TRUE(pgtest::eventually([&] { return fresh.size() >= 1; }));
+  EXPECT_EQ(fresh.copy().front().ns, "after");
+  EXPECT_EQ(fresh.resyncs.load(), 0);
+}
+
+std::uint64_t fnv(const StreamKey& k) {
+  std::uint64_t h = 14695981039346656037ull;
+  for (char c : k.to_string()) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+TEST_P(Conformance, AssignmentsOnePerShardAtTheCreateSeqRemovedByDelete) {
+  auto in = make();
+  auto& s = *in->store;
+  make_ns(s);
+  // Unassigned with no broker.
+  auto lone = s.create_stream({"acme", "prod", "lone"}, spec(2));
+  ASSERT_TRUE(lone.ok());
+  ASSERT_TRUE(s.register_broker(broker(2, true)).ok());
+  ASSERT_TRUE(s.register_broker(broker(5, true)).ok());
+  auto c = s.create_stream(kKey, spec(4));
+  ASSERT_TRUE(c.ok());
+  auto snap = s.snapshot();
+  ASSERT_TRUE(snap.ok());
+  std::vector<Assignment> mine, lone_as;
+  for (auto& a : snap->assignments) {
+    (a.key == kKey ? mine : lone_as).push_back(a);
+  }
+  ASSERT_EQ(lone_as.size(), 2u);
+  for (auto& a : lone_as) EXPECT_EQ(a.leader, NodeId{0});
+  ASSERT_EQ(mine.size(), 4u);
+  const NodeId ids[] = {NodeId{2}, NodeId{5}};
+  const std::uint64_t off = fnv(kKey) % 2;
+  for (std::uint32_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(mine[i].shard, ShardIndex{i});
+    EXPECT_EQ(mine[i].incarnation, c->incarnation);
+    EXPECT_EQ(mine[i].generation, first_generation(c->created_seq));
+    EXPECT_EQ(mine[i].leader, ids[(off + i) % 2]) << i;
+    EXPECT_EQ(mine[i].replicas, std::vector<NodeId>{mine[i].leader});
+  }
+  ASSERT_TRUE(s.delete_stream(kKey).ok());
+  auto after = s.snapshot();
+  for (auto& a : after->assignments) EXPECT_NE(a.key, kKey);
+  EXPECT_EQ(after->assignments.size(), 2u);
+  // A recreate's first generation is above the deleted one's (a later create seq).
+  auto c2 = s.create_stream(kKey, spec(1));
+  ASSERT_TRUE(c2.ok());
+  EXPECT_GT(first_generation(c2->created_seq), first_generation(c->created_seq));
+}
+
+TEST_P(Conformance, NamesSpecsAndStateErrors) {
+  auto in = make();
+  auto& s = *in->store;
+  EXPECT_EQ(s.create_tenant("").error().code, Errc::invalid_name);
+  EXPECT_EQ(s.create_tenant("a/b").error().code, Errc::invalid_name);
+  EXPECT_EQ(s.create_tenant(".hidden").error().code, Errc::invalid_name);
+  EXPECT_EQ(s.create_namespace("nope", "x").error().code, Errc::not_found);
+  make_ns(s);
+  EXPECT_EQ(s.create_tenant("acme").error().code, Errc::already_exists);
+  EXPECT_EQ(s.create_namespace("acme", "prod").error().code, Errc::already_exists);
+  EXPECT_EQ(s.create_stream({"acme", "prod", "bad name"}, spec()).error().code, Errc::invalid_name);
+  EXPECT_EQ(s.create_stream({"acme", "nope", "x"}, spec()).error().code, Errc::not_found);
+  EXPECT_EQ(s.create_stream(kKey, spec(0)).error().code, Errc::invalid_argument);
+  EXPECT_EQ(s.create_stream(kKey, spec(kMaxShardsPerStream + 1)).error().code, Errc::invalid_argument);
+  StreamSpec bad = spec();
+  bad.retention.max_bytes = 0;
+  EXPECT_EQ(s.create_stream(kKey, bad).error().code, Errc::invalid_argument);
+  StreamSpec good = spec(3);
+  good.retention.max_age_ms = 60000;
+  good.default_ack = AckMode::none;
+  auto c = s.create_stream(kKey, good);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(s.create_stream(kKey, good).error().code, Errc::already_exists);
+  auto g = s.get_stream(kKey);
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ(g->spec, good);
+  EXPECT_EQ(g->created_seq, c->created_seq);
+  auto ls = s.list_streams("acme", "prod");
+  ASSERT_TRUE(ls.ok());
+  ASSERT_EQ(ls->size(), 1u);
+  EXPECT_EQ(s.list_streams("acme", "nope").error().code, Errc::not_found);
+  EXPECT_EQ(s.list_namespaces("nope").error().code, Errc::not_found);
+  EXPECT_EQ(s.delete_namespace("acme", "prod").error().code, Errc::conflict);
+  EXPECT_EQ(s.delete_tenant("acme").error().code, Errc::conflict);
+  EXPECT_EQ(s.delete_stream({"acme", "prod", "nope"}).error().code, Errc::not_found);
+  EXPECT_EQ(s.delete_tenant("nope").error().code, Errc::not_found);
+  ASSERT_TRUE(s.delete_stream(kKey).ok());
+  ASSERT_TRUE(s.delete_namespace("acme", "prod").ok());
+  ASSERT_TRUE(s.delete_tenant("acme").ok());
+  EXPECT_TRUE(s.list_tenants()->empty());
+  auto st = s.status();
+  EXPECT_TRUE(st.ready);
+  EXPECT_FALSE(st.cluster_id.empty());
+  EXPECT_EQ(st.cluster_id, in->host->cluster_id()) << "adopted through the host";
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, Conformance,
+                         ::testing::Values(Backend{"raft", make_raft},
+                                           Backend{"postgres", make_postgres}),
+                         [](const auto& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace sluice

@@ -1,0 +1,410 @@
+// postgres-meta against a real PostgreSQL 15 (ctest fixture sluice_pg; a fresh schema per
+// test). No mocks and no timing assertions: waits poll with generous deadlines.
+#include <gtest/gtest.h>
+
+#include <barrier>
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+#include <thread>
+
+#include "pg_test_util.h"
+#include "schema.h"
+#include "sluice/features.h"
+
+namespace sluice::postgres_meta {
+namespace {
+
+using sluice::testing::TestHost;
+using namespace std::chrono_literals;
+const std::string kInc(kStreamIncarnations);
+const StreamKey kKey{"acme", "prod", "orders"};
+
+StreamSpec spec(std::uint32_t shards = 1) {
+  StreamSpec s;
+  s.shards = shards;
+  return s;
+}
+
+// A started instance (its own host, so each adopts the cluster id itself).
+struct Node {
+  TestHost host;
+  std::unique_ptr<PgMetaStore> store;
+  explicit Node(PgMetaConfig c) {
+    store = std::make_unique<PgMetaStore>(host, std::move(c));
+    auto r = store->start();
+    EXPECT_TRUE(r.ok()) << r.error().to_string();
+  }
+  ~Node() { store.reset(); }
+  PgMetaStore* operator->() { return store.get(); }
+};
+
+std::string test_schema() { return pgtest::fresh_schema(pgtest::current_test_name()); }
+
+int sh(const std::string& cmd) {
+  int rc = std::system(cmd.c_str());
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+TEST(PostgresMeta, sql_rules_agree_with_features_h) {
+  auto schema = test_schema();
+  { Node n(pgtest::config(schema)); }
+  const std::int64_t vals[] = {0, 1, 2, 5, 1000, 1764670000000000};
+  for (auto p : vals)
+    for (int has_t = 0; has_t < 2; ++has_t)
+      for (auto t : vals) {
+        std::optional<Incarnation> tomb;
+        if (has_t) {
+          tomb = Incarnation{static_cast<std::uint64_t>(t)};
+        }
+        std::string ts = has_t ? std::to_string(t) : "NULL";
+        auto r = pgtest::sql(schema, "SELECT next_incarnation(" + std::to_string(p) + ", " + ts + ")");
+        EXPECT_EQ(r[0][0].as<std::int64_t>(),
+                  static_cast<std::int64_t>(next_incarnation(p, tomb).value()));
+        for (int fl = 0; fl < 2; ++fl)
+          for (int fin = 0; fin < 2; ++fin) {
+            auto d = pgtest::sql(schema, "SELECT decide_create_incarnation(" + std::to_string(p) +
+                                             ", " + (fl ? "true" : "false") + ", " +
+                                             (fin ? "true" : "false") + ", " + ts + ")");
+            EXPECT_EQ(d[0][0].as<std::int64_t>(),
+                      static_cast<std::int64_t>(
+                          decide_create_incarnation(p, fl, fin, tomb).value()))
+                << p << " " << fl << " " << fin << " " << ts;
+          }
+      }
+  for (auto v : vals)
+    for (int fl = 0; fl < 2; ++fl) {
+      auto r = pgtest::sql(schema, "SELECT decide_delete_tombstone(" + std::to_string(v) + ", " +
+                                       (fl ? "true" : "false") + ")");
+      auto want = decide_delete_tombstone(Incarnation{static_cast<std::uint64_t>(v)}, fl);
+      EXPECT_EQ(r[0][0].is_null(), !want.has_value());
+      if (want) {
+        EXPECT_EQ(r[0][0].as<std::int64_t>(), static_cast<std::int64_t>(want->value()));
+      }
+    }
+}
+
+TEST(PostgresMeta, old_instance_create_refused_after_finalize) {
+  auto schema = test_schema();
+  auto c10 = pgtest::config(schema);
+  c10.bootstrap_hold_back = {kInc};
+  Node upgraded(c10);
+  auto c8 = pgtest::config(schema);
+  c8.level = MetadataLevel{8};
+  Node old(c8);
+  ASSERT_TRUE(upgraded->create_tenant("acme").ok());
+  ASSERT_TRUE(upgraded->create_namespace("acme", "prod").ok());
+
+  // Before the finalize: the level-8 create succeeds and stores 0.
+  auto before = old->create_stream({"acme", "prod", "legacy"}, spec());
+  ASSERT_TRUE(before.ok()) << before.error().to_string();
+  EXPECT_EQ(before->incarnation.value(), 0u);
+  EXPECT_EQ(pgtest::sql(schema, "SELECT incarnation FROM streams WHERE name = 'legacy'")[0][0]
+                .as<std::int64_t>(),
+            0);
+  // A level-8 instance does not finalize (its group level is 8).
+  EXPECT_EQ(old->finalize_feature(kInc).error().code, Errc::conflict);
+
+  ASSERT_TRUE(upgraded->finalize_feature(kInc).ok());
+
+  // After it: the database refuses the level-8 create, with a clear message.
+  auto refused = old->create_stream(kKey, spec());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code, Errc::conflict);
+  EXPECT_NE(refused.error().message.find("stream_incarnations is finalized"), std::string::npos)
+      << refused.error().message;
+  EXPECT_NE(refused.error().message.find("upgrade"), std::string::npos);
+  EXPECT_EQ(old->get_stream(kKey).error().code, Errc::not_found) << "nothing was written";
+  // Even a raw INSERT as a pre-incarnation build would write it.
+  EXPECT_THROW(pgtest::sql(schema,
+                           "INSERT INTO streams(tenant, ns, name, shards, retention_max_bytes,"
+                           " retention_max_age_ms, default_ack, created_seq, created_at_us)"
+                           " VALUES ('acme', 'prod', 'raw', 1, -1, -1, 'leader', 0, 0)"),
+               pqxx::sql_error);
+
+  // Upgraded instances still create, incarnated.
+  auto up = upgraded->create_stream(kKey, spec());
+  ASSERT_TRUE(up.ok()) << up.error().to_string();
+  EXPECT_GT(up->incarnation.value(), 0u);
+  // The old instance cannot delete an incarnated stream without a tombstone.
+  auto del = old->delete_stream(kKey);
+  ASSERT_FALSE(del.ok());
+  EXPECT_EQ(del.error().code, Errc::conflict);
+  ASSERT_TRUE(upgraded->delete_stream(kKey).ok());
+  ASSERT_EQ(upgraded->list_tombstones()->size(), 1u);
+  // Its pre-finalize stream at 0 is still readable and deletable by the upgraded instance.
+  auto legacy = upgraded->delete_stream({"acme", "prod", "legacy"});
+  ASSERT_TRUE(legacy.ok());
+  EXPECT_EQ(legacy->incarnation.value(), 0u);
+}
+
+TEST(PostgresMeta, concurrent_create_of_one_name) {
+  auto schema = test_schema();
+  Node a(pgtest::config(schema));
+  Node b(pgtest::config(schema));
+  ASSERT_TRUE(a->create_tenant("acme").ok());
+  ASSERT_TRUE(a->create_namespace("acme", "prod").ok());
+  constexpr int kRounds = 100;
+  std::vector<std::optional<Result<StreamInfo>>> ra(kRounds), rb(kRounds);
+  std::barrier sync(3);  // two racers and this thread
+  auto racer = [&](PgMetaStore& s, std::vector<std::optional<Result<StreamInfo>>>& out) {
+    for (int i = 0; i < kRounds; ++i) {
+      sync.arrive_and_wait();  // both create at once
+      out[i].emplace(s.create_stream(kKey, spec(2)));
+      sync.arrive_and_wait();  // round done
+      sync.arrive_and_wait();  // checked and deleted
+    }
+  };
+  std::thread ta(racer, std::ref(*a.store), std::ref(ra));
+  std::thread tb(racer, std::ref(*b.store), std::ref(rb));
+  std::set<std::uint64_t> incarnations;
+  std::uint64_t last = 0;
+  int failures = 0;
+  for (int i = 0; i < kRounds; ++i) {
+    sync.arrive_and_wait();
+    sync.arrive_and_wait();
+    auto& x = *ra[i];
+    auto& y = *rb[i];
+    const int wins = int(x.ok()) + int(y.ok());
+    if (wins != 1) ++failures;
+    EXPECT_EQ(wins, 1) << "round " << i;
+    for (auto* r : {&x, &y})
+      if (!r->ok()) {
+        EXPECT_EQ(r->error().code, Errc::already_exists) << r->error().to_string();
+      }
+    auto& win = x.ok() ? x : y;
+    if (win.ok()) {
+      EXPECT_GT(win->incarnation.value(), last) << "round " << i;
+      EXPECT_TRUE(incarnations.insert(win->incarnation.value()).second) << "repeated";
+      last = win->incarnation.value();
+      auto g = b->get_stream(kKey);
+      EXPECT_TRUE(g.ok() && g->incarnation == win->incarnation);
+    }
+    // Delete through either instance, alternating.
+    auto d = (i % 2 ? a : b)->delete_stream(kKey);
+    EXPECT_TRUE(d.ok()) << d.error().to_string();
+    sync.arrive_and_wait();
+  }
+  ta.join();
+  tb.join();
+  EXPECT_EQ(incarnations.size(), static_cast<std::size_t>(kRounds));
+  // Every create and delete is one change, in order, nothing skipped.
+  auto seqs = pgtest::sql(schema, "SELECT count(*), min(seq), max(seq) FROM changes");
+  EXPECT_EQ(seqs[0][0].as<std::int64_t>(), seqs[0][2].as<std::int64_t>() - seqs[0][1].as<std::int64_t>() + 1)
+      << "the change sequence has no holes";
+}
+
+TEST(PostgresMeta, restore_rewinds_sequence) {
+  auto schema = test_schema();
+  const std::string dump = ::testing::TempDir() + "/" + schema + ".sql";
+  std::uint64_t highest = 0, first_inc = 0;
+  ChangeSeq watcher_cursor;
+  {
+    Node n(pgtest::config(schema));
+    ASSERT_TRUE(n->create_tenant("acme").ok());
+    ASSERT_TRUE(n->create_namespace("acme", "prod").ok());
+    auto first = n->create_stream(kKey, spec());
+    ASSERT_TRUE(first.ok());
+    highest = first->incarnation.value();
+    first_inc = highest;
+    // The backup: taken here, as pg_dump of the schema.
+    ASSERT_EQ(sh("/usr/lib/postgresql/15/bin/pg_dump -d '" + pgtest::base_url() + "' -n " + schema +
+                 " -f " + dump),
+              0);
+    for (int i = 0; i < 5; ++i) {
+      ASSERT_TRUE(n->delete_stream(kKey).ok());
+      auto c = n->create_stream(kKey, spec());
+      ASSERT_TRUE(c.ok());
+      EXPECT_GT(c->incarnation.value(), highest);
+      highest = c->incarnation.value();
+    }
+    watcher_cursor = n->snapshot()->seq;
+  }
+  // The restore: the schema is replaced by the older dump (sequence, tombstones and streams
+  // rewound).
+  pgtest::sql(schema, "DROP SCHEMA " + schema + " CASCADE");
+  ASSERT_EQ(sh("/usr/lib/postgresql/15/bin/psql -X -q -v ON_ERROR_STOP=1 -d '" + pgtest::base_url() +
+               "' -f " + dump + " > /dev/null"),
+            0);
+  Node n(pgtest::config(schema));
+  auto snap = n->snapshot();
+  ASSERT_TRUE(snap.ok());
+  EXPECT_LT(snap->seq, watcher_cursor) << "the restore rewound the change sequence";
+  EXPECT_EQ(n->get_stream(kKey)->incarnation.value(), first_inc) << "the dump's state is back";
+  EXPECT_TRUE(n->list_tombstones()->empty()) << "the dump predates every tombstone";
+  ASSERT_TRUE(n->delete_stream(kKey).ok());
+  auto c = n->create_stream(kKey, spec());
+  ASSERT_TRUE(c.ok());
+  EXPECT_GT(c->incarnation.value(), highest)
+      << "the incarnation comes from the clock and the tombstone, not the sequence";
+  // A watcher whose cursor is beyond the restored sequence is told to resync.
+  std::atomic<int> resyncs{0};
+  auto h = n->watch(watcher_cursor, [](const ChangeEvent&) {}, [&] { ++resyncs; });
+  EXPECT_TRUE(pgtest::eventually([&] { return resyncs.load() == 1; }));
+}
+
+TEST(PostgresMeta, schema_newer_than_binary_refused_at_start) {
+  auto schema = test_schema();
+  { Node n(pgtest::config(schema)); }
+  pgtest::sql(schema, "INSERT INTO sluice_schema_version(version, description) VALUES (99, 'future')");
+  TestHost host;
+  PgMetaStore s(host, pgtest::config(schema));
+  auto r = s.start();
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("version 99"), std::string::npos) << r.error().message;
+  EXPECT_NE(r.error().message.find("version " + std::to_string(kSchemaVersion)), std::string::npos)
+      << r.error().message;
+  EXPECT_FALSE(s.status().ready);
+}
+
+TEST(PostgresMeta, bad_url_or_password_fails_clearly_without_the_secret) {
+  auto schema = test_schema();
+  const std::string secret = "Wr0ngSecret-xyz";
+  // The role sluice_pw authenticates with a password (pg_test_server.sh).
+  std::string base = pgtest::base_url();
+  auto port_at = base.find("port=");
+  std::string port = base.substr(port_at + 5, base.find(' ', port_at) - port_at - 5);
+  {
+    TestHost host;
+    auto c = pgtest::config(schema, "host=127.0.0.1 port=" + port +
+                                        " user=sluice_pw dbname=sluice_test password=" + secret);
+    PgMetaStore s(host, c);
+    auto r = s.start();
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.error().code, Errc::unauthorized);
+    EXPECT_NE(r.error().message.find("authentication failed"), std::string::npos) << r.error().message;
+    EXPECT_EQ(r.error().message.find(secret), std::string::npos) << r.error().message;
+    EXPECT_NE(r.error().message.find("user=sluice_pw"), std::string::npos) << r.error().message;
+    for (auto& l : host.logs()) EXPECT_EQ(l.find(secret), std::string::npos) << l;
+  }
+  {  // URI form, right password: works.
+    TestHost host;
+    Node n(pgtest::config(schema, "postgresql://sluice_pw:sluice-test-secret@127.0.0.1:" + port +
+                                      "/sluice_test"));
+    EXPECT_TRUE(n->status().ready);
+  }
+  {  // Nobody listening: unavailable after the start timeout, naming the target.
+    TestHost host;
+    auto c = pgtest::config(schema, "postgresql://sluice_pw:" + secret + "@127.0.0.1:1/sluice_test");
+    c.start_timeout = 500ms;
+    PgMetaStore s(host, c);
+    auto r = s.start();
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.error().code, Errc::unavailable);
+    EXPECT_NE(r.error().message.find("port=1"), std::string::npos) << r.error().message;
+    EXPECT_EQ(r.error().message.find(secret), std::string::npos) << r.error().message;
+  }
+  {  // Unparseable: refused at construction, secret not echoed.
+    TestHost host;
+    auto c = pgtest::config(schema, "host=127.0.0.1 password=" + secret + " bogus");
+    try {
+      PgMetaStore s(host, c);
+      ADD_FAILURE() << "accepted a malformed URL";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_EQ(std::string(e.what()).find(secret), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("metadata.postgres.url"), std::string::npos);
+    }
+  }
+  {  // Missing: refused by the configuration.
+    TestHost host;
+    EXPECT_THROW(PgMetaStore s(host), std::invalid_argument);
+  }
+}
+
+TEST(PostgresMeta, two_instances_share_the_catalog_feed_and_one_lease) {
+  auto schema = test_schema();
+  auto a = std::make_unique<Node>(pgtest::config(schema));
+  Node b(pgtest::config(schema));
+  EXPECT_EQ(a->host.cluster_id(), b.host.cluster_id());
+  std::mutex mu;
+  std::vector<ChangeEvent> seen;
+  auto h = b->watch(b->snapshot()->seq, [&](const ChangeEvent& e) {
+    std::lock_guard lk(mu);
+    seen.push_back(e);
+  }, [] {});
+  ASSERT_TRUE((*a)->create_tenant("acme").ok());
+  ASSERT_TRUE((*a)->create_namespace("acme", "prod").ok());
+  auto c = (*a)->create_stream(kKey, spec());
+  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE(pgtest::eventually([&] {
+    std::lock_guard lk(mu);
+    return seen.size() == 3;
+  }));
+  EXPECT_EQ(seen[2].stream.incarnation, c->incarnation);
+  // Exactly one holds the controller lease; when it stops, the other takes it.
+  ASSERT_TRUE(pgtest::eventually([&] { return (*a)->holds_lease() || b->holds_lease(); }));
+  EXPECT_NE((*a)->holds_lease(), b->holds_lease());
+  bool a_held = (*a)->holds_lease();
+  EXPECT_NE((a_held ? (*a)->status() : b->status()).detail.find("holds the controller lease"),
+            std::string::npos);
+  if (a_held) {
+    h.reset();
+    a.reset();
+    ASSERT_TRUE(pgtest::eventually([&] { return b->holds_lease(); }));
+  } else {
+    h.reset();
+    b.store->stop();
+    ASSERT_TRUE(pgtest::eventually([&] { return (*a)->holds_lease(); }));
+  }
+}
+
+// PostgreSQL stops and starts in the middle: its own server (not the shared one).
+TEST(PostgresMeta, restart_postgres_mid_test) {
+  auto env_or = [](const char* k, const char* def) {
+    const char* v = std::getenv(k);
+    return v ? v : def;
+  };
+  const char* script = env_or("SLUICE_TEST_PG_SCRIPT", SLUICE_TEST_PG_SCRIPT);
+  const char* dir = env_or("SLUICE_TEST_PG_DIR2", SLUICE_TEST_PG_DIR2);
+  const char* port = env_or("SLUICE_TEST_PG_PORT2", SLUICE_TEST_PG_PORT2);
+  const std::string s = script, d = dir, p = port;
+  ASSERT_EQ(sh(s + " start " + d + " " + p), 0) << "cannot start a second PostgreSQL";
+  struct Cleanup {
+    std::string cmd;
+    ~Cleanup() { std::system(cmd.c_str()); }
+  } cleanup{s + " stop " + d};
+  const std::string url = "host=127.0.0.1 port=" + p + " user=postgres dbname=sluice_test";
+  auto cfg = pgtest::config("restart", url);
+  cfg.timeout = 2000ms;  // calls while the database is down answer unavailable quickly
+  Node a(cfg);
+  Node b(cfg);
+  std::mutex mu;
+  std::vector<ChangeEvent> seen;
+  std::atomic<int> resyncs{0};
+  auto h = b->watch(ChangeSeq{0}, [&](const ChangeEvent& e) {
+    std::lock_guard lk(mu);
+    seen.push_back(e);
+  }, [&] { ++resyncs; });
+  ASSERT_TRUE(a->create_tenant("acme").ok());
+  ASSERT_TRUE(a->create_namespace("acme", "prod").ok());
+  ASSERT_TRUE(a->create_stream({"acme", "prod", "s0"}, spec()).ok());
+
+  ASSERT_EQ(sh(s + " halt " + d), 0);
+  ASSERT_TRUE(pgtest::eventually([&] { return !a->status().ready && !b->status().ready; }));
+  EXPECT_NE(a->status().detail.find("unreachable"), std::string::npos) << a->status().detail;
+  auto down = a->create_stream({"acme", "prod", "down"}, spec());
+  ASSERT_FALSE(down.ok());
+  EXPECT_EQ(down.error().code, Errc::unavailable) << down.error().to_string();
+  EXPECT_EQ(down.error().outcome, Outcome::transient);
+
+  ASSERT_EQ(sh(s + " resume " + d), 0);
+  ASSERT_TRUE(pgtest::eventually([&] { return a->status().ready && b->status().ready; }));
+  for (int i = 1; i <= 5; ++i) {
+    auto r = (i % 2 ? a : b)->create_stream({"acme", "prod", "s" + std::to_string(i)}, spec());
+    ASSERT_TRUE(r.ok()) << r.error().to_string();
+  }
+  EXPECT_EQ(b->get_stream({"acme", "prod", "down"}).error().code, Errc::not_found);
+  // Every change exactly once, in order: tenant, namespace, s0..s5.
+  ASSERT_TRUE(pgtest::eventually([&] {
+    std::lock_guard lk(mu);
+    return seen.size() >= 8;
+  }));
+  std::lock_guard lk(mu);
+  ASSERT_EQ(seen.size(), 8u);
+  for (std::size_t i = 1; i < seen.size(); ++i) EXPECT_EQ(seen[i].seq.value(), seen[i - 1].seq.value() + 1);
+  for (int i = 0; i <= 5; ++i) EXPECT_EQ(seen[2 + i].stream.key.name, "s" + std::to_string(i));
+  EXPECT_EQ(resyncs.load(), 0);
+}
+
+}  // namespace
+}  // namespace sluice::postgres_meta
