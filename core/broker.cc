@@ -173,6 +173,20 @@ void BrokerRuntime::heartbeat_loop() {
                              [&] { return stopping_; })) {
     lk.unlock();
     auto r = catalog_.heartbeat_broker(info_.node_id);
+    if (!r && r.error().code == Errc::conflict) {
+      // Refused while running: stop serving at once, then let the node exit.
+      note_failure("the control plane refuses this broker: " + r.error().message);
+      {
+        std::unique_lock slk(streams_mu_);
+        for (auto& [key, st] : streams_)
+          for (auto& sh : st->shards)
+            if (sh) storage_->close_shard(sh->ref());
+        streams_.clear();
+      }
+      if (opts_.on_fenced) opts_.on_fenced(r.error().message);
+      lk.lock();
+      return;
+    }
     if (!r && r.error().code == Errc::not_found) {
       // The control plane lost us (e.g. a restored catalog): register again.
       if (auto rr = register_self(); !rr)

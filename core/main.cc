@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -60,6 +61,9 @@ Options:
 Exit status: 0 after a clean shutdown, 1 when the node cannot start or fails, 2 for a
 usage or configuration error. See docs/configuration.md and docs/operations.md.
 )";
+
+// Set when the node must stop because the control plane refused it while running.
+std::atomic<bool> g_fenced{false};
 
 void die(int code, const std::string& msg) {
   log_line(LogLevel::error, "sluiced", msg);
@@ -322,6 +326,11 @@ int main(int argc, char** argv) {
   info.metadata_level = metadata_level;
   bopts.advertised_address = cfg->get_string("http.address", "127.0.0.1") + ":" +
                              std::to_string(cfg->get_int("http.port", 8080));
+  bopts.on_fenced = [](const std::string& why) {
+    log_line(LogLevel::error, "sluiced", "stopping: the control plane refuses this broker: " + why);
+    g_fenced = true;
+    ::kill(::getpid(), SIGTERM);
+  };
   auto broker = std::make_unique<core::BrokerRuntime>(info, *metadata, storage.get(), bopts, host);
   if (auto r = broker->start(); !r) die(1, "broker: " + r.error().message);
   if (auto r = api->start(*broker); !r) die(1, "api: " + r.error().message);
@@ -345,5 +354,5 @@ int main(int argc, char** argv) {
   api.reset();
   metadata.reset();
   log_line(LogLevel::info, "sluiced", "stopped");
-  return 0;
+  return g_fenced ? 1 : 0;
 }

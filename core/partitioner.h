@@ -10,16 +10,11 @@
 #include <cstdint>
 #include <string_view>
 
+#include "sluice/hash.h"
+
 namespace sluice::core {
 
-constexpr std::uint64_t fnv1a64(std::string_view s) {
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
+using sluice::fnv1a64;
 
 constexpr std::uint32_t shard_for_key(std::string_view key, std::uint32_t shards) {
   return static_cast<std::uint32_t>(fnv1a64(key) % shards);

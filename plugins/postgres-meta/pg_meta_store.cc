@@ -67,15 +67,6 @@ bool valid_feature_name(std::string_view n) {
   return true;
 }
 
-// FNV-1a 64 of "tenant/ns/name": the shard offset of a placement (as raft-meta).
-std::uint64_t name_hash(const StreamKey& key) {
-  std::uint64_t h = 14695981039346656037ull;
-  for (char c : key.to_string()) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 1099511628211ull;
-  }
-  return h;
-}
 
 std::string pg_array(const std::vector<std::string>& v) {
   std::string out = "{";
@@ -705,21 +696,19 @@ Result<StreamInfo> PgMetaStore::create_stream(const StreamKey& key, const Stream
                    static_cast<std::int64_t>(spec.shards), spec.retention.max_bytes,
                    spec.retention.max_age_ms, std::string(to_string(spec.default_ack)),
                    static_cast<std::int64_t>(seq), clock_us);
-    // Placement, as raft-meta's proposer: round robin over the live brokers sorted by id
-    // from an offset derived from the name; else over the registered ones; else leader 0.
-    auto all = read_brokers(tx);
-    auto live = serving_of(all);
-    if (live.empty()) live = all;
+    // Placement: the shared rule (features.h place_shards), as raft-meta's proposer.
+    std::set<std::string, std::less<>> fin_set;
+    for (auto& [name, at] : read_finalized(tx)) fin_set.insert(name);
+    const auto leaders = place_shards(key, spec.shards, read_brokers(tx), fin_set);
     std::vector<Assignment> as;
-    const std::uint64_t offset = live.empty() ? 0 : name_hash(key) % live.size();
     for (std::uint32_t i = 0; i < spec.shards; ++i) {
       Assignment a;
       a.key = key;
       a.shard = ShardIndex{i};
       a.incarnation = info.incarnation;
       a.generation = first_generation(ChangeSeq{seq});
-      if (!live.empty()) {
-        a.leader = live[(offset + i) % live.size()].id;
+      if (leaders[i].value() != 0) {
+        a.leader = leaders[i];
         a.replicas = {a.leader};
       }
       tx.exec_params("INSERT INTO assignments(tenant, ns, name, shard, incarnation, generation,"
@@ -885,10 +874,16 @@ Result<BrokerInfo> PgMetaStore::register_broker(const BrokerRegistration& reg) {
 Result<void> PgMetaStore::heartbeat_broker(NodeId id) {
   // Liveness is not a catalog change: a plain update of last_heartbeat (database clock).
   return from_unit<void>(run<Unit>(Mode::plain, [&](pqxx::transaction_base& tx) -> Result<Unit> {
-    auto r = tx.exec_params("UPDATE brokers SET last_heartbeat = now() WHERE id = $1",
-                            static_cast<std::int64_t>(id.value()));
-    if (r.affected_rows() == 0)
+    auto all = read_brokers(tx);
+    auto it = std::find_if(all.begin(), all.end(), [&](auto& b) { return b.id == id; });
+    if (it == all.end())
       return Error(Errc::not_found, "broker " + std::to_string(id.value()) + " is not registered");
+    // A broker that lacks a feature finalized while it was away is not admitted back.
+    std::set<std::string, std::less<>> fin_set;
+    for (auto& [name, at] : read_finalized(tx)) fin_set.insert(name);
+    if (auto a = admit_broker(it->features, fin_set); !a) return a.error();
+    tx.exec_params("UPDATE brokers SET last_heartbeat = now() WHERE id = $1",
+                   static_cast<std::int64_t>(id.value()));
     return Unit{};
   }));
 }

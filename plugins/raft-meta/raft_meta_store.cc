@@ -49,15 +49,6 @@ std::vector<std::string> split_list(std::string_view s) {
   return out;
 }
 
-// FNV-1a 64 of the stream's full name: the shard offset of its placement.
-std::uint64_t name_hash(const StreamKey& key) {
-  std::uint64_t h = 14695981039346656037ull;
-  for (char c : key.to_string()) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 1099511628211ull;
-  }
-  return h;
-}
 
 std::int64_t now_us() {
   return std::chrono::duration_cast<std::chrono::microseconds>(
@@ -443,17 +434,17 @@ Command RaftMetaStore::stream_create_command(const StreamKey& key, const StreamS
   // id like a replica assignment, and is served when that broker comes back (a broker that
   // slept through a delete and a recreate takes the new stream). Nobody registered ->
   // every shard unassigned (leader 0).
-  auto live = serving_brokers(registered);
-  if (live.empty()) live = registered;
-  std::sort(live.begin(), live.end(), [](auto& a, auto& b) { return a.id < b.id; });
+  std::set<std::string, std::less<>> fin;
+  {
+    std::lock_guard lk(fsm_mu_);
+    for (auto& [name, at] : fsm_.finalized_features()) fin.insert(name);
+  }
+  const auto leaders = place_shards(key, spec.shards, brokers_with_liveness(registered), fin);
   c.placement.resize(spec.shards);
-  if (!live.empty()) {
-    const std::uint64_t offset = name_hash(key) % live.size();
-    for (std::uint32_t i = 0; i < spec.shards; ++i) {
-      NodeId leader = live[(offset + i) % live.size()].id;
-      c.placement[i].leader = leader.value();
-      c.placement[i].replicas = {leader.value()};
-    }
+  for (std::uint32_t i = 0; i < spec.shards; ++i) {
+    if (leaders[i].value() == 0) continue;
+    c.placement[i].leader = leaders[i].value();
+    c.placement[i].replicas = {leaders[i].value()};
   }
   return c;
 }
@@ -591,13 +582,17 @@ Result<BrokerInfo> RaftMetaStore::register_broker(const BrokerRegistration& reg)
 
 Result<void> RaftMetaStore::heartbeat_broker(NodeId id) {
   if (!ready_.load()) return Error(Errc::unavailable, "raft-meta is not started");
-  bool registered = false;
+  std::optional<BrokerInfo> b;
+  std::set<std::string, std::less<>> fin;
   {
     std::lock_guard lk(fsm_mu_);
-    registered = fsm_.broker(id).has_value();
+    b = fsm_.broker(id);
+    for (auto& [name, at] : fsm_.finalized_features()) fin.insert(name);
   }
-  if (!registered)
-    return Error(Errc::not_found, "broker " + std::to_string(id.value()) + " is not registered");
+  if (!b) return Error(Errc::not_found, "broker " + std::to_string(id.value()) + " is not registered");
+  // A broker that lacks a feature finalized while it was paused or partitioned must not
+  // come back as serving (review): the same admission rule as at registration.
+  if (auto a = admit_broker(b->features, fin); !a) return a.error();
   std::lock_guard lk(live_mu_);
   last_seen_[id.value()] = now();
   return {};

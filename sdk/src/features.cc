@@ -1,5 +1,7 @@
 #include "sluice/features.h"
 
+#include "sluice/hash.h"
+
 #include <algorithm>
 
 namespace sluice {
@@ -84,6 +86,23 @@ bool assignment_supersedes(Incarnation inc, Generation gen, Incarnation held_inc
                            Generation held_gen) {
   if (inc != held_inc) return inc > held_inc;
   return gen > held_gen;
+}
+
+std::vector<NodeId> place_shards(const StreamKey& key, std::uint32_t shards,
+                                 const std::vector<BrokerInfo>& registered,
+                                 const std::set<std::string, std::less<>>& finalized) {
+  std::vector<BrokerInfo> admitted, live;
+  for (const auto& b : registered)
+    if (admit_broker(b.features, finalized).ok()) admitted.push_back(b);
+  for (const auto& b : admitted)
+    if (b.live) live.push_back(b);
+  std::vector<BrokerInfo>& from = live.empty() ? admitted : live;
+  std::sort(from.begin(), from.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+  std::vector<NodeId> out(shards, NodeId{0});
+  if (from.empty()) return out;
+  const std::uint64_t offset = fnv1a64(key.to_string()) % from.size();
+  for (std::uint32_t i = 0; i < shards; ++i) out[i] = from[(offset + i) % from.size()].id;
+  return out;
 }
 
 Generation first_generation(ChangeSeq create_seq) { return Generation{create_seq.value()}; }

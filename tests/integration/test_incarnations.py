@@ -182,6 +182,29 @@ class Incarnations(unittest.TestCase):
         self.assertEqual(code, 1)
         self.assertIn("stream_incarnations is finalized", out)
 
+    # Review finding: a broker lacking the feature that was paused (not stopped) while the
+    # finalize went through must not come back as serving, nor be given new shards.
+    def test_paused_old_broker_is_refused_when_it_comes_back(self):
+        import signal
+        ctl = self.node(extra=dict(HOLD_BACK, **{"broker.session_timeout_ms": "1500"})).start()
+        old = self.node(extra={"node.id": "2", "node.roles": "broker", "broker.features": "",
+                               "broker.heartbeat_interval_ms": "200",
+                               "metadata.controllers": "127.0.0.1:%d" % ctl.rpc_port}).start()
+        old.proc.send_signal(signal.SIGSTOP)
+
+        def try_finalize():
+            st, body = ctl.request("POST", "/v1/features/stream_incarnations/finalize", {}, raw=True)
+            return st == 200
+        poll(try_finalize, "the finalize once the paused broker stopped counting as serving")
+        s = ctl.create_stream("fresh", shards=4)
+        leaders = {x["leader"] for x in ctl.request("GET", ctl.ns_path() + "/streams/fresh/shards")["shards"]}
+        self.assertEqual(leaders, {1}, "no shard of an incarnated stream goes to the old broker")
+        old.proc.send_signal(signal.SIGCONT)
+        code = old.proc.wait(timeout=60)
+        self.assertEqual(code, 1)
+        self.assertIn("refuses this broker", old.current_log())
+        self.assertIn("stream_incarnations is finalized", old.current_log())
+
     def test_finalize_bad_input(self):
         n = self.node(extra=HOLD_BACK).start()
         e = self.problem(lambda: n.request("POST", "/v1/features/warp_drive/finalize", {}))

@@ -114,3 +114,24 @@ TEST(FeatureRules, KnownFeaturesHaveLevels) {
   EXPECT_EQ(f->required_level, MetadataLevel{10});
   EXPECT_EQ(find_feature("nope"), nullptr);
 }
+
+// Placement (both backends call this): never on a broker that lacks a finalized feature
+// (review: a paused old broker came back and was given an incarnated stream's shards).
+TEST(PlacementRules, SkipsBrokersLackingAFinalizedFeatureAndPrefersLiveOnes) {
+  BrokerInfo newer{NodeId{1}, "", "", "", {"stream_incarnations"}, true, ChangeSeq{1}};
+  BrokerInfo older{NodeId{2}, "", "", "", {}, true, ChangeSeq{2}};
+  BrokerInfo asleep{NodeId{3}, "", "", "", {"stream_incarnations"}, false, ChangeSeq{3}};
+  const StreamKey k{"t", "n", "s"};
+  std::set<std::string, std::less<>> none, fin{"stream_incarnations"};
+  auto before = place_shards(k, 4, {newer, older, asleep}, none);
+  EXPECT_NE(std::count(before.begin(), before.end(), NodeId{2}), 0);  // not finalized: eligible
+  EXPECT_EQ(std::count(before.begin(), before.end(), NodeId{3}), 0);  // live ones first
+  auto after = place_shards(k, 4, {newer, older, asleep}, fin);
+  EXPECT_EQ(after, std::vector<NodeId>(4, NodeId{1}));
+  // Nobody live: the registered (admitted) ones, so a sleeping broker gets its shards back.
+  auto sleeping = place_shards(k, 2, {asleep, BrokerInfo{NodeId{2}, "", "", "", {}, false, ChangeSeq{2}}}, fin);
+  EXPECT_EQ(sleeping, std::vector<NodeId>(2, NodeId{3}));
+  EXPECT_EQ(place_shards(k, 3, {}, fin), std::vector<NodeId>(3, NodeId{0}));
+  // Stable: the same name lands the same way.
+  EXPECT_EQ(place_shards(k, 4, {newer, older}, none), place_shards(k, 4, {older, newer}, none));
+}

@@ -101,6 +101,16 @@ std::uint64_t propose_incarnation(bool finalized_here, std::int64_t clock_us);
 bool assignment_supersedes(Incarnation inc, Generation gen, Incarnation held_inc,
                            Generation held_gen);
 
+// Where a new stream's shards go: the leader of each shard, in shard order. Candidates are
+// the brokers that implement every finalized feature (a broker that lacks one must never
+// get data: it would open incarnated streams the old way); among them the live ones, or if
+// none is live the registered ones (a shard placed on a broker id is served when it comes
+// back). Round robin by id from an offset of fnv1a64("tenant/ns/name"). NodeId{0} for every
+// shard when there is no candidate.
+std::vector<NodeId> place_shards(const StreamKey& key, std::uint32_t shards,
+                                 const std::vector<BrokerInfo>& registered,
+                                 const std::set<std::string, std::less<>>& finalized);
+
 // A stream's first generation is the change sequence of its create (felix #1245: never 0,
 // so on one timeline a recreate's first assignment lands above the deleted stream's). We
 // use it for legacy (incarnation 0) streams too.
