@@ -80,6 +80,39 @@ class PostgresBrokers(unittest.TestCase):
         errors = [l for l in out.splitlines() if " ERROR " in l]
         self.assertEqual(len(errors), 1, out)
 
+    def test_database_outage_keeps_open_shards_publishing(self):
+        """Its own PostgreSQL (the shared one must stay up for other tests): stop it under a
+        running broker, publish to an open shard, see readiness drop, start it again."""
+        import subprocess
+        import tempfile
+        from harness import free_port
+        script = os.path.join(os.path.dirname(__file__), "..", "support", "pg_test_server.sh")
+        work = tempfile.mkdtemp(prefix="sluice-pgout-")
+        os.chmod(work, 0o755)
+        pg_dir, port = os.path.join(work, "pg"), free_port()
+        run = lambda *a: subprocess.run([script] + list(a), capture_output=True, text=True, timeout=120)
+        r = run("start", pg_dir, str(port))
+        self.assertEqual(r.returncode, 0, r.stderr)
+        try:
+            url = "host=127.0.0.1 port=%d user=postgres dbname=sluice_test" % port
+            n = self.start(1, **{"metadata.postgres.url": url, "metadata.timeout_ms": "2000"})
+            n.create_stream("steady", shards=1)
+            self.assertEqual(run("halt", pg_dir).returncode, 0)
+            poll(lambda: n.request("GET", "/readyz", raw=True)[0] == 503, "readiness to drop")
+            res = n.publish_binary("steady", [(None, b"during-outage")])
+            self.assertEqual(res[0]["offset"], 0, "publishes to open shards keep working")
+            st, body = n.request("POST", n.ns_path() + "/streams", {"name": "later"}, raw=True)
+            self.assertEqual(st, 503, body)
+            self.assertEqual(json.loads(body)["outcome"], "transient")
+            self.assertEqual(run("resume", pg_dir).returncode, 0)
+            poll(lambda: n.request("GET", "/readyz", raw=True)[0] == 200, "readiness to return")
+            self.assertGreater(n.create_stream("later", shards=1)["incarnation"], 0)
+            self.assertEqual([record_value(r) for r in n.fetch_all("steady", 0)], [b"during-outage"])
+        finally:
+            run("stop", pg_dir)
+            import shutil
+            shutil.rmtree(work, ignore_errors=True)
+
     def test_controller_role_is_refused_with_postgres(self):
         n = pg_node(1, self.schema, **{"node.roles": "controller,broker"})
         self.nodes.append(n)
