@@ -221,11 +221,17 @@ Result<void> BrokerRuntime::resync() {
   {
     std::unique_lock lk(streams_mu_);
     finalized_.clear();
-    finalized_.insert(snap->finalized_features.begin(), snap->finalized_features.end());
+    for (const auto& f : snap->finalized_features) finalized_[f] = ChangeSeq{0};
     for (const auto& t : snap->tombstones) {
       auto& cur = tombstones_[t.key];
       if (t.deleted_up_to > cur) cur = t.deleted_up_to;
     }
+  }
+  // When each feature was finalized (the snapshot has only names).
+  if (auto feats = catalog_.list_features(); feats) {
+    std::unique_lock lk(streams_mu_);
+    for (const auto& f : *feats)
+      if (f.finalized) finalized_[f.name] = f.finalized_seq;
   }
   // 1. Tombstones first, before anything is served (felix: the broker that slept).
   std::map<StreamKey, StreamInfo> want;
@@ -330,7 +336,7 @@ void BrokerRuntime::apply(const ChangeEvent& ev) {
     }
     case ChangeEvent::Kind::feature_finalized: {
       std::unique_lock lk(streams_mu_);
-      finalized_.insert(ev.feature);
+      finalized_.emplace(ev.feature, ev.seq);
       host_.log(LogLevel::info, "broker", "feature " + ev.feature + " is finalized");
       break;
     }
@@ -376,6 +382,27 @@ Result<void> BrokerRuntime::serve_stream(const StreamInfo& info,
   st->info = info;
   st->assignments = assignments;
   st->shards.resize(info.spec.shards);
+  {
+    // A create at incarnation 0 committed after stream_incarnations was finalized came from
+    // a proposer that predates incarnations (a member run at metadata.level 8). Apply
+    // stored 0 so members agree (felix), but serving it would reopen any legacy data of
+    // the name: refuse it, loudly and identically on every broker (both seqs are
+    // replicated). Postgres refuses such creates in the database itself.
+    std::shared_lock lk(streams_mu_);
+    auto f = finalized_.find(kStreamIncarnations);
+    if (info.incarnation.value() == 0 && f != finalized_.end() && f->second.value() > 0 &&
+        info.created_seq > f->second)
+      st->refused = "stream " + info.key.to_string() + " was created at incarnation 0 (change " +
+                    std::to_string(info.created_seq.value()) + ") after stream_incarnations was finalized (change " +
+                    std::to_string(f->second.value()) + "), by a member that predates incarnations; upgrade "
+                    "that member, then delete and recreate the stream";
+  }
+  if (!st->refused.empty()) {
+    host_.log(LogLevel::warn, "broker", "not serving: " + st->refused);
+    std::unique_lock lk(streams_mu_);
+    streams_[info.key] = std::move(st);
+    return {};
+  }
   // Hold what is assigned here and supersedes what this broker held for the name.
   std::shared_ptr<StreamState> held = find(info.key);
   std::uint32_t opened = 0;
@@ -445,6 +472,7 @@ Result<std::shared_ptr<ShardLog>> BrokerRuntime::find_shard(const StreamKey& key
   if (!storage_) return no_broker_role();
   auto st = find(key);
   if (!st) return Error(Errc::not_found, "stream " + key.to_string() + " does not exist");
+  if (!st->refused.empty()) return Error(Errc::conflict, st->refused);
   if (shard.value() >= st->shards.size())
     return Error(Errc::not_found, "stream " + key.to_string() + " has " +
                                       std::to_string(st->shards.size()) + " shards; shard " +
@@ -558,6 +586,7 @@ void BrokerRuntime::publish(const StreamKey& key, const std::vector<PublishRecor
     return fail(Error(Errc::invalid_argument, "ack 'quorum' needs replication, which this build does not support yet"));
   auto st = find(key);
   if (!st) return fail(Error(Errc::not_found, "stream " + key.to_string() + " does not exist"));
+  if (!st->refused.empty()) return fail(Error(Errc::conflict, st->refused));
   const std::uint32_t n = static_cast<std::uint32_t>(st->shards.size());
 
   auto g = std::make_shared<PublishGather>();

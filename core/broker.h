@@ -15,7 +15,10 @@
 //   change feed (metadata thread) ──enqueue──> control thread, in seq order:
 //     stream_created   take assignments to this broker that supersede what it holds
 //                      (incarnation first, then generation); never a lower incarnation
-//                      and never one at or below the name's tombstone
+//                      and never one at or below the name's tombstone; an incarnation-0
+//                      create committed after stream_incarnations was finalized (a
+//                      pre-incarnation proposer) is known but refused, never served over
+//                      legacy data
 //     stream_deleted   drop the assignments, close the shards, then delete data:
 //                        tombstone written           -> incarnations <= tombstone
 //                        stream_incarnations final   -> the deleted incarnation (0)
@@ -122,6 +125,8 @@ class BrokerRuntime final : public Node {
     std::vector<Assignment> assignments;
     std::vector<std::shared_ptr<ShardLog>> shards;
     std::atomic<std::uint32_t> sticky{0};
+    // Non-empty: known but not served, and why (every data call answers conflict).
+    std::string refused;
   };
   struct Task {
     enum class Kind { change, resync } kind;
@@ -155,7 +160,8 @@ class BrokerRuntime final : public Node {
   std::shared_mutex streams_mu_;
   std::map<StreamKey, std::shared_ptr<StreamState>> streams_;
   std::map<StreamKey, Incarnation> tombstones_;  // guarded by streams_mu_
-  std::set<std::string, std::less<>> finalized_;  // guarded by streams_mu_
+  // Finalized features and the change sequence that finalized them; guarded by streams_mu_.
+  std::map<std::string, ChangeSeq, std::less<>> finalized_;
 
   std::mutex applied_mu_;
   std::condition_variable applied_cv_;

@@ -205,6 +205,39 @@ class Incarnations(unittest.TestCase):
         self.assertIn("refuses this broker", old.current_log())
         self.assertIn("stream_incarnations is finalized", old.current_log())
 
+    # Review finding: a member rolled back to level 8 after the finalize creates at
+    # incarnation 0 (apply must store what level 8 stores, so members agree). A broker that
+    # slept through the earlier legacy delete still has that name's legacy directory; it
+    # must not serve the old records as the new stream's.
+    def test_level8_create_after_finalize_is_not_served_over_legacy_data(self):
+        n = self.node(extra=HOLD_BACK).start()
+        self.assertEqual(n.create_stream("legacy", shards=1)["incarnation"], 0)
+        n.publish_binary("legacy", [(None, b"old-%d" % i) for i in range(3)])
+        n.request("POST", "/v1/features/stream_incarnations/finalize", {})
+        self.assertEqual(n.stop(), 0)
+        n.extra["node.roles"] = "controller"  # the broker sleeps through the delete
+        n.start()
+        n.request("DELETE", n.ns_path() + "/streams/legacy")
+        self.assertEqual(n.stop(), 0)
+        n.extra["metadata.level"] = "8"  # a rolled-back member proposes the recreate
+        n.start()
+        self.assertEqual(n.create_stream("legacy", shards=1)["incarnation"], 0)
+        self.assertEqual(n.stop(), 0)
+        del n.extra["node.roles"], n.extra["metadata.level"]
+        n.start()
+        self.assertEqual(n.request("GET", "/readyz", raw=True)[0], 200)
+        e = self.problem(lambda: n.fetch("legacy", 0, 0))
+        self.assertEqual((e.status, e.problem["code"]), (409, "conflict"))
+        self.assertIn("predates incarnations", e.problem["detail"])
+        e = self.problem(lambda: n.publish_binary("legacy", [(None, b"x")]))
+        self.assertEqual(e.status, 409)
+        # Deleting it removes the legacy data; the recreate is incarnated and empty.
+        n.request("DELETE", n.ns_path() + "/streams/legacy")
+        self.assertEqual(dirs(n, "legacy"), [])
+        fresh = n.create_stream("legacy", shards=1)
+        self.assertGreater(fresh["incarnation"], 0)
+        self.assertEqual(n.fetch("legacy", 0, "earliest")["records"], [])
+
     def test_finalize_bad_input(self):
         n = self.node(extra=HOLD_BACK).start()
         e = self.problem(lambda: n.request("POST", "/v1/features/warp_drive/finalize", {}))
