@@ -449,6 +449,28 @@ void CatalogFsm::record_change(std::uint64_t seq, ChangeEvent::Kind kind,
 ApplyResult CatalogFsm::apply(std::uint64_t index, std::string_view entry) {
   ApplyResult r;
   r.seq = ChangeSeq{index};
+  if (held_) {
+    r.error = Error(Errc::unavailable, "member held at index " + std::to_string(held_->index) + ": " +
+                                           held_->reason);
+    return r;
+  }
+  {
+    // An entry above this build's level holds the member instead of being decided here.
+    std::string why;
+    if (needs_newer_build(entry)) {
+      why = "the entry is a command of a newer build";
+    } else if (auto c = decode_command(entry); c.ok() && c->incarnations == IncarnationRule::flagged &&
+                                               (c->type == CommandType::create_stream ||
+                                                c->type == CommandType::delete_stream)) {
+      why = "the entry uses the per-entry incarnations flag (metadata level 14); this build "
+            "implements up to level " + std::to_string(kBuildMetadataLevel.value());
+    }
+    if (!why.empty()) {
+      held_ = Held{index, why + "; upgrade this member"};
+      r.error = Error(Errc::unavailable, "member held at index " + std::to_string(index) + ": " + held_->reason);
+      return r;
+    }
+  }
   try {
     exec(db_, "SAVEPOINT apply");
     auto cmd = decode_command(entry);
@@ -609,13 +631,7 @@ ApplyResult CatalogFsm::apply_command(std::uint64_t index, const Command& c) {
   if (stream_op) {
     if (auto v = validate_name(NameKind::stream, c.name); !v.ok())
       return fail(v.error().code, v.error().message);
-    // A flagged entry is decided by the incarnation rules of level 14; this catalog
-    // implements up to level 10 and refuses it identically on every member. (The group
-    // level floor / held state arrives with multi-member groups.)
-    if (c.incarnations == IncarnationRule::flagged)
-      return fail(Errc::invalid_argument,
-                  "entry uses the per-entry incarnations flag (metadata level 14); this "
-                  "catalog implements up to level 10");
+    // A flagged entry never reaches here: apply() holds the member (it is a level-14 entry).
   }
 
   switch (c.type) {
@@ -779,6 +795,7 @@ ApplyResult CatalogFsm::apply_command(std::uint64_t index, const Command& c) {
 }
 
 std::string CatalogFsm::snapshot() const {
+  if (held_) return {};
   sqlite3_int64 size = 0;
   unsigned char* p = sqlite3_serialize(db_, "main", &size, 0);
   if (!p) return {};

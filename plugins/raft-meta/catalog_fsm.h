@@ -91,7 +91,19 @@ class CatalogFsm {
   ApplyResult apply(std::uint64_t index, std::string_view entry);
 
   // The whole database (sqlite3_serialize). Empty on failure.
+  // Empty while held: a snapshot would claim entries this member did not apply.
   std::string snapshot() const;
+
+  // Held (ARCHITECTURE.md §4): this member met an entry above its level (a flagged
+  // level-14 create/delete, or a command of a newer build). It stops applying — later
+  // entries change nothing and applied() stays before that entry — and the store serves
+  // nothing until the member is upgraded. Deterministic: replaying the log holds again at
+  // the same index.
+  struct Held {
+    std::uint64_t index = 0;
+    std::string reason;
+  };
+  std::optional<Held> held() const { return held_; }
   // Replaces the state with a snapshot() image. On failure the old state is kept.
   Result<void> restore(std::string_view image);
 
@@ -126,6 +138,7 @@ class CatalogFsm {
   std::uint64_t state_hash() const;
 
  private:
+  std::optional<Held> held_;
   void create_schema();
   void upgrade_schema_1_to_2();
   ApplyResult apply_command(std::uint64_t index, const Command& c);

@@ -243,6 +243,19 @@ bool get_strings(const json::object& o, const char* k, std::vector<std::string>&
 
 }  // namespace
 
+bool needs_newer_build(std::string_view bytes) {
+  boost::system::error_code ec;
+  json::value v = json::parse(bytes, ec);
+  if (ec || !v.is_object()) return false;
+  const auto& o = v.get_object();
+  std::uint64_t version = 0;
+  if (!get_u64(o, "v", version)) return false;
+  if (version > kCommandFormatVersion) return true;
+  std::string op;
+  CommandType t;
+  return version == kCommandFormatVersion && get_string(o, "op", op) && !parse_type(op, t);
+}
+
 Result<Command> decode_command(std::string_view bytes) {
   boost::system::error_code ec;
   json::value v = json::parse(bytes, ec);

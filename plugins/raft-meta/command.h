@@ -95,4 +95,9 @@ std::string encode_command(const Command& c);
 // known format version.
 Result<Command> decode_command(std::string_view bytes);
 
+// True if `bytes` is a well-formed command object written by a newer build: a newer format
+// version or an op this build does not know. Such an entry must hold the member, never be
+// skipped (skipping it would decide it differently from the builds that know it).
+bool needs_newer_build(std::string_view bytes);
+
 }  // namespace sluice::raft_meta

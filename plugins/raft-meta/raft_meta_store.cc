@@ -300,6 +300,11 @@ MetadataStatus RaftMetaStore::status() {
   RaftRole role = n ? n->role() : RaftRole::unavailable;
   s.level = cfg_.level;  // single member: the group's level is this member's
   s.ready = ready_.load() && role == RaftRole::leader;
+  if (auto h = held_error()) {
+    s.ready = false;
+    s.detail = h->message;
+    return s;
+  }
   if (starting_.load())
     s.detail = "starting";
   else if (!n)
@@ -353,9 +358,18 @@ std::uint64_t RaftMetaStore::state_hash() {
 
 // --- mutations -----------------------------------------------------------------------------
 
+std::optional<Error> RaftMetaStore::held_error() {
+  std::lock_guard lk(fsm_mu_);
+  if (auto h = fsm_.held())
+    return Error(Errc::unavailable, "this metadata member is held at index " + std::to_string(h->index) +
+                                        ": " + h->reason, Outcome::definite);
+  return std::nullopt;
+}
+
 Result<ApplyResult> RaftMetaStore::propose(const Command& c) {
   auto n = node();
   if (!n || !ready_.load()) return Error(Errc::unavailable, "raft-meta is not started");
+  if (auto h = held_error()) return *h;
   Command stamped = c;
   stamped.level = cfg_.level.value();
   return n->apply(encode_command(stamped), cfg_.timeout);
@@ -464,7 +478,10 @@ Result<StreamInfo> RaftMetaStore::delete_stream(const StreamKey& key) {
 Result<void> RaftMetaStore::read_barrier() {
   auto n = node();
   if (!n || !ready_.load()) return Error(Errc::unavailable, "raft-meta is not started");
-  return n->barrier(cfg_.timeout);
+  if (auto h = held_error()) return *h;  // a held member serves nothing from its state
+  auto r = n->barrier(cfg_.timeout);
+  if (auto h = held_error()) return *h;
+  return r;
 }
 
 Result<std::vector<TenantInfo>> RaftMetaStore::list_tenants() {

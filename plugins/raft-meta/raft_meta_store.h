@@ -129,6 +129,7 @@ class RaftMetaStore final : public MetadataStore {
 
   Result<ApplyResult> propose(const Command& c);
   Result<void> read_barrier();
+  std::optional<Error> held_error();  // set while the catalog is held (CatalogFsm::held)
   void log(LogLevel level, const std::string& msg);
   void delivery_main();
   std::chrono::steady_clock::time_point now() const;

@@ -187,18 +187,50 @@ TEST(Incarnations, stream_entries_from_a_level_8_proposer_store_what_level_8_sto
   check_level8_entries(/*finalized=*/false);
 }
 
-TEST(Incarnations, FlaggedEntriesAreStillRefusedAtLevel10) {
+// ARCHITECTURE.md §4 (review finding): an entry above this build's level must stop the
+// member, not be refused and skipped — skipping decides it differently from a build that
+// knows it, and the members would diverge for good.
+TEST(Incarnations, AFlaggedEntryHoldsTheMemberInsteadOfBeingSkipped) {
   CatalogFsm fsm;
   Feeder f(fsm);
   setup_namespace(f, {kInc});
+  const auto before = fsm.state_hash();
+  const auto applied = fsm.applied();
   Command c = create_at(kOrders, 10);
   c.incarnations = IncarnationRule::flagged;
   auto r = f(c);
   ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.error->code, Errc::invalid_argument);
+  EXPECT_EQ(r.error->code, Errc::unavailable);
+  ASSERT_TRUE(fsm.held().has_value());
+  EXPECT_EQ(fsm.held()->index, applied.value() + 1);
+  EXPECT_NE(fsm.held()->reason.find("level 14"), std::string::npos) << fsm.held()->reason;
+  // Later entries change nothing; applied stays before the held entry; no snapshot.
+  auto later = f(create_at({"acme", "prod", "other"}, 11));
+  ASSERT_FALSE(later.ok());
+  EXPECT_EQ(fsm.state_hash(), before);
+  EXPECT_EQ(fsm.applied(), applied);
+  EXPECT_TRUE(fsm.snapshot().empty());
   EXPECT_EQ(fsm.get_stream(kOrders).error().code, Errc::not_found);
-  EXPECT_EQ(fsm.level(), MetadataLevel{8});
-  EXPECT_EQ(fsm.level_floor(), MetadataLevel{8});
+}
+
+TEST(Incarnations, ACommandOfANewerBuildHoldsTheMemberButGarbageIsRejected) {
+  CatalogFsm fsm;
+  Feeder f(fsm);
+  setup_namespace(f, {kInc});
+  const auto applied = fsm.applied();
+  // Garbage is rejected identically by every build: applied moves on.
+  EXPECT_FALSE(fsm.apply(applied.value() + 1, "garbage").ok());
+  EXPECT_FALSE(fsm.held().has_value());
+  EXPECT_EQ(fsm.applied().value(), applied.value() + 1);
+  // A well-formed command this build does not know holds it.
+  EXPECT_FALSE(fsm.apply(applied.value() + 2, R"({"v":1,"op":"create_cache","level":14})").ok());
+  ASSERT_TRUE(fsm.held().has_value());
+  EXPECT_EQ(fsm.held()->index, applied.value() + 2);
+  CatalogFsm other;
+  Feeder g(other);
+  setup_namespace(g, {kInc});
+  EXPECT_FALSE(other.apply(applied.value() + 1, R"({"v":2,"op":"create_stream"})").ok());
+  EXPECT_TRUE(other.held().has_value());
 }
 
 TEST(Fleet, RegistrationLackingAFinalizedFeatureIsRefused) {
