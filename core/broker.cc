@@ -94,6 +94,17 @@ class BrokerRuntime::CatalogFacade final : public MetadataStore {
     return r;
   }
   Result<std::vector<Tombstone>> list_tombstones() override { return in_.list_tombstones(); }
+  Result<CacheInfo> create_cache(const StreamKey& key, const CacheSpec& spec) override {
+    return in_.create_cache(key, spec);
+  }
+  Result<CacheInfo> delete_cache(const StreamKey& key) override { return in_.delete_cache(key); }
+  Result<CacheInfo> get_cache(const StreamKey& key) override { return in_.get_cache(key); }
+  Result<std::vector<CacheInfo>> list_caches(const std::string& t, const std::string& n) override {
+    return in_.list_caches(t, n);
+  }
+  Result<MembersView> list_members() override { return in_.list_members(); }
+  Result<MemberInfo> join_member(const JoinRequest& req) override { return in_.join_member(req); }
+  Result<void> remove_member(NodeId id) override { return in_.remove_member(id); }
   std::unique_ptr<WatchHandle> watch(ChangeSeq after, std::function<void(const ChangeEvent&)> on,
                                      std::function<void()> resync) override {
     return in_.watch(after, std::move(on), std::move(resync));

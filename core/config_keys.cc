@@ -15,7 +15,7 @@ constexpr ConfigKey kConfigKeys[] = {
     {"metadata.postgres.change_retention", "100000", "Change-feed rows kept; a watcher behind them resyncs from a snapshot."},
     {"metadata.postgres.poll_interval_ms", "1000", "Change-feed poll interval when no NOTIFY arrives (a safety net)."},
     {"metadata.plugin", "", "Override the metadata plugin name (default from metadata.backend)."},
-    {"metadata.level", "10", "Metadata level this member runs at (8..10); a lower level proposes and reports exactly as that older build would."},
+    {"metadata.level", "14", "Metadata level this member runs at: 8, 10 or 14 (raft-meta; postgres-meta: 8 or 10, default 10). A lower level proposes and reports exactly as that older build would."},
     {"metadata.timeout_ms", "10000", "How long a catalog call waits before answering timeout (outcome uncertain)."},
     {"raft.address", "127.0.0.1:7800", "host:port this controller's Raft transport binds."},
     {"raft.port", "", "Overrides the port of raft.address."},
@@ -50,6 +50,7 @@ constexpr ConfigKey kConfigKeys[] = {
     {"metadata.bootstrap_hold_back", "", "Features a new cluster does NOT finalize at bootstrap (comma list), to test upgrades from level 8."},
     {"metadata.rpc_address", "127.0.0.1:7801", "host:port a controller serves the metadata RPC on (brokers connect here; empty disables it)."},
     {"metadata.controllers", "127.0.0.1:7801", "Comma list of controller RPC addresses, for nodes without the controller role."},
+    {"metadata.join", "", "Comma list of controller RPC addresses of an existing raft-meta group: a controller with an empty raft directory joins it instead of bootstrapping a new one."},
     {"broker.max_records_per_publish", "100000", "Largest number of records in one publish request."},
 };
 }  // namespace

@@ -189,8 +189,8 @@ PgMetaConfig PgMetaConfig::from_host(const PluginHost& host) {
     throw std::invalid_argument("metadata.postgres.schema must be 1..40 of [a-z0-9_] starting "
                                 "with a letter or '_', got '" + c.schema + "'");
   c.level = MetadataLevel{static_cast<std::uint32_t>(
-      checked(host, "metadata.level", kBuildMetadataLevel.value(), kLowestMetadataLevel.value(),
-              kBuildMetadataLevel.value()))};
+      checked(host, "metadata.level", kPostgresMetaLevel.value(), kLowestMetadataLevel.value(),
+              kPostgresMetaLevel.value()))};
   c.bootstrap_hold_back = split_list(host.config_string("metadata.bootstrap_hold_back", ""));
   for (auto& f : c.bootstrap_hold_back)
     if (!find_feature(f))
@@ -425,7 +425,7 @@ Result<T> PgMetaStore::run(Mode mode, F&& fn) {
         if (mode == Mode::write) {
           pqxx::transaction<pqxx::serializable> tx(*req_);
           // Upgraded instances declare their level: the triggers let their creates through.
-          if (cfg_.level >= kBuildMetadataLevel)
+          if (cfg_.level >= kStreamIncarnationsLevel)
             tx.exec0("SET LOCAL sluice.writer_level = '" + std::to_string(cfg_.level.value()) + "'");
           // Utility statement: taken before the transaction's snapshot, so writers are
           // serial and each sees every earlier commit (seq order == commit order).

@@ -34,10 +34,15 @@
 
 namespace sluice::postgres_meta {
 
+// The highest metadata level postgres-meta implements: stream incarnations (10). Level 14
+// (cache incarnations, the per-entry flag) is a raft-meta concept; caches are not stored in
+// postgres-meta yet (its cache calls answer not_supported).
+inline constexpr MetadataLevel kPostgresMetaLevel{10};
+
 struct PgMetaConfig {
   std::string url;                                  // metadata.postgres.url (required)
   std::string schema = "sluice";                    // metadata.postgres.schema
-  MetadataLevel level = kBuildMetadataLevel;        // metadata.level (8..10)
+  MetadataLevel level = kPostgresMetaLevel;         // metadata.level (8..10)
   std::vector<std::string> bootstrap_hold_back;     // metadata.bootstrap_hold_back
   std::chrono::milliseconds timeout{10000};         // metadata.timeout_ms
   std::chrono::milliseconds start_timeout{30000};   // metadata.start_timeout_ms

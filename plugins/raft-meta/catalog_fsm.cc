@@ -83,7 +83,7 @@ std::optional<ChangeEvent::Kind> parse_kind(std::string_view s) {
   using K = ChangeEvent::Kind;
   for (auto k : {K::tenant_created, K::tenant_deleted, K::namespace_created, K::namespace_deleted,
                  K::stream_created, K::stream_deleted, K::feature_finalized, K::broker_registered,
-                 K::broker_unregistered})
+                 K::broker_unregistered, K::cache_created, K::cache_deleted})
     if (s == to_string(k)) return k;
   return std::nullopt;
 }
@@ -100,6 +100,23 @@ std::string stream_payload(const StreamInfo& s) {
   o["ack"] = to_string(s.spec.default_ack);
   o["created_seq"] = s.created_seq.value();
   o["created_at_us"] = s.created_at_us;
+  return json::serialize(o);
+}
+
+std::string cache_payload(const CacheInfo& c, const std::optional<Tombstone>& t) {
+  json::object o;
+  o["tenant"] = c.key.tenant;
+  o["ns"] = c.key.ns;
+  o["name"] = c.key.name;
+  o["incarnation"] = c.incarnation.value();
+  o["default_ttl_ms"] = c.spec.default_ttl_ms;
+  o["created_seq"] = c.created_seq.value();
+  if (t) {
+    json::object to;
+    to["deleted_up_to"] = t->deleted_up_to.value();
+    to["seq"] = t->seq.value();
+    o["tombstone"] = std::move(to);
+  }
   return json::serialize(o);
 }
 
@@ -276,6 +293,20 @@ ChangeEvent decode_change(std::int64_t seq, std::string_view kind, std::string_v
       t.seq = ChangeSeq{to.at("seq").to_number<std::uint64_t>()};
       ev.tombstone = t;
     }
+  } else if (ev.kind == ChangeEvent::Kind::cache_created ||
+             ev.kind == ChangeEvent::Kind::cache_deleted) {
+    ev.cache.key = StreamKey{ev.tenant, ev.ns, str("name")};
+    ev.cache.incarnation = Incarnation{static_cast<std::uint64_t>(num("incarnation"))};
+    ev.cache.spec.default_ttl_ms = num("default_ttl_ms");
+    ev.cache.created_seq = ChangeSeq{static_cast<std::uint64_t>(num("created_seq"))};
+    if (auto* tv = o.if_contains("tombstone"); tv && tv->is_object()) {
+      auto& to = tv->get_object();
+      Tombstone t;
+      t.key = ev.cache.key;
+      t.deleted_up_to = Incarnation{to.at("deleted_up_to").to_number<std::uint64_t>()};
+      t.seq = ChangeSeq{to.at("seq").to_number<std::uint64_t>()};
+      ev.cache_tombstone = t;
+    }
   } else if (ev.kind == ChangeEvent::Kind::feature_finalized) {
     ev.feature = str("feature");
   } else if (ev.kind == ChangeEvent::Kind::broker_registered ||
@@ -355,14 +386,41 @@ constexpr const char* kSchemaV2Tables =
     "  shard INTEGER NOT NULL, incarnation INTEGER NOT NULL, generation INTEGER NOT NULL,"
     "  leader INTEGER NOT NULL, replicas TEXT NOT NULL, PRIMARY KEY(tenant, ns, name, shard));";
 
+// Tables added by schema version 3: metadata members and caches.
+constexpr const char* kSchemaV3Tables =
+    "CREATE TABLE members(id INTEGER PRIMARY KEY, raft_address TEXT NOT NULL,"
+    "  rpc_address TEXT NOT NULL, level INTEGER NOT NULL, joined_seq INTEGER NOT NULL);"
+    "CREATE TABLE caches(tenant TEXT NOT NULL, ns TEXT NOT NULL, name TEXT NOT NULL,"
+    "  incarnation INTEGER NOT NULL, default_ttl_ms INTEGER NOT NULL,"
+    "  created_seq INTEGER NOT NULL, created_at_us INTEGER NOT NULL,"
+    "  PRIMARY KEY(tenant, ns, name));"
+    "CREATE TABLE cache_tombstones(tenant TEXT NOT NULL, ns TEXT NOT NULL, name TEXT NOT NULL,"
+    "  deleted_up_to INTEGER NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY(tenant, ns, name));";
+
+constexpr const char* kCacheColumns = "tenant, ns, name, incarnation, default_ttl_ms, created_seq";
+
+CacheInfo read_cache(const Stmt& s) {
+  CacheInfo c;
+  c.key = StreamKey{s.text(0), s.text(1), s.text(2)};
+  c.incarnation = Incarnation{static_cast<std::uint64_t>(s.i64(3))};
+  c.spec.default_ttl_ms = s.i64(4);
+  c.created_seq = ChangeSeq{static_cast<std::uint64_t>(s.i64(5))};
+  return c;
+}
+
+// The longest default TTL a cache accepts (10 years); -1 means "no expiry".
+constexpr std::int64_t kMaxCacheTtlMs = 10LL * 365 * 24 * 3600 * 1000;
+
 Error internal_error(const std::exception& e) {
   return Error(Errc::internal, std::string("catalog: ") + e.what());
 }
 
 }  // namespace
 
-CatalogFsm::CatalogFsm(std::size_t change_retention)
-    : db_(open_memory_db()), change_retention_(change_retention ? change_retention : 1) {
+CatalogFsm::CatalogFsm(std::size_t change_retention, MetadataLevel capability)
+    : db_(open_memory_db()),
+      change_retention_(change_retention ? change_retention : 1),
+      capability_(capability) {
   try {
     create_schema();
   } catch (...) {
@@ -374,6 +432,7 @@ CatalogFsm::CatalogFsm(std::size_t change_retention)
 CatalogFsm::~CatalogFsm() { sqlite3_close(db_); }
 
 void CatalogFsm::reset() {
+  held_.reset();
   sqlite3* fresh = open_memory_db();
   std::swap(db_, fresh);
   sqlite3_close(fresh);
@@ -396,6 +455,7 @@ void CatalogFsm::create_schema() {
        "  deleted_up_to INTEGER NOT NULL, seq INTEGER NOT NULL DEFAULT 0,"
        "  PRIMARY KEY(tenant, ns, name));");
   exec(db_, kSchemaV2Tables);
+  exec(db_, kSchemaV3Tables);
   meta_set("schema_version", std::to_string(kCatalogSchemaVersion));
   meta_set("cluster_id", "");
   meta_set("applied_index", "0");
@@ -411,6 +471,11 @@ void CatalogFsm::upgrade_schema_1_to_2() {
   exec(db_, "ALTER TABLE tombstones ADD COLUMN seq INTEGER NOT NULL DEFAULT 0;");
   exec(db_, kSchemaV2Tables);
   meta_set("schema_version", "2");
+}
+
+void CatalogFsm::upgrade_schema_2_to_3() {
+  exec(db_, kSchemaV3Tables);
+  meta_set("schema_version", "3");
 }
 
 std::string CatalogFsm::meta_get(const char* key) const {
@@ -454,35 +519,46 @@ ApplyResult CatalogFsm::apply(std::uint64_t index, std::string_view entry) {
                                            held_->reason);
     return r;
   }
+  auto cmd = decode_command(entry);
+  const bool flagged = cmd.ok() && cmd->incarnations == IncarnationRule::flagged &&
+                       (cmd->is_create() || cmd->is_delete());
   {
-    // An entry above this build's level holds the member instead of being decided here.
+    // An entry above the level this member runs at holds the member instead of being
+    // decided here. This is the only place the member's own level is read: it decides
+    // whether to apply at all, never what an entry means.
     std::string why;
+    MetadataLevel required{0};
     if (needs_newer_build(entry)) {
       why = "the entry is a command of a newer build";
-    } else if (auto c = decode_command(entry); c.ok() && c->incarnations == IncarnationRule::flagged &&
-                                               (c->type == CommandType::create_stream ||
-                                                c->type == CommandType::delete_stream)) {
-      why = "the entry uses the per-entry incarnations flag (metadata level 14); this build "
-            "implements up to level " + std::to_string(kBuildMetadataLevel.value());
+      required = MetadataLevel{capability_.value() + 1};
+    } else if (flagged && capability_ < kFlaggedEntriesLevel) {
+      why = "the entry uses the per-entry incarnations flag (metadata level " +
+            std::to_string(kFlaggedEntriesLevel.value()) + "); this member runs at level " +
+            std::to_string(capability_.value());
+      required = kFlaggedEntriesLevel;
     }
     if (!why.empty()) {
-      held_ = Held{index, why + "; upgrade this member"};
+      held_ = Held{index, why + "; upgrade this member", required};
       r.error = Error(Errc::unavailable, "member held at index " + std::to_string(index) + ": " + held_->reason);
       return r;
     }
   }
   try {
+    // A flagged entry raises the floor unless a recorded member is below its level (then
+    // it is refused below, and the member that is below holds).
+    const bool raise_floor = flagged && members_below(kFlaggedEntriesLevel) == 0;
     exec(db_, "SAVEPOINT apply");
-    auto cmd = decode_command(entry);
     if (!cmd.ok()) {
       r.error = cmd.error();
     } else {
       r = apply_command(index, cmd.value());
     }
     if (!r.ok()) {
-      // A rejected entry changes nothing but applied_index.
+      // A rejected entry changes nothing but applied_index (and the floor, below).
       exec(db_, "ROLLBACK TO apply");
     }
+    if (raise_floor && level_floor() < kFlaggedEntriesLevel)
+      meta_set("level_floor", std::to_string(kFlaggedEntriesLevel.value()));
     meta_set("applied_index", std::to_string(index));
     exec(db_, "RELEASE apply");
   } catch (const std::exception& e) {
@@ -604,9 +680,58 @@ ApplyResult CatalogFsm::apply_command(std::uint64_t index, const Command& c) {
       r.finalized_seq = ChangeSeq{index};
       return r;
     }
+    case CommandType::join_member: {
+      const JoinRequest& m = c.member;
+      if (m.id.value() == 0) return fail(Errc::invalid_argument, "member id must be > 0");
+      if (m.raft_address.empty() || m.raft_address.size() > 255 || m.rpc_address.size() > 255)
+        return fail(Errc::invalid_argument, "member addresses must be 1..255 bytes");
+      if (m.level < kLowestMetadataLevel)
+        return fail(Errc::invalid_argument, "member level " + std::to_string(m.level.value()) +
+                                                " is below the lowest level " +
+                                                std::to_string(kLowestMetadataLevel.value()));
+      if (m.level < level_floor())
+        return fail(Errc::conflict, "member " + std::to_string(m.id.value()) + " runs at metadata level " +
+                                        std::to_string(m.level.value()) + ", below the group's level floor " +
+                                        std::to_string(level_floor().value()) +
+                                        " (raised by the first flagged entry); upgrade it first");
+      if (auto old = member(m.id); old && old->raft_address != m.raft_address)
+        return fail(Errc::conflict, "node id " + std::to_string(m.id.value()) +
+                                        " is already a member at " + old->raft_address);
+      Stmt q(db_, "SELECT id FROM members WHERE raft_address = ? AND id != ?");
+      q.bind(1, m.raft_address).bind(2, static_cast<std::int64_t>(m.id.value()));
+      if (q.step())
+        return fail(Errc::conflict, "raft address " + m.raft_address + " belongs to member " +
+                                        std::to_string(q.i64(0)));
+      Stmt s(db_, "INSERT INTO members(id, raft_address, rpc_address, level, joined_seq)"
+                  " VALUES(?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET"
+                  " rpc_address = excluded.rpc_address, level = excluded.level,"
+                  " joined_seq = excluded.joined_seq");
+      s.bind(1, static_cast<std::int64_t>(m.id.value())).bind(2, m.raft_address)
+          .bind(3, m.rpc_address).bind(4, static_cast<std::int64_t>(m.level.value())).bind(5, seq);
+      s.step();
+      update_group_level();
+      return r;
+    }
+    case CommandType::leave_member: {
+      if (!member(c.member.id))
+        return fail(Errc::not_found, "no member " + std::to_string(c.member.id.value()));
+      if (list_members().size() <= 1)
+        return fail(Errc::conflict, "member " + std::to_string(c.member.id.value()) +
+                                        " is the last voter; a group cannot remove its last member");
+      Stmt s(db_, "DELETE FROM members WHERE id = ?");
+      s.bind(1, static_cast<std::int64_t>(c.member.id.value()));
+      s.step();
+      update_group_level();
+      return r;
+    }
     default:
       break;
   }
+
+  if (flagged_refused(c))
+    return fail(Errc::conflict, "a flagged entry while a member is below level " +
+                                    std::to_string(kFlaggedEntriesLevel.value()) +
+                                    " (the proposer's view of the group was stale)");
 
   // --- catalog ops -------------------------------------------------------------------------
   auto tenant_exists = [&](const std::string& t) {
@@ -631,7 +756,10 @@ ApplyResult CatalogFsm::apply_command(std::uint64_t index, const Command& c) {
   if (stream_op) {
     if (auto v = validate_name(NameKind::stream, c.name); !v.ok())
       return fail(v.error().code, v.error().message);
-    // A flagged entry never reaches here: apply() holds the member (it is a level-14 entry).
+  }
+  if (c.type == CommandType::create_cache || c.type == CommandType::delete_cache) {
+    if (auto v = validate_name(NameKind::cache, c.name); !v.ok())
+      return fail(v.error().code, v.error().message);
   }
 
   switch (c.type) {
@@ -639,7 +767,68 @@ ApplyResult CatalogFsm::apply_command(std::uint64_t index, const Command& c) {
     case CommandType::register_broker:
     case CommandType::unregister_broker:
     case CommandType::finalize_feature:
+    case CommandType::join_member:
+    case CommandType::leave_member:
       break;  // handled above
+    case CommandType::create_cache: {
+      if (c.cache_spec.default_ttl_ms != -1 &&
+          (c.cache_spec.default_ttl_ms <= 0 || c.cache_spec.default_ttl_ms > kMaxCacheTtlMs))
+        return fail(Errc::invalid_argument, "default_ttl_ms must be -1 (no expiry) or 1.." +
+                                                std::to_string(kMaxCacheTtlMs));
+      if (!ns_exists(c.tenant, c.ns))
+        return fail(Errc::not_found, "no namespace " + c.tenant + "/" + c.ns);
+      StreamKey key{c.tenant, c.ns, c.name};
+      if (cache(key)) return fail(Errc::already_exists, "cache " + key.to_string() + " exists");
+      CacheInfo info;
+      info.key = key;
+      std::optional<Incarnation> tomb;
+      if (auto t = cache_tombstone(key)) tomb = t->deleted_up_to;
+      info.incarnation = decide_create_incarnation(
+          c.proposed_incarnation, c.incarnations == IncarnationRule::flagged,
+          is_finalized(kCacheIncarnations), tomb);
+      info.spec = c.cache_spec;
+      info.created_seq = ChangeSeq{index};
+      Stmt s(db_, "INSERT INTO caches(tenant, ns, name, incarnation, default_ttl_ms, created_seq,"
+                  " created_at_us) VALUES(?, ?, ?, ?, ?, ?, ?)");
+      s.bind(1, c.tenant).bind(2, c.ns).bind(3, c.name)
+          .bind(4, static_cast<std::int64_t>(info.incarnation.value()))
+          .bind(5, info.spec.default_ttl_ms).bind(6, seq).bind(7, c.clock_us);
+      s.step();
+      record_change(index, ChangeEvent::Kind::cache_created, cache_payload(info, std::nullopt));
+      r.cache = info;
+      return r;
+    }
+    case CommandType::delete_cache: {
+      StreamKey key{c.tenant, c.ns, c.name};
+      auto existing = cache(key);
+      if (!existing) return fail(Errc::not_found, "no cache " + key.to_string());
+      {
+        Stmt s(db_, "DELETE FROM caches WHERE tenant = ? AND ns = ? AND name = ?");
+        s.bind(1, c.tenant).bind(2, c.ns).bind(3, c.name);
+        s.step();
+      }
+      std::optional<Tombstone> written;
+      if (auto up_to = decide_delete_tombstone(existing->incarnation,
+                                               c.incarnations == IncarnationRule::flagged)) {
+        Tombstone t;
+        t.key = key;
+        t.deleted_up_to = *up_to;
+        if (auto old = cache_tombstone(key); old && old->deleted_up_to > t.deleted_up_to)
+          t.deleted_up_to = old->deleted_up_to;
+        t.seq = ChangeSeq{index};
+        Stmt s(db_, "INSERT INTO cache_tombstones(tenant, ns, name, deleted_up_to, seq)"
+                    " VALUES(?, ?, ?, ?, ?) ON CONFLICT(tenant, ns, name) DO UPDATE SET"
+                    " deleted_up_to = excluded.deleted_up_to, seq = excluded.seq");
+        s.bind(1, c.tenant).bind(2, c.ns).bind(3, c.name)
+            .bind(4, static_cast<std::int64_t>(t.deleted_up_to.value())).bind(5, seq);
+        s.step();
+        written = t;
+      }
+      record_change(index, ChangeEvent::Kind::cache_deleted, cache_payload(*existing, written));
+      r.cache = *existing;
+      r.tombstone = written;
+      return r;
+    }
     case CommandType::create_tenant: {
       if (tenant_exists(c.tenant)) return fail(Errc::already_exists, "tenant " + c.tenant + " exists");
       Stmt s(db_, "INSERT INTO tenants(name, created_seq) VALUES(?, ?)");
@@ -675,10 +864,11 @@ ApplyResult CatalogFsm::apply_command(std::uint64_t index, const Command& c) {
     case CommandType::delete_namespace: {
       if (!ns_exists(c.tenant, c.ns))
         return fail(Errc::not_found, "no namespace " + c.tenant + "/" + c.ns);
-      Stmt has(db_, "SELECT 1 FROM streams WHERE tenant = ? AND ns = ? LIMIT 1");
-      has.bind(1, c.tenant).bind(2, c.ns);
+      Stmt has(db_, "SELECT 1 FROM streams WHERE tenant = ? AND ns = ? UNION ALL"
+                    " SELECT 1 FROM caches WHERE tenant = ? AND ns = ? LIMIT 1");
+      has.bind(1, c.tenant).bind(2, c.ns).bind(3, c.tenant).bind(4, c.ns);
       if (has.step())
-        return fail(Errc::conflict, "namespace " + c.tenant + "/" + c.ns + " still has streams");
+        return fail(Errc::conflict, "namespace " + c.tenant + "/" + c.ns + " still has streams or caches");
       Stmt s(db_, "DELETE FROM namespaces WHERE tenant = ? AND name = ?");
       s.bind(1, c.tenant).bind(2, c.ns);
       s.step();
@@ -832,14 +1022,16 @@ Result<void> CatalogFsm::restore(std::string_view image) {
     version = meta_get("schema_version");
   } catch (const std::exception&) {
   }
-  if (version == "1") {
+  if (version == "1" || version == "2") {
+    const std::string from = version;
     try {
       exec(db_, "SAVEPOINT upgrade");
-      upgrade_schema_1_to_2();
+      if (version == "1") upgrade_schema_1_to_2();
+      upgrade_schema_2_to_3();
       exec(db_, "RELEASE upgrade");
       version = meta_get("schema_version");
     } catch (const std::exception&) {
-      version = "1 (upgrade failed)";
+      version = from + " (upgrade failed)";
     }
   }
   if (version != std::to_string(kCatalogSchemaVersion)) {
@@ -850,6 +1042,15 @@ Result<void> CatalogFsm::restore(std::string_view image) {
                      std::to_string(kCatalogSchemaVersion));
   }
   sqlite3_close(old);
+  held_.reset();
+  // A snapshot of a group whose floor is above this member's level holds it: its state
+  // may hold results of entries this member cannot decide.
+  if (level_floor() > capability_)
+    held_ = Held{applied().value(),
+                 "the snapshot's level floor is " + std::to_string(level_floor().value()) +
+                     ", this member runs at level " + std::to_string(capability_.value()) +
+                     "; upgrade this member",
+                 level_floor()};
   return {};
 }
 
@@ -954,7 +1155,101 @@ CatalogSnapshot CatalogFsm::catalog_snapshot() const {
   }
   for (auto& [name, at] : finalized_features()) snap.finalized_features.push_back(name);
   snap.brokers = list_brokers();
+  {
+    std::string q = std::string("SELECT ") + kCacheColumns + " FROM caches ORDER BY tenant, ns, name";
+    Stmt s(db_, q.c_str());
+    while (s.step()) snap.caches.push_back(read_cache(s));
+  }
+  snap.cache_tombstones = list_cache_tombstones();
   return snap;
+}
+
+std::vector<Tombstone> CatalogFsm::list_cache_tombstones() const {
+  std::vector<Tombstone> out;
+  Stmt s(db_, "SELECT tenant, ns, name, deleted_up_to, seq FROM cache_tombstones"
+              " ORDER BY tenant, ns, name");
+  while (s.step()) out.push_back(read_tombstone(s));
+  return out;
+}
+
+std::optional<Tombstone> CatalogFsm::cache_tombstone(const StreamKey& key) const {
+  Stmt s(db_, "SELECT tenant, ns, name, deleted_up_to, seq FROM cache_tombstones"
+              " WHERE tenant = ? AND ns = ? AND name = ?");
+  s.bind(1, key.tenant).bind(2, key.ns).bind(3, key.name);
+  if (!s.step()) return std::nullopt;
+  return read_tombstone(s);
+}
+
+std::optional<CacheInfo> CatalogFsm::cache(const StreamKey& key) const {
+  std::string q = std::string("SELECT ") + kCacheColumns +
+                  " FROM caches WHERE tenant = ? AND ns = ? AND name = ?";
+  Stmt s(db_, q.c_str());
+  s.bind(1, key.tenant).bind(2, key.ns).bind(3, key.name);
+  if (!s.step()) return std::nullopt;
+  return read_cache(s);
+}
+
+Result<std::vector<CacheInfo>> CatalogFsm::list_caches(const std::string& tenant,
+                                                      const std::string& ns) const {
+  try {
+    {
+      Stmt t(db_, "SELECT 1 FROM namespaces WHERE tenant = ? AND name = ?");
+      t.bind(1, tenant).bind(2, ns);
+      if (!t.step()) return Error(Errc::not_found, "no namespace " + tenant + "/" + ns);
+    }
+    std::string q = std::string("SELECT ") + kCacheColumns +
+                    " FROM caches WHERE tenant = ? AND ns = ? ORDER BY name";
+    Stmt s(db_, q.c_str());
+    s.bind(1, tenant).bind(2, ns);
+    std::vector<CacheInfo> out;
+    while (s.step()) out.push_back(read_cache(s));
+    return out;
+  } catch (const std::exception& e) {
+    return internal_error(e);
+  }
+}
+
+std::vector<MemberInfo> CatalogFsm::list_members() const {
+  std::vector<MemberInfo> out;
+  Stmt s(db_, "SELECT id, raft_address, rpc_address, level, joined_seq FROM members ORDER BY id");
+  while (s.step()) {
+    MemberInfo m;
+    m.id = NodeId{static_cast<std::uint32_t>(s.i64(0))};
+    m.raft_address = s.text(1);
+    m.rpc_address = s.text(2);
+    m.level = MetadataLevel{static_cast<std::uint32_t>(s.i64(3))};
+    m.joined_seq = ChangeSeq{static_cast<std::uint64_t>(s.i64(4))};
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+std::optional<MemberInfo> CatalogFsm::member(NodeId id) const {
+  for (auto& m : list_members())
+    if (m.id == id) return m;
+  return std::nullopt;
+}
+
+std::optional<MetadataLevel> CatalogFsm::recorded_group_level() const {
+  Stmt s(db_, "SELECT MIN(level) FROM members");
+  if (!s.step() || sqlite3_column_type(s.raw(), 0) == SQLITE_NULL) return std::nullopt;
+  return MetadataLevel{static_cast<std::uint32_t>(s.i64(0))};
+}
+
+std::size_t CatalogFsm::members_below(MetadataLevel level) const {
+  Stmt s(db_, "SELECT COUNT(*) FROM members WHERE level < ?");
+  s.bind(1, static_cast<std::int64_t>(level.value()));
+  return s.step() ? static_cast<std::size_t>(s.i64(0)) : 0;
+}
+
+bool CatalogFsm::flagged_refused(const Command& c) const {
+  return c.incarnations == IncarnationRule::flagged && (c.is_create() || c.is_delete()) &&
+         members_below(kFlaggedEntriesLevel) > 0;
+}
+
+void CatalogFsm::update_group_level() {
+  auto g = recorded_group_level();
+  meta_set("level", std::to_string(g ? g->value() : kLowestMetadataLevel.value()));
 }
 
 std::vector<Tombstone> CatalogFsm::list_tombstones() const {
@@ -1054,6 +1349,9 @@ std::uint64_t CatalogFsm::state_hash() const {
       "SELECT * FROM features ORDER BY name",
       "SELECT * FROM brokers ORDER BY id",
       "SELECT * FROM assignments ORDER BY tenant, ns, name, shard",
+      "SELECT * FROM members ORDER BY id",
+      "SELECT * FROM caches ORDER BY tenant, ns, name",
+      "SELECT * FROM cache_tombstones ORDER BY tenant, ns, name",
   };
   for (const char* sql : kDumps) {
     mix(sql, std::strlen(sql));

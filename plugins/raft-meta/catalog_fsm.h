@@ -48,7 +48,8 @@ namespace sluice::raft_meta {
 // a database with another version.
 // Version 2 added tombstones.seq, features, brokers and assignments; restore() upgrades a
 // version-1 image in place (deterministically: every member upgrades alike).
-inline constexpr int kCatalogSchemaVersion = 2;
+// Version 3 added members, caches and cache_tombstones (a version-2 image is upgraded).
+inline constexpr int kCatalogSchemaVersion = 3;
 // How many changes the change log keeps. Part of what apply computes, so it must be the
 // same on every member: only tests pass another value.
 inline constexpr std::size_t kDefaultChangeRetention = 10000;
@@ -62,7 +63,8 @@ struct ApplyResult {
   NamespaceInfo ns;             // create_namespace
   StreamInfo stream;            // create_stream / delete_stream (the deleted stream)
   std::vector<Assignment> assignments;  // create_stream: written; delete_stream: removed
-  std::optional<Tombstone> tombstone;   // delete_stream: the tombstone written, if any
+  std::optional<Tombstone> tombstone;   // delete_stream/delete_cache: the tombstone written
+  CacheInfo cache;                      // create_cache / delete_cache (the deleted cache)
   BrokerInfo broker;                    // register_broker (live is not replicated: false)
   std::string feature;                  // finalize_feature
   ChangeSeq finalized_seq;              // finalize_feature: when it was finalized (also
@@ -79,7 +81,11 @@ struct ChangeBatch {
 class CatalogFsm {
  public:
   // Throws std::runtime_error only if SQLite cannot open an in-memory database.
-  explicit CatalogFsm(std::size_t change_retention = kDefaultChangeRetention);
+  // `capability` is the level this member runs at (its build, or lower by configuration).
+  // It decides only whether an entry is applied at all (an entry above it holds the member),
+  // never what an entry means.
+  explicit CatalogFsm(std::size_t change_retention = kDefaultChangeRetention,
+                      MetadataLevel capability = kBuildMetadataLevel);
   ~CatalogFsm();
   CatalogFsm(const CatalogFsm&) = delete;
   CatalogFsm& operator=(const CatalogFsm&) = delete;
@@ -102,7 +108,11 @@ class CatalogFsm {
   struct Held {
     std::uint64_t index = 0;
     std::string reason;
+    MetadataLevel required{0};  // the level the entry needs
   };
+  MetadataLevel capability() const { return capability_; }
+  // Changes the capability for the next reset() (a member restarted at another level).
+  void set_capability(MetadataLevel l) { capability_ = l; }
   std::optional<Held> held() const { return held_; }
   // Replaces the state with a snapshot() image. On failure the old state is kept.
   Result<void> restore(std::string_view image);
@@ -130,6 +140,19 @@ class CatalogFsm {
   bool is_finalized(std::string_view feature) const;
   std::size_t change_count() const;
 
+  // Caches.
+  std::optional<CacheInfo> cache(const StreamKey& key) const;
+  Result<std::vector<CacheInfo>> list_caches(const std::string& tenant, const std::string& ns) const;
+  std::vector<Tombstone> list_cache_tombstones() const;
+  std::optional<Tombstone> cache_tombstone(const StreamKey& key) const;
+
+  // Members (replicated records; role/held/applied are left empty).
+  std::vector<MemberInfo> list_members() const;
+  std::optional<MemberInfo> member(NodeId id) const;
+  // The lowest recorded member level; nullopt while no member is recorded.
+  std::optional<MetadataLevel> recorded_group_level() const;
+  std::size_t members_below(MetadataLevel level) const;
+
   // Up to `limit` changes with seq > after, in order; resync if any of them were pruned.
   ChangeBatch changes_after(ChangeSeq after, std::size_t limit) const;
 
@@ -141,6 +164,9 @@ class CatalogFsm {
   std::optional<Held> held_;
   void create_schema();
   void upgrade_schema_1_to_2();
+  void upgrade_schema_2_to_3();
+  void update_group_level();
+  bool flagged_refused(const Command& c) const;
   ApplyResult apply_command(std::uint64_t index, const Command& c);
   std::string meta_get(const char* key) const;
   void meta_set(const char* key, const std::string& value);
@@ -148,6 +174,7 @@ class CatalogFsm {
 
   sqlite3* db_ = nullptr;
   std::size_t change_retention_;
+  MetadataLevel capability_;
 };
 
 }  // namespace sluice::raft_meta

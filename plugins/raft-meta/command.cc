@@ -18,6 +18,10 @@ std::string_view to_string(CommandType t) {
     case CommandType::register_broker: return "register_broker";
     case CommandType::unregister_broker: return "unregister_broker";
     case CommandType::finalize_feature: return "finalize_feature";
+    case CommandType::create_cache: return "create_cache";
+    case CommandType::delete_cache: return "delete_cache";
+    case CommandType::join_member: return "join_member";
+    case CommandType::leave_member: return "leave_member";
   }
   return "unknown";
 }
@@ -27,7 +31,9 @@ static bool parse_type(std::string_view s, CommandType& out) {
                  CommandType::create_namespace, CommandType::delete_namespace,
                  CommandType::create_stream, CommandType::delete_stream,
                  CommandType::register_broker, CommandType::unregister_broker,
-                 CommandType::finalize_feature}) {
+                 CommandType::finalize_feature, CommandType::create_cache,
+                 CommandType::delete_cache, CommandType::join_member,
+                 CommandType::leave_member}) {
     if (to_string(t) == s) {
       out = t;
       return true;
@@ -106,6 +112,37 @@ Command Command::finalize_feature(std::string name) {
   return c;
 }
 
+Command Command::create_cache(const StreamKey& key, const CacheSpec& spec, std::int64_t clock_us) {
+  Command c;
+  c.type = CommandType::create_cache;
+  c.tenant = key.tenant;
+  c.ns = key.ns;
+  c.name = key.name;
+  c.cache_spec = spec;
+  c.clock_us = clock_us;
+  return c;
+}
+Command Command::delete_cache(const StreamKey& key) {
+  Command c;
+  c.type = CommandType::delete_cache;
+  c.tenant = key.tenant;
+  c.ns = key.ns;
+  c.name = key.name;
+  return c;
+}
+Command Command::join_member(const JoinRequest& req) {
+  Command c;
+  c.type = CommandType::join_member;
+  c.member = req;
+  return c;
+}
+Command Command::leave_member(NodeId id) {
+  Command c;
+  c.type = CommandType::leave_member;
+  c.member.id = id;
+  return c;
+}
+
 namespace {
 json::array string_array(const std::vector<std::string>& v) {
   json::array a;
@@ -139,6 +176,32 @@ std::string encode_command(const Command& c) {
       break;
     case CommandType::finalize_feature:
       o["feature"] = c.feature;
+      break;
+    case CommandType::join_member: {
+      json::object m;
+      m["id"] = c.member.id.value();
+      m["raft_address"] = c.member.raft_address;
+      m["rpc_address"] = c.member.rpc_address;
+      m["level"] = c.member.level.value();
+      o["member"] = std::move(m);
+      break;
+    }
+    case CommandType::leave_member:
+      o["member_id"] = c.member.id.value();
+      break;
+    case CommandType::create_cache:
+    case CommandType::delete_cache:
+      o["tenant"] = c.tenant;
+      o["ns"] = c.ns;
+      o["name"] = c.name;
+      o["proposed_incarnation"] = c.proposed_incarnation;
+      o["incarnations"] = c.incarnations == IncarnationRule::flagged;
+      if (c.type == CommandType::create_cache) {
+        json::object spec;
+        spec["default_ttl_ms"] = c.cache_spec.default_ttl_ms;
+        o["spec"] = std::move(spec);
+        o["clock_us"] = c.clock_us;
+      }
       break;
     case CommandType::create_tenant:
     case CommandType::delete_tenant:
@@ -300,6 +363,43 @@ Result<Command> decode_command(std::string_view bytes) {
     case CommandType::finalize_feature:
       if (!get_string(*o, "feature", c.feature)) return bad("missing feature");
       break;
+    case CommandType::join_member: {
+      auto* mv = o->if_contains("member");
+      if (!mv || !mv->is_object()) return bad("missing member");
+      auto& mo = mv->get_object();
+      std::uint32_t id = 0, level = 0;
+      if (!get_u32(mo, "id", id) || !get_string(mo, "raft_address", c.member.raft_address) ||
+          !get_string(mo, "rpc_address", c.member.rpc_address) || !get_u32(mo, "level", level))
+        return bad("incomplete member");
+      c.member.id = NodeId{id};
+      c.member.level = MetadataLevel{level};
+      break;
+    }
+    case CommandType::leave_member: {
+      std::uint32_t id = 0;
+      if (!get_u32(*o, "member_id", id)) return bad("missing member_id");
+      c.member.id = NodeId{id};
+      break;
+    }
+    case CommandType::create_cache:
+    case CommandType::delete_cache: {
+      if (!get_string(*o, "tenant", c.tenant) || !get_string(*o, "ns", c.ns) ||
+          !get_string(*o, "name", c.name))
+        return bad("missing tenant, ns or name");
+      if (!get_u64(*o, "proposed_incarnation", c.proposed_incarnation))
+        return bad("missing proposed_incarnation");
+      auto* flag = o->if_contains("incarnations");
+      if (!flag || !flag->is_bool()) return bad("missing incarnations flag");
+      c.incarnations = flag->get_bool() ? IncarnationRule::flagged : IncarnationRule::legacy;
+      if (c.type == CommandType::create_cache) {
+        auto* sv = o->if_contains("spec");
+        if (!sv || !sv->is_object()) return bad("missing spec");
+        if (!get_i64(sv->get_object(), "default_ttl_ms", c.cache_spec.default_ttl_ms))
+          return bad("incomplete spec");
+        if (!get_i64(*o, "clock_us", c.clock_us)) return bad("missing clock_us");
+      }
+      break;
+    }
     case CommandType::create_tenant:
     case CommandType::delete_tenant:
       if (!get_string(*o, "tenant", c.tenant)) return bad("missing tenant");

@@ -14,6 +14,11 @@
 //   register_broker   "broker":{"id","address","directory_id","version","features":[..]}
 //   unregister_broker "broker_id"
 //   finalize_feature  "feature"
+//   create_cache      "tenant","ns","name","spec":{"default_ttl_ms"},"clock_us",
+//                     "proposed_incarnation","incarnations"
+//   delete_cache      "tenant","ns","name","proposed_incarnation","incarnations"
+//   join_member       "member":{"id","raft_address","rpc_address","level"}
+//   leave_member      "member_id"
 //
 // Every create and delete carries `proposed_incarnation` and `incarnations` from the start
 // (felix post-mortem: "apply decides only from fields a new proposer writes"). A level-8
@@ -48,6 +53,13 @@ enum class CommandType {
   register_broker,
   unregister_broker,
   finalize_feature,
+  // Caches (baseline, level 8): decided like streams, under `cache_incarnations`.
+  create_cache,
+  delete_cache,
+  // Metadata members (baseline): the replicated record of each voter's addresses and
+  // level, from which every proposer computes the group level.
+  join_member,
+  leave_member,
 };
 std::string_view to_string(CommandType);
 
@@ -77,6 +89,8 @@ struct Command {
   std::vector<std::string> finalize_features;  // init_cluster; optional, default empty
   BrokerRegistration broker{};                 // register_broker (broker.id: unregister_broker)
   std::string feature;                         // finalize_feature
+  CacheSpec cache_spec;                        // create_cache
+  JoinRequest member{};                        // join_member (member.id: leave_member)
 
   static Command init_cluster(std::string id);
   static Command create_tenant(std::string tenant);
@@ -88,6 +102,13 @@ struct Command {
   static Command register_broker(const BrokerRegistration& reg);
   static Command unregister_broker(NodeId id);
   static Command finalize_feature(std::string name);
+  static Command create_cache(const StreamKey& key, const CacheSpec& spec, std::int64_t clock_us);
+  static Command delete_cache(const StreamKey& key);
+  static Command join_member(const JoinRequest& req);
+  static Command leave_member(NodeId id);
+
+  bool is_create() const { return type == CommandType::create_stream || type == CommandType::create_cache; }
+  bool is_delete() const { return type == CommandType::delete_stream || type == CommandType::delete_cache; }
 };
 
 std::string encode_command(const Command& c);

@@ -50,6 +50,14 @@ std::vector<std::string> split_list(std::string_view s) {
 }
 
 
+std::string join_list(const std::vector<std::string>& v) {
+  std::string out;
+  for (auto& x : v) out += (out.empty() ? "" : ",") + x;
+  return out;
+}
+
+thread_local bool tl_no_forward = false;
+
 std::int64_t now_us() {
   return std::chrono::duration_cast<std::chrono::microseconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -57,6 +65,11 @@ std::int64_t now_us() {
 }
 
 }  // namespace
+
+#define RAFT_META_TRY(expr)                         \
+  do {                                              \
+    if (auto _v = (expr); !_v.ok()) return _v.error(); \
+  } while (0)
 
 RaftMetaConfig RaftMetaConfig::from_host(const PluginHost& host) {
   RaftMetaConfig c;
@@ -81,11 +94,12 @@ RaftMetaConfig RaftMetaConfig::from_host(const PluginHost& host) {
       std::chrono::milliseconds(checked_unsigned(host, "metadata.start_timeout_ms", 30000, 1));
   {
     std::int64_t lv = host.config_int("metadata.level", kBuildMetadataLevel.value());
-    if (lv < kLowestMetadataLevel.value() || lv > kBuildMetadataLevel.value())
-      throw std::invalid_argument(
-          "metadata.level must be between " + std::to_string(kLowestMetadataLevel.value()) +
-          " and " + std::to_string(kBuildMetadataLevel.value()) + " (this build's level), got " +
-          std::to_string(lv));
+    // The product's levels: 8 (baseline), 10 (stream incarnations), 14 (cache incarnations
+    // and the flag). 9 and 11..13 never shipped, so no member may claim them.
+    if (lv != 8 && lv != 10 && lv != 14)
+      throw std::invalid_argument("metadata.level must be 8, 10 or 14 (this build's level is " +
+                                  std::to_string(kBuildMetadataLevel.value()) + "), got " +
+                                  std::to_string(lv));
     c.level = MetadataLevel{static_cast<std::uint32_t>(lv)};
   }
   c.bootstrap_hold_back = split_list(host.config_string("metadata.bootstrap_hold_back", ""));
@@ -93,6 +107,9 @@ RaftMetaConfig RaftMetaConfig::from_host(const PluginHost& host) {
     if (!find_feature(f))
       throw std::invalid_argument("metadata.bootstrap_hold_back names unknown feature '" + f + "'");
   c.rpc_address = host.config_string("metadata.rpc_address", "127.0.0.1:7801");
+  c.join = split_list(host.config_string("metadata.join", ""));
+  if (!c.join.empty() && c.rpc_address.empty())
+    throw std::invalid_argument("metadata.join needs metadata.rpc_address (members talk over it)");
   c.session_timeout =
       std::chrono::milliseconds(checked_unsigned(host, "broker.session_timeout_ms", 10000, 1));
   return c;
@@ -124,7 +141,7 @@ class Handle final : public WatchHandle {
 RaftMetaStore::RaftMetaStore(PluginHost& host) : RaftMetaStore(host, RaftMetaConfig::from_host(host)) {}
 
 RaftMetaStore::RaftMetaStore(PluginHost& host, RaftMetaConfig config)
-    : host_(host), cfg_(std::move(config)), fsm_(cfg_.change_retention) {
+    : host_(host), cfg_(std::move(config)), fsm_(cfg_.change_retention, cfg_.level) {
   delivery_ = std::thread([this] { delivery_main(); });
   delivery_id_ = delivery_.get_id();
 }
@@ -170,6 +187,22 @@ Result<void> RaftMetaStore::start() {
     }
   }
 
+  // A member with an empty raft directory and `metadata.join` joins an existing group: it
+  // learns the group's cluster id first (hello), adopts it (refused, naming both ids, if
+  // this data directory belongs to another cluster), and starts with no configuration.
+  const bool fresh = !std::filesystem::exists(std::filesystem::path(cfg_.raft_dir) / "metadata1") &&
+                     !std::filesystem::exists(std::filesystem::path(cfg_.raft_dir) / "metadata2");
+  const bool joining = fresh && !cfg_.join.empty();
+  if (joining) {
+    RemoteConfig rc;
+    rc.controllers = cfg_.join;
+    rc.timeout = cfg_.timeout;
+    RemoteMetadataStore probe(host_, rc);
+    if (auto r = probe.start(); !r.ok())
+      return Error(r.error().code, "cannot join through metadata.join (" + join_list(cfg_.join) +
+                                       "): " + r.error().message);
+  }
+
   RaftNodeOptions o;
   o.id = host_.node_id().value();
   o.address = cfg_.address;
@@ -178,6 +211,8 @@ Result<void> RaftMetaStore::start() {
   o.snapshot_trailing = cfg_.snapshot_trailing;
   o.election_timeout_ms = cfg_.election_timeout_ms;
   o.heartbeat_timeout_ms = cfg_.heartbeat_timeout_ms;
+  o.bootstrap = cfg_.join.empty();
+  o.cluster_id = [this] { return host_.cluster_id(); };
   o.log = [this](LogLevel l, const std::string& m) { log(l, m); };
   auto n = std::make_shared<RaftNode>(std::move(o), adapter_);
   // Start failures are returned, not logged: the host prints the one ERROR line.
@@ -188,6 +223,11 @@ Result<void> RaftMetaStore::start() {
   }
   auto fail = [&](Error e) -> Result<void> {
     log(LogLevel::info, "start aborted; stopping the raft node");
+    if (rpc_) {
+      rpc_->stop();
+      rpc_.reset();
+      rpc_port_ = 0;
+    }
     {
       std::lock_guard lk(node_mu_);
       node_.reset();
@@ -196,23 +236,54 @@ Result<void> RaftMetaStore::start() {
     return e;
   };
 
-  // Wait for leadership (a single voter elects itself at raft_start), then a barrier so
-  // that everything in the log is applied before we look at the catalog.
+  // The controller RPC serves from here on (joins, forwarding, member status); requests
+  // that need the catalog answer `unavailable` until ready.
+  if (!cfg_.rpc_address.empty()) {
+    auto srv = std::make_unique<RpcServer>(*this, host_, cfg_.rpc_address);
+    if (auto r = srv->start(); !r.ok()) return fail(r.error());
+    rpc_port_ = srv->port();
+    rpc_ = std::move(srv);
+    auto colon = cfg_.rpc_address.rfind(':');
+    advertised_rpc_ = cfg_.rpc_address.substr(0, colon) + ":" + std::to_string(rpc_port_.load());
+  }
+
   const auto deadline = std::chrono::steady_clock::now() + cfg_.start_timeout;
   auto remaining = [&] {
     return std::chrono::duration_cast<std::chrono::milliseconds>(deadline -
                                                                  std::chrono::steady_clock::now());
   };
+
+  if (joining) {
+    // Ask the group to record and add this member; the leader promotes it to voter once
+    // it caught up, so this returns when the catalog is here.
+    for (;;) {
+      auto r = announce(cfg_.join);
+      if (r.ok()) break;
+      if (r.error().code != Errc::unavailable && r.error().code != Errc::not_leader &&
+          r.error().code != Errc::timeout)
+        return fail(Error(r.error().code, "join refused: " + r.error().message));
+      if (remaining().count() <= 0) return fail(Error(r.error().code, "join failed: " + r.error().message));
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  }
+
+  // Wait until the group has a leader and this member has the catalog: the leader applies
+  // everything in its log (a barrier); a follower waits until it applied init_cluster.
   for (;;) {
-    if (n->role() == RaftRole::leader) {
+    if (held_error()) break;  // a held member still announces itself (and is refused)
+    const RaftRole role = n->role();
+    if (role == RaftRole::leader) {
       auto b = n->barrier(std::max(remaining(), std::chrono::milliseconds(1)));
       if (b.ok()) break;
       if (b.error().code != Errc::not_leader && b.error().code != Errc::unavailable)
         return fail(b.error());
+    } else if (role == RaftRole::follower && n->leader_id() != 0) {
+      std::lock_guard lk(fsm_mu_);
+      if (!fsm_.cluster_id().empty()) break;
     }
     if (remaining().count() <= 0)
       return fail(Error(Errc::unavailable,
-                        "raft node did not become leader within " +
+                        "no leader with the catalog within " +
                             std::to_string(cfg_.start_timeout.count()) + " ms (role " +
                             std::string(to_string(n->role())) + ")"));
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -223,9 +294,9 @@ Result<void> RaftMetaStore::start() {
     std::lock_guard lk(fsm_mu_);
     id = fsm_.cluster_id();
   }
-  if (id.empty()) {
-    std::string fresh = random_uuid_v4();
-    Command init = Command::init_cluster(fresh);
+  if (id.empty() && n->role() == RaftRole::leader) {
+    std::string fresh_id = random_uuid_v4();
+    Command init = Command::init_cluster(fresh_id);
     init.level = cfg_.level.value();
     // A new cluster finalizes every feature this member's level knows, unless held back
     // (a level-8 member knows none).
@@ -241,11 +312,14 @@ Result<void> RaftMetaStore::start() {
     if (id.empty()) return fail(Error(Errc::internal, "init_cluster returned no cluster id"));
     log(LogLevel::info, "initialized cluster " + id);
   }
+  if (id.empty() && !held_error())
+    return fail(Error(Errc::unavailable, "the catalog has no cluster id yet"));
 
   // The host persists the id to meta.properties (fsynced) before answering; only then may
   // it be used (ARCHITECTURE.md §3).
-  if (auto a = host_.adopt_cluster_id(id); !a.ok())
-    return fail(Error(a.error().code, a.error().message + " (raft log in " + cfg_.raft_dir + ")"));
+  if (!id.empty())
+    if (auto a = host_.adopt_cluster_id(id); !a.ok())
+      return fail(Error(a.error().code, a.error().message + " (raft log in " + cfg_.raft_dir + ")"));
   {
     // Leader (re)start: every registered broker counts as live for one session timeout,
     // so a restart does not make the whole fleet "dead".
@@ -254,18 +328,48 @@ Result<void> RaftMetaStore::start() {
     grace_until_ = now() + cfg_.session_timeout;
   }
   ready_.store(true);
-  if (!cfg_.rpc_address.empty()) {
-    auto srv = std::make_unique<RpcServer>(*this, host_, cfg_.rpc_address);
-    if (auto r = srv->start(); !r.ok()) {
-      ready_.store(false);
-      return fail(r.error());
+
+  // Declare this member's level (and addresses) to the group if the record differs: a
+  // restarted member after an upgrade or a downgrade. Refused below the level floor.
+  if (!joining) {
+    std::optional<MemberInfo> rec;
+    {
+      std::lock_guard lk(fsm_mu_);
+      rec = fsm_.member(host_.node_id());
     }
-    rpc_port_ = srv->port();
-    rpc_ = std::move(srv);
+    // (An ephemeral rpc port, "…:0" in tests, changes at every start; it is re-recorded
+    // only with another change.)
+    const bool rpc_ephemeral = cfg_.rpc_address.size() >= 2 &&
+                               cfg_.rpc_address.compare(cfg_.rpc_address.size() - 2, 2, ":0") == 0;
+    if (!rec || rec->level != cfg_.level || rec->raft_address != cfg_.address ||
+        (!rpc_ephemeral && rec->rpc_address != advertised_rpc_)) {
+      Result<MemberInfo> r = Error(Errc::unavailable, "");
+      for (;;) {
+        r = n->role() == RaftRole::leader ? join_member(JoinRequest{host_.node_id(), cfg_.address, advertised_rpc_, cfg_.level})
+                                          : announce(peer_rpc_addresses());
+        if (r.ok()) break;
+        if (r.error().code != Errc::unavailable && r.error().code != Errc::not_leader &&
+            r.error().code != Errc::timeout)
+          break;
+        if (remaining().count() <= 0) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      }
+      if (!r.ok()) {
+        ready_.store(false);
+        return fail(Error(r.error().code, "the group refused this member (node " +
+                                              std::to_string(host_.node_id().value()) + " at level " +
+                                              std::to_string(cfg_.level.value()) + "): " + r.error().message));
+      }
+    }
   }
-  log(LogLevel::info, "ready: cluster " + id + " at metadata level " +
-                          std::to_string(cfg_.level.value()) + ", leader of a single-member group at " +
-                          cfg_.address + ", applied " + std::to_string(n->last_applied()));
+  if (auto h = held_error()) {
+    ready_.store(false);
+    return fail(*h);
+  }
+  log(LogLevel::info, "ready: cluster " + id + ", member " + std::to_string(host_.node_id().value()) +
+                          " at metadata level " + std::to_string(cfg_.level.value()) + " (" +
+                          std::string(to_string(n->role())) + "), raft " + cfg_.address +
+                          ", rpc " + advertised_rpc_ + ", applied " + std::to_string(n->last_applied()));
   catalog_changed();
   return {};
 }
@@ -280,12 +384,244 @@ void RaftMetaStore::stop() {
     rpc_port_ = 0;
   }
   ready_.store(false);
+  {
+    std::lock_guard lk(fwd_mu_);
+    fwd_client_.reset();
+    fwd_addr_.clear();
+  }
   std::shared_ptr<RaftNode> n;
   {
     std::lock_guard lk(node_mu_);
     n.swap(node_);
   }
   if (n) n->stop();
+}
+
+// --- members and forwarding ------------------------------------------------------------------
+
+RaftMetaStore::NoForward::NoForward() : prev(tl_no_forward) { tl_no_forward = true; }
+RaftMetaStore::NoForward::~NoForward() { tl_no_forward = prev; }
+
+void RaftMetaStore::note_leadership() {
+  auto n = node();
+  const bool leader = n && n->role() == RaftRole::leader;
+  if (leader && !was_leader_.exchange(true)) {
+    // A new leader has no heartbeats yet: every registered broker is live for one session
+    // timeout (as after a restart), so a failover does not make the fleet "dead".
+    std::lock_guard lk(live_mu_);
+    last_seen_.clear();
+    grace_until_ = now() + cfg_.session_timeout;
+  } else if (!leader) {
+    was_leader_.store(false);
+  }
+}
+
+std::shared_ptr<MetadataStore> RaftMetaStore::leader_client() {
+  if (tl_no_forward) return nullptr;
+  auto n = node();
+  if (!n || !ready_.load() || n->role() == RaftRole::leader) return nullptr;
+  const std::uint64_t lid = n->leader_id();
+  if (lid == 0 || lid == host_.node_id().value()) return nullptr;
+  std::optional<MemberInfo> leader;
+  {
+    std::lock_guard lk(fsm_mu_);
+    leader = fsm_.member(NodeId{static_cast<std::uint32_t>(lid)});
+  }
+  if (!leader || leader->rpc_address.empty()) return nullptr;
+  std::lock_guard lk(fwd_mu_);
+  if (fwd_client_ && fwd_addr_ == leader->rpc_address) return fwd_client_;
+  RemoteConfig rc;
+  rc.controllers = {leader->rpc_address};
+  rc.timeout = cfg_.timeout;
+  rc.forwarded = true;
+  auto c = std::make_shared<RemoteMetadataStore>(host_, rc);
+  if (!c->start().ok()) return nullptr;
+  fwd_client_ = c;
+  fwd_addr_ = leader->rpc_address;
+  return fwd_client_;
+}
+
+Error RaftMetaStore::not_leader_error() {
+  auto n = node();
+  std::uint64_t lid = n ? n->leader_id() : 0;
+  std::optional<MemberInfo> leader;
+  if (lid != 0) {
+    std::lock_guard lk(fsm_mu_);
+    leader = fsm_.member(NodeId{static_cast<std::uint32_t>(lid)});
+  }
+  if (leader)
+    return Error(Errc::not_leader, "member " + std::to_string(host_.node_id().value()) +
+                                       " is not the leader; the leader is member " +
+                                       std::to_string(lid) + " at " + leader->rpc_address,
+                 Outcome::transient);
+  return Error(Errc::not_leader, "member " + std::to_string(host_.node_id().value()) +
+                                     " is not the leader and knows no leader yet",
+               Outcome::transient);
+}
+
+ProposerView RaftMetaStore::proposer_view() {
+  ProposerView v;
+  v.own = cfg_.level;
+  std::lock_guard lk(fsm_mu_);
+  v.group = std::min(cfg_.level, fsm_.recorded_group_level().value_or(cfg_.level));
+  v.stream_incarnations_finalized = fsm_.is_finalized(kStreamIncarnations);
+  v.cache_incarnations_finalized = fsm_.is_finalized(kCacheIncarnations);
+  return v;
+}
+
+std::vector<std::string> RaftMetaStore::peer_rpc_addresses() {
+  std::vector<std::string> out;
+  {
+    std::lock_guard lk(fsm_mu_);
+    for (auto& m : fsm_.list_members())
+      if (m.id != host_.node_id() && !m.rpc_address.empty()) out.push_back(m.rpc_address);
+  }
+  for (auto& j : cfg_.join)
+    if (std::find(out.begin(), out.end(), j) == out.end()) out.push_back(j);
+  return out;
+}
+
+Result<MemberInfo> RaftMetaStore::announce(const std::vector<std::string>& via) {
+  if (via.empty()) return Error(Errc::unavailable, "no other member known to announce this member to");
+  RemoteConfig rc;
+  rc.controllers = via;
+  rc.timeout = std::max(cfg_.timeout, cfg_.start_timeout);  // the join waits for catch-up
+  RemoteMetadataStore c(host_, rc);
+  if (auto r = c.start(); !r.ok()) return r.error();
+  return c.join_member(JoinRequest{host_.node_id(), cfg_.address, advertised_rpc_, cfg_.level});
+}
+
+MemberInfo RaftMetaStore::local_member_status() {
+  MemberInfo m;
+  m.id = host_.node_id();
+  m.raft_address = cfg_.address;
+  m.rpc_address = advertised_rpc_;
+  m.level = cfg_.level;
+  auto n = node();
+  m.role = std::string(to_string(n ? n->role() : RaftRole::unavailable));
+  std::lock_guard lk(fsm_mu_);
+  m.applied = fsm_.applied();
+  if (auto h = fsm_.held()) {
+    m.held = true;
+    m.held_index = ChangeSeq{h->index};
+    m.held_required_level = h->required;
+    m.held_reason = h->reason;
+  }
+  if (auto rec = fsm_.member(m.id)) m.joined_seq = rec->joined_seq;
+  return m;
+}
+
+Result<MembersView> RaftMetaStore::list_members() {
+  if (auto f = leader_client()) return f->list_members();
+  RAFT_META_TRY(read_barrier_any());
+  MembersView v;
+  auto n = node();
+  v.leader = NodeId{static_cast<std::uint32_t>(n ? n->leader_id() : 0)};
+  std::vector<MemberInfo> recorded;
+  {
+    std::lock_guard lk(fsm_mu_);
+    recorded = fsm_.list_members();
+    v.level_floor = fsm_.level_floor();
+    v.group_level = std::min(cfg_.level, fsm_.recorded_group_level().value_or(cfg_.level));
+  }
+  for (auto& rec : recorded) {
+    MemberInfo m = rec;
+    if (rec.id == host_.node_id()) {
+      m = local_member_status();
+      m.level = rec.level;
+      m.joined_seq = rec.joined_seq;
+    } else {
+      m.role = "unreachable";
+      auto st = probe_member_status(rec.rpc_address, host_, std::chrono::milliseconds(1000));
+      if (st.ok()) {
+        m.role = st->role;
+        m.held = st->held;
+        m.held_index = st->held_index;
+        m.held_required_level = st->held_required_level;
+        m.held_reason = st->held_reason;
+        m.applied = st->applied;
+      }
+    }
+    v.members.push_back(std::move(m));
+  }
+  return v;
+}
+
+Result<MemberInfo> RaftMetaStore::join_member(const JoinRequest& req) {
+  if (auto f = leader_client()) return f->join_member(req);
+  auto n = node();
+  if (!n || !ready_.load()) return Error(Errc::unavailable, "raft-meta is not started");
+  if (n->role() != RaftRole::leader) return not_leader_error();
+  if (req.id.value() == 0) return Error(Errc::invalid_argument, "member id must be > 0");
+  if (req.raft_address.find(':') == std::string::npos || req.rpc_address.find(':') == std::string::npos)
+    return Error(Errc::invalid_argument, "member addresses must be ip:port");
+  if (req.level < kLowestMetadataLevel)
+    return Error(Errc::invalid_argument, "metadata level " + std::to_string(req.level.value()) +
+                                             " is below the lowest level " +
+                                             std::to_string(kLowestMetadataLevel.value()));
+  {
+    std::lock_guard lk(fsm_mu_);
+    if (req.level < fsm_.level_floor())
+      return Error(Errc::conflict, "member " + std::to_string(req.id.value()) + " runs at metadata level " +
+                                       std::to_string(req.level.value()) + ", below the group's level floor " +
+                                       std::to_string(fsm_.level_floor().value()) +
+                                       " (raised by the first flagged entry); upgrade it first");
+    if (auto old = fsm_.member(req.id); old && old->raft_address != req.raft_address)
+      return Error(Errc::conflict, "node id " + std::to_string(req.id.value()) +
+                                       " is already a member at " + old->raft_address);
+  }
+  // Record first, so that the group level includes the member before it receives any
+  // entry (proposers stop flagging entries at once); then add it to the configuration.
+  auto r = propose(Command::join_member(req));
+  if (!r.ok()) return r.error();
+  if (!r->ok()) return *r->error;
+  if (req.id != host_.node_id()) {
+    auto a = n->add_voter(req.id.value(), req.raft_address, std::max(cfg_.timeout, cfg_.start_timeout));
+    if (!a.ok()) {
+      log(LogLevel::warn, "adding member " + std::to_string(req.id.value()) + " failed: " + a.error().message);
+      if (a.error().code == Errc::conflict) (void)propose(Command::leave_member(req.id));
+      return a.error();
+    }
+  }
+  log(LogLevel::info, "member " + std::to_string(req.id.value()) + " at " + req.raft_address +
+                          " (rpc " + req.rpc_address + ") joined at metadata level " +
+                          std::to_string(req.level.value()));
+  std::lock_guard lk(fsm_mu_);
+  auto rec = fsm_.member(req.id);
+  if (!rec) return Error(Errc::internal, "member record missing after join");
+  return *rec;
+}
+
+Result<void> RaftMetaStore::remove_member(NodeId id) {
+  if (auto f = leader_client()) return f->remove_member(id);
+  auto n = node();
+  if (!n || !ready_.load()) return Error(Errc::unavailable, "raft-meta is not started");
+  if (n->role() != RaftRole::leader) return not_leader_error();
+  auto conf = n->configuration(cfg_.timeout);
+  if (!conf.ok()) return conf.error();
+  bool in_conf = false;
+  std::size_t voters = 0;
+  for (auto& srv : conf.value()) {
+    if (srv.voter) ++voters;
+    if (srv.id == id.value()) in_conf = true;
+  }
+  bool recorded = false;
+  {
+    std::lock_guard lk(fsm_mu_);
+    recorded = fsm_.member(id).has_value();
+  }
+  if (!in_conf && !recorded) return Error(Errc::not_found, "no member " + std::to_string(id.value()));
+  if (in_conf && voters <= 1)
+    return Error(Errc::conflict, "member " + std::to_string(id.value()) +
+                                     " is the last voter; a group cannot remove its last member");
+  if (recorded) {
+    auto r = propose(Command::leave_member(id));
+    if (!r.ok()) return r.error();
+    if (!r->ok()) return *r->error;
+  }
+  if (in_conf) RAFT_META_TRY(n->remove_server(id.value(), cfg_.timeout));
+  log(LogLevel::info, "member " + std::to_string(id.value()) + " removed");
+  return {};
 }
 
 MetadataStatus RaftMetaStore::status() {
@@ -298,8 +634,12 @@ MetadataStatus RaftMetaStore::status() {
     s.applied = fsm_.applied();
   }
   RaftRole role = n ? n->role() : RaftRole::unavailable;
-  s.level = cfg_.level;  // single member: the group's level is this member's
-  s.ready = ready_.load() && role == RaftRole::leader;
+  {
+    std::lock_guard lk(fsm_mu_);
+    s.level = std::min(cfg_.level, fsm_.recorded_group_level().value_or(cfg_.level));
+  }
+  s.ready = ready_.load() && (role == RaftRole::leader ||
+                              (role == RaftRole::follower && n->leader_id() != 0));
   if (auto h = held_error()) {
     s.ready = false;
     s.detail = h->message;
@@ -370,17 +710,18 @@ Result<ApplyResult> RaftMetaStore::propose(const Command& c) {
   auto n = node();
   if (!n || !ready_.load()) return Error(Errc::unavailable, "raft-meta is not started");
   if (auto h = held_error()) return *h;
+  if (n->role() != RaftRole::leader) return not_leader_error();
+  note_leadership();
   Command stamped = c;
   stamped.level = cfg_.level.value();
-  return n->apply(encode_command(stamped), cfg_.timeout);
+  auto r = n->apply(encode_command(stamped), cfg_.timeout);
+  if (!r.ok() && r.error().code == Errc::not_leader) return not_leader_error();
+  return r;
 }
 
-#define RAFT_META_TRY(expr)                         \
-  do {                                              \
-    if (auto _v = (expr); !_v.ok()) return _v.error(); \
-  } while (0)
 
 Result<TenantInfo> RaftMetaStore::create_tenant(const std::string& name) {
+  if (auto f = leader_client()) return f->create_tenant(name);
   RAFT_META_TRY(validate_name(NameKind::tenant, name));
   auto r = propose(Command::create_tenant(name));
   if (!r.ok()) return r.error();
@@ -389,6 +730,7 @@ Result<TenantInfo> RaftMetaStore::create_tenant(const std::string& name) {
 }
 
 Result<void> RaftMetaStore::delete_tenant(const std::string& name) {
+  if (auto f = leader_client()) return f->delete_tenant(name);
   RAFT_META_TRY(validate_name(NameKind::tenant, name));
   auto r = propose(Command::delete_tenant(name));
   if (!r.ok()) return r.error();
@@ -398,6 +740,7 @@ Result<void> RaftMetaStore::delete_tenant(const std::string& name) {
 
 Result<NamespaceInfo> RaftMetaStore::create_namespace(const std::string& tenant,
                                                       const std::string& name) {
+  if (auto f = leader_client()) return f->create_namespace(tenant, name);
   RAFT_META_TRY(validate_name(NameKind::tenant, tenant));
   RAFT_META_TRY(validate_name(NameKind::ns, name));
   auto r = propose(Command::create_namespace(tenant, name));
@@ -407,6 +750,7 @@ Result<NamespaceInfo> RaftMetaStore::create_namespace(const std::string& tenant,
 }
 
 Result<void> RaftMetaStore::delete_namespace(const std::string& tenant, const std::string& name) {
+  if (auto f = leader_client()) return f->delete_namespace(tenant, name);
   RAFT_META_TRY(validate_name(NameKind::tenant, tenant));
   RAFT_META_TRY(validate_name(NameKind::ns, name));
   auto r = propose(Command::delete_namespace(tenant, name));
@@ -416,6 +760,7 @@ Result<void> RaftMetaStore::delete_namespace(const std::string& tenant, const st
 }
 
 Result<StreamInfo> RaftMetaStore::create_stream(const StreamKey& key, const StreamSpec& spec) {
+  if (auto f = leader_client()) return f->create_stream(key, spec);
   RAFT_META_TRY(validate_stream_key(key));
   RAFT_META_TRY(validate_stream_spec(spec));
   auto r = propose(stream_create_command(key, spec));
@@ -427,21 +772,14 @@ Result<StreamInfo> RaftMetaStore::create_stream(const StreamKey& key, const Stre
 Command RaftMetaStore::stream_create_command(const StreamKey& key, const StreamSpec& spec) {
   std::int64_t clock = now_us();
   Command c = Command::create_stream(key, spec, clock);
-  c.level = cfg_.level.value();
+  // Rule 2 (proposer.h): the group level, not this member's, decides the proposal and
+  // the flag; a member below a rule's level writes the entry the old way.
+  (void)stamp_entry(c, proposer_view(), clock);
   std::vector<BrokerInfo> registered;
-  bool finalized_here = false;
   {
     std::lock_guard lk(fsm_mu_);
-    finalized_here = fsm_.is_finalized(kStreamIncarnations);
     registered = fsm_.list_brokers();
   }
-  // Below the feature's level this member has never heard of incarnations: it proposes 0
-  // even if the catalog says the feature is finalized (apply then stores 0, as level 8).
-  const FeatureSpec* f = find_feature(kStreamIncarnations);
-  if (f && cfg_.level >= f->required_level)
-    c.proposed_incarnation = propose_incarnation(finalized_here, clock);
-  // The incarnations flag stays unset: it needs every member at level 14.
-  c.incarnations = IncarnationRule::legacy;
 
   // Placement: round robin over the live brokers sorted by id, from an offset derived from
   // the name. With no live broker, over the registered ones: a shard is placed on a broker
@@ -464,9 +802,10 @@ Command RaftMetaStore::stream_create_command(const StreamKey& key, const StreamS
 }
 
 Result<StreamInfo> RaftMetaStore::delete_stream(const StreamKey& key) {
+  if (auto f = leader_client()) return f->delete_stream(key);
   RAFT_META_TRY(validate_stream_key(key));
   Command c = Command::delete_stream(key);
-  c.level = cfg_.level.value();  // proposed_incarnation 0, unflagged (level 14 sets them)
+  (void)stamp_entry(c, proposer_view(), now_us());
   auto r = propose(c);
   if (!r.ok()) return r.error();
   if (!r->ok()) return *r->error;
@@ -479,18 +818,33 @@ Result<void> RaftMetaStore::read_barrier() {
   auto n = node();
   if (!n || !ready_.load()) return Error(Errc::unavailable, "raft-meta is not started");
   if (auto h = held_error()) return *h;  // a held member serves nothing from its state
+  if (n->role() != RaftRole::leader) return not_leader_error();
+  note_leadership();
   auto r = n->barrier(cfg_.timeout);
+  if (!r.ok() && r.error().code == Errc::not_leader) return not_leader_error();
   if (auto h = held_error()) return *h;
   return r;
 }
 
+// Members listing: current on the leader; elsewhere (no leader known) this member's view.
+Result<void> RaftMetaStore::read_barrier_any() {
+  auto n = node();
+  if (!n) return Error(Errc::unavailable, "raft-meta is not started");
+  if (n->role() != RaftRole::leader) return {};
+  auto r = n->barrier(cfg_.timeout);
+  if (!r.ok() && r.error().code != Errc::not_leader) return r.error();
+  return {};
+}
+
 Result<std::vector<TenantInfo>> RaftMetaStore::list_tenants() {
+  if (auto f = leader_client()) return f->list_tenants();
   RAFT_META_TRY(read_barrier());
   std::lock_guard lk(fsm_mu_);
   return fsm_.list_tenants();
 }
 
 Result<std::vector<NamespaceInfo>> RaftMetaStore::list_namespaces(const std::string& tenant) {
+  if (auto f = leader_client()) return f->list_namespaces(tenant);
   RAFT_META_TRY(validate_name(NameKind::tenant, tenant));
   RAFT_META_TRY(read_barrier());
   std::lock_guard lk(fsm_mu_);
@@ -498,6 +852,7 @@ Result<std::vector<NamespaceInfo>> RaftMetaStore::list_namespaces(const std::str
 }
 
 Result<StreamInfo> RaftMetaStore::get_stream(const StreamKey& key) {
+  if (auto f = leader_client()) return f->get_stream(key);
   RAFT_META_TRY(validate_stream_key(key));
   RAFT_META_TRY(read_barrier());
   std::lock_guard lk(fsm_mu_);
@@ -506,6 +861,7 @@ Result<StreamInfo> RaftMetaStore::get_stream(const StreamKey& key) {
 
 Result<std::vector<StreamInfo>> RaftMetaStore::list_streams(const std::string& tenant,
                                                             const std::string& ns) {
+  if (auto f = leader_client()) return f->list_streams(tenant, ns);
   RAFT_META_TRY(validate_name(NameKind::tenant, tenant));
   RAFT_META_TRY(validate_name(NameKind::ns, ns));
   RAFT_META_TRY(read_barrier());
@@ -514,6 +870,7 @@ Result<std::vector<StreamInfo>> RaftMetaStore::list_streams(const std::string& t
 }
 
 Result<CatalogSnapshot> RaftMetaStore::snapshot() {
+  if (auto f = leader_client()) return f->snapshot();
   RAFT_META_TRY(read_barrier());
   CatalogSnapshot snap;
   {
@@ -580,6 +937,7 @@ FeatureInfo RaftMetaStore::feature_info(std::string_view name,
 }
 
 Result<BrokerInfo> RaftMetaStore::register_broker(const BrokerRegistration& reg) {
+  if (auto f = leader_client()) return f->register_broker(reg);
   if (reg.id.value() == 0) return Error(Errc::invalid_argument, "broker id must be > 0");
   BrokerRegistration sorted = reg;
   std::sort(sorted.features.begin(), sorted.features.end());
@@ -598,6 +956,7 @@ Result<BrokerInfo> RaftMetaStore::register_broker(const BrokerRegistration& reg)
 }
 
 Result<void> RaftMetaStore::heartbeat_broker(NodeId id) {
+  if (auto f = leader_client()) return f->heartbeat_broker(id);
   if (!ready_.load()) return Error(Errc::unavailable, "raft-meta is not started");
   std::optional<BrokerInfo> b;
   std::set<std::string, std::less<>> fin;
@@ -616,6 +975,7 @@ Result<void> RaftMetaStore::heartbeat_broker(NodeId id) {
 }
 
 Result<void> RaftMetaStore::unregister_broker(NodeId id) {
+  if (auto f = leader_client()) return f->unregister_broker(id);
   auto r = propose(Command::unregister_broker(id));
   if (!r.ok()) return r.error();
   if (!r->ok()) return *r->error;
@@ -625,6 +985,7 @@ Result<void> RaftMetaStore::unregister_broker(NodeId id) {
 }
 
 Result<std::vector<BrokerInfo>> RaftMetaStore::list_brokers() {
+  if (auto f = leader_client()) return f->list_brokers();
   RAFT_META_TRY(read_barrier());
   std::vector<BrokerInfo> registered;
   {
@@ -635,6 +996,7 @@ Result<std::vector<BrokerInfo>> RaftMetaStore::list_brokers() {
 }
 
 Result<std::vector<FeatureInfo>> RaftMetaStore::list_features() {
+  if (auto f = leader_client()) return f->list_features();
   RAFT_META_TRY(read_barrier());
   std::vector<BrokerInfo> registered;
   std::map<std::string, ChangeSeq, std::less<>> fin;
@@ -652,6 +1014,7 @@ Result<std::vector<FeatureInfo>> RaftMetaStore::list_features() {
 }
 
 Result<FeatureInfo> RaftMetaStore::finalize_feature(const std::string& name) {
+  if (auto f = leader_client()) return f->finalize_feature(name);
   RAFT_META_TRY(read_barrier());
   std::vector<BrokerInfo> registered;
   std::map<std::string, ChangeSeq, std::less<>> fin;
@@ -664,8 +1027,9 @@ Result<FeatureInfo> RaftMetaStore::finalize_feature(const std::string& name) {
   // Already finalized: the same answer, nothing proposed (one-way and idempotent).
   if (fin.count(name)) return feature_info(name, fin, serving);
   if (!find_feature(name)) return Error(Errc::not_found, "unknown feature '" + name + "'");
-  // The gate. Single member: the group's level is this member's configured level.
-  if (auto g = check_finalize(name, cfg_.level, serving); !g.ok()) return g.error();
+  // The gate: every member (the group level, from the replicated member records) at the
+  // feature's level, and every serving broker implementing it.
+  if (auto g = check_finalize(name, proposer_view().group, serving); !g.ok()) return g.error();
   auto r = propose(Command::finalize_feature(name));
   if (!r.ok()) return r.error();
   if (!r->ok()) return *r->error;
@@ -676,6 +1040,7 @@ Result<FeatureInfo> RaftMetaStore::finalize_feature(const std::string& name) {
 }
 
 Result<std::vector<Tombstone>> RaftMetaStore::list_tombstones() {
+  if (auto f = leader_client()) return f->list_tombstones();
   RAFT_META_TRY(read_barrier());
   std::lock_guard lk(fsm_mu_);
   try {
@@ -683,6 +1048,59 @@ Result<std::vector<Tombstone>> RaftMetaStore::list_tombstones() {
   } catch (const std::exception& e) {
     return Error(Errc::internal, std::string("tombstones: ") + e.what());
   }
+}
+
+// --- caches ------------------------------------------------------------------------------
+
+Result<CacheInfo> RaftMetaStore::create_cache(const StreamKey& key, const CacheSpec& spec) {
+  if (auto f = leader_client()) return f->create_cache(key, spec);
+  RAFT_META_TRY(validate_name(NameKind::tenant, key.tenant));
+  RAFT_META_TRY(validate_name(NameKind::ns, key.ns));
+  RAFT_META_TRY(validate_name(NameKind::cache, key.name));
+  if (spec.default_ttl_ms != -1 && spec.default_ttl_ms <= 0)
+    return Error(Errc::invalid_argument, "default_ttl_ms must be -1 (no expiry) or positive");
+  const std::int64_t clock = now_us();
+  Command c = Command::create_cache(key, spec, clock);
+  RAFT_META_TRY(stamp_entry(c, proposer_view(), clock));
+  auto r = propose(c);
+  if (!r.ok()) return r.error();
+  if (!r->ok()) return *r->error;
+  return r->cache;
+}
+
+Result<CacheInfo> RaftMetaStore::delete_cache(const StreamKey& key) {
+  if (auto f = leader_client()) return f->delete_cache(key);
+  RAFT_META_TRY(validate_name(NameKind::tenant, key.tenant));
+  RAFT_META_TRY(validate_name(NameKind::ns, key.ns));
+  RAFT_META_TRY(validate_name(NameKind::cache, key.name));
+  Command c = Command::delete_cache(key);
+  (void)stamp_entry(c, proposer_view(), now_us());
+  auto r = propose(c);
+  if (!r.ok()) return r.error();
+  if (!r->ok()) return *r->error;
+  return r->cache;
+}
+
+Result<CacheInfo> RaftMetaStore::get_cache(const StreamKey& key) {
+  if (auto f = leader_client()) return f->get_cache(key);
+  RAFT_META_TRY(validate_name(NameKind::tenant, key.tenant));
+  RAFT_META_TRY(validate_name(NameKind::ns, key.ns));
+  RAFT_META_TRY(validate_name(NameKind::cache, key.name));
+  RAFT_META_TRY(read_barrier());
+  std::lock_guard lk(fsm_mu_);
+  auto c = fsm_.cache(key);
+  if (!c) return Error(Errc::not_found, "no cache " + key.to_string());
+  return *c;
+}
+
+Result<std::vector<CacheInfo>> RaftMetaStore::list_caches(const std::string& tenant,
+                                                          const std::string& ns) {
+  if (auto f = leader_client()) return f->list_caches(tenant, ns);
+  RAFT_META_TRY(validate_name(NameKind::tenant, tenant));
+  RAFT_META_TRY(validate_name(NameKind::ns, ns));
+  RAFT_META_TRY(read_barrier());
+  std::lock_guard lk(fsm_mu_);
+  return fsm_.list_caches(tenant, ns);
 }
 
 ChangeBatch RaftMetaStore::changes_after(ChangeSeq after, std::size_t limit) {

@@ -1,6 +1,16 @@
-// MetadataStore on a Raft group (ARCHITECTURE.md §5). This issue: a single-member group,
-// durable on disk (libraft's uv io), surviving SIGKILL. Multi-member joins come later; the
-// command format, level fields and cluster-id check are already shaped for them.
+// MetadataStore on a Raft group (ARCHITECTURE.md §5): one to five controller members,
+// durable on disk (libraft's uv io), surviving SIGKILL, leader loss and partitions.
+//
+// Membership: the first member bootstraps a one-voter group; others start with
+// `metadata.join` and ask any member (join_member over the controller RPC, carrying the
+// cluster id and their level). The leader records the member (a replicated join_member
+// entry, refused below the level floor or for a taken id), then adds it to libraft's
+// configuration and promotes it to voter once it caught up. A restarted member announces
+// its level again the same way, so a rolling upgrade changes the group level.
+//
+// Followers forward every write and every read that must be current to the leader over
+// the controller RPC (a forwarded request is never forwarded again: it answers not_leader
+// naming the leader instead). Watches are served from the member's own applied log.
 //
 // Thread model
 //   - raft thread (RaftNode): libraft, the uv io, CatalogFsm::apply, snapshot, restore.
@@ -27,6 +37,7 @@
 #include <vector>
 
 #include "catalog_fsm.h"
+#include "proposer.h"
 #include "raft_node.h"
 #include "sluice/host.h"
 #include "sluice/metadata.h"
@@ -53,6 +64,9 @@ struct RaftMetaConfig {
   std::chrono::milliseconds session_timeout{10000};
   // metadata.rpc_address: the controller RPC listener (rpc.h); empty string disables it.
   std::string rpc_address = "127.0.0.1:7801";
+  // metadata.join: controller RPC addresses of existing members. Set: a member with an
+  // empty raft directory joins that group instead of bootstrapping its own.
+  std::vector<std::string> join;
   // Liveness clock (leader memory only; never reaches apply). Tests inject one.
   std::function<std::chrono::steady_clock::time_point()> clock;
   // Changes kept for watchers. Part of the replicated state's meaning, so it is not read
@@ -95,6 +109,25 @@ class RaftMetaStore final : public MetadataStore {
   Result<FeatureInfo> finalize_feature(const std::string& name) override;
   Result<std::vector<Tombstone>> list_tombstones() override;
 
+  Result<CacheInfo> create_cache(const StreamKey& key, const CacheSpec& spec) override;
+  Result<CacheInfo> delete_cache(const StreamKey& key) override;
+  Result<CacheInfo> get_cache(const StreamKey& key) override;
+  Result<std::vector<CacheInfo>> list_caches(const std::string& tenant, const std::string& ns) override;
+
+  Result<MembersView> list_members() override;
+  Result<MemberInfo> join_member(const JoinRequest& req) override;
+  Result<void> remove_member(NodeId id) override;
+  // This member's own view (never forwarded): role, level, held state, applied index.
+  MemberInfo local_member_status();
+
+  // While alive on a thread, calls on that thread are not forwarded to the leader (the RPC
+  // server sets it for requests that were forwarded to it: no forwarding loops).
+  struct NoForward {
+    NoForward();
+    ~NoForward();
+    bool prev;
+  };
+
   std::unique_ptr<WatchHandle> watch(ChangeSeq after,
                                      std::function<void(const ChangeEvent&)> on_change,
                                      std::function<void()> resync) override;
@@ -128,7 +161,16 @@ class RaftMetaStore final : public MetadataStore {
   void catalog_changed();  // wakes the delivery thread
 
   Result<ApplyResult> propose(const Command& c);
+  // The leader's client when this member is a follower that knows its leader (and the call
+  // is not itself forwarded); null: handle locally.
+  std::shared_ptr<MetadataStore> leader_client();
+  Error not_leader_error();
+  ProposerView proposer_view();
+  void note_leadership();  // a new leader starts the brokers' liveness grace period
+  Result<MemberInfo> announce(const std::vector<std::string>& via);  // join or re-join
+  std::vector<std::string> peer_rpc_addresses();
   Result<void> read_barrier();
+  Result<void> read_barrier_any();
   std::optional<Error> held_error();  // set while the catalog is held (CatalogFsm::held)
   void log(LogLevel level, const std::string& msg);
   void delivery_main();
@@ -155,6 +197,11 @@ class RaftMetaStore final : public MetadataStore {
   std::atomic<bool> starting_{false};
   std::unique_ptr<class RpcServer> rpc_;  // guarded by life_mu_
   std::atomic<int> rpc_port_{0};
+  std::string advertised_rpc_;            // set by start(): rpc address with the bound port
+  std::mutex fwd_mu_;
+  std::string fwd_addr_;                       // guarded by fwd_mu_
+  std::shared_ptr<MetadataStore> fwd_client_;  // guarded by fwd_mu_
+  std::atomic<bool> was_leader_{false};
 
   // Broker liveness: leader memory, not replicated (ARCHITECTURE.md §5).
   std::mutex live_mu_;

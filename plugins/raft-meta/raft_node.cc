@@ -1,5 +1,7 @@
 #include "raft_node.h"
 
+#include "cluster_transport.h"
+
 #include <uv.h>
 
 #include <cstring>
@@ -57,6 +59,13 @@ struct RaftNode::Impl {
   struct raft raft{};
   bool raft_inited = false;
   bool closing = false;
+  bool cluster_transport_ = false;
+  static void close_transport(Impl* self) {
+    if (self->cluster_transport_)
+      cluster_transport_close(&self->transport);
+    else
+      raft_uv_tcp_close(&self->transport);
+  }
   // Results of applied entries, by index, until the proposer's callback claims them.
   std::map<std::uint64_t, ApplyResult> results;
 
@@ -68,6 +77,14 @@ struct RaftNode::Impl {
   struct BarrierOp {
     struct raft_barrier req{};
     std::promise<Result<void>> done;
+  };
+  // A membership change: raft_add, then raft_assign (add_voter), or raft_remove.
+  struct ChangeOp {
+    struct raft_change req{};
+    std::promise<Result<void>> done;
+    Impl* impl = nullptr;
+    std::uint64_t id = 0;
+    bool then_assign = false;
   };
 
   // --- FSM (fsm version 1) ---
@@ -144,6 +161,88 @@ struct RaftNode::Impl {
     delete op;
   }
 
+  static void change_cb(struct raft_change* req, int status) {
+    auto* op = static_cast<ChangeOp*>(req->data);
+    if (status != 0) {
+      op->done.set_value(status_error(status, "membership change"));
+      delete op;
+      return;
+    }
+    if (op->then_assign) {
+      op->then_assign = false;
+      op->req = {};
+      op->req.data = op;
+      int rv = raft_assign(&op->impl->raft, &op->req, op->id, RAFT_VOTER, change_cb);
+      if (rv != 0) {
+        op->done.set_value(Error(rv == RAFT_NOTLEADER ? Errc::not_leader : Errc::unavailable,
+                                 std::string("raft_assign: ") + raft_strerror(rv)));
+        delete op;
+      }
+      return;
+    }
+    op->done.set_value(ok_result());
+    delete op;
+  }
+
+  void do_add_voter(ChangeOp* op, const std::string& address, bool closing_now) {
+    if (closing_now) {
+      op->done.set_value(Error(Errc::unavailable, "raft node is stopping"));
+      delete op;
+      return;
+    }
+    // Already in the configuration: at the same address, promote if needed.
+    for (unsigned i = 0; i < raft.configuration.n; ++i) {
+      const auto& srv = raft.configuration.servers[i];
+      if (srv.id != op->id) continue;
+      if (address != srv.address) {
+        op->done.set_value(Error(Errc::conflict, "server " + std::to_string(op->id) +
+                                                     " is already in the configuration at " +
+                                                     srv.address));
+        delete op;
+        return;
+      }
+      if (srv.role == RAFT_VOTER) {
+        op->done.set_value(ok_result());
+        delete op;
+        return;
+      }
+      op->then_assign = false;
+      op->req.data = op;
+      int rv = raft_assign(&raft, &op->req, op->id, RAFT_VOTER, change_cb);
+      if (rv != 0) {
+        op->done.set_value(Error(rv == RAFT_NOTLEADER ? Errc::not_leader : Errc::unavailable,
+                                 std::string("raft_assign: ") + raft_strerror(rv)));
+        delete op;
+      }
+      return;
+    }
+    op->then_assign = true;
+    op->req.data = op;
+    int rv = raft_add(&raft, &op->req, op->id, address.c_str(), change_cb);
+    if (rv != 0) {
+      op->done.set_value(Error(rv == RAFT_NOTLEADER ? Errc::not_leader : Errc::unavailable,
+                               std::string("raft_add: ") + raft_strerror(rv)));
+      delete op;
+    }
+  }
+
+  void do_remove(ChangeOp* op, bool closing_now) {
+    if (closing_now) {
+      op->done.set_value(Error(Errc::unavailable, "raft node is stopping"));
+      delete op;
+      return;
+    }
+    op->req.data = op;
+    int rv = raft_remove(&raft, &op->req, op->id, change_cb);
+    if (rv != 0) {
+      op->done.set_value(Error(rv == RAFT_NOTLEADER ? Errc::not_leader
+                               : rv == RAFT_BADID  ? Errc::not_found
+                                                   : Errc::unavailable,
+                               std::string("raft_remove: ") + raft_strerror(rv)));
+      delete op;
+    }
+  }
+
   // --- loop plumbing ---
   void refresh_status() {
     if (!raft_inited || closing) return;
@@ -167,7 +266,7 @@ struct RaftNode::Impl {
     auto* self = static_cast<Impl*>(r->data);
     // ARCHITECTURE.md §10: close the uv io and transport in raft's close callback.
     raft_uv_close(&self->io);
-    raft_uv_tcp_close(&self->transport);
+    close_transport(self);
     self->close_handles();
   }
 
@@ -255,15 +354,23 @@ struct RaftNode::Impl {
     timer.data = this;
     async.data = this;
 
-    rv = raft_uv_tcp_init(&transport, &loop);
+    // Every connection between members presents the cluster id first (cluster_transport.h);
+    // without a cluster id source (tests of a lone node), libraft's stock TCP transport.
+    cluster_transport_ = static_cast<bool>(o.cluster_id);
+    if (cluster_transport_) {
+      rv = cluster_transport_init(&transport, &loop, o.cluster_id,
+                                  [n = node](LogLevel l, const std::string& m) { n->log(l, m); });
+    } else {
+      rv = raft_uv_tcp_init(&transport, &loop);
+    }
     if (rv != 0) {
       close_handles();
-      return Error(Errc::storage_failure, std::string("raft_uv_tcp_init: ") + raft_strerror(rv));
+      return Error(Errc::storage_failure, std::string("transport init: ") + raft_strerror(rv));
     }
     rv = raft_uv_init(&io, &loop, o.dir.c_str(), &transport);
     if (rv != 0) {
       std::string msg = std::string("raft_uv_init(") + o.dir + "): " + io.errmsg;
-      raft_uv_tcp_close(&transport);
+      close_transport(this);
       close_handles();
       return Error(Errc::storage_failure, msg);
     }
@@ -280,7 +387,7 @@ struct RaftNode::Impl {
     if (rv != 0) {
       std::string msg = std::string("raft_init: ") + raft_errmsg(&raft);
       raft_uv_close(&io);
-      raft_uv_tcp_close(&transport);
+      close_transport(this);
       close_handles();
       return Error(Errc::storage_failure, msg);
     }
@@ -294,7 +401,7 @@ struct RaftNode::Impl {
     struct raft_configuration conf;
     raft_configuration_init(&conf);
     rv = raft_configuration_add(&conf, o.id, o.address.c_str(), RAFT_VOTER);
-    if (rv == 0) rv = raft_bootstrap(&raft, &conf);
+    if (rv == 0) rv = o.bootstrap ? raft_bootstrap(&raft, &conf) : RAFT_CANTBOOTSTRAP;
     raft_configuration_close(&conf);
     if (rv == 0) {
       node->log(LogLevel::info, "bootstrapped a single-member group: id " + std::to_string(o.id) +
@@ -410,6 +517,70 @@ Result<void> RaftNode::barrier(std::chrono::milliseconds timeout) {
   if (fut.wait_for(timeout) != std::future_status::ready)
     return Error(Errc::timeout, "barrier not applied within " + std::to_string(timeout.count()) + " ms",
                  Outcome::uncertain);
+  return fut.get();
+}
+
+}  // namespace sluice::raft_meta
+
+namespace sluice::raft_meta {
+
+template <class Op>
+static Result<void> wait_op(std::future<Result<void>>& fut, std::chrono::milliseconds timeout,
+                            const char* what) {
+  if (fut.wait_for(timeout) != std::future_status::ready)
+    return Error(Errc::timeout, std::string(what) + " not done within " +
+                                    std::to_string(timeout.count()) + " ms; it may still complete",
+                 Outcome::uncertain);
+  return fut.get();
+}
+
+Result<void> RaftNode::add_voter(std::uint64_t id, const std::string& address,
+                                 std::chrono::milliseconds timeout) {
+  auto* op = new Impl::ChangeOp();
+  op->impl = impl_.get();
+  op->id = id;
+  auto fut = op->done.get_future();
+  Impl* impl = impl_.get();
+  if (!submit([impl, op, address](bool closing) { impl->do_add_voter(op, address, closing); })) {
+    delete op;
+    return Error(Errc::unavailable, "raft node is not running");
+  }
+  return wait_op<Impl::ChangeOp>(fut, timeout, "adding a member");
+}
+
+Result<void> RaftNode::remove_server(std::uint64_t id, std::chrono::milliseconds timeout) {
+  auto* op = new Impl::ChangeOp();
+  op->impl = impl_.get();
+  op->id = id;
+  auto fut = op->done.get_future();
+  Impl* impl = impl_.get();
+  if (!submit([impl, op](bool closing) { impl->do_remove(op, closing); })) {
+    delete op;
+    return Error(Errc::unavailable, "raft node is not running");
+  }
+  return wait_op<Impl::ChangeOp>(fut, timeout, "removing a member");
+}
+
+Result<std::vector<RaftServer>> RaftNode::configuration(std::chrono::milliseconds timeout) {
+  auto p = std::make_shared<std::promise<Result<std::vector<RaftServer>>>>();
+  auto fut = p->get_future();
+  Impl* impl = impl_.get();
+  if (!submit([impl, p](bool closing) {
+        if (closing) {
+          p->set_value(Error(Errc::unavailable, "raft node is stopping"));
+          return;
+        }
+        std::vector<RaftServer> out;
+        for (unsigned i = 0; i < impl->raft.configuration.n; ++i) {
+          const auto& srv = impl->raft.configuration.servers[i];
+          out.push_back(RaftServer{srv.id, srv.address ? srv.address : "", srv.role,
+                                   srv.role == RAFT_VOTER});
+        }
+        p->set_value(std::move(out));
+      }))
+    return Error(Errc::unavailable, "raft node is not running");
+  if (fut.wait_for(timeout) != std::future_status::ready)
+    return Error(Errc::timeout, "configuration not read in time");
   return fut.get();
 }
 

@@ -54,7 +54,21 @@ struct RaftNodeOptions {
   unsigned snapshot_trailing = 128;
   unsigned election_timeout_ms = 1000;
   unsigned heartbeat_timeout_ms = 100;
+  // Bootstrap a one-voter configuration on first start. False for a member that joins an
+  // existing group: it starts with an empty configuration and waits to be added.
+  bool bootstrap = true;
+  // The cluster id every transport connection presents first (cluster_transport.h); read
+  // on the raft thread. Empty function: libraft's stock TCP transport (no id).
+  std::function<std::string()> cluster_id;
   std::function<void(LogLevel, const std::string&)> log;  // may be empty
+};
+
+// One server of the Raft configuration, as libraft has it.
+struct RaftServer {
+  std::uint64_t id = 0;
+  std::string address;
+  int role = 0;  // RAFT_STANDBY / RAFT_VOTER / RAFT_SPARE
+  bool voter = false;
 };
 
 enum class RaftRole { unavailable, follower, candidate, leader };
@@ -79,6 +93,15 @@ class RaftNode {
   Result<ApplyResult> apply(std::string_view entry, std::chrono::milliseconds timeout);
   // Appends a barrier and waits until it (and so everything before it) is applied.
   Result<void> barrier(std::chrono::milliseconds timeout);
+
+  // Leader only. Adds `id` at `address` and promotes it to voter once it has caught up
+  // (raft_add, then raft_assign). Already a voter at that address: nothing to do.
+  Result<void> add_voter(std::uint64_t id, const std::string& address,
+                         std::chrono::milliseconds timeout);
+  // Leader only. Removes `id` from the configuration.
+  Result<void> remove_server(std::uint64_t id, std::chrono::milliseconds timeout);
+  // The current configuration (as this server knows it).
+  Result<std::vector<RaftServer>> configuration(std::chrono::milliseconds timeout);
 
   RaftRole role() const { return role_.load(); }
   std::uint64_t last_applied() const { return last_applied_.load(); }

@@ -199,6 +199,9 @@ std::string RpcServer::handle(const std::string& request, bool& close_after) {
                                       mine + "'"));
     }
     auto& po = p.as_object();
+    // A request a member forwarded is answered here, never forwarded again.
+    std::optional<RaftMetaStore::NoForward> no_forward;
+    if (auto* f = o.if_contains("forwarded"); f && f->is_bool() && f->as_bool()) no_forward.emplace();
     auto str = [&](const char* k) { return std::string(po.at(k).as_string()); };
     auto node = [&] { return NodeId{po.at("id").to_number<std::uint32_t>()}; };
     if (method == "hello") return ok_response(json::object{{"cluster_id", mine}});
@@ -230,6 +233,20 @@ std::string RpcServer::handle(const std::string& request, bool& close_after) {
     if (method == "finalize_feature")
       return respond(store_.finalize_feature(str("name")), [](auto& x) { return to_json(x); });
     if (method == "list_tombstones") return respond(store_.list_tombstones(), [](auto& x) { return to_array(x); });
+    if (method == "create_cache")
+      return respond(store_.create_cache(key_from(po.at("key")), cache_spec_from(po.at("spec"))),
+                     [](auto& x) { return to_json(x); });
+    if (method == "delete_cache")
+      return respond(store_.delete_cache(key_from(po.at("key"))), [](auto& x) { return to_json(x); });
+    if (method == "get_cache")
+      return respond(store_.get_cache(key_from(po.at("key"))), [](auto& x) { return to_json(x); });
+    if (method == "list_caches")
+      return respond(store_.list_caches(str("tenant"), str("ns")), [](auto& x) { return to_array(x); });
+    if (method == "list_members") return respond(store_.list_members(), [](auto& x) { return to_json(x); });
+    if (method == "join_member")
+      return respond(store_.join_member(join_from(po.at("member"))), [](auto& x) { return to_json(x); });
+    if (method == "remove_member") return respond_void(store_.remove_member(node()));
+    if (method == "member_status") return ok_response(to_json(store_.local_member_status()));
     if (method == "changes_after") {
       ChangeSeq after{po.at("seq").to_number<std::uint64_t>()};
       std::int64_t wait = std::clamp<std::int64_t>(po.at("wait_ms").to_number<std::int64_t>(), 0, kMaxWaitMs);
@@ -329,6 +346,7 @@ Result<std::string> RemoteMetadataStore::call_on(Conn& c, const std::string& met
   if (cid.empty() && method != "hello")
     return Error(Errc::unavailable, "not connected to a controller yet (start() first)");
   json::object req{{"cluster_id", cid}, {"method", method}, {"params", json::parse(params_json)}};
+  if (cfg_.forwarded) req["forwarded"] = true;
   const std::string body = json::serialize(req);
   std::string why;
   // One retry on a fresh connection: the old one may have been closed by the controller.
@@ -522,6 +540,43 @@ Result<FeatureInfo> RemoteMetadataStore::finalize_feature(const std::string& nam
 Result<std::vector<Tombstone>> RemoteMetadataStore::list_tombstones() {
   return decode<std::vector<Tombstone>>(call("list_tombstones", "{}"),
                                         [](const json::value& v) { return list_of<Tombstone>(v, tombstone_from); });
+}
+
+Result<CacheInfo> RemoteMetadataStore::create_cache(const StreamKey& key, const CacheSpec& spec) {
+  return decode<CacheInfo>(call("create_cache", params({{"key", to_json(key)}, {"spec", to_json(spec)}})),
+                           cache_from);
+}
+Result<CacheInfo> RemoteMetadataStore::delete_cache(const StreamKey& key) {
+  return decode<CacheInfo>(call("delete_cache", params({{"key", to_json(key)}})), cache_from);
+}
+Result<CacheInfo> RemoteMetadataStore::get_cache(const StreamKey& key) {
+  return decode<CacheInfo>(call("get_cache", params({{"key", to_json(key)}})), cache_from);
+}
+Result<std::vector<CacheInfo>> RemoteMetadataStore::list_caches(const std::string& t, const std::string& ns) {
+  return decode<std::vector<CacheInfo>>(call("list_caches", params({{"tenant", t}, {"ns", ns}})),
+                                        [](const json::value& v) { return list_of<CacheInfo>(v, cache_from); });
+}
+Result<MembersView> RemoteMetadataStore::list_members() {
+  return decode<MembersView>(call("list_members", "{}"), members_from);
+}
+Result<MemberInfo> RemoteMetadataStore::join_member(const JoinRequest& req) {
+  return decode<MemberInfo>(call("join_member", params({{"member", to_json(req)}})), member_from);
+}
+Result<void> RemoteMetadataStore::remove_member(NodeId id) {
+  return decode_void(call("remove_member", params({{"id", id.value()}})));
+}
+Result<MemberInfo> RemoteMetadataStore::member_status() {
+  return decode<MemberInfo>(call("member_status", "{}"), member_from);
+}
+
+Result<MemberInfo> probe_member_status(const std::string& rpc_address, PluginHost& host,
+                                       std::chrono::milliseconds timeout) {
+  RemoteConfig rc;
+  rc.controllers = {rpc_address};
+  rc.timeout = timeout;
+  RemoteMetadataStore c(host, rc);
+  if (auto r = c.start(); !r.ok()) return r.error();
+  return c.member_status();
 }
 
 // --- remote watch ---------------------------------------------------------------------------

@@ -68,6 +68,8 @@ class RpcServer {
 struct RemoteConfig {
   std::vector<std::string> controllers;  // metadata.controllers
   std::chrono::milliseconds timeout{10000};  // metadata.timeout_ms (socket timeouts)
+  // Requests say they were forwarded by a member: the receiver does not forward them again.
+  bool forwarded = false;
   static RemoteConfig from_host(const PluginHost& host);
 };
 
@@ -98,6 +100,15 @@ class RemoteMetadataStore final : public MetadataStore {
   Result<std::vector<FeatureInfo>> list_features() override;
   Result<FeatureInfo> finalize_feature(const std::string& name) override;
   Result<std::vector<Tombstone>> list_tombstones() override;
+  Result<CacheInfo> create_cache(const StreamKey& key, const CacheSpec& spec) override;
+  Result<CacheInfo> delete_cache(const StreamKey& key) override;
+  Result<CacheInfo> get_cache(const StreamKey& key) override;
+  Result<std::vector<CacheInfo>> list_caches(const std::string& tenant, const std::string& ns) override;
+  Result<MembersView> list_members() override;
+  Result<MemberInfo> join_member(const JoinRequest& req) override;
+  Result<void> remove_member(NodeId id) override;
+  // The answering member's own status (never forwarded).
+  Result<MemberInfo> member_status();
   std::unique_ptr<WatchHandle> watch(ChangeSeq after, std::function<void(const ChangeEvent&)> on_change,
                                      std::function<void()> resync) override;
 
@@ -126,5 +137,9 @@ class RemoteMetadataStore final : public MetadataStore {
   std::string cluster_id_;  // guarded by id_mu_; set only after adopt_cluster_id succeeded
   std::string last_error_;  // guarded by id_mu_
 };
+
+// Asks the member at `rpc_address` for its own status (one short-lived connection).
+Result<MemberInfo> probe_member_status(const std::string& rpc_address, PluginHost& host,
+                                       std::chrono::milliseconds timeout);
 
 }  // namespace sluice::raft_meta

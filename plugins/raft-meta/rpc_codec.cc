@@ -110,7 +110,44 @@ json::value to_json(const ChangeEvent& e) {
   for (auto& a : e.assignments) as.push_back(to_json(a));
   o["assignments"] = std::move(as);
   if (e.tombstone) o["tombstone"] = to_json(*e.tombstone);
+  if (e.kind == ChangeEvent::Kind::cache_created || e.kind == ChangeEvent::Kind::cache_deleted)
+    o["cache"] = to_json(e.cache);
+  if (e.cache_tombstone) o["cache_tombstone"] = to_json(*e.cache_tombstone);
   return o;
+}
+json::value to_json(const CacheSpec& c) { return json::object{{"default_ttl_ms", c.default_ttl_ms}}; }
+json::value to_json(const CacheInfo& c) {
+  return json::object{{"key", to_json(c.key)},
+                      {"incarnation", c.incarnation.value()},
+                      {"spec", to_json(c.spec)},
+                      {"created_seq", c.created_seq.value()}};
+}
+json::value to_json(const MemberInfo& m) {
+  return json::object{{"id", m.id.value()},
+                      {"raft_address", m.raft_address},
+                      {"rpc_address", m.rpc_address},
+                      {"level", m.level.value()},
+                      {"joined_seq", m.joined_seq.value()},
+                      {"role", m.role},
+                      {"held", m.held},
+                      {"held_index", m.held_index.value()},
+                      {"held_required_level", m.held_required_level.value()},
+                      {"held_reason", m.held_reason},
+                      {"applied", m.applied.value()}};
+}
+json::value to_json(const MembersView& v) {
+  json::array ms;
+  for (auto& m : v.members) ms.push_back(to_json(m));
+  return json::object{{"members", std::move(ms)},
+                      {"leader", v.leader.value()},
+                      {"group_level", v.group_level.value()},
+                      {"level_floor", v.level_floor.value()}};
+}
+json::value to_json(const JoinRequest& j) {
+  return json::object{{"id", j.id.value()},
+                      {"raft_address", j.raft_address},
+                      {"rpc_address", j.rpc_address},
+                      {"level", j.level.value()}};
 }
 json::value to_json(const CatalogSnapshot& c) {
   json::object o{{"seq", c.seq.value()}, {"finalized_features", strs(c.finalized_features)}};
@@ -121,6 +158,11 @@ json::value to_json(const CatalogSnapshot& c) {
   for (auto& x : c.tombstones) tb.push_back(to_json(x));
   for (auto& x : c.assignments) as.push_back(to_json(x));
   for (auto& x : c.brokers) br.push_back(to_json(x));
+  json::array ca, ct;
+  for (auto& x : c.caches) ca.push_back(to_json(x));
+  for (auto& x : c.cache_tombstones) ct.push_back(to_json(x));
+  o["caches"] = std::move(ca);
+  o["cache_tombstones"] = std::move(ct);
   o["tenants"] = std::move(t);
   o["namespaces"] = std::move(n);
   o["streams"] = std::move(st);
@@ -230,7 +272,7 @@ ChangeEvent event_from(const json::value& v) {
   bool found = false;
   for (auto k : {K::tenant_created, K::tenant_deleted, K::namespace_created, K::namespace_deleted,
                  K::stream_created, K::stream_deleted, K::feature_finalized, K::broker_registered,
-                 K::broker_unregistered})
+                 K::broker_unregistered, K::cache_created, K::cache_deleted})
     if (to_string(k) == kind) {
       e.kind = k;
       found = true;
@@ -244,7 +286,57 @@ ChangeEvent event_from(const json::value& v) {
   e.broker = broker_from(o.at("broker"));
   for (auto& a : o.at("assignments").as_array()) e.assignments.push_back(assignment_from(a));
   if (auto* t = o.if_contains("tombstone")) e.tombstone = tombstone_from(*t);
+  if (auto* c = o.if_contains("cache")) e.cache = cache_from(*c);
+  if (auto* t = o.if_contains("cache_tombstone")) e.cache_tombstone = tombstone_from(*t);
   return e;
+}
+CacheSpec cache_spec_from(const json::value& v) {
+  CacheSpec c;
+  c.default_ttl_ms = v.as_object().at("default_ttl_ms").to_number<std::int64_t>();
+  return c;
+}
+CacheInfo cache_from(const json::value& v) {
+  auto& o = v.as_object();
+  CacheInfo c;
+  c.key = key_from(o.at("key"));
+  c.incarnation = Incarnation{u(o, "incarnation")};
+  c.spec = cache_spec_from(o.at("spec"));
+  c.created_seq = ChangeSeq{u(o, "created_seq")};
+  return c;
+}
+MemberInfo member_from(const json::value& v) {
+  auto& o = v.as_object();
+  MemberInfo m;
+  m.id = NodeId{static_cast<std::uint32_t>(u(o, "id"))};
+  m.raft_address = s(o, "raft_address");
+  m.rpc_address = s(o, "rpc_address");
+  m.level = MetadataLevel{static_cast<std::uint32_t>(u(o, "level"))};
+  m.joined_seq = ChangeSeq{u(o, "joined_seq")};
+  m.role = s(o, "role");
+  m.held = o.at("held").as_bool();
+  m.held_index = ChangeSeq{u(o, "held_index")};
+  m.held_required_level = MetadataLevel{static_cast<std::uint32_t>(u(o, "held_required_level"))};
+  m.held_reason = s(o, "held_reason");
+  m.applied = ChangeSeq{u(o, "applied")};
+  return m;
+}
+MembersView members_from(const json::value& v) {
+  auto& o = v.as_object();
+  MembersView m;
+  for (auto& x : o.at("members").as_array()) m.members.push_back(member_from(x));
+  m.leader = NodeId{static_cast<std::uint32_t>(u(o, "leader"))};
+  m.group_level = MetadataLevel{static_cast<std::uint32_t>(u(o, "group_level"))};
+  m.level_floor = MetadataLevel{static_cast<std::uint32_t>(u(o, "level_floor"))};
+  return m;
+}
+JoinRequest join_from(const json::value& v) {
+  auto& o = v.as_object();
+  JoinRequest j;
+  j.id = NodeId{static_cast<std::uint32_t>(u(o, "id"))};
+  j.raft_address = s(o, "raft_address");
+  j.rpc_address = s(o, "rpc_address");
+  j.level = MetadataLevel{static_cast<std::uint32_t>(u(o, "level"))};
+  return j;
 }
 CatalogSnapshot snapshot_from(const json::value& v) {
   auto& o = v.as_object();
@@ -257,6 +349,10 @@ CatalogSnapshot snapshot_from(const json::value& v) {
   for (auto& x : o.at("assignments").as_array()) c.assignments.push_back(assignment_from(x));
   for (auto& x : o.at("brokers").as_array()) c.brokers.push_back(broker_from(x));
   c.finalized_features = strs_from(o.at("finalized_features"));
+  if (auto* x = o.if_contains("caches"))
+    for (auto& e : x->as_array()) c.caches.push_back(cache_from(e));
+  if (auto* x = o.if_contains("cache_tombstones"))
+    for (auto& e : x->as_array()) c.cache_tombstones.push_back(tombstone_from(e));
   return c;
 }
 MetadataStatus status_from(const json::value& v) {
@@ -274,7 +370,7 @@ Error error_from(const json::value& v) {
   auto& o = v.as_object();
   std::string code = s(o, "code");
   Errc c = Errc::internal;
-  for (int k = 0; k <= static_cast<int>(Errc::method_not_allowed); ++k)
+  for (int k = 0; k <= static_cast<int>(Errc::not_supported); ++k)
     if (errc_name(static_cast<Errc>(k)) == code) c = static_cast<Errc>(k);
   std::string out = s(o, "outcome");
   Outcome oc = out == "definite" ? Outcome::definite

@@ -28,6 +28,11 @@ boost::json::value to_json(const ChangeEvent&);
 boost::json::value to_json(const CatalogSnapshot&);
 boost::json::value to_json(const MetadataStatus&);
 boost::json::value to_json(const Error&);
+boost::json::value to_json(const CacheSpec&);
+boost::json::value to_json(const CacheInfo&);
+boost::json::value to_json(const MemberInfo&);
+boost::json::value to_json(const MembersView&);
+boost::json::value to_json(const JoinRequest&);
 
 // Each throws std::exception (boost::system::system_error / std::invalid_argument) on a
 // malformed value; callers turn that into Errc::malformed_body.
@@ -45,6 +50,11 @@ ChangeEvent event_from(const boost::json::value&);
 CatalogSnapshot snapshot_from(const boost::json::value&);
 MetadataStatus status_from(const boost::json::value&);
 Error error_from(const boost::json::value&);
+CacheSpec cache_spec_from(const boost::json::value&);
+CacheInfo cache_from(const boost::json::value&);
+MemberInfo member_from(const boost::json::value&);
+MembersView members_from(const boost::json::value&);
+JoinRequest join_from(const boost::json::value&);
 
 // Frame I/O on a blocking socket. false: closed, error or timeout; `why` says which.
 bool write_frame(int fd, const std::string& json, std::string* why);

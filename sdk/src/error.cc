@@ -26,6 +26,7 @@ std::string_view errc_name(Errc c) {
     case Errc::internal: return "internal";
     case Errc::sequence_gap: return "sequence_gap";
     case Errc::method_not_allowed: return "method_not_allowed";
+    case Errc::not_supported: return "not_supported";
   }
   return "internal";
 }
@@ -45,6 +46,7 @@ int http_status(Errc c) {
     case Errc::stale_route:
     case Errc::sequence_gap: return 409;
     case Errc::method_not_allowed: return 405;
+    case Errc::not_supported: return 501;
     case Errc::offset_out_of_range: return 416;
     case Errc::not_leader: return 421;
     case Errc::cluster_id_mismatch: return 403;

@@ -10,6 +10,8 @@ namespace {
 constexpr FeatureSpec kKnown[] = {
     {kStreamIncarnations, MetadataLevel{10},
      "every stream creation gets an incarnation that never repeats; deletes leave tombstones"},
+    {kCacheIncarnations, MetadataLevel{14},
+     "every cache creation gets an incarnation that never repeats; deletes leave tombstones"},
 };
 
 std::string join_ids(const std::vector<NodeId>& ids) {

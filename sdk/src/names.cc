@@ -10,6 +10,7 @@ std::string_view to_string(NameKind k) {
     case NameKind::ns: return "namespace";
     case NameKind::stream: return "stream";
     case NameKind::group: return "group";
+    case NameKind::cache: return "cache";
   }
   return "name";
 }

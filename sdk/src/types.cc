@@ -40,8 +40,26 @@ std::string_view to_string(ChangeEvent::Kind k) {
     case ChangeEvent::Kind::feature_finalized: return "feature_finalized";
     case ChangeEvent::Kind::broker_registered: return "broker_registered";
     case ChangeEvent::Kind::broker_unregistered: return "broker_unregistered";
+    case ChangeEvent::Kind::cache_created: return "cache_created";
+    case ChangeEvent::Kind::cache_deleted: return "cache_deleted";
   }
   return "unknown";
 }
+
+// Defaults for backends without caches or metadata members.
+namespace {
+Error unsupported(const char* what) {
+  return Error(Errc::not_supported, std::string(what) + " is not supported by this metadata backend");
+}
+}  // namespace
+Result<CacheInfo> MetadataStore::create_cache(const StreamKey&, const CacheSpec&) { return unsupported("caches"); }
+Result<CacheInfo> MetadataStore::delete_cache(const StreamKey&) { return unsupported("caches"); }
+Result<CacheInfo> MetadataStore::get_cache(const StreamKey&) { return unsupported("caches"); }
+Result<std::vector<CacheInfo>> MetadataStore::list_caches(const std::string&, const std::string&) {
+  return unsupported("caches");
+}
+Result<MembersView> MetadataStore::list_members() { return unsupported("metadata members"); }
+Result<MemberInfo> MetadataStore::join_member(const JoinRequest&) { return unsupported("metadata members"); }
+Result<void> MetadataStore::remove_member(NodeId) { return unsupported("metadata members"); }
 
 }  // namespace sluice

@@ -9,7 +9,7 @@ from harness import SLUICED, Node
 
 class Admin(unittest.TestCase):
     def setUp(self):
-        self.node = Node(extra={"metadata.bootstrap_hold_back": "stream_incarnations"})
+        self.node = Node(extra={"metadata.bootstrap_hold_back": "stream_incarnations,cache_incarnations"})
 
     def tearDown(self):
         self.node.cleanup()

@@ -6,7 +6,7 @@ import unittest
 
 from harness import HttpError, Node, poll, record_value
 
-HOLD_BACK = {"metadata.bootstrap_hold_back": "stream_incarnations"}
+HOLD_BACK = {"metadata.bootstrap_hold_back": "stream_incarnations,cache_incarnations"}
 
 
 def dirs(node, stream):

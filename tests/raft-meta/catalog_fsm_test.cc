@@ -184,7 +184,7 @@ TEST(CatalogFsm, ApplyRejectsInvalidNamesAndSpecsDeterministically) {
 }
 
 TEST(CatalogFsm, Level8CreateStoresIncarnationZeroAndDeleteWritesNoTombstone) {
-  CatalogFsm fsm;
+  CatalogFsm fsm(kDefaultChangeRetention, MetadataLevel{8});
   Feeder f(fsm);
   f(Command::init_cluster("c"));
   f(Command::create_tenant("acme"));
@@ -209,10 +209,11 @@ TEST(CatalogFsm, Level8CreateStoresIncarnationZeroAndDeleteWritesNoTombstone) {
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r.stream.incarnation, Incarnation{0});
 
-  // A flagged entry needs level 14: refused, state unchanged.
+  // A flagged entry needs level 14: this level-8 member holds, state unchanged.
   Command flagged = Command::create_stream({"acme", "prod", "new"}, spec(), 1);
   flagged.incarnations = IncarnationRule::flagged;
   EXPECT_FALSE(f(flagged).ok());
+  EXPECT_TRUE(fsm.held().has_value());
   EXPECT_EQ(fsm.get_stream({"acme", "prod", "new"}).error().code, Errc::not_found);
   EXPECT_EQ(fsm.level(), MetadataLevel{8});
   EXPECT_EQ(fsm.level_floor(), MetadataLevel{8});

@@ -16,6 +16,9 @@ namespace {
 using sluice::testing::TestHost;
 using Clock = std::chrono::steady_clock;
 const std::string kInc(kStreamIncarnations);
+const std::string kCacheInc(kCacheIncarnations);
+// Both features held back: what a cluster upgraded from level 8 looks like.
+const std::string kHoldBoth = kInc + "," + kCacheInc;
 
 std::map<std::string, std::string> base_config() {
   return {{"raft.address", "127.0.0.1:0"}, {"metadata.rpc_address", "127.0.0.1:0"}, {"metadata.timeout_ms", "20000"}};
@@ -110,9 +113,12 @@ TEST(RaftMetaFleet, Level8MemberProposesZeroEvenAfterTheFinalizeCommitted) {
   // The felix hole: the catalog says finalized, the member is at level 8. It proposes 0,
   // and apply stores 0 (what a real level-8 build stores).
   TestHost host(base_config());
+  // Level 10 (flagged entries would raise the floor to 14 and refuse the restart at 8):
+  // finalizes stream_incarnations.
+  host.set("metadata.level", "10");
   {
     RaftMetaStore store(host);
-    ASSERT_TRUE(store.start().ok());  // level 10: finalizes stream_incarnations
+    ASSERT_TRUE(store.start().ok());
     make_namespace(store);
     auto s = store.create_stream({"acme", "prod", "orders"}, spec());
     ASSERT_TRUE(s.ok());
@@ -129,7 +135,8 @@ TEST(RaftMetaFleet, Level8MemberProposesZeroEvenAfterTheFinalizeCommitted) {
 }
 
 TEST(RaftMetaFleet, MetadataLevelOutsideTheBuildsRangeIsRefusedAtCreate) {
-  for (const char* bad : {"7", "11", "14", "0"}) {
+  // The product's levels are 8, 10 and 14; 9 and 11..13 never shipped.
+  for (const char* bad : {"7", "9", "11", "13", "15", "0"}) {
     TestHost host(base_config());
     host.set("metadata.level", bad);
     try {
@@ -146,7 +153,7 @@ TEST(RaftMetaFleet, MetadataLevelOutsideTheBuildsRangeIsRefusedAtCreate) {
 
 TEST(RaftMetaFleet, FinalizeIsRefusedWhileALiveBrokerLacksTheFeatureAndSucceedsAfterItUnregisters) {
   TestHost host(base_config());
-  host.set("metadata.bootstrap_hold_back", kInc);
+  host.set("metadata.bootstrap_hold_back", kHoldBoth);
   RaftMetaStore store(host);
   ASSERT_TRUE(store.start().ok());
   auto b1 = store.register_broker({NodeId{1}, "127.0.0.1:9001", "d1", "0.7.0", {kInc}});
@@ -186,7 +193,7 @@ TEST(RaftMetaFleet, FinalizeIsRefusedWhileALiveBrokerLacksTheFeatureAndSucceedsA
 
 TEST(RaftMetaFleet, LivenessFollowsHeartbeatsWithARestartGrace) {
   TestHost host(base_config());
-  host.set("metadata.bootstrap_hold_back", kInc);
+  host.set("metadata.bootstrap_hold_back", kHoldBoth);
   host.set("broker.session_timeout_ms", "1000");
   ManualClock clock;
   {
@@ -234,7 +241,7 @@ TEST(RaftMetaFleet, PlacementRoundRobinsOverLiveBrokersAndEventsCarryAssignments
   EXPECT_EQ(snap0->assignments[0].leader, NodeId{0});
 
   for (std::uint32_t id : {3u, 1u, 2u})
-    ASSERT_TRUE(store.register_broker({NodeId{id}, "h", "d", "v", {kInc}}).ok());
+    ASSERT_TRUE(store.register_broker({NodeId{id}, "h", "d", "v", {kInc, kCacheInc}}).ok());
   const StreamKey key{"acme", "prod", "orders"};
   auto s = store.create_stream(key, spec(6));
   ASSERT_TRUE(s.ok()) << s.error().to_string();
@@ -281,7 +288,7 @@ TEST(RaftMetaFleet, RestartKeepsTombstonesFeaturesAndBrokers) {
     RaftMetaStore store(host);
     ASSERT_TRUE(store.start().ok());
     make_namespace(store);
-    ASSERT_TRUE(store.register_broker({NodeId{4}, "h:4", "d4", "0.7.0", {kInc}}).ok());
+    ASSERT_TRUE(store.register_broker({NodeId{4}, "h:4", "d4", "0.7.0", {kInc, kCacheInc}}).ok());
     for (int i = 0; i < 4; ++i) {
       auto s = store.create_stream({"acme", "prod", "orders"}, spec(2));
       ASSERT_TRUE(s.ok()) << s.error().to_string();
@@ -300,7 +307,7 @@ TEST(RaftMetaFleet, RestartKeepsTombstonesFeaturesAndBrokers) {
   EXPECT_GT((*tombs)[0].deleted_up_to, first);
   auto bs = store.list_brokers();
   ASSERT_EQ(bs->size(), 1u);
-  EXPECT_EQ((*bs)[0].features, std::vector<std::string>{kInc});
+  EXPECT_EQ((*bs)[0].features, (std::vector<std::string>{kCacheInc, kInc}));
   auto fs = store.list_features();
   EXPECT_TRUE(find(*fs, kInc)->finalized);
   auto s = store.create_stream({"acme", "prod", "orders"}, spec());

@@ -5,6 +5,7 @@
 
 #include "catalog_fsm.h"
 #include "command.h"
+#include "proposer.h"
 #include "sluice/features.h"
 
 namespace sluice::raft_meta {
@@ -187,11 +188,73 @@ TEST(Incarnations, stream_entries_from_a_level_8_proposer_store_what_level_8_sto
   check_level8_entries(/*finalized=*/false);
 }
 
+// Caches, at the last level before 14 (felix post-mortem: "Caches have the same test against
+// level 13"; this product's last level before 14 is 10). Entries written the way a level-10
+// proposer writes cache creates and deletes -- stamp_entry at level 10: proposed 0,
+// unflagged -- store what level 10 stores: every cache at incarnation 0, and no cache
+// tombstone from them, with cache_incarnations finalized or not, even where an earlier
+// level-14 delete left a tombstone for the name. Fails if decide_create_incarnation loses
+// "unflagged 0 stays 0" (the recreate of `sessions` would store tombstone+1) or
+// decide_delete_tombstone loses "no tombstone for an unflagged delete at 0".
+void check_level10_cache_entries(bool finalized) {
+  SCOPED_TRACE(finalized ? "cache_incarnations finalized" : "cache_incarnations not finalized");
+  CatalogFsm fsm;  // a level-14 member: it decides these entries like every other member
+  Feeder f(fsm);
+  std::vector<std::string> fin{kInc};
+  if (finalized) fin.push_back(std::string(kCacheIncarnations));
+  setup_namespace(f, fin);
+  const StreamKey sessions{"acme", "prod", "sessions"};
+  // Before: a level-14 proposer (every member at 14) created and deleted `sessions`.
+  ProposerView at14{MetadataLevel{14}, MetadataLevel{14}, true, finalized};
+  Command c14 = Command::create_cache(sessions, CacheSpec{}, 0);
+  ASSERT_TRUE(stamp_entry(c14, at14, 9000).ok());
+  ASSERT_TRUE(f(c14).ok());
+  Command d14 = Command::delete_cache(sessions);
+  ASSERT_TRUE(stamp_entry(d14, at14, 9001).ok());
+  auto del14 = f(d14);
+  ASSERT_TRUE(del14.ok());
+  const auto tombstones_before = fsm.list_cache_tombstones();
+  ASSERT_EQ(tombstones_before.size(), 1u);  // a flagged delete always writes one
+  EXPECT_EQ(tombstones_before[0].deleted_up_to, finalized ? Incarnation{9000} : Incarnation{0});
+
+  // Now entries exactly as a level-10 proposer writes them (in a group at 10).
+  const ProposerView at10{MetadataLevel{10}, MetadataLevel{10}, true, finalized};
+  const StreamKey fresh{"acme", "prod", "fresh"};
+  auto level10 = [&](Command c) {
+    EXPECT_TRUE(stamp_entry(c, at10, 1700000000000000).ok());
+    EXPECT_EQ(c.proposed_incarnation, 0u);
+    EXPECT_EQ(c.incarnations, IncarnationRule::legacy);
+    return f(c);
+  };
+  std::vector<ApplyResult> rs;
+  rs.push_back(level10(Command::create_cache(sessions, CacheSpec{}, 0)));
+  rs.push_back(level10(Command::create_cache(fresh, CacheSpec{60000}, 0)));
+  rs.push_back(level10(Command::delete_cache(sessions)));
+  rs.push_back(level10(Command::delete_cache(fresh)));
+  rs.push_back(level10(Command::create_cache(sessions, CacheSpec{}, 0)));
+  rs.push_back(level10(Command::create_cache(fresh, CacheSpec{}, 0)));
+  for (auto& r : rs) ASSERT_TRUE(r.ok()) << r.error->to_string();
+  for (auto& r : rs) EXPECT_EQ(r.cache.incarnation, Incarnation{0}) << "entry " << r.seq.value();
+  EXPECT_FALSE(rs[2].tombstone.has_value());
+  EXPECT_FALSE(rs[3].tombstone.has_value());
+  auto snap = fsm.catalog_snapshot();
+  ASSERT_EQ(snap.caches.size(), 2u);
+  for (auto& c : snap.caches) EXPECT_EQ(c.incarnation, Incarnation{0}) << c.key.to_string();
+  ASSERT_EQ(snap.cache_tombstones.size(), tombstones_before.size());
+  EXPECT_EQ(snap.cache_tombstones[0].deleted_up_to, tombstones_before[0].deleted_up_to);
+  EXPECT_EQ(snap.cache_tombstones[0].seq, tombstones_before[0].seq);
+}
+
+TEST(Incarnations, cache_entries_from_a_level_10_proposer_store_what_level_10_stores) {
+  check_level10_cache_entries(/*finalized=*/true);
+  check_level10_cache_entries(/*finalized=*/false);
+}
+
 // ARCHITECTURE.md §4 (review finding): an entry above this build's level must stop the
 // member, not be refused and skipped — skipping decides it differently from a build that
 // knows it, and the members would diverge for good.
-TEST(Incarnations, AFlaggedEntryHoldsTheMemberInsteadOfBeingSkipped) {
-  CatalogFsm fsm;
+TEST(Incarnations, AFlaggedEntryHoldsAMemberBelowLevel14InsteadOfBeingSkipped) {
+  CatalogFsm fsm(kDefaultChangeRetention, MetadataLevel{10});
   Feeder f(fsm);
   setup_namespace(f, {kInc});
   const auto before = fsm.state_hash();
@@ -204,6 +267,7 @@ TEST(Incarnations, AFlaggedEntryHoldsTheMemberInsteadOfBeingSkipped) {
   ASSERT_TRUE(fsm.held().has_value());
   EXPECT_EQ(fsm.held()->index, applied.value() + 1);
   EXPECT_NE(fsm.held()->reason.find("level 14"), std::string::npos) << fsm.held()->reason;
+  EXPECT_EQ(fsm.held()->required, MetadataLevel{14});
   // Later entries change nothing; applied stays before the held entry; no snapshot.
   auto later = f(create_at({"acme", "prod", "other"}, 11));
   ASSERT_FALSE(later.ok());
@@ -223,7 +287,7 @@ TEST(Incarnations, ACommandOfANewerBuildHoldsTheMemberButGarbageIsRejected) {
   EXPECT_FALSE(fsm.held().has_value());
   EXPECT_EQ(fsm.applied().value(), applied.value() + 1);
   // A well-formed command this build does not know holds it.
-  EXPECT_FALSE(fsm.apply(applied.value() + 2, R"({"v":1,"op":"create_cache","level":14})").ok());
+  EXPECT_FALSE(fsm.apply(applied.value() + 2, R"({"v":1,"op":"create_counter","level":16})").ok());
   ASSERT_TRUE(fsm.held().has_value());
   EXPECT_EQ(fsm.held()->index, applied.value() + 2);
   CatalogFsm other;

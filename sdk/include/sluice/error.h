@@ -38,6 +38,7 @@ enum class Errc {
   internal,             // 500: a bug
   sequence_gap,         // 409: an idempotent producer skipped or reordered a sequence
   method_not_allowed,   // 405
+  not_supported,        // 501: this backend or build does not implement the operation
 };
 
 // Whether the operation may have happened.

@@ -32,6 +32,7 @@
 namespace sluice {
 
 inline constexpr std::string_view kStreamIncarnations = "stream_incarnations";
+inline constexpr std::string_view kCacheIncarnations = "cache_incarnations";
 
 struct FeatureSpec {
   std::string_view name;

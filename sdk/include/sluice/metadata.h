@@ -51,10 +51,25 @@ struct Assignment {
   std::vector<NodeId> replicas;
 };
 
+// A cache (ARCHITECTURE.md §8): keys with values and a TTL, known like a stream by
+// (tenant, namespace, name) plus an incarnation. Cache incarnations follow the stream rules
+// under the fleet feature `cache_incarnations` (metadata level 14).
+struct CacheSpec {
+  std::int64_t default_ttl_ms = -1;  // -1: entries do not expire unless a put says so
+  bool operator==(const CacheSpec&) const = default;
+};
+
+struct CacheInfo {
+  StreamKey key;
+  Incarnation incarnation;
+  CacheSpec spec;
+  ChangeSeq created_seq;
+};
+
 struct ChangeEvent {
   enum class Kind { tenant_created, tenant_deleted, namespace_created, namespace_deleted,
                     stream_created, stream_deleted, feature_finalized, broker_registered,
-                    broker_unregistered };
+                    broker_unregistered, cache_created, cache_deleted };
   Kind kind;
   ChangeSeq seq;
   std::string tenant;
@@ -66,6 +81,9 @@ struct ChangeEvent {
   std::optional<Tombstone> tombstone;  // stream_deleted: the tombstone written, if any
   std::string feature;                 // feature_finalized
   BrokerInfo broker;                   // broker_registered / broker_unregistered
+  CacheInfo cache;                     // cache events (for a delete, the deleted incarnation)
+  // cache_deleted: the cache tombstone written, if any (ChangeEvent::tombstone stays empty).
+  std::optional<Tombstone> cache_tombstone;
 };
 std::string_view to_string(ChangeEvent::Kind);
 
@@ -78,6 +96,40 @@ struct CatalogSnapshot {
   std::vector<Assignment> assignments;
   std::vector<std::string> finalized_features;
   std::vector<BrokerInfo> brokers;            // registered (live is the leader's view)
+  std::vector<CacheInfo> caches;
+  std::vector<Tombstone> cache_tombstones;    // one per deleted cache name, kept forever
+};
+
+// One metadata member (a Raft voter). `level`, the addresses and joined_seq are replicated
+// state; role, held and applied are what the member itself reported when asked (a member
+// that did not answer shows role "unreachable").
+struct MemberInfo {
+  NodeId id;
+  std::string raft_address;  // libraft transport
+  std::string rpc_address;   // controller RPC (joins, forwarding, brokers)
+  MetadataLevel level{0};    // the level it runs at, as it declared when it (re)joined
+  ChangeSeq joined_seq;      // the entry that recorded it (or its last level change)
+  std::string role;          // leader, follower, candidate, unavailable, unreachable
+  bool held = false;         // stopped applying: met an entry above its level
+  ChangeSeq held_index;      // the entry it is held at
+  MetadataLevel held_required_level{0};
+  std::string held_reason;
+  ChangeSeq applied;         // its last applied index
+};
+
+struct MembersView {
+  std::vector<MemberInfo> members;  // by id
+  NodeId leader;                    // 0 if unknown
+  MetadataLevel group_level{0};     // the lowest member's level
+  MetadataLevel level_floor{0};     // raised to 14 by the first flagged entry; joins below fail
+};
+
+// What a joining (or restarting) member declares.
+struct JoinRequest {
+  NodeId id;
+  std::string raft_address;
+  std::string rpc_address;
+  MetadataLevel level{0};
 };
 
 // What a broker reports when it registers (ARCHITECTURE.md §4).
@@ -148,6 +200,23 @@ class MetadataStore {
   virtual Result<FeatureInfo> finalize_feature(const std::string& name) = 0;
 
   virtual Result<std::vector<Tombstone>> list_tombstones() = 0;
+
+  // --- caches (catalog entries; the cache data plane is the storage plugin's) ---------
+  // Backends without caches answer not_supported.
+  virtual Result<CacheInfo> create_cache(const StreamKey& key, const CacheSpec& spec);
+  virtual Result<CacheInfo> delete_cache(const StreamKey& key);  // the deleted cache
+  virtual Result<CacheInfo> get_cache(const StreamKey& key);
+  virtual Result<std::vector<CacheInfo>> list_caches(const std::string& tenant,
+                                                     const std::string& ns);
+
+  // --- metadata members (raft-meta; other backends answer not_supported) ---------------
+  virtual Result<MembersView> list_members();
+  // Adds (or, for a known id at the same addresses, re-admits with its new level) a member.
+  // conflict: the id is taken by other addresses, or the level is below the group's floor;
+  // cluster_id_mismatch is the RPC layer's.
+  virtual Result<MemberInfo> join_member(const JoinRequest& req);
+  // conflict when it is the last voter.
+  virtual Result<void> remove_member(NodeId id);
 
   // Delivers every change with seq > after, in order, starting with those already in the
   // store. If `after` is too old to replay, delivers nothing and calls `resync` instead;

@@ -31,7 +31,7 @@
 namespace sluice {
 
 // Bump on any change to the descriptor or to any interface in sdk/include/sluice.
-inline constexpr std::uint32_t kPluginAbiVersion = 3;
+inline constexpr std::uint32_t kPluginAbiVersion = 4;
 inline constexpr const char* kSdkVersion = "0.1.0";
 
 enum class PluginKind : std::uint32_t { metadata = 1, storage = 2, api = 3 };

@@ -45,10 +45,17 @@ using ShardIndex = Strong<struct ShardIndexTag, std::uint32_t>;
 using MetadataLevel = Strong<struct MetadataLevelTag, std::uint32_t>;
 
 // The metadata level this build implements (docs/metadata-levels.md). Level 8 is the
-// baseline (streams, tenants, namespaces, no incarnations); level 10 lets
-// `stream_incarnations` be finalized. A member may run lower (`metadata.level`).
-inline constexpr MetadataLevel kBuildMetadataLevel{10};
+// baseline (streams, caches, tenants, namespaces, fleet features; no incarnations); level
+// 10 lets `stream_incarnations` be finalized; level 14 adds `cache_incarnations` and the
+// per-entry `incarnations` flag. A member may run lower (`metadata.level`).
+inline constexpr MetadataLevel kBuildMetadataLevel{14};
 inline constexpr MetadataLevel kLowestMetadataLevel{8};
+// The level that lets `stream_incarnations` be finalized.
+inline constexpr MetadataLevel kStreamIncarnationsLevel{10};
+// The level of `cache_incarnations` and of the per-entry `incarnations` flag: a proposer
+// flags an entry only when every member is at this level, and the first flagged entry
+// raises the group's level floor to it.
+inline constexpr MetadataLevel kFlaggedEntriesLevel{14};
 
 // (tenant, namespace, name). Validated by sluice::validate_name (names.h) before it is
 // ever used in a path.

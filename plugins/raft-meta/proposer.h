@@ -1,0 +1,70 @@
+// What a proposer writes (docs/metadata-raft-design.md, rule 2): pure functions from the
+// proposer's own level and the group's level (the lowest recorded member level, which is
+// replicated state) to the fields of a create or delete entry. The store and the
+// simulation tests both use them, so "a member run at level N proposes exactly what a
+// build of level N would" is checked once.
+//
+//   effective level E = min(own level, group level)
+//   create_stream  proposed = clock if stream_incarnations is finalized and E >= 10, else 0
+//                  flagged  = E >= 14
+//   create_cache   refused (409) if own >= 14 and group < 14 (the seed: an upgraded member
+//                  refuses cache creates while a member is below 14); a member below 14
+//                  proposes the old way: proposed 0, unflagged
+//                  proposed = clock if cache_incarnations is finalized and E >= 14, else 0
+//   deletes        flagged = E >= 14, proposed 0
+//
+// Thread-safety: pure functions.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "command.h"
+#include "sluice/error.h"
+#include "sluice/features.h"
+#include "sluice/types.h"
+
+namespace sluice::raft_meta {
+
+struct ProposerView {
+  MetadataLevel own;    // the level this member runs at
+  MetadataLevel group;  // the lowest member level (own included)
+  bool stream_incarnations_finalized = false;
+  bool cache_incarnations_finalized = false;
+  MetadataLevel effective() const { return std::min(own, group); }
+};
+
+// Fills proposed_incarnation, incarnations and level of a create/delete `c` (any other
+// command only gets `level`). conflict for a cache create the group cannot take yet.
+inline Result<void> stamp_entry(Command& c, const ProposerView& v, std::int64_t clock_us) {
+  c.level = v.own.value();
+  const MetadataLevel e = v.effective();
+  const bool flag = e >= kFlaggedEntriesLevel;
+  switch (c.type) {
+    case CommandType::create_stream:
+      c.proposed_incarnation =
+          e >= kStreamIncarnationsLevel ? propose_incarnation(v.stream_incarnations_finalized, clock_us) : 0;
+      c.incarnations = flag ? IncarnationRule::flagged : IncarnationRule::legacy;
+      return {};
+    case CommandType::create_cache:
+      if (v.own >= kFlaggedEntriesLevel && v.group < kFlaggedEntriesLevel)
+        return Error(Errc::conflict,
+                     "cache creates need every metadata member at level " +
+                         std::to_string(kFlaggedEntriesLevel.value()) + "; the group is at level " +
+                         std::to_string(v.group.value()) + " (upgrade every member first)");
+      c.proposed_incarnation =
+          e >= kFlaggedEntriesLevel ? propose_incarnation(v.cache_incarnations_finalized, clock_us) : 0;
+      c.incarnations = flag ? IncarnationRule::flagged : IncarnationRule::legacy;
+      return {};
+    case CommandType::delete_stream:
+    case CommandType::delete_cache:
+      c.proposed_incarnation = 0;
+      c.incarnations = flag ? IncarnationRule::flagged : IncarnationRule::legacy;
+      return {};
+    default:
+      return {};
+  }
+}
+
+}  // namespace sluice::raft_meta

@@ -1,0 +1,461 @@
+// Mixed-level raft-meta groups on libraft's in-memory fixture (docs/metadata-raft-design.md,
+// "The mixed groups"). Each fixture server runs a CatalogFsm at its own level (its
+// "build"), and proposes exactly what a member of that level proposes: stamp_entry() with
+// its own level and the group level read from its applied catalog (the replicated member
+// records), and the finalize gate as that level has it. A level-8 member has no gate: it
+// reads any finalize as an ordinary one and proposes it (the felix hole).
+//
+// After each scenario: every member's state hash is identical, no member is held, and
+// where a level-8 member is in the group, a fresh level-8 FSM replaying the committed log
+// computes the same state (what level 8 stores, every member stores).
+//
+// Deterministic: the fixture's logical clock only; the op sequence is seeded and printed.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+extern "C" {
+#include <raft.h>
+#include <raft/fixture.h>
+}
+
+#include "catalog_fsm.h"
+#include "command.h"
+#include "proposer.h"
+#include "sluice/features.h"
+
+namespace sluice::raft_meta {
+namespace {
+
+using ApplyReq = struct raft_apply;
+constexpr unsigned kMaxMsecs = 120000;
+const std::string kStreamInc(kStreamIncarnations);
+const std::string kCacheInc(kCacheIncarnations);
+
+class Group;
+
+struct Server {
+  Group* g = nullptr;
+  unsigned i = 0;
+  MetadataLevel level;
+  std::unique_ptr<CatalogFsm> fsm;
+  struct raft_fsm rfsm {};
+  std::map<std::uint64_t, ApplyResult> results;
+};
+
+struct Pending {
+  ApplyReq req{};
+  bool done = false;
+  int status = -1;
+  std::uint64_t index = 0;
+};
+
+class Group {
+ public:
+  Group(std::vector<unsigned> levels, std::uint64_t seed) : rng_(seed), seed_(seed) {
+    for (auto l : levels) levels_.push_back(MetadataLevel{l});
+  }
+  ~Group() {
+    if (up_) raft_fixture_close(&f_);
+  }
+
+  std::string tag() const {
+    std::string s = "levels=";
+    for (auto l : levels_) s += std::to_string(l.value()) + "+";
+    s.pop_back();
+    return s + " seed=" + std::to_string(seed_);
+  }
+
+  // Bootstraps the group (server 0 leads), initializes the catalog with `finalize` and
+  // records every member with its level (what joins do).
+  void start(std::vector<std::string> finalize) {
+    ASSERT_EQ(raft_fixture_initialize(&f_), 0);
+    up_ = true;
+    for (unsigned i = 0; i < levels_.size(); ++i) {
+      auto s = std::make_unique<Server>();
+      s->g = this;
+      s->i = i;
+      s->level = levels_[i];
+      s->fsm = std::make_unique<CatalogFsm>(kDefaultChangeRetention, levels_[i]);
+      s->rfsm.version = 1;
+      s->rfsm.data = s.get();
+      s->rfsm.apply = fsm_apply;
+      s->rfsm.snapshot = fsm_snapshot;
+      s->rfsm.restore = fsm_restore;
+      servers_.push_back(std::move(s));
+      ASSERT_EQ(raft_fixture_grow(&f_, &servers_.back()->rfsm), 0);
+    }
+    struct raft_configuration conf;
+    ASSERT_EQ(raft_fixture_configuration(&f_, static_cast<unsigned>(levels_.size()), &conf), 0);
+    ASSERT_EQ(raft_fixture_bootstrap(&f_, &conf), 0);
+    raft_configuration_close(&conf);
+    for (unsigned i = 0; i < levels_.size(); ++i)
+      raft_set_snapshot_threshold(raft_fixture_get(&f_, i), 1'000'000u);
+    ASSERT_EQ(raft_fixture_start(&f_), 0);
+    raft_fixture_elect(&f_, 0);
+    Command init = Command::init_cluster("11111111-2222-4333-8444-555555555555");
+    init.finalize_features = std::move(finalize);
+    ASSERT_TRUE(propose_raw(0, init).ok());
+    ASSERT_TRUE(propose_raw(0, Command::create_tenant("t")).ok());
+    ASSERT_TRUE(propose_raw(0, Command::create_namespace("t", "n")).ok());
+    for (unsigned i = 0; i < levels_.size(); ++i) {
+      JoinRequest j{NodeId{i + 1}, "10.0.0." + std::to_string(i + 1) + ":7800",
+                    "10.0.0." + std::to_string(i + 1) + ":7801", levels_[i]};
+      ASSERT_TRUE(propose_raw(0, Command::join_member(j)).ok());
+    }
+  }
+
+  unsigned size() const { return static_cast<unsigned>(servers_.size()); }
+  MetadataLevel level(unsigned i) const { return levels_[i]; }
+  CatalogFsm& fsm(unsigned i) { return *servers_[i]->fsm; }
+
+  // Makes server i the leader.
+  void lead(unsigned i) {
+    if (raft_fixture_leader_index(&f_) == i) return;
+    if (raft_fixture_leader_index(&f_) < size()) raft_fixture_depose(&f_);
+    ASSERT_TRUE(raft_fixture_step_until_has_no_leader(&f_, kMaxMsecs));
+    raft_fixture_elect(&f_, i);
+    ASSERT_EQ(raft_fixture_leader_index(&f_), i);
+  }
+
+  // What server i proposes for `c` (rule 2), from its own applied catalog.
+  ProposerView view(unsigned i) {
+    ProposerView v;
+    v.own = levels_[i];
+    auto& f = fsm(i);
+    v.group = std::min(v.own, f.recorded_group_level().value_or(v.own));
+    v.stream_incarnations_finalized = f.is_finalized(kStreamIncarnations);
+    v.cache_incarnations_finalized = f.is_finalized(kCacheIncarnations);
+    return v;
+  }
+
+  // Server i (made leader) proposes `c` as a member of its level would. conflict: refused
+  // by the proposer (nothing appended).
+  Result<ApplyResult> propose(unsigned i, Command c) {
+    lead(i);
+    const std::int64_t clock = 1'700'000'000'000'000 +
+                               static_cast<std::int64_t>(raft_fixture_time(&f_)) * 1000 +
+                               static_cast<std::int64_t>(rng_() % 1000);
+    if (auto s = stamp_entry(c, view(i), clock); !s.ok()) return s.error();
+    return propose_raw(i, c);
+  }
+
+  // The finalize as server i's level has it: level 8 proposes it unconditionally (it does
+  // not know the gate); 10 and 14 check the group level first.
+  Result<ApplyResult> finalize(unsigned i, const std::string& feature) {
+    lead(i);
+    if (levels_[i] >= kStreamIncarnationsLevel)
+      if (auto g = check_finalize(feature, view(i).group, {}); !g.ok()) return g.error();
+    Command c = Command::finalize_feature(feature);
+    c.level = levels_[i].value();
+    return propose_raw(i, c);
+  }
+
+  Result<ApplyResult> propose_raw(unsigned i, const Command& c) {
+    std::string entry = encode_command(c);
+    entry.append((8 - entry.size() % 8) % 8, ' ');
+    auto p = std::make_unique<Pending>();
+    p->req.data = p.get();
+    struct raft_buffer buf;
+    buf.len = entry.size();
+    buf.base = raft_malloc(entry.size());
+    std::memcpy(buf.base, entry.data(), entry.size());
+    int rv = raft_apply(raft_fixture_get(&f_, i), &p->req, &buf, 1, apply_cb);
+    if (rv != 0) {
+      raft_free(buf.base);
+      return Error(Errc::not_leader, "raft_apply failed");
+    }
+    Pending* raw = p.get();
+    pending_.push_back(std::move(p));
+    raft_fixture_step_until(
+        &f_, [](struct raft_fixture*, void* a) { return static_cast<Pending*>(a)->done; }, raw, kMaxMsecs);
+    if (!raw->done || raw->status != 0) return Error(Errc::unavailable, "not committed");
+    // Every server applies it before the next step of the scenario.
+    for (unsigned s = 0; s < size(); ++s)
+      raft_fixture_step_until_applied(&f_, s, raw->index, kMaxMsecs);
+    auto& res = servers_[i]->results;
+    auto it = res.find(raw->index);
+    if (it == res.end()) return Error(Errc::internal, "no result");
+    return it->second;
+  }
+
+  // Every server applied everything; states identical; nobody held.
+  void expect_converged() {
+    raft_fixture_step_until_elapsed(&f_, 2000);
+    const auto h0 = fsm(0).state_hash();
+    for (unsigned i = 0; i < size(); ++i) {
+      EXPECT_FALSE(fsm(i).held().has_value()) << tag() << ": server " << i << " (level "
+                                              << levels_[i].value() << ") is held: "
+                                              << fsm(i).held()->reason;
+      EXPECT_EQ(fsm(i).applied(), fsm(0).applied()) << tag() << ": server " << i;
+      EXPECT_EQ(fsm(i).state_hash(), h0) << tag() << ": server " << i << " (level "
+                                          << levels_[i].value() << ") diverged";
+    }
+  }
+
+  // A fresh FSM at `level` replaying every committed entry (a restarted member).
+  std::unique_ptr<CatalogFsm> replay(MetadataLevel level) {
+    auto r = std::make_unique<CatalogFsm>(kDefaultChangeRetention, level);
+    for (auto& [index, bytes] : log_) r->apply(index, bytes);
+    return r;
+  }
+  // ... computes the members' state.
+  void expect_replay_at(MetadataLevel level) {
+    auto r = replay(level);
+    EXPECT_FALSE(r->held().has_value()) << tag();
+    EXPECT_EQ(r->state_hash(), fsm(0).state_hash())
+        << tag() << ": a level-" << level.value() << " replay of the log differs";
+  }
+
+  // Server i is upgraded to `level` (a restart on a newer build): it runs at the new level
+  // and announces it, as a restarted member does, through a join of the same id.
+  void upgrade(unsigned i, MetadataLevel level) {
+    levels_[i] = level;
+    servers_[i]->fsm->set_capability(level);
+    JoinRequest j{NodeId{i + 1}, "10.0.0." + std::to_string(i + 1) + ":7800",
+                  "10.0.0." + std::to_string(i + 1) + ":7801", level};
+    auto r = propose_raw(raft_fixture_leader_index(&f_), Command::join_member(j));
+    ASSERT_TRUE(r.ok() && r->ok()) << tag();
+  }
+
+  std::mt19937_64& rng() { return rng_; }
+
+ private:
+  static int fsm_apply(struct raft_fsm* fsm, const struct raft_buffer* buf, void** result) {
+    auto* s = static_cast<Server*>(fsm->data);
+    std::uint64_t index = raft_last_applied(raft_fixture_get(&s->g->f_, s->i)) + 1;
+    std::string_view bytes(static_cast<const char*>(buf->base), buf->len);
+    s->g->log_.emplace(index, std::string(bytes));
+    s->results[index] = s->fsm->apply(index, bytes);
+    *result = nullptr;
+    return 0;
+  }
+  static int fsm_snapshot(struct raft_fsm* fsm, struct raft_buffer* bufs[], unsigned* n) {
+    auto* s = static_cast<Server*>(fsm->data);
+    std::string image = s->fsm->snapshot();
+    if (image.empty()) return RAFT_NOMEM;
+    auto* arr = static_cast<struct raft_buffer*>(raft_malloc(sizeof(struct raft_buffer)));
+    arr[0].base = raft_malloc(image.size());
+    std::memcpy(arr[0].base, image.data(), image.size());
+    arr[0].len = image.size();
+    *bufs = arr;
+    *n = 1;
+    return 0;
+  }
+  static int fsm_restore(struct raft_fsm* fsm, struct raft_buffer* buf) {
+    auto* s = static_cast<Server*>(fsm->data);
+    if (!s->fsm->restore(std::string_view(static_cast<const char*>(buf->base), buf->len)).ok())
+      return RAFT_CORRUPT;
+    raft_free(buf->base);
+    return 0;
+  }
+  static void apply_cb(ApplyReq* req, int status, void*) {
+    auto* p = static_cast<Pending*>(req->data);
+    p->done = true;
+    p->status = status;
+    p->index = req->index;
+  }
+
+  struct raft_fixture f_ {};
+  bool up_ = false;
+  std::vector<MetadataLevel> levels_;
+  std::vector<std::unique_ptr<Server>> servers_;
+  std::vector<std::unique_ptr<Pending>> pending_;
+  std::map<std::uint64_t, std::string> log_;  // committed entries by index (any server's)
+  std::mt19937_64 rng_;
+  std::uint64_t seed_;
+};
+
+StreamSpec one_shard() {
+  StreamSpec s;
+  s.shards = 1;
+  return s;
+}
+
+// Creates, deletes and recreates of colliding names (streams and caches), each proposed by
+// a seeded choice of member. Returns the stream incarnations acknowledged per name.
+std::map<std::string, std::vector<std::uint64_t>> churn(Group& g, int ops) {
+  std::map<std::string, std::vector<std::uint64_t>> incs;
+  std::map<std::string, bool> exists;
+  const char* names[] = {"orders", "payments", "audit"};
+  for (int k = 0; k < ops; ++k) {
+    const unsigned who = static_cast<unsigned>(g.rng()() % g.size());
+    const std::string name = names[g.rng()() % 3];
+    const bool cache = g.rng()() % 4 == 0;
+    const std::string key = (cache ? "cache:" : "stream:") + name;
+    StreamKey sk{"t", "n", name};
+    Result<ApplyResult> r = Error(Errc::internal, "");
+    if (exists[key])
+      r = cache ? g.propose(who, Command::delete_cache(sk)) : g.propose(who, Command::delete_stream(sk));
+    else
+      r = cache ? g.propose(who, Command::create_cache(sk, CacheSpec{}, 0))
+                : g.propose(who, Command::create_stream(sk, one_shard(), 0));
+    if (!r.ok()) {
+      // Only the proposer-side refusal rule 2 allows: a cache create through an upgraded
+      // member while the group is below 14.
+      EXPECT_EQ(r.error().code, Errc::conflict) << g.tag() << ": " << r.error().to_string();
+      EXPECT_TRUE(cache && g.level(who) >= kFlaggedEntriesLevel) << g.tag() << ": " << r.error().to_string();
+      continue;
+    }
+    EXPECT_TRUE(r->ok()) << g.tag() << " op " << k << ": " << r->error->to_string();
+    if (!r->ok()) continue;
+    if (!exists[key] && !cache) incs[name].push_back(r->stream.incarnation.value());
+    exists[key] = !exists[key];
+  }
+  return incs;
+}
+
+std::uint64_t seed_for(const char* scenario) {
+  std::uint64_t s = 0;
+  for (const char* p = scenario; *p; ++p) s = s * 131 + static_cast<unsigned char>(*p);
+  std::cout << "[ mixed    ] " << scenario << " seed=" << s << "\n";
+  return s;
+}
+
+void expect_all_at_zero(Group& g) {
+  auto snap = g.fsm(0).catalog_snapshot();
+  for (auto& s : snap.streams) EXPECT_EQ(s.incarnation, Incarnation{0}) << g.tag() << " " << s.key.to_string();
+  for (auto& c : snap.caches) EXPECT_EQ(c.incarnation, Incarnation{0}) << g.tag() << " " << c.key.to_string();
+  EXPECT_TRUE(snap.tombstones.empty()) << g.tag();
+  EXPECT_TRUE(snap.cache_tombstones.empty()) << g.tag();
+}
+
+// 8 + 14: the group is at 8. Upgraded members refuse to finalize and refuse cache creates;
+// every create proposes 0 unflagged; states equal what level 8 stores.
+TEST(MixedLevels, EightAndFourteen) {
+  Group g({8, 14, 14}, seed_for("8+14"));
+  g.start({});
+  EXPECT_EQ(g.fsm(0).level(), MetadataLevel{8});
+  auto fin = g.finalize(1, kStreamInc);
+  ASSERT_FALSE(fin.ok());
+  EXPECT_EQ(fin.error().code, Errc::conflict) << fin.error().message;
+  EXPECT_FALSE(g.finalize(2, kCacheInc).ok());
+  auto cache = g.propose(2, Command::create_cache({"t", "n", "c"}, CacheSpec{}, 0));
+  ASSERT_FALSE(cache.ok());
+  EXPECT_EQ(cache.error().code, Errc::conflict);
+  churn(g, 40);
+  g.expect_converged();
+  g.expect_replay_at(MetadataLevel{8});
+  expect_all_at_zero(g);
+  EXPECT_EQ(g.fsm(0).level_floor(), MetadataLevel{8});
+}
+
+// 10 + 14: stream_incarnations can be finalized through either member; cache_incarnations
+// and cache creates through the level-14 member are refused; no flagged entry is written.
+TEST(MixedLevels, TenAndFourteen) {
+  Group g({10, 14, 14}, seed_for("10+14"));
+  g.start({});
+  EXPECT_FALSE(g.finalize(2, kCacheInc).ok());
+  auto fin = g.finalize(1, kStreamInc);
+  ASSERT_TRUE(fin.ok()) << fin.error().to_string();
+  ASSERT_TRUE(fin->ok());
+  auto incs = churn(g, 60);
+  g.expect_converged();
+  g.expect_replay_at(MetadataLevel{10});
+  EXPECT_EQ(g.fsm(0).level_floor(), MetadataLevel{8}) << "no flagged entry may be written";
+  for (auto& [name, v] : incs)
+    for (std::size_t k = 1; k < v.size(); ++k)
+      EXPECT_GT(v[k], v[k - 1]) << g.tag() << ": " << name << " incarnations must rise";
+  for (auto& c : g.fsm(0).catalog_snapshot().caches) EXPECT_EQ(c.incarnation, Incarnation{0});
+}
+
+// 8 + 10 + 14: at 8 as 8 + 14; then the level-8 member is upgraded to 10 (its level record
+// changes through a join, as a restarted member announces itself) and the group behaves as
+// 10 + 14: stream_incarnations can be finalized, incarnations rise; entries written before
+// stay decided as they were.
+TEST(MixedLevels, EightTenAndFourteen) {
+  Group g({8, 10, 14}, seed_for("8+10+14"));
+  g.start({});
+  EXPECT_FALSE(g.finalize(1, kStreamInc).ok());
+  EXPECT_FALSE(g.finalize(2, kStreamInc).ok());
+  churn(g, 30);
+  g.expect_converged();
+  g.expect_replay_at(MetadataLevel{8});
+  expect_all_at_zero(g);
+  const auto before = g.fsm(0).catalog_snapshot();
+
+  // The level-8 member is upgraded to 10: the group is at 10 and behaves as 10 + 14.
+  g.upgrade(0, MetadataLevel{10});
+  EXPECT_EQ(g.fsm(2).level(), MetadataLevel{10});
+  EXPECT_FALSE(g.finalize(2, kCacheInc).ok());
+  auto fin = g.finalize(2, kStreamInc);
+  ASSERT_TRUE(fin.ok()) << fin.error().to_string();
+  auto incs = churn(g, 40);
+  g.expect_converged();
+  g.expect_replay_at(MetadataLevel{10});
+  EXPECT_EQ(g.fsm(0).level_floor(), MetadataLevel{8});
+  for (auto& [name, v] : incs)
+    for (std::size_t k = 1; k < v.size(); ++k) EXPECT_GT(v[k], v[k - 1]) << name;
+  // Entries written before the upgrade stay decided as they were: a stream created then and
+  // never touched since is still at 0.
+  auto after = g.fsm(0).catalog_snapshot();
+  for (auto& s : before.streams)
+    for (auto& t : after.streams)
+      if (t.key == s.key && t.created_seq == s.created_seq) EXPECT_EQ(t.incarnation, Incarnation{0});
+}
+
+// The seed's hole: a level-8 member proposes the finalize while upgraded members exist.
+// Creates and deletes follow through every member; all states stay identical, and they are
+// what level 8 stores (every stream at 0, no tombstone).
+TEST(MixedLevels, finalize_proposed_by_an_old_member_does_not_split_the_group) {
+  Group g({8, 14, 14}, seed_for("hole"));
+  g.start({});
+  auto fin = g.finalize(0, kStreamInc);  // the level-8 member has no gate
+  ASSERT_TRUE(fin.ok()) << fin.error().to_string();
+  ASSERT_TRUE(fin->ok());
+  for (unsigned i = 0; i < g.size(); ++i) EXPECT_TRUE(g.fsm(i).is_finalized(kStreamIncarnations));
+  // Through every member in turn: the upgraded ones see group level 8 and propose 0.
+  for (unsigned who = 0; who < g.size(); ++who) {
+    StreamKey k{"t", "n", "s" + std::to_string(who)};
+    auto c = g.propose(who, Command::create_stream(k, one_shard(), 0));
+    ASSERT_TRUE(c.ok() && c->ok());
+    EXPECT_EQ(c->stream.incarnation, Incarnation{0});
+    auto d = g.propose((who + 1) % g.size(), Command::delete_stream(k));
+    ASSERT_TRUE(d.ok() && d->ok());
+    EXPECT_FALSE(d->tombstone.has_value());
+    auto again = g.propose((who + 2) % g.size(), Command::create_stream(k, one_shard(), 0));
+    ASSERT_TRUE(again.ok() && again->ok());
+    EXPECT_EQ(again->stream.incarnation, Incarnation{0});
+  }
+  churn(g, 30);
+  g.expect_converged();
+  g.expect_replay_at(MetadataLevel{8});
+  expect_all_at_zero(g);
+}
+
+// All at 14: entries are flagged, the first one raises the floor to 14, and a level-8
+// member's join is refused by apply on every member.
+TEST(MixedLevels, FlaggedEntriesRaiseTheFloorAndAJoinBelowItIsRefused) {
+  Group g({14, 14, 14}, seed_for("14"));
+  g.start({kStreamInc, kCacheInc});
+  EXPECT_EQ(g.fsm(0).level(), MetadataLevel{14});
+  auto incs = churn(g, 40);
+  g.expect_converged();
+  EXPECT_EQ(g.fsm(0).level_floor(), MetadataLevel{14});
+  EXPECT_FALSE(g.fsm(0).catalog_snapshot().cache_tombstones.empty()) << "flagged cache deletes write tombstones";
+  for (auto& [name, v] : incs)
+    for (std::size_t k = 1; k < v.size(); ++k) EXPECT_GT(v[k], v[k - 1]) << name;
+  auto join = g.propose(0, Command::join_member({NodeId{9}, "10.0.0.9:7800", "10.0.0.9:7801", MetadataLevel{8}}));
+  ASSERT_TRUE(join.ok());
+  ASSERT_FALSE(join->ok());
+  EXPECT_EQ(join->error->code, Errc::conflict);
+  EXPECT_NE(join->error->message.find("floor"), std::string::npos) << join->error->message;
+  g.expect_converged();
+  g.expect_replay_at(MetadataLevel{14});
+  // A member restarted on a level-10 build replays this log and holds at the first flagged
+  // entry, naming the level it needs; it changes nothing after it.
+  auto old = g.replay(MetadataLevel{10});
+  ASSERT_TRUE(old->held().has_value());
+  EXPECT_EQ(old->held()->required, MetadataLevel{14});
+  EXPECT_NE(old->held()->reason.find("level 14"), std::string::npos) << old->held()->reason;
+  EXPECT_LT(old->applied(), g.fsm(0).applied());
+}
+
+}  // namespace
+}  // namespace sluice::raft_meta
