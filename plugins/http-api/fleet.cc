@@ -79,23 +79,13 @@ bool plain_feature_name(const std::string& s) {
   return true;
 }
 
-template <class Fn>
-void blocking_call(const std::shared_ptr<Exchange>& ex, Fn fn) {
-  ex->run_blocking([ex, fn = std::move(fn)]() mutable {
-    try {
-      ex->respond(fn());
-    } catch (const std::exception& e) {
-      ex->respond(problem(Error(Errc::internal, std::string("unexpected exception: ") + e.what())));
-    }
-  });
-}
 
 }  // namespace
 
 void handle_fleet(Node& node, const std::shared_ptr<Exchange>& ex, const std::vector<std::string>& seg) {
   const std::string& what = seg[1];
   if (what == "features" && seg.size() == 2) {
-    return blocking_call(ex, [&node] {
+    return respond_blocking(ex, [&node] {
       return list_response(node.catalog().list_features(), "features", feature_json);
     });
   }
@@ -104,17 +94,17 @@ void handle_fleet(Node& node, const std::shared_ptr<Exchange>& ex, const std::ve
     if (!plain_feature_name(name))
       return ex->respond(problem(Error(Errc::invalid_argument,
                                        "a feature name is 1..64 characters of [a-z0-9_]")));
-    return blocking_call(ex, [&node, name] {
+    return respond_blocking(ex, [&node, name] {
       auto r = node.catalog().finalize_feature(name);
       return r ? json_response(200, feature_json(*r)) : problem(r.error());
     });
   }
   if (what == "brokers")
-    return blocking_call(ex, [&node] {
+    return respond_blocking(ex, [&node] {
       return list_response(node.catalog().list_brokers(), "brokers", broker_json);
     });
   if (what == "tombstones")
-    return blocking_call(ex, [&node] {
+    return respond_blocking(ex, [&node] {
       return list_response(node.catalog().list_tombstones(), "tombstones", tombstone_json);
     });
   ex->respond(problem(Error(Errc::not_found, "no such route")));

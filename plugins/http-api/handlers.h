@@ -34,6 +34,18 @@ std::string media_type(std::string_view content_type);
 // headers/headers_base64, timestamp. `scratch` is reused between calls.
 boost::json::object record_json(const RecordView& rv, std::vector<Header>& scratch);
 
+// Runs `fn` (returning an HttpResponse) on the blocking pool and answers with its result;
+// an exception becomes a 500 problem.
+template <class Fn>
+void respond_blocking(const std::shared_ptr<Exchange>& ex, Fn fn);
+
+// GET/POST /v1/metadata/members, DELETE /v1/metadata/members/{id}
+void handle_members(Node& node, const std::shared_ptr<Exchange>& ex, const std::vector<std::string>& seg,
+                    std::string_view method, std::string_view body);
+// GET/POST {ns}/caches, GET/DELETE {ns}/caches/{c}
+void handle_caches(Node& node, const std::shared_ptr<Exchange>& ex, const std::vector<std::string>& seg,
+                   std::string_view method, std::string_view body);
+
 // docs/openapi.yaml, compiled in (embed_openapi.cmake).
 std::string_view openapi_document();
 
@@ -51,4 +63,19 @@ void handle_publish(Node& node, const HttpConfig& cfg, const std::shared_ptr<Exc
 void handle_fetch(Node& node, const HttpConfig& cfg, const std::shared_ptr<Exchange>& ex,
                   const StreamKey& key, ShardIndex shard, const Target& target);
 
+}  // namespace sluice::http_api
+
+#include "problem.h"
+
+namespace sluice::http_api {
+template <class Fn>
+void respond_blocking(const std::shared_ptr<Exchange>& ex, Fn fn) {
+  ex->run_blocking([ex, fn = std::move(fn)]() mutable {
+    try {
+      ex->respond(fn());
+    } catch (const std::exception& e) {
+      ex->respond(problem(Error(Errc::internal, std::string("unexpected exception: ") + e.what())));
+    }
+  });
+}
 }  // namespace sluice::http_api

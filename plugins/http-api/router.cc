@@ -56,7 +56,7 @@ namespace {
 
 enum class Route {
   healthz, readyz, metrics, cluster, tenants, tenant, namespaces, namespace_, streams, stream,
-  records, shards, shard_records, fleet, groups, openapi
+  records, shards, shard_records, fleet, groups, openapi, members, caches
 };
 
 struct RouteDef {
@@ -78,12 +78,18 @@ std::optional<RouteDef> match(const std::vector<std::string>& s) {
     return RouteDef{Route::fleet, "/v1/features/{f}/finalize", "POST"};
   if (n == 2 && s[1] == "brokers") return RouteDef{Route::fleet, "/v1/brokers", "GET"};
   if (n == 2 && s[1] == "tombstones") return RouteDef{Route::fleet, "/v1/tombstones", "GET"};
+  if (n == 3 && s[1] == "metadata" && s[2] == "members")
+    return RouteDef{Route::members, "/v1/metadata/members", "GET, POST"};
+  if (n == 4 && s[1] == "metadata" && s[2] == "members")
+    return RouteDef{Route::members, "/v1/metadata/members/{id}", "DELETE"};
   if (s[1] != "tenants") return std::nullopt;
   if (n == 2) return RouteDef{Route::tenants, "/v1/tenants", "GET, POST"};
   if (n == 3) return RouteDef{Route::tenant, "/v1/tenants/{t}", "GET, DELETE"};
   if (s[3] != "namespaces") return std::nullopt;
   if (n == 4) return RouteDef{Route::namespaces, "/v1/tenants/{t}/namespaces", "GET, POST"};
   if (n == 5) return RouteDef{Route::namespace_, "{ns}", "GET, DELETE"};
+  if (n == 6 && s[5] == "caches") return RouteDef{Route::caches, "{ns}/caches", "GET, POST"};
+  if (n == 7 && s[5] == "caches") return RouteDef{Route::caches, "{ns}/caches/{c}", "GET, DELETE"};
   if (s[5] != "streams") return std::nullopt;
   if (n == 6) return RouteDef{Route::streams, "{ns}/streams", "GET, POST"};
   if (n == 7) return RouteDef{Route::stream, "{ns}/streams/{s}", "GET, DELETE"};
@@ -209,16 +215,6 @@ Result<ShardIndex> shard_segment(const std::string& s) {
   return ShardIndex{static_cast<std::uint32_t>(v)};
 }
 
-template <class Fn>
-void blocking(const std::shared_ptr<Exchange>& ex, Fn fn) {
-  ex->run_blocking([ex, fn = std::move(fn)]() mutable {
-    try {
-      ex->respond(fn());
-    } catch (const std::exception& e) {
-      ex->respond(problem(Error(Errc::internal, std::string("unexpected exception: ") + e.what())));
-    }
-  });
-}
 
 }  // namespace
 
@@ -302,7 +298,7 @@ void Router::dispatch(const std::shared_ptr<Exchange>& ex) {
     }
     case Route::tenants:
       if (get) {
-        blocking(ex, [&node]() -> HttpResponse {
+        respond_blocking(ex, [&node]() -> HttpResponse {
           auto r = node.catalog().list_tenants();
           if (!r) return problem(r.error());
           json::array a;
@@ -314,7 +310,7 @@ void Router::dispatch(const std::shared_ptr<Exchange>& ex) {
       } else {
         auto name = name_body(req.body, NameKind::tenant);
         if (!name) return ex->respond(problem(name.error()));
-        blocking(ex, [&node, name = std::move(*name)]() -> HttpResponse {
+        respond_blocking(ex, [&node, name = std::move(*name)]() -> HttpResponse {
           auto r = node.catalog().create_tenant(name);
           return r ? json_response(201, tenant_json(*r)) : problem(r.error());
         });
@@ -322,7 +318,7 @@ void Router::dispatch(const std::shared_ptr<Exchange>& ex) {
       return;
     case Route::tenant:
       if (get) {
-        blocking(ex, [&node, t = seg[2]]() -> HttpResponse {
+        respond_blocking(ex, [&node, t = seg[2]]() -> HttpResponse {
           auto r = node.catalog().list_tenants();
           if (!r) return problem(r.error());
           for (auto& ti : *r)
@@ -330,7 +326,7 @@ void Router::dispatch(const std::shared_ptr<Exchange>& ex) {
           return problem(Error(Errc::not_found, "tenant '" + t + "' not found"));
         });
       } else {
-        blocking(ex, [&node, t = seg[2]]() -> HttpResponse {
+        respond_blocking(ex, [&node, t = seg[2]]() -> HttpResponse {
           auto r = node.catalog().delete_tenant(t);
           return r ? empty_response(204) : problem(r.error());
         });
@@ -338,7 +334,7 @@ void Router::dispatch(const std::shared_ptr<Exchange>& ex) {
       return;
     case Route::namespaces:
       if (get) {
-        blocking(ex, [&node, t = seg[2]]() -> HttpResponse {
+        respond_blocking(ex, [&node, t = seg[2]]() -> HttpResponse {
           auto r = node.catalog().list_namespaces(t);
           if (!r) return problem(r.error());
           json::array a;
@@ -350,7 +346,7 @@ void Router::dispatch(const std::shared_ptr<Exchange>& ex) {
       } else {
         auto name = name_body(req.body, NameKind::ns);
         if (!name) return ex->respond(problem(name.error()));
-        blocking(ex, [&node, t = seg[2], name = std::move(*name)]() -> HttpResponse {
+        respond_blocking(ex, [&node, t = seg[2], name = std::move(*name)]() -> HttpResponse {
           auto r = node.catalog().create_namespace(t, name);
           return r ? json_response(201, namespace_json(*r)) : problem(r.error());
         });
@@ -358,7 +354,7 @@ void Router::dispatch(const std::shared_ptr<Exchange>& ex) {
       return;
     case Route::namespace_:
       if (get) {
-        blocking(ex, [&node, t = seg[2], n = seg[4]]() -> HttpResponse {
+        respond_blocking(ex, [&node, t = seg[2], n = seg[4]]() -> HttpResponse {
           auto r = node.catalog().list_namespaces(t);
           if (!r) return problem(r.error());
           for (auto& ni : *r)
@@ -366,7 +362,7 @@ void Router::dispatch(const std::shared_ptr<Exchange>& ex) {
           return problem(Error(Errc::not_found, "namespace '" + t + "/" + n + "' not found"));
         });
       } else {
-        blocking(ex, [&node, t = seg[2], n = seg[4]]() -> HttpResponse {
+        respond_blocking(ex, [&node, t = seg[2], n = seg[4]]() -> HttpResponse {
           auto r = node.catalog().delete_namespace(t, n);
           return r ? empty_response(204) : problem(r.error());
         });
@@ -374,7 +370,7 @@ void Router::dispatch(const std::shared_ptr<Exchange>& ex) {
       return;
     case Route::streams:
       if (get) {
-        blocking(ex, [&node, t = seg[2], n = seg[4]]() -> HttpResponse {
+        respond_blocking(ex, [&node, t = seg[2], n = seg[4]]() -> HttpResponse {
           auto r = node.catalog().list_streams(t, n);
           if (!r) return problem(r.error());
           json::array a;
@@ -387,7 +383,7 @@ void Router::dispatch(const std::shared_ptr<Exchange>& ex) {
         auto body = stream_body(req.body);
         if (!body) return ex->respond(problem(body.error()));
         StreamKey key{seg[2], seg[4], std::move(body->first)};
-        blocking(ex, [&node, key = std::move(key), spec = body->second]() -> HttpResponse {
+        respond_blocking(ex, [&node, key = std::move(key), spec = body->second]() -> HttpResponse {
           auto r = node.create_stream(key, spec);
           return r ? json_response(201, stream_json(*r)) : problem(r.error());
         });
@@ -396,12 +392,12 @@ void Router::dispatch(const std::shared_ptr<Exchange>& ex) {
     case Route::stream: {
       StreamKey key{seg[2], seg[4], seg[6]};
       if (get) {
-        blocking(ex, [&node, key = std::move(key)]() -> HttpResponse {
+        respond_blocking(ex, [&node, key = std::move(key)]() -> HttpResponse {
           auto r = node.catalog().get_stream(key);
           return r ? json_response(200, stream_json(*r)) : problem(r.error());
         });
       } else {
-        blocking(ex, [&node, key = std::move(key)]() -> HttpResponse {
+        respond_blocking(ex, [&node, key = std::move(key)]() -> HttpResponse {
           auto r = node.catalog().delete_stream(key);
           return r ? json_response(200, stream_json(*r)) : problem(r.error());
         });
@@ -432,6 +428,12 @@ void Router::dispatch(const std::shared_ptr<Exchange>& ex) {
       return;
     case Route::groups:
       handle_groups(node, cfg_, ex, seg, *target);
+      return;
+    case Route::members:
+      handle_members(node, ex, seg, req.method, req.body);
+      return;
+    case Route::caches:
+      handle_caches(node, ex, seg, req.method, req.body);
       return;
   }
 }
