@@ -79,6 +79,11 @@ std::optional<Incarnation> decide_delete_tombstone(Incarnation deleted, bool fla
   return deleted;
 }
 
+std::optional<Incarnation> decide_delete_tombstone(Incarnation deleted, bool flagged, bool finalized) {
+  if (deleted.value() == 0 && (!flagged || !finalized)) return std::nullopt;
+  return deleted;
+}
+
 std::uint64_t propose_incarnation(bool finalized_here, std::int64_t clock_us) {
   if (!finalized_here) return 0;
   return clock_us > 0 ? static_cast<std::uint64_t>(clock_us) : 1;

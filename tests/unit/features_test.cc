@@ -63,6 +63,12 @@ TEST(IncarnationRules, DeleteOfLegacyStreamWritesNoTombstoneUnlessFlagged) {
   EXPECT_EQ(decide_delete_tombstone(Incarnation{0}, false), std::nullopt);
   EXPECT_EQ(decide_delete_tombstone(Incarnation{0}, true), Incarnation{0});
   EXPECT_EQ(decide_delete_tombstone(Incarnation{55}, false), Incarnation{55});
+  // With the feature's state: a flagged delete at 0 tombstones only after the finalize.
+  EXPECT_EQ(decide_delete_tombstone(Incarnation{0}, true, false), std::nullopt);
+  EXPECT_EQ(decide_delete_tombstone(Incarnation{0}, true, true), Incarnation{0});
+  EXPECT_EQ(decide_delete_tombstone(Incarnation{0}, false, true), std::nullopt);
+  EXPECT_EQ(decide_delete_tombstone(Incarnation{7}, false, false), Incarnation{7});
+  EXPECT_EQ(decide_delete_tombstone(Incarnation{7}, true, false), Incarnation{7});
 }
 
 TEST(IncarnationRules, ProposerWritesZeroUntilFinalized) {

@@ -90,6 +90,11 @@ Incarnation decide_create_incarnation(std::uint64_t proposed, bool flagged, bool
 // The tombstone a delete writes, if any: an unflagged delete of a stream at 0 writes none
 // (what level 8 stores); any other delete records "every incarnation up to `deleted`".
 std::optional<Incarnation> decide_delete_tombstone(Incarnation deleted, bool flagged);
+// The same with the feature's state (replicated): a flagged delete of a stream (or cache) at
+// 0 writes a tombstone only once the feature is finalized -- before it, a recreate stays
+// at 0 (the legacy behaviour) and a tombstone at 0 would stop brokers serving it.
+// Unflagged entries ignore `finalized` (what level 8 stores).
+std::optional<Incarnation> decide_delete_tombstone(Incarnation deleted, bool flagged, bool finalized);
 
 // What a proposer puts in a create: the control plane clock (µs) once the feature is
 // finalized as the proposer sees it, else 0. A level-8 proposer always writes 0.
