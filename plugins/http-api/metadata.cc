@@ -2,7 +2,8 @@
 //
 //   GET    /v1/metadata/members        {"members":[{"id","raft_address","rpc_address","level",
 //                                       "joined_seq","role","held","held_index",
-//                                       "held_required_level","held_reason","applied"}],
+//                                       "held_required_level","held_reason","applied",
+//                                       "state_hash"}],
 //                                       "leader","group_level","level_floor"}
 //   POST   /v1/metadata/members        {"id","raft_address","rpc_address","level"} -> 200 member
 //                                       (adds a member, or re-admits a known id at the same
@@ -44,6 +45,8 @@ json::object member_json(const MemberInfo& m) {
   o["held_required_level"] = m.held_required_level.value();
   o["held_reason"] = m.held_reason;
   o["applied"] = m.applied.value();
+  // As a string: JSON numbers above 2^53 lose precision in many clients.
+  o["state_hash"] = std::to_string(m.state_hash);
   return o;
 }
 

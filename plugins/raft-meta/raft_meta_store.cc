@@ -386,7 +386,7 @@ void RaftMetaStore::stop() {
   ready_.store(false);
   {
     std::lock_guard lk(fwd_mu_);
-    fwd_client_.reset();
+    fwd_pool_.clear();
     fwd_addr_.clear();
   }
   std::shared_ptr<RaftNode> n;
@@ -429,16 +429,20 @@ std::shared_ptr<MetadataStore> RaftMetaStore::leader_client() {
   }
   if (!leader || leader->rpc_address.empty()) return nullptr;
   std::lock_guard lk(fwd_mu_);
-  if (fwd_client_ && fwd_addr_ == leader->rpc_address) return fwd_client_;
+  if (fwd_addr_ != leader->rpc_address) {
+    fwd_pool_.clear();
+    fwd_addr_ = leader->rpc_address;
+  }
+  const std::size_t slot = fwd_next_++ % kForwardConnections;
+  if (slot < fwd_pool_.size()) return fwd_pool_[slot];
   RemoteConfig rc;
   rc.controllers = {leader->rpc_address};
   rc.timeout = cfg_.timeout;
   rc.forwarded = true;
   auto c = std::make_shared<RemoteMetadataStore>(host_, rc);
   if (!c->start().ok()) return nullptr;
-  fwd_client_ = c;
-  fwd_addr_ = leader->rpc_address;
-  return fwd_client_;
+  fwd_pool_.push_back(c);
+  return c;
 }
 
 Error RaftMetaStore::not_leader_error() {
@@ -501,6 +505,7 @@ MemberInfo RaftMetaStore::local_member_status() {
   m.role = std::string(to_string(n ? n->role() : RaftRole::unavailable));
   std::lock_guard lk(fsm_mu_);
   m.applied = fsm_.applied();
+  m.state_hash = fsm_.state_hash();
   if (auto h = fsm_.held()) {
     m.held = true;
     m.held_index = ChangeSeq{h->index};
@@ -540,6 +545,7 @@ Result<MembersView> RaftMetaStore::list_members() {
         m.held_required_level = st->held_required_level;
         m.held_reason = st->held_reason;
         m.applied = st->applied;
+        m.state_hash = st->state_hash;
       }
     }
     v.members.push_back(std::move(m));
@@ -1053,6 +1059,13 @@ Result<std::vector<Tombstone>> RaftMetaStore::list_tombstones() {
 // --- caches ------------------------------------------------------------------------------
 
 Result<CacheInfo> RaftMetaStore::create_cache(const StreamKey& key, const CacheSpec& spec) {
+  // The seed's rule is about the member the request reaches: an upgraded member refuses a
+  // cache create while the group is below 14, even when the leader it would forward to is
+  // older (and would write the entry the old way).
+  {
+    Command probe = Command::create_cache(key, spec, 0);
+    RAFT_META_TRY(stamp_entry(probe, proposer_view(), 0));
+  }
   if (auto f = leader_client()) return f->create_cache(key, spec);
   RAFT_META_TRY(validate_name(NameKind::tenant, key.tenant));
   RAFT_META_TRY(validate_name(NameKind::ns, key.ns));

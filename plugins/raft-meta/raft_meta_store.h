@@ -199,8 +199,12 @@ class RaftMetaStore final : public MetadataStore {
   std::atomic<int> rpc_port_{0};
   std::string advertised_rpc_;            // set by start(): rpc address with the bound port
   std::mutex fwd_mu_;
-  std::string fwd_addr_;                       // guarded by fwd_mu_
-  std::shared_ptr<MetadataStore> fwd_client_;  // guarded by fwd_mu_
+  // Clients to the leader's RPC: each serializes its requests on one connection, so a small
+  // pool lets concurrent forwarded calls proceed in parallel (kForwardConnections).
+  static constexpr std::size_t kForwardConnections = 8;
+  std::string fwd_addr_;                                   // guarded by fwd_mu_
+  std::vector<std::shared_ptr<MetadataStore>> fwd_pool_;   // guarded by fwd_mu_
+  std::size_t fwd_next_ = 0;                               // guarded by fwd_mu_
   std::atomic<bool> was_leader_{false};
 
   // Broker liveness: leader memory, not replicated (ARCHITECTURE.md §5).

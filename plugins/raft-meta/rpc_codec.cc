@@ -133,7 +133,8 @@ json::value to_json(const MemberInfo& m) {
                       {"held_index", m.held_index.value()},
                       {"held_required_level", m.held_required_level.value()},
                       {"held_reason", m.held_reason},
-                      {"applied", m.applied.value()}};
+                      {"applied", m.applied.value()},
+                      {"state_hash", m.state_hash}};
 }
 json::value to_json(const MembersView& v) {
   json::array ms;
@@ -318,6 +319,7 @@ MemberInfo member_from(const json::value& v) {
   m.held_required_level = MetadataLevel{static_cast<std::uint32_t>(u(o, "held_required_level"))};
   m.held_reason = s(o, "held_reason");
   m.applied = ChangeSeq{u(o, "applied")};
+  m.state_hash = u(o, "state_hash");
   return m;
 }
 MembersView members_from(const json::value& v) {

@@ -148,7 +148,7 @@ class Node:
 
     def cleanup(self):
         self.kill()
-        if self.own_workdir:
+        if self.own_workdir and not os.environ.get("SLUICE_IT_KEEP"):  # keep logs to debug
             shutil.rmtree(self.workdir, ignore_errors=True)
 
     def log_tail(self, n=40):

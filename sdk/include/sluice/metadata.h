@@ -115,6 +115,8 @@ struct MemberInfo {
   MetadataLevel held_required_level{0};
   std::string held_reason;
   ChangeSeq applied;         // its last applied index
+  // FNV-1a 64 of its catalog (every table): members at the same applied index must agree.
+  std::uint64_t state_hash = 0;
 };
 
 struct MembersView {
