@@ -15,7 +15,7 @@ constexpr ConfigKey kConfigKeys[] = {
     {"metadata.postgres.change_retention", "100000", "Change-feed rows kept; a watcher behind them resyncs from a snapshot."},
     {"metadata.postgres.poll_interval_ms", "1000", "Change-feed poll interval when no NOTIFY arrives (a safety net)."},
     {"metadata.plugin", "", "Override the metadata plugin name (default from metadata.backend)."},
-    {"metadata.level", "14", "Metadata level this member runs at: 8, 10 or 14 (raft-meta; postgres-meta: 8 or 10, default 10). A lower level proposes and reports exactly as that older build would."},
+    {"metadata.level", "", "Metadata level this member runs at (default: the backend's highest, 14 for raft-meta and 10 for postgres-meta). raft-meta takes 8, 10 or 14, postgres-meta 8 or 10. A lower level proposes and reports exactly as that older build would."},
     {"metadata.timeout_ms", "10000", "How long a catalog call waits before answering timeout (outcome uncertain)."},
     {"raft.address", "127.0.0.1:7800", "host:port this controller's Raft transport binds."},
     {"raft.port", "", "Overrides the port of raft.address."},

@@ -17,6 +17,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -55,6 +56,10 @@ Options:
   admin delete-data TENANT/NS/STREAM --up-to N
                      (offline) an operator's delete: remove every incarnation <= N of the
                      stream from this node's disk, with the crash-safe delete protocol
+  admin rebuild-metadata
+                     (offline, raft-meta controllers) set this member's Raft log and
+                     snapshots aside so that its next start, with metadata.join set,
+                     rebuilds its catalog from the leader's snapshot and log
   --version          print the version and exit
   -h, --help         show this help
 
@@ -125,9 +130,60 @@ int lock_data_dir(const std::string& dir) {
 }
 
 // Offline operator commands. The data directory lock is held, so no node runs on it.
+// admin rebuild-metadata: moves raft.dir aside (renamed, never deleted) so that the next
+// start joins through metadata.join with an empty log and receives the leader's snapshot.
+int rebuild_metadata(const core::Config& cfg, const std::string& data_dir) {
+  if (cfg.get_string("metadata.backend", "raft") != "raft") {
+    std::fprintf(stderr, "sluiced: rebuild-metadata is for raft-meta members (metadata.backend = raft)\n");
+    return 2;
+  }
+  if (!roles_have(cfg.get_string("node.roles", "controller,broker"), "controller")) {
+    std::fprintf(stderr, "sluiced: rebuild-metadata is for controllers (node.roles has no controller)\n");
+    return 2;
+  }
+  const std::string join = cfg.get_string("metadata.join", "");
+  if (join.empty()) {
+    std::fprintf(stderr,
+                 "sluiced: rebuild-metadata needs metadata.join (the controller RPC addresses of the other "
+                 "members): the rebuilt member fetches the catalog from their leader\n");
+    return 2;
+  }
+  std::string raft_dir = cfg.get_string("raft.dir", "");
+  if (raft_dir.empty()) raft_dir = (fs::path(data_dir) / "raft").string();
+  if (!fs::exists(raft_dir)) {
+    std::printf("no raft directory at %s: the next start joins through %s\n", raft_dir.c_str(), join.c_str());
+    return 0;
+  }
+  char stamp[32];
+  const std::time_t now = std::time(nullptr);
+  std::strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", std::gmtime(&now));
+  const std::string aside = raft_dir + ".old-" + stamp;
+  std::error_code ec;
+  fs::rename(raft_dir, aside, ec);
+  if (ec) die(1, "cannot move " + raft_dir + " to " + aside + ": " + ec.message());
+  // Make the rename durable before anyone relies on it.
+  if (int fd = ::open(fs::path(raft_dir).parent_path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+  std::printf("moved %s to %s\n", raft_dir.c_str(), aside.c_str());
+  std::printf("next: start sluiced with the same configuration (metadata.join = %s); it joins with an\n"
+              "empty log and installs the leader's snapshot. Check GET /v1/metadata/members shows this\n"
+              "member with the group's applied index and state hash, then remove %s.\n",
+              join.c_str(), aside.c_str());
+  return 0;
+}
+
 int run_admin(const std::vector<std::string>& args, const core::Config& cfg, PluginHost& host,
               core::PluginLoader& loader) {
   const std::string cmd = args.size() > 1 ? args[1] : "";
+  if (cmd == "rebuild-metadata") {
+    if (args.size() != 2) {
+      std::fprintf(stderr, "sluiced: admin rebuild-metadata takes no arguments\n");
+      return 2;
+    }
+    return rebuild_metadata(cfg, host.data_dir());
+  }
   std::shared_ptr<StorageEngine> storage;
   try {
     storage = loader.load<StorageEngine>(cfg.get_string("storage.plugin", "fs-storage"),
@@ -165,7 +221,8 @@ int run_admin(const std::vector<std::string>& args, const core::Config& cfg, Plu
     std::printf("deleted %u shard directories of %s (incarnations up to %llu)\n", r.value(),
                 key.to_string().c_str(), static_cast<unsigned long long>(up_to));
   } else {
-    std::fprintf(stderr, "sluiced: admin expects list-data, or delete-data TENANT/NS/STREAM --up-to N (see --help)\n");
+    std::fprintf(stderr, "sluiced: admin expects list-data, delete-data TENANT/NS/STREAM --up-to N, or "
+                         "rebuild-metadata (see --help)\n");
     rc = 2;
   }
   storage->shutdown();

@@ -44,6 +44,7 @@ Commands:
   feature list|finalize NAME      fleet features (finalizing is one-way)
   brokers                         registered brokers and their features
   tombstones                      deleted names and the incarnations they cover
+  members list|remove ID          metadata members (raft-meta): role, level, held, state
 
 Run `sluice COMMAND --help` for a command's options.
 )";
@@ -433,6 +434,29 @@ docs/upgrades.md before finalizing stream_incarnations.)");
   return 0;
 }
 
+int cmd_members(Client& c, int argc, char** argv) {
+  Args a = parse_args(argc, argv, 2, {});
+  if (a.has("help") || a.pos.empty()) {
+    std::puts(R"(Usage: sluice members list
+       sluice members remove ID
+
+list shows every metadata member with its role, metadata level, held state, applied index
+and state hash, and the group's level and level floor. remove takes a member out of the
+Raft group (stop its process afterwards); the last voter cannot be removed. Members join
+by starting with metadata.join; see docs/upgrades.md.)");
+    return a.has("help") ? 0 : 2;
+  }
+  if (a.pos[0] == "list" && a.pos.size() == 1) {
+    print_json(c.call_ok("GET", "/v1/metadata/members"));
+  } else if (a.pos[0] == "remove" && a.pos.size() == 2) {
+    c.call_ok("DELETE", "/v1/metadata/members/" + std::to_string(parse_u64("member id", a.pos[1])));
+    std::printf("member %s removed\n", a.pos[1].c_str());
+  } else {
+    usage_error("members: expected list or remove ID");
+  }
+  return 0;
+}
+
 int cmd_simple_get(Client& c, int argc, char** argv, const char* path, const char* usage) {
   Args a = parse_args(argc, argv, 2, {});
   if (a.has("help")) {
@@ -561,6 +585,7 @@ int main(int argc, char** argv) {
     if (cmd == "consume") return cmd_consume(c, argc, argv);
     if (cmd == "feature") return cmd_feature(c, argc, argv);
     if (cmd == "group") return cmd_group(c, argc, argv);
+    if (cmd == "members") return cmd_members(c, argc, argv);
     if (cmd == "dead-letters") return cmd_dead_letters(c, argc, argv);
     if (cmd == "brokers")
       return cmd_simple_get(c, argc, argv, "/v1/brokers", "Usage: sluice brokers");

@@ -559,7 +559,10 @@ Result<MemberInfo> RaftMetaStore::join_member(const JoinRequest& req) {
   if (!n || !ready_.load()) return Error(Errc::unavailable, "raft-meta is not started");
   if (n->role() != RaftRole::leader) return not_leader_error();
   if (req.id.value() == 0) return Error(Errc::invalid_argument, "member id must be > 0");
-  if (req.raft_address.find(':') == std::string::npos || req.rpc_address.find(':') == std::string::npos)
+  // The rpc address may be empty: a member without the controller RPC (metadata.rpc_address
+  // empty) cannot be forwarded to, which only makes sense alone.
+  if (req.raft_address.find(':') == std::string::npos ||
+      (!req.rpc_address.empty() && req.rpc_address.find(':') == std::string::npos))
     return Error(Errc::invalid_argument, "member addresses must be ip:port");
   if (req.level < kLowestMetadataLevel)
     return Error(Errc::invalid_argument, "metadata level " + std::to_string(req.level.value()) +
@@ -685,7 +688,15 @@ Result<void> RaftMetaStore::FsmAdapter::restore(std::string_view image) {
     std::lock_guard lk(s_.fsm_mu_);
     r = s_.fsm_.restore(image);
   }
-  if (r.ok()) s_.catalog_changed();
+  if (r.ok()) {
+    ChangeSeq at;
+    {
+      std::lock_guard lk(s_.fsm_mu_);
+      at = s_.fsm_.applied();
+    }
+    s_.log(LogLevel::info, "restored the catalog from a snapshot at index " + std::to_string(at.value()));
+    s_.catalog_changed();
+  }
   return r;
 }
 

@@ -55,11 +55,12 @@ Result<void> check_finalize(std::string_view feature, MetadataLevel group_level,
 
 Result<void> admit_broker(const std::vector<std::string>& broker_features,
                           const std::set<std::string, std::less<>>& finalized) {
+  // Every missing feature is named, so one refusal tells the operator everything.
+  std::string missing;
   for (const auto& f : finalized)
     if (std::find(broker_features.begin(), broker_features.end(), f) == broker_features.end())
-      return Error(Errc::conflict, "feature " + f +
-                                       " is finalized in this cluster and this broker does not "
-                                       "implement it; upgrade the broker");
+      missing += "feature " + f + " is finalized in this cluster and this broker does not implement it; ";
+  if (!missing.empty()) return Error(Errc::conflict, missing + "upgrade the broker");
   return {};
 }
 

@@ -647,3 +647,56 @@ TEST(HttpApiCodec, Utf8AndBase64) {
 
 }  // namespace
 }  // namespace sluice::testing
+
+namespace sluice::testing {
+namespace {
+
+// Metadata members and caches: bad input is refused before the catalog is asked (the fake
+// catalog answers not_supported, as postgres-meta does, so reaching it shows as 501).
+TEST_F(HttpApiTest, MembersRoutesRefuseBadInputAndPassTheRestToTheCatalog) {
+  expect_problem(req("GET", "/v1/metadata/members"), 501, "not_supported");
+  expect_problem(req("POST", "/v1/metadata/members", R"({"id":2,"raft_address":"127.0.0.1:7800",)"
+                                                     R"("rpc_address":"127.0.0.1:7801","level":14})"),
+                 501, "not_supported");
+  expect_problem(req("POST", "/v1/metadata/members", "{nope"), 400, "malformed_body");
+  expect_problem(req("POST", "/v1/metadata/members", R"({"id":2,"raft_address":"127.0.0.1:7800",)"
+                                                     R"("rpc_address":"127.0.0.1:7801","level":14,"x":1})"),
+                 400, "unknown_field");
+  expect_problem(req("POST", "/v1/metadata/members", R"({"id":0,"raft_address":"127.0.0.1:7800",)"
+                                                     R"("rpc_address":"127.0.0.1:7801","level":14})"),
+                 400, "invalid_argument");
+  expect_problem(req("POST", "/v1/metadata/members", R"({"id":2,"raft_address":"no-port",)"
+                                                     R"("rpc_address":"127.0.0.1:7801","level":14})"),
+                 400, "invalid_argument");
+  expect_problem(req("POST", "/v1/metadata/members", R"({"id":2,"raft_address":"127.0.0.1:7800","level":14})"),
+                 400, "invalid_argument");
+  expect_problem(req("DELETE", "/v1/metadata/members/0"), 400, "invalid_argument");
+  expect_problem(req("DELETE", "/v1/metadata/members/abc"), 400, "invalid_argument");
+  expect_problem(req("DELETE", "/v1/metadata/members/99999999999"), 400, "invalid_argument");
+  expect_problem(req("DELETE", "/v1/metadata/members/3"), 501, "not_supported");
+  expect_problem(req("PUT", "/v1/metadata/members"), 405, "method_not_allowed");
+  expect_problem(req("GET", "/v1/metadata/members/3"), 405, "method_not_allowed");
+}
+
+TEST_F(HttpApiTest, CacheRoutesRefuseBadInputAndPassTheRestToTheCatalog) {
+  const std::string caches = kNs + "/caches";
+  expect_problem(req("POST", caches, R"({"name":"c1"})"), 501, "not_supported");
+  expect_problem(req("POST", caches, R"({"name":"c1","default_ttl_ms":60000})"), 501, "not_supported");
+  expect_problem(req("POST", caches, R"({"name":"../etc"})"), 400, "invalid_name");
+  expect_problem(req("POST", caches, R"({"name":""})"), 400, "invalid_name");
+  expect_problem(req("POST", caches, R"({"name":")" + std::string(300, 'a') + R"("})"), 400, "invalid_name");
+  expect_problem(req("POST", caches, R"({"name":"c1","ttl":5})"), 400, "unknown_field");
+  expect_problem(req("POST", caches, R"({"name":"c1","default_ttl_ms":0})"), 400, "invalid_argument");
+  expect_problem(req("POST", caches, R"({"name":"c1","default_ttl_ms":-5})"), 400, "invalid_argument");
+  expect_problem(req("POST", caches, R"({"name":"c1","default_ttl_ms":"1s"})"), 400, "invalid_argument");
+  expect_problem(req("POST", caches, R"({"default_ttl_ms":5})"), 400, "invalid_argument");
+  expect_problem(req("POST", caches, "[1]"), 400, "invalid_argument");
+  expect_problem(req("GET", caches), 501, "not_supported");
+  expect_problem(req("GET", caches + "/c1"), 501, "not_supported");
+  expect_problem(req("DELETE", caches + "/c1"), 501, "not_supported");
+  expect_problem(req("GET", caches + "/..%2Fx"), 400, "invalid_name");
+  expect_problem(req("PUT", caches + "/c1"), 405, "method_not_allowed");
+}
+
+}  // namespace
+}  // namespace sluice::testing

@@ -350,6 +350,35 @@ class RaftGroup(unittest.TestCase):
         self.assertTrue(g.converged(3))
         self.assertEqual(g.nodes[1].request("POST", "/v1/tenants", {"name": "still"})["name"], "still")
 
+    def test_admin_rebuild_metadata_rebuilds_a_member_from_the_leaders_snapshot(self):
+        import subprocess
+        g = self.group(extra={"raft.snapshot_threshold": "16", "raft.snapshot_trailing": "4"})
+        g.nodes[0].ensure_ns()
+        for i in range(30):  # past the snapshot threshold: the rebuilt member gets a snapshot
+            g.nodes[i % 3].create_stream("r%d" % i)
+        n = g.nodes[2]
+        n.stop()
+        out = subprocess.run(n.args() + ["admin", "rebuild-metadata"], capture_output=True, text=True,
+                             timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertIn("moved", out.stdout)
+        for i in range(30, 40):  # the group moves on while the member is away
+            g.nodes[0].create_stream("r%d" % i)
+        n.start()
+        m = poll(lambda: g.converged(3), "the rebuilt member to reach the group's state")
+        self.assertEqual(len({x["state_hash"] for x in m["members"]}), 1)
+        # Its raft directory was empty: the snapshot it restored is the leader's.
+        self.assertIn("restored the catalog from a snapshot", n.current_log())
+        names = {s["name"] for s in n.request("GET", "/v1/tenants/t/namespaces/n/streams")["streams"]}
+        self.assertEqual(names, {"r%d" % i for i in range(40)})
+        # Without metadata.join the command refuses (it would have nowhere to rebuild from).
+        n.stop()
+        del n.extra["metadata.join"]
+        out = subprocess.run(n.args() + ["admin", "rebuild-metadata"], capture_output=True, text=True,
+                             timeout=60)
+        self.assertEqual(out.returncode, 2)
+        self.assertIn("metadata.join", out.stderr)
+
     def test_removing_members_down_to_one_then_the_last_voter_is_refused(self):
         g = self.group()
         leader = g.leader()
@@ -358,6 +387,17 @@ class RaftGroup(unittest.TestCase):
             leader.request("DELETE", "/v1/metadata/members/%s" % n.extra["node.id"])
             n.stop()
         m = poll(lambda: g.converged(1), "a one-member group")
+        # The CLI shows the same, and refuses to remove the last voter (exit 1, the reason).
+        import subprocess
+        from harness import SLUICE_CLI
+        out = subprocess.run([SLUICE_CLI, "--url", leader.url, "members", "list"], capture_output=True,
+                             text=True, timeout=60)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        self.assertEqual(len(json.loads(out.stdout)["members"]), 1)
+        out = subprocess.run([SLUICE_CLI, "--url", leader.url, "members", "remove", leader.extra["node.id"]],
+                             capture_output=True, text=True, timeout=60)
+        self.assertNotEqual(out.returncode, 0)
+        self.assertIn("last voter", out.stderr)
         st, body = leader.request("DELETE", "/v1/metadata/members/%s" % leader.extra["node.id"], raw=True)
         self.assertEqual(st, 409, body)
         self.assertIn(b"last voter", body)
