@@ -197,10 +197,18 @@ Result<void> RaftMetaStore::start() {
     RemoteConfig rc;
     rc.controllers = cfg_.join;
     rc.timeout = cfg_.timeout;
-    RemoteMetadataStore probe(host_, rc);
-    if (auto r = probe.start(); !r.ok())
-      return Error(r.error().code, "cannot join through metadata.join (" + join_list(cfg_.join) +
-                                       "): " + r.error().message);
+    // The members may be starting too (systemd starts them together): retry until
+    // metadata.start_timeout, but give up at once on another cluster's id.
+    const auto give_up = std::chrono::steady_clock::now() + cfg_.start_timeout;
+    for (;;) {
+      RemoteMetadataStore probe(host_, rc);
+      auto r = probe.start();
+      if (r.ok()) break;
+      if (r.error().code == Errc::cluster_id_mismatch || std::chrono::steady_clock::now() >= give_up)
+        return Error(r.error().code, "cannot join through metadata.join (" + join_list(cfg_.join) +
+                                         "): " + r.error().message);
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
   }
 
   RaftNodeOptions o;
