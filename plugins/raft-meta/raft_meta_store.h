@@ -119,6 +119,9 @@ class RaftMetaStore final : public MetadataStore {
   Result<void> remove_member(NodeId id) override;
   // This member's own view (never forwarded): role, level, held state, applied index.
   MemberInfo local_member_status();
+  // Set while the catalog is held (CatalogFsm::held): the member serves nothing from its
+  // state, the change feed included.
+  std::optional<Error> held_error();
 
   // While alive on a thread, calls on that thread are not forwarded to the leader (the RPC
   // server sets it for requests that were forwarded to it: no forwarding loops).
@@ -171,7 +174,6 @@ class RaftMetaStore final : public MetadataStore {
   std::vector<std::string> peer_rpc_addresses();
   Result<void> read_barrier();
   Result<void> read_barrier_any();
-  std::optional<Error> held_error();  // set while the catalog is held (CatalogFsm::held)
   void log(LogLevel level, const std::string& msg);
   void delivery_main();
   std::chrono::steady_clock::time_point now() const;

@@ -248,6 +248,8 @@ std::string RpcServer::handle(const std::string& request, bool& close_after) {
     if (method == "remove_member") return respond_void(store_.remove_member(node()));
     if (method == "member_status") return ok_response(to_json(store_.local_member_status()));
     if (method == "changes_after") {
+      // A held member serves nothing from its state: a broker following it must move on.
+      if (auto h = store_.held_error()) return error_response(*h);
       ChangeSeq after{po.at("seq").to_number<std::uint64_t>()};
       std::int64_t wait = std::clamp<std::int64_t>(po.at("wait_ms").to_number<std::int64_t>(), 0, kMaxWaitMs);
       auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait);
