@@ -612,11 +612,9 @@ int run(const Options& o) {
         "  create: JSON encode of the command on the leader (and placement, which reads the\n"
         "  catalog under its lock), an entry of the size above instead of 64 bytes, then on every\n"
         "  member JSON decode and the SQLite apply (stream row, assignment row, change-log row\n"
-        "  and its pruning, whose query walks up to the 10,000 retained changes on every apply,\n"
-        "  so a create gets dearer as the log fills), the watch delivery wake-up, and a catalog\n"
-        "  snapshot (sqlite3_serialize) every 1024 entries. Via a follower each create adds an\n"
-        "  RPC hop (a JSON frame over loopback to the leader and back); the forwarding client\n"
-        "  has one connection, so a follower forwards one request at a time whatever its clients.");
+        "  and its pruning), the watch delivery wake-up, and a catalog snapshot\n"
+        "  (sqlite3_serialize) every 1024 entries. Via a follower each create adds an RPC hop (a\n"
+        "  JSON frame over loopback to the leader and back, over a pool of 8 connections).");
     const std::uint64_t errors = s1.errors + r1.errors + sc.errors + rcp.errors + fc.errors;
     if (errors) {
       std::printf("  %llu calls failed (see above)\n", static_cast<unsigned long long>(errors));
