@@ -28,6 +28,9 @@ std::string_view title_of(Errc c) {
     case Errc::timeout: return "Timeout";
     case Errc::unauthorized: return "Unauthorized";
     case Errc::internal: return "Internal error";
+    case Errc::sequence_gap: return "Sequence gap";
+    case Errc::method_not_allowed: return "Method not allowed";
+    case Errc::not_supported: return "Not supported";
   }
   return "Error";
 }

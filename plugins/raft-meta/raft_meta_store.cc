@@ -182,6 +182,7 @@ Result<void> RaftMetaStore::start() {
     std::lock_guard lk(fsm_mu_);
     try {
       fsm_.reset();
+      hash_dirty_ = true;
     } catch (const std::exception& e) {
       return Error(Errc::internal, std::string("cannot reset the catalog: ") + e.what());
     }
@@ -513,7 +514,14 @@ MemberInfo RaftMetaStore::local_member_status() {
   m.role = std::string(to_string(n ? n->role() : RaftRole::unavailable));
   std::lock_guard lk(fsm_mu_);
   m.applied = fsm_.applied();
-  m.state_hash = fsm_.state_hash();
+  // The hash dumps the whole catalog: computed once per applied index (members listings
+  // probe every member).
+  if (hash_at_ != m.applied || hash_dirty_) {
+    hash_ = fsm_.state_hash();
+    hash_at_ = m.applied;
+    hash_dirty_ = false;
+  }
+  m.state_hash = hash_;
   if (auto h = fsm_.held()) {
     m.held = true;
     m.held_index = ChangeSeq{h->index};
@@ -695,6 +703,7 @@ Result<void> RaftMetaStore::FsmAdapter::restore(std::string_view image) {
   {
     std::lock_guard lk(s_.fsm_mu_);
     r = s_.fsm_.restore(image);
+    s_.hash_dirty_ = true;
   }
   if (r.ok()) {
     ChangeSeq at;

@@ -189,6 +189,9 @@ class RaftMetaStore final : public MetadataStore {
 
   std::mutex fsm_mu_;
   CatalogFsm fsm_;  // guarded by fsm_mu_
+  ChangeSeq hash_at_{~0ull};      // guarded by fsm_mu_: state_hash() cache for member status
+  std::uint64_t hash_ = 0;        // guarded by fsm_mu_
+  bool hash_dirty_ = true;   // guarded by fsm_mu_: set by restore (same index, new state)
   FsmAdapter adapter_{*this};
 
   std::mutex life_mu_;  // serializes start/stop

@@ -395,9 +395,13 @@ TEST(MixedLevels, EightTenAndFourteen) {
   // Entries written before the upgrade stay decided as they were: a stream created then and
   // never touched since is still at 0.
   auto after = g.fsm(0).catalog_snapshot();
-  for (auto& s : before.streams)
-    for (auto& t : after.streams)
-      if (t.key == s.key && t.created_seq == s.created_seq) EXPECT_EQ(t.incarnation, Incarnation{0});
+  for (auto& s : before.streams) {
+    for (auto& t : after.streams) {
+      if (t.key == s.key && t.created_seq == s.created_seq) {
+        EXPECT_EQ(t.incarnation, Incarnation{0});
+      }
+    }
+  }
 }
 
 // The seed's hole: a level-8 member proposes the finalize while upgraded members exist.
