@@ -338,6 +338,20 @@ bool RemoteMetadataStore::connect(Conn& c, std::string& why) {
   return false;
 }
 
+namespace {
+// Methods whose repetition changes nothing more than the first call did.
+bool idempotent_method(const std::string& m) {
+  static const char* const kSafe[] = {
+      "hello", "status", "member_status", "list_tenants", "list_namespaces", "get_stream",
+      "list_streams", "snapshot", "list_brokers", "list_features", "list_tombstones",
+      "changes_after", "get_cache", "list_caches", "list_members", "heartbeat_broker",
+      "register_broker", "finalize_feature", "join_member"};
+  for (const char* x : kSafe)
+    if (m == x) return true;
+  return false;
+}
+}  // namespace
+
 Result<std::string> RemoteMetadataStore::call_on(Conn& c, const std::string& method,
                                                  const std::string& params_json, bool retry) {
   std::string cid;
@@ -352,12 +366,30 @@ Result<std::string> RemoteMetadataStore::call_on(Conn& c, const std::string& met
   const std::string body = json::serialize(req);
   std::string why;
   // One retry on a fresh connection: the old one may have been closed by the controller.
+  // A request that changes the catalog and is not idempotent is re-sent only if it never
+  // left (connect or write failed): once written, a lost answer may hide a change that
+  // happened, and re-sending it would turn "created" into "already exists".
+  const bool resend_safe = idempotent_method(method);
   for (int attempt = 0; attempt < (retry ? 2 : 1); ++attempt) {
+    // A reused connection the controller closed while idle (a restart) is readable now
+    // (EOF): the server never sends unasked, so reconnect before writing anything.
+    if (c.fd >= 0) {
+      pollfd p{c.fd, POLLIN | POLLRDHUP, 0};
+      if (::poll(&p, 1, 0) > 0) c.close();
+    }
     if (c.fd < 0 && !connect(c, why)) break;
     std::string resp;
-    if (!write_frame(c.fd, body, &why) || !read_frame(c.fd, resp, &why)) {
+    if (!write_frame(c.fd, body, &why)) {
       c.close();
       continue;
+    }
+    if (!read_frame(c.fd, resp, &why)) {
+      c.close();
+      if (resend_safe) continue;
+      ready_ = false;
+      return Error(Errc::unavailable,
+                   "the controller did not answer " + method + " (" + why + "); it may have happened",
+                   Outcome::uncertain);
     }
     ready_ = true;
     boost::system::error_code ec;

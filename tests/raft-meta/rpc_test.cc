@@ -9,7 +9,9 @@
 
 #include <boost/json.hpp>
 #include <chrono>
+#include <map>
 #include <mutex>
+#include <atomic>
 #include <thread>
 
 #include "raft_meta_store.h"
@@ -239,6 +241,65 @@ TEST(ControllerRpc, ClientReconnectsAfterTheControllerRestarts) {
   ASSERT_TRUE(again.start().ok());
   ASSERT_TRUE(remote.create_tenant("b").ok());
   EXPECT_TRUE(remote.status().ready);
+}
+
+// A controller that takes a request and dies before answering. A create that was written
+// may have happened: the client must say so (unavailable, outcome uncertain) and never
+// re-send it -- a re-sent create would answer "already exists" for a create that worked.
+// A read is safe to re-send and is retried on a fresh connection.
+TEST(ControllerRpc, AWrittenCreateIsNotResentWhenTheAnswerIsLost) {
+  int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(lfd, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+  ASSERT_EQ(::listen(lfd, 16), 0);
+  socklen_t len = sizeof sa;
+  ::getsockname(lfd, reinterpret_cast<sockaddr*>(&sa), &len);
+  const int port = ntohs(sa.sin_port);
+  const std::string cid = "11111111-2222-4333-8444-555555555555";
+  std::mutex mu;
+  std::map<std::string, int> seen;  // method -> requests received
+  std::atomic<bool> stop{false};
+  std::thread server([&] {
+    while (!stop) {
+      int fd = ::accept(lfd, nullptr, nullptr);
+      if (fd < 0) return;
+      std::string req;
+      while (rpc::read_frame(fd, req, nullptr)) {
+        auto method = std::string(json::parse(req).as_object().at("method").as_string());
+        {
+          std::lock_guard lk(mu);
+          ++seen[method];
+        }
+        if (method != "hello") break;  // take the request, then die without answering
+        rpc::write_frame(fd, json::serialize(json::object{{"ok", true}, {"result", {{"cluster_id", cid}}}}), nullptr);
+      }
+      ::close(fd);
+    }
+  });
+  TestHost host;
+  RemoteConfig rc;
+  rc.controllers = {"127.0.0.1:" + std::to_string(port)};
+  rc.timeout = std::chrono::milliseconds(5000);
+  RemoteMetadataStore remote(host, rc);
+  ASSERT_TRUE(remote.start().ok());
+  auto c = remote.create_tenant("acme");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.error().code, Errc::unavailable);
+  EXPECT_EQ(c.error().outcome, Outcome::uncertain);
+  EXPECT_NE(c.error().message.find("may have happened"), std::string::npos) << c.error().message;
+  auto l = remote.list_tenants();
+  EXPECT_FALSE(l.ok());
+  {
+    std::lock_guard lk(mu);
+    EXPECT_EQ(seen["create_tenant"], 1) << "a written create was re-sent";
+    EXPECT_EQ(seen["list_tenants"], 2) << "a read is retried once on a fresh connection";
+  }
+  stop = true;
+  ::shutdown(lfd, SHUT_RDWR);
+  ::close(lfd);
+  server.join();
 }
 
 }  // namespace
