@@ -1,5 +1,7 @@
 #include "broker.h"
 
+#include "sluice/metrics_text.h"
+
 #include <chrono>
 #include <sstream>
 
@@ -17,16 +19,6 @@ std::int64_t now_ms() {
   return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
 }
 
-// Prometheus label values: escape backslash, quote and newline.
-std::string label(std::string_view v) {
-  std::string o;
-  for (char c : v) {
-    if (c == '\\' || c == '"') o.push_back('\\');
-    if (c == '\n') { o += "\\n"; continue; }
-    o.push_back(c);
-  }
-  return o;
-}
 }  // namespace
 
 // Wraps the metadata store so that a create or delete answers only once this broker has
@@ -827,10 +819,9 @@ Result<std::uint64_t> BrokerRuntime::replay_dead_letters(const StreamKey& key, S
 }
 
 std::string BrokerRuntime::metrics_text() {
-  std::ostringstream o;
+  MetricsWriter w;
   auto counter = [&](const char* name, const char* help, std::uint64_t v) {
-    o << "# HELP " << name << " " << help << "\n# TYPE " << name << " counter\n"
-      << name << " " << v << "\n";
+    w.single(name, help, MetricType::counter, v);
   };
   counter("sluice_publish_requests_total", "Publish requests received.", m_publish_requests_.load());
   counter("sluice_publish_records_total", "Records accepted for publishing.", m_publish_records_.load());
@@ -844,42 +835,45 @@ std::string BrokerRuntime::metrics_text() {
           m_deleted_dirs_.load());
   {
     std::lock_guard lk(applied_mu_);
-    o << "# HELP sluice_catalog_applied_seq Highest catalog change applied by this node.\n"
-      << "# TYPE sluice_catalog_applied_seq gauge\nsluice_catalog_applied_seq " << applied_.value()
-      << "\n";
+    w.single("sluice_catalog_applied_seq", "Highest catalog change applied by this node.", MetricType::gauge,
+             applied_.value());
   }
   std::vector<std::shared_ptr<StreamState>> all;
   {
     std::shared_lock lk(streams_mu_);
     for (auto& [k, st] : streams_) all.push_back(st);
   }
-  o << "# HELP sluice_shard_high_watermark Next offset to be made durable, per shard incarnation.\n"
-    << "# TYPE sluice_shard_high_watermark gauge\n";
-  std::ostringstream size, start, syncs, appended;
+  struct Row {
+    MetricLabels labels;
+    ShardStats stats;
+  };
+  std::vector<Row> rows;
   for (auto& st : all) {
     for (std::size_t i = 0; i < st->shards.size(); ++i) {
       if (!st->shards[i]) continue;
-      const auto s = st->shards[i]->stats();
-      std::ostringstream lbl;
-      lbl << "{tenant=\"" << label(st->info.key.tenant) << "\",namespace=\"" << label(st->info.key.ns)
-          << "\",stream=\"" << label(st->info.key.name) << "\",shard=\"" << i << "\",incarnation=\""
-          << st->info.incarnation.value() << "\"}";
-      o << "sluice_shard_high_watermark" << lbl.str() << " " << s.high_watermark.value() << "\n";
-      start << "sluice_shard_log_start" << lbl.str() << " " << s.log_start.value() << "\n";
-      size << "sluice_shard_size_bytes" << lbl.str() << " " << s.size_bytes << "\n";
-      syncs << "sluice_shard_syncs_total" << lbl.str() << " " << s.syncs << "\n";
-      appended << "sluice_shard_appended_records_total" << lbl.str() << " " << s.appended_records << "\n";
+      rows.push_back({{{"tenant", st->info.key.tenant},
+                       {"namespace", st->info.key.ns},
+                       {"stream", st->info.key.name},
+                       {"shard", std::to_string(i)},
+                       {"incarnation", std::to_string(st->info.incarnation.value())}},
+                      st->shards[i]->stats()});
     }
   }
-  o << "# HELP sluice_shard_log_start First retained offset, per shard incarnation.\n"
-    << "# TYPE sluice_shard_log_start gauge\n" << start.str()
-    << "# HELP sluice_shard_size_bytes Bytes on disk, per shard incarnation.\n"
-    << "# TYPE sluice_shard_size_bytes gauge\n" << size.str()
-    << "# HELP sluice_shard_syncs_total fdatasync calls since the shard opened.\n"
-    << "# TYPE sluice_shard_syncs_total counter\n" << syncs.str()
-    << "# HELP sluice_shard_appended_records_total Records appended since the shard opened.\n"
-    << "# TYPE sluice_shard_appended_records_total counter\n" << appended.str();
-  return o.str();
+  auto per_shard = [&](const char* name, const char* help, MetricType type, auto field) {
+    w.family(name, help, type);
+    for (const auto& r : rows) w.sample(name, r.labels, static_cast<std::uint64_t>(field(r.stats)));
+  };
+  per_shard("sluice_shard_high_watermark", "Next offset to be made durable, per shard incarnation.",
+            MetricType::gauge, [](const ShardStats& s) { return s.high_watermark.value(); });
+  per_shard("sluice_shard_log_start", "First retained offset, per shard incarnation.", MetricType::gauge,
+            [](const ShardStats& s) { return s.log_start.value(); });
+  per_shard("sluice_shard_size_bytes", "Bytes on disk, per shard incarnation.", MetricType::gauge,
+            [](const ShardStats& s) { return s.size_bytes; });
+  per_shard("sluice_shard_syncs_total", "fdatasync calls since the shard opened.", MetricType::counter,
+            [](const ShardStats& s) { return s.syncs; });
+  per_shard("sluice_shard_appended_records_total", "Records appended since the shard opened.", MetricType::counter,
+            [](const ShardStats& s) { return s.appended_records; });
+  return std::move(w).str();
 }
 
 }  // namespace sluice::core

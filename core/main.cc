@@ -35,6 +35,7 @@
 #include "sluice/metadata.h"
 #include "sluice/node.h"
 #include "sluice/storage.h"
+#include "sluice/strings.h"
 
 namespace fs = std::filesystem;
 using namespace sluice;
@@ -84,21 +85,15 @@ fs::path default_plugins_dir() {
 
 bool roles_have(const std::string& roles, const std::string& role);
 
-std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string r;
-  while (std::getline(ss, r, ',')) {
-    r.erase(0, r.find_first_not_of(" \t"));
-    r.erase(r.find_last_not_of(" \t") + 1);
-    if (!r.empty()) out.push_back(r);
-  }
+// A configuration list, sorted (roles and features are sets).
+std::vector<std::string> sorted_list(const std::string& s) {
+  auto out = split_list(s);
   std::sort(out.begin(), out.end());
   return out;
 }
 
 bool roles_have(const std::string& roles, const std::string& role) {
-  auto v = split_list(roles);
+  auto v = sorted_list(roles);
   return std::find(v.begin(), v.end(), role) != v.end();
 }
 
@@ -108,7 +103,7 @@ std::vector<std::string> parse_features(const core::Config& cfg) {
   std::vector<std::string> all;
   for (const auto& f : known_features()) all.emplace_back(f.name);
   if (!cfg.has("broker.features")) return all;
-  auto want = split_list(cfg.get_string("broker.features", ""));
+  auto want = sorted_list(cfg.get_string("broker.features", ""));
   for (const auto& f : want)
     if (!find_feature(f))
       throw std::invalid_argument("broker.features: '" + f + "' is not a feature this build implements");
@@ -297,7 +292,7 @@ int main(int argc, char** argv) {
     node_id = NodeId{static_cast<std::uint32_t>(nid)};
     data_dir = cfg->get_string("data.dir", "./data");
     backend = cfg->get_string("metadata.backend", "raft");
-    roles = split_list(cfg->get_string("node.roles", "controller,broker"));
+    roles = sorted_list(cfg->get_string("node.roles", "controller,broker"));
     plugins_dir = cfg->get_string("plugins.dir", "");
     if (plugins_dir.empty()) plugins_dir = default_plugins_dir().string();
     const auto level = cfg->get_int("metadata.level", kBuildMetadataLevel.value());

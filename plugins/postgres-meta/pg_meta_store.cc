@@ -11,6 +11,7 @@
 #include "codec.h"
 #include "schema.h"
 #include "sluice/catalog_rules.h"
+#include "sluice/strings.h"
 #include "sluice/features.h"
 #include "sluice/names.h"
 #include "sluice/uuid.h"
@@ -28,20 +29,6 @@ using Fin = std::map<std::string, ChangeSeq, std::less<>>;
 
 struct Unit {};
 
-std::vector<std::string> split_list(std::string_view s) {
-  std::vector<std::string> out;
-  std::size_t i = 0;
-  while (i <= s.size()) {
-    std::size_t j = s.find(',', i);
-    if (j == std::string_view::npos) j = s.size();
-    std::string item(s.substr(i, j - i));
-    auto b = item.find_first_not_of(" \t");
-    auto e = item.find_last_not_of(" \t");
-    if (b != std::string::npos) out.push_back(item.substr(b, e - b + 1));
-    i = j + 1;
-  }
-  return out;
-}
 
 std::int64_t checked(const PluginHost& host, std::string_view key, std::int64_t def,
                      std::int64_t min, std::int64_t max) {
@@ -60,12 +47,6 @@ bool valid_schema_name(std::string_view s) {
   return true;
 }
 
-bool valid_feature_name(std::string_view n) {
-  if (n.empty() || n.size() > 64) return false;
-  for (char c : n)
-    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) return false;
-  return true;
-}
 
 
 std::string pg_array(const std::vector<std::string>& v) {

@@ -215,14 +215,6 @@ std::string feature_payload(const std::string& name) {
   return json::serialize(o);
 }
 
-// A fleet feature name as the catalog accepts it: 1..64 of [a-z0-9_]. Structural and
-// stable forever (apply must not depend on the build).
-bool valid_feature_name(std::string_view n) {
-  if (n.empty() || n.size() > 64) return false;
-  for (char c : n)
-    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) return false;
-  return true;
-}
 
 std::string names_payload(const std::string& tenant, const std::string* ns) {
   json::object o;

@@ -3,6 +3,7 @@
 #include "rpc.h"
 
 #include "sluice/uuid.h"
+#include "sluice/strings.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -34,20 +35,6 @@ unsigned checked_unsigned(const PluginHost& host, std::string_view key, std::int
 }
 
 
-std::vector<std::string> split_list(std::string_view s) {
-  std::vector<std::string> out;
-  std::size_t i = 0;
-  while (i <= s.size()) {
-    std::size_t j = s.find(',', i);
-    if (j == std::string_view::npos) j = s.size();
-    std::string item(s.substr(i, j - i));
-    auto b = item.find_first_not_of(" \t");
-    auto e = item.find_last_not_of(" \t");
-    if (b != std::string::npos) out.push_back(item.substr(b, e - b + 1));
-    i = j + 1;
-  }
-  return out;
-}
 
 
 std::string join_list(const std::vector<std::string>& v) {

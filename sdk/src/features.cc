@@ -115,4 +115,11 @@ std::vector<NodeId> place_shards(const StreamKey& key, std::uint32_t shards,
 
 Generation first_generation(ChangeSeq create_seq) { return Generation{create_seq.value()}; }
 
+bool valid_feature_name(std::string_view n) {
+  if (n.empty() || n.size() > 64) return false;
+  for (char c : n)
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_')) return false;
+  return true;
+}
+
 }  // namespace sluice

@@ -42,6 +42,10 @@ struct FeatureSpec {
 
 // Every feature this build implements, in the order they were introduced.
 std::span<const FeatureSpec> known_features();
+
+// A fleet feature name as the catalog accepts it: 1..64 of [a-z0-9_]. Structural and
+// stable forever: Raft apply uses it, so it must not depend on the build.
+bool valid_feature_name(std::string_view name);
 const FeatureSpec* find_feature(std::string_view name);
 
 // A broker as the control plane sees it.
