@@ -6,6 +6,7 @@
 #include <Poco/Net/HTTPRequest.h>
 #include <Poco/Net/HTTPResponse.h>
 #include <Poco/Net/NetException.h>
+#include <Poco/Net/Socket.h>
 #include <Poco/URI.h>
 
 #include <boost/json.hpp>
@@ -17,6 +18,7 @@
 #include <cstring>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -60,19 +62,60 @@ struct Response {
   std::exit(2);
 }
 
+// Whether a call may be sent again after the connection failed (docs/api.md, "Errors").
+//   by_method  GET, HEAD, PUT and DELETE are idempotent; any other method is not, and is
+//              never re-sent once its request may have been written.
+//   safe       a POST the API documents as idempotent: a publish carrying producer_id and
+//              sequence (docs/api.md, "Idempotent producers") or a feature finalize.
+enum class Replay { by_method, safe };
+
+bool replayable(const std::string& method, Replay replay) {
+  return replay == Replay::safe || method == "GET" || method == "HEAD" || method == "PUT" ||
+         method == "DELETE";
+}
+
+// One kept-alive connection. Exposes what the retry policy needs from Poco's session.
+class Connection : public Poco::Net::HTTPClientSession {
+ public:
+  Connection(const std::string& host, Poco::UInt16 port) : HTTPClientSession(host, port) {
+    setKeepAlive(true);
+    setTimeout(Poco::Timespan(120, 0));
+    // Staleness is detected by peer_closed(), not by a clock.
+    setKeepAliveTimeout(Poco::Timespan(24 * 3600, 0));
+  }
+  using HTTPClientSession::mustReconnect;  // the server answered "Connection: close"
+  // Connects if not connected. Throws before a single byte of a request is written.
+  void open() {
+    if (!connected()) reconnect();
+  }
+  // An idle kept-alive connection that is readable was closed (or reset) by the server.
+  bool peer_closed() {
+    return connected() && socket().poll(Poco::Timespan(0), Poco::Net::Socket::SELECT_READ);
+  }
+};
+
 class Client {
  public:
   explicit Client(const std::string& url) : uri_(url) {
     if (uri_.getScheme() != "http") usage_error("only http:// URLs are supported, got " + url);
-    session_.setHost(uri_.getHost());
-    session_.setPort(uri_.getPort());
-    session_.setKeepAlive(true);
-    session_.setTimeout(Poco::Timespan(120, 0));
   }
 
+  // Sends one request. A network error after the request may have been written is retried
+  // once, on a fresh connection, only when the call is replayable(); otherwise the
+  // outcome is uncertain and sluice exits 1 saying so, without sending it again.
   Response call(const std::string& method, const std::string& path, const std::string& body = "",
-                const std::string& content_type = "application/json") {
+                const std::string& content_type = "application/json", Replay replay = Replay::by_method) {
     for (int attempt = 0;; ++attempt) {
+      if (!conn_ || conn_->mustReconnect() || conn_->peer_closed())
+        conn_ = std::make_unique<Connection>(uri_.getHost(), uri_.getPort());
+      try {
+        conn_->open();
+      } catch (const Poco::Exception& e) {
+        conn_.reset();
+        std::fprintf(stderr, "sluice: cannot reach %s: %s (nothing was sent)\n", uri_.toString().c_str(),
+                     e.displayText().c_str());
+        std::exit(1);
+      }
       try {
         Poco::Net::HTTPRequest req(method, path, Poco::Net::HTTPMessage::HTTP_1_1);
         req.setKeepAlive(true);
@@ -80,10 +123,10 @@ class Client {
           req.setContentType(content_type);
           req.setContentLength(static_cast<std::streamsize>(body.size()));
         }
-        std::ostream& os = session_.sendRequest(req);
+        std::ostream& os = conn_->sendRequest(req);
         os.write(body.data(), static_cast<std::streamsize>(body.size()));
         Poco::Net::HTTPResponse res;
-        std::istream& is = session_.receiveResponse(res);
+        std::istream& is = conn_->receiveResponse(res);
         Response out;
         out.status = res.getStatus();
         out.content_type = res.getContentType();
@@ -92,11 +135,18 @@ class Client {
         out.body = ss.str();
         return out;
       } catch (const Poco::Exception& e) {
-        session_.reset();
-        // A kept-alive connection the server closed: retry once on a fresh one.
-        if (attempt == 0 && dynamic_cast<const Poco::Net::NetException*>(&e)) continue;
-        std::fprintf(stderr, "sluice: cannot reach %s: %s\n", uri_.toString().c_str(),
-                     e.displayText().c_str());
+        conn_.reset();
+        const bool replay_ok = replayable(method, replay);
+        if (attempt == 0 && replay_ok && dynamic_cast<const Poco::Net::NetException*>(&e)) continue;
+        if (!replay_ok) {
+          std::fprintf(stderr,
+                       "sluice: %s %s: the connection to %s failed after the request was sent: %s; "
+                       "outcome uncertain: it may or may not have taken effect, and was not re-sent\n",
+                       method.c_str(), path.c_str(), uri_.toString().c_str(), e.displayText().c_str());
+        } else {
+          std::fprintf(stderr, "sluice: cannot reach %s: %s\n", uri_.toString().c_str(),
+                       e.displayText().c_str());
+        }
         std::exit(1);
       }
     }
@@ -104,8 +154,8 @@ class Client {
 
   // Calls and exits with the server's problem details on a non-2xx answer.
   json::value call_ok(const std::string& method, const std::string& path, const std::string& body = "",
-                      const std::string& content_type = "application/json") {
-    Response r = call(method, path, body, content_type);
+                      const std::string& content_type = "application/json", Replay replay = Replay::by_method) {
+    Response r = call(method, path, body, content_type, replay);
     if (r.status < 200 || r.status > 299) fail(r);
     if (r.body.empty()) return nullptr;
     return json::parse(r.body);
@@ -125,7 +175,7 @@ class Client {
 
  private:
   Poco::URI uri_;
-  Poco::Net::HTTPClientSession session_;
+  std::unique_ptr<Connection> conn_;
 };
 
 struct StreamPath {
@@ -338,7 +388,9 @@ one-shard stream.)");
     if (!in_body) return;
     const std::string target =
         idempotent ? path + (query.empty() ? "?" : "&") + "sequence=" + std::to_string(sequence++) : path;
-    c.call_ok("POST", target, body, "application/vnd.sluice.batch");
+    // Only a sequenced publish may be re-sent: the server answers a repeat with the
+    // original offsets instead of writing it twice (docs/api.md, "Idempotent producers").
+    c.call_ok("POST", target, body, "application/vnd.sluice.batch", idempotent ? Replay::safe : Replay::by_method);
     total += in_body;
     ++requests;
     body.clear();
@@ -429,7 +481,8 @@ docs/upgrades.md before finalizing stream_incarnations.)");
   }
   if (a.pos[0] == "list") print_json(c.call_ok("GET", "/v1/features"));
   else if (a.pos[0] == "finalize" && a.pos.size() == 2)
-    print_json(c.call_ok("POST", "/v1/features/" + a.pos[1] + "/finalize", "{}"));
+    print_json(c.call_ok("POST", "/v1/features/" + a.pos[1] + "/finalize", "{}", "application/json",
+                         Replay::safe));  // idempotent: docs/api.md, "Fleet"
   else usage_error("feature: expected list or finalize NAME");
   return 0;
 }

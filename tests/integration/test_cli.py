@@ -1,5 +1,7 @@
 """The sluice CLI against a real node: create, publish from stdin, consume, delete, --help."""
+import http.server
 import subprocess
+import threading
 import unittest
 
 from harness import SLUICE_CLI, Node
@@ -63,6 +65,78 @@ class Cli(unittest.TestCase):
         self.sluice("publish", "cli/ns/follow", stdin="a\nb\nc\n")
         out, _ = proc.communicate(timeout=120)
         self.assertEqual(out, "a\nb\nc\n")
+
+
+class DroppingServer:
+    """An HTTP server on 127.0.0.1 that reads each request, counts it, and drops the
+    connection without answering: the client cannot know whether it took effect."""
+
+    def __init__(self):
+        self.requests = []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def handle_one(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                self.rfile.read(length)
+                outer.requests.append((self.command, self.path))
+                self.close_connection = True  # no answer: the socket is closed
+
+            do_GET = do_POST = do_PUT = do_DELETE = handle_one
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class RetryPolicy(unittest.TestCase):
+    """After a network error, sluice re-sends only what the API defines as idempotent
+    (docs/api.md, "Errors" and "Idempotent producers")."""
+
+    def setUp(self):
+        self.server = DroppingServer()
+
+    def tearDown(self):
+        self.server.close()
+
+    def sluice(self, *args, stdin=None):
+        return subprocess.run([SLUICE_CLI, "--url", self.server.url] + list(args), input=stdin,
+                              capture_output=True, text=True, timeout=120)
+
+    def test_publish_is_not_resent_after_a_network_error(self):
+        p = self.sluice("publish", "t/n/s", stdin="one\n")
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertEqual([m for m, _ in self.server.requests], ["POST"])
+        self.assertIn("outcome uncertain", p.stderr)
+
+    def test_a_sequenced_publish_is_resent_after_a_network_error(self):
+        p = self.sluice("publish", "t/n/s", "--producer-id", "7", "--sequence", "3", stdin="one\n")
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertEqual(len(self.server.requests), 2, self.server.requests)
+        for method, path in self.server.requests:
+            self.assertEqual(method, "POST")
+            self.assertIn("producer_id=7", path)
+            self.assertIn("sequence=3", path)
+
+    def test_a_get_is_retried_once_after_a_network_error(self):
+        p = self.sluice("stream", "get", "t/n/s")
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertEqual(self.server.requests, [("GET", "/v1/tenants/t/namespaces/n/streams/s")] * 2)
+        self.assertNotIn("outcome uncertain", p.stderr)
+
+    def test_an_unreachable_node_is_reported_as_nothing_sent(self):
+        self.server.close()
+        p = self.sluice("publish", "t/n/s", stdin="one\n")
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("nothing was sent", p.stderr)
 
 
 if __name__ == "__main__":
