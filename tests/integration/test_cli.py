@@ -7,6 +7,23 @@ import unittest
 from harness import SLUICE_CLI, Node
 
 
+# Every command and subcommand, with valid positional arguments.
+EVERY_COMMAND = [
+    ["cluster"], ["brokers"], ["tombstones"],
+    ["tenant", "list"], ["tenant", "create", "cliopt"], ["tenant", "delete", "cliopt"],
+    ["namespace", "list", "cli"], ["namespace", "create", "cli", "x"], ["namespace", "delete", "cli", "x"],
+    ["stream", "create", "cli/ns/opt"], ["stream", "list", "cli/ns"], ["stream", "get", "cli/ns/opt"],
+    ["stream", "delete", "cli/ns/opt"], ["shards", "cli/ns/opt"],
+    ["publish", "cli/ns/opt"], ["consume", "cli/ns/opt"],
+    ["group", "consume", "cli/ns/opt", "g", "--shard", "0"], ["group", "ack", "cli/ns/opt", "g", "--shard", "0", "1"],
+    ["group", "nack", "cli/ns/opt", "g", "--shard", "0", "1"], ["group", "positions", "cli/ns/opt", "g"],
+    ["dead-letters", "list", "cli/ns/opt", "g", "--shard", "0"],
+    ["dead-letters", "replay", "cli/ns/opt", "g", "--shard", "0", "--from", "0", "--to", "1"],
+    ["feature", "list"], ["feature", "finalize", "no_such_feature"],
+    ["members", "list"], ["members", "remove", "99"],
+]
+
+
 class Cli(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -24,9 +41,44 @@ class Cli(unittest.TestCase):
         return p
 
     def test_help_on_every_command(self):
-        for cmd in ([], ["cluster"], ["tenant"], ["namespace"], ["stream"], ["shards"], ["publish"], ["consume"]):
-            p = self.sluice(*(cmd + ["--help"]))
-            self.assertIn("Usage", p.stdout)
+        for cmd in [[]] + [words[:1] for words in EVERY_COMMAND] + [words[:2] for words in EVERY_COMMAND]:
+            with self.subTest(cmd=cmd):
+                p = self.sluice(*(cmd + ["--help"]))
+                self.assertIn("Usage", p.stdout)
+
+    def test_a_mistyped_option_is_refused_and_creates_nothing(self):
+        self.sluice("stream", "create", "cli/typo/first")
+        p = self.sluice("stream", "create", "cli/typo/second", "--shard", "4", ok=False)
+        self.assertUsageError(p, "'--shard'", "sluice stream create")
+        self.assertNotIn("second", self.sluice("stream", "list", "cli/typo").stdout)
+        p = self.sluice("stream", "create", "cli/typo2/s", "--shard", "4", ok=False)
+        self.assertEqual(p.returncode, 2)
+        self.assertNotIn("typo2", self.sluice("tenant", "list").stdout)  # no parent made either
+
+    def test_every_command_refuses_an_unknown_option(self):
+        for words in EVERY_COMMAND:
+            with self.subTest(cmd=words):
+                p = self.sluice(*(words + ["--no-such-option"]), stdin="", ok=False)
+                self.assertUsageError(p, "'--no-such-option'", "sluice " + words[0])
+
+    def test_every_command_refuses_a_stray_argument(self):
+        for words in EVERY_COMMAND:
+            if words[:2] in (["group", "ack"], ["group", "nack"]):
+                continue  # takes any number of offsets
+            with self.subTest(cmd=words):
+                p = self.sluice(*(words + ["stray-word"]), stdin="", ok=False)
+                self.assertUsageError(p, "'stray-word'", "sluice " + words[0])
+
+    def test_global_options_are_checked_too(self):
+        p = self.sluice("--no-such-option", "cluster", ok=False)
+        self.assertUsageError(p, "'--no-such-option'", "sluice [--url URL]")
+
+    def assertUsageError(self, p, named, usage):
+        """Exit 2, one line naming the offending word, then the usage lines."""
+        self.assertEqual(p.returncode, 2, p.stderr)
+        lines = p.stderr.splitlines()
+        self.assertIn(named, lines[0])
+        self.assertTrue(lines[1].startswith("Usage: " + usage), p.stderr)
 
     def test_create_publish_consume_delete(self):
         self.sluice("stream", "create", "cli/ns/lines", "--shards", "2")
