@@ -96,8 +96,6 @@ std::vector<std::string> parse_admin(const std::vector<std::string>& rest) {
 
 }  // namespace
 
-const char* sluiced_usage() { return kUsage; }
-
 CommandLine parse_command_line(int argc, char** argv) {
   CommandLine out;
   po::options_description opts;

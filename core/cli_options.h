@@ -24,9 +24,6 @@ struct CommandLine {
   std::vector<std::string> admin;
 };
 
-// The usage text printed by --help.
-const char* sluiced_usage();
-
 // Parses argv. Answers --help, --version and --help-config itself on stdout and exits 0;
 // refuses a usage error as described above (exit 2). Global options may appear anywhere,
 // also after `admin SUBCOMMAND`.
