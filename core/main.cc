@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "broker.h"
+#include "cli_options.h"
 #include "config.h"
 #include "identity.h"
 #include "node_host.h"
@@ -41,32 +42,6 @@ namespace fs = std::filesystem;
 using namespace sluice;
 
 namespace {
-
-constexpr const char* kUsage = R"(Usage: sluiced [--config FILE] [--set KEY=VALUE]... [options]
-
-Runs a Sluice node. With no --config, runs the embedded default: one process with the
-controller and broker roles, raft-meta with a single member, fs-storage under ./data and
-the HTTP API on 127.0.0.1:8080.
-
-Options:
-  --config FILE      read configuration keys from FILE (key = value lines, # comments)
-  --set KEY=VALUE    override one key (repeatable; wins over the file)
-  --print-config     print the effective configuration and exit
-  --help-config      list every configuration key with its default and meaning
-  admin list-data    (offline) list the shard incarnation directories in data.dir
-  admin delete-data TENANT/NS/STREAM --up-to N
-                     (offline) an operator's delete: remove every incarnation <= N of the
-                     stream from this node's disk, with the crash-safe delete protocol
-  admin rebuild-metadata
-                     (offline, raft-meta controllers) set this member's Raft log and
-                     snapshots aside so that its next start, with metadata.join set,
-                     rebuilds its catalog from the leader's snapshot and log
-  --version          print the version and exit
-  -h, --help         show this help
-
-Exit status: 0 after a clean shutdown, 1 when the node cannot start or fails, 2 for a
-usage or configuration error. See docs/configuration.md and docs/operations.md.
-)";
 
 // Set when the node must stop because the control plane refused it while running.
 std::atomic<bool> g_fenced{false};
@@ -227,47 +202,12 @@ int run_admin(const std::vector<std::string>& args, const core::Config& cfg, Plu
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string config_file;
-  std::vector<std::string> overrides;
-  std::vector<std::string> admin;  // "admin" and its arguments
-  bool print_config = false;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto need = [&](const char* what) -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "sluiced: %s needs a value\n", what);
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "-h" || a == "--help") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    } else if (a == "--version") {
-      std::printf("sluiced %s (metadata level %u, plugin ABI %u)\n", SLUICE_VERSION,
-                  kBuildMetadataLevel.value(), kPluginAbiVersion);
-      return 0;
-    } else if (a == "--help-config") {
-      for (const auto& k : core::config_keys())
-        std::printf("%-32s default: %-20s %s\n", std::string(k.key).c_str(),
-                    k.default_value.empty() ? "(none)" : std::string(k.default_value).c_str(),
-                    std::string(k.doc).c_str());
-      return 0;
-    } else if (a == "--config") {
-      config_file = need("--config");
-    } else if (a.starts_with("--config=")) {
-      config_file = a.substr(9);
-    } else if (a == "--set") {
-      overrides.push_back(need("--set"));
-    } else if (a == "--print-config") {
-      print_config = true;
-    } else if (a == "admin" || !admin.empty()) {
-      admin.push_back(a);
-    } else {
-      std::fprintf(stderr, "sluiced: unknown argument '%s' (see --help)\n", a.c_str());
-      return 2;
-    }
-  }
+  // Usage errors exit 2 here; --help, --version and --help-config are answered here.
+  const core::CommandLine cli = core::parse_command_line(argc, argv);
+  const std::string& config_file = cli.config_file;
+  const std::vector<std::string>& overrides = cli.overrides;
+  const std::vector<std::string>& admin = cli.admin;  // "admin" and its arguments
+  const bool print_config = cli.print_config;
 
   std::unique_ptr<core::Config> cfg;
   try {

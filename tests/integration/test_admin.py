@@ -50,6 +50,24 @@ class Admin(unittest.TestCase):
         # The node starts normally afterwards.
         n.start()
 
+    def test_admin_refuses_unknown_options_and_arguments(self):
+        # Refused as usage errors (exit 2, naming the word, with the usage line) before
+        # the data directory is even looked at: this one is not formatted.
+        for args, named in ((["list-data", "--bogus"], "'--bogus'"),
+                            (["list-data", "extra"], "'extra'"),
+                            (["rebuild-metadata", "--force"], "'--force'"),
+                            (["delete-data", "t/n/left", "--up-to", "0", "--now"], "'--now'"),
+                            (["delete-data", "t/n/left", "--upto", "0"], "'--upto'"),
+                            (["delete-data", "t/n/left"], "--up-to"),
+                            (["frobnicate"], "'frobnicate'")):
+            with self.subTest(args=args):
+                r = self.admin(*args)
+                self.assertEqual(r.returncode, 2, r.stderr)
+                lines = r.stderr.splitlines()
+                self.assertEqual(len(lines), 2, r.stderr)
+                self.assertIn(named, lines[0])
+                self.assertTrue(lines[1].startswith("Usage: sluiced "), r.stderr)
+
     def test_admin_refuses_an_unformatted_directory(self):
         r = self.admin("list-data")
         self.assertEqual(r.returncode, 1)

@@ -1,8 +1,27 @@
 """The sluice CLI against a real node: create, publish from stdin, consume, delete, --help."""
+import http.server
 import subprocess
+import threading
 import unittest
 
 from harness import SLUICE_CLI, Node
+
+
+# Every command and subcommand, with valid positional arguments.
+EVERY_COMMAND = [
+    ["cluster"], ["brokers"], ["tombstones"],
+    ["tenant", "list"], ["tenant", "create", "cliopt"], ["tenant", "delete", "cliopt"],
+    ["namespace", "list", "cli"], ["namespace", "create", "cli", "x"], ["namespace", "delete", "cli", "x"],
+    ["stream", "create", "cli/ns/opt"], ["stream", "list", "cli/ns"], ["stream", "get", "cli/ns/opt"],
+    ["stream", "delete", "cli/ns/opt"], ["shards", "cli/ns/opt"],
+    ["publish", "cli/ns/opt"], ["consume", "cli/ns/opt"],
+    ["group", "consume", "cli/ns/opt", "g", "--shard", "0"], ["group", "ack", "cli/ns/opt", "g", "--shard", "0", "1"],
+    ["group", "nack", "cli/ns/opt", "g", "--shard", "0", "1"], ["group", "positions", "cli/ns/opt", "g"],
+    ["dead-letters", "list", "cli/ns/opt", "g", "--shard", "0"],
+    ["dead-letters", "replay", "cli/ns/opt", "g", "--shard", "0", "--from", "0", "--to", "1"],
+    ["feature", "list"], ["feature", "finalize", "no_such_feature"],
+    ["members", "list"], ["members", "remove", "99"],
+]
 
 
 class Cli(unittest.TestCase):
@@ -22,9 +41,44 @@ class Cli(unittest.TestCase):
         return p
 
     def test_help_on_every_command(self):
-        for cmd in ([], ["cluster"], ["tenant"], ["namespace"], ["stream"], ["shards"], ["publish"], ["consume"]):
-            p = self.sluice(*(cmd + ["--help"]))
-            self.assertIn("Usage", p.stdout)
+        for cmd in [[]] + [words[:1] for words in EVERY_COMMAND] + [words[:2] for words in EVERY_COMMAND]:
+            with self.subTest(cmd=cmd):
+                p = self.sluice(*(cmd + ["--help"]))
+                self.assertIn("Usage", p.stdout)
+
+    def test_a_mistyped_option_is_refused_and_creates_nothing(self):
+        self.sluice("stream", "create", "cli/typo/first")
+        p = self.sluice("stream", "create", "cli/typo/second", "--shard", "4", ok=False)
+        self.assertUsageError(p, "'--shard'", "sluice stream create")
+        self.assertNotIn("second", self.sluice("stream", "list", "cli/typo").stdout)
+        p = self.sluice("stream", "create", "cli/typo2/s", "--shard", "4", ok=False)
+        self.assertEqual(p.returncode, 2)
+        self.assertNotIn("typo2", self.sluice("tenant", "list").stdout)  # no parent made either
+
+    def test_every_command_refuses_an_unknown_option(self):
+        for words in EVERY_COMMAND:
+            with self.subTest(cmd=words):
+                p = self.sluice(*(words + ["--no-such-option"]), stdin="", ok=False)
+                self.assertUsageError(p, "'--no-such-option'", "sluice " + words[0])
+
+    def test_every_command_refuses_a_stray_argument(self):
+        for words in EVERY_COMMAND:
+            if words[:2] in (["group", "ack"], ["group", "nack"]):
+                continue  # takes any number of offsets
+            with self.subTest(cmd=words):
+                p = self.sluice(*(words + ["stray-word"]), stdin="", ok=False)
+                self.assertUsageError(p, "'stray-word'", "sluice " + words[0])
+
+    def test_global_options_are_checked_too(self):
+        p = self.sluice("--no-such-option", "cluster", ok=False)
+        self.assertUsageError(p, "'--no-such-option'", "sluice [--url URL]")
+
+    def assertUsageError(self, p, named, usage):
+        """Exit 2, one line naming the offending word, then the usage lines."""
+        self.assertEqual(p.returncode, 2, p.stderr)
+        lines = p.stderr.splitlines()
+        self.assertIn(named, lines[0])
+        self.assertTrue(lines[1].startswith("Usage: " + usage), p.stderr)
 
     def test_create_publish_consume_delete(self):
         self.sluice("stream", "create", "cli/ns/lines", "--shards", "2")
@@ -63,6 +117,78 @@ class Cli(unittest.TestCase):
         self.sluice("publish", "cli/ns/follow", stdin="a\nb\nc\n")
         out, _ = proc.communicate(timeout=120)
         self.assertEqual(out, "a\nb\nc\n")
+
+
+class DroppingServer:
+    """An HTTP server on 127.0.0.1 that reads each request, counts it, and drops the
+    connection without answering: the client cannot know whether it took effect."""
+
+    def __init__(self):
+        self.requests = []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def handle_one(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                self.rfile.read(length)
+                outer.requests.append((self.command, self.path))
+                self.close_connection = True  # no answer: the socket is closed
+
+            do_GET = do_POST = do_PUT = do_DELETE = handle_one
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class RetryPolicy(unittest.TestCase):
+    """After a network error, sluice re-sends only what the API defines as idempotent
+    (docs/api.md, "Errors" and "Idempotent producers")."""
+
+    def setUp(self):
+        self.server = DroppingServer()
+
+    def tearDown(self):
+        self.server.close()
+
+    def sluice(self, *args, stdin=None):
+        return subprocess.run([SLUICE_CLI, "--url", self.server.url] + list(args), input=stdin,
+                              capture_output=True, text=True, timeout=120)
+
+    def test_publish_is_not_resent_after_a_network_error(self):
+        p = self.sluice("publish", "t/n/s", stdin="one\n")
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertEqual([m for m, _ in self.server.requests], ["POST"])
+        self.assertIn("outcome uncertain", p.stderr)
+
+    def test_a_sequenced_publish_is_resent_after_a_network_error(self):
+        p = self.sluice("publish", "t/n/s", "--producer-id", "7", "--sequence", "3", stdin="one\n")
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertEqual(len(self.server.requests), 2, self.server.requests)
+        for method, path in self.server.requests:
+            self.assertEqual(method, "POST")
+            self.assertIn("producer_id=7", path)
+            self.assertIn("sequence=3", path)
+
+    def test_a_get_is_retried_once_after_a_network_error(self):
+        p = self.sluice("stream", "get", "t/n/s")
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertEqual(self.server.requests, [("GET", "/v1/tenants/t/namespaces/n/streams/s")] * 2)
+        self.assertNotIn("outcome uncertain", p.stderr)
+
+    def test_an_unreachable_node_is_reported_as_nothing_sent(self):
+        self.server.close()
+        p = self.sluice("publish", "t/n/s", stdin="one\n")
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("nothing was sent", p.stderr)
 
 
 if __name__ == "__main__":

@@ -81,6 +81,23 @@ class StartupRefusals(unittest.TestCase):
         out = subprocess.run([SLUICED, "--bogus"], capture_output=True, text=True, timeout=30)
         self.assertEqual(out.returncode, 2)
 
+    def test_unknown_options_and_arguments_are_refused_with_the_usage_line(self):
+        import subprocess
+        from harness import SLUICED
+        for args, named in ((["--bogus"], "'--bogus'"),
+                            (["--set", "data.dir=" + self.node.data_dir, "--bogus=1"], "'--bogus'"),
+                            (["--conf", "x.properties"], "'--conf'"),  # never an abbreviation of --config
+                            (["--print-config", "stray"], "'stray'"),
+                            (["--config"], "'--config'")):
+            with self.subTest(args=args):
+                out = subprocess.run([SLUICED] + args, capture_output=True, text=True, timeout=30)
+                self.assertEqual(out.returncode, 2, out.stderr)
+                lines = out.stderr.splitlines()
+                self.assertEqual(len(lines), 2, out.stderr)
+                self.assertIn(named, lines[0])
+                self.assertTrue(lines[1].startswith("Usage: sluiced "), out.stderr)
+        self.assertFalse(os.path.exists(self.node.data_dir))  # refused before touching the disk
+
 
 if __name__ == "__main__":
     unittest.main()

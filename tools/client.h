@@ -1,0 +1,63 @@
+// The HTTP client of `sluice`, with its retry policy (docs/api.md, "Errors").
+//
+// One kept-alive connection, used from one thread. A network error after a request may
+// have been written is retried once, on a fresh connection, only for a call the API
+// defines as idempotent; any other call reports "outcome uncertain" and is never sent
+// twice, so a publish without a producer id cannot be written twice by the client.
+//
+// Failures end the process (this is a command-line tool): exit 1 with one line on stderr,
+// for an unreachable node, an uncertain outcome, or (call_ok) a non-2xx answer.
+#pragma once
+
+#include <boost/json.hpp>
+
+#include <Poco/URI.h>
+
+#include <memory>
+#include <string>
+
+namespace sluice::cli {
+
+struct Response {
+  int status = 0;
+  std::string body;
+  std::string content_type;
+};
+
+// Whether a call may be sent again after the connection failed.
+//   by_method  GET, HEAD, PUT and DELETE are idempotent and are retried once; any other
+//              method is not, and is never re-sent once its request may have been written.
+//   safe       a POST the API documents as idempotent: a publish carrying producer_id and
+//              sequence (docs/api.md, "Idempotent producers"), a feature finalize.
+enum class Replay { by_method, safe };
+
+// True when a failed call of `method` under `replay` may be sent again.
+bool replayable(const std::string& method, Replay replay);
+
+class Connection;
+
+class Client {
+ public:
+  // Exits 2 for a URL that is not http://.
+  explicit Client(const std::string& url);
+  ~Client();
+
+  // Sends one request and returns the answer, whatever its status.
+  Response call(const std::string& method, const std::string& path, const std::string& body = "",
+                const std::string& content_type = "application/json", Replay replay = Replay::by_method);
+
+  // Calls and exits with the server's problem details on a non-2xx answer; returns the
+  // parsed body (null when empty).
+  boost::json::value call_ok(const std::string& method, const std::string& path, const std::string& body = "",
+                             const std::string& content_type = "application/json",
+                             Replay replay = Replay::by_method);
+
+  // Prints "sluice: <status> <code>: <detail>" from a problem-details answer, exits 1.
+  [[noreturn]] static void fail(const Response& r);
+
+ private:
+  Poco::URI uri_;
+  std::unique_ptr<Connection> conn_;
+};
+
+}  // namespace sluice::cli

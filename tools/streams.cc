@@ -1,0 +1,118 @@
+// sluice tenant | namespace | stream | shards (docs/api.md, "Catalog").
+#include <boost/json.hpp>
+
+#include <string>
+
+#include "command_line.h"
+#include "commands.h"
+
+namespace json = boost::json;
+
+namespace sluice::cli {
+namespace {
+
+const Usage kTenant{"tenant", "Usage: sluice tenant create NAME | list | delete NAME\n"};
+
+const Usage kNamespace{"namespace",
+                       "Usage: sluice namespace create TENANT NAME | list TENANT | delete TENANT NAME\n"};
+
+const Usage kStream{"stream", R"(Usage: sluice stream create TENANT/NS/STREAM [--shards N] [--ack none|leader]
+                          [--retention-bytes B] [--retention-ms MS] [--no-create-parents]
+       sluice stream list TENANT/NS
+       sluice stream get TENANT/NS/STREAM
+       sluice stream delete TENANT/NS/STREAM
+
+create makes the tenant and namespace first if they do not exist, unless
+--no-create-parents is given.
+)"};
+
+const Usage kShards{"shards", "Usage: sluice shards TENANT/NS/STREAM\n"};
+
+// Creates tenant and namespace if missing (409 = already there).
+void ensure_parents(Client& c, const StreamPath& p) {
+  json::object t{{"name", p.tenant}};
+  auto r = c.call("POST", "/v1/tenants", json::serialize(t));
+  if (r.status != 201 && r.status != 409) Client::fail(r);
+  json::object n{{"name", p.ns}};
+  r = c.call("POST", "/v1/tenants/" + p.tenant + "/namespaces", json::serialize(n));
+  if (r.status != 201 && r.status != 409) Client::fail(r);
+}
+
+}  // namespace
+
+int cmd_tenant(Client& c, const Words& words) {
+  const std::string op = subcommand(kTenant, words);
+  if (op == "list") {
+    Args(kTenant, rest(words), {});
+    print_json(c.call_ok("GET", "/v1/tenants"));
+  } else if (op == "create") {
+    Args a(kTenant, rest(words), {.min_args = 1, .max_args = 1});
+    print_json(c.call_ok("POST", "/v1/tenants", json::serialize(json::object{{"name", a.pos()[0]}})));
+  } else if (op == "delete") {
+    Args a(kTenant, rest(words), {.min_args = 1, .max_args = 1});
+    c.call_ok("DELETE", "/v1/tenants/" + a.pos()[0]);
+  } else {
+    usage_error(kTenant, "unknown operation '" + op + "'");
+  }
+  return 0;
+}
+
+int cmd_namespace(Client& c, const Words& words) {
+  const std::string op = subcommand(kNamespace, words);
+  if (op == "list") {
+    Args a(kNamespace, rest(words), {.min_args = 1, .max_args = 1});
+    print_json(c.call_ok("GET", "/v1/tenants/" + a.pos()[0] + "/namespaces"));
+  } else if (op == "create" || op == "delete") {
+    Args a(kNamespace, rest(words), {.min_args = 2, .max_args = 2});
+    const std::string base = "/v1/tenants/" + a.pos()[0] + "/namespaces";
+    if (op == "create") print_json(c.call_ok("POST", base, json::serialize(json::object{{"name", a.pos()[1]}})));
+    else c.call_ok("DELETE", base + "/" + a.pos()[1]);
+  } else {
+    usage_error(kNamespace, "unknown operation '" + op + "'");
+  }
+  return 0;
+}
+
+int cmd_stream(Client& c, const Words& words) {
+  const std::string op = subcommand(kStream, words);
+  if (op == "list") {
+    Args a(kStream, rest(words), {.min_args = 1, .max_args = 1});
+    const std::string& ns = a.pos()[0];
+    auto slash = ns.find('/');
+    if (slash == std::string::npos || ns.find('/', slash + 1) != std::string::npos)
+      a.error("stream list expects TENANT/NAMESPACE, got '" + ns + "'");
+    print_json(c.call_ok("GET", "/v1/tenants/" + ns.substr(0, slash) + "/namespaces/" + ns.substr(slash + 1) +
+                                    "/streams"));
+  } else if (op == "create") {
+    Args a(kStream, rest(words),
+           {.values = {"shards", "ack", "retention-bytes", "retention-ms"},
+            .flags = {"no-create-parents"},
+            .min_args = 1,
+            .max_args = 1});
+    StreamPath p = parse_stream(kStream, a.pos()[0]);
+    json::object body{{"name", p.name}};
+    body["shards"] = a.get_u64("shards", 1);
+    if (a.has("ack")) body["ack"] = a.get("ack");
+    json::object ret;
+    if (a.has("retention-bytes")) ret["max_bytes"] = a.get_u64("retention-bytes", 0);
+    if (a.has("retention-ms")) ret["max_age_ms"] = a.get_u64("retention-ms", 0);
+    if (!ret.empty()) body["retention"] = ret;
+    if (!a.has("no-create-parents")) ensure_parents(c, p);
+    print_json(c.call_ok("POST", p.ns_path() + "/streams", json::serialize(body)));
+  } else if (op == "get" || op == "delete") {
+    Args a(kStream, rest(words), {.min_args = 1, .max_args = 1});
+    StreamPath p = parse_stream(kStream, a.pos()[0]);
+    print_json(c.call_ok(op == "get" ? "GET" : "DELETE", p.path()));
+  } else {
+    usage_error(kStream, "unknown operation '" + op + "'");
+  }
+  return 0;
+}
+
+int cmd_shards(Client& c, const Words& words) {
+  Args a(kShards, words, {.min_args = 1, .max_args = 1});
+  print_json(c.call_ok("GET", parse_stream(kShards, a.pos()[0]).path() + "/shards"));
+  return 0;
+}
+
+}  // namespace sluice::cli
