@@ -111,6 +111,50 @@ class Incarnations(unittest.TestCase):
         for s in range(2):
             self.assertEqual(n.fetch("sleepy", s, "earliest")["records"], [])
 
+    # Regression (issue: "never serve a lower incarnation" lived only in memory): restore the
+    # control plane to a backup taken before a delete and recreate, then restart the broker.
+    # The restored catalog names the deleted incarnation; the broker's durable floors
+    # (<data.dir>/broker/floors) refuse it, and keep the newer incarnation's data.
+    def test_restored_control_plane_and_broker_restart_never_reopen_a_deleted_incarnation(self):
+        import shutil
+        n = self.node().start()
+        old = n.create_stream("phoenix", shards=1)
+        n.publish_binary("phoenix", [(None, b"old-%d" % i) for i in range(3)])
+        self.assertEqual(n.stop(), 0)
+        raft_dir = os.path.join(n.data_dir, "raft")
+        backup = os.path.join(n.workdir, "raft-backup")
+        shutil.copytree(raft_dir, backup)  # the control plane's state, copied while stopped
+        n.start()
+        n.request("DELETE", n.ns_path() + "/streams/phoenix")
+        new = n.create_stream("phoenix", shards=1)
+        self.assertGreater(new["incarnation"], old["incarnation"])
+        n.publish_binary("phoenix", [(None, b"new-0")])
+        self.assertEqual(dirs(n, "phoenix"), ["0-%016x" % new["incarnation"]])
+        self.assertEqual(n.stop(), 0)
+        # Restore the old control-plane state, then restart the broker.
+        shutil.rmtree(raft_dir)
+        shutil.copytree(backup, raft_dir)
+        n.start()
+        restored = n.request("GET", n.ns_path() + "/streams/phoenix")
+        self.assertEqual(restored["incarnation"], old["incarnation"], "the catalog was rewound")
+        e = self.problem(lambda: n.fetch("phoenix", 0, "earliest"))
+        self.assertEqual((e.status, e.problem["code"]), (409, "conflict"))
+        self.assertIn("incarnation %d is at or below" % old["incarnation"], e.problem["detail"])
+        self.assertIn("durable floor", e.problem["detail"])
+        e = self.problem(lambda: n.publish_binary("phoenix", [(None, b"into-the-dead")]))
+        self.assertEqual((e.status, e.problem["code"]), (409, "conflict"))
+        # The deleted incarnation's directory was not reopened; the newer one was not deleted
+        # on the restored control plane's word (it never gave one).
+        self.assertEqual(dirs(n, "phoenix"), ["0-%016x" % new["incarnation"]])
+        self.assertIn("not serving: stream t/n/phoenix incarnation %d" % old["incarnation"], n.current_log())
+        self.assertEqual(n.request("GET", "/readyz", raw=True)[0], 200)
+        # The way out: delete and recreate on the restored control plane.
+        n.request("DELETE", n.ns_path() + "/streams/phoenix")
+        fresh = n.create_stream("phoenix", shards=1)
+        self.assertGreater(fresh["incarnation"], new["incarnation"])
+        self.assertEqual(n.fetch("phoenix", 0, "earliest")["records"], [])
+        self.assertEqual(n.publish_binary("phoenix", [(None, b"fresh")])[0]["offset"], 0)
+
     # felix: the recreated stream's first assignment must be taken by the broker that held
     # the old shard (incarnation compared first; the delete records an assignment change).
     def test_assignment_after_recreate_is_taken(self):
