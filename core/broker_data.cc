@@ -294,6 +294,7 @@ Result<std::vector<GroupPosition>> BrokerRuntime::group_positions(const StreamKe
   if (!storage_) return no_broker_role();
   auto st = find(key);
   if (!st) return Error(Errc::not_found, "stream " + key.to_string() + " does not exist");
+  if (!st->refused.empty()) return Error(Errc::conflict, st->refused);
   std::vector<GroupPosition> out;
   for (auto& s : st->shards) {
     if (!s) continue;
@@ -317,6 +318,7 @@ Result<std::vector<std::string>> BrokerRuntime::groups(const StreamKey& key) {
   if (!storage_) return no_broker_role();
   auto st = find(key);
   if (!st) return Error(Errc::not_found, "stream " + key.to_string() + " does not exist");
+  if (!st->refused.empty()) return Error(Errc::conflict, st->refused);
   std::set<std::string> all;
   for (auto& s : st->shards) {
     if (!s) continue;

@@ -6,6 +6,7 @@
 
 #include "broker.h"
 #include "serving_floors.h"
+#include "sluice/failpoint.h"
 
 namespace sluice::core {
 
@@ -61,6 +62,7 @@ Result<void> BrokerRuntime::apply_plan(const ServingPlan& plan, Registration reg
       return r.error();
     }
     floors_ = std::move(next);
+    if (!plan.remove.empty()) failpoint("broker.delete.after_floors");  // crash tests
   }
   // 2. Close: take the names out of service first, so no call reaches a closing shard.
   std::set<StreamKey> touched(plan.forget.begin(), plan.forget.end());
