@@ -2,32 +2,32 @@
 // the catalog, serves publish, fetch and consumer groups on them, and implements
 // sluice::Node for the API plugin.
 //
-// Catalog application (ARCHITECTURE.md §3, felix post-mortem):
+// Catalog application (docs/architecture.md "Broker runtime", felix post-mortem). What to
+// open, close and delete is decided by one pure function, plan_serving (serving_plan.h),
+// from the catalog image (catalog_image.h) this broker has applied, what it holds, and its
+// durable floors (serving_floors.h). The broker only applies plans:
 //
-//   start():  snapshot()
-//               ├─ 1. apply EVERY tombstone: delete incarnations <= deleted_up_to on disk
-//               │     (a broker that slept through a delete and a recreate removes the
-//               │      old data before it serves anything)
-//               ├─ 2. register with the features it implements (refused -> node exits)
-//               ├─ 3. open the shards assigned to this broker (recovery runs here)
-//               └─ 4. watch(snapshot.seq), heartbeat thread
+//   start():  load <data.dir>/broker/floors (before anything is opened)
+//             snapshot() -> image -> plan (every name)
+//               ├─ 1. persist the raised floors (fsync), close what the plan closes
+//               ├─ 2. apply EVERY delete word: delete incarnations <= it on disk (a broker
+//               │     that slept through a delete and a recreate removes the old data
+//               │     before it serves anything)
+//               ├─ 3. register with the features it implements (refused -> node exits)
+//               ├─ 4. open the shards assigned to this broker (recovery runs here)
+//               └─ 5. watch(snapshot.seq), heartbeat thread
 //
 //   change feed (metadata thread) ──enqueue──> control thread, in seq order:
-//     stream_created   take assignments to this broker that supersede what it holds
-//                      (incarnation first, then generation); never a lower incarnation
-//                      and never one at or below the name's tombstone; an incarnation-0
-//                      create committed after stream_incarnations was finalized (a
-//                      pre-incarnation proposer) is known but refused, never served over
-//                      legacy data
-//     stream_deleted   drop the assignments, close the shards, then delete data:
-//                        tombstone written           -> incarnations <= tombstone
-//                        stream_incarnations final   -> the deleted incarnation (0)
-//                        otherwise (level 8)         -> nothing: a recreate reopens it
-//     feature_finalized  remember it (it changes what a delete removes)
-//     resync           snapshot(), reconcile, watch again
+//     each change   replay it into the image, plan the name it touches, apply the plan
+//     resync        snapshot(), plan every name against what is held and the floors (the
+//                   guard holds across a resync: nothing is dropped before it is
+//                   planned), watch again
+//
+// A refused incarnation (deleted, lower than one served, or a level-8 create after the
+// finalize) is known but not served: every data call answers 409 conflict with the reason.
 //
 // Without the broker role (node.roles = controller) there is no storage: catalog calls
-// work, data calls answer `unavailable`.
+// work, data calls answer `unavailable`, and no floors are kept.
 //
 // Read-your-writes: catalog().create_stream / delete_stream answer only once this node has
 // applied the change, so a 201 means the stream is servable here.
@@ -52,6 +52,8 @@
 #include <thread>
 #include <vector>
 
+#include "catalog_image.h"
+#include "serving_plan.h"
 #include "sluice/host.h"
 #include "sluice/metadata.h"
 #include "sluice/node.h"
@@ -132,13 +134,18 @@ class BrokerRuntime final : public Node {
     enum class Kind { change, resync } kind;
     ChangeEvent event;
   };
-  class CatalogFacade;
 
   std::shared_ptr<StreamState> find(const StreamKey& key);
   Result<std::shared_ptr<ShardLog>> find_shard(const StreamKey& key, ShardIndex shard);
-  Result<void> serve_stream(const StreamInfo& info, const std::vector<Assignment>& assignments);
-  void drop_stream(const StreamKey& key, Incarnation inc);
-  Result<void> delete_data(const StreamKey& key, Incarnation up_to, const char* why);
+  HeldStreams held();
+  ServingNode serving_node() const;
+  // Applies a plan (serving_plan.h) in its order. `registration`: at start, register between
+  // the deletes and the opens. Fails if the floors cannot be persisted (then nothing was
+  // acted on) or, only with Registration::at_start, if registration or an open fails.
+  enum class Registration { at_start, done };
+  Result<void> apply_plan(const ServingPlan& plan, Registration registration);
+  void close_shard(const ShardAction& c);
+  Result<void> delete_data(const DataDelete& d);
   void apply(const ChangeEvent& ev);
   Result<void> resync();
   Result<void> register_self();
@@ -147,7 +154,6 @@ class BrokerRuntime final : public Node {
   void enqueue(Task t);
   void mark_applied(ChangeSeq seq);
   void note_failure(const std::string& what);
-  bool finalized(std::string_view feature);
   Error no_broker_role() const;
 
   NodeInfo info_;
@@ -155,13 +161,16 @@ class BrokerRuntime final : public Node {
   StorageEngine* storage_;  // null without the broker role
   BrokerOptions opts_;
   PluginHost& host_;
-  std::unique_ptr<CatalogFacade> facade_;
+  std::unique_ptr<MetadataStore> facade_;
 
   std::shared_mutex streams_mu_;
   std::map<StreamKey, std::shared_ptr<StreamState>> streams_;
-  std::map<StreamKey, Incarnation> tombstones_;  // guarded by streams_mu_
-  // Finalized features and the change sequence that finalized them; guarded by streams_mu_.
-  std::map<std::string, ChangeSeq, std::less<>> finalized_;
+  // The catalog as applied, and the durable floors: the control thread's (and start()'s,
+  // before the watch exists).
+  CatalogImage image_;
+  ServingFloors floors_;
+  std::string floors_path_;  // empty without the broker role
+  ChangeSeq snapshot_seq_;   // the last snapshot's: changes up to it are in image_
 
   std::mutex applied_mu_;
   std::condition_variable applied_cv_;

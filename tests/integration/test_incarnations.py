@@ -2,6 +2,7 @@
 Each test is a named regression test from the felix post-mortem; see docs/upgrades.md."""
 import json
 import os
+import shutil
 import unittest
 
 from harness import HttpError, Node, poll, record_value
@@ -110,6 +111,83 @@ class Incarnations(unittest.TestCase):
         self.assertEqual(sorted(dirs(n, "sleepy")), ["0-%016x" % new["incarnation"], "1-%016x" % new["incarnation"]])
         for s in range(2):
             self.assertEqual(n.fetch("sleepy", s, "earliest")["records"], [])
+
+    # Regression (issue: "never serve a lower incarnation" lived only in memory): restore the
+    # control plane to a backup taken before a delete and recreate, then restart the broker.
+    # The restored catalog names the deleted incarnation; the broker's durable floors
+    # (<data.dir>/broker/floors) refuse it, and keep the newer incarnation's data.
+    def test_restored_control_plane_and_broker_restart_never_reopen_a_deleted_incarnation(self):
+        n = self.node().start()
+        old = n.create_stream("phoenix", shards=1)
+        n.publish_binary("phoenix", [(None, b"old-%d" % i) for i in range(3)])
+        self.assertEqual(n.stop(), 0)
+        raft_dir = os.path.join(n.data_dir, "raft")
+        backup = os.path.join(n.workdir, "raft-backup")
+        shutil.copytree(raft_dir, backup)  # the control plane's state, copied while stopped
+        n.start()
+        n.request("DELETE", n.ns_path() + "/streams/phoenix")
+        new = n.create_stream("phoenix", shards=1)
+        self.assertGreater(new["incarnation"], old["incarnation"])
+        n.publish_binary("phoenix", [(None, b"new-0")])
+        self.assertEqual(dirs(n, "phoenix"), ["0-%016x" % new["incarnation"]])
+        self.assertEqual(n.stop(), 0)
+        # Restore the old control-plane state, then restart the broker.
+        shutil.rmtree(raft_dir)
+        shutil.copytree(backup, raft_dir)
+        n.start()
+        restored = n.request("GET", n.ns_path() + "/streams/phoenix")
+        self.assertEqual(restored["incarnation"], old["incarnation"], "the catalog was rewound")
+        e = self.problem(lambda: n.fetch("phoenix", 0, "earliest"))
+        self.assertEqual((e.status, e.problem["code"]), (409, "conflict"))
+        self.assertIn("incarnation %d is at or below" % old["incarnation"], e.problem["detail"])
+        self.assertIn("durable floor", e.problem["detail"])
+        e = self.problem(lambda: n.publish_binary("phoenix", [(None, b"into-the-dead")]))
+        self.assertEqual((e.status, e.problem["code"]), (409, "conflict"))
+        e = self.problem(lambda: n.request("GET", n.ns_path() + "/streams/phoenix/groups/workers"))
+        self.assertEqual((e.status, e.problem["code"]), (409, "conflict"))
+        # The deleted incarnation's directory was not reopened; the newer one was not deleted
+        # on the restored control plane's word (it never gave one).
+        self.assertEqual(dirs(n, "phoenix"), ["0-%016x" % new["incarnation"]])
+        self.assertIn("not serving: stream t/n/phoenix incarnation %d" % old["incarnation"], n.current_log())
+        self.assertEqual(n.request("GET", "/readyz", raw=True)[0], 200)
+        # The way out: delete and recreate on the restored control plane.
+        n.request("DELETE", n.ns_path() + "/streams/phoenix")
+        fresh = n.create_stream("phoenix", shards=1)
+        self.assertGreater(fresh["incarnation"], new["incarnation"])
+        self.assertEqual(n.fetch("phoenix", 0, "earliest")["records"], [])
+        self.assertEqual(n.publish_binary("phoenix", [(None, b"fresh")])[0]["offset"], 0)
+
+    # The floors are written before the broker acts on them: SIGKILL once a delete is recorded
+    # in the floors but before any data moved, then restore the control plane to before the
+    # delete. The deleted incarnation's records are still on disk and the restored catalog
+    # names it: the broker finishes the delete from its floors and refuses the incarnation.
+    def test_crash_after_the_floors_then_restored_control_plane_never_serves_the_deleted_records(self):
+        n = self.node().start()
+        old = n.create_stream("lazarus", shards=1)
+        n.publish_binary("lazarus", [(None, b"old-%d" % i) for i in range(3)])
+        self.assertEqual(n.stop(), 0)
+        raft_dir = os.path.join(n.data_dir, "raft")
+        backup = os.path.join(n.workdir, "raft-backup")
+        shutil.copytree(raft_dir, backup)
+        n.env = {"SLUICE_FAILPOINTS": "broker.delete.after_floors"}
+        n.start()
+        try:
+            n.request("DELETE", n.ns_path() + "/streams/lazarus", timeout=30)
+        except (HttpError, OSError):
+            pass  # the process dies applying the delete; the catalog change is committed
+        n.proc.wait(timeout=60)
+        self.assertEqual(n.proc.returncode, -9, "the failpoint was not reached:\n" + n.log_tail())
+        self.assertIn("reached broker.delete.after_floors", n.current_log())
+        self.assertEqual(dirs(n, "lazarus"), ["0-%016x" % old["incarnation"]], "no data moved before the crash")
+        n.env = {}
+        shutil.rmtree(raft_dir)
+        shutil.copytree(backup, raft_dir)
+        n.start()
+        self.assertEqual(n.request("GET", n.ns_path() + "/streams/lazarus")["incarnation"], old["incarnation"])
+        self.assertEqual(dirs(n, "lazarus"), [], "the delete recorded in the floors was finished")
+        e = self.problem(lambda: n.fetch("lazarus", 0, "earliest"))
+        self.assertEqual((e.status, e.problem["code"]), (409, "conflict"))
+        self.assertIn("durable floor", e.problem["detail"])
 
     # felix: the recreated stream's first assignment must be taken by the broker that held
     # the old shard (incarnation compared first; the delete records an assignment change).

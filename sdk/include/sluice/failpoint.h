@@ -4,6 +4,7 @@
 // a failpoint costs one branch on a cached flag.
 //
 // Names in use (keep docs/operations.md in step):
+//   broker.delete.after_floors      the broker's floors record a delete; nothing deleted yet
 //   storage.delete.after_marker     marker written, nothing moved yet
 //   storage.delete.after_move       directories moved to .deleted/, marker still there
 //   storage.delete.after_unmark     marker removed, .deleted/ entries not yet removed

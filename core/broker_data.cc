@@ -1,0 +1,352 @@
+// The broker's data calls: publish, fetch, shard status, consumer groups and dead letters,
+// on the shards this broker serves (docs/architecture.md "Broker runtime"). A refused
+// incarnation answers 409 conflict with the reason; another broker's shard 421 not_leader.
+#include <chrono>
+#include <set>
+
+#include "broker.h"
+#include "partitioner.h"
+#include "sluice/catalog_rules.h"
+#include "sluice/names.h"
+#include "sluice/record_batch.h"
+
+namespace sluice::core {
+
+namespace {
+std::int64_t now_ms() {
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+}
+}  // namespace
+
+std::shared_ptr<BrokerRuntime::StreamState> BrokerRuntime::find(const StreamKey& key) {
+  std::shared_lock lk(streams_mu_);
+  auto it = streams_.find(key);
+  return it == streams_.end() ? nullptr : it->second;
+}
+
+Result<std::shared_ptr<ShardLog>> BrokerRuntime::find_shard(const StreamKey& key, ShardIndex shard) {
+  if (auto v = validate_stream_key(key); !v) return v.error();
+  if (!storage_) return no_broker_role();
+  auto st = find(key);
+  if (!st) return Error(Errc::not_found, "stream " + key.to_string() + " does not exist");
+  if (!st->refused.empty()) return Error(Errc::conflict, st->refused);
+  if (shard.value() >= st->shards.size())
+    return Error(Errc::not_found, "stream " + key.to_string() + " has " +
+                                      std::to_string(st->shards.size()) + " shards; shard " +
+                                      std::to_string(shard.value()) + " does not exist");
+  if (!st->shards[shard.value()]) {
+    NodeId leader{0};
+    for (const auto& a : st->assignments)
+      if (a.shard == shard) leader = a.leader;
+    return Error(Errc::not_leader, "shard " + std::to_string(shard.value()) + " of " + key.to_string() +
+                                       " is led by broker " + std::to_string(leader.value()) +
+                                       ", not by this node (" + std::to_string(info_.node_id.value()) + ")");
+  }
+  return st->shards[shard.value()];
+}
+
+Result<StreamInfo> BrokerRuntime::create_stream(const StreamKey& key, const StreamSpec& spec) {
+  if (auto v = validate_stream_key(key); !v) return v.error();
+  if (auto v = validate_stream_spec(spec); !v) return v.error();
+  if (auto v = check_spec_supported(spec); !v) return v.error();
+  // Shards are placed on registered brokers; with none, nothing could ever serve them.
+  if (auto b = catalog_.list_brokers(); b && b->empty())
+    return Error(Errc::unavailable, "no broker is registered to hold the stream's shards; start a broker first",
+                 Outcome::transient);
+  auto r = catalog_.create_stream(key, spec);
+  if (!r) return r;
+  if (!wait_applied(r->created_seq, opts_.catalog_timeout_ms))
+    return Error(Errc::timeout, "stream created in the catalog, but this node has not applied it yet");
+  return r;
+}
+
+Result<StreamInfo> BrokerRuntime::stream(const StreamKey& key) {
+  if (auto v = validate_stream_key(key); !v) return v.error();
+  auto st = find(key);
+  if (!st) return Error(Errc::not_found, "stream " + key.to_string() + " does not exist");
+  return st->info;
+}
+
+namespace {
+// Gathers the per-shard append results of one publish request.
+struct PublishGather {
+  std::vector<std::uint32_t> shard_of;  // per record
+  std::vector<std::uint32_t> index_in;  // per record: position inside its shard's batch
+  std::vector<Offset> base;             // per shard (each slot written by one callback)
+  std::atomic<int> remaining{0};
+  std::mutex mu;
+  std::optional<Error> error;
+  std::atomic<int> succeeded{0};
+  PublishCallback cb;
+
+  void done() {
+    if (error) {
+      // Some shards may have taken their batch: then the request as a whole did happen in
+      // part, and a blind retry would duplicate those records (review finding).
+      if (succeeded.load() > 0)
+        cb(Error(error->code,
+                 error->message + " (other shards of this request were written: outcome unknown)",
+                 Outcome::uncertain));
+      else
+        cb(*error);
+      return;
+    }
+    std::vector<PublishedRecord> out(shard_of.size());
+    for (std::size_t i = 0; i < shard_of.size(); ++i)
+      out[i] = {ShardIndex{shard_of[i]}, Offset{base[shard_of[i]].value() + index_in[i]}};
+    cb(std::move(out));
+  }
+};
+}  // namespace
+
+void BrokerRuntime::publish(const StreamKey& key, const std::vector<PublishRecord>& records,
+                            const PublishOptions& opts, PublishCallback cb) {
+  m_publish_requests_.fetch_add(1, std::memory_order_relaxed);
+  auto fail = [&](Error e) {
+    m_publish_errors_.fetch_add(1, std::memory_order_relaxed);
+    cb(std::move(e));
+  };
+  if (auto v = validate_stream_key(key); !v) return fail(v.error());
+  if (!storage_) return fail(no_broker_role());
+  if (records.empty()) return fail(Error(Errc::invalid_argument, "a publish needs at least one record"));
+  if (records.size() > opts_.max_records_per_publish)
+    return fail(Error(Errc::invalid_argument,
+                      "a publish may hold at most " + std::to_string(opts_.max_records_per_publish) +
+                          " records, got " + std::to_string(records.size())));
+  if (opts.ack == AckMode::quorum)
+    return fail(Error(Errc::invalid_argument, "ack 'quorum' needs replication, which this build does not support yet"));
+  auto st = find(key);
+  if (!st) return fail(Error(Errc::not_found, "stream " + key.to_string() + " does not exist"));
+  if (!st->refused.empty()) return fail(Error(Errc::conflict, st->refused));
+  const std::uint32_t n = static_cast<std::uint32_t>(st->shards.size());
+
+  auto g = std::make_shared<PublishGather>();
+  g->shard_of.resize(records.size());
+  g->index_in.resize(records.size());
+  g->base.resize(n);
+  std::vector<std::uint32_t> count(n, 0);
+  std::vector<std::size_t> bytes(n, 0);
+  const std::uint32_t sticky = st->sticky.fetch_add(1, std::memory_order_relaxed) % n;
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    const auto& r = records[i];
+    std::uint32_t s;
+    if (r.shard) {
+      if (*r.shard >= n)
+        return fail(Error(Errc::invalid_argument, "record " + std::to_string(i) + " names shard " +
+                                                      std::to_string(*r.shard) + ", but the stream has " +
+                                                      std::to_string(n) + " shards"));
+      s = *r.shard;
+    } else if (r.key) {
+      s = shard_for_key(*r.key, n);
+    } else {
+      s = sticky;
+    }
+    g->shard_of[i] = s;
+    g->index_in[i] = count[s]++;
+    bytes[s] += kRecordHeaderSize + (r.key ? r.key->size() : 0) + r.value.size() + r.headers.size();
+  }
+  // One batch per shard touched, built in one buffer each.
+  std::vector<BatchBuilder> builders;
+  std::vector<std::uint32_t> builder_shard;
+  std::vector<int> builder_of(n, -1);
+  for (std::uint32_t s = 0; s < n; ++s) {
+    if (!count[s]) continue;
+    if (!st->shards[s]) {
+      NodeId leader{0};
+      for (const auto& a : st->assignments)
+        if (a.shard.value() == s) leader = a.leader;
+      return fail(Error(Errc::not_leader, "shard " + std::to_string(s) + " of " + key.to_string() +
+                                              " is led by broker " + std::to_string(leader.value()) +
+                                              ", not by this node"));
+    }
+    builder_of[s] = static_cast<int>(builders.size());
+    builders.emplace_back().reserve(kBatchHeaderSize + bytes[s]);
+    builder_shard.push_back(s);
+  }
+  if (opts.producer_id != 0) {
+    // An idempotent send is exactly one batch: its sequence is per (producer, shard).
+    if (builders.size() != 1)
+      return fail(Error(Errc::invalid_argument,
+                        "an idempotent publish (producer_id) must put every record on one shard; "
+                        "this request touches " + std::to_string(builders.size()) +
+                            " shards (give an explicit shard, or one key)"));
+    builders[0].set_producer(opts.producer_id, opts.sequence);
+  }
+  const std::int64_t now = now_ms();
+  std::uint64_t total_bytes = 0;
+  for (std::size_t i = 0; i < records.size(); ++i) {
+    const auto& r = records[i];
+    builders[builder_of[g->shard_of[i]]].add(r.key, r.value, r.headers,
+                                             r.timestamp_ms ? r.timestamp_ms : now);
+    total_bytes += r.value.size();
+  }
+  m_publish_records_.fetch_add(records.size(), std::memory_order_relaxed);
+  m_publish_bytes_.fetch_add(total_bytes, std::memory_order_relaxed);
+  g->cb = std::move(cb);
+  g->remaining.store(static_cast<int>(builders.size()));
+  for (std::size_t b = 0; b < builders.size(); ++b) {
+    const std::uint32_t s = builder_shard[b];
+    st->shards[s]->append(builders[b].finish(), opts.ack, [this, g, s](Result<AppendResult> r) {
+      if (r) {
+        g->base[s] = r->base_offset;
+        g->succeeded.fetch_add(1, std::memory_order_relaxed);
+        if (r->duplicate) m_publish_duplicates_.fetch_add(1, std::memory_order_relaxed);
+      } else {
+        std::lock_guard lk(g->mu);
+        if (!g->error) g->error = r.error();
+      }
+      if (g->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        if (g->error) m_publish_errors_.fetch_add(1, std::memory_order_relaxed);
+        g->done();
+      }
+    });
+  }
+}
+
+Result<FetchResult> BrokerRuntime::fetch(const StreamKey& key, ShardIndex shard, Offset from,
+                                         std::uint32_t max_records, std::size_t max_bytes) {
+  m_fetch_requests_.fetch_add(1, std::memory_order_relaxed);
+  auto log = find_shard(key, shard);
+  if (!log) {
+    m_fetch_errors_.fetch_add(1, std::memory_order_relaxed);
+    return log.error();
+  }
+  auto r = log.value()->read(from, max_records, max_bytes);
+  if (!r) m_fetch_errors_.fetch_add(1, std::memory_order_relaxed);
+  return r;
+}
+
+Result<ShardStats> BrokerRuntime::shard_stats(const StreamKey& key, ShardIndex shard) {
+  auto log = find_shard(key, shard);
+  if (!log) return log.error();
+  return log.value()->stats();
+}
+
+Result<std::uint64_t> BrokerRuntime::notify_when_beyond(const StreamKey& key, ShardIndex shard,
+                                                        Offset offset, std::function<void()> cb) {
+  auto log = find_shard(key, shard);
+  if (!log) return log.error();
+  return log.value()->notify_when_beyond(offset, std::move(cb));
+}
+
+void BrokerRuntime::cancel_notify(const StreamKey& key, ShardIndex shard, std::uint64_t handle) {
+  if (handle == 0) return;
+  // The shard may have closed (its waiters then fired) or been recreated: a handle of
+  // another ShardLog object is unknown to it and ignored.
+  if (auto log = find_shard(key, shard); log) log.value()->cancel_notify(handle);
+}
+
+Result<std::vector<ShardStatus>> BrokerRuntime::shards(const StreamKey& key) {
+  if (auto v = validate_stream_key(key); !v) return v.error();
+  auto st = find(key);
+  if (!st) return Error(Errc::not_found, "stream " + key.to_string() + " does not exist");
+  std::vector<ShardStatus> out;
+  for (std::uint32_t i = 0; i < st->shards.size(); ++i) {
+    ShardStatus s;
+    s.shard = ShardIndex{i};
+    s.incarnation = st->info.incarnation;
+    for (const auto& a : st->assignments)
+      if (a.shard.value() == i) {
+        s.generation = a.generation;
+        s.leader = a.leader;
+        s.replicas = a.replicas;
+      }
+    if (st->shards[i]) s.stats = st->shards[i]->stats();
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+namespace {
+Result<void> check_group(const std::string& group) { return validate_name(NameKind::group, group); }
+}  // namespace
+
+Result<GroupDelivery> BrokerRuntime::group_fetch(const StreamKey& key, ShardIndex shard,
+                                                 const std::string& group, std::uint32_t max_records,
+                                                 const GroupOptions& opts) {
+  if (auto v = check_group(group); !v) return v.error();
+  auto log = find_shard(key, shard);
+  if (!log) return log.error();
+  return log.value()->group_fetch(group, max_records, opts);
+}
+
+Result<void> BrokerRuntime::group_ack(const StreamKey& key, ShardIndex shard, const std::string& group,
+                                      const std::vector<Offset>& offsets) {
+  if (auto v = check_group(group); !v) return v.error();
+  auto log = find_shard(key, shard);
+  if (!log) return log.error();
+  return log.value()->group_ack(group, offsets);
+}
+
+Result<void> BrokerRuntime::group_nack(const StreamKey& key, ShardIndex shard, const std::string& group,
+                                       const std::vector<Offset>& offsets) {
+  if (auto v = check_group(group); !v) return v.error();
+  auto log = find_shard(key, shard);
+  if (!log) return log.error();
+  return log.value()->group_nack(group, offsets);
+}
+
+Result<std::vector<GroupPosition>> BrokerRuntime::group_positions(const StreamKey& key,
+                                                                  const std::string& group) {
+  if (auto v = check_group(group); !v) return v.error();
+  if (auto v = validate_stream_key(key); !v) return v.error();
+  if (!storage_) return no_broker_role();
+  auto st = find(key);
+  if (!st) return Error(Errc::not_found, "stream " + key.to_string() + " does not exist");
+  if (!st->refused.empty()) return Error(Errc::conflict, st->refused);
+  std::vector<GroupPosition> out;
+  for (auto& s : st->shards) {
+    if (!s) continue;
+    auto p = s->group_position(group);
+    if (!p && p.error().code == Errc::not_found) {
+      // A group that never consumed this shard incarnation is at the start, with nothing
+      // outstanding and no dead letters (a recreated stream's groups start empty).
+      GroupPosition empty;
+      empty.group = group;
+      out.push_back(empty);
+      continue;
+    }
+    if (!p) return p.error();
+    out.push_back(std::move(p.value()));
+  }
+  return out;
+}
+
+Result<std::vector<std::string>> BrokerRuntime::groups(const StreamKey& key) {
+  if (auto v = validate_stream_key(key); !v) return v.error();
+  if (!storage_) return no_broker_role();
+  auto st = find(key);
+  if (!st) return Error(Errc::not_found, "stream " + key.to_string() + " does not exist");
+  if (!st->refused.empty()) return Error(Errc::conflict, st->refused);
+  std::set<std::string> all;
+  for (auto& s : st->shards) {
+    if (!s) continue;
+    auto g = s->list_groups();
+    if (!g) return g.error();
+    all.insert(g->begin(), g->end());
+  }
+  return std::vector<std::string>(all.begin(), all.end());
+}
+
+Result<FetchResult> BrokerRuntime::dead_letters(const StreamKey& key, ShardIndex shard,
+                                                const std::string& group, Offset from,
+                                                std::uint32_t max_records, std::size_t max_bytes) {
+  if (auto v = check_group(group); !v) return v.error();
+  auto log = find_shard(key, shard);
+  if (!log) return log.error();
+  auto r = log.value()->dead_letters(group, from, max_records, max_bytes);
+  if (!r && r.error().code == Errc::not_found) return FetchResult{};  // no such group: none
+  return r;
+}
+
+Result<std::uint64_t> BrokerRuntime::replay_dead_letters(const StreamKey& key, ShardIndex shard,
+                                                         const std::string& group, Offset from,
+                                                         Offset to) {
+  if (auto v = check_group(group); !v) return v.error();
+  auto log = find_shard(key, shard);
+  if (!log) return log.error();
+  return log.value()->replay_dead_letters(group, from, to);
+}
+
+}  // namespace sluice::core

@@ -1,0 +1,65 @@
+// The broker's Prometheus text: request counters and per-shard-incarnation gauges.
+#include "broker.h"
+#include "sluice/metrics_text.h"
+
+namespace sluice::core {
+
+std::string BrokerRuntime::metrics_text() {
+  MetricsWriter w;
+  auto counter = [&](const char* name, const char* help, std::uint64_t v) {
+    w.single(name, help, MetricType::counter, v);
+  };
+  counter("sluice_publish_requests_total", "Publish requests received.", m_publish_requests_.load());
+  counter("sluice_publish_records_total", "Records accepted for publishing.", m_publish_records_.load());
+  counter("sluice_publish_value_bytes_total", "Value bytes accepted for publishing.", m_publish_bytes_.load());
+  counter("sluice_publish_errors_total", "Publish requests that failed.", m_publish_errors_.load());
+  counter("sluice_publish_duplicates_total", "Idempotent retries answered with their original offsets.",
+          m_publish_duplicates_.load());
+  counter("sluice_fetch_requests_total", "Fetch requests.", m_fetch_requests_.load());
+  counter("sluice_fetch_errors_total", "Fetch requests that failed.", m_fetch_errors_.load());
+  counter("sluice_deleted_shard_dirs_total", "Shard incarnation directories deleted on the control plane's word.",
+          m_deleted_dirs_.load());
+  {
+    std::lock_guard lk(applied_mu_);
+    w.single("sluice_catalog_applied_seq", "Highest catalog change applied by this node.", MetricType::gauge,
+             applied_.value());
+  }
+  std::vector<std::shared_ptr<StreamState>> all;
+  {
+    std::shared_lock lk(streams_mu_);
+    for (auto& [k, st] : streams_) all.push_back(st);
+  }
+  struct Row {
+    MetricLabels labels;
+    ShardStats stats;
+  };
+  std::vector<Row> rows;
+  for (auto& st : all) {
+    for (std::size_t i = 0; i < st->shards.size(); ++i) {
+      if (!st->shards[i]) continue;
+      rows.push_back({{{"tenant", st->info.key.tenant},
+                       {"namespace", st->info.key.ns},
+                       {"stream", st->info.key.name},
+                       {"shard", std::to_string(i)},
+                       {"incarnation", std::to_string(st->info.incarnation.value())}},
+                      st->shards[i]->stats()});
+    }
+  }
+  auto per_shard = [&](const char* name, const char* help, MetricType type, auto field) {
+    w.family(name, help, type);
+    for (const auto& r : rows) w.sample(name, r.labels, static_cast<std::uint64_t>(field(r.stats)));
+  };
+  per_shard("sluice_shard_high_watermark", "Next offset to be made durable, per shard incarnation.",
+            MetricType::gauge, [](const ShardStats& s) { return s.high_watermark.value(); });
+  per_shard("sluice_shard_log_start", "First retained offset, per shard incarnation.", MetricType::gauge,
+            [](const ShardStats& s) { return s.log_start.value(); });
+  per_shard("sluice_shard_size_bytes", "Bytes on disk, per shard incarnation.", MetricType::gauge,
+            [](const ShardStats& s) { return s.size_bytes; });
+  per_shard("sluice_shard_syncs_total", "fdatasync calls since the shard opened.", MetricType::counter,
+            [](const ShardStats& s) { return s.syncs; });
+  per_shard("sluice_shard_appended_records_total", "Records appended since the shard opened.", MetricType::counter,
+            [](const ShardStats& s) { return s.appended_records; });
+  return std::move(w).str();
+}
+
+}  // namespace sluice::core

@@ -1,0 +1,176 @@
+// The broker applies catalog changes: it keeps the catalog image (catalog_image.h), asks the
+// pure serving plan (serving_plan.h) what to open, close and delete, and carries it out,
+// persisting its durable floors (serving_floors.h) before it acts (docs/architecture.md
+// "Broker runtime"). Runs on the control thread (and in start(), before the watch exists).
+#include <set>
+
+#include "broker.h"
+#include "serving_floors.h"
+#include "sluice/failpoint.h"
+
+namespace sluice::core {
+
+HeldStreams BrokerRuntime::held() {
+  HeldStreams out;
+  std::shared_lock lk(streams_mu_);
+  for (const auto& [key, st] : streams_) {
+    if (!st->refused.empty()) continue;  // a refused incarnation was never served
+    HeldStream h;
+    h.incarnation = st->info.incarnation;
+    h.assignments = st->assignments;
+    for (const auto& s : st->shards) h.open.push_back(s != nullptr);
+    out.emplace(key, std::move(h));
+  }
+  return out;
+}
+
+void BrokerRuntime::close_shard(const ShardAction& c) {
+  if (!storage_) return;
+  storage_->close_shard(c.ref);
+  host_.log(LogLevel::info, "broker",
+            "stopped serving stream " + c.ref.stream.to_string() + " incarnation " +
+                std::to_string(c.ref.incarnation.value()) + " shard " + std::to_string(c.ref.shard.value()) +
+                ": " + c.reason);
+}
+
+Result<void> BrokerRuntime::delete_data(const DataDelete& d) {
+  if (!storage_) return {};
+  auto r = storage_->delete_incarnations(d.key, d.up_to);
+  if (!r) {
+    note_failure("cannot delete data of " + d.key.to_string() + ": " + r.error().message);
+    return r.error();
+  }
+  if (r.value() > 0) {
+    m_deleted_dirs_.fetch_add(r.value(), std::memory_order_relaxed);
+    host_.log(LogLevel::info, "broker",
+              "deleted " + std::to_string(r.value()) + " shard directories of " + d.key.to_string() +
+                  " (incarnations up to " + std::to_string(d.up_to.value()) + "): " + d.reason);
+  }
+  return {};
+}
+
+Result<void> BrokerRuntime::apply_plan(const ServingPlan& plan, Registration registration) {
+  const bool at_start = registration == Registration::at_start;
+  // 1. The floors are durable before anything is acted on: a crash or a restored control
+  //    plane afterwards cannot undo them.
+  if (!plan.floors.empty() && storage_) {
+    ServingFloors next = floors_;
+    for (const auto& [k, f] : plan.floors) next[k] = f;
+    if (auto r = store_floors(floors_path_, next); !r) {
+      note_failure("cannot persist the broker's floors, so the catalog change is not applied: " +
+                   r.error().message);
+      return r.error();
+    }
+    floors_ = std::move(next);
+    if (!plan.remove.empty()) failpoint("broker.delete.after_floors");  // crash tests
+  }
+  // 2. Close: take the names out of service first, so no call reaches a closing shard.
+  std::set<StreamKey> touched(plan.forget.begin(), plan.forget.end());
+  for (const auto& c : plan.close) touched.insert(c.ref.stream);
+  {
+    std::unique_lock lk(streams_mu_);
+    for (const auto& k : touched) streams_.erase(k);
+  }
+  for (const auto& c : plan.close) close_shard(c);
+  // 3. Delete, on the control plane's word only.
+  for (const auto& d : plan.remove)
+    if (auto r = delete_data(d); !r && at_start) return r;
+  // 4. Register before serving: a refusal stops the node.
+  if (at_start && storage_ && !registered_)
+    if (auto r = register_self(); !r) return r;
+  // 5. Open, and install what each name is served as.
+  std::map<ShardRef, std::shared_ptr<ShardLog>> opened;
+  std::set<StreamKey> failed;
+  for (const auto& o : plan.open) {
+    if (!storage_ || failed.count(o.ref.stream)) continue;
+    auto log = storage_->open_shard(o.ref, plan.streams.at(o.ref.stream).info.spec);
+    if (!log) {
+      failed.insert(o.ref.stream);
+      const std::string why = "cannot open stream " + o.ref.stream.to_string() + ": " + log.error().message;
+      if (at_start) return Error(log.error().code, why, log.error().outcome);
+      note_failure(why);
+      continue;
+    }
+    opened[o.ref] = std::move(log.value());
+  }
+  for (const auto& [key, sv] : plan.streams) {
+    auto cur = find(key);
+    auto st = std::make_shared<StreamState>();
+    st->info = sv.info;
+    st->assignments = sv.assignments;
+    st->refused = sv.refused;
+    st->shards.resize(sv.info.spec.shards);
+    std::uint32_t fresh = 0;
+    for (std::uint32_t i = 0; i < sv.serve.size(); ++i) {
+      if (!sv.serve[i]) continue;
+      const ShardRef ref{key, ShardIndex{i}, sv.info.incarnation};
+      if (auto it = opened.find(ref); it != opened.end()) {
+        st->shards[i] = it->second;
+        ++fresh;
+      } else if (cur && cur->info.incarnation == sv.info.incarnation && i < cur->shards.size()) {
+        st->shards[i] = cur->shards[i];
+      }
+    }
+    if (failed.count(key)) {
+      for (auto& s : st->shards)
+        if (s) storage_->close_shard(s->ref());
+      std::unique_lock lk(streams_mu_);
+      streams_.erase(key);
+      continue;
+    }
+    if (!sv.refused.empty() && (!cur || cur->refused != sv.refused))
+      host_.log(LogLevel::warn, "broker", "not serving: " + sv.refused);
+    if (fresh)
+      host_.log(LogLevel::info, "broker",
+                "serving stream " + key.to_string() + " incarnation " + std::to_string(sv.info.incarnation.value()) +
+                    " (" + std::to_string(fresh) + " of " + std::to_string(sv.info.spec.shards) + " shards here)");
+    std::unique_lock lk(streams_mu_);
+    streams_[key] = std::move(st);
+  }
+  return {};
+}
+
+Result<void> BrokerRuntime::resync() {
+  watch_.reset();
+  auto snap = catalog_.snapshot();
+  if (!snap) return snap.error();
+  std::vector<FeatureInfo> features;  // when each feature was finalized (the snapshot has only names)
+  if (auto f = catalog_.list_features(); f) features = std::move(f.value());
+  image_ = image_from_snapshot(*snap, features);
+  snapshot_seq_ = snap->seq;
+  // The whole catalog against what is held and the floors: nothing is dropped before it is
+  // planned, so the guard holds across a resync (a lower incarnation is refused, not served).
+  const auto plan = plan_serving(image_, serving_node(), held(), floors_);
+  const auto registration = started_ ? Registration::done : Registration::at_start;
+  if (auto r = apply_plan(plan, registration); !r && !started_) return r;
+  mark_applied(snap->seq);
+  watch_ = catalog_.watch(
+      snap->seq, [this](const ChangeEvent& ev) { enqueue({Task::Kind::change, ev}); },
+      [this] { enqueue({Task::Kind::resync, {}}); });
+  return {};
+}
+
+void BrokerRuntime::apply(const ChangeEvent& ev) {
+  // A change the snapshot already holds (queued by the previous watch before a resync).
+  if (ev.seq <= snapshot_seq_) return;
+  replay(image_, ev);
+  switch (ev.kind) {
+    case ChangeEvent::Kind::stream_created:
+    case ChangeEvent::Kind::stream_deleted:
+      (void)apply_plan(plan_serving(image_, serving_node(), held(), floors_, ev.stream.key), Registration::done);
+      break;
+    case ChangeEvent::Kind::feature_finalized:
+      // Changes only later decisions (what a delete removes; which creates are refused).
+      host_.log(LogLevel::info, "broker", "feature " + ev.feature + " is finalized");
+      break;
+    default:
+      break;  // tenants, namespaces, brokers and caches hold no shard data here
+  }
+  mark_applied(ev.seq);
+}
+
+ServingNode BrokerRuntime::serving_node() const {
+  return ServingNode{info_.node_id, storage_ ? DataRole::broker : DataRole::none};
+}
+
+}  // namespace sluice::core

@@ -1,0 +1,108 @@
+#include "serving_floors.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "sluice/durable_fs.h"
+
+namespace sluice::core {
+
+namespace fs = std::filesystem;
+
+namespace {
+constexpr const char* kHeader = "sluice-broker-floors v1";
+
+Error io_error(const std::string& what, const std::string& path, int err) {
+  return Error(Errc::storage_failure, what + " " + path + ": " + std::strerror(err));
+}
+
+std::string field(const std::optional<Incarnation>& i) { return i ? std::to_string(i->value()) : "-"; }
+
+bool parse_field(const std::string& s, std::optional<Incarnation>& out) {
+  if (s == "-") {
+    out.reset();
+    return true;
+  }
+  if (s.empty() || s.size() > 20 || s.find_first_not_of("0123456789") != std::string::npos) return false;
+  try {
+    out = Incarnation{std::stoull(s)};
+  } catch (const std::exception&) {
+    return false;
+  }
+  return true;
+}
+}  // namespace
+
+std::string floors_path(const std::string& data_dir) { return (fs::path(data_dir) / "broker" / "floors").string(); }
+
+Result<ServingFloors> load_floors(const std::string& path) {
+  ServingFloors out;
+  std::ifstream in(path);
+  if (!in) {
+    std::error_code ec;
+    if (!fs::exists(path, ec) && !ec) return out;
+    return Error(Errc::storage_failure, "cannot read " + path);
+  }
+  std::string line;
+  std::size_t n = 0;
+  auto bad = [&](const std::string& why) {
+    return Error(Errc::corrupt_data, path + " line " + std::to_string(n) + ": " + why +
+                                       " (the broker's durable floors; see docs/architecture.md)");
+  };
+  while (std::getline(in, line)) {
+    ++n;
+    if (n == 1) {
+      if (line != kHeader) return bad("expected '" + std::string(kHeader) + "'");
+      continue;
+    }
+    if (line.empty()) continue;
+    std::vector<std::string> f;
+    std::stringstream ss(line);
+    for (std::string part; std::getline(ss, part, '\t');) f.push_back(part);
+    if (f.size() != 5) return bad("expected 5 tab-separated fields");
+    ServingFloor fl;
+    if (!parse_field(f[3], fl.served) || !parse_field(f[4], fl.deleted)) return bad("bad incarnation");
+    out[StreamKey{f[0], f[1], f[2]}] = fl;
+  }
+  if (n == 0) return bad("empty file");
+  if (in.bad()) return Error(Errc::storage_failure, "cannot read " + path);
+  return out;
+}
+
+Result<void> store_floors(const std::string& path, const ServingFloors& floors) {
+  const fs::path dir = fs::path(path).parent_path();
+  if (auto r = create_directories_durably(dir.string()); !r) return r.error();
+  std::string text = std::string(kHeader) + "\n";
+  for (const auto& [k, f] : floors)
+    text += k.tenant + "\t" + k.ns + "\t" + k.name + "\t" + field(f.served) + "\t" + field(f.deleted) + "\n";
+  const std::string tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return io_error("cannot create", tmp, errno);
+  std::size_t off = 0;
+  while (off < text.size()) {
+    const ssize_t w = ::write(fd, text.data() + off, text.size() - off);
+    if (w < 0 && errno == EINTR) continue;
+    if (w < 0) {
+      const int e = errno;
+      ::close(fd);
+      return io_error("cannot write", tmp, e);
+    }
+    off += static_cast<std::size_t>(w);
+  }
+  if (::fsync(fd) != 0) {
+    const int e = errno;
+    ::close(fd);
+    return io_error("cannot fsync", tmp, e);
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), path.c_str()) != 0) return io_error("cannot rename into", path, errno);
+  return fsync_directory(dir.string());
+}
+
+}  // namespace sluice::core
