@@ -30,6 +30,7 @@
 #include "identity.h"
 #include "node_host.h"
 #include "plugin_loader.h"
+#include "sluice/durable_fs.h"
 #include "sluice/features.h"
 #include "sluice/log.h"
 #include "sluice/metadata.h"
@@ -111,11 +112,11 @@ std::vector<std::string> parse_features(const core::Config& cfg) {
 }
 
 // Holds an exclusive flock on <data.dir>/.lock for the life of the process, so two nodes
-// can never share a data directory.
+// can never share a data directory. A missing data directory is created durably: each new
+// level and its parent are fsynced, so a power cut cannot drop it (docs/operations.md).
 int lock_data_dir(const std::string& dir) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) die(1, "cannot create data directory " + dir + ": " + ec.message());
+  if (auto made = create_directories_durably(dir); !made)
+    die(1, "cannot create data directory " + dir + ": " + made.error().message);
   const std::string path = (fs::path(dir) / ".lock").string();
   int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) die(1, "cannot open " + path + ": " + std::strerror(errno));
