@@ -27,6 +27,7 @@
 
 #include "broker.h"
 #include "config.h"
+#include "fresh_paths.h"
 #include "identity.h"
 #include "node_host.h"
 #include "plugin_loader.h"
@@ -72,8 +73,22 @@ usage or configuration error. See docs/configuration.md and docs/operations.md.
 // Set when the node must stop because the control plane refused it while running.
 std::atomic<bool> g_fenced{false};
 
+// What this start has created so far; set from the first disk access until "ready".
+core::FreshPaths* g_fresh = nullptr;
+
+// A refused start changes nothing on disk: what it created is removed (durably) first.
 void die(int code, const std::string& msg) {
   log_line(LogLevel::error, "sluiced", msg);
+  if (g_fresh && !g_fresh->paths().empty()) {
+    std::string what;
+    for (const auto& p : g_fresh->paths()) what += (what.empty() ? "" : ", ") + p;
+    auto r = g_fresh->undo();
+    g_fresh = nullptr;
+    if (r)
+      log_line(LogLevel::info, "sluiced", "start refused: removed what this start created: " + what);
+    else
+      log_line(LogLevel::error, "sluiced", "start refused, and cleaning up failed: " + r.error().message);
+  }
   std::exit(code);
 }
 
@@ -324,6 +339,20 @@ int main(int argc, char** argv) {
 
   if (!admin.empty() && !fs::exists(fs::path(data_dir) / "meta.properties"))
     die(1, "no formatted data directory at " + data_dir + " (meta.properties is missing)");
+  // Everything a start may create, noted before it touches the disk, so that a refused
+  // start can take it back (docs/operations.md, "Starting"). Admin commands need an
+  // existing data directory and create nothing of this.
+  core::FreshPaths fresh;
+  if (admin.empty()) {
+    fresh.note(data_dir);
+    fresh.note((fs::path(data_dir) / ".lock").string());
+    fresh.note((fs::path(data_dir) / "meta.properties").string());
+    const std::string raft_dir = cfg->get_string("raft.dir", "");
+    fresh.note(raft_dir.empty() ? (fs::path(data_dir) / "raft").string() : raft_dir);
+    const std::string storage_dir = cfg->get_string("storage.dir", "");
+    fresh.note(storage_dir.empty() ? (fs::path(data_dir) / "shards").string() : storage_dir);
+    g_fresh = &fresh;
+  }
   const int lock_fd = lock_data_dir(data_dir);
   (void)lock_fd;  // held until exit
 
@@ -392,6 +421,8 @@ int main(int argc, char** argv) {
            "ready: node.id " + std::to_string(node_id.value()) + ", cluster.id " + host.cluster_id() +
                ", http " + cfg->get_string("http.address", "127.0.0.1") + ":" +
                std::to_string(api->port()) + ", data " + data_dir);
+  g_fresh = nullptr;  // started: what it created is the node's now
+  fresh.forget();
 
   int sig = 0;
   sigwait(&sigs, &sig);
