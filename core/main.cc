@@ -303,6 +303,9 @@ int main(int argc, char** argv) {
   core::BrokerOptions bopts;
   MetadataLevel metadata_level = kBuildMetadataLevel;
   try {
+    auto log_level = parse_log_level(cfg->get_string("log.level", "info"));
+    if (!log_level) throw std::invalid_argument(log_level.error().message);
+    set_log_threshold(*log_level);
     const auto nid = cfg->get_int("node.id", 1);
     if (nid < 1 || nid > 0x7fffffff) throw std::invalid_argument("node.id must be between 1 and 2147483647");
     node_id = NodeId{static_cast<std::uint32_t>(nid)};
