@@ -343,21 +343,26 @@ int main(int argc, char** argv) {
   if (!admin.empty() && !fs::exists(fs::path(data_dir) / "meta.properties"))
     die(1, "no formatted data directory at " + data_dir + " (meta.properties is missing)");
   // Everything a start may create, noted before it touches the disk, so that a refused
-  // start can take it back (docs/operations.md, "Starting"). Admin commands need an
-  // existing data directory and create nothing of this.
+  // start can take it back (docs/operations.md, "Starting"). Armed only once the lock is
+  // held: a start that loses the lock to another process must not remove that process's
+  // directory. Admin commands need an existing data directory and create nothing of this.
   core::FreshPaths fresh;
   if (admin.empty()) {
     fresh.note(data_dir);
     fresh.note((fs::path(data_dir) / ".lock").string());
-    fresh.note((fs::path(data_dir) / "meta.properties").string());
+  }
+  const int lock_fd = lock_data_dir(data_dir);
+  (void)lock_fd;  // held until exit
+  if (admin.empty()) {
+    const fs::path meta = fs::path(data_dir) / "meta.properties";
+    if (fs::exists(meta)) fresh.forget();  // another start formatted it between the note and the lock
+    fresh.note(meta.string());
     const std::string raft_dir = cfg->get_string("raft.dir", "");
     fresh.note(raft_dir.empty() ? (fs::path(data_dir) / "raft").string() : raft_dir);
     const std::string storage_dir = cfg->get_string("storage.dir", "");
     fresh.note(storage_dir.empty() ? (fs::path(data_dir) / "shards").string() : storage_dir);
     g_fresh = &fresh;
   }
-  const int lock_fd = lock_data_dir(data_dir);
-  (void)lock_fd;  // held until exit
 
   std::unique_ptr<core::DataDirIdentity> identity;
   try {
