@@ -172,11 +172,12 @@ int rebuild_metadata(const core::Config& cfg, const std::string& data_dir) {
   std::error_code ec;
   fs::rename(raft_dir, aside, ec);
   if (ec) die(1, "cannot move " + raft_dir + " to " + aside + ": " + ec.message());
-  // Make the rename durable before anyone relies on it.
-  if (int fd = ::open(fs::path(raft_dir).parent_path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
+  // Make the rename durable before anyone relies on it (a failed fsync is an error, not
+  // something to skip: the next start would otherwise trust a rename a power cut can undo).
+  fs::path moved = fs::absolute(raft_dir).lexically_normal();
+  if (!moved.has_filename()) moved = moved.parent_path();  // a trailing slash
+  if (auto r = fsync_directory(moved.parent_path().string()); !r)
+    die(1, "moved " + raft_dir + " to " + aside + ", but cannot make it durable: " + r.error().message);
   std::printf("moved %s to %s\n", raft_dir.c_str(), aside.c_str());
   std::printf("next: start sluiced with the same configuration (metadata.join = %s); it joins with an\n"
               "empty log and installs the leader's snapshot. Check GET /v1/metadata/members shows this\n"
