@@ -8,6 +8,7 @@ constexpr ConfigKey kConfigKeys[] = {
     {"node.id", "1", "Numeric id of this node (1..2^31). Must match meta.properties once formatted."},
     {"node.roles", "controller,broker", "Comma-separated roles: controller (Raft member), broker (holds shards)."},
     {"data.dir", "./data", "Data directory: meta.properties, raft/, shards/. Created and formatted on first start."},
+    {"log.level", "info", "Lowest level logged: debug, info, warn or error. Lines below it are dropped."},
     {"plugins.dir", "", "Directory holding plugin libraries. Default: <sluiced dir>/../lib/sluice/plugins."},
     {"metadata.backend", "raft", "raft (plugin raft-meta) or postgres (plugin postgres-meta; broker-only nodes)."},
     {"metadata.postgres.url", "", "libpq connection string or URI of the catalog database (metadata.backend = postgres). Never printed."},

@@ -1,5 +1,6 @@
 #include "identity.h"
 
+#include "sluice/durable_fs.h"
 #include "sluice/uuid.h"
 
 #include <fcntl.h>
@@ -62,9 +63,10 @@ void write_file_durably(const std::string& path, const std::string& content) {
 DataDirIdentity DataDirIdentity::open_or_format(const std::string& dir, NodeId configured) {
   DataDirIdentity id;
   id.dir_ = dir;
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw std::runtime_error("cannot create data directory " + dir + ": " + ec.message());
+  // Durable creation: a new directory's name survives a power cut only once its parent
+  // is fsynced (docs/operations.md, "Power loss").
+  if (auto made = create_directories_durably(dir); !made)
+    throw std::runtime_error("cannot create data directory " + dir + ": " + made.error().message);
   const std::string path = (fs::path(dir) / "meta.properties").string();
   if (!fs::exists(path)) {
     id.node_id_ = configured;

@@ -28,8 +28,9 @@ namespace sluice::core {
 
 class DataDirIdentity {
  public:
-  // Opens (formatting if needed) the directory. Throws std::runtime_error with a
-  // one-line reason (unreadable, malformed, node.id mismatch).
+  // Opens (formatting if needed) the directory; a missing directory is created durably
+  // (sluice/durable_fs.h: each new level fsynced into its parent). Throws
+  // std::runtime_error with a one-line reason (unreadable, malformed, node.id mismatch).
   static DataDirIdentity open_or_format(const std::string& dir, NodeId configured_node);
 
   NodeId node_id() const { return node_id_; }

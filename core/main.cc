@@ -28,9 +28,11 @@
 #include "broker.h"
 #include "cli_options.h"
 #include "config.h"
+#include "fresh_paths.h"
 #include "identity.h"
 #include "node_host.h"
 #include "plugin_loader.h"
+#include "sluice/durable_fs.h"
 #include "sluice/features.h"
 #include "sluice/log.h"
 #include "sluice/metadata.h"
@@ -46,8 +48,22 @@ namespace {
 // Set when the node must stop because the control plane refused it while running.
 std::atomic<bool> g_fenced{false};
 
+// What this start has created so far; set from the first disk access until "ready".
+core::FreshPaths* g_fresh = nullptr;
+
+// A refused start changes nothing on disk: what it created is removed (durably) first.
 void die(int code, const std::string& msg) {
   log_line(LogLevel::error, "sluiced", msg);
+  if (g_fresh && !g_fresh->paths().empty()) {
+    std::string what;
+    for (const auto& p : g_fresh->paths()) what += (what.empty() ? "" : ", ") + p;
+    auto r = g_fresh->undo();
+    g_fresh = nullptr;
+    if (r)
+      log_line(LogLevel::info, "sluiced", "start refused: removed what this start created: " + what);
+    else
+      log_line(LogLevel::error, "sluiced", "start refused, and cleaning up failed: " + r.error().message);
+  }
   std::exit(code);
 }
 
@@ -86,11 +102,11 @@ std::vector<std::string> parse_features(const core::Config& cfg) {
 }
 
 // Holds an exclusive flock on <data.dir>/.lock for the life of the process, so two nodes
-// can never share a data directory.
+// can never share a data directory. A missing data directory is created durably: each new
+// level and its parent are fsynced, so a power cut cannot drop it (docs/operations.md).
 int lock_data_dir(const std::string& dir) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) die(1, "cannot create data directory " + dir + ": " + ec.message());
+  if (auto made = create_directories_durably(dir); !made)
+    die(1, "cannot create data directory " + dir + ": " + made.error().message);
   const std::string path = (fs::path(dir) / ".lock").string();
   int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) die(1, "cannot open " + path + ": " + std::strerror(errno));
@@ -131,11 +147,12 @@ int rebuild_metadata(const core::Config& cfg, const std::string& data_dir) {
   std::error_code ec;
   fs::rename(raft_dir, aside, ec);
   if (ec) die(1, "cannot move " + raft_dir + " to " + aside + ": " + ec.message());
-  // Make the rename durable before anyone relies on it.
-  if (int fd = ::open(fs::path(raft_dir).parent_path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
+  // Make the rename durable before anyone relies on it (a failed fsync is an error, not
+  // something to skip: the next start would otherwise trust a rename a power cut can undo).
+  fs::path moved = fs::absolute(raft_dir).lexically_normal();
+  if (!moved.has_filename()) moved = moved.parent_path();  // a trailing slash
+  if (auto r = fsync_directory(moved.parent_path().string()); !r)
+    die(1, "moved " + raft_dir + " to " + aside + ", but cannot make it durable: " + r.error().message);
   std::printf("moved %s to %s\n", raft_dir.c_str(), aside.c_str());
   std::printf("next: start sluiced with the same configuration (metadata.join = %s); it joins with an\n"
               "empty log and installs the leader's snapshot. Check GET /v1/metadata/members shows this\n"
@@ -227,6 +244,9 @@ int main(int argc, char** argv) {
   core::BrokerOptions bopts;
   MetadataLevel metadata_level = kBuildMetadataLevel;
   try {
+    auto log_level = parse_log_level(cfg->get_string("log.level", "info"));
+    if (!log_level) throw std::invalid_argument(log_level.error().message);
+    set_log_threshold(*log_level);
     const auto nid = cfg->get_int("node.id", 1);
     if (nid < 1 || nid > 0x7fffffff) throw std::invalid_argument("node.id must be between 1 and 2147483647");
     node_id = NodeId{static_cast<std::uint32_t>(nid)};
@@ -263,8 +283,27 @@ int main(int argc, char** argv) {
 
   if (!admin.empty() && !fs::exists(fs::path(data_dir) / "meta.properties"))
     die(1, "no formatted data directory at " + data_dir + " (meta.properties is missing)");
+  // Everything a start may create, noted before it touches the disk, so that a refused
+  // start can take it back (docs/operations.md, "Starting"). Armed only once the lock is
+  // held: a start that loses the lock to another process must not remove that process's
+  // directory. Admin commands need an existing data directory and create nothing of this.
+  core::FreshPaths fresh;
+  if (admin.empty()) {
+    fresh.note(data_dir);
+    fresh.note((fs::path(data_dir) / ".lock").string());
+  }
   const int lock_fd = lock_data_dir(data_dir);
   (void)lock_fd;  // held until exit
+  if (admin.empty()) {
+    const fs::path meta = fs::path(data_dir) / "meta.properties";
+    if (fs::exists(meta)) fresh.forget();  // another start formatted it between the note and the lock
+    fresh.note(meta.string());
+    const std::string raft_dir = cfg->get_string("raft.dir", "");
+    fresh.note(raft_dir.empty() ? (fs::path(data_dir) / "raft").string() : raft_dir);
+    const std::string storage_dir = cfg->get_string("storage.dir", "");
+    fresh.note(storage_dir.empty() ? (fs::path(data_dir) / "shards").string() : storage_dir);
+    g_fresh = &fresh;
+  }
 
   std::unique_ptr<core::DataDirIdentity> identity;
   try {
@@ -331,6 +370,8 @@ int main(int argc, char** argv) {
            "ready: node.id " + std::to_string(node_id.value()) + ", cluster.id " + host.cluster_id() +
                ", http " + cfg->get_string("http.address", "127.0.0.1") + ":" +
                std::to_string(api->port()) + ", data " + data_dir);
+  g_fresh = nullptr;  // started: what it created is the node's now
+  fresh.forget();
 
   int sig = 0;
   sigwait(&sigs, &sig);

@@ -12,13 +12,11 @@ class NodeHost final : public PluginHost {
  public:
   NodeHost(const Config& config, DataDirIdentity& identity) : config_(config), id_(identity) {}
 
-  std::string config_string(std::string_view key, std::string_view def) const override {
-    return config_.get_string(key, def);
-  }
-  std::int64_t config_int(std::string_view key, std::int64_t def) const override {
-    return config_.get_int(key, def);
-  }
-  bool config_bool(std::string_view key, bool def) const override { return config_.get_bool(key, def); }
+  // An absent key gives the caller's `def`, as sluice/host.h promises (not the documented
+  // default of core/config_keys.cc: the plugin owns its defaults; the two are kept equal).
+  std::string config_string(std::string_view key, std::string_view def) const override;
+  std::int64_t config_int(std::string_view key, std::int64_t def) const override;
+  bool config_bool(std::string_view key, bool def) const override;
   bool config_has(std::string_view key) const override { return config_.has(key); }
   NodeId node_id() const override { return id_.node_id(); }
   std::string directory_id() const override { return id_.directory_id(); }

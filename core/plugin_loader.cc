@@ -2,6 +2,8 @@
 
 #include <boost/dll/shared_library.hpp>
 
+#include "sluice/host.h"
+
 namespace sluice::core {
 
 std::pair<void*, std::function<void(void*)>> PluginLoader::load_raw(const std::string& name,
@@ -51,7 +53,11 @@ std::pair<void*, std::function<void(void*)>> PluginLoader::load_raw(const std::s
   std::string error;
   void* obj = d->create(host, &error);
   if (!obj) throw fail("create failed: " + (error.empty() ? std::string("no reason given") : error));
-  if (info) *info = {d->name ? d->name : name, file, d->sdk_version ? d->sdk_version : ""};
+  const LoadedPluginInfo loaded{d->name ? d->name : name, file, d->sdk_version ? d->sdk_version : ""};
+  host.log(LogLevel::info, "plugins",
+           "loaded plugin " + loaded.name + " (kind " + std::string(to_string(kind)) + ", SDK " +
+               (loaded.sdk_version.empty() ? std::string("unknown") : loaded.sdk_version) + ") from " + file);
+  if (info) *info = loaded;
   auto destroy = d->destroy;
   // The deleter owns the library: destroy runs while the code is still mapped.
   return {obj, [lib, destroy](void* p) mutable {

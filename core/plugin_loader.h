@@ -7,6 +7,7 @@
 //     4. compiler and standard-library identity equal the host's;
 //     5. kind equals the expected kind;
 //     6. create() returns an object or an error string.
+// Each loaded plugin is logged (INFO, component "plugins"): name, kind, SDK version, file.
 // Any failure is a PluginError whose what() is one line naming the file and the reason.
 //
 // Ownership: the returned object's deleter calls the plugin's destroy() and then drops

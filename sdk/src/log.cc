@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -9,7 +10,27 @@
 
 namespace sluice {
 
+namespace {
+std::atomic<LogLevel> g_threshold{LogLevel::info};
+}  // namespace
+
+void set_log_threshold(LogLevel level) { g_threshold.store(level, std::memory_order_relaxed); }
+
+LogLevel log_threshold() { return g_threshold.load(std::memory_order_relaxed); }
+
+bool log_enabled(LogLevel level) { return static_cast<int>(level) >= static_cast<int>(log_threshold()); }
+
+Result<LogLevel> parse_log_level(std::string_view name) {
+  if (name == "debug") return LogLevel::debug;
+  if (name == "info") return LogLevel::info;
+  if (name == "warn") return LogLevel::warn;
+  if (name == "error") return LogLevel::error;
+  return Error(Errc::invalid_argument,
+               "log.level must be debug, info, warn or error, got '" + std::string(name) + "'");
+}
+
 void log_line(LogLevel level, std::string_view component, std::string_view message) {
+  if (!log_enabled(level)) return;
   using namespace std::chrono;
   const auto now = system_clock::now();
   const std::time_t t = system_clock::to_time_t(now);

@@ -6,9 +6,12 @@
 #include <fstream>
 
 #include "config.h"
+#include "fresh_paths.h"
 #include "identity.h"
+#include "node_host.h"
 #include "partitioner.h"
 #include "sluice/catalog_rules.h"
+#include "sluice/log.h"
 #include "sluice/names.h"
 #include "sluice/record_batch.h"
 #include "sluice/uuid.h"
@@ -210,4 +213,76 @@ TEST(Identity, MalformedMetaPropertiesRefused) {
   std::filesystem::create_directories(dir);
   std::ofstream(dir + "/meta.properties") << "version=1\nnode.id=1\ndirectory.id=nope\n";
   EXPECT_THROW(core::DataDirIdentity::open_or_format(dir, NodeId{1}), std::runtime_error);
+}
+
+// Regression: NodeHost answered an absent key with the documented default of
+// core/config_keys.cc instead of the caller's `def`, against sluice/host.h.
+TEST(NodeHost, AbsentKeyGivesTheCallersDefault) {
+  sluice::testing::TestHost tmp;
+  auto id = core::DataDirIdentity::open_or_format(tmp.data_dir() + "/d", NodeId{1});
+  auto cfg = core::Config::load("", {"http.threads=7"});
+  core::NodeHost host(cfg, id);
+  // Documented defaults: http.address 127.0.0.1, http.port 8080, storage.repair false.
+  EXPECT_EQ(host.config_string("http.address", "0.0.0.0"), "0.0.0.0");
+  EXPECT_EQ(host.config_int("http.port", 1234), 1234);
+  EXPECT_TRUE(host.config_bool("storage.repair", true));
+  EXPECT_EQ(host.config_string("plugins.acme.speed", "fast"), "fast");
+  // A configured key wins, and a bad value still names the key.
+  EXPECT_EQ(host.config_int("http.threads", 2), 7);
+  auto bad = core::Config::load("", {"http.port=eighty"});
+  core::NodeHost bad_host(bad, id);
+  EXPECT_THROW(bad_host.config_int("http.port", 8080), std::invalid_argument);
+}
+
+TEST(LogLevel, ParsesTheFourLevelsAndRefusesOthers) {
+  EXPECT_EQ(parse_log_level("debug").value(), LogLevel::debug);
+  EXPECT_EQ(parse_log_level("info").value(), LogLevel::info);
+  EXPECT_EQ(parse_log_level("warn").value(), LogLevel::warn);
+  EXPECT_EQ(parse_log_level("error").value(), LogLevel::error);
+  auto r = parse_log_level("verbose");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, Errc::invalid_argument);
+  EXPECT_NE(r.error().message.find("verbose"), std::string::npos);
+}
+
+TEST(LogLevel, HostDropsLinesBelowTheThreshold) {
+  sluice::testing::TestHost tmp;
+  auto id = core::DataDirIdentity::open_or_format(tmp.data_dir() + "/d", NodeId{1});
+  auto cfg = core::Config::load("", {});
+  core::NodeHost host(cfg, id);
+  const LogLevel saved = log_threshold();
+  EXPECT_EQ(saved, LogLevel::info);  // the default
+  set_log_threshold(LogLevel::warn);
+  ::testing::internal::CaptureStderr();
+  host.log(LogLevel::debug, "t", "debug-line");
+  host.log(LogLevel::info, "t", "info-line");
+  host.log(LogLevel::warn, "t", "warn-line");
+  log_line(LogLevel::info, "t", "direct-info-line");
+  log_line(LogLevel::error, "t", "direct-error-line");
+  const std::string out = ::testing::internal::GetCapturedStderr();
+  set_log_threshold(saved);
+  EXPECT_EQ(out.find("debug-line"), std::string::npos) << out;
+  EXPECT_EQ(out.find("info-line"), std::string::npos) << out;
+  EXPECT_NE(out.find("WARN t: warn-line"), std::string::npos) << out;
+  EXPECT_EQ(out.find("direct-info-line"), std::string::npos) << out;
+  EXPECT_NE(out.find("ERROR t: direct-error-line"), std::string::npos) << out;
+}
+
+TEST(FreshPaths, NotesTheOutermostMissingComponentAndUndoesIt) {
+  sluice::testing::TestHost tmp;
+  const std::string root = tmp.data_dir();
+  std::filesystem::create_directories(root + "/exists");
+  core::FreshPaths fresh;
+  fresh.note(root + "/exists");             // exists: nothing to undo
+  fresh.note(root + "/a/b/data");           // a is the outermost new directory
+  fresh.note(root + "/a/b/data/meta.properties");  // inside a: already covered
+  fresh.note(root + "/exists/raft");
+  EXPECT_EQ(fresh.paths(), (std::vector<std::string>{root + "/a", root + "/exists/raft"}));
+  std::filesystem::create_directories(root + "/a/b/data");
+  std::ofstream(root + "/a/b/data/meta.properties") << "x";
+  ASSERT_TRUE(fresh.undo().ok());
+  EXPECT_FALSE(std::filesystem::exists(root + "/a"));
+  EXPECT_FALSE(std::filesystem::exists(root + "/exists/raft"));  // never created: no-op
+  EXPECT_TRUE(std::filesystem::exists(root + "/exists"));
+  EXPECT_TRUE(fresh.paths().empty());
 }

@@ -1,0 +1,68 @@
+"""A refused start changes nothing on disk (regression: with raft.dir outside data.dir, a
+data directory of another cluster was refused only after a new raft directory had been
+bootstrapped; a bad plugin name left a freshly formatted data directory behind).
+
+Each test lists the work directory (names, kinds, sizes and contents) before and after a
+start that must be refused, and asserts the listings are equal.
+"""
+import hashlib
+import os
+import unittest
+
+from harness import Node
+
+
+def tree(root, skip=("sluiced.log",)):
+    """{relative path: (kind, digest)} of everything under root."""
+    out = {}
+    for d, dirs, files in os.walk(root):
+        for name in dirs:
+            out[os.path.relpath(os.path.join(d, name), root)] = ("dir", None)
+        for name in files:
+            p = os.path.join(d, name)
+            rel = os.path.relpath(p, root)
+            if rel in skip:
+                continue
+            with open(p, "rb") as f:
+                out[rel] = ("file", hashlib.sha256(f.read()).hexdigest())
+    return out
+
+
+class RefusedStart(unittest.TestCase):
+    def node(self, **kw):
+        n = Node(**kw)
+        self.addCleanup(n.cleanup)
+        return n
+
+    def assert_refused_without_a_trace(self, node, expect_in_log):
+        before = tree(node.workdir)
+        code, out = node.start_expect_failure()
+        self.assertEqual(code, 1, out)
+        self.assertIn(expect_in_log, out)
+        self.assertEqual(tree(node.workdir), before, "the refused start changed the disk:\n" + out)
+
+    def test_refused_start_of_another_clusters_data_dir_bootstraps_no_raft_dir(self):
+        # A node of cluster X, then its data directory started with a new raft.dir outside
+        # it: raft-meta bootstraps cluster Y, which the data directory refuses.
+        node = self.node()
+        node.start()
+        self.assertEqual(node.stop(), 0)
+        node.extra["raft.dir"] = os.path.join(node.workdir, "elsewhere", "raft")
+        self.assert_refused_without_a_trace(node, "cluster")
+
+    def test_refused_start_with_a_bad_plugin_name_leaves_no_data_dir(self):
+        node = self.node()
+        node.data_dir = os.path.join(node.workdir, "a", "b", "data")
+        node.extra["storage.plugin"] = "no-such-storage"
+        self.assert_refused_without_a_trace(node, "no-such-storage")
+
+    def test_refused_start_with_a_bad_api_plugin_keeps_an_existing_data_dir_as_it_was(self):
+        node = self.node()
+        node.start()
+        self.assertEqual(node.stop(), 0)
+        node.extra["api.plugin"] = "no-such-api"
+        self.assert_refused_without_a_trace(node, "no-such-api")
+
+
+if __name__ == "__main__":
+    unittest.main()
