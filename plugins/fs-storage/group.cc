@@ -461,10 +461,15 @@ Result<void> ConsumerGroup::dead_letter(std::uint64_t off, std::uint32_t deliver
   return {};
 }
 
-Result<GroupDelivery> ConsumerGroup::fetch(std::uint32_t max_records, const GroupOptions& o) {
+Result<void> check_group_options(const GroupOptions& o) {
   if (o.max_deliveries < 1 || o.max_deliveries > 1000)
     return Error(Errc::invalid_argument, "max_deliveries must be in [1, 1000]");
   if (o.ack_timeout_ms <= 0) return Error(Errc::invalid_argument, "ack_timeout_ms must be > 0");
+  return {};
+}
+
+Result<GroupDelivery> ConsumerGroup::fetch(std::uint32_t max_records, const GroupOptions& o) {
+  if (auto r = check_group_options(o); !r) return r.error();
   if (max_records == 0) max_records = 1;
   std::lock_guard lk(mu_);
   if (!dead_) return Error(Errc::unavailable, "shard " + shard_.ref().to_string() + " is closed");

@@ -84,6 +84,9 @@ using GroupClock = std::function<std::int64_t()>;
 using GroupStepHook = std::function<bool(std::string_view step)>;
 std::int64_t steady_now_ms();
 
+// invalid_argument unless max_deliveries is in [1, 1000] and ack_timeout_ms > 0 (storage.h).
+Result<void> check_group_options(const GroupOptions& opts);
+
 inline constexpr std::string_view kOriginalOffsetHeader = "sluice-original-offset";
 inline constexpr std::string_view kDeliveriesHeader = "sluice-deliveries";
 // On every record a replay appends to the shard: "<group>:<dead-letter offset>".
