@@ -51,6 +51,10 @@
 // (acks and dead letters do not move it; fetch skips done offsets instead). A DELIVER record lost in a crash only
 // makes a record look new again (delivered again as delivery 1): never skipped.
 //
+// Files: group.cc (open, delivery, acks, positions), group_journal.cc (journal, snapshot,
+// compaction), group_dead_letters.cc (dead letters, replays), group_records.h (the record
+// encoding they share).
+//
 // Thread-safety: every public method takes the group's mutex (held across its I/O; groups
 // never take the shard's append lock except through ShardLogImpl's public methods).
 #pragma once
