@@ -249,7 +249,7 @@ TEST_P(StorageConformance, NotifyCancelDropsTheWaiterAndDestroysItsCallback) {
   std::atomic<int> cancelled_calls{0}, other_calls{0};
   const std::uint64_t h = s->notify_when_beyond(Offset(0), [&, token] { ++cancelled_calls; });
   ASSERT_NE(h, 0u);
-  EXPECT_EQ(token.use_count(), 2);
+  EXPECT_GT(token.use_count(), 1) << "the engine holds the callback";
   s->cancel_notify(h);
   EXPECT_EQ(token.use_count(), 1) << "cancel_notify must destroy the callback before it returns";
   const std::uint64_t h2 = s->notify_when_beyond(Offset(0), [&] { ++other_calls; });
