@@ -1,6 +1,7 @@
 // fs-storage against the storage conformance kit (sdk/conformance, docs/plugin-sdk.md
 // "Checking a storage engine"), on the fault-injection file system: the crash hook drops
-// every unsynced byte, the I/O hook fails every fdatasync.
+// every unsynced byte (or, in FsStorageTornCrash, keeps a torn part of them plus garbage),
+// the I/O hook fails every fdatasync.
 #include <map>
 #include <memory>
 #include <mutex>
@@ -32,7 +33,8 @@ FaultFileSystems& file_systems() {
   return f;
 }
 
-sluice::testing::StorageConformanceParams fs_storage_params(unsigned flush_threads) {
+sluice::testing::StorageConformanceParams fs_storage_params(unsigned flush_threads,
+                                                            CrashOptions crash = {}) {
   sluice::testing::StorageConformanceParams p;
   p.name = "fs-storage";
   p.config = {{"storage.retention_interval_ms", "0"},
@@ -43,13 +45,17 @@ sluice::testing::StorageConformanceParams fs_storage_params(unsigned flush_threa
     fs->restart();  // a new process: what is on disk now counts as durable
     return std::unique_ptr<StorageEngine>(new FsStorageEngine(host, fs));
   };
-  p.crash = [](const std::string& dir) { file_systems().at(dir)->crash(1, CrashOptions{}); };
+  p.crash = [crash](const std::string& dir) { file_systems().at(dir)->crash(1, crash); };
   p.fail_io = [](const std::string& dir, bool fail) { file_systems().at(dir)->fail_syncs(fail); };
   return p;
 }
 
 INSTANTIATE_STORAGE_CONFORMANCE(FsStorage, fs_storage_params(1));
 INSTANTIATE_STORAGE_CONFORMANCE(FsStorageFlushThreads, fs_storage_params(4));
+// A power loss that keeps a torn prefix of the unsynced bytes and adds garbage after it.
+INSTANTIATE_STORAGE_CONFORMANCE(FsStorageTornCrash,
+                                fs_storage_params(1, CrashOptions{.keep_unsynced_prefix = true,
+                                                                  .append_garbage = true}));
 
 }  // namespace
 }  // namespace sluice::fs_storage::testing

@@ -73,9 +73,10 @@ struct StorageConformanceParams {
   std::map<std::string, std::string> config;
 
   // Optional; without it the crash tests are SKIPPED. Power loss of the engine open on
-  // `dir`: every byte not yet made durable (fdatasync) is dropped, and every later I/O of
-  // that engine fails. The kit then destroys the engine (its calls may fail, must not
-  // hang or crash) and calls `open` on `dir` again, which must start like a new process.
+  // `dir`: every byte not yet made durable (fdatasync) is dropped (a torn part of them may
+  // be kept, as a real power loss can), and every later I/O of that engine fails. The kit
+  // then destroys the engine (its calls may fail, must not hang or crash) and calls `open`
+  // on `dir` again, which must start like a new process.
   std::function<void(const std::string& dir)> crash;
 
   // Optional; without it the failed-write test is SKIPPED. fail = true: from now on every
