@@ -51,6 +51,10 @@
 // (acks and dead letters do not move it; fetch skips done offsets instead). A DELIVER record lost in a crash only
 // makes a record look new again (delivered again as delivery 1): never skipped.
 //
+// Files: group.cc (open, delivery, acks, positions), group_journal.cc (journal, snapshot,
+// compaction), group_dead_letters.cc (dead letters, replays), group_records.h (the record
+// encoding they share).
+//
 // Thread-safety: every public method takes the group's mutex (held across its I/O; groups
 // never take the shard's append lock except through ShardLogImpl's public methods).
 #pragma once
@@ -83,6 +87,9 @@ using GroupClock = std::function<std::int64_t()>;
 // only logged, the call it followed already succeeded).
 using GroupStepHook = std::function<bool(std::string_view step)>;
 std::int64_t steady_now_ms();
+
+// invalid_argument unless max_deliveries is in [1, 1000] and ack_timeout_ms > 0 (storage.h).
+Result<void> check_group_options(const GroupOptions& opts);
 
 inline constexpr std::string_view kOriginalOffsetHeader = "sluice-original-offset";
 inline constexpr std::string_view kDeliveriesHeader = "sluice-deliveries";

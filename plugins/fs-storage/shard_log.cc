@@ -526,6 +526,8 @@ Result<std::shared_ptr<ConsumerGroup>> ShardLogImpl::group(const std::string& na
 
 Result<GroupDelivery> ShardLogImpl::group_fetch(const std::string& name, std::uint32_t max_records,
                                                 const GroupOptions& opts) {
+  // Checked before the group is created: a refused fetch leaves no group behind.
+  if (auto r = check_group_options(opts); !r) return r.error();
   auto g = group(name, true);
   if (!g) return g.error();
   return (*g)->fetch(max_records, opts);

@@ -96,6 +96,7 @@ class ShardLog {
   //                                     duplicate = true, writing nothing (after the
   //                                     original is durable, if it is still in flight)
   //   anything else                  -> Errc::sequence_gap naming the expected sequence
+  // An engine without idempotent producers refuses such a batch with Errc::not_supported.
   virtual void append(std::string batch, AckMode ack, AppendCallback cb) = 0;
 
   // Batches holding offsets >= from, up to about max_bytes (at least one batch if any
@@ -123,6 +124,9 @@ class ShardLog {
   // group's dead letters instead (and counts as done). Positions, acks and dead letters
   // are durable (synced before the call returns); delivery counts are best effort across
   // a crash (a record may be redelivered, never skipped).
+  // Bad options are invalid_argument and a group name failing validate_name (names.h)
+  // invalid_name, refused before the group is created. An engine without consumer groups
+  // answers every group call with Errc::not_supported (list_groups: an empty list).
   virtual Result<GroupDelivery> group_fetch(const std::string& group, std::uint32_t max_records,
                                             const GroupOptions& opts) = 0;
   // invalid_argument naming the offset if it is not outstanding for this group (never

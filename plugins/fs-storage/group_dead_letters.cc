@@ -1,0 +1,270 @@
+// ConsumerGroup (group.h): dead letters: moving a record there, reading them, replaying
+// them, and closing the crash windows of both at open.
+#include "group.h"
+
+#include <algorithm>
+#include <future>
+
+#include "group_records.h"
+#include "shard_log.h"
+#include "sluice/record_batch.h"
+
+namespace sluice::fs_storage {
+
+using namespace group_records;
+
+namespace {
+constexpr std::string_view kComponent = "fs-storage";
+constexpr std::uint64_t kDeadLetterTailCheck = 64;
+
+Result<AppendResult> append_and_wait(ShardLog& log, std::string batch) {
+  auto p = std::make_shared<std::promise<Result<AppendResult>>>();
+  auto f = p->get_future();
+  log.append(std::move(batch), AckMode::leader,
+             [p](Result<AppendResult> r) { p->set_value(std::move(r)); });
+  return f.get();
+}
+}  // namespace
+
+Result<void> ConsumerGroup::dead_letter(std::uint64_t off, std::uint32_t deliveries,
+                                        std::map<std::uint64_t, std::string>& cache) {
+  auto b = batch_for(off, cache);
+  if (!b) return b.error();
+  BatchReader reader((*b)->data(), (*b)->size());
+  RecordView rv;
+  bool found = false;
+  while (reader.next(rv))
+    if (rv.offset == off) {
+      found = true;
+      break;
+    }
+  if (!found) return Error(Errc::internal, "record " + std::to_string(off) + " not in its batch");
+  std::string headers(rv.headers);
+  append_header(headers, kOriginalOffsetHeader, std::to_string(off));
+  append_header(headers, kDeliveriesHeader, std::to_string(deliveries));
+  BatchBuilder bb;
+  bb.add(rv.key, rv.value, headers, rv.timestamp_ms);
+  auto appended = append_and_wait(*dead_, bb.finish());
+  if (!appended) return appended.error();
+  if (stop_at("group.dead.after_append")) return Error(Errc::internal, "stopped at group.dead.after_append");
+  std::string payload;
+  put64(payload, off);
+  if (auto r = append_journal(kDead, payload, true); !r) return r;
+  mark_done(off);
+  host_.log(LogLevel::info, kComponent,
+            "group " + name_ + " of shard " + shard_.ref().to_string() + ": offset " +
+                std::to_string(off) + " moved to dead letters after " +
+                std::to_string(deliveries) + " deliveries (dead-letter offset " +
+                std::to_string(appended->base_offset.value()) + ")");
+  return {};
+}
+
+bool ConsumerGroup::replayed(std::uint64_t off) const {
+  for (const auto& [from, to] : replayed_)  // few ranges: replays are operator actions
+    if (off >= from && off < to) return true;
+  return false;
+}
+
+Result<FetchResult> ConsumerGroup::dead_letters(Offset from, std::uint32_t max_records,
+                                                std::size_t max_bytes) {
+  std::lock_guard lk(mu_);
+  if (!dead_) return Error(Errc::unavailable, "shard " + shard_.ref().to_string() + " is closed");
+  FetchResult out;
+  std::uint64_t at = from.value();
+  // Each dead letter is its own batch, so dropping replayed ones keeps whole batches.
+  for (;;) {
+    auto r = dead_->read(Offset(at), max_records, max_bytes);
+    if (!r) return r.error();
+    out.high_watermark = r->high_watermark;
+    out.log_start = r->log_start;
+    out.next_offset = r->next_offset;
+    for (auto& b : r->batches)
+      if (!replayed(BatchHeader::decode(b.data()).base_offset)) out.batches.push_back(std::move(b));
+    if (!out.batches.empty() || r->batches.empty()) return out;
+    at = r->next_offset.value();
+  }
+}
+
+Result<std::string> ConsumerGroup::build_replay(std::uint64_t from, std::uint64_t to,
+                                                std::uint64_t* count) {
+  BatchBuilder bb;
+  std::uint64_t n = 0;
+  std::uint64_t at = std::max(from, dead_->stats().log_start.value());
+  while (at < to) {
+    auto r = dead_->read(Offset(at), 1000, kFetchBytes);
+    if (!r) return r.error();
+    if (r->batches.empty()) break;
+    for (auto& b : r->batches) {
+      BatchReader reader(b.data(), b.size());
+      RecordView rv;
+      while (reader.next(rv)) {
+        if (rv.offset < at || rv.offset >= to || replayed(rv.offset)) continue;
+        // The original headers, without the ones dead-lettering (or an earlier replay)
+        // added, plus the replay mark recovery looks for.
+        std::vector<Header> hs;
+        std::string headers;
+        if (decode_headers(rv.headers, hs))
+          for (auto& h : hs)
+            if (h.name != kOriginalOffsetHeader && h.name != kDeliveriesHeader &&
+                h.name != kReplayedFromHeader)
+              append_header(headers, h.name, h.value);
+        append_header(headers, kReplayedFromHeader, name_ + ":" + std::to_string(rv.offset));
+        bb.add(rv.key, rv.value, headers, rv.timestamp_ms);
+        ++n;
+      }
+    }
+    at = r->next_offset.value();
+  }
+  *count = n;
+  return n > 0 ? bb.finish() : std::string();
+}
+
+Result<void> ConsumerGroup::journal_replayed(std::uint64_t from, std::uint64_t to) {
+  std::string payload;
+  put64(payload, from);
+  put64(payload, to);
+  if (auto r = append_journal(kReplayed, payload, true); !r) return r;
+  replayed_[from] = std::max(replayed_[from], to);
+  std::erase_if(pending_, [&](const PendingReplay& p) { return p.from == from && p.to == to; });
+  return {};
+}
+
+// A dead-letter record whose original offset the journal does not hold as done was moved
+// just before a crash took its DEAD record: record the move now (only the newest can be
+// missing, since each move's DEAD is synced before the next move; the check looks further).
+Result<void> ConsumerGroup::reconcile_dead_letters() {
+  const ShardStats st = dead_->stats();
+  const std::uint64_t end = st.high_watermark.value();
+  std::uint64_t at = std::max(st.log_start.value(),
+                              end > kDeadLetterTailCheck ? end - kDeadLetterTailCheck : 0);
+  while (at < end) {
+    auto r = dead_->read(Offset(at), 1000, kFetchBytes);
+    if (!r) return r.error();
+    if (r->batches.empty()) break;
+    for (auto& b : r->batches) {
+      BatchReader reader(b.data(), b.size());
+      RecordView rv;
+      while (reader.next(rv)) {
+        if (rv.offset < at) continue;
+        std::vector<Header> hs;
+        if (!decode_headers(rv.headers, hs)) continue;
+        for (auto& h : hs) {
+          if (h.name != kOriginalOffsetHeader) continue;
+          std::uint64_t off = 0;
+          try {
+            off = std::stoull(std::string(h.value));
+          } catch (const std::exception&) {
+            break;
+          }
+          if (off < committed_ || done_.count(off)) break;
+          std::string payload;
+          put64(payload, off);
+          if (auto w = append_journal(kDead, payload, true); !w) return w;
+          mark_done(off);
+          host_.log(LogLevel::warn, kComponent,
+                    "group " + name_ + " of shard " + shard_.ref().to_string() + ": offset " +
+                        std::to_string(off) + " was moved to dead letters (dead-letter offset " +
+                        std::to_string(rv.offset) +
+                        ") but the journal missed it (crash); recorded it now");
+          break;
+        }
+      }
+    }
+    at = r->next_offset.value();
+  }
+  cursor_ = std::max(cursor_, committed_);
+  return {};
+}
+
+// A replay whose intent is journaled but not its completion: find its batch in the shard
+// (records marked "<group>:<dead-letter offset>"), else append it now; then journal REPLAYED.
+Result<void> ConsumerGroup::resolve_pending_replays() {
+  while (!pending_.empty()) {
+    const PendingReplay p = pending_.front();
+    const std::string prefix = name_ + ":";
+    const ShardStats st = shard_.stats();
+    bool found = false;
+    std::uint64_t at = std::max(p.shard_from, st.log_start.value());
+    while (!found && at < st.high_watermark.value()) {
+      auto r = shard_.read(Offset(at), 1000, kFetchBytes);
+      if (!r) return r.error();
+      if (r->batches.empty()) break;
+      for (auto& b : r->batches) {
+        BatchReader reader(b.data(), b.size());
+        RecordView rv;
+        while (!found && reader.next(rv)) {
+          std::vector<Header> hs;
+          if (rv.offset < at || !decode_headers(rv.headers, hs)) continue;
+          for (auto& h : hs) {
+            if (h.name != kReplayedFromHeader || h.value.substr(0, prefix.size()) != prefix)
+              continue;
+            std::uint64_t dl = 0;
+            try {
+              dl = std::stoull(std::string(h.value.substr(prefix.size())));
+            } catch (const std::exception&) {
+              continue;
+            }
+            if (dl >= p.from && dl < p.to) found = true;
+          }
+        }
+        if (found) break;
+      }
+      at = r->next_offset.value();
+    }
+    std::uint64_t n = 0;
+    if (!found) {
+      auto batch = build_replay(p.from, p.to, &n);
+      if (!batch) return batch.error();
+      if (n > 0) {
+        auto appended = append_and_wait(shard_, std::move(*batch));
+        if (!appended) return appended.error();
+      }
+    }
+    if (auto r = journal_replayed(p.from, p.to); !r) return r;
+    host_.log(LogLevel::warn, kComponent,
+              "group " + name_ + " of shard " + shard_.ref().to_string() +
+                  ": finished an interrupted replay of dead letters [" + std::to_string(p.from) +
+                  ", " + std::to_string(p.to) + "): " +
+                  (found ? std::string("its batch was already in the shard")
+                         : "appended " + std::to_string(n) + " record(s) now"));
+  }
+  return {};
+}
+
+Result<std::uint64_t> ConsumerGroup::replay(Offset from, Offset to) {
+  std::lock_guard lk(mu_);
+  if (!dead_) return Error(Errc::unavailable, "shard " + shard_.ref().to_string() + " is closed");
+  // An earlier replay whose append failed must not be appended twice.
+  if (auto r = resolve_pending_replays(); !r) return r.error();
+  const ShardStats st = dead_->stats();
+  if (from > to || to > st.high_watermark || from < st.log_start)
+    return Error(Errc::invalid_argument,
+                 "dead-letter range [" + std::to_string(from.value()) + ", " +
+                     std::to_string(to.value()) + ") is not within [" +
+                     std::to_string(st.log_start.value()) + ", " +
+                     std::to_string(st.high_watermark.value()) + ")");
+  std::uint64_t n = 0;
+  auto batch = build_replay(from.value(), to.value(), &n);
+  if (!batch) return batch.error();
+  if (n > 0) {
+    // The intent first (synced): a crash after the shard append is then found at open.
+    const std::uint64_t shard_from = shard_.stats().high_watermark.value();
+    std::string payload;
+    put64(payload, from.value());
+    put64(payload, to.value());
+    put64(payload, shard_from);
+    if (auto r = append_journal(kReplayPending, payload, true); !r) return r.error();
+    pending_.push_back({from.value(), to.value(), shard_from});
+    if (stop_at("group.replay.after_intent"))
+      return Error(Errc::internal, "stopped at group.replay.after_intent");
+    auto appended = append_and_wait(shard_, std::move(*batch));
+    if (!appended) return appended.error();  // still pending: resolved before the next replay
+    if (stop_at("group.replay.after_append"))
+      return Error(Errc::internal, "stopped at group.replay.after_append");
+  }
+  if (auto r = journal_replayed(from.value(), to.value()); !r) return r.error();
+  maybe_compact();
+  return n;
+}
+
+}  // namespace sluice::fs_storage
