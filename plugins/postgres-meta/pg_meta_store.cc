@@ -134,15 +134,6 @@ bool is_connection_state(const std::string& st) {
   return st.rfind("08", 0) == 0 || st == "57P01" || st == "57P02" || st == "57P03";
 }
 
-class Handle final : public WatchHandle {
- public:
-  explicit Handle(std::function<void()> cancel) : cancel_(std::move(cancel)) {}
-  ~Handle() override { cancel_(); }
-
- private:
-  std::function<void()> cancel_;
-};
-
 // Sets a flag when a notification arrives on the channel.
 class Receiver final : public pqxx::notification_receiver {
  public:
@@ -188,14 +179,6 @@ PgMetaConfig PgMetaConfig::from_host(const PluginHost& host) {
 }
 
 // --- lifecycle -------------------------------------------------------------------------
-
-struct PgMetaStore::Watcher {
-  std::uint64_t id = 0;
-  ChangeSeq cursor;  // feed thread only
-  std::function<void(const ChangeEvent&)> on_change;
-  std::function<void()> resync;
-  bool cancelled = false;  // watch_mu_
-};
 
 PgMetaStore::PgMetaStore(PluginHost& host) : PgMetaStore(host, PgMetaConfig::from_host(host)) {}
 
@@ -928,113 +911,63 @@ Result<FeatureInfo> PgMetaStore::finalize_feature(const std::string& name) {
 std::unique_ptr<WatchHandle> PgMetaStore::watch(ChangeSeq after,
                                                 std::function<void(const ChangeEvent&)> on_change,
                                                 std::function<void()> resync) {
-  auto w = std::make_shared<Watcher>();
-  w->cursor = after;
-  w->on_change = std::move(on_change);
-  w->resync = std::move(resync);
+  return watches_.add(after, std::move(on_change), std::move(resync));
+}
+
+void PgMetaStore::wake_feed() {
   {
     std::lock_guard lk(watch_mu_);
-    w->id = next_watch_id_++;
-    watchers_[w->id] = w;
     wake_ = true;
   }
   watch_cv_.notify_all();
-  std::uint64_t id = w->id;
-  return std::make_unique<Handle>([this, id] { unregister(id); });
-}
-
-void PgMetaStore::unregister(std::uint64_t id) {
-  std::unique_lock lk(watch_mu_);
-  auto it = watchers_.find(id);
-  if (it != watchers_.end()) {
-    it->second->cancelled = true;
-    watchers_.erase(it);
-  }
-  if (std::this_thread::get_id() != feed_id_)
-    watch_cv_.wait(lk, [&] { return delivering_ != id; });
 }
 
 bool PgMetaStore::deliver_all(pqxx::connection& c) {
-  std::vector<std::shared_ptr<Watcher>> ws;
   {
     std::lock_guard lk(watch_mu_);
     wake_ = false;
-    for (auto& [id, w] : watchers_) ws.push_back(w);
   }
-  bool more = false;
-  std::uint64_t last_seq = 0;
-  if (ws.empty()) {
+  std::uint64_t last_seq = applied_.load();  // kept if every watch ends before its fetch
+  if (watches_.empty()) {
     pqxx::read_transaction tx(c);
     applied_ = u64(tx.exec1("SELECT last_seq FROM counter")[0]);
     tx.commit();
     return false;
   }
-  for (auto& w : ws) {
-    std::vector<ChangeEvent> events;
-    bool resync = false;
-    {
-      pqxx::transaction<pqxx::repeatable_read, pqxx::read_only> tx(c);
-      auto ctr = tx.exec1("SELECT last_seq, pruned_up_to FROM counter");
-      last_seq = u64(ctr[0]);
-      const std::uint64_t pruned = u64(ctr[1]);
-      // Behind the retained window, or ahead of the database (a restore rewound it).
-      if (w->cursor.value() < pruned || w->cursor.value() > last_seq) {
-        resync = true;
-      } else {
-        auto rs = tx.exec_params("SELECT seq, kind, payload FROM changes WHERE seq > $1"
-                                 " ORDER BY seq LIMIT $2",
-                                 static_cast<std::int64_t>(w->cursor.value()),
-                                 static_cast<std::int64_t>(kDeliveryBatch));
-        for (const auto& r : rs) {
-          auto ev = decode_change(i64(r[0]), r[1].as<std::string>(), r[2].as<std::string>());
-          if (!ev.ok()) {
-            log(LogLevel::error, ev.error().message + "; skipped");
-            continue;
-          }
-          events.push_back(std::move(ev.value()));
+  // Exceptions (a lost connection) propagate to feed_main, leaving every watch as it was.
+  auto fetch = [&](ChangeSeq after) -> Result<WatchBatch> {
+    WatchBatch b;
+    pqxx::transaction<pqxx::repeatable_read, pqxx::read_only> tx(c);
+    auto ctr = tx.exec1("SELECT last_seq, pruned_up_to FROM counter");
+    last_seq = u64(ctr[0]);
+    const std::uint64_t pruned = u64(ctr[1]);
+    // Behind the retained window, or ahead of the database (a restore rewound it).
+    if (after.value() < pruned || after.value() > last_seq) {
+      b.resync = true;
+    } else {
+      auto rs = tx.exec_params("SELECT seq, kind, payload FROM changes WHERE seq > $1"
+                               " ORDER BY seq LIMIT $2",
+                               static_cast<std::int64_t>(after.value()),
+                               static_cast<std::int64_t>(kDeliveryBatch));
+      for (const auto& r : rs) {
+        auto ev = decode_change(i64(r[0]), r[1].as<std::string>(), r[2].as<std::string>());
+        if (!ev.ok()) {
+          log(LogLevel::error, ev.error().message + "; skipped");
+          continue;
         }
-        if (rs.size() == kDeliveryBatch) more = true;
+        b.events.push_back(std::move(ev.value()));
       }
-      tx.commit();
+      b.more = rs.size() == kDeliveryBatch;
     }
-    auto run_cb = [&](auto&& fn) {
-      {
-        std::lock_guard lk(watch_mu_);
-        if (w->cancelled) return false;
-        delivering_ = w->id;
-      }
-      try {
-        fn();
-      } catch (const std::exception& e) {
-        log(LogLevel::error, std::string("watch callback threw: ") + e.what());
-      } catch (...) {
-        log(LogLevel::error, "watch callback threw");
-      }
-      {
-        std::lock_guard lk(watch_mu_);
-        delivering_ = 0;
-      }
-      watch_cv_.notify_all();
-      return true;
-    };
-    if (resync) {
-      run_cb([&] { if (w->resync) w->resync(); });
-      std::lock_guard lk(watch_mu_);
-      w->cancelled = true;
-      watchers_.erase(w->id);
-      continue;
-    }
-    for (auto& ev : events) {
-      if (!run_cb([&] { if (w->on_change) w->on_change(ev); })) break;
-      w->cursor = ev.seq;
-    }
-  }
+    tx.commit();
+    return b;
+  };
+  bool more = watches_.deliver(fetch, [this](const std::string& m) { log(LogLevel::error, m); }).more;
   applied_ = last_seq;
   return more;
 }
 
 void PgMetaStore::feed_main() {
-  feed_id_ = std::this_thread::get_id();
   std::unique_ptr<pqxx::connection> c;
   std::unique_ptr<Receiver> rx;
   bool notified = false;

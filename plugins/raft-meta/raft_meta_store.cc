@@ -2,6 +2,7 @@
 
 #include "rpc.h"
 
+#include "sluice/durable_fs.h"
 #include "sluice/uuid.h"
 #include "sluice/strings.h"
 
@@ -102,27 +103,6 @@ RaftMetaConfig RaftMetaConfig::from_host(const PluginHost& host) {
   return c;
 }
 
-// --- watches -------------------------------------------------------------------------------
-
-struct RaftMetaStore::Watcher {
-  std::uint64_t id = 0;
-  ChangeSeq cursor;  // delivery thread only
-  std::function<void(const ChangeEvent&)> on_change;
-  std::function<void()> resync;
-  bool cancelled = false;  // guarded by watch_mu_
-};
-
-namespace {
-class Handle final : public WatchHandle {
- public:
-  Handle(std::function<void()> cancel) : cancel_(std::move(cancel)) {}
-  ~Handle() override { cancel_(); }
-
- private:
-  std::function<void()> cancel_;
-};
-}  // namespace
-
 // --- lifecycle -----------------------------------------------------------------------------
 
 RaftMetaStore::RaftMetaStore(PluginHost& host) : RaftMetaStore(host, RaftMetaConfig::from_host(host)) {}
@@ -130,7 +110,6 @@ RaftMetaStore::RaftMetaStore(PluginHost& host) : RaftMetaStore(host, RaftMetaCon
 RaftMetaStore::RaftMetaStore(PluginHost& host, RaftMetaConfig config)
     : host_(host), cfg_(std::move(config)), fsm_(cfg_.change_retention, cfg_.level) {
   delivery_ = std::thread([this] { delivery_main(); });
-  delivery_id_ = delivery_.get_id();
 }
 
 RaftMetaStore::~RaftMetaStore() {
@@ -159,9 +138,10 @@ Result<void> RaftMetaStore::start() {
     ~Reset() { f.store(false); }
   } reset{starting_};
 
-  std::error_code ec;
-  std::filesystem::create_directories(cfg_.raft_dir, ec);
-  if (ec) return Error(Errc::storage_failure, "cannot create " + cfg_.raft_dir + ": " + ec.message());
+  // Durable before libraft writes into it: a power cut must not lose the directory's name
+  // (and with it the log) after the member has acknowledged anything (sluice/durable_fs.h).
+  if (auto made = create_directories_durably(cfg_.raft_dir); !made.ok())
+    return Error(Errc::storage_failure, "cannot create raft.dir: " + made.error().message);
 
   // raft_start replays the last snapshot and the log into the catalog: start it empty
   // (a store may be started again after stop()).
@@ -1141,93 +1121,38 @@ ChangeBatch RaftMetaStore::changes_after(ChangeSeq after, std::size_t limit) {
 std::unique_ptr<WatchHandle> RaftMetaStore::watch(ChangeSeq after,
                                                   std::function<void(const ChangeEvent&)> on_change,
                                                   std::function<void()> resync) {
-  auto w = std::make_shared<Watcher>();
-  w->cursor = after;
-  w->on_change = std::move(on_change);
-  w->resync = std::move(resync);
-  {
-    std::lock_guard lk(watch_mu_);
-    w->id = next_watch_id_++;
-    watchers_[w->id] = w;
-    ++wake_seq_;
-  }
-  watch_cv_.notify_all();
-  std::uint64_t id = w->id;
-  return std::make_unique<Handle>([this, id] { unregister(id); });
-}
-
-void RaftMetaStore::unregister(std::uint64_t id) {
-  std::unique_lock lk(watch_mu_);
-  auto it = watchers_.find(id);
-  if (it != watchers_.end()) {
-    it->second->cancelled = true;
-    watchers_.erase(it);
-  }
-  // Wait for an in-flight callback, unless we are that callback (destroying the handle
-  // from inside on_change): then it simply is the last one.
-  if (std::this_thread::get_id() != delivery_id_)
-    watch_cv_.wait(lk, [&] { return delivering_ != id; });
+  return watches_.add(after, std::move(on_change), std::move(resync));
 }
 
 void RaftMetaStore::delivery_main() {
   std::uint64_t seen = 0;
   bool more = false;
+  const auto fetch = [this](ChangeSeq after) -> Result<WatchBatch> {
+    ChangeBatch batch;
+    {
+      std::lock_guard lk(fsm_mu_);
+      try {
+        batch = fsm_.changes_after(after, kDeliveryBatch);
+      } catch (const std::exception& e) {
+        log(LogLevel::error, std::string("reading the change log: ") + e.what());
+        return Error(Errc::internal, e.what());
+      }
+    }
+    WatchBatch out;
+    out.resync = batch.resync;
+    out.more = batch.events.size() == kDeliveryBatch;
+    out.events = std::move(batch.events);
+    return out;
+  };
+  const auto on_error = [this](const std::string& m) { log(LogLevel::error, m); };
   for (;;) {
-    std::vector<std::shared_ptr<Watcher>> ws;
     {
       std::unique_lock lk(watch_mu_);
       if (!more) watch_cv_.wait(lk, [&] { return delivery_stop_ || wake_seq_ != seen; });
       if (delivery_stop_) return;
       seen = wake_seq_;
-      for (auto& [id, w] : watchers_) ws.push_back(w);
     }
-    more = false;
-    for (auto& w : ws) {
-      ChangeBatch batch;
-      {
-        std::lock_guard lk(fsm_mu_);
-        try {
-          batch = fsm_.changes_after(w->cursor, kDeliveryBatch);
-        } catch (const std::exception& e) {
-          log(LogLevel::error, std::string("reading the change log: ") + e.what());
-          continue;
-        }
-      }
-      // Runs `fn` as watcher w's callback unless it was cancelled. false: cancelled.
-      auto run = [&](auto&& fn) {
-        {
-          std::lock_guard lk(watch_mu_);
-          if (w->cancelled) return false;
-          delivering_ = w->id;
-        }
-        try {
-          fn();
-        } catch (const std::exception& e) {
-          log(LogLevel::error, std::string("watch callback threw: ") + e.what());
-        } catch (...) {
-          log(LogLevel::error, "watch callback threw");
-        }
-        {
-          std::lock_guard lk(watch_mu_);
-          delivering_ = 0;
-        }
-        watch_cv_.notify_all();
-        return true;
-      };
-      if (batch.resync) {
-        // Too old to replay: deliver nothing, ask for a resync, and end this watch.
-        run([&] { if (w->resync) w->resync(); });
-        std::lock_guard lk(watch_mu_);
-        w->cancelled = true;
-        watchers_.erase(w->id);
-        continue;
-      }
-      for (auto& ev : batch.events) {
-        if (!run([&] { if (w->on_change) w->on_change(ev); })) break;
-        w->cursor = ev.seq;
-      }
-      if (batch.events.size() == kDeliveryBatch) more = true;
-    }
+    more = watches_.deliver(fetch, on_error).more;
   }
 }
 
