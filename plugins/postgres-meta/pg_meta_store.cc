@@ -707,7 +707,13 @@ Result<StreamInfo> PgMetaStore::delete_stream(const StreamKey& key) {
                    key.tenant, key.ns, key.name);
     std::optional<Tombstone> written;
     if (knows_incarnations) {
-      if (auto up_to = decide_delete_tombstone(existing.incarnation, /*flagged=*/false)) {
+      // This writer knows incarnations and decides inside its own serializable
+      // transaction, as a flagged raft-meta entry does at apply: after the finalize, even a
+      // delete at incarnation 0 records "incarnation 0 deleted", so a broker that was down
+      // through it still removes the legacy data (docs/metadata-levels.md). The database
+      // refuses deletes by pre-incarnation instances once finalized (schema.cc, v3).
+      const bool finalized = read_finalized(tx).count(kStreamIncarnations) > 0;
+      if (auto up_to = decide_delete_tombstone(existing.incarnation, /*flagged=*/true, finalized)) {
         // One row per name; deleted_up_to only ever raised (also enforced by a trigger).
         auto t = tx.exec_params1(
             "INSERT INTO tombstones(tenant, ns, name, deleted_up_to, seq) VALUES ($1, $2, $3, $4, $5)"
