@@ -12,6 +12,10 @@
 //     advisory lock) and tracks readiness. Reconnects with backoff.
 //
 // Lock order: life_mu_ -> req_mu_; watch_mu_ is never held with req_mu_.
+//
+// Files: pg_meta_config.cc, pg_meta_bootstrap.cc (connect, migrate, start/stop),
+// pg_meta_transaction.cc and pg_meta_store_internal.h (the transaction runner and helpers),
+// pg_meta_catalog.cc, pg_meta_fleet.cc, pg_meta_feed.cc (feed thread, watches).
 #pragma once
 
 #include <atomic>

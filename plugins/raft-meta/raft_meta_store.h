@@ -23,6 +23,10 @@
 //     began is applied), then a read of the applied state under fsm_mu_.
 //
 // Lock order: watch_mu_ and fsm_mu_ are never held together.
+//
+// Files: raft_meta_config.cc, raft_meta_bootstrap.cc (start/stop), raft_meta_members.cc
+// (members, forwarding), raft_meta_catalog.cc (apply, catalog calls), raft_meta_feed.cc
+// (watches).
 #pragma once
 
 #include <atomic>
