@@ -7,11 +7,15 @@
 //     gap-free and its order is commit order. Serialization failures and lost connections
 //     are retried with backoff until metadata.timeout_ms.
 //   - feed thread (one per started store, its own connection): LISTENs for change
-//     notifications, pages the `changes` table for every watcher (callbacks run here, one
-//     at a time, in ChangeSeq order, no lock held), holds the controller lease (a session
+//     notifications, pages the `changes` table for every watch (WatchRegistry::deliver:
+//     callbacks run here, one at a time, in ChangeSeq order, no lock held), holds the controller lease (a session
 //     advisory lock) and tracks readiness. Reconnects with backoff.
 //
 // Lock order: life_mu_ -> req_mu_; watch_mu_ is never held with req_mu_.
+//
+// Files: pg_meta_config.cc, pg_meta_bootstrap.cc (connect, migrate, start/stop),
+// pg_meta_transaction.cc and pg_meta_store_internal.h (the transaction runner and helpers),
+// pg_meta_catalog.cc, pg_meta_fleet.cc, pg_meta_feed.cc (feed thread, watches).
 #pragma once
 
 #include <atomic>
@@ -30,6 +34,7 @@
 
 #include "sluice/host.h"
 #include "sluice/metadata.h"
+#include "sluice/watch_registry.h"
 
 
 namespace sluice::postgres_meta {
@@ -93,8 +98,6 @@ class PgMetaStore final : public MetadataStore {
   bool holds_lease() const { return lease_held_.load(); }
   const PgMetaConfig& config() const { return cfg_; }
 
-  struct Watcher;
-
  private:
   enum class Mode { write, read, plain };
   template <class T, class F>
@@ -118,7 +121,7 @@ class PgMetaStore final : public MetadataStore {
 
   void feed_main();
   bool deliver_all(pqxx::connection& c);  // true: more pending
-  void unregister(std::uint64_t id);
+  void wake_feed();
 
   PluginHost& host_;
   PgMetaConfig cfg_;
@@ -142,14 +145,12 @@ class PgMetaStore final : public MetadataStore {
   std::mutex err_mu_;
   std::string last_error_;  // guarded by err_mu_
 
-  // Watches.
+  // Watches: the SDK fan-out (watch_registry.h), delivered by the feed thread. watch_mu_
+  // and watch_cv_ wake the feed thread (a new watch, stop()).
   std::mutex watch_mu_;
   std::condition_variable watch_cv_;
-  std::map<std::uint64_t, std::shared_ptr<Watcher>> watchers_;  // watch_mu_
-  std::uint64_t next_watch_id_ = 1;                               // watch_mu_
-  bool wake_ = false;                                             // watch_mu_
-  std::uint64_t delivering_ = 0;                                  // watch_mu_
-  std::thread::id feed_id_;
+  bool wake_ = false;  // watch_mu_
+  WatchRegistry watches_{[this] { wake_feed(); }};
 };
 
 }  // namespace sluice::postgres_meta

@@ -168,12 +168,39 @@ CREATE TRIGGER tombstones_guard BEFORE UPDATE OR DELETE ON tombstones
   FOR EACH ROW EXECUTE FUNCTION tombstones_guard();
 )SQL";
 
+// Version 3: after the finalize, a delete at incarnation 0 writes tombstone 0 (the three-
+// argument rule of features.h, as raft-meta applies it to flagged entries). The C++ writer
+// decides it; the database refuses, once stream_incarnations is finalized, any delete by a
+// pre-incarnation instance (which would write no tombstone), as it refuses its creates.
+constexpr std::string_view kV3 = R"SQL(
+CREATE FUNCTION decide_delete_tombstone(deleted bigint, flagged boolean, finalized boolean)
+  RETURNS bigint
+  LANGUAGE sql IMMUTABLE AS
+  $$ SELECT CASE WHEN deleted = 0 AND (NOT flagged OR NOT finalized) THEN NULL ELSE deleted END $$;
+
+CREATE OR REPLACE FUNCTION streams_guard_delete() RETURNS trigger
+  LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+  IF writer_level() < 10 AND
+     (OLD.incarnation > 0 OR EXISTS (SELECT 1 FROM features WHERE name = 'stream_incarnations')) THEN
+    RAISE EXCEPTION USING
+      ERRCODE = 'SL003',
+      MESSAGE = format('stream %s/%s/%s (incarnation %s): this instance predates incarnations '
+                       '(writer level %s) and cannot delete it without a tombstone once '
+                       'stream_incarnations is finalized; upgrade it',
+                       OLD.tenant, OLD.ns, OLD.name, OLD.incarnation, writer_level());
+  END IF;
+  RETURN OLD;
+END $$;
+)SQL";
+
 }  // namespace
 
 const std::vector<Migration>& migrations() {
   static const std::vector<Migration> m = {
       {1, "catalog, fleet and change feed tables", kV1},
       {2, "incarnation rules and the pre-incarnation guard triggers", kV2},
+      {3, "tombstone 0 after the finalize; no pre-incarnation deletes once finalized", kV3},
   };
   return m;
 }

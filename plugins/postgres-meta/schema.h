@@ -7,7 +7,7 @@
 namespace sluice::postgres_meta {
 
 // The schema version this build knows. A database at a higher version is refused at start.
-inline constexpr int kSchemaVersion = 2;
+inline constexpr int kSchemaVersion = 3;
 
 struct Migration {
   int version;
@@ -18,10 +18,10 @@ struct Migration {
 // Every migration, in version order (1..kSchemaVersion).
 const std::vector<Migration>& migrations();
 
-// SQLSTATEs raised by the rules inside the database (migration 2).
+// SQLSTATEs raised by the rules inside the database (migrations 2 and 3).
 inline constexpr std::string_view kStateOldInstanceCreate = "SL001";   // pre-incarnation create
 inline constexpr std::string_view kStateIncarnationRepeat = "SL002";   // not above the tombstone
-inline constexpr std::string_view kStateOldInstanceDelete = "SL003";   // pre-incarnation delete
+inline constexpr std::string_view kStateOldInstanceDelete = "SL003";   // pre-incarnation delete (v3: any, once finalized)
 inline constexpr std::string_view kStateTombstoneKept = "SL004";       // tombstones are forever
 
 }  // namespace sluice::postgres_meta

@@ -15,14 +15,18 @@
 // Thread model
 //   - raft thread (RaftNode): libraft, the uv io, CatalogFsm::apply, snapshot, restore.
 //     apply holds fsm_mu_ only while touching the catalog, then wakes the delivery thread.
-//   - delivery thread: one per store; runs every watch callback, one at a time, in
-//     ChangeSeq order, reading the `changes` table under fsm_mu_ but calling user code
-//     with no lock held.
+//   - delivery thread: one per store; runs every watch callback (WatchRegistry::deliver),
+//     one at a time, in ChangeSeq order, reading the `changes` table under fsm_mu_ but
+//     calling user code with no lock held.
 //   - callers: any thread. Mutations block on RaftNode::apply (metadata.timeout_ms).
 //     Reads are linearizable: a raft_barrier first (every entry committed before the read
 //     began is applied), then a read of the applied state under fsm_mu_.
 //
 // Lock order: watch_mu_ and fsm_mu_ are never held together.
+//
+// Files: raft_meta_config.cc, raft_meta_bootstrap.cc (start/stop), raft_meta_members.cc
+// (members, forwarding), raft_meta_catalog.cc (apply, catalog calls), raft_meta_feed.cc
+// (watches).
 #pragma once
 
 #include <atomic>
@@ -41,6 +45,7 @@
 #include "raft_node.h"
 #include "sluice/host.h"
 #include "sluice/metadata.h"
+#include "sluice/watch_registry.h"
 
 namespace sluice::raft_meta {
 
@@ -147,8 +152,6 @@ class RaftMetaStore final : public MetadataStore {
   // The create_stream command this member would propose now (placement, incarnation).
   Command stream_create_command(const StreamKey& key, const StreamSpec& spec);
 
-  struct Watcher;  // one registered watch; defined in the .cc
-
  private:
   // The RaftStateMachine the node drives (raft thread): forwards to the catalog.
   class FsmAdapter final : public RaftStateMachine {
@@ -182,7 +185,6 @@ class RaftMetaStore final : public MetadataStore {
   std::vector<BrokerInfo> serving_brokers(const std::vector<BrokerInfo>& registered);
   FeatureInfo feature_info(std::string_view name, const std::map<std::string, ChangeSeq, std::less<>>& fin,
                            const std::vector<BrokerInfo>& serving) const;
-  void unregister(std::uint64_t id);
 
   PluginHost& host_;
   RaftMetaConfig cfg_;
@@ -217,16 +219,13 @@ class RaftMetaStore final : public MetadataStore {
   std::map<std::uint32_t, std::chrono::steady_clock::time_point> last_seen_;  // live_mu_
   std::chrono::steady_clock::time_point grace_until_{};  // live_mu_: restart grace
 
-  // Watches.
+  // Watches: the SDK fan-out (watch_registry.h), delivered by delivery_main.
   std::mutex watch_mu_;
   std::condition_variable watch_cv_;
-  std::map<std::uint64_t, std::shared_ptr<Watcher>> watchers_;  // guarded by watch_mu_
-  std::uint64_t next_watch_id_ = 1;                               // guarded by watch_mu_
   std::uint64_t wake_seq_ = 0;        // bumped on every apply/restore; guarded by watch_mu_
-  std::uint64_t delivering_ = 0;      // id whose callback runs now (0: none)
   bool delivery_stop_ = false;        // guarded by watch_mu_
+  WatchRegistry watches_{[this] { catalog_changed(); }};
   std::thread delivery_;
-  std::thread::id delivery_id_;
 };
 
 }  // namespace sluice::raft_meta

@@ -19,6 +19,9 @@
 // serialized by a mutex), reconnecting over `metadata.controllers` on failure; each watch
 // has its own delivery thread and connection, long-polling changes_after, reconnecting with
 // backoff (100 ms doubling to 2 s). ready=false while no controller answers.
+//
+// Files: rpc_server.cc (RpcServer), rpc_client.cc (requests), remote_watch.cc (watches,
+// with the SDK fan-out of watch_registry.h), rpc_socket.h (shared socket helpers).
 #pragma once
 
 #include <atomic>
@@ -123,6 +126,10 @@ class RemoteMetadataStore final : public MetadataStore {
   Result<std::string> call_on(Conn& c, const std::string& method, const std::string& params_json,
                               bool retry = true);
 
+  // For a watch handle destroyed on its own thread (remote_watch.cc): the store joins that
+  // thread later, once `done`, and at the latest in its destructor.
+  void retire_watch_thread(std::thread t, std::shared_ptr<const std::atomic<bool>> done);
+
  private:
   Result<std::string> call(const std::string& method, const std::string& params_json);
   bool connect(Conn& c, std::string& why);
@@ -136,6 +143,14 @@ class RemoteMetadataStore final : public MetadataStore {
   std::mutex id_mu_;
   std::string cluster_id_;  // guarded by id_mu_; set only after adopt_cluster_id succeeded
   std::string last_error_;  // guarded by id_mu_
+
+  struct Retired {
+    std::thread thread;
+    std::shared_ptr<const std::atomic<bool>> done;
+  };
+  void join_retired(bool only_done);
+  std::mutex retired_mu_;
+  std::vector<Retired> retired_;  // guarded by retired_mu_
 };
 
 // Asks the member at `rpc_address` for its own status (one short-lived connection).

@@ -5,6 +5,7 @@
 #include <barrier>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -81,7 +82,97 @@ TEST(PostgresMeta, sql_rules_agree_with_features_h) {
       if (want) {
         EXPECT_EQ(r[0][0].as<std::int64_t>(), static_cast<std::int64_t>(want->value()));
       }
+      for (int fin = 0; fin < 2; ++fin) {
+        auto r3 = pgtest::sql(schema, "SELECT decide_delete_tombstone(" + std::to_string(v) + ", " +
+                                          (fl ? "true" : "false") + ", " + (fin ? "true" : "false") + ")");
+        auto want3 = decide_delete_tombstone(Incarnation{static_cast<std::uint64_t>(v)}, fl, fin);
+        EXPECT_EQ(r3[0][0].is_null(), !want3.has_value()) << v << " " << fl << " " << fin;
+        if (want3) {
+          EXPECT_EQ(r3[0][0].as<std::int64_t>(), static_cast<std::int64_t>(want3->value()));
+        }
+      }
     }
+}
+
+// Regression (the seed: "after the finalize, the next delete removes that old data"): a
+// delete of a legacy stream (incarnation 0) after stream_incarnations is finalized writes
+// tombstone 0, in the table, the snapshot and the change a broker replays. Before, it wrote
+// none, so a broker down through the delete kept the legacy data forever.
+TEST(PostgresMeta, legacy_delete_after_finalize_writes_tombstone_0) {
+  auto schema = test_schema();
+  auto c = pgtest::config(schema);
+  c.bootstrap_hold_back = {kInc};
+  Node n(c);
+  ASSERT_TRUE(n->create_tenant("acme").ok());
+  ASSERT_TRUE(n->create_namespace("acme", "prod").ok());
+  auto legacy = n->create_stream(kKey, spec());
+  ASSERT_TRUE(legacy.ok()) << legacy.error().to_string();
+  ASSERT_EQ(legacy->incarnation.value(), 0u);
+  ASSERT_TRUE(n->finalize_feature(kInc).ok());
+
+  std::mutex mu;
+  std::vector<ChangeEvent> deletes;
+  auto w = n->watch(ChangeSeq{0}, [&](const ChangeEvent& e) {
+    std::lock_guard lk(mu);
+    if (e.kind == ChangeEvent::Kind::stream_deleted) deletes.push_back(e);
+  }, [] {});
+  auto d = n->delete_stream(kKey);
+  ASSERT_TRUE(d.ok()) << d.error().to_string();
+  EXPECT_EQ(d->incarnation.value(), 0u);
+
+  auto ts = n->list_tombstones();
+  ASSERT_TRUE(ts.ok());
+  ASSERT_EQ(ts->size(), 1u) << "no tombstone for the legacy delete after the finalize";
+  EXPECT_EQ((*ts)[0].key, kKey);
+  EXPECT_EQ((*ts)[0].deleted_up_to, Incarnation{0});
+  auto snap = n->snapshot();
+  ASSERT_TRUE(snap.ok());
+  ASSERT_EQ(snap->tombstones.size(), 1u);
+  EXPECT_EQ(snap->tombstones[0].deleted_up_to, Incarnation{0});
+  auto deadline = std::chrono::steady_clock::now() + 20s;
+  for (;;) {
+    {
+      std::lock_guard lk(mu);
+      if (!deletes.empty() || std::chrono::steady_clock::now() > deadline) break;
+    }
+    std::this_thread::sleep_for(5ms);
+  }
+  w.reset();
+  ASSERT_EQ(deletes.size(), 1u);
+  ASSERT_TRUE(deletes[0].tombstone.has_value());
+  EXPECT_EQ(deletes[0].tombstone->deleted_up_to, Incarnation{0});
+  EXPECT_EQ(deletes[0].tombstone->seq, deletes[0].seq);
+  // The recreate is incarnated above it.
+  auto again = n->create_stream(kKey, spec());
+  ASSERT_TRUE(again.ok());
+  EXPECT_GT(again->incarnation.value(), 0u);
+}
+
+// A pre-incarnation instance would delete a legacy stream without the tombstone: once the
+// feature is finalized the database refuses it (SL003), as it refuses its creates.
+TEST(PostgresMeta, old_instance_legacy_delete_refused_after_finalize) {
+  auto schema = test_schema();
+  auto c10 = pgtest::config(schema);
+  c10.bootstrap_hold_back = {kInc};
+  Node upgraded(c10);
+  auto c8 = pgtest::config(schema);
+  c8.level = MetadataLevel{8};
+  Node old(c8);
+  ASSERT_TRUE(upgraded->create_tenant("acme").ok());
+  ASSERT_TRUE(upgraded->create_namespace("acme", "prod").ok());
+  // Before the finalize the old instance deletes legacy streams as it always did.
+  ASSERT_TRUE(old->create_stream({"acme", "prod", "before"}, spec()).ok());
+  ASSERT_TRUE(old->delete_stream({"acme", "prod", "before"}).ok());
+  EXPECT_TRUE(upgraded->list_tombstones()->empty());
+  ASSERT_TRUE(old->create_stream(kKey, spec()).ok());
+  ASSERT_TRUE(upgraded->finalize_feature(kInc).ok());
+  auto refused = old->delete_stream(kKey);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code, Errc::conflict);
+  EXPECT_NE(refused.error().message.find("upgrade"), std::string::npos) << refused.error().message;
+  ASSERT_TRUE(upgraded->get_stream(kKey).ok()) << "nothing was deleted";
+  ASSERT_TRUE(upgraded->delete_stream(kKey).ok());
+  ASSERT_EQ(upgraded->list_tombstones()->size(), 1u);
 }
 
 TEST(PostgresMeta, old_instance_create_refused_after_finalize) {

@@ -9,6 +9,7 @@
 
 #include <boost/json.hpp>
 #include <chrono>
+#include <condition_variable>
 #include <map>
 #include <mutex>
 #include <atomic>
@@ -150,6 +151,54 @@ TEST(ControllerRpc, WatchDeliversInOrder) {
   for (std::size_t i = 1; i < got.size(); ++i) EXPECT_GT(got[i].seq, got[i - 1].seq);
   EXPECT_EQ(got[6].stream.key.name, "s4");
   EXPECT_EQ(got[6].assignments.size(), 1u);
+}
+
+// Regression: destroying a RemoteWatch from inside its own callback used to detach the
+// watch thread, which then wrote the cursor and locked the mutex of the freed watch
+// (heap-use-after-free under AddressSanitizer). The rules are metadata.h's WatchHandle's.
+TEST(ControllerRpc, RemoteWatchDestroyedFromItsOwnCallbackIsSafe) {
+  Controller c;
+  ASSERT_TRUE(c.store.start().ok());
+  ASSERT_TRUE(c.store.create_tenant("t").ok());
+  ASSERT_TRUE(c.store.create_namespace("t", "n").ok());
+  for (int i = 0; i < 5; ++i)
+    ASSERT_TRUE(c.store.create_stream({"t", "n", "s" + std::to_string(i)}, StreamSpec{}).ok());
+  TestHost bh(broker_config(c.address()));
+  RemoteMetadataStore remote(bh);
+  ASSERT_TRUE(remote.start().ok());
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::unique_ptr<WatchHandle> self;  // guarded by mu
+  bool handed = false;                // guarded by mu
+  int calls = 0;                      // guarded by mu
+  auto h = remote.watch(ChangeSeq{0}, [&](const ChangeEvent&) {
+    std::unique_ptr<WatchHandle> mine;
+    {
+      std::unique_lock lk(mu);
+      ++calls;
+      cv.wait(lk, [&] { return handed; });  // the handle is ours once watch() returned
+      mine = std::move(self);
+    }
+    mine.reset();  // destroy the watch from inside its own callback
+  }, [] {});
+  {
+    std::lock_guard lk(mu);
+    self = std::move(h);
+    handed = true;
+  }
+  cv.notify_all();
+
+  // A second watch sees every change (the first had seven in its first batch); by then
+  // the first has stopped at one callback.
+  std::atomic<int> seen{0};
+  auto other = remote.watch(ChangeSeq{0}, [&](const ChangeEvent&) { ++seen; }, [] {});
+  ASSERT_TRUE(c.store.create_stream({"t", "n", "late"}, StreamSpec{}).ok());
+  ASSERT_TRUE(eventually([&] { return seen.load() >= 8; }));
+  other.reset();
+  std::lock_guard lk(mu);
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(self, nullptr);
 }
 
 TEST(ControllerRpc, ANodeOfAnotherClusterIsRefusedNamingBothIds) {

@@ -152,7 +152,20 @@ struct MetadataStatus {
   ChangeSeq applied;         // highest applied change
 };
 
-// Cancels the watch when destroyed. Destroy it before the MetadataStore.
+// Cancels the watch when destroyed. Every backend implements these rules with the one
+// fan-out of watch_registry.h.
+//
+// Destruction rules:
+//   - Destroy it before the MetadataStore that returned it.
+//   - From any thread other than the one running the watch's callbacks: once the
+//     destructor returns, no callback of this watch runs or will run; a callback running
+//     at the time is waited for (so do not destroy a handle while holding a lock that
+//     callback takes).
+//   - From inside the watch's own on_change or resync: allowed and safe. The destructor
+//     returns at once (no wait, no deadlock); the running callback is the last, and the
+//     backend touches nothing of the handle after it returns.
+//   - From inside another watch's callback: as from another thread (that watch's
+//     callbacks are not running, as one backend thread runs them one at a time).
 class WatchHandle {
  public:
   virtual ~WatchHandle() = default;

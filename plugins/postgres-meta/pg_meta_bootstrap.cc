@@ -1,0 +1,209 @@
+// PgMetaStore lifecycle: connect, migrate and bootstrap the schema (schema.h), start, stop,
+// status.
+#include "pg_meta_store.h"
+#include "pg_meta_store_internal.h"
+
+#include <pqxx/pqxx>
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+#include <set>
+#include <stdexcept>
+
+#include "codec.h"
+#include "schema.h"
+#include "sluice/catalog_rules.h"
+#include "sluice/strings.h"
+#include "sluice/features.h"
+#include "sluice/names.h"
+#include "sluice/uuid.h"
+
+namespace sluice::postgres_meta {
+
+using namespace detail;
+
+namespace {
+
+constexpr std::string_view kComponent = "postgres-meta";
+
+}  // namespace
+
+// --- lifecycle -------------------------------------------------------------------------
+
+PgMetaStore::PgMetaStore(PluginHost& host) : PgMetaStore(host, PgMetaConfig::from_host(host)) {}
+
+PgMetaStore::PgMetaStore(PluginHost& host, PgMetaConfig config)
+    : host_(host), cfg_(std::move(config)) {
+  auto d = describe_conninfo(cfg_.url);
+  if (!d.ok()) throw std::invalid_argument(d.error().message);
+  target_ = d.value() + " schema=" + cfg_.schema;
+  secret_ = conninfo_password(cfg_.url);
+  channel_ = "sluice_changes_" + cfg_.schema;
+}
+
+PgMetaStore::~PgMetaStore() { stop(); }
+
+void PgMetaStore::log(LogLevel level, const std::string& msg) {
+  host_.log(level, kComponent, scrub(msg, secret_));
+}
+
+std::string PgMetaStore::clean(const std::string& msg) const {
+  return scrub(first_line(msg), secret_);
+}
+
+Result<std::unique_ptr<pqxx::connection>> PgMetaStore::connect_once() {
+  try {
+    auto c = std::make_unique<pqxx::connection>(cfg_.url);
+    // Remembered by libpqxx and restored if it ever reactivates the connection.
+    c->set_variable("search_path", c->quote_name(cfg_.schema));
+    c->set_variable("application_name", "'sluiced node " + std::to_string(host_.node_id().value()) + "'");
+    return c;
+  } catch (const std::exception& e) {
+    std::string m = clean(e.what());
+    // Definite: retrying cannot help.
+    bool definite = m.find("authentication failed") != std::string::npos ||
+                    m.find("does not exist") != std::string::npos ||
+                    m.find("no pg_hba.conf entry") != std::string::npos ||
+                    m.find("invalid") != std::string::npos ||
+                    m.find("password") != std::string::npos;
+    return Error(definite ? Errc::unauthorized : Errc::unavailable,
+                 "cannot connect to PostgreSQL (" + target_ + "): " + m,
+                 definite ? Outcome::definite : Outcome::transient);
+  }
+}
+
+Result<std::string> PgMetaStore::migrate(pqxx::connection& c) {
+  try {
+    pqxx::work tx(c);
+    tx.exec_params("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
+                   "sluice-migrate/" + cfg_.schema);
+    tx.exec0("CREATE SCHEMA IF NOT EXISTS " + tx.quote_name(cfg_.schema));
+    tx.exec0("CREATE TABLE IF NOT EXISTS sluice_schema_version ("
+             " version integer PRIMARY KEY, description text NOT NULL,"
+             " applied_at timestamptz NOT NULL DEFAULT now())");
+    int have = tx.exec1("SELECT COALESCE(max(version), 0) FROM sluice_schema_version")[0].as<int>();
+    if (have > kSchemaVersion)
+      return Error(Errc::conflict,
+                   "the database schema " + cfg_.schema + " is at version " + std::to_string(have) +
+                       ", newer than this binary's schema version " +
+                       std::to_string(kSchemaVersion) +
+                       " (sluice_schema_version); upgrade sluiced before pointing it at this "
+                       "database");
+    for (auto& m : migrations()) {
+      if (m.version <= have) continue;
+      tx.exec0(std::string(m.sql));
+      tx.exec_params("INSERT INTO sluice_schema_version(version, description) VALUES ($1, $2)",
+                     m.version, std::string(m.description));
+      log(LogLevel::info, "applied schema migration " + std::to_string(m.version) + " (" +
+                              std::string(m.description) + ") to " + cfg_.schema);
+    }
+    std::string id;
+    auto r = tx.exec("SELECT id FROM cluster");
+    if (!r.empty()) {
+      id = r[0][0].as<std::string>();
+    } else {
+      id = random_uuid_v4();
+      auto seq = tx.exec1("UPDATE counter SET last_seq = last_seq + 1 RETURNING last_seq")[0]
+                     .as<std::int64_t>();
+      tx.exec_params("INSERT INTO cluster(id) VALUES ($1)", id);
+      // A new cluster finalizes every feature this instance's level knows, minus those held
+      // back (a level-8 instance finalizes none). No change event, as raft-meta's init.
+      for (auto& f : known_features()) {
+        if (f.required_level > cfg_.level) continue;
+        if (std::find(cfg_.bootstrap_hold_back.begin(), cfg_.bootstrap_hold_back.end(), f.name) !=
+            cfg_.bootstrap_hold_back.end())
+          continue;
+        tx.exec_params("INSERT INTO features(name, finalized_seq) VALUES ($1, $2)",
+                       std::string(f.name), seq);
+      }
+      log(LogLevel::info, "initialized cluster " + id + " in " + target_);
+    }
+    tx.commit();
+    return id;
+  } catch (const pqxx::sql_error& e) {
+    return Error(Errc::unavailable, "schema migration of " + cfg_.schema + " failed: " +
+                                        clean(e.what()));
+  } catch (const std::exception& e) {
+    return Error(Errc::unavailable, "schema migration of " + cfg_.schema + " failed: " +
+                                        clean(e.what()));
+  }
+}
+
+Result<void> PgMetaStore::start() {
+  std::lock_guard life(life_mu_);
+  if (started_.load()) return {};
+  const auto deadline = Clock::now() + cfg_.start_timeout;
+  std::chrono::milliseconds backoff{100};
+  std::unique_ptr<pqxx::connection> c;
+  for (;;) {
+    auto r = connect_once();
+    if (r.ok()) {
+      c = std::move(r.value());
+      break;
+    }
+    if (r.error().outcome == Outcome::definite || Clock::now() + backoff >= deadline)
+      return r.error();
+    log(LogLevel::warn, r.error().message + "; retrying");
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
+  }
+  auto id = migrate(*c);
+  if (!id.ok()) return id.error();
+  if (auto a = host_.adopt_cluster_id(id.value()); !a.ok())
+    return Error(a.error().code, a.error().message + " (PostgreSQL " + target_ + ")");
+  {
+    std::lock_guard lk(req_mu_);
+    req_ = std::move(c);
+  }
+  cluster_id_ = id.value();
+  feed_stop_ = false;
+  started_ = true;
+  feed_ = std::thread([this] { feed_main(); });
+  // Ready once the feed connection is up (normally at once).
+  while (!feed_up_.load() && Clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  log(LogLevel::info, "ready: cluster " + cluster_id_ + " in " + target_ + " at metadata level " +
+                          std::to_string(cfg_.level.value()) + ", schema version " +
+                          std::to_string(kSchemaVersion));
+  return {};
+}
+
+void PgMetaStore::stop() {
+  std::lock_guard life(life_mu_);
+  if (!started_.load()) return;
+  feed_stop_ = true;
+  watch_cv_.notify_all();
+  if (feed_.joinable()) feed_.join();
+  started_ = false;
+  feed_up_ = false;
+  lease_held_ = false;
+  std::lock_guard lk(req_mu_);
+  req_.reset();
+}
+
+MetadataStatus PgMetaStore::status() {
+  MetadataStatus s;
+  s.backend = "postgres";
+  s.cluster_id = started_.load() ? cluster_id_ : host_.cluster_id();
+  s.level = cfg_.level;
+  s.applied = ChangeSeq{applied_.load()};
+  s.ready = started_.load() && feed_up_.load();
+  if (!started_.load()) {
+    s.detail = "stopped";
+  } else if (!feed_up_.load()) {
+    std::lock_guard lk(err_mu_);
+    s.detail = "database unreachable: " + last_error_;
+  } else {
+    s.detail = lease_held_.load() ? "connected; holds the controller lease"
+                                  : "connected; standby (another instance holds the controller lease)";
+  }
+  return s;
+}
+
+Result<void> PgMetaStore::check_started() {
+  if (!started_.load()) return Error(Errc::unavailable, "postgres-meta is not started");
+  return {};
+}
+
+}  // namespace sluice::postgres_meta

@@ -1,0 +1,300 @@
+// PgMetaStore catalog calls: tenants, namespaces, streams (the incarnation rules of
+// features.h in the write), snapshot and tombstones.
+#include "pg_meta_store.h"
+#include "pg_meta_store_internal.h"
+
+#include <pqxx/pqxx>
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+#include <set>
+#include <stdexcept>
+
+#include "codec.h"
+#include "schema.h"
+#include "sluice/catalog_rules.h"
+#include "sluice/strings.h"
+#include "sluice/features.h"
+#include "sluice/names.h"
+#include "sluice/uuid.h"
+
+namespace sluice::postgres_meta {
+
+using namespace detail;
+
+// --- tenants and namespaces ----------------------------------------------------------------
+
+Result<TenantInfo> PgMetaStore::create_tenant(const std::string& name) {
+  PG_META_TRY(validate_name(NameKind::tenant, name));
+  return run<TenantInfo>(Mode::write, [&](pqxx::transaction_base& tx) -> Result<TenantInfo> {
+    if (exists(tx, "SELECT 1 FROM tenants WHERE name = $1", name))
+      return Error(Errc::already_exists, "tenant " + name + " exists");
+    auto seq = next_seq(tx);
+    tx.exec_params("INSERT INTO tenants(name, created_seq) VALUES ($1, $2)", name,
+                   static_cast<std::int64_t>(seq));
+    record_change(tx, seq, ChangeEvent::Kind::tenant_created, names_payload(name, nullptr));
+    return TenantInfo{name, ChangeSeq{seq}};
+  });
+}
+
+Result<void> PgMetaStore::delete_tenant(const std::string& name) {
+  PG_META_TRY(validate_name(NameKind::tenant, name));
+  return from_unit<void>(run<Unit>(Mode::write, [&](pqxx::transaction_base& tx) -> Result<Unit> {
+    if (!exists(tx, "SELECT 1 FROM tenants WHERE name = $1", name))
+      return Error(Errc::not_found, "no tenant " + name);
+    if (exists(tx, "SELECT 1 FROM namespaces WHERE tenant = $1 LIMIT 1", name))
+      return Error(Errc::conflict, "tenant " + name + " still has namespaces");
+    auto seq = next_seq(tx);
+    tx.exec_params("DELETE FROM tenants WHERE name = $1", name);
+    record_change(tx, seq, ChangeEvent::Kind::tenant_deleted, names_payload(name, nullptr));
+    return Unit{};
+  }));
+}
+
+Result<std::vector<TenantInfo>> PgMetaStore::list_tenants() {
+  return run<std::vector<TenantInfo>>(Mode::read, [&](pqxx::transaction_base& tx)
+                                                      -> Result<std::vector<TenantInfo>> {
+    std::vector<TenantInfo> out;
+    for (const auto& r : tx.exec("SELECT name, created_seq FROM tenants ORDER BY name"))
+      out.push_back(TenantInfo{r[0].as<std::string>(), ChangeSeq{u64(r[1])}});
+    return out;
+  });
+}
+
+Result<NamespaceInfo> PgMetaStore::create_namespace(const std::string& tenant,
+                                                    const std::string& name) {
+  PG_META_TRY(validate_name(NameKind::tenant, tenant));
+  PG_META_TRY(validate_name(NameKind::ns, name));
+  return run<NamespaceInfo>(Mode::write, [&](pqxx::transaction_base& tx) -> Result<NamespaceInfo> {
+    if (!exists(tx, "SELECT 1 FROM tenants WHERE name = $1", tenant))
+      return Error(Errc::not_found, "no tenant " + tenant);
+    if (exists(tx, "SELECT 1 FROM namespaces WHERE tenant = $1 AND name = $2", tenant, &name))
+      return Error(Errc::already_exists, "namespace " + tenant + "/" + name + " exists");
+    auto seq = next_seq(tx);
+    tx.exec_params("INSERT INTO namespaces(tenant, name, created_seq) VALUES ($1, $2, $3)",
+                   tenant, name, static_cast<std::int64_t>(seq));
+    record_change(tx, seq, ChangeEvent::Kind::namespace_created, names_payload(tenant, &name));
+    return NamespaceInfo{tenant, name, ChangeSeq{seq}};
+  });
+}
+
+Result<void> PgMetaStore::delete_namespace(const std::string& tenant, const std::string& name) {
+  PG_META_TRY(validate_name(NameKind::tenant, tenant));
+  PG_META_TRY(validate_name(NameKind::ns, name));
+  return from_unit<void>(run<Unit>(Mode::write, [&](pqxx::transaction_base& tx) -> Result<Unit> {
+    if (!exists(tx, "SELECT 1 FROM namespaces WHERE tenant = $1 AND name = $2", tenant, &name))
+      return Error(Errc::not_found, "no namespace " + tenant + "/" + name);
+    if (exists(tx, "SELECT 1 FROM streams WHERE tenant = $1 AND ns = $2 LIMIT 1", tenant, &name))
+      return Error(Errc::conflict, "namespace " + tenant + "/" + name + " still has streams");
+    auto seq = next_seq(tx);
+    tx.exec_params("DELETE FROM namespaces WHERE tenant = $1 AND name = $2", tenant, name);
+    record_change(tx, seq, ChangeEvent::Kind::namespace_deleted, names_payload(tenant, &name));
+    return Unit{};
+  }));
+}
+
+Result<std::vector<NamespaceInfo>> PgMetaStore::list_namespaces(const std::string& tenant) {
+  PG_META_TRY(validate_name(NameKind::tenant, tenant));
+  return run<std::vector<NamespaceInfo>>(Mode::read, [&](pqxx::transaction_base& tx)
+                                                         -> Result<std::vector<NamespaceInfo>> {
+    if (!exists(tx, "SELECT 1 FROM tenants WHERE name = $1", tenant))
+      return Error(Errc::not_found, "no tenant " + tenant);
+    std::vector<NamespaceInfo> out;
+    for (const auto& r : tx.exec_params(
+             "SELECT tenant, name, created_seq FROM namespaces WHERE tenant = $1 ORDER BY name",
+             tenant))
+      out.push_back(NamespaceInfo{r[0].as<std::string>(), r[1].as<std::string>(), ChangeSeq{u64(r[2])}});
+    return out;
+  });
+}
+
+// --- streams ---------------------------------------------------------------------------
+
+Result<StreamInfo> PgMetaStore::create_stream(const StreamKey& key, const StreamSpec& spec) {
+  PG_META_TRY(validate_stream_key(key));
+  PG_META_TRY(validate_stream_spec(spec));
+  const FeatureSpec* feature = find_feature(kStreamIncarnations);
+  // Below the feature's level this instance behaves as a build that never heard of
+  // incarnations: a plain insert at 0, no tombstone read, no level declared (the
+  // database's trigger refuses it once the feature is finalized).
+  const bool knows_incarnations = feature && cfg_.level >= feature->required_level;
+  return run<StreamInfo>(Mode::write, [&](pqxx::transaction_base& tx) -> Result<StreamInfo> {
+    if (!exists(tx, "SELECT 1 FROM namespaces WHERE tenant = $1 AND name = $2", key.tenant, &key.ns))
+      return Error(Errc::not_found, "no namespace " + key.tenant + "/" + key.ns);
+    if (!tx.exec_params("SELECT 1 FROM streams WHERE tenant = $1 AND ns = $2 AND name = $3",
+                        key.tenant, key.ns, key.name)
+             .empty())
+      return Error(Errc::already_exists, "stream " + key.to_string() + " exists");
+    // The control plane clock is the database's (one clock for every instance).
+    const std::int64_t clock_us =
+        i64(tx.exec1("SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint")[0]);
+    StreamInfo info;
+    info.key = key;
+    info.spec = spec;
+    info.created_at_us = clock_us;
+    if (knows_incarnations) {
+      const bool finalized =
+          !tx.exec("SELECT 1 FROM features WHERE name = 'stream_incarnations'").empty();
+      std::optional<Incarnation> tomb;
+      auto t = tx.exec_params(
+          "SELECT deleted_up_to FROM tombstones WHERE tenant = $1 AND ns = $2 AND name = $3",
+          key.tenant, key.ns, key.name);
+      if (!t.empty()) tomb = Incarnation{u64(t[0][0])};
+      // The rules of features.h, decided inside this write.
+      const std::uint64_t proposed = propose_incarnation(finalized, clock_us);
+      info.incarnation = decide_create_incarnation(proposed, /*flagged=*/false, finalized, tomb);
+    }
+    const std::uint64_t seq = next_seq(tx);
+    info.created_seq = ChangeSeq{seq};
+    tx.exec_params(std::string("INSERT INTO streams(") + kStreamCols +
+                       ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+                   key.tenant, key.ns, key.name,
+                   static_cast<std::int64_t>(info.incarnation.value()),
+                   static_cast<std::int64_t>(spec.shards), spec.retention.max_bytes,
+                   spec.retention.max_age_ms, std::string(to_string(spec.default_ack)),
+                   static_cast<std::int64_t>(seq), clock_us);
+    // Placement: the shared rule (features.h place_shards), as raft-meta's proposer.
+    std::set<std::string, std::less<>> fin_set;
+    for (auto& [name, at] : read_finalized(tx)) fin_set.insert(name);
+    const auto leaders = place_shards(key, spec.shards, read_brokers(tx), fin_set);
+    std::vector<Assignment> as;
+    for (std::uint32_t i = 0; i < spec.shards; ++i) {
+      Assignment a;
+      a.key = key;
+      a.shard = ShardIndex{i};
+      a.incarnation = info.incarnation;
+      a.generation = first_generation(ChangeSeq{seq});
+      if (leaders[i].value() != 0) {
+        a.leader = leaders[i];
+        a.replicas = {a.leader};
+      }
+      tx.exec_params("INSERT INTO assignments(tenant, ns, name, shard, incarnation, generation,"
+                     " leader, replicas) VALUES ($1, $2, $3, $4, $5, $6, $7, $8::bigint[])",
+                     key.tenant, key.ns, key.name, static_cast<std::int64_t>(i),
+                     static_cast<std::int64_t>(a.incarnation.value()),
+                     static_cast<std::int64_t>(a.generation.value()),
+                     static_cast<std::int64_t>(a.leader.value()), pg_array(a.replicas));
+      as.push_back(std::move(a));
+    }
+    record_change(tx, seq, ChangeEvent::Kind::stream_created,
+                  stream_change_payload(info, as, std::nullopt));
+    return info;
+  });
+}
+
+Result<StreamInfo> PgMetaStore::delete_stream(const StreamKey& key) {
+  PG_META_TRY(validate_stream_key(key));
+  const FeatureSpec* feature = find_feature(kStreamIncarnations);
+  const bool knows_incarnations = feature && cfg_.level >= feature->required_level;
+  return run<StreamInfo>(Mode::write, [&](pqxx::transaction_base& tx) -> Result<StreamInfo> {
+    auto r = tx.exec_params(std::string("SELECT ") + kStreamCols +
+                                " FROM streams WHERE tenant = $1 AND ns = $2 AND name = $3",
+                            key.tenant, key.ns, key.name);
+    if (r.empty()) return Error(Errc::not_found, "no stream " + key.to_string());
+    StreamInfo existing = read_stream(r[0]);
+    std::vector<Assignment> removed = assignments_of(tx, key);
+    const std::uint64_t seq = next_seq(tx);
+    tx.exec_params("DELETE FROM streams WHERE tenant = $1 AND ns = $2 AND name = $3", key.tenant,
+                   key.ns, key.name);
+    tx.exec_params("DELETE FROM assignments WHERE tenant = $1 AND ns = $2 AND name = $3",
+                   key.tenant, key.ns, key.name);
+    std::optional<Tombstone> written;
+    if (knows_incarnations) {
+      // This writer knows incarnations and decides inside its own serializable
+      // transaction, as a flagged raft-meta entry does at apply: after the finalize, even a
+      // delete at incarnation 0 records "incarnation 0 deleted", so a broker that was down
+      // through it still removes the legacy data (docs/metadata-levels.md). The database
+      // refuses deletes by pre-incarnation instances once finalized (schema.cc, v3).
+      const bool finalized = read_finalized(tx).count(kStreamIncarnations) > 0;
+      if (auto up_to = decide_delete_tombstone(existing.incarnation, /*flagged=*/true, finalized)) {
+        // One row per name; deleted_up_to only ever raised (also enforced by a trigger).
+        auto t = tx.exec_params1(
+            "INSERT INTO tombstones(tenant, ns, name, deleted_up_to, seq) VALUES ($1, $2, $3, $4, $5)"
+            " ON CONFLICT (tenant, ns, name) DO UPDATE SET"
+            " deleted_up_to = GREATEST(tombstones.deleted_up_to, excluded.deleted_up_to),"
+            " seq = excluded.seq RETURNING deleted_up_to",
+            key.tenant, key.ns, key.name, static_cast<std::int64_t>(up_to->value()),
+            static_cast<std::int64_t>(seq));
+        written = Tombstone{key, Incarnation{u64(t[0])}, ChangeSeq{seq}};
+      }
+    }
+    record_change(tx, seq, ChangeEvent::Kind::stream_deleted,
+                  stream_change_payload(existing, removed, written));
+    return existing;
+  });
+}
+
+Result<StreamInfo> PgMetaStore::get_stream(const StreamKey& key) {
+  PG_META_TRY(validate_stream_key(key));
+  return run<StreamInfo>(Mode::read, [&](pqxx::transaction_base& tx) -> Result<StreamInfo> {
+    auto r = tx.exec_params(std::string("SELECT ") + kStreamCols +
+                                " FROM streams WHERE tenant = $1 AND ns = $2 AND name = $3",
+                            key.tenant, key.ns, key.name);
+    if (r.empty()) return Error(Errc::not_found, "no stream " + key.to_string());
+    return read_stream(r[0]);
+  });
+}
+
+Result<std::vector<StreamInfo>> PgMetaStore::list_streams(const std::string& tenant,
+                                                          const std::string& ns) {
+  PG_META_TRY(validate_name(NameKind::tenant, tenant));
+  PG_META_TRY(validate_name(NameKind::ns, ns));
+  return run<std::vector<StreamInfo>>(Mode::read, [&](pqxx::transaction_base& tx)
+                                                      -> Result<std::vector<StreamInfo>> {
+    if (!exists(tx, "SELECT 1 FROM namespaces WHERE tenant = $1 AND name = $2", tenant, &ns))
+      return Error(Errc::not_found, "no namespace " + tenant + "/" + ns);
+    std::vector<StreamInfo> out;
+    for (const auto& r : tx.exec_params(std::string("SELECT ") + kStreamCols +
+                                            " FROM streams WHERE tenant = $1 AND ns = $2 ORDER BY name",
+                                        tenant, ns))
+      out.push_back(read_stream(r));
+    return out;
+  });
+}
+
+namespace {
+std::vector<Tombstone> read_tombstones(pqxx::transaction_base& tx) {
+  std::vector<Tombstone> out;
+  for (const auto& r : tx.exec("SELECT tenant, ns, name, deleted_up_to, seq FROM tombstones"
+                               " ORDER BY tenant, ns, name"))
+    out.push_back(Tombstone{StreamKey{r[0].as<std::string>(), r[1].as<std::string>(),
+                                      r[2].as<std::string>()},
+                            Incarnation{u64(r[3])}, ChangeSeq{u64(r[4])}});
+  return out;
+}
+}  // namespace
+
+Result<CatalogSnapshot> PgMetaStore::snapshot() {
+  // One REPEATABLE READ transaction: the rows and the seq they reflect are one state
+  // (writers commit in seq order under the counter lock).
+  return run<CatalogSnapshot>(Mode::read, [&](pqxx::transaction_base& tx) -> Result<CatalogSnapshot> {
+    CatalogSnapshot s;
+    s.seq = ChangeSeq{u64(tx.exec1("SELECT last_seq FROM counter")[0])};
+    for (const auto& r : tx.exec("SELECT name, created_seq FROM tenants ORDER BY name"))
+      s.tenants.push_back(TenantInfo{r[0].as<std::string>(), ChangeSeq{u64(r[1])}});
+    for (const auto& r : tx.exec("SELECT tenant, name, created_seq FROM namespaces ORDER BY tenant, name"))
+      s.namespaces.push_back(
+          NamespaceInfo{r[0].as<std::string>(), r[1].as<std::string>(), ChangeSeq{u64(r[2])}});
+    for (const auto& r : tx.exec(std::string("SELECT ") + kStreamCols +
+                                 " FROM streams ORDER BY tenant, ns, name"))
+      s.streams.push_back(read_stream(r));
+    s.tombstones = read_tombstones(tx);
+    for (const auto& r : tx.exec(std::string("SELECT ") + kAssignmentCols +
+                                 " FROM assignments ORDER BY tenant, ns, name, shard"))
+      s.assignments.push_back(read_assignment(r));
+    for (const auto& r : tx.exec("SELECT name FROM features ORDER BY name"))
+      s.finalized_features.push_back(r[0].as<std::string>());
+    s.brokers = read_brokers(tx);
+    return s;
+  });
+}
+
+Result<std::vector<Tombstone>> PgMetaStore::list_tombstones() {
+  return run<std::vector<Tombstone>>(Mode::read, [&](pqxx::transaction_base& tx)
+                                                     -> Result<std::vector<Tombstone>> {
+    return read_tombstones(tx);
+  });
+}
+
+}  // namespace sluice::postgres_meta

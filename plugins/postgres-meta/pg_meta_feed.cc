@@ -1,0 +1,194 @@
+// PgMetaStore change feed: the feed thread (LISTEN, the controller lease, reconnects) and
+// watches on the SDK fan-out (sluice/watch_registry.h).
+#include "pg_meta_store.h"
+#include "pg_meta_store_internal.h"
+
+#include <pqxx/pqxx>
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+#include <set>
+#include <stdexcept>
+
+#include "codec.h"
+#include "schema.h"
+#include "sluice/catalog_rules.h"
+#include "sluice/strings.h"
+#include "sluice/features.h"
+#include "sluice/names.h"
+#include "sluice/uuid.h"
+
+namespace sluice::postgres_meta {
+
+using namespace detail;
+
+namespace {
+
+constexpr std::string_view kComponent = "postgres-meta";
+constexpr std::size_t kDeliveryBatch = 256;
+
+// Sets a flag when a notification arrives on the channel.
+class Receiver final : public pqxx::notification_receiver {
+ public:
+  Receiver(pqxx::connection_base& c, const std::string& channel, bool& flag)
+      : pqxx::notification_receiver(c, channel), flag_(flag) {}
+  void operator()(const std::string&, int) override { flag_ = true; }
+
+ private:
+  bool& flag_;
+};
+
+}  // namespace
+
+// --- change feed ------------------------------------------------------------------------
+
+std::unique_ptr<WatchHandle> PgMetaStore::watch(ChangeSeq after,
+                                                std::function<void(const ChangeEvent&)> on_change,
+                                                std::function<void()> resync) {
+  return watches_.add(after, std::move(on_change), std::move(resync));
+}
+
+void PgMetaStore::wake_feed() {
+  {
+    std::lock_guard lk(watch_mu_);
+    wake_ = true;
+  }
+  watch_cv_.notify_all();
+}
+
+bool PgMetaStore::deliver_all(pqxx::connection& c) {
+  {
+    std::lock_guard lk(watch_mu_);
+    wake_ = false;
+  }
+  std::uint64_t last_seq = applied_.load();  // kept if every watch ends before its fetch
+  if (watches_.empty()) {
+    pqxx::read_transaction tx(c);
+    applied_ = u64(tx.exec1("SELECT last_seq FROM counter")[0]);
+    tx.commit();
+    return false;
+  }
+  // Exceptions (a lost connection) propagate to feed_main, leaving every watch as it was.
+  auto fetch = [&](ChangeSeq after) -> Result<WatchBatch> {
+    WatchBatch b;
+    pqxx::transaction<pqxx::repeatable_read, pqxx::read_only> tx(c);
+    auto ctr = tx.exec1("SELECT last_seq, pruned_up_to FROM counter");
+    last_seq = u64(ctr[0]);
+    const std::uint64_t pruned = u64(ctr[1]);
+    // Behind the retained window, or ahead of the database (a restore rewound it).
+    if (after.value() < pruned || after.value() > last_seq) {
+      b.resync = true;
+    } else {
+      auto rs = tx.exec_params("SELECT seq, kind, payload FROM changes WHERE seq > $1"
+                               " ORDER BY seq LIMIT $2",
+                               static_cast<std::int64_t>(after.value()),
+                               static_cast<std::int64_t>(kDeliveryBatch));
+      for (const auto& r : rs) {
+        auto ev = decode_change(i64(r[0]), r[1].as<std::string>(), r[2].as<std::string>());
+        if (!ev.ok()) {
+          log(LogLevel::error, ev.error().message + "; skipped");
+          continue;
+        }
+        b.events.push_back(std::move(ev.value()));
+      }
+      b.more = rs.size() == kDeliveryBatch;
+    }
+    tx.commit();
+    return b;
+  };
+  bool more = watches_.deliver(fetch, [this](const std::string& m) { log(LogLevel::error, m); }).more;
+  applied_ = last_seq;
+  return more;
+}
+
+void PgMetaStore::feed_main() {
+  std::unique_ptr<pqxx::connection> c;
+  std::unique_ptr<Receiver> rx;
+  bool notified = false;
+  std::chrono::milliseconds backoff{100};
+  auto next_lease_try = Clock::now();
+  auto last_poll = Clock::now() - cfg_.poll_interval;
+  bool was_down = false;
+  auto drop = [&](const std::string& why) {
+    rx.reset();
+    c.reset();
+    if (feed_up_.exchange(false) || !was_down)
+      log(LogLevel::warn, "database connection lost (" + why + "); not ready, reconnecting");
+    was_down = true;
+    if (lease_held_.exchange(false)) log(LogLevel::warn, "controller lease lost with the connection");
+    std::lock_guard lk(err_mu_);
+    last_error_ = why;
+  };
+  auto sleep_for = [&](std::chrono::milliseconds d) {
+    std::unique_lock lk(watch_mu_);
+    watch_cv_.wait_for(lk, d, [&] { return feed_stop_.load(); });
+  };
+  while (!feed_stop_.load()) {
+    if (!c) {
+      auto r = connect_once();
+      if (!r.ok()) {
+        {
+          std::lock_guard lk(err_mu_);
+          last_error_ = r.error().message;
+        }
+        feed_up_ = false;
+        sleep_for(backoff);
+        backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
+        continue;
+      }
+      try {
+        c = std::move(r.value());
+        rx = std::make_unique<Receiver>(*c, channel_, notified);
+        backoff = std::chrono::milliseconds(100);
+        last_poll = Clock::now() - cfg_.poll_interval;  // catch up at once
+        next_lease_try = Clock::now();
+        feed_up_ = true;
+        if (was_down) log(LogLevel::info, "database connection restored; ready");
+        was_down = false;
+      } catch (const std::exception& e) {
+        drop(clean(e.what()));
+        continue;
+      }
+    }
+    try {
+      if (!lease_held_.load() && Clock::now() >= next_lease_try) {
+        pqxx::nontransaction ntx(*c);
+        bool got = ntx.exec_params1("SELECT pg_try_advisory_lock(hashtextextended($1, 0))",
+                                    "sluice-lease/" + cfg_.schema)[0]
+                       .as<bool>();
+        if (got) {
+          lease_held_ = true;
+          log(LogLevel::info, "acquired the controller lease for " + cfg_.schema);
+        }
+        next_lease_try = Clock::now() + std::chrono::milliseconds(1000);
+      }
+      bool wake;
+      {
+        std::lock_guard lk(watch_mu_);
+        wake = wake_;
+      }
+      if (notified || wake || Clock::now() - last_poll >= cfg_.poll_interval) {
+        notified = false;
+        last_poll = Clock::now();
+        if (deliver_all(*c)) continue;  // more pending: no wait
+      }
+      c->await_notification(0, 50000);  // sets `notified`
+    } catch (const pqxx::broken_connection& e) {
+      drop(clean(e.what()));
+    } catch (const pqxx::sql_error& e) {
+      if (is_connection_state(e.sqlstate())) {
+        drop(clean(e.what()));
+      } else {
+        log(LogLevel::error, "change feed: " + clean(e.what()));
+        sleep_for(std::chrono::milliseconds(500));
+      }
+    } catch (const std::exception& e) {
+      drop(clean(e.what()));
+    }
+  }
+  rx.reset();
+  c.reset();
+}
+
+}  // namespace sluice::postgres_meta

@@ -1,0 +1,210 @@
+// Shared by the PgMetaStore source files (pg_meta_*.cc) only: row readers, SQL helpers and
+// the transaction runner every catalog call goes through (pg_meta_store.h, "Thread model").
+#pragma once
+
+#include <pqxx/pqxx>
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "pg_meta_store.h"
+#include "schema.h"
+
+namespace sluice::postgres_meta {
+namespace detail {
+
+inline constexpr int kMaxAttempts = 50;
+
+using Clock = std::chrono::steady_clock;
+using Fin = std::map<std::string, ChangeSeq, std::less<>>;
+
+struct Unit {};
+
+inline std::string pg_array(const std::vector<std::string>& v) {
+  std::string out = "{";
+  for (std::size_t i = 0; i < v.size(); ++i) out += (i ? "," : "") + v[i];
+  return out + "}";
+}
+inline std::string pg_array(const std::vector<NodeId>& v) {
+  std::string out = "{";
+  for (std::size_t i = 0; i < v.size(); ++i)
+    out += (i ? "," : "") + std::to_string(v[i].value());
+  return out + "}";
+}
+inline std::vector<std::string> split_csv(const std::string& s) {
+  std::vector<std::string> out;
+  std::size_t i = 0;
+  while (i < s.size()) {
+    std::size_t j = s.find(',', i);
+    if (j == std::string::npos) j = s.size();
+    if (j > i) out.push_back(s.substr(i, j - i));
+    i = j + 1;
+  }
+  return out;
+}
+
+inline std::int64_t i64(const pqxx::field& f) { return f.is_null() ? 0 : f.as<std::int64_t>(); }
+inline std::uint64_t u64(const pqxx::field& f) { return static_cast<std::uint64_t>(i64(f)); }
+
+constexpr const char* kStreamCols =
+    "tenant, ns, name, incarnation, shards, retention_max_bytes, retention_max_age_ms, "
+    "default_ack, created_seq, created_at_us";
+
+inline StreamInfo read_stream(const pqxx::row& r) {
+  StreamInfo s;
+  s.key = StreamKey{r[0].as<std::string>(), r[1].as<std::string>(), r[2].as<std::string>()};
+  s.incarnation = Incarnation{u64(r[3])};
+  s.spec.shards = static_cast<std::uint32_t>(i64(r[4]));
+  s.spec.retention.max_bytes = i64(r[5]);
+  s.spec.retention.max_age_ms = i64(r[6]);
+  s.spec.default_ack = parse_ack_mode(r[7].as<std::string>()).value_or(AckMode::leader);
+  s.created_seq = ChangeSeq{u64(r[8])};
+  s.created_at_us = i64(r[9]);
+  return s;
+}
+
+constexpr const char* kAssignmentCols =
+    "tenant, ns, name, shard, incarnation, generation, leader, array_to_string(replicas, ',')";
+
+inline Assignment read_assignment(const pqxx::row& r) {
+  Assignment a;
+  a.key = StreamKey{r[0].as<std::string>(), r[1].as<std::string>(), r[2].as<std::string>()};
+  a.shard = ShardIndex{static_cast<std::uint32_t>(i64(r[3]))};
+  a.incarnation = Incarnation{u64(r[4])};
+  a.generation = Generation{u64(r[5])};
+  a.leader = NodeId{static_cast<std::uint32_t>(i64(r[6]))};
+  for (auto& x : split_csv(r[7].is_null() ? "" : r[7].as<std::string>()))
+    a.replicas.push_back(NodeId{static_cast<std::uint32_t>(std::stoul(x))});
+  return a;
+}
+
+inline std::vector<Assignment> assignments_of(pqxx::transaction_base& tx, const StreamKey& k) {
+  std::vector<Assignment> out;
+  auto rs = tx.exec_params(std::string("SELECT ") + kAssignmentCols +
+                               " FROM assignments WHERE tenant = $1 AND ns = $2 AND name = $3"
+                               " ORDER BY shard",
+                           k.tenant, k.ns, k.name);
+  for (const auto& r : rs) out.push_back(read_assignment(r));
+  return out;
+}
+
+inline bool exists(pqxx::transaction_base& tx, const std::string& sql, const std::string& a,
+            const std::string* b = nullptr) {
+  return b ? !tx.exec_params(sql, a, *b).empty() : !tx.exec_params(sql, a).empty();
+}
+
+// The first line of a server or libpq message, without the "ERROR:  " prefix.
+inline std::string first_line(std::string m) {
+  for (const char* p : {"ERROR:  ", "FATAL:  "})
+    if (m.rfind(p, 0) == 0) m.erase(0, std::strlen(p));
+  if (auto nl = m.find('\n'); nl != std::string::npos) m.resize(nl);
+  return m;
+}
+
+inline bool is_connection_state(const std::string& st) {
+  return st.rfind("08", 0) == 0 || st == "57P01" || st == "57P02" || st == "57P03";
+}
+
+inline std::vector<BrokerInfo> serving_of(const std::vector<BrokerInfo>& all) {
+  std::vector<BrokerInfo> out;
+  for (auto& b : all)
+    if (b.live) out.push_back(b);
+  return out;
+}
+template <class T>
+Result<T> from_unit(Result<Unit> r);
+template <>
+inline Result<void> from_unit<void>(Result<Unit> r) {
+  if (!r.ok()) return r.error();
+  return {};
+}
+
+}  // namespace detail
+
+#define PG_META_TRY(expr)                              \
+  do {                                                 \
+    if (auto _v = (expr); !_v.ok()) return _v.error(); \
+  } while (0)
+
+template <class T, class F>
+Result<T> PgMetaStore::run(Mode mode, F&& fn) {
+  using namespace detail;
+  if (auto s = check_started(); !s.ok()) return s.error();
+  const auto deadline = Clock::now() + cfg_.timeout;
+  std::chrono::milliseconds backoff{5};
+  std::string last;
+  std::unique_lock lk(req_mu_);
+  for (int attempt = 1;; ++attempt) {
+    if (!req_) {
+      auto c = connect_once();
+      if (c.ok()) {
+        req_ = std::move(c.value());
+      } else {
+        last = c.error().message;
+      }
+    }
+    if (req_) {
+      try {
+        std::optional<Result<T>> out;
+        if (mode == Mode::write) {
+          pqxx::transaction<pqxx::serializable> tx(*req_);
+          // Upgraded instances declare their level: the triggers let their creates through.
+          if (cfg_.level >= kStreamIncarnationsLevel)
+            tx.exec0("SET LOCAL sluice.writer_level = '" + std::to_string(cfg_.level.value()) + "'");
+          // Utility statement: taken before the transaction's snapshot, so writers are
+          // serial and each sees every earlier commit (seq order == commit order).
+          tx.exec0("LOCK TABLE counter IN EXCLUSIVE MODE");
+          out.emplace(fn(static_cast<pqxx::transaction_base&>(tx)));
+          if (!out->ok()) return std::move(*out);  // aborted by the destructor
+          tx.commit();
+        } else if (mode == Mode::read) {
+          pqxx::transaction<pqxx::repeatable_read, pqxx::read_only> tx(*req_);
+          out.emplace(fn(static_cast<pqxx::transaction_base&>(tx)));
+          tx.commit();
+        } else {
+          pqxx::work tx(*req_);
+          out.emplace(fn(static_cast<pqxx::transaction_base&>(tx)));
+          if (!out->ok()) return std::move(*out);
+          tx.commit();
+        }
+        return std::move(*out);
+      } catch (const pqxx::in_doubt_error& e) {
+        req_.reset();
+        return Error(Errc::timeout,
+                     "the database connection broke during commit; the change may or may not "
+                     "have been applied (" + clean(e.what()) + ")",
+                     Outcome::uncertain);
+      } catch (const pqxx::broken_connection& e) {
+        req_.reset();
+        last = "connection lost: " + clean(e.what());
+      } catch (const pqxx::sql_error& e) {
+        const std::string& st = e.sqlstate();
+        if (st == "40001" || st == "40P01") {
+          last = "serialization failure: " + clean(e.what());
+        } else if (is_connection_state(st)) {
+          req_.reset();
+          last = "connection lost: " + clean(e.what());
+        } else {
+          return map_sql_error(st, e.what());
+        }
+      } catch (const std::exception& e) {
+        req_.reset();
+        return Error(Errc::internal, "postgres-meta: " + clean(e.what()));
+      }
+    }
+    if (attempt >= kMaxAttempts || Clock::now() + backoff >= deadline)
+      return Error(Errc::unavailable, "PostgreSQL (" + target_ + ") did not answer within " +
+                                          std::to_string(cfg_.timeout.count()) + " ms after " +
+                                          std::to_string(attempt) + " attempts: " + last);
+    lk.unlock();
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
+    lk.lock();
+  }
+}
+
+}  // namespace sluice::postgres_meta

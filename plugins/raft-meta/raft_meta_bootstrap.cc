@@ -1,0 +1,309 @@
+// RaftMetaStore lifecycle: construction, start (bootstrap a new group, join one, or restart
+// from raft.dir), stop.
+#include "raft_meta_store.h"
+#include "raft_meta_store_internal.h"
+
+#include "rpc.h"
+
+#include "sluice/durable_fs.h"
+#include "sluice/uuid.h"
+#include "sluice/strings.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <random>
+#include <stdexcept>
+
+#include "sluice/catalog_rules.h"
+#include "sluice/features.h"
+#include "sluice/names.h"
+
+namespace sluice::raft_meta {
+
+namespace {
+
+constexpr std::string_view kComponent = "raft-meta";
+
+std::string join_list(const std::vector<std::string>& v) {
+  std::string out;
+  for (auto& x : v) out += (out.empty() ? "" : ",") + x;
+  return out;
+}
+
+}  // namespace
+
+// --- lifecycle -----------------------------------------------------------------------------
+
+RaftMetaStore::RaftMetaStore(PluginHost& host) : RaftMetaStore(host, RaftMetaConfig::from_host(host)) {}
+
+RaftMetaStore::RaftMetaStore(PluginHost& host, RaftMetaConfig config)
+    : host_(host), cfg_(std::move(config)), fsm_(cfg_.change_retention, cfg_.level) {
+  delivery_ = std::thread([this] { delivery_main(); });
+}
+
+RaftMetaStore::~RaftMetaStore() {
+  stop();
+  {
+    std::lock_guard lk(watch_mu_);
+    delivery_stop_ = true;
+  }
+  watch_cv_.notify_all();
+  delivery_.join();
+}
+
+void RaftMetaStore::log(LogLevel level, const std::string& msg) { host_.log(level, kComponent, msg); }
+
+std::shared_ptr<RaftNode> RaftMetaStore::node() {
+  std::lock_guard lk(node_mu_);
+  return node_;
+}
+
+Result<void> RaftMetaStore::start() {
+  std::lock_guard life(life_mu_);
+  if (ready_.load()) return {};
+  starting_.store(true);
+  struct Reset {
+    std::atomic<bool>& f;
+    ~Reset() { f.store(false); }
+  } reset{starting_};
+
+  // Durable before libraft writes into it: a power cut must not lose the directory's name
+  // (and with it the log) after the member has acknowledged anything (sluice/durable_fs.h).
+  if (auto made = create_directories_durably(cfg_.raft_dir); !made.ok())
+    return Error(Errc::storage_failure, "cannot create raft.dir: " + made.error().message);
+
+  // raft_start replays the last snapshot and the log into the catalog: start it empty
+  // (a store may be started again after stop()).
+  {
+    std::lock_guard lk(fsm_mu_);
+    try {
+      fsm_.reset();
+      hash_dirty_ = true;
+    } catch (const std::exception& e) {
+      return Error(Errc::internal, std::string("cannot reset the catalog: ") + e.what());
+    }
+  }
+
+  // A member with an empty raft directory and `metadata.join` joins an existing group: it
+  // learns the group's cluster id first (hello), adopts it (refused, naming both ids, if
+  // this data directory belongs to another cluster), and starts with no configuration.
+  const bool fresh = !std::filesystem::exists(std::filesystem::path(cfg_.raft_dir) / "metadata1") &&
+                     !std::filesystem::exists(std::filesystem::path(cfg_.raft_dir) / "metadata2");
+  const bool joining = fresh && !cfg_.join.empty();
+  if (joining) {
+    RemoteConfig rc;
+    rc.controllers = cfg_.join;
+    rc.timeout = cfg_.timeout;
+    // The members may be starting too (systemd starts them together): retry until
+    // metadata.start_timeout, but give up at once on another cluster's id.
+    const auto give_up = std::chrono::steady_clock::now() + cfg_.start_timeout;
+    for (;;) {
+      RemoteMetadataStore probe(host_, rc);
+      auto r = probe.start();
+      if (r.ok()) break;
+      if (r.error().code == Errc::cluster_id_mismatch || std::chrono::steady_clock::now() >= give_up)
+        return Error(r.error().code, "cannot join through metadata.join (" + join_list(cfg_.join) +
+                                         "): " + r.error().message);
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  }
+
+  RaftNodeOptions o;
+  o.id = host_.node_id().value();
+  o.address = cfg_.address;
+  o.dir = cfg_.raft_dir;
+  o.snapshot_threshold = cfg_.snapshot_threshold;
+  o.snapshot_trailing = cfg_.snapshot_trailing;
+  o.election_timeout_ms = cfg_.election_timeout_ms;
+  o.heartbeat_timeout_ms = cfg_.heartbeat_timeout_ms;
+  o.bootstrap = cfg_.join.empty();
+  o.cluster_id = [this] { return host_.cluster_id(); };
+  o.log = [this](LogLevel l, const std::string& m) { log(l, m); };
+  auto n = std::make_shared<RaftNode>(std::move(o), adapter_);
+  // Start failures are returned, not logged: the host prints the one ERROR line.
+  if (auto r = n->start(); !r.ok()) return r;
+  {
+    std::lock_guard lk(node_mu_);
+    node_ = n;
+  }
+  auto fail = [&](Error e) -> Result<void> {
+    log(LogLevel::info, "start aborted; stopping the raft node");
+    if (rpc_) {
+      rpc_->stop();
+      rpc_.reset();
+      rpc_port_ = 0;
+    }
+    {
+      std::lock_guard lk(node_mu_);
+      node_.reset();
+    }
+    n->stop();
+    return e;
+  };
+
+  // The controller RPC serves from here on (joins, forwarding, member status); requests
+  // that need the catalog answer `unavailable` until ready.
+  if (!cfg_.rpc_address.empty()) {
+    auto srv = std::make_unique<RpcServer>(*this, host_, cfg_.rpc_address);
+    if (auto r = srv->start(); !r.ok()) return fail(r.error());
+    rpc_port_ = srv->port();
+    rpc_ = std::move(srv);
+    auto colon = cfg_.rpc_address.rfind(':');
+    advertised_rpc_ = cfg_.rpc_address.substr(0, colon) + ":" + std::to_string(rpc_port_.load());
+  }
+
+  const auto deadline = std::chrono::steady_clock::now() + cfg_.start_timeout;
+  auto remaining = [&] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(deadline -
+                                                                 std::chrono::steady_clock::now());
+  };
+
+  if (joining) {
+    // Ask the group to record and add this member; the leader promotes it to voter once
+    // it caught up, so this returns when the catalog is here.
+    for (;;) {
+      auto r = announce(cfg_.join);
+      if (r.ok()) break;
+      if (r.error().code != Errc::unavailable && r.error().code != Errc::not_leader &&
+          r.error().code != Errc::timeout)
+        return fail(Error(r.error().code, "join refused: " + r.error().message));
+      if (remaining().count() <= 0) return fail(Error(r.error().code, "join failed: " + r.error().message));
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  }
+
+  // Wait until the group has a leader and this member has the catalog: the leader applies
+  // everything in its log (a barrier); a follower waits until it applied init_cluster.
+  for (;;) {
+    if (held_error()) break;  // a held member still announces itself (and is refused)
+    const RaftRole role = n->role();
+    if (role == RaftRole::leader) {
+      auto b = n->barrier(std::max(remaining(), std::chrono::milliseconds(1)));
+      if (b.ok()) break;
+      if (b.error().code != Errc::not_leader && b.error().code != Errc::unavailable)
+        return fail(b.error());
+    } else if (role == RaftRole::follower && n->leader_id() != 0) {
+      std::lock_guard lk(fsm_mu_);
+      if (!fsm_.cluster_id().empty()) break;
+    }
+    if (remaining().count() <= 0)
+      return fail(Error(Errc::unavailable,
+                        "no leader with the catalog within " +
+                            std::to_string(cfg_.start_timeout.count()) + " ms (role " +
+                            std::string(to_string(n->role())) + ")"));
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+
+  std::string id;
+  {
+    std::lock_guard lk(fsm_mu_);
+    id = fsm_.cluster_id();
+  }
+  if (id.empty() && n->role() == RaftRole::leader) {
+    std::string fresh_id = random_uuid_v4();
+    Command init = Command::init_cluster(fresh_id);
+    init.level = cfg_.level.value();
+    // A new cluster finalizes every feature this member's level knows, unless held back
+    // (a level-8 member knows none).
+    for (auto& f : features_known_at_level())
+      if (std::find(cfg_.bootstrap_hold_back.begin(), cfg_.bootstrap_hold_back.end(), f) ==
+          cfg_.bootstrap_hold_back.end())
+        init.finalize_features.push_back(f);
+    auto r = n->apply(encode_command(init), cfg_.timeout);
+    if (!r.ok()) return fail(r.error());
+    // Rejected with already_exists: someone initialized first; its id is the group's.
+    if (!r->ok() && r->error->code != Errc::already_exists) return fail(*r->error);
+    id = r->cluster_id;
+    if (id.empty()) return fail(Error(Errc::internal, "init_cluster returned no cluster id"));
+    log(LogLevel::info, "initialized cluster " + id);
+  }
+  if (id.empty() && !held_error())
+    return fail(Error(Errc::unavailable, "the catalog has no cluster id yet"));
+
+  // The host persists the id to meta.properties (fsynced) before answering; only then may
+  // it be used (ARCHITECTURE.md §3).
+  if (!id.empty())
+    if (auto a = host_.adopt_cluster_id(id); !a.ok())
+      return fail(Error(a.error().code, a.error().message + " (raft log in " + cfg_.raft_dir + ")"));
+  {
+    // Leader (re)start: every registered broker counts as live for one session timeout,
+    // so a restart does not make the whole fleet "dead".
+    std::lock_guard lk(live_mu_);
+    last_seen_.clear();
+    grace_until_ = now() + cfg_.session_timeout;
+  }
+  ready_.store(true);
+
+  // Declare this member's level (and addresses) to the group if the record differs: a
+  // restarted member after an upgrade or a downgrade. Refused below the level floor.
+  if (!joining) {
+    std::optional<MemberInfo> rec;
+    {
+      std::lock_guard lk(fsm_mu_);
+      rec = fsm_.member(host_.node_id());
+    }
+    // (An ephemeral rpc port, "…:0" in tests, changes at every start; it is re-recorded
+    // only with another change.)
+    const bool rpc_ephemeral = cfg_.rpc_address.size() >= 2 &&
+                               cfg_.rpc_address.compare(cfg_.rpc_address.size() - 2, 2, ":0") == 0;
+    if (!rec || rec->level != cfg_.level || rec->raft_address != cfg_.address ||
+        (!rpc_ephemeral && rec->rpc_address != advertised_rpc_)) {
+      Result<MemberInfo> r = Error(Errc::unavailable, "");
+      for (;;) {
+        r = n->role() == RaftRole::leader ? join_member(JoinRequest{host_.node_id(), cfg_.address, advertised_rpc_, cfg_.level})
+                                          : announce(peer_rpc_addresses());
+        if (r.ok()) break;
+        if (r.error().code != Errc::unavailable && r.error().code != Errc::not_leader &&
+            r.error().code != Errc::timeout)
+          break;
+        if (remaining().count() <= 0) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      }
+      if (!r.ok()) {
+        ready_.store(false);
+        return fail(Error(r.error().code, "the group refused this member (node " +
+                                              std::to_string(host_.node_id().value()) + " at level " +
+                                              std::to_string(cfg_.level.value()) + "): " + r.error().message));
+      }
+    }
+  }
+  if (auto h = held_error()) {
+    ready_.store(false);
+    return fail(*h);
+  }
+  log(LogLevel::info, "ready: cluster " + id + ", member " + std::to_string(host_.node_id().value()) +
+                          " at metadata level " + std::to_string(cfg_.level.value()) + " (" +
+                          std::string(to_string(n->role())) + "), raft " + cfg_.address +
+                          ", rpc " + advertised_rpc_ + ", applied " + std::to_string(n->last_applied()));
+  catalog_changed();
+  return {};
+}
+
+int RaftMetaStore::rpc_port() const { return rpc_port_.load(); }
+
+void RaftMetaStore::stop() {
+  std::lock_guard life(life_mu_);
+  if (rpc_) {
+    rpc_->stop();
+    rpc_.reset();
+    rpc_port_ = 0;
+  }
+  ready_.store(false);
+  {
+    std::lock_guard lk(fwd_mu_);
+    fwd_pool_.clear();
+    fwd_addr_.clear();
+  }
+  std::shared_ptr<RaftNode> n;
+  {
+    std::lock_guard lk(node_mu_);
+    n.swap(node_);
+  }
+  if (n) n->stop();
+}
+
+}  // namespace sluice::raft_meta

@@ -1,0 +1,507 @@
+// RaftMetaStore catalog calls: the state machine adapter (raft thread), mutations, reads,
+// fleet and caches.
+#include "raft_meta_store.h"
+#include "raft_meta_store_internal.h"
+
+#include "rpc.h"
+
+#include "sluice/durable_fs.h"
+#include "sluice/uuid.h"
+#include "sluice/strings.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <random>
+#include <stdexcept>
+
+#include "sluice/catalog_rules.h"
+#include "sluice/features.h"
+#include "sluice/names.h"
+
+namespace sluice::raft_meta {
+
+namespace {
+
+std::int64_t now_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+// --- state machine (raft thread) -----------------------------------------------------------
+
+ApplyResult RaftMetaStore::FsmAdapter::apply(std::uint64_t index, std::string_view entry) {
+  ApplyResult r;
+  {
+    std::lock_guard lk(s_.fsm_mu_);
+    r = s_.fsm_.apply(index, entry);
+  }
+  if (!r.ok() && r.error->code == Errc::malformed_body)
+    s_.log(LogLevel::warn, "entry " + std::to_string(index) + " rejected: " + r.error->message);
+  s_.catalog_changed();
+  return r;
+}
+
+std::string RaftMetaStore::FsmAdapter::snapshot() {
+  std::lock_guard lk(s_.fsm_mu_);
+  return s_.fsm_.snapshot();
+}
+
+Result<void> RaftMetaStore::FsmAdapter::restore(std::string_view image) {
+  Result<void> r;
+  {
+    std::lock_guard lk(s_.fsm_mu_);
+    r = s_.fsm_.restore(image);
+    s_.hash_dirty_ = true;
+  }
+  if (r.ok()) {
+    ChangeSeq at;
+    {
+      std::lock_guard lk(s_.fsm_mu_);
+      at = s_.fsm_.applied();
+    }
+    s_.log(LogLevel::info, "restored the catalog from a snapshot at index " + std::to_string(at.value()));
+    s_.catalog_changed();
+  }
+  return r;
+}
+
+void RaftMetaStore::catalog_changed() {
+  {
+    std::lock_guard lk(watch_mu_);
+    ++wake_seq_;
+  }
+  watch_cv_.notify_all();
+}
+
+std::uint64_t RaftMetaStore::state_hash() {
+  std::lock_guard lk(fsm_mu_);
+  return fsm_.state_hash();
+}
+
+// --- mutations -----------------------------------------------------------------------------
+
+std::optional<Error> RaftMetaStore::held_error() {
+  std::lock_guard lk(fsm_mu_);
+  if (auto h = fsm_.held())
+    return Error(Errc::unavailable, "this metadata member is held at index " + std::to_string(h->index) +
+                                        ": " + h->reason, Outcome::definite);
+  return std::nullopt;
+}
+
+Result<ApplyResult> RaftMetaStore::propose(const Command& c) {
+  auto n = node();
+  if (!n || !ready_.load()) return Error(Errc::unavailable, "raft-meta is not started");
+  if (auto h = held_error()) return *h;
+  if (n->role() != RaftRole::leader) return not_leader_error();
+  note_leadership();
+  Command stamped = c;
+  stamped.level = cfg_.level.value();
+  auto r = n->apply(encode_command(stamped), cfg_.timeout);
+  if (!r.ok() && r.error().code == Errc::not_leader) return not_leader_error();
+  return r;
+}
+
+
+Result<TenantInfo> RaftMetaStore::create_tenant(const std::string& name) {
+  if (auto f = leader_client()) return f->create_tenant(name);
+  RAFT_META_TRY(validate_name(NameKind::tenant, name));
+  auto r = propose(Command::create_tenant(name));
+  if (!r.ok()) return r.error();
+  if (!r->ok()) return *r->error;
+  return r->tenant;
+}
+
+Result<void> RaftMetaStore::delete_tenant(const std::string& name) {
+  if (auto f = leader_client()) return f->delete_tenant(name);
+  RAFT_META_TRY(validate_name(NameKind::tenant, name));
+  auto r = propose(Command::delete_tenant(name));
+  if (!r.ok()) return r.error();
+  if (!r->ok()) return *r->error;
+  return {};
+}
+
+Result<NamespaceInfo> RaftMetaStore::create_namespace(const std::string& tenant,
+                                                      const std::string& name) {
+  if (auto f = leader_client()) return f->create_namespace(tenant, name);
+  RAFT_META_TRY(validate_name(NameKind::tenant, tenant));
+  RAFT_META_TRY(validate_name(NameKind::ns, name));
+  auto r = propose(Command::create_namespace(tenant, name));
+  if (!r.ok()) return r.error();
+  if (!r->ok()) return *r->error;
+  return r->ns;
+}
+
+Result<void> RaftMetaStore::delete_namespace(const std::string& tenant, const std::string& name) {
+  if (auto f = leader_client()) return f->delete_namespace(tenant, name);
+  RAFT_META_TRY(validate_name(NameKind::tenant, tenant));
+  RAFT_META_TRY(validate_name(NameKind::ns, name));
+  auto r = propose(Command::delete_namespace(tenant, name));
+  if (!r.ok()) return r.error();
+  if (!r->ok()) return *r->error;
+  return {};
+}
+
+Result<StreamInfo> RaftMetaStore::create_stream(const StreamKey& key, const StreamSpec& spec) {
+  if (auto f = leader_client()) return f->create_stream(key, spec);
+  RAFT_META_TRY(validate_stream_key(key));
+  RAFT_META_TRY(validate_stream_spec(spec));
+  auto r = propose(stream_create_command(key, spec));
+  if (!r.ok()) return r.error();
+  if (!r->ok()) return *r->error;
+  return r->stream;
+}
+
+Command RaftMetaStore::stream_create_command(const StreamKey& key, const StreamSpec& spec) {
+  std::int64_t clock = now_us();
+  Command c = Command::create_stream(key, spec, clock);
+  // Rule 2 (proposer.h): the group level, not this member's, decides the proposal and
+  // the flag; a member below a rule's level writes the entry the old way.
+  (void)stamp_entry(c, proposer_view(), clock);
+  std::vector<BrokerInfo> registered;
+  {
+    std::lock_guard lk(fsm_mu_);
+    registered = fsm_.list_brokers();
+  }
+
+  // Placement: round robin over the live brokers sorted by id, from an offset derived from
+  // the name. With no live broker, over the registered ones: a shard is placed on a broker
+  // id like a replica assignment, and is served when that broker comes back (a broker that
+  // slept through a delete and a recreate takes the new stream). Nobody registered ->
+  // every shard unassigned (leader 0).
+  std::set<std::string, std::less<>> fin;
+  {
+    std::lock_guard lk(fsm_mu_);
+    for (auto& [name, at] : fsm_.finalized_features()) fin.insert(name);
+  }
+  const auto leaders = place_shards(key, spec.shards, brokers_with_liveness(registered), fin);
+  c.placement.resize(spec.shards);
+  for (std::uint32_t i = 0; i < spec.shards; ++i) {
+    if (leaders[i].value() == 0) continue;
+    c.placement[i].leader = leaders[i].value();
+    c.placement[i].replicas = {leaders[i].value()};
+  }
+  return c;
+}
+
+Result<StreamInfo> RaftMetaStore::delete_stream(const StreamKey& key) {
+  if (auto f = leader_client()) return f->delete_stream(key);
+  RAFT_META_TRY(validate_stream_key(key));
+  Command c = Command::delete_stream(key);
+  (void)stamp_entry(c, proposer_view(), now_us());
+  auto r = propose(c);
+  if (!r.ok()) return r.error();
+  if (!r->ok()) return *r->error;
+  return r->stream;
+}
+
+// --- reads ---------------------------------------------------------------------------------
+
+Result<void> RaftMetaStore::read_barrier() {
+  auto n = node();
+  if (!n || !ready_.load()) return Error(Errc::unavailable, "raft-meta is not started");
+  if (auto h = held_error()) return *h;  // a held member serves nothing from its state
+  if (n->role() != RaftRole::leader) return not_leader_error();
+  note_leadership();
+  auto r = n->barrier(cfg_.timeout);
+  if (!r.ok() && r.error().code == Errc::not_leader) return not_leader_error();
+  if (auto h = held_error()) return *h;
+  return r;
+}
+
+// Members listing: current on the leader; elsewhere (no leader known) this member's view.
+Result<void> RaftMetaStore::read_barrier_any() {
+  auto n = node();
+  if (!n) return Error(Errc::unavailable, "raft-meta is not started");
+  if (n->role() != RaftRole::leader) return {};
+  auto r = n->barrier(cfg_.timeout);
+  if (!r.ok() && r.error().code != Errc::not_leader) return r.error();
+  return {};
+}
+
+Result<std::vector<TenantInfo>> RaftMetaStore::list_tenants() {
+  if (auto f = leader_client()) return f->list_tenants();
+  RAFT_META_TRY(read_barrier());
+  std::lock_guard lk(fsm_mu_);
+  return fsm_.list_tenants();
+}
+
+Result<std::vector<NamespaceInfo>> RaftMetaStore::list_namespaces(const std::string& tenant) {
+  if (auto f = leader_client()) return f->list_namespaces(tenant);
+  RAFT_META_TRY(validate_name(NameKind::tenant, tenant));
+  RAFT_META_TRY(read_barrier());
+  std::lock_guard lk(fsm_mu_);
+  return fsm_.list_namespaces(tenant);
+}
+
+Result<StreamInfo> RaftMetaStore::get_stream(const StreamKey& key) {
+  if (auto f = leader_client()) return f->get_stream(key);
+  RAFT_META_TRY(validate_stream_key(key));
+  RAFT_META_TRY(read_barrier());
+  std::lock_guard lk(fsm_mu_);
+  return fsm_.get_stream(key);
+}
+
+Result<std::vector<StreamInfo>> RaftMetaStore::list_streams(const std::string& tenant,
+                                                            const std::string& ns) {
+  if (auto f = leader_client()) return f->list_streams(tenant, ns);
+  RAFT_META_TRY(validate_name(NameKind::tenant, tenant));
+  RAFT_META_TRY(validate_name(NameKind::ns, ns));
+  RAFT_META_TRY(read_barrier());
+  std::lock_guard lk(fsm_mu_);
+  return fsm_.list_streams(tenant, ns);
+}
+
+Result<CatalogSnapshot> RaftMetaStore::snapshot() {
+  if (auto f = leader_client()) return f->snapshot();
+  RAFT_META_TRY(read_barrier());
+  CatalogSnapshot snap;
+  {
+    std::lock_guard lk(fsm_mu_);
+    try {
+      snap = fsm_.catalog_snapshot();
+    } catch (const std::exception& e) {
+      return Error(Errc::internal, std::string("catalog snapshot: ") + e.what());
+    }
+  }
+  snap.brokers = brokers_with_liveness(std::move(snap.brokers));
+  return snap;
+}
+
+// --- fleet ---------------------------------------------------------------------------------
+
+std::chrono::steady_clock::time_point RaftMetaStore::now() const {
+  return cfg_.clock ? cfg_.clock() : std::chrono::steady_clock::now();
+}
+
+std::vector<std::string> RaftMetaStore::features_known_at_level() const {
+  std::vector<std::string> out;
+  for (auto& f : known_features())
+    if (f.required_level <= cfg_.level) out.emplace_back(f.name);
+  return out;
+}
+
+std::vector<BrokerInfo> RaftMetaStore::brokers_with_liveness(std::vector<BrokerInfo> registered) {
+  const auto t = now();
+  std::lock_guard lk(live_mu_);
+  for (auto& b : registered) {
+    auto it = last_seen_.find(b.id.value());
+    b.live = t < grace_until_ ||
+             (it != last_seen_.end() && t - it->second < cfg_.session_timeout);
+  }
+  return registered;
+}
+
+std::vector<BrokerInfo> RaftMetaStore::serving_brokers(const std::vector<BrokerInfo>& registered) {
+  std::vector<BrokerInfo> out;
+  for (auto& b : brokers_with_liveness(registered))
+    if (b.live) out.push_back(b);
+  return out;
+}
+
+FeatureInfo RaftMetaStore::feature_info(std::string_view name,
+                                        const std::map<std::string, ChangeSeq, std::less<>>& fin,
+                                        const std::vector<BrokerInfo>& serving) const {
+  FeatureInfo fi;
+  fi.name = std::string(name);
+  const FeatureSpec* spec = find_feature(name);
+  fi.required_level = spec ? spec->required_level : MetadataLevel{0};
+  if (auto it = fin.find(name); it != fin.end()) {
+    fi.finalized = true;
+    fi.finalized_seq = it->second;
+  }
+  for (auto& b : serving) {
+    if (std::find(b.features.begin(), b.features.end(), name) != b.features.end())
+      fi.supported_by.push_back(b.id);
+    else
+      fi.lacking.push_back(b.id);
+  }
+  return fi;
+}
+
+Result<BrokerInfo> RaftMetaStore::register_broker(const BrokerRegistration& reg) {
+  if (auto f = leader_client()) return f->register_broker(reg);
+  if (reg.id.value() == 0) return Error(Errc::invalid_argument, "broker id must be > 0");
+  BrokerRegistration sorted = reg;
+  std::sort(sorted.features.begin(), sorted.features.end());
+  sorted.features.erase(std::unique(sorted.features.begin(), sorted.features.end()),
+                        sorted.features.end());
+  auto r = propose(Command::register_broker(sorted));
+  if (!r.ok()) return r.error();
+  if (!r->ok()) return *r->error;
+  {
+    std::lock_guard lk(live_mu_);
+    last_seen_[reg.id.value()] = now();  // registration counts as a heartbeat
+  }
+  BrokerInfo b = r->broker;
+  b.live = true;
+  return b;
+}
+
+Result<void> RaftMetaStore::heartbeat_broker(NodeId id) {
+  if (auto f = leader_client()) return f->heartbeat_broker(id);
+  if (!ready_.load()) return Error(Errc::unavailable, "raft-meta is not started");
+  std::optional<BrokerInfo> b;
+  std::set<std::string, std::less<>> fin;
+  {
+    std::lock_guard lk(fsm_mu_);
+    b = fsm_.broker(id);
+    for (auto& [name, at] : fsm_.finalized_features()) fin.insert(name);
+  }
+  if (!b) return Error(Errc::not_found, "broker " + std::to_string(id.value()) + " is not registered");
+  // A broker that lacks a feature finalized while it was paused or partitioned must not
+  // come back as serving (review): the same admission rule as at registration.
+  if (auto a = admit_broker(b->features, fin); !a) return a.error();
+  std::lock_guard lk(live_mu_);
+  last_seen_[id.value()] = now();
+  return {};
+}
+
+Result<void> RaftMetaStore::unregister_broker(NodeId id) {
+  if (auto f = leader_client()) return f->unregister_broker(id);
+  auto r = propose(Command::unregister_broker(id));
+  if (!r.ok()) return r.error();
+  if (!r->ok()) return *r->error;
+  std::lock_guard lk(live_mu_);
+  last_seen_.erase(id.value());
+  return {};
+}
+
+Result<std::vector<BrokerInfo>> RaftMetaStore::list_brokers() {
+  if (auto f = leader_client()) return f->list_brokers();
+  RAFT_META_TRY(read_barrier());
+  std::vector<BrokerInfo> registered;
+  {
+    std::lock_guard lk(fsm_mu_);
+    registered = fsm_.list_brokers();
+  }
+  return brokers_with_liveness(std::move(registered));
+}
+
+Result<std::vector<FeatureInfo>> RaftMetaStore::list_features() {
+  if (auto f = leader_client()) return f->list_features();
+  RAFT_META_TRY(read_barrier());
+  std::vector<BrokerInfo> registered;
+  std::map<std::string, ChangeSeq, std::less<>> fin;
+  {
+    std::lock_guard lk(fsm_mu_);
+    registered = fsm_.list_brokers();
+    fin = fsm_.finalized_features();
+  }
+  auto serving = serving_brokers(registered);
+  std::vector<FeatureInfo> out;
+  for (auto& f : known_features()) out.push_back(feature_info(f.name, fin, serving));
+  for (auto& [name, at] : fin)  // finalized by a build that knows more than this one
+    if (!find_feature(name)) out.push_back(feature_info(name, fin, serving));
+  return out;
+}
+
+Result<FeatureInfo> RaftMetaStore::finalize_feature(const std::string& name) {
+  if (auto f = leader_client()) return f->finalize_feature(name);
+  RAFT_META_TRY(read_barrier());
+  std::vector<BrokerInfo> registered;
+  std::map<std::string, ChangeSeq, std::less<>> fin;
+  {
+    std::lock_guard lk(fsm_mu_);
+    registered = fsm_.list_brokers();
+    fin = fsm_.finalized_features();
+  }
+  auto serving = serving_brokers(registered);
+  // Already finalized: the same answer, nothing proposed (one-way and idempotent).
+  if (fin.count(name)) return feature_info(name, fin, serving);
+  if (!find_feature(name)) return Error(Errc::not_found, "unknown feature '" + name + "'");
+  // The gate: every member (the group level, from the replicated member records) at the
+  // feature's level, and every serving broker implementing it.
+  if (auto g = check_finalize(name, proposer_view().group, serving); !g.ok()) return g.error();
+  auto r = propose(Command::finalize_feature(name));
+  if (!r.ok()) return r.error();
+  if (!r->ok()) return *r->error;
+  fin[name] = r->finalized_seq;
+  log(LogLevel::info, "feature " + name + " finalized at " +
+                          std::to_string(r->finalized_seq.value()));
+  return feature_info(name, fin, serving);
+}
+
+Result<std::vector<Tombstone>> RaftMetaStore::list_tombstones() {
+  if (auto f = leader_client()) return f->list_tombstones();
+  RAFT_META_TRY(read_barrier());
+  std::lock_guard lk(fsm_mu_);
+  try {
+    return fsm_.list_tombstones();
+  } catch (const std::exception& e) {
+    return Error(Errc::internal, std::string("tombstones: ") + e.what());
+  }
+}
+
+// --- caches ------------------------------------------------------------------------------
+
+Result<CacheInfo> RaftMetaStore::create_cache(const StreamKey& key, const CacheSpec& spec) {
+  // The seed's rule is about the member the request reaches: an upgraded member refuses a
+  // cache create while the group is below 14, even when the leader it would forward to is
+  // older (and would write the entry the old way).
+  {
+    Command probe = Command::create_cache(key, spec, 0);
+    RAFT_META_TRY(stamp_entry(probe, proposer_view(), 0));
+  }
+  if (auto f = leader_client()) return f->create_cache(key, spec);
+  RAFT_META_TRY(validate_name(NameKind::tenant, key.tenant));
+  RAFT_META_TRY(validate_name(NameKind::ns, key.ns));
+  RAFT_META_TRY(validate_name(NameKind::cache, key.name));
+  if (spec.default_ttl_ms != -1 && spec.default_ttl_ms <= 0)
+    return Error(Errc::invalid_argument, "default_ttl_ms must be -1 (no expiry) or positive");
+  const std::int64_t clock = now_us();
+  Command c = Command::create_cache(key, spec, clock);
+  RAFT_META_TRY(stamp_entry(c, proposer_view(), clock));
+  auto r = propose(c);
+  if (!r.ok()) return r.error();
+  if (!r->ok()) return *r->error;
+  return r->cache;
+}
+
+Result<CacheInfo> RaftMetaStore::delete_cache(const StreamKey& key) {
+  if (auto f = leader_client()) return f->delete_cache(key);
+  RAFT_META_TRY(validate_name(NameKind::tenant, key.tenant));
+  RAFT_META_TRY(validate_name(NameKind::ns, key.ns));
+  RAFT_META_TRY(validate_name(NameKind::cache, key.name));
+  Command c = Command::delete_cache(key);
+  (void)stamp_entry(c, proposer_view(), now_us());
+  auto r = propose(c);
+  if (!r.ok()) return r.error();
+  if (!r->ok()) return *r->error;
+  return r->cache;
+}
+
+Result<CacheInfo> RaftMetaStore::get_cache(const StreamKey& key) {
+  if (auto f = leader_client()) return f->get_cache(key);
+  RAFT_META_TRY(validate_name(NameKind::tenant, key.tenant));
+  RAFT_META_TRY(validate_name(NameKind::ns, key.ns));
+  RAFT_META_TRY(validate_name(NameKind::cache, key.name));
+  RAFT_META_TRY(read_barrier());
+  std::lock_guard lk(fsm_mu_);
+  auto c = fsm_.cache(key);
+  if (!c) return Error(Errc::not_found, "no cache " + key.to_string());
+  return *c;
+}
+
+Result<std::vector<CacheInfo>> RaftMetaStore::list_caches(const std::string& tenant,
+                                                          const std::string& ns) {
+  if (auto f = leader_client()) return f->list_caches(tenant, ns);
+  RAFT_META_TRY(validate_name(NameKind::tenant, tenant));
+  RAFT_META_TRY(validate_name(NameKind::ns, ns));
+  RAFT_META_TRY(read_barrier());
+  std::lock_guard lk(fsm_mu_);
+  return fsm_.list_caches(tenant, ns);
+}
+
+ChangeBatch RaftMetaStore::changes_after(ChangeSeq after, std::size_t limit) {
+  std::lock_guard lk(fsm_mu_);
+  return fsm_.changes_after(after, limit);
+}
+
+}  // namespace sluice::raft_meta

@@ -1,0 +1,305 @@
+// RaftMetaStore metadata members (join, remove, status) and forwarding to the leader.
+#include "raft_meta_store.h"
+#include "raft_meta_store_internal.h"
+
+#include "rpc.h"
+
+#include "sluice/durable_fs.h"
+#include "sluice/uuid.h"
+#include "sluice/strings.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <random>
+#include <stdexcept>
+
+#include "sluice/catalog_rules.h"
+#include "sluice/features.h"
+#include "sluice/names.h"
+
+namespace sluice::raft_meta {
+
+namespace {
+
+thread_local bool tl_no_forward = false;
+
+}  // namespace
+
+// --- members and forwarding ------------------------------------------------------------------
+
+RaftMetaStore::NoForward::NoForward() : prev(tl_no_forward) { tl_no_forward = true; }
+RaftMetaStore::NoForward::~NoForward() { tl_no_forward = prev; }
+
+void RaftMetaStore::note_leadership() {
+  auto n = node();
+  const bool leader = n && n->role() == RaftRole::leader;
+  if (leader && !was_leader_.exchange(true)) {
+    // A new leader has no heartbeats yet: every registered broker is live for one session
+    // timeout (as after a restart), so a failover does not make the fleet "dead".
+    std::lock_guard lk(live_mu_);
+    last_seen_.clear();
+    grace_until_ = now() + cfg_.session_timeout;
+  } else if (!leader) {
+    was_leader_.store(false);
+  }
+}
+
+std::shared_ptr<MetadataStore> RaftMetaStore::leader_client() {
+  if (tl_no_forward) return nullptr;
+  auto n = node();
+  if (!n || !ready_.load() || n->role() == RaftRole::leader) return nullptr;
+  const std::uint64_t lid = n->leader_id();
+  if (lid == 0 || lid == host_.node_id().value()) return nullptr;
+  std::optional<MemberInfo> leader;
+  {
+    std::lock_guard lk(fsm_mu_);
+    leader = fsm_.member(NodeId{static_cast<std::uint32_t>(lid)});
+  }
+  if (!leader || leader->rpc_address.empty()) return nullptr;
+  std::lock_guard lk(fwd_mu_);
+  if (fwd_addr_ != leader->rpc_address) {
+    fwd_pool_.clear();
+    fwd_addr_ = leader->rpc_address;
+  }
+  const std::size_t slot = fwd_next_++ % kForwardConnections;
+  if (slot < fwd_pool_.size()) return fwd_pool_[slot];
+  RemoteConfig rc;
+  rc.controllers = {leader->rpc_address};
+  rc.timeout = cfg_.timeout;
+  rc.forwarded = true;
+  auto c = std::make_shared<RemoteMetadataStore>(host_, rc);
+  if (!c->start().ok()) return nullptr;
+  fwd_pool_.push_back(c);
+  return c;
+}
+
+Error RaftMetaStore::not_leader_error() {
+  auto n = node();
+  std::uint64_t lid = n ? n->leader_id() : 0;
+  std::optional<MemberInfo> leader;
+  if (lid != 0) {
+    std::lock_guard lk(fsm_mu_);
+    leader = fsm_.member(NodeId{static_cast<std::uint32_t>(lid)});
+  }
+  if (leader)
+    return Error(Errc::not_leader, "member " + std::to_string(host_.node_id().value()) +
+                                       " is not the leader; the leader is member " +
+                                       std::to_string(lid) + " at " + leader->rpc_address,
+                 Outcome::transient);
+  return Error(Errc::not_leader, "member " + std::to_string(host_.node_id().value()) +
+                                     " is not the leader and knows no leader yet",
+               Outcome::transient);
+}
+
+ProposerView RaftMetaStore::proposer_view() {
+  ProposerView v;
+  v.own = cfg_.level;
+  std::lock_guard lk(fsm_mu_);
+  v.group = std::min(cfg_.level, fsm_.recorded_group_level().value_or(cfg_.level));
+  v.stream_incarnations_finalized = fsm_.is_finalized(kStreamIncarnations);
+  v.cache_incarnations_finalized = fsm_.is_finalized(kCacheIncarnations);
+  return v;
+}
+
+std::vector<std::string> RaftMetaStore::peer_rpc_addresses() {
+  std::vector<std::string> out;
+  {
+    std::lock_guard lk(fsm_mu_);
+    for (auto& m : fsm_.list_members())
+      if (m.id != host_.node_id() && !m.rpc_address.empty()) out.push_back(m.rpc_address);
+  }
+  for (auto& j : cfg_.join)
+    if (std::find(out.begin(), out.end(), j) == out.end()) out.push_back(j);
+  return out;
+}
+
+Result<MemberInfo> RaftMetaStore::announce(const std::vector<std::string>& via) {
+  if (via.empty()) return Error(Errc::unavailable, "no other member known to announce this member to");
+  RemoteConfig rc;
+  rc.controllers = via;
+  rc.timeout = std::max(cfg_.timeout, cfg_.start_timeout);  // the join waits for catch-up
+  RemoteMetadataStore c(host_, rc);
+  if (auto r = c.start(); !r.ok()) return r.error();
+  return c.join_member(JoinRequest{host_.node_id(), cfg_.address, advertised_rpc_, cfg_.level});
+}
+
+MemberInfo RaftMetaStore::local_member_status() {
+  MemberInfo m;
+  m.id = host_.node_id();
+  m.raft_address = cfg_.address;
+  m.rpc_address = advertised_rpc_;
+  m.level = cfg_.level;
+  auto n = node();
+  m.role = std::string(to_string(n ? n->role() : RaftRole::unavailable));
+  std::lock_guard lk(fsm_mu_);
+  m.applied = fsm_.applied();
+  // The hash dumps the whole catalog: computed once per applied index (members listings
+  // probe every member).
+  if (hash_at_ != m.applied || hash_dirty_) {
+    hash_ = fsm_.state_hash();
+    hash_at_ = m.applied;
+    hash_dirty_ = false;
+  }
+  m.state_hash = hash_;
+  if (auto h = fsm_.held()) {
+    m.held = true;
+    m.held_index = ChangeSeq{h->index};
+    m.held_required_level = h->required;
+    m.held_reason = h->reason;
+  }
+  if (auto rec = fsm_.member(m.id)) m.joined_seq = rec->joined_seq;
+  return m;
+}
+
+Result<MembersView> RaftMetaStore::list_members() {
+  if (auto f = leader_client()) return f->list_members();
+  RAFT_META_TRY(read_barrier_any());
+  MembersView v;
+  auto n = node();
+  v.leader = NodeId{static_cast<std::uint32_t>(n ? n->leader_id() : 0)};
+  std::vector<MemberInfo> recorded;
+  {
+    std::lock_guard lk(fsm_mu_);
+    recorded = fsm_.list_members();
+    v.level_floor = fsm_.level_floor();
+    v.group_level = std::min(cfg_.level, fsm_.recorded_group_level().value_or(cfg_.level));
+  }
+  for (auto& rec : recorded) {
+    MemberInfo m = rec;
+    if (rec.id == host_.node_id()) {
+      m = local_member_status();
+      m.level = rec.level;
+      m.joined_seq = rec.joined_seq;
+    } else {
+      m.role = "unreachable";
+      auto st = probe_member_status(rec.rpc_address, host_, std::chrono::milliseconds(1000));
+      if (st.ok()) {
+        m.role = st->role;
+        m.held = st->held;
+        m.held_index = st->held_index;
+        m.held_required_level = st->held_required_level;
+        m.held_reason = st->held_reason;
+        m.applied = st->applied;
+        m.state_hash = st->state_hash;
+      }
+    }
+    v.members.push_back(std::move(m));
+  }
+  return v;
+}
+
+Result<MemberInfo> RaftMetaStore::join_member(const JoinRequest& req) {
+  if (auto f = leader_client()) return f->join_member(req);
+  auto n = node();
+  if (!n || !ready_.load()) return Error(Errc::unavailable, "raft-meta is not started");
+  if (n->role() != RaftRole::leader) return not_leader_error();
+  if (req.id.value() == 0) return Error(Errc::invalid_argument, "member id must be > 0");
+  // The rpc address may be empty: a member without the controller RPC (metadata.rpc_address
+  // empty) cannot be forwarded to, which only makes sense alone.
+  if (req.raft_address.find(':') == std::string::npos ||
+      (!req.rpc_address.empty() && req.rpc_address.find(':') == std::string::npos))
+    return Error(Errc::invalid_argument, "member addresses must be ip:port");
+  if (req.level < kLowestMetadataLevel)
+    return Error(Errc::invalid_argument, "metadata level " + std::to_string(req.level.value()) +
+                                             " is below the lowest level " +
+                                             std::to_string(kLowestMetadataLevel.value()));
+  {
+    std::lock_guard lk(fsm_mu_);
+    if (req.level < fsm_.level_floor())
+      return Error(Errc::conflict, "member " + std::to_string(req.id.value()) + " runs at metadata level " +
+                                       std::to_string(req.level.value()) + ", below the group's level floor " +
+                                       std::to_string(fsm_.level_floor().value()) +
+                                       " (raised by the first flagged entry); upgrade it first");
+    if (auto old = fsm_.member(req.id); old && old->raft_address != req.raft_address)
+      return Error(Errc::conflict, "node id " + std::to_string(req.id.value()) +
+                                       " is already a member at " + old->raft_address);
+  }
+  // Record first, so that the group level includes the member before it receives any
+  // entry (proposers stop flagging entries at once); then add it to the configuration.
+  auto r = propose(Command::join_member(req));
+  if (!r.ok()) return r.error();
+  if (!r->ok()) return *r->error;
+  if (req.id != host_.node_id()) {
+    auto a = n->add_voter(req.id.value(), req.raft_address, std::max(cfg_.timeout, cfg_.start_timeout));
+    if (!a.ok()) {
+      log(LogLevel::warn, "adding member " + std::to_string(req.id.value()) + " failed: " + a.error().message);
+      if (a.error().code == Errc::conflict) (void)propose(Command::leave_member(req.id));
+      return a.error();
+    }
+  }
+  log(LogLevel::info, "member " + std::to_string(req.id.value()) + " at " + req.raft_address +
+                          " (rpc " + req.rpc_address + ") joined at metadata level " +
+                          std::to_string(req.level.value()));
+  std::lock_guard lk(fsm_mu_);
+  auto rec = fsm_.member(req.id);
+  if (!rec) return Error(Errc::internal, "member record missing after join");
+  return *rec;
+}
+
+Result<void> RaftMetaStore::remove_member(NodeId id) {
+  if (auto f = leader_client()) return f->remove_member(id);
+  auto n = node();
+  if (!n || !ready_.load()) return Error(Errc::unavailable, "raft-meta is not started");
+  if (n->role() != RaftRole::leader) return not_leader_error();
+  auto conf = n->configuration(cfg_.timeout);
+  if (!conf.ok()) return conf.error();
+  bool in_conf = false;
+  std::size_t voters = 0;
+  for (auto& srv : conf.value()) {
+    if (srv.voter) ++voters;
+    if (srv.id == id.value()) in_conf = true;
+  }
+  bool recorded = false;
+  {
+    std::lock_guard lk(fsm_mu_);
+    recorded = fsm_.member(id).has_value();
+  }
+  if (!in_conf && !recorded) return Error(Errc::not_found, "no member " + std::to_string(id.value()));
+  if (in_conf && voters <= 1)
+    return Error(Errc::conflict, "member " + std::to_string(id.value()) +
+                                     " is the last voter; a group cannot remove its last member");
+  if (recorded) {
+    auto r = propose(Command::leave_member(id));
+    if (!r.ok()) return r.error();
+    if (!r->ok()) return *r->error;
+  }
+  if (in_conf) RAFT_META_TRY(n->remove_server(id.value(), cfg_.timeout));
+  log(LogLevel::info, "member " + std::to_string(id.value()) + " removed");
+  return {};
+}
+
+MetadataStatus RaftMetaStore::status() {
+  MetadataStatus s;
+  s.backend = "raft";
+  auto n = node();
+  {
+    std::lock_guard lk(fsm_mu_);
+    s.cluster_id = ready_.load() ? fsm_.cluster_id() : host_.cluster_id();
+    s.applied = fsm_.applied();
+  }
+  RaftRole role = n ? n->role() : RaftRole::unavailable;
+  {
+    std::lock_guard lk(fsm_mu_);
+    s.level = std::min(cfg_.level, fsm_.recorded_group_level().value_or(cfg_.level));
+  }
+  s.ready = ready_.load() && (role == RaftRole::leader ||
+                              (role == RaftRole::follower && n->leader_id() != 0));
+  if (auto h = held_error()) {
+    s.ready = false;
+    s.detail = h->message;
+    return s;
+  }
+  if (starting_.load())
+    s.detail = "starting";
+  else if (!n)
+    s.detail = "stopped";
+  else
+    s.detail = std::string(to_string(role));
+  return s;
+}
+
+}  // namespace sluice::raft_meta

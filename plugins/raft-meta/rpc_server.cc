@@ -1,0 +1,254 @@
+// The controller RPC server (rpc.h): acceptor, one thread per connection, dispatch.
+#include "rpc.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <boost/json.hpp>
+#include <cerrno>
+#include <cstring>
+
+#include "raft_meta_store.h"
+#include "rpc_socket.h"
+#include "rpc_codec.h"
+namespace sluice::raft_meta {
+
+namespace json = boost::json;
+using namespace rpc;
+using namespace rpc_socket;
+
+namespace {
+
+constexpr std::string_view kComponent = "raft-meta-rpc";
+
+std::string ok_response(json::value result) {
+  return json::serialize(json::object{{"ok", true}, {"result", std::move(result)}});
+}
+std::string error_response(const Error& e) {
+  return json::serialize(json::object{{"ok", false}, {"error", to_json(e)}});
+}
+template <class T, class F>
+std::string respond(const Result<T>& r, F f) {
+  if (!r.ok()) return error_response(r.error());
+  return ok_response(f(r.value()));
+}
+std::string respond_void(const Result<void>& r) {
+  if (!r.ok()) return error_response(r.error());
+  return ok_response(nullptr);
+}
+template <class T>
+json::array to_array(const std::vector<T>& v) {
+  json::array a;
+  for (auto& x : v) a.push_back(to_json(x));
+  return a;
+}
+
+}  // namespace
+
+// --- server ---------------------------------------------------------------------------------
+
+RpcServer::RpcServer(RaftMetaStore& store, PluginHost& host, std::string address)
+    : store_(store), host_(host), address_(std::move(address)) {}
+
+RpcServer::~RpcServer() { stop(); }
+
+Result<void> RpcServer::start() {
+  std::string ip;
+  int port = 0;
+  if (!split_host_port(address_, ip, port))
+    return Error(Errc::invalid_argument, "metadata.rpc_address must be ip:port, got '" + address_ + "'");
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<std::uint16_t>(port));
+  if (inet_pton(AF_INET, ip.c_str(), &sa.sin_addr) != 1)
+    return Error(Errc::invalid_argument, "metadata.rpc_address: bad IPv4 address '" + ip + "'");
+  listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int one = 1;
+  setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0 ||
+      ::listen(listen_fd_, 64) != 0) {
+    std::string why = std::strerror(errno);
+    ::close(listen_fd_);
+    listen_fd_ = -1;
+    return Error(Errc::unavailable, "cannot listen on metadata.rpc_address " + address_ + ": " + why);
+  }
+  socklen_t len = sizeof sa;
+  getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&sa), &len);
+  port_ = ntohs(sa.sin_port);
+  if (::pipe2(wake_, O_CLOEXEC) != 0) {
+    ::close(listen_fd_);
+    listen_fd_ = -1;
+    return Error(Errc::internal, "pipe2 failed");
+  }
+  stopping_ = false;
+  acceptor_ = std::thread([this] { accept_main(); });
+  host_.log(LogLevel::info, kComponent, "serving the catalog on " + ip + ":" + std::to_string(port_));
+  return {};
+}
+
+void RpcServer::stop() {
+  if (listen_fd_ < 0) return;
+  stopping_ = true;
+  char b = 1;
+  (void)!::write(wake_[1], &b, 1);
+  if (acceptor_.joinable()) acceptor_.join();
+  std::map<int, std::thread> conns;
+  std::vector<std::thread> done;
+  {
+    std::lock_guard lk(mu_);
+    for (auto& [fd, t] : conns_) ::shutdown(fd, SHUT_RDWR);
+    conns.swap(conns_);
+    done.swap(finished_);
+  }
+  for (auto& [fd, t] : conns) t.join();
+  for (auto& t : done) t.join();
+  ::close(listen_fd_);
+  ::close(wake_[0]);
+  ::close(wake_[1]);
+  listen_fd_ = -1;
+}
+
+void RpcServer::accept_main() {
+  for (;;) {
+    pollfd p[2] = {{listen_fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
+    if (::poll(p, 2, -1) < 0 && errno != EINTR) return;
+    if (stopping_) return;
+    if (!(p[0].revents & POLLIN)) continue;
+    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) continue;
+    std::lock_guard lk(mu_);
+    // Reap finished connection threads.
+    for (auto& t : finished_) t.join();
+    finished_.clear();
+    conns_[fd] = std::thread([this, fd] { serve(fd); });
+  }
+}
+
+void RpcServer::serve(int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  for (;;) {
+    std::string req, why;
+    if (!read_frame(fd, req, &why)) {
+      if (why != "closed" && !stopping_)
+        host_.log(LogLevel::warn, kComponent, "closing connection: " + why);
+      break;
+    }
+    bool close_after = false;
+    std::string resp = handle(req, close_after);
+    if (!write_frame(fd, resp, &why)) break;
+    if (close_after) break;
+  }
+  std::lock_guard lk(mu_);
+  auto it = conns_.find(fd);
+  ::close(fd);
+  if (it != conns_.end()) {
+    finished_.push_back(std::move(it->second));
+    conns_.erase(it);
+  }
+}
+
+std::string RpcServer::handle(const std::string& request, bool& close_after) {
+  boost::system::error_code ec;
+  json::value v = json::parse(request, ec);
+  if (ec || !v.is_object()) {
+    close_after = true;
+    host_.log(LogLevel::warn, kComponent, "closing connection: request is not a JSON object");
+    return error_response(Error(Errc::malformed_body, "request is not a JSON object"));
+  }
+  try {
+    auto& o = v.as_object();
+    std::string method(o.at("method").as_string());
+    std::string cid(o.at("cluster_id").as_string());
+    const json::value empty = json::object{};
+    const json::value& p = o.contains("params") ? o.at("params") : empty;
+    const std::string mine = host_.cluster_id();
+    if (method == "hello" && cid.empty()) return ok_response(json::object{{"cluster_id", mine}});
+    if (cid != mine) {
+      close_after = true;
+      host_.log(LogLevel::warn, kComponent,
+                "refused a request for cluster " + cid + " (this is cluster " + mine + ")");
+      return error_response(Error(Errc::cluster_id_mismatch,
+                                  "request names cluster '" + cid + "', this controller belongs to cluster '" +
+                                      mine + "'"));
+    }
+    auto& po = p.as_object();
+    // A request a member forwarded is answered here, never forwarded again.
+    std::optional<RaftMetaStore::NoForward> no_forward;
+    if (auto* f = o.if_contains("forwarded"); f && f->is_bool() && f->as_bool()) no_forward.emplace();
+    auto str = [&](const char* k) { return std::string(po.at(k).as_string()); };
+    auto node = [&] { return NodeId{po.at("id").to_number<std::uint32_t>()}; };
+    if (method == "hello") return ok_response(json::object{{"cluster_id", mine}});
+    if (method == "status") return ok_response(to_json(store_.status()));
+    if (method == "create_tenant") return respond(store_.create_tenant(str("name")), [](auto& x) { return to_json(x); });
+    if (method == "delete_tenant") return respond_void(store_.delete_tenant(str("name")));
+    if (method == "list_tenants") return respond(store_.list_tenants(), [](auto& x) { return to_array(x); });
+    if (method == "create_namespace")
+      return respond(store_.create_namespace(str("tenant"), str("name")), [](auto& x) { return to_json(x); });
+    if (method == "delete_namespace") return respond_void(store_.delete_namespace(str("tenant"), str("name")));
+    if (method == "list_namespaces")
+      return respond(store_.list_namespaces(str("tenant")), [](auto& x) { return to_array(x); });
+    if (method == "create_stream")
+      return respond(store_.create_stream(key_from(po.at("key")), spec_from(po.at("spec"))),
+                     [](auto& x) { return to_json(x); });
+    if (method == "delete_stream")
+      return respond(store_.delete_stream(key_from(po.at("key"))), [](auto& x) { return to_json(x); });
+    if (method == "get_stream")
+      return respond(store_.get_stream(key_from(po.at("key"))), [](auto& x) { return to_json(x); });
+    if (method == "list_streams")
+      return respond(store_.list_streams(str("tenant"), str("ns")), [](auto& x) { return to_array(x); });
+    if (method == "snapshot") return respond(store_.snapshot(), [](auto& x) { return to_json(x); });
+    if (method == "register_broker")
+      return respond(store_.register_broker(registration_from(po.at("broker"))), [](auto& x) { return to_json(x); });
+    if (method == "heartbeat_broker") return respond_void(store_.heartbeat_broker(node()));
+    if (method == "unregister_broker") return respond_void(store_.unregister_broker(node()));
+    if (method == "list_brokers") return respond(store_.list_brokers(), [](auto& x) { return to_array(x); });
+    if (method == "list_features") return respond(store_.list_features(), [](auto& x) { return to_array(x); });
+    if (method == "finalize_feature")
+      return respond(store_.finalize_feature(str("name")), [](auto& x) { return to_json(x); });
+    if (method == "list_tombstones") return respond(store_.list_tombstones(), [](auto& x) { return to_array(x); });
+    if (method == "create_cache")
+      return respond(store_.create_cache(key_from(po.at("key")), cache_spec_from(po.at("spec"))),
+                     [](auto& x) { return to_json(x); });
+    if (method == "delete_cache")
+      return respond(store_.delete_cache(key_from(po.at("key"))), [](auto& x) { return to_json(x); });
+    if (method == "get_cache")
+      return respond(store_.get_cache(key_from(po.at("key"))), [](auto& x) { return to_json(x); });
+    if (method == "list_caches")
+      return respond(store_.list_caches(str("tenant"), str("ns")), [](auto& x) { return to_array(x); });
+    if (method == "list_members") return respond(store_.list_members(), [](auto& x) { return to_json(x); });
+    if (method == "join_member")
+      return respond(store_.join_member(join_from(po.at("member"))), [](auto& x) { return to_json(x); });
+    if (method == "remove_member") return respond_void(store_.remove_member(node()));
+    if (method == "member_status") return ok_response(to_json(store_.local_member_status()));
+    if (method == "changes_after") {
+      // A held member serves nothing from its state: a broker following it must move on.
+      if (auto h = store_.held_error()) return error_response(*h);
+      ChangeSeq after{po.at("seq").to_number<std::uint64_t>()};
+      std::int64_t wait = std::clamp<std::int64_t>(po.at("wait_ms").to_number<std::int64_t>(), 0, kMaxWaitMs);
+      auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait);
+      for (;;) {
+        // Long poll. A simple 5 ms re-check (no coupling to the apply path); see README.
+        auto b = store_.changes_after(after, 256);
+        if (b.resync || !b.events.empty() || std::chrono::steady_clock::now() >= deadline || stopping_) {
+          json::array evs;
+          for (auto& e : b.events) evs.push_back(to_json(e));
+          return ok_response(json::object{{"resync", b.resync}, {"events", std::move(evs)}});
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+    }
+    return error_response(Error(Errc::invalid_argument, "unknown method '" + method + "'"));
+  } catch (const std::exception& e) {
+    close_after = true;
+    host_.log(LogLevel::warn, kComponent, std::string("closing connection: malformed request: ") + e.what());
+    return error_response(Error(Errc::malformed_body, std::string("malformed request: ") + e.what()));
+  }
+}
+
+}  // namespace sluice::raft_meta
