@@ -129,10 +129,7 @@ class PowerLoss(unittest.TestCase):
         model, paths = self.run_node_and_cut(raft_outside=True)
         self.assert_survive(model, paths, ["data.dir", "meta.properties", "segments with acknowledged records"])
 
-    # raft.dir is created by plugins/raft-meta/raft_meta_store.cc, whose durable creation is
-    # a concurrent change on another branch: remove this decorator when it is merged (the
-    # test then passes, and an unexpected success fails the run as a reminder).
-    @unittest.expectedFailure
+    # raft.dir is created by raft-meta (raft_meta_bootstrap.cc), not by the host.
     def test_power_cut_keeps_a_raft_dir_outside_the_data_dir(self):
         model, paths = self.run_node_and_cut(raft_outside=True)
         self.assert_survive(model, paths, ["raft.dir"])

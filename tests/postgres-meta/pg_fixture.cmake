@@ -1,7 +1,7 @@
 # One throwaway PostgreSQL 15 for the whole ctest run (tests/support/pg_test_server.sh),
 # shared by tests/postgres-meta and tests/conformance through the fixture `sluice_pg`.
-set(SLUICE_TEST_PG_PORT 55432 CACHE STRING "Port of the throwaway PostgreSQL for tests")
-set(SLUICE_TEST_PG_PORT2 55433 CACHE STRING "Port of the second (restartable) test PostgreSQL")
+set(SLUICE_TEST_PG_PORT 29632 CACHE STRING "Port of the throwaway PostgreSQL for tests")
+set(SLUICE_TEST_PG_PORT2 29633 CACHE STRING "Port of the second (restartable) test PostgreSQL")
 set(SLUICE_TEST_PG_DIR ${CMAKE_BINARY_DIR}/pg-test CACHE PATH "Directory of the test PostgreSQL")
 set(SLUICE_TEST_PG_SCRIPT ${CMAKE_SOURCE_DIR}/tests/support/pg_test_server.sh)
 set(SLUICE_TEST_PG_URL "host=127.0.0.1 port=${SLUICE_TEST_PG_PORT} user=postgres dbname=sluice_test")
