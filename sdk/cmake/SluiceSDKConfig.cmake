@@ -2,7 +2,7 @@
 # sluice_add_plugin(<target> <sources>...), which builds libsluice-<target>.so.
 include(CMakeFindDependencyMacro)
 find_dependency(Threads)
-find_dependency(Boost 1.81)
+find_dependency(Boost 1.81 COMPONENTS json)
 include(${CMAKE_CURRENT_LIST_DIR}/SluiceSDKTargets.cmake)
 
 function(sluice_add_plugin target)
