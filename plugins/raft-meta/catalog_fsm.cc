@@ -3,18 +3,16 @@
 #include <sqlite3.h>
 
 #include <algorithm>
-#include <boost/json.hpp>
 #include <cstring>
 #include <set>
 #include <stdexcept>
 
+#include "sluice/catalog_json.h"
 #include "sluice/catalog_rules.h"
 #include "sluice/features.h"
 #include "sluice/names.h"
 
 namespace sluice::raft_meta {
-
-namespace json = boost::json;
 
 namespace {
 
@@ -79,45 +77,44 @@ sqlite3* open_memory_db() {
   return db;
 }
 
-std::optional<ChangeEvent::Kind> parse_kind(std::string_view s) {
-  using K = ChangeEvent::Kind;
-  for (auto k : {K::tenant_created, K::tenant_deleted, K::namespace_created, K::namespace_deleted,
-                 K::stream_created, K::stream_deleted, K::feature_finalized, K::broker_registered,
-                 K::broker_unregistered, K::cache_created, K::cache_deleted})
-    if (s == to_string(k)) return k;
-  return std::nullopt;
+// The change a catalog op records (stored with sluice/catalog_json.h's payload encoding).
+ChangeEvent change(std::uint64_t index, ChangeEvent::Kind kind) {
+  ChangeEvent e{};
+  e.kind = kind;
+  e.seq = ChangeSeq{index};
+  return e;
 }
-
-std::string stream_payload(const StreamInfo& s) {
-  json::object o;
-  o["tenant"] = s.key.tenant;
-  o["ns"] = s.key.ns;
-  o["name"] = s.key.name;
-  o["incarnation"] = s.incarnation.value();
-  o["shards"] = s.spec.shards;
-  o["max_bytes"] = s.spec.retention.max_bytes;
-  o["max_age_ms"] = s.spec.retention.max_age_ms;
-  o["ack"] = to_string(s.spec.default_ack);
-  o["created_seq"] = s.created_seq.value();
-  o["created_at_us"] = s.created_at_us;
-  return json::serialize(o);
+ChangeEvent names_change(std::uint64_t index, ChangeEvent::Kind kind, const std::string& tenant,
+                         const std::string& ns = {}) {
+  ChangeEvent e = change(index, kind);
+  e.tenant = tenant;
+  e.ns = ns;
+  return e;
 }
-
-std::string cache_payload(const CacheInfo& c, const std::optional<Tombstone>& t) {
-  json::object o;
-  o["tenant"] = c.key.tenant;
-  o["ns"] = c.key.ns;
-  o["name"] = c.key.name;
-  o["incarnation"] = c.incarnation.value();
-  o["default_ttl_ms"] = c.spec.default_ttl_ms;
-  o["created_seq"] = c.created_seq.value();
-  if (t) {
-    json::object to;
-    to["deleted_up_to"] = t->deleted_up_to.value();
-    to["seq"] = t->seq.value();
-    o["tombstone"] = std::move(to);
-  }
-  return json::serialize(o);
+ChangeEvent stream_change(std::uint64_t index, ChangeEvent::Kind kind, const StreamInfo& s,
+                          const std::vector<Assignment>& as, const std::optional<Tombstone>& t) {
+  ChangeEvent e = names_change(index, kind, s.key.tenant, s.key.ns);
+  e.stream = s;
+  e.assignments = as;
+  e.tombstone = t;
+  return e;
+}
+ChangeEvent cache_change(std::uint64_t index, ChangeEvent::Kind kind, const CacheInfo& c,
+                         const std::optional<Tombstone>& t) {
+  ChangeEvent e = names_change(index, kind, c.key.tenant, c.key.ns);
+  e.cache = c;
+  e.cache_tombstone = t;
+  return e;
+}
+ChangeEvent broker_change(std::uint64_t index, ChangeEvent::Kind kind, const BrokerInfo& b) {
+  ChangeEvent e = change(index, kind);
+  e.broker = b;
+  return e;
+}
+ChangeEvent feature_change(std::uint64_t index, const std::string& name) {
+  ChangeEvent e = change(index, ChangeEvent::Kind::feature_finalized);
+  e.feature = name;
+  return e;
 }
 
 std::string join_ids(const std::vector<NodeId>& ids) {
@@ -163,156 +160,6 @@ std::vector<std::string> split_strings(std::string_view s) {
     i = j + 1;
   }
   return out;
-}
-
-json::array assignments_json(const std::vector<Assignment>& as) {
-  json::array a;
-  for (auto& x : as) {
-    json::object o;
-    o["shard"] = x.shard.value();
-    o["incarnation"] = x.incarnation.value();
-    o["generation"] = x.generation.value();
-    o["leader"] = x.leader.value();
-    json::array rs;
-    for (auto r : x.replicas) rs.emplace_back(r.value());
-    o["replicas"] = std::move(rs);
-    a.emplace_back(std::move(o));
-  }
-  return a;
-}
-
-std::string stream_change_payload(const StreamInfo& s, const std::vector<Assignment>& as,
-                                  const std::optional<Tombstone>& t) {
-  boost::system::error_code ec;
-  json::value v = json::parse(stream_payload(s), ec);
-  auto& o = v.get_object();
-  o["assignments"] = assignments_json(as);
-  if (t) {
-    json::object to;
-    to["deleted_up_to"] = t->deleted_up_to.value();
-    to["seq"] = t->seq.value();
-    o["tombstone"] = std::move(to);
-  }
-  return json::serialize(o);
-}
-
-std::string broker_payload(const BrokerInfo& b) {
-  json::object o;
-  o["id"] = b.id.value();
-  o["address"] = b.address;
-  o["directory_id"] = b.directory_id;
-  o["version"] = b.version;
-  json::array fs;
-  for (auto& f : b.features) fs.emplace_back(f);
-  o["features"] = std::move(fs);
-  o["registered_seq"] = b.registered_seq.value();
-  return json::serialize(o);
-}
-
-std::string feature_payload(const std::string& name) {
-  json::object o;
-  o["feature"] = name;
-  return json::serialize(o);
-}
-
-
-std::string names_payload(const std::string& tenant, const std::string* ns) {
-  json::object o;
-  o["tenant"] = tenant;
-  if (ns) o["ns"] = *ns;
-  return json::serialize(o);
-}
-
-ChangeEvent decode_change(std::int64_t seq, std::string_view kind, std::string_view payload) {
-  ChangeEvent ev{};
-  ev.kind = parse_kind(kind).value_or(ChangeEvent::Kind::tenant_created);
-  ev.seq = ChangeSeq{static_cast<std::uint64_t>(seq)};
-  boost::system::error_code ec;
-  json::value v = json::parse(payload, ec);
-  if (ec || !v.is_object()) return ev;
-  auto& o = v.get_object();
-  auto str = [&](const char* k) {
-    auto* p = o.if_contains(k);
-    return p && p->is_string() ? std::string(p->get_string()) : std::string();
-  };
-  auto num = [&](const char* k) -> std::int64_t {
-    auto* p = o.if_contains(k);
-    if (!p) return 0;
-    if (p->is_int64()) return p->get_int64();
-    if (p->is_uint64()) return static_cast<std::int64_t>(p->get_uint64());
-    return 0;
-  };
-  ev.tenant = str("tenant");
-  ev.ns = str("ns");
-  if (ev.kind == ChangeEvent::Kind::stream_created || ev.kind == ChangeEvent::Kind::stream_deleted) {
-    ev.stream.key = StreamKey{ev.tenant, ev.ns, str("name")};
-    ev.stream.incarnation = Incarnation{static_cast<std::uint64_t>(num("incarnation"))};
-    ev.stream.spec.shards = static_cast<std::uint32_t>(num("shards"));
-    ev.stream.spec.retention.max_bytes = num("max_bytes");
-    ev.stream.spec.retention.max_age_ms = num("max_age_ms");
-    ev.stream.spec.default_ack = parse_ack_mode(str("ack")).value_or(AckMode::leader);
-    ev.stream.created_seq = ChangeSeq{static_cast<std::uint64_t>(num("created_seq"))};
-    ev.stream.created_at_us = num("created_at_us");
-    if (auto* av = o.if_contains("assignments"); av && av->is_array()) {
-      for (auto& e : av->get_array()) {
-        if (!e.is_object()) continue;
-        auto& ao = e.get_object();
-        auto n = [&](const char* k) -> std::uint64_t {
-          auto* p = ao.if_contains(k);
-          if (!p) return 0;
-          if (p->is_uint64()) return p->get_uint64();
-          if (p->is_int64()) return static_cast<std::uint64_t>(p->get_int64());
-          return 0;
-        };
-        Assignment a;
-        a.key = ev.stream.key;
-        a.shard = ShardIndex{static_cast<std::uint32_t>(n("shard"))};
-        a.incarnation = Incarnation{n("incarnation")};
-        a.generation = Generation{n("generation")};
-        a.leader = NodeId{static_cast<std::uint32_t>(n("leader"))};
-        if (auto* rv = ao.if_contains("replicas"); rv && rv->is_array())
-          for (auto& r : rv->get_array())
-            if (r.is_uint64() || r.is_int64())
-              a.replicas.push_back(NodeId{static_cast<std::uint32_t>(r.to_number<std::uint64_t>())});
-        ev.assignments.push_back(std::move(a));
-      }
-    }
-    if (auto* tv = o.if_contains("tombstone"); tv && tv->is_object()) {
-      auto& to = tv->get_object();
-      Tombstone t;
-      t.key = ev.stream.key;
-      t.deleted_up_to = Incarnation{to.at("deleted_up_to").to_number<std::uint64_t>()};
-      t.seq = ChangeSeq{to.at("seq").to_number<std::uint64_t>()};
-      ev.tombstone = t;
-    }
-  } else if (ev.kind == ChangeEvent::Kind::cache_created ||
-             ev.kind == ChangeEvent::Kind::cache_deleted) {
-    ev.cache.key = StreamKey{ev.tenant, ev.ns, str("name")};
-    ev.cache.incarnation = Incarnation{static_cast<std::uint64_t>(num("incarnation"))};
-    ev.cache.spec.default_ttl_ms = num("default_ttl_ms");
-    ev.cache.created_seq = ChangeSeq{static_cast<std::uint64_t>(num("created_seq"))};
-    if (auto* tv = o.if_contains("tombstone"); tv && tv->is_object()) {
-      auto& to = tv->get_object();
-      Tombstone t;
-      t.key = ev.cache.key;
-      t.deleted_up_to = Incarnation{to.at("deleted_up_to").to_number<std::uint64_t>()};
-      t.seq = ChangeSeq{to.at("seq").to_number<std::uint64_t>()};
-      ev.cache_tombstone = t;
-    }
-  } else if (ev.kind == ChangeEvent::Kind::feature_finalized) {
-    ev.feature = str("feature");
-  } else if (ev.kind == ChangeEvent::Kind::broker_registered ||
-             ev.kind == ChangeEvent::Kind::broker_unregistered) {
-    ev.broker.id = NodeId{static_cast<std::uint32_t>(num("id"))};
-    ev.broker.address = str("address");
-    ev.broker.directory_id = str("directory_id");
-    ev.broker.version = str("version");
-    if (auto* fv = o.if_contains("features"); fv && fv->is_array())
-      for (auto& f : fv->get_array())
-        if (f.is_string()) ev.broker.features.emplace_back(f.get_string());
-    ev.broker.registered_seq = ChangeSeq{static_cast<std::uint64_t>(num("registered_seq"))};
-  }
-  return ev;
 }
 
 constexpr const char* kStreamColumns =
@@ -486,11 +333,11 @@ void CatalogFsm::meta_set(const char* key, const std::string& value) {
   s.step();
 }
 
-void CatalogFsm::record_change(std::uint64_t seq, ChangeEvent::Kind kind,
-                               const std::string& payload) {
+void CatalogFsm::record_change(const ChangeEvent& e) {
   {
     Stmt s(db_, "INSERT INTO changes(seq, kind, payload) VALUES(?, ?, ?)");
-    s.bind(1, static_cast<std::int64_t>(seq)).bind(2, to_string(kind)).bind(3, payload);
+    s.bind(1, static_cast<std::int64_t>(e.seq.value())).bind(2, to_string(e.kind))
+        .bind(3, encode_change_payload(e));
     s.step();
   }
   // Keep the newest change_retention_ rows; remember the highest pruned seq so that a
@@ -565,15 +412,33 @@ ApplyResult CatalogFsm::apply(std::uint64_t index, std::string_view entry) {
     meta_set("applied_index", std::to_string(index));
     exec(db_, "RELEASE apply");
   } catch (const std::exception& e) {
-    try {
-      exec(db_, "ROLLBACK TO apply");
-      meta_set("applied_index", std::to_string(index));
-      exec(db_, "RELEASE apply");
-    } catch (...) {
-    }
-    r.error = internal_error(e);
+    return hold_after_failure(index, e.what());
+  } catch (...) {
+    return hold_after_failure(index, "unknown exception");
   }
   r.seq = ChangeSeq{index};
+  return r;
+}
+
+// The error policy (docs/metadata-raft-design.md "Error policy"): a failure that is not a
+// decision of the entry (SQLite failed, out of memory, a state the code thinks impossible)
+// may be this member's alone. Advancing applied_index past it would make this member
+// silently differ from the others, so it holds here: nothing of the entry stays, applied()
+// stays before it, and every later entry is refused until the member is restarted (which
+// replays from its snapshot and log, and holds again at the same index if the failure is
+// deterministic).
+ApplyResult CatalogFsm::hold_after_failure(std::uint64_t index, const std::string& what) {
+  try {
+    exec(db_, "ROLLBACK TO apply");
+    exec(db_, "RELEASE apply");
+  } catch (...) {
+    // No savepoint open (the failure came before it), or SQLite itself is failing: the
+    // member is held either way, and restart rebuilds the state from snapshot and log.
+  }
+  held_ = Held{index, "applying the entry failed (" + what + "); restart this member", capability_};
+  ApplyResult r;
+  r.seq = ChangeSeq{index};
+  r.error = Error(Errc::unavailable, "member held at index " + std::to_string(index) + ": " + held_->reason);
   return r;
 }
 
@@ -645,7 +510,7 @@ ApplyResult CatalogFsm::apply_command(std::uint64_t index, const Command& c) {
           .bind(3, info.directory_id).bind(4, info.version).bind(5, join_strings(info.features))
           .bind(6, seq);
       s.step();
-      record_change(index, ChangeEvent::Kind::broker_registered, broker_payload(info));
+      record_change(broker_change(index, ChangeEvent::Kind::broker_registered, info));
       r.broker = info;
       return r;
     }
@@ -656,7 +521,7 @@ ApplyResult CatalogFsm::apply_command(std::uint64_t index, const Command& c) {
       Stmt s(db_, "DELETE FROM brokers WHERE id = ?");
       s.bind(1, static_cast<std::int64_t>(c.broker.id.value()));
       s.step();
-      record_change(index, ChangeEvent::Kind::broker_unregistered, broker_payload(*existing));
+      record_change(broker_change(index, ChangeEvent::Kind::broker_unregistered, *existing));
       r.broker = *existing;
       return r;
     }
@@ -679,7 +544,7 @@ ApplyResult CatalogFsm::apply_command(std::uint64_t index, const Command& c) {
       Stmt s(db_, "INSERT INTO features(name, finalized_seq) VALUES(?, ?)");
       s.bind(1, c.feature).bind(2, seq);
       s.step();
-      record_change(index, ChangeEvent::Kind::feature_finalized, feature_payload(c.feature));
+      record_change(feature_change(index, c.feature));
       r.finalized_seq = ChangeSeq{index};
       return r;
     }
@@ -797,7 +662,7 @@ ApplyResult CatalogFsm::apply_command(std::uint64_t index, const Command& c) {
           .bind(4, static_cast<std::int64_t>(info.incarnation.value()))
           .bind(5, info.spec.default_ttl_ms).bind(6, seq).bind(7, c.clock_us);
       s.step();
-      record_change(index, ChangeEvent::Kind::cache_created, cache_payload(info, std::nullopt));
+      record_change(cache_change(index, ChangeEvent::Kind::cache_created, info, std::nullopt));
       r.cache = info;
       return r;
     }
@@ -828,7 +693,7 @@ ApplyResult CatalogFsm::apply_command(std::uint64_t index, const Command& c) {
         s.step();
         written = t;
       }
-      record_change(index, ChangeEvent::Kind::cache_deleted, cache_payload(*existing, written));
+      record_change(cache_change(index, ChangeEvent::Kind::cache_deleted, *existing, written));
       r.cache = *existing;
       r.tombstone = written;
       return r;
@@ -838,7 +703,7 @@ ApplyResult CatalogFsm::apply_command(std::uint64_t index, const Command& c) {
       Stmt s(db_, "INSERT INTO tenants(name, created_seq) VALUES(?, ?)");
       s.bind(1, c.tenant).bind(2, seq);
       s.step();
-      record_change(index, ChangeEvent::Kind::tenant_created, names_payload(c.tenant, nullptr));
+      record_change(names_change(index, ChangeEvent::Kind::tenant_created, c.tenant));
       r.tenant = TenantInfo{c.tenant, ChangeSeq{index}};
       return r;
     }
@@ -851,7 +716,7 @@ ApplyResult CatalogFsm::apply_command(std::uint64_t index, const Command& c) {
       Stmt s(db_, "DELETE FROM tenants WHERE name = ?");
       s.bind(1, c.tenant);
       s.step();
-      record_change(index, ChangeEvent::Kind::tenant_deleted, names_payload(c.tenant, nullptr));
+      record_change(names_change(index, ChangeEvent::Kind::tenant_deleted, c.tenant));
       return r;
     }
     case CommandType::create_namespace: {
@@ -861,7 +726,7 @@ ApplyResult CatalogFsm::apply_command(std::uint64_t index, const Command& c) {
       Stmt s(db_, "INSERT INTO namespaces(tenant, name, created_seq) VALUES(?, ?, ?)");
       s.bind(1, c.tenant).bind(2, c.ns).bind(3, seq);
       s.step();
-      record_change(index, ChangeEvent::Kind::namespace_created, names_payload(c.tenant, &c.ns));
+      record_change(names_change(index, ChangeEvent::Kind::namespace_created, c.tenant, c.ns));
       r.ns = NamespaceInfo{c.tenant, c.ns, ChangeSeq{index}};
       return r;
     }
@@ -876,7 +741,7 @@ ApplyResult CatalogFsm::apply_command(std::uint64_t index, const Command& c) {
       Stmt s(db_, "DELETE FROM namespaces WHERE tenant = ? AND name = ?");
       s.bind(1, c.tenant).bind(2, c.ns);
       s.step();
-      record_change(index, ChangeEvent::Kind::namespace_deleted, names_payload(c.tenant, &c.ns));
+      record_change(names_change(index, ChangeEvent::Kind::namespace_deleted, c.tenant, c.ns));
       return r;
     }
     case CommandType::create_stream: {
@@ -938,8 +803,7 @@ ApplyResult CatalogFsm::apply_command(std::uint64_t index, const Command& c) {
         ins.step();
         as.push_back(std::move(a));
       }
-      record_change(index, ChangeEvent::Kind::stream_created,
-                    stream_change_payload(info, as, std::nullopt));
+      record_change(stream_change(index, ChangeEvent::Kind::stream_created, info, as, std::nullopt));
       r.stream = info;
       r.assignments = std::move(as);
       return r;
@@ -979,8 +843,8 @@ ApplyResult CatalogFsm::apply_command(std::uint64_t index, const Command& c) {
         s.step();
         written = t;
       }
-      record_change(index, ChangeEvent::Kind::stream_deleted,
-                    stream_change_payload(existing.value(), removed, written));
+      record_change(
+          stream_change(index, ChangeEvent::Kind::stream_deleted, existing.value(), removed, written));
       r.stream = existing.value();
       r.assignments = std::move(removed);
       r.tombstone = written;
@@ -1332,7 +1196,14 @@ ChangeBatch CatalogFsm::changes_after(ChangeSeq after, std::size_t limit) const 
   }
   Stmt s(db_, "SELECT seq, kind, payload FROM changes WHERE seq > ? ORDER BY seq LIMIT ?");
   s.bind(1, static_cast<std::int64_t>(after.value())).bind(2, static_cast<std::int64_t>(limit));
-  while (s.step()) b.events.push_back(decode_change(s.i64(0), s.text(1), s.text(2)));
+  while (s.step()) {
+    auto e = decode_change_payload(ChangeSeq{static_cast<std::uint64_t>(s.i64(0))}, s.text(1), s.text(2));
+    if (!e.ok()) {  // never guess: the watcher stops before a change it cannot read
+      b.error = e.error();
+      break;
+    }
+    b.events.push_back(std::move(e.value()));
+  }
   return b;
 }
 

@@ -22,6 +22,13 @@
 // index and the database. It never reads this member's configured level, build, clock
 // or any other local input. An entry that fails to decode or validate is rejected with a
 // definite error and changes nothing but applied_index, identically on every member.
+//
+// Error policy (docs/metadata-raft-design.md "Error policy"): the rules' refusals are
+// values (ApplyResult::error, decided alike everywhere). A failure that is not a decision
+// of the entry -- an exception from SQLite, a state that cannot be -- holds the member at
+// that entry, exactly like an entry above its level: applied_index never moves past an
+// entry this member did not apply, and no entry is ever skipped. Nothing throws out of
+// apply().
 // (Caveat: validate_name / validate_stream_spec come from the SDK, so a future build that
 // relaxes them must gate the change behind a metadata level.)
 //
@@ -76,6 +83,9 @@ struct ApplyResult {
 struct ChangeBatch {
   bool resync = false;  // changes after the cursor were pruned: take a snapshot instead
   std::vector<ChangeEvent> events;
+  // A stored change that does not decode (an unknown kind, say, from a newer build's
+  // snapshot): `events` stops before it, and it is never guessed at.
+  std::optional<Error> error;
 };
 
 class CatalogFsm {
@@ -101,7 +111,9 @@ class CatalogFsm {
   std::string snapshot() const;
 
   // Held (ARCHITECTURE.md §4): this member met an entry above its level (a flagged
-  // level-14 create/delete, or a command of a newer build). It stops applying — later
+  // level-14 create/delete, or a command of a newer build), or failed to apply one (the
+  // error policy above; `required` is then its own level: a restart, not an upgrade, is
+  // what it needs). It stops applying — later
   // entries change nothing and applied() stays before that entry — and the store serves
   // nothing until the member is upgraded. Deterministic: replaying the log holds again at
   // the same index.
@@ -168,9 +180,10 @@ class CatalogFsm {
   void update_group_level();
   bool flagged_refused(const Command& c) const;
   ApplyResult apply_command(std::uint64_t index, const Command& c);
+  ApplyResult hold_after_failure(std::uint64_t index, const std::string& what);
   std::string meta_get(const char* key) const;
   void meta_set(const char* key, const std::string& value);
-  void record_change(std::uint64_t seq, ChangeEvent::Kind kind, const std::string& payload);
+  void record_change(const ChangeEvent& e);
 
   sqlite3* db_ = nullptr;
   std::size_t change_retention_;

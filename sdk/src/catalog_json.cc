@@ -106,6 +106,22 @@ json::array strings_json(const std::vector<std::string>& v) {
 
 }  // namespace
 
+namespace json_field {
+const json::value& required(const json::object& o, std::string_view k) { return field(o, k); }
+std::string string(const json::object& o, std::string_view k) { return str(o, k); }
+std::uint64_t u64(const json::object& o, std::string_view k) { return sluice::u64(o, k); }
+std::uint32_t u32(const json::object& o, std::string_view k) { return sluice::u32(o, k); }
+std::int64_t i64(const json::object& o, std::string_view k) { return sluice::i64(o, k); }
+bool boolean(const json::object& o, std::string_view k) { return sluice::boolean(o, k); }
+std::vector<std::string> strings(const json::object& o, std::string_view k) { return sluice::strings(o, k); }
+std::vector<std::uint32_t> u32s(const json::object& o, std::string_view k) {
+  std::vector<std::uint32_t> out;
+  for (auto& e : arr(o, k)) out.push_back(u32_of(e, k));
+  return out;
+}
+const json::object& object(const json::value& v, std::string_view what) { return as_object(v, what); }
+}  // namespace json_field
+
 std::optional<ChangeEvent::Kind> parse_change_kind(std::string_view s) {
   using K = ChangeEvent::Kind;
   for (auto k : {K::tenant_created, K::tenant_deleted, K::namespace_created, K::namespace_deleted,

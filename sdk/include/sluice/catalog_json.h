@@ -26,9 +26,11 @@
 #pragma once
 
 #include <boost/json/fwd.hpp>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "sluice/error.h"
 #include "sluice/features.h"
@@ -72,6 +74,22 @@ SLUICE_JSON_CODEC(CatalogSnapshot)
 // for every T with a codec above.
 template <class T>
 Result<T> decode_json(const boost::json::value& v);
+
+// Strict readers of one member of an object, for the codecs of types outside the SDK
+// (raft-meta's commands) so that they refuse what this file refuses. Each throws
+// std::invalid_argument naming the member when it is missing or of another JSON type;
+// integers must fit the result type (no doubles, no negative unsigned values).
+namespace json_field {
+const boost::json::value& required(const boost::json::object& o, std::string_view k);
+std::string string(const boost::json::object& o, std::string_view k);
+std::uint64_t u64(const boost::json::object& o, std::string_view k);
+std::uint32_t u32(const boost::json::object& o, std::string_view k);
+std::int64_t i64(const boost::json::object& o, std::string_view k);
+bool boolean(const boost::json::object& o, std::string_view k);
+std::vector<std::string> strings(const boost::json::object& o, std::string_view k);
+std::vector<std::uint32_t> u32s(const boost::json::object& o, std::string_view k);
+const boost::json::object& object(const boost::json::value& v, std::string_view what);
+}  // namespace json_field
 
 // --- the change-payload shape ------------------------------------------------------------
 // Per kind (field order as written):
