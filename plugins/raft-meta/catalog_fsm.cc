@@ -321,6 +321,25 @@ bool CatalogFsm::flagged_refused(const Command& c) const {
          members_below(kFlaggedEntriesLevel) > 0;
 }
 
+Tombstone CatalogFsm::raise_tombstone(TombstoneTable table, const StreamKey& key,
+                                      Incarnation up_to, std::uint64_t index) {
+  const bool caches = table == TombstoneTable::caches;
+  Tombstone t{key, up_to, ChangeSeq{index}};
+  if (auto old = caches ? cache_tombstone(key) : tombstone(key); old && old->deleted_up_to > up_to)
+    t.deleted_up_to = old->deleted_up_to;  // only ever raised
+  Stmt s(db_, caches ? "INSERT INTO cache_tombstones(tenant, ns, name, deleted_up_to, seq)"
+                       " VALUES(?, ?, ?, ?, ?) ON CONFLICT(tenant, ns, name) DO UPDATE SET"
+                       " deleted_up_to = excluded.deleted_up_to, seq = excluded.seq"
+                     : "INSERT INTO tombstones(tenant, ns, name, deleted_up_to, seq)"
+                       " VALUES(?, ?, ?, ?, ?) ON CONFLICT(tenant, ns, name) DO UPDATE SET"
+                       " deleted_up_to = excluded.deleted_up_to, seq = excluded.seq");
+  s.bind(1, key.tenant).bind(2, key.ns).bind(3, key.name)
+      .bind(4, static_cast<std::int64_t>(t.deleted_up_to.value()))
+      .bind(5, static_cast<std::int64_t>(index));
+  s.step();
+  return t;
+}
+
 void CatalogFsm::update_group_level() {
   auto g = recorded_group_level();
   meta_set("level", std::to_string(g ? g->value() : kLowestMetadataLevel.value()));

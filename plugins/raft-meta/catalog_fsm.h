@@ -202,6 +202,11 @@ class CatalogFsm {
   ApplyResult apply_delete_stream(std::uint64_t index, const Command& c);
   ApplyResult apply_create_cache(std::uint64_t index, const Command& c);       // caches
   ApplyResult apply_delete_cache(std::uint64_t index, const Command& c);
+  // Writes the name's tombstone at `up_to` (never lowering one already there); the delete
+  // at `index` is its seq.
+  enum class TombstoneTable { streams, caches };
+  Tombstone raise_tombstone(TombstoneTable table, const StreamKey& key, Incarnation up_to,
+                            std::uint64_t index);
   bool tenant_exists(const std::string& tenant) const;
   bool namespace_exists(const std::string& tenant, const std::string& ns) const;
   ApplyResult hold_after_failure(std::uint64_t index, const std::string& what);

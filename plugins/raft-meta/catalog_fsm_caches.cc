@@ -49,7 +49,6 @@ ApplyResult CatalogFsm::apply_create_cache(std::uint64_t index, const Command& c
 ApplyResult CatalogFsm::apply_delete_cache(std::uint64_t index, const Command& c) {
   ApplyResult r;
   r.seq = ChangeSeq{index};
-  const auto seq = static_cast<std::int64_t>(index);
   StreamKey key{c.tenant, c.ns, c.name};
   auto existing = cache(key);
   if (!existing) return refuse(index, Errc::not_found, "no cache " + key.to_string());
@@ -62,19 +61,7 @@ ApplyResult CatalogFsm::apply_delete_cache(std::uint64_t index, const Command& c
   if (auto up_to = decide_delete_tombstone(existing->incarnation,
                                            c.incarnations == IncarnationRule::flagged,
                                            is_finalized(kCacheIncarnations))) {
-    Tombstone t;
-    t.key = key;
-    t.deleted_up_to = *up_to;
-    if (auto old = cache_tombstone(key); old && old->deleted_up_to > t.deleted_up_to)
-      t.deleted_up_to = old->deleted_up_to;
-    t.seq = ChangeSeq{index};
-    Stmt s(db_, "INSERT INTO cache_tombstones(tenant, ns, name, deleted_up_to, seq)"
-                " VALUES(?, ?, ?, ?, ?) ON CONFLICT(tenant, ns, name) DO UPDATE SET"
-                " deleted_up_to = excluded.deleted_up_to, seq = excluded.seq");
-    s.bind(1, c.tenant).bind(2, c.ns).bind(3, c.name)
-        .bind(4, static_cast<std::int64_t>(t.deleted_up_to.value())).bind(5, seq);
-    s.step();
-    written = t;
+    written = raise_tombstone(TombstoneTable::caches, key, *up_to, index);
   }
   record_change(cache_change(index, ChangeEvent::Kind::cache_deleted, *existing, written));
   r.cache = *existing;

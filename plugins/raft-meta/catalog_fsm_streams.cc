@@ -82,7 +82,6 @@ ApplyResult CatalogFsm::apply_create_stream(std::uint64_t index, const Command& 
 ApplyResult CatalogFsm::apply_delete_stream(std::uint64_t index, const Command& c) {
   ApplyResult r;
   r.seq = ChangeSeq{index};
-  const auto seq = static_cast<std::int64_t>(index);
   StreamKey key{c.tenant, c.ns, c.name};
   auto existing = get_stream(key);
   if (!existing.ok()) return refuse(index, existing.error().code, existing.error().message);
@@ -103,19 +102,7 @@ ApplyResult CatalogFsm::apply_delete_stream(std::uint64_t index, const Command& 
   if (auto up_to = decide_delete_tombstone(existing->incarnation,
                                            c.incarnations == IncarnationRule::flagged,
                                            is_finalized(kStreamIncarnations))) {
-    Tombstone t;
-    t.key = key;
-    t.deleted_up_to = *up_to;
-    if (auto old = tombstone(key); old && old->deleted_up_to > t.deleted_up_to)
-      t.deleted_up_to = old->deleted_up_to;  // only ever raised
-    t.seq = ChangeSeq{index};
-    Stmt s(db_, "INSERT INTO tombstones(tenant, ns, name, deleted_up_to, seq)"
-                " VALUES(?, ?, ?, ?, ?) ON CONFLICT(tenant, ns, name) DO UPDATE SET"
-                " deleted_up_to = excluded.deleted_up_to, seq = excluded.seq");
-    s.bind(1, c.tenant).bind(2, c.ns).bind(3, c.name)
-        .bind(4, static_cast<std::int64_t>(t.deleted_up_to.value())).bind(5, seq);
-    s.step();
-    written = t;
+    written = raise_tombstone(TombstoneTable::streams, key, *up_to, index);
   }
   record_change(
       stream_change(index, ChangeEvent::Kind::stream_deleted, existing.value(), removed, written));

@@ -327,27 +327,27 @@ CacheInfo tag_invoke(const json::value_to_tag<CacheInfo>&, const json::value& jv
 
 // --- members -----------------------------------------------------------------------------
 
+// A MemberInfo is its JoinRequest (the same first four fields) and what it reports.
 void tag_invoke(const json::value_from_tag&, json::value& jv, const MemberInfo& m) {
-  jv = json::object{{"id", m.id.value()},
-                    {"raft_address", m.raft_address},
-                    {"rpc_address", m.rpc_address},
-                    {"level", m.level.value()},
-                    {"joined_seq", m.joined_seq.value()},
-                    {"role", m.role},
-                    {"held", m.held},
-                    {"held_index", m.held_index.value()},
-                    {"held_required_level", m.held_required_level.value()},
-                    {"held_reason", m.held_reason},
-                    {"applied", m.applied.value()},
-                    {"state_hash", m.state_hash}};
+  json::object o = json::value_from(JoinRequest{m.id, m.raft_address, m.rpc_address, m.level}).as_object();
+  o["joined_seq"] = m.joined_seq.value();
+  o["role"] = m.role;
+  o["held"] = m.held;
+  o["held_index"] = m.held_index.value();
+  o["held_required_level"] = m.held_required_level.value();
+  o["held_reason"] = m.held_reason;
+  o["applied"] = m.applied.value();
+  o["state_hash"] = m.state_hash;
+  jv = std::move(o);
 }
 MemberInfo tag_invoke(const json::value_to_tag<MemberInfo>&, const json::value& jv) {
   auto& o = as_object(jv, "member");
   MemberInfo m;
-  m.id = NodeId{u32(o, "id")};
-  m.raft_address = str(o, "raft_address");
-  m.rpc_address = str(o, "rpc_address");
-  m.level = MetadataLevel{u32(o, "level")};
+  JoinRequest j = json::value_to<JoinRequest>(jv);
+  m.id = j.id;
+  m.raft_address = std::move(j.raft_address);
+  m.rpc_address = std::move(j.rpc_address);
+  m.level = j.level;
   m.joined_seq = ChangeSeq{u64(o, "joined_seq")};
   m.role = str(o, "role");
   m.held = boolean(o, "held");
