@@ -3,6 +3,9 @@
 #include <boost/json/array.hpp>
 #include <boost/json/serialize.hpp>
 #include <boost/json/value.hpp>
+#include <boost/json/value_from.hpp>
+
+#include "sluice/catalog_json.h"
 
 namespace sluice::http_api {
 
@@ -94,20 +97,12 @@ std::optional<std::string> base64_decode(std::string_view in) {
   return out;
 }
 
-json::object tenant_json(const TenantInfo& t) {
-  json::object o;
-  o["name"] = t.name;
-  o["created_seq"] = t.created_seq.value();
-  return o;
-}
+// A tenant and a namespace have the SDK's shape (sluice/catalog_json.h): {"name",
+// "created_seq"} and {"tenant","name","created_seq"}. The other REST shapes differ from it
+// ("namespace" for "ns", a nested retention, a string state hash) and stay here.
+json::object tenant_json(const TenantInfo& t) { return json::value_from(t).as_object(); }
 
-json::object namespace_json(const NamespaceInfo& n) {
-  json::object o;
-  o["tenant"] = n.tenant;
-  o["name"] = n.name;
-  o["created_seq"] = n.created_seq.value();
-  return o;
-}
+json::object namespace_json(const NamespaceInfo& n) { return json::value_from(n).as_object(); }
 
 json::object stream_json(const StreamInfo& s) {
   json::object o;

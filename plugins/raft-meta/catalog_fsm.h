@@ -22,8 +22,20 @@
 // index and the database. It never reads this member's configured level, build, clock
 // or any other local input. An entry that fails to decode or validate is rejected with a
 // definite error and changes nothing but applied_index, identically on every member.
+//
+// Error policy (docs/metadata-raft-design.md "Error policy"): the rules' refusals are
+// values (ApplyResult::error, decided alike everywhere). A failure that is not a decision
+// of the entry -- an exception from SQLite, a state that cannot be -- holds the member at
+// that entry, exactly like an entry above its level: applied_index never moves past an
+// entry this member did not apply, and no entry is ever skipped. Nothing throws out of
+// apply().
 // (Caveat: validate_name / validate_stream_spec come from the SDK, so a future build that
 // relaxes them must gate the change behind a metadata level.)
+//
+// Files: catalog_fsm.cc (database, change log, apply and its dispatch), one file per
+// concern for the commands (catalog_fsm_names / _streams / _caches / _fleet / _members.cc),
+// catalog_fsm_reads.cc, catalog_fsm_snapshot.cc (image and state hash), and the SQLite
+// plumbing they share in catalog_fsm_db.h.
 //
 // Thread-safety: none. The owner serializes every call (raft-meta: RaftMetaStore::fsm_mu_).
 #pragma once
@@ -76,6 +88,9 @@ struct ApplyResult {
 struct ChangeBatch {
   bool resync = false;  // changes after the cursor were pruned: take a snapshot instead
   std::vector<ChangeEvent> events;
+  // A stored change that does not decode (an unknown kind, say, from a newer build's
+  // snapshot): `events` stops before it, and it is never guessed at.
+  std::optional<Error> error;
 };
 
 class CatalogFsm {
@@ -93,7 +108,8 @@ class CatalogFsm {
   // Back to the empty catalog (before a raft node replays its snapshot and log again).
   void reset();
 
-  // Applies the committed entry at `index` (> applied()). Deterministic.
+  // Applies the committed entry at `index` (> applied()). Deterministic. Never throws: a
+  // failure holds the member (error policy above).
   ApplyResult apply(std::uint64_t index, std::string_view entry);
 
   // The whole database (sqlite3_serialize). Empty on failure.
@@ -101,10 +117,11 @@ class CatalogFsm {
   std::string snapshot() const;
 
   // Held (ARCHITECTURE.md §4): this member met an entry above its level (a flagged
-  // level-14 create/delete, or a command of a newer build). It stops applying — later
-  // entries change nothing and applied() stays before that entry — and the store serves
-  // nothing until the member is upgraded. Deterministic: replaying the log holds again at
-  // the same index.
+  // level-14 create/delete, or a command of a newer build), or failed to apply one (the
+  // error policy above; `required` is then its own level: a restart, not an upgrade, is
+  // what it needs). It stops applying — later entries change nothing and applied() stays
+  // before that entry — and the store serves nothing until the member is upgraded (or
+  // restarted). Deterministic: replaying the log holds again at the same index.
   struct Held {
     std::uint64_t index = 0;
     std::string reason;
@@ -168,9 +185,34 @@ class CatalogFsm {
   void update_group_level();
   bool flagged_refused(const Command& c) const;
   ApplyResult apply_command(std::uint64_t index, const Command& c);
+  ApplyResult apply_to_cluster(std::uint64_t index, const Command& c);
+  // One function per command, in catalog_fsm_<concern>.cc. Each returns the result or a
+  // refusal (catalog_db::refuse); SQLite failures throw and hold the member.
+  ApplyResult apply_init_cluster(std::uint64_t index, const Command& c, const std::string& cluster);
+  ApplyResult apply_register_broker(std::uint64_t index, const Command& c);    // fleet
+  ApplyResult apply_unregister_broker(std::uint64_t index, const Command& c);
+  ApplyResult apply_finalize_feature(std::uint64_t index, const Command& c);
+  ApplyResult apply_join_member(std::uint64_t index, const Command& c);        // members
+  ApplyResult apply_leave_member(std::uint64_t index, const Command& c);
+  ApplyResult apply_create_tenant(std::uint64_t index, const Command& c);      // names
+  ApplyResult apply_delete_tenant(std::uint64_t index, const Command& c);
+  ApplyResult apply_create_namespace(std::uint64_t index, const Command& c);
+  ApplyResult apply_delete_namespace(std::uint64_t index, const Command& c);
+  ApplyResult apply_create_stream(std::uint64_t index, const Command& c);      // streams
+  ApplyResult apply_delete_stream(std::uint64_t index, const Command& c);
+  ApplyResult apply_create_cache(std::uint64_t index, const Command& c);       // caches
+  ApplyResult apply_delete_cache(std::uint64_t index, const Command& c);
+  // Writes the name's tombstone at `up_to` (never lowering one already there); the delete
+  // at `index` is its seq.
+  enum class TombstoneTable { streams, caches };
+  Tombstone raise_tombstone(TombstoneTable table, const StreamKey& key, Incarnation up_to,
+                            std::uint64_t index);
+  bool tenant_exists(const std::string& tenant) const;
+  bool namespace_exists(const std::string& tenant, const std::string& ns) const;
+  ApplyResult hold_after_failure(std::uint64_t index, const std::string& what);
   std::string meta_get(const char* key) const;
   void meta_set(const char* key, const std::string& value);
-  void record_change(std::uint64_t seq, ChangeEvent::Kind kind, const std::string& payload);
+  void record_change(const ChangeEvent& e);
 
   sqlite3* db_ = nullptr;
   std::size_t change_retention_;

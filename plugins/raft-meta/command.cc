@@ -1,6 +1,10 @@
 #include "command.h"
 
 #include <boost/json.hpp>
+#include <optional>
+#include <stdexcept>
+
+#include "sluice/catalog_json.h"
 
 namespace sluice::raft_meta {
 
@@ -42,115 +46,81 @@ static bool parse_type(std::string_view s, CommandType& out) {
   return false;
 }
 
-Command Command::init_cluster(std::string id) {
+namespace {
+Command of(CommandType t) {
   Command c;
-  c.type = CommandType::init_cluster;
+  c.type = t;
+  return c;
+}
+// A command about one name: a tenant, a namespace, or a stream or cache (key.name set).
+Command about(CommandType t, const StreamKey& key) {
+  Command c = of(t);
+  c.tenant = key.tenant;
+  c.ns = key.ns;
+  c.name = key.name;
+  return c;
+}
+}  // namespace
+
+Command Command::init_cluster(std::string id) {
+  Command c = of(CommandType::init_cluster);
   c.cluster_id = std::move(id);
   return c;
 }
 Command Command::create_tenant(std::string tenant) {
-  Command c;
-  c.type = CommandType::create_tenant;
-  c.tenant = std::move(tenant);
-  return c;
+  return about(CommandType::create_tenant, {std::move(tenant), "", ""});
 }
 Command Command::delete_tenant(std::string tenant) {
-  Command c;
-  c.type = CommandType::delete_tenant;
-  c.tenant = std::move(tenant);
-  return c;
+  return about(CommandType::delete_tenant, {std::move(tenant), "", ""});
 }
 Command Command::create_namespace(std::string tenant, std::string ns) {
-  Command c;
-  c.type = CommandType::create_namespace;
-  c.tenant = std::move(tenant);
-  c.ns = std::move(ns);
-  return c;
+  return about(CommandType::create_namespace, {std::move(tenant), std::move(ns), ""});
 }
 Command Command::delete_namespace(std::string tenant, std::string ns) {
-  Command c;
-  c.type = CommandType::delete_namespace;
-  c.tenant = std::move(tenant);
-  c.ns = std::move(ns);
-  return c;
+  return about(CommandType::delete_namespace, {std::move(tenant), std::move(ns), ""});
 }
 Command Command::create_stream(const StreamKey& key, const StreamSpec& spec, std::int64_t clock_us) {
-  Command c;
-  c.type = CommandType::create_stream;
-  c.tenant = key.tenant;
-  c.ns = key.ns;
-  c.name = key.name;
+  Command c = about(CommandType::create_stream, key);
   c.spec = spec;
   c.clock_us = clock_us;
   return c;
 }
-Command Command::delete_stream(const StreamKey& key) {
-  Command c;
-  c.type = CommandType::delete_stream;
-  c.tenant = key.tenant;
-  c.ns = key.ns;
-  c.name = key.name;
-  return c;
-}
-
+Command Command::delete_stream(const StreamKey& key) { return about(CommandType::delete_stream, key); }
 Command Command::register_broker(const BrokerRegistration& reg) {
-  Command c;
-  c.type = CommandType::register_broker;
+  Command c = of(CommandType::register_broker);
   c.broker = reg;
   return c;
 }
 Command Command::unregister_broker(NodeId id) {
-  Command c;
-  c.type = CommandType::unregister_broker;
+  Command c = of(CommandType::unregister_broker);
   c.broker.id = id;
   return c;
 }
 Command Command::finalize_feature(std::string name) {
-  Command c;
-  c.type = CommandType::finalize_feature;
+  Command c = of(CommandType::finalize_feature);
   c.feature = std::move(name);
   return c;
 }
-
 Command Command::create_cache(const StreamKey& key, const CacheSpec& spec, std::int64_t clock_us) {
-  Command c;
-  c.type = CommandType::create_cache;
-  c.tenant = key.tenant;
-  c.ns = key.ns;
-  c.name = key.name;
+  Command c = about(CommandType::create_cache, key);
   c.cache_spec = spec;
   c.clock_us = clock_us;
   return c;
 }
-Command Command::delete_cache(const StreamKey& key) {
-  Command c;
-  c.type = CommandType::delete_cache;
-  c.tenant = key.tenant;
-  c.ns = key.ns;
-  c.name = key.name;
-  return c;
-}
+Command Command::delete_cache(const StreamKey& key) { return about(CommandType::delete_cache, key); }
 Command Command::join_member(const JoinRequest& req) {
-  Command c;
-  c.type = CommandType::join_member;
+  Command c = of(CommandType::join_member);
   c.member = req;
   return c;
 }
 Command Command::leave_member(NodeId id) {
-  Command c;
-  c.type = CommandType::leave_member;
+  Command c = of(CommandType::leave_member);
   c.member.id = id;
   return c;
 }
 
-namespace {
-json::array string_array(const std::vector<std::string>& v) {
-  json::array a;
-  for (auto& s : v) a.emplace_back(s);
-  return a;
-}
-}  // namespace
-
+// The nested values (broker, member, spec) use the SDK codec (sluice/catalog_json.h), whose
+// field names are the ones this format has always had.
 std::string encode_command(const Command& c) {
   json::object o;
   o["v"] = kCommandFormatVersion;
@@ -159,49 +129,22 @@ std::string encode_command(const Command& c) {
   switch (c.type) {
     case CommandType::init_cluster:
       o["cluster_id"] = c.cluster_id;
-      if (!c.finalize_features.empty()) o["finalize_features"] = string_array(c.finalize_features);
+      if (!c.finalize_features.empty()) o["finalize_features"] = json::value_from(c.finalize_features);
       break;
-    case CommandType::register_broker: {
-      json::object b;
-      b["id"] = c.broker.id.value();
-      b["address"] = c.broker.address;
-      b["directory_id"] = c.broker.directory_id;
-      b["version"] = c.broker.version;
-      b["features"] = string_array(c.broker.features);
-      o["broker"] = std::move(b);
+    case CommandType::register_broker:
+      o["broker"] = json::value_from(c.broker);
       break;
-    }
     case CommandType::unregister_broker:
       o["broker_id"] = c.broker.id.value();
       break;
     case CommandType::finalize_feature:
       o["feature"] = c.feature;
       break;
-    case CommandType::join_member: {
-      json::object m;
-      m["id"] = c.member.id.value();
-      m["raft_address"] = c.member.raft_address;
-      m["rpc_address"] = c.member.rpc_address;
-      m["level"] = c.member.level.value();
-      o["member"] = std::move(m);
+    case CommandType::join_member:
+      o["member"] = json::value_from(c.member);
       break;
-    }
     case CommandType::leave_member:
       o["member_id"] = c.member.id.value();
-      break;
-    case CommandType::create_cache:
-    case CommandType::delete_cache:
-      o["tenant"] = c.tenant;
-      o["ns"] = c.ns;
-      o["name"] = c.name;
-      o["proposed_incarnation"] = c.proposed_incarnation;
-      o["incarnations"] = c.incarnations == IncarnationRule::flagged;
-      if (c.type == CommandType::create_cache) {
-        json::object spec;
-        spec["default_ttl_ms"] = c.cache_spec.default_ttl_ms;
-        o["spec"] = std::move(spec);
-        o["clock_us"] = c.clock_us;
-      }
       break;
     case CommandType::create_tenant:
     case CommandType::delete_tenant:
@@ -214,29 +157,24 @@ std::string encode_command(const Command& c) {
       break;
     case CommandType::create_stream:
     case CommandType::delete_stream:
+    case CommandType::create_cache:
+    case CommandType::delete_cache:
       o["tenant"] = c.tenant;
       o["ns"] = c.ns;
       o["name"] = c.name;
       o["proposed_incarnation"] = c.proposed_incarnation;
       o["incarnations"] = c.incarnations == IncarnationRule::flagged;
+      if (c.type == CommandType::create_cache) {
+        o["spec"] = json::value_from(c.cache_spec);
+        o["clock_us"] = c.clock_us;
+      }
       if (c.type == CommandType::create_stream) {
-        json::object spec;
-        spec["shards"] = c.spec.shards;
-        spec["max_bytes"] = c.spec.retention.max_bytes;
-        spec["max_age_ms"] = c.spec.retention.max_age_ms;
-        spec["ack"] = to_string(c.spec.default_ack);
-        o["spec"] = std::move(spec);
+        o["spec"] = json::value_from(c.spec);
         o["clock_us"] = c.clock_us;
         if (!c.placement.empty()) {
           json::array pl;
-          for (auto& p : c.placement) {
-            json::object po;
-            po["leader"] = p.leader;
-            json::array rs;
-            for (auto r : p.replicas) rs.emplace_back(r);
-            po["replicas"] = std::move(rs);
-            pl.emplace_back(std::move(po));
-          }
+          for (auto& p : c.placement)
+            pl.emplace_back(json::object{{"leader", p.leader}, {"replicas", json::value_from(p.replicas)}});
           o["placement"] = std::move(pl);
         }
       }
@@ -249,59 +187,77 @@ namespace {
 
 Error bad(std::string what) { return Error(Errc::malformed_body, "bad command: " + what); }
 
-bool get_string(const json::object& o, const char* k, std::string& out) {
-  auto* v = o.if_contains(k);
-  if (!v || !v->is_string()) return false;
-  out = std::string(v->get_string());
-  return true;
+// The format version of a parsed entry; nullopt if it has none.
+std::optional<std::uint64_t> format_version(const json::object& o) {
+  try {
+    return json_field::u64(o, "v");
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
 }
 
-bool get_i64(const json::object& o, const char* k, std::int64_t& out) {
-  auto* v = o.if_contains(k);
-  if (!v) return false;
-  if (v->is_int64()) {
-    out = v->get_int64();
-    return true;
+// The fields of `op` (already set in c.type). Throws std::invalid_argument when one is
+// missing or malformed (json_field).
+void decode_fields(const json::object& o, Command& c) {
+  using namespace json_field;
+  switch (c.type) {
+    case CommandType::init_cluster:
+      c.cluster_id = string(o, "cluster_id");
+      if (o.contains("finalize_features")) c.finalize_features = strings(o, "finalize_features");
+      break;
+    case CommandType::register_broker:
+      c.broker = json::value_to<BrokerRegistration>(required(o, "broker"));
+      break;
+    case CommandType::unregister_broker:
+      c.broker.id = NodeId{u32(o, "broker_id")};
+      break;
+    case CommandType::finalize_feature:
+      c.feature = string(o, "feature");
+      break;
+    case CommandType::join_member:
+      c.member = json::value_to<JoinRequest>(required(o, "member"));
+      break;
+    case CommandType::leave_member:
+      c.member.id = NodeId{u32(o, "member_id")};
+      break;
+    case CommandType::create_tenant:
+    case CommandType::delete_tenant:
+      c.tenant = string(o, "tenant");
+      break;
+    case CommandType::create_namespace:
+    case CommandType::delete_namespace:
+      c.tenant = string(o, "tenant");
+      c.ns = string(o, "ns");
+      break;
+    case CommandType::create_stream:
+    case CommandType::delete_stream:
+    case CommandType::create_cache:
+    case CommandType::delete_cache:
+      c.tenant = string(o, "tenant");
+      c.ns = string(o, "ns");
+      c.name = string(o, "name");
+      c.proposed_incarnation = u64(o, "proposed_incarnation");
+      c.incarnations = boolean(o, "incarnations") ? IncarnationRule::flagged : IncarnationRule::legacy;
+      if (c.type == CommandType::create_cache) {
+        c.cache_spec = json::value_to<CacheSpec>(required(o, "spec"));
+        c.clock_us = i64(o, "clock_us");
+      }
+      if (c.type == CommandType::create_stream) {
+        c.spec = json::value_to<StreamSpec>(required(o, "spec"));
+        c.clock_us = i64(o, "clock_us");
+        if (auto* pv = o.if_contains("placement")) {
+          if (!pv->is_array()) throw std::invalid_argument("placement must be an array");
+          for (auto& e : pv->get_array()) {
+            auto& po = object(e, "placement entry");
+            Command::ShardPlacement p;
+            p.leader = u32(po, "leader");
+            if (po.contains("replicas")) p.replicas = u32s(po, "replicas");
+            c.placement.push_back(std::move(p));
+          }
+        }
+      }
+      break;
   }
-  if (v->is_uint64() && v->get_uint64() <= static_cast<std::uint64_t>(INT64_MAX)) {
-    out = static_cast<std::int64_t>(v->get_uint64());
-    return true;
-  }
-  return false;
-}
-
-bool get_u64(const json::object& o, const char* k, std::uint64_t& out) {
-  auto* v = o.if_contains(k);
-  if (!v) return false;
-  if (v->is_uint64()) {
-    out = v->get_uint64();
-    return true;
-  }
-  if (v->is_int64() && v->get_int64() >= 0) {
-    out = static_cast<std::uint64_t>(v->get_int64());
-    return true;
-  }
-  return false;
-}
-
-bool get_u32(const json::object& o, const char* k, std::uint32_t& out) {
-  std::uint64_t v = 0;
-  if (!get_u64(o, k, v) || v > UINT32_MAX) return false;
-  out = static_cast<std::uint32_t>(v);
-  return true;
-}
-
-// Optional array of strings: absent -> empty (true); present but malformed -> false.
-bool get_strings(const json::object& o, const char* k, std::vector<std::string>& out) {
-  out.clear();
-  auto* v = o.if_contains(k);
-  if (!v) return true;
-  if (!v->is_array()) return false;
-  for (auto& e : v->get_array()) {
-    if (!e.is_string()) return false;
-    out.emplace_back(e.get_string());
-  }
-  return true;
 }
 
 }  // namespace
@@ -311,12 +267,12 @@ bool needs_newer_build(std::string_view bytes) {
   json::value v = json::parse(bytes, ec);
   if (ec || !v.is_object()) return false;
   const auto& o = v.get_object();
-  std::uint64_t version = 0;
-  if (!get_u64(o, "v", version)) return false;
-  if (version > kCommandFormatVersion) return true;
-  std::string op;
+  auto version = format_version(o);
+  if (!version) return false;
+  if (*version > kCommandFormatVersion) return true;
+  auto* op = o.if_contains("op");
   CommandType t;
-  return version == kCommandFormatVersion && get_string(o, "op", op) && !parse_type(op, t);
+  return *version == kCommandFormatVersion && op && op->is_string() && !parse_type(op->get_string(), t);
 }
 
 Result<Command> decode_command(std::string_view bytes) {
@@ -325,141 +281,18 @@ Result<Command> decode_command(std::string_view bytes) {
   if (ec) return bad("not JSON (" + ec.message() + ")");
   auto* o = v.if_object();
   if (!o) return bad("not an object");
-  std::uint64_t version = 0;
-  if (!get_u64(*o, "v", version)) return bad("missing format version");
-  if (version != kCommandFormatVersion)
-    return bad("unknown command format version " + std::to_string(version));
+  auto version = format_version(*o);
+  if (!version) return bad("missing format version");
+  if (*version != kCommandFormatVersion)
+    return bad("unknown command format version " + std::to_string(*version));
   Command c;
-  std::string op;
-  if (!get_string(*o, "op", op) || !parse_type(op, c.type)) return bad("unknown op");
-  std::uint64_t level = 0;
-  if (!get_u64(*o, "level", level) || level > UINT32_MAX) return bad("missing level");
-  c.level = static_cast<std::uint32_t>(level);
-  switch (c.type) {
-    case CommandType::init_cluster:
-      if (!get_string(*o, "cluster_id", c.cluster_id)) return bad("missing cluster_id");
-      if (!get_strings(*o, "finalize_features", c.finalize_features))
-        return bad("finalize_features must be an array of strings");
-      break;
-    case CommandType::register_broker: {
-      auto* bv = o->if_contains("broker");
-      if (!bv || !bv->is_object()) return bad("missing broker");
-      auto& bo = bv->get_object();
-      std::uint32_t id = 0;
-      if (!get_u32(bo, "id", id) || !get_string(bo, "address", c.broker.address) ||
-          !get_string(bo, "directory_id", c.broker.directory_id) ||
-          !get_string(bo, "version", c.broker.version) ||
-          !get_strings(bo, "features", c.broker.features))
-        return bad("incomplete broker");
-      c.broker.id = NodeId{id};
-      break;
-    }
-    case CommandType::unregister_broker: {
-      std::uint32_t id = 0;
-      if (!get_u32(*o, "broker_id", id)) return bad("missing broker_id");
-      c.broker.id = NodeId{id};
-      break;
-    }
-    case CommandType::finalize_feature:
-      if (!get_string(*o, "feature", c.feature)) return bad("missing feature");
-      break;
-    case CommandType::join_member: {
-      auto* mv = o->if_contains("member");
-      if (!mv || !mv->is_object()) return bad("missing member");
-      auto& mo = mv->get_object();
-      std::uint32_t id = 0, level = 0;
-      if (!get_u32(mo, "id", id) || !get_string(mo, "raft_address", c.member.raft_address) ||
-          !get_string(mo, "rpc_address", c.member.rpc_address) || !get_u32(mo, "level", level))
-        return bad("incomplete member");
-      c.member.id = NodeId{id};
-      c.member.level = MetadataLevel{level};
-      break;
-    }
-    case CommandType::leave_member: {
-      std::uint32_t id = 0;
-      if (!get_u32(*o, "member_id", id)) return bad("missing member_id");
-      c.member.id = NodeId{id};
-      break;
-    }
-    case CommandType::create_cache:
-    case CommandType::delete_cache: {
-      if (!get_string(*o, "tenant", c.tenant) || !get_string(*o, "ns", c.ns) ||
-          !get_string(*o, "name", c.name))
-        return bad("missing tenant, ns or name");
-      if (!get_u64(*o, "proposed_incarnation", c.proposed_incarnation))
-        return bad("missing proposed_incarnation");
-      auto* flag = o->if_contains("incarnations");
-      if (!flag || !flag->is_bool()) return bad("missing incarnations flag");
-      c.incarnations = flag->get_bool() ? IncarnationRule::flagged : IncarnationRule::legacy;
-      if (c.type == CommandType::create_cache) {
-        auto* sv = o->if_contains("spec");
-        if (!sv || !sv->is_object()) return bad("missing spec");
-        if (!get_i64(sv->get_object(), "default_ttl_ms", c.cache_spec.default_ttl_ms))
-          return bad("incomplete spec");
-        if (!get_i64(*o, "clock_us", c.clock_us)) return bad("missing clock_us");
-      }
-      break;
-    }
-    case CommandType::create_tenant:
-    case CommandType::delete_tenant:
-      if (!get_string(*o, "tenant", c.tenant)) return bad("missing tenant");
-      break;
-    case CommandType::create_namespace:
-    case CommandType::delete_namespace:
-      if (!get_string(*o, "tenant", c.tenant) || !get_string(*o, "ns", c.ns))
-        return bad("missing tenant or ns");
-      break;
-    case CommandType::create_stream:
-    case CommandType::delete_stream: {
-      if (!get_string(*o, "tenant", c.tenant) || !get_string(*o, "ns", c.ns) ||
-          !get_string(*o, "name", c.name))
-        return bad("missing tenant, ns or name");
-      if (!get_u64(*o, "proposed_incarnation", c.proposed_incarnation))
-        return bad("missing proposed_incarnation");
-      auto* flag = o->if_contains("incarnations");
-      if (!flag || !flag->is_bool()) return bad("missing incarnations flag");
-      c.incarnations = flag->get_bool() ? IncarnationRule::flagged : IncarnationRule::legacy;
-      if (c.type == CommandType::create_stream) {
-        auto* sv = o->if_contains("spec");
-        if (!sv || !sv->is_object()) return bad("missing spec");
-        auto& so = sv->get_object();
-        std::uint64_t shards = 0;
-        std::string ack;
-        if (!get_u64(so, "shards", shards) || shards > UINT32_MAX ||
-            !get_i64(so, "max_bytes", c.spec.retention.max_bytes) ||
-            !get_i64(so, "max_age_ms", c.spec.retention.max_age_ms) ||
-            !get_string(so, "ack", ack))
-          return bad("incomplete spec");
-        c.spec.shards = static_cast<std::uint32_t>(shards);
-        auto mode = parse_ack_mode(ack);
-        if (!mode) return bad("unknown ack mode");
-        c.spec.default_ack = *mode;
-        if (!get_i64(*o, "clock_us", c.clock_us)) return bad("missing clock_us");
-        if (auto* pv = o->if_contains("placement")) {
-          if (!pv->is_array()) return bad("placement must be an array");
-          for (auto& e : pv->get_array()) {
-            if (!e.is_object()) return bad("placement entries must be objects");
-            auto& po = e.get_object();
-            Command::ShardPlacement p;
-            if (!get_u32(po, "leader", p.leader)) return bad("placement entry without leader");
-            auto* rv = po.if_contains("replicas");
-            if (rv) {
-              if (!rv->is_array()) return bad("replicas must be an array");
-              for (auto& r : rv->get_array()) {
-                if (r.is_uint64() && r.get_uint64() <= UINT32_MAX)
-                  p.replicas.push_back(static_cast<std::uint32_t>(r.get_uint64()));
-                else if (r.is_int64() && r.get_int64() >= 0 && r.get_int64() <= UINT32_MAX)
-                  p.replicas.push_back(static_cast<std::uint32_t>(r.get_int64()));
-                else
-                  return bad("replicas must be node ids");
-              }
-            }
-            c.placement.push_back(std::move(p));
-          }
-        }
-      }
-      break;
-    }
+  auto* op = o->if_contains("op");
+  if (!op || !op->is_string() || !parse_type(op->get_string(), c.type)) return bad("unknown op");
+  try {
+    c.level = json_field::u32(*o, "level");
+    decode_fields(*o, c);
+  } catch (const std::exception& e) {
+    return bad(std::string(to_string(c.type)) + ": " + e.what());
   }
   return c;
 }

@@ -4,7 +4,7 @@
 # conformance kit (docs/plugin-sdk.md); using it needs GTest found here as well.
 include(CMakeFindDependencyMacro)
 find_dependency(Threads)
-find_dependency(Boost 1.81)
+find_dependency(Boost 1.81 COMPONENTS json)
 find_package(GTest QUIET)
 include(${CMAKE_CURRENT_LIST_DIR}/SluiceSDKTargets.cmake)
 

@@ -1,6 +1,9 @@
 // CatalogFsm alone (no raft): results, catalog contents, determinism, snapshots, level-8
 // semantics, the change log.
 #include <gtest/gtest.h>
+#include <sqlite3.h>
+
+#include <cstring>
 
 #include "catalog_fsm.h"
 #include "command.h"
@@ -32,6 +35,28 @@ class Feeder {
   CatalogFsm& fsm_;
   std::uint64_t next_;
 };
+
+// Runs `sql` on a snapshot image and returns the edited image: how a test plants state that
+// this build never writes (a newer build's change kind, a damaged table).
+std::string edit_image(const std::string& image, const char* sql) {
+  sqlite3* db = nullptr;
+  EXPECT_EQ(sqlite3_open(":memory:", &db), SQLITE_OK);
+  auto* buf = static_cast<unsigned char*>(sqlite3_malloc64(image.size()));
+  std::memcpy(buf, image.data(), image.size());
+  EXPECT_EQ(sqlite3_deserialize(db, "main", buf, static_cast<sqlite3_int64>(image.size()),
+                                static_cast<sqlite3_int64>(image.size()),
+                                SQLITE_DESERIALIZE_FREEONCLOSE | SQLITE_DESERIALIZE_RESIZEABLE),
+            SQLITE_OK);
+  char* err = nullptr;
+  EXPECT_EQ(sqlite3_exec(db, sql, nullptr, nullptr, &err), SQLITE_OK) << (err ? err : "");
+  sqlite3_free(err);
+  sqlite3_int64 n = 0;
+  unsigned char* p = sqlite3_serialize(db, "main", &n, 0);
+  std::string out(reinterpret_cast<const char*>(p), static_cast<std::size_t>(n));
+  sqlite3_free(p);
+  sqlite3_close(db);
+  return out;
+}
 
 std::vector<std::string> standard_entries() {
   std::vector<std::string> e;
@@ -79,6 +104,37 @@ TEST(CommandCodec, RejectsUnknownVersionAndGarbage) {
             Errc::malformed_body);
   EXPECT_EQ(decode_command(R"({"v":1,"op":"frobnicate","level":8})").error().code,
             Errc::malformed_body);
+}
+
+// Entries as the encoder wrote them before the SDK codec (sluice/catalog_json.h) took over
+// the nested values: the raft log keeps them, so they must decode, and re-encode to the
+// same bytes.
+TEST(CommandCodec, EntriesOfTheEarlierEncoderDecodeToTheSameBytes) {
+  const char* entries[] = {
+      R"({"v":1,"op":"init_cluster","level":14,"cluster_id":"c","finalize_features":["stream_incarnations"]})",
+      R"({"v":1,"op":"register_broker","level":14,"broker":{"id":3,"address":"h:1","directory_id":"d","version":"1","features":["a","b"]}})",
+      R"({"v":1,"op":"unregister_broker","level":8,"broker_id":3})",
+      R"({"v":1,"op":"join_member","level":14,"member":{"id":2,"raft_address":"r:2","rpc_address":"p:2","level":10}})",
+      R"({"v":1,"op":"leave_member","level":14,"member_id":2})",
+      R"({"v":1,"op":"create_stream","level":14,"tenant":"t","ns":"n","name":"s","proposed_incarnation":5,"incarnations":true,)"
+      R"("spec":{"shards":2,"max_bytes":-1,"max_age_ms":100,"ack":"leader"},"clock_us":77,)"
+      R"("placement":[{"leader":1,"replicas":[1,2]},{"leader":0,"replicas":[]}]})",
+      R"({"v":1,"op":"create_cache","level":14,"tenant":"t","ns":"n","name":"c","proposed_incarnation":0,"incarnations":false,)"
+      R"("spec":{"default_ttl_ms":-1},"clock_us":9})",
+      R"({"v":1,"op":"delete_namespace","level":8,"tenant":"t","ns":"n"})",
+  };
+  for (const char* e : entries) {
+    auto c = decode_command(e);
+    ASSERT_TRUE(c.ok()) << e << ": " << c.error().to_string();
+    EXPECT_EQ(encode_command(c.value()), e);
+  }
+  auto c = decode_command(entries[5]);
+  ASSERT_EQ(c->placement.size(), 2u);
+  EXPECT_EQ(c->placement[0].replicas, (std::vector<std::uint32_t>{1, 2}));
+  EXPECT_EQ(c->spec.retention.max_age_ms, 100);
+  // Strict: a wrong type is refused, never read as 0.
+  EXPECT_FALSE(decode_command(R"({"v":1,"op":"leave_member","level":14,"member_id":"2"})").ok());
+  EXPECT_FALSE(decode_command(R"({"v":1,"op":"create_tenant","level":14,"tenant":7})").ok());
 }
 
 TEST(CatalogFsm, AppliesASequenceOfCommands) {
@@ -305,6 +361,61 @@ TEST(CatalogFsm, ChangeLogIsBoundedAndOldCursorsResync) {
   EXPECT_EQ(b.events.front().seq, ChangeSeq{17});
   EXPECT_EQ(b.events.back().seq, ChangeSeq{21});
   EXPECT_TRUE(fsm.changes_after(ChangeSeq{15}, 10).resync);
+}
+
+// raft-meta used to read a stored change of a kind it did not know as tenant_created and
+// hand it to watchers. A snapshot from a newer build can hold such a change: the feed
+// must stop before it and say why, never invent an event.
+TEST(CatalogFsm, UnknownChangeKindIsRefused) {
+  CatalogFsm a;
+  Feeder f(a);
+  f(Command::init_cluster("c"));
+  f(Command::create_tenant("acme"));                 // change 2
+  f(Command::create_namespace("acme", "prod"));      // change 3
+  f(Command::create_tenant("other"));                // change 4
+  CatalogFsm b;
+  ASSERT_TRUE(b.restore(edit_image(a.snapshot(), "UPDATE changes SET kind = 'member_joined' WHERE seq = 3")).ok());
+  auto batch = b.changes_after(ChangeSeq{0}, 100);
+  ASSERT_EQ(batch.events.size(), 1u);
+  EXPECT_EQ(batch.events[0].seq, ChangeSeq{2});
+  for (auto& e : batch.events) EXPECT_NE(e.seq, ChangeSeq{3}) << "change 3 was guessed as " << to_string(e.kind);
+  ASSERT_TRUE(batch.error.has_value());
+  EXPECT_NE(batch.error->message.find("member_joined"), std::string::npos) << batch.error->message;
+  EXPECT_TRUE(b.changes_after(ChangeSeq{3}, 100).events.size() == 1u);  // after it: readable
+}
+
+// The error policy (docs/metadata-raft-design.md "Error policy"): an apply that fails for a
+// reason that is not the entry's (here SQLite refuses the write: an injected trigger) holds the
+// member at that entry. It used to roll back and advance applied_index, so this member
+// silently lacked a change every other member had.
+TEST(CatalogFsm, AFailedApplyHoldsTheMemberAndNeverSkips) {
+  CatalogFsm a;
+  Feeder f(a);
+  f(Command::init_cluster("c"));
+  f(Command::create_tenant("acme"));
+  CatalogFsm b;
+  ASSERT_TRUE(b.restore(edit_image(a.snapshot(),
+                                    "CREATE TRIGGER injected BEFORE INSERT ON namespaces"
+                                    " BEGIN SELECT RAISE(ABORT, 'injected failure'); END")).ok());
+  ASSERT_EQ(b.applied(), ChangeSeq{2});
+  const std::uint64_t hash = b.state_hash();
+
+  auto r = b.apply(3, encode_command(Command::create_namespace("acme", "prod")));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error->code, Errc::unavailable);
+  ASSERT_TRUE(b.held().has_value());
+  EXPECT_EQ(b.held()->index, 3u);
+  EXPECT_NE(b.held()->reason.find("applying the entry failed"), std::string::npos) << b.held()->reason;
+  EXPECT_EQ(b.applied(), ChangeSeq{2});  // not past the entry it did not apply
+  EXPECT_EQ(b.state_hash(), hash);       // and nothing of it stayed
+
+  // Later entries are not applied either (never skip): still held at 3, applied stays.
+  auto later = b.apply(4, encode_command(Command::create_tenant("later")));
+  EXPECT_FALSE(later.ok());
+  EXPECT_EQ(b.held()->index, 3u);
+  EXPECT_EQ(b.applied(), ChangeSeq{2});
+  EXPECT_EQ(b.list_tenants()->size(), 1u);
+  EXPECT_TRUE(b.snapshot().empty());  // a held member offers no snapshot
 }
 
 }  // namespace

@@ -217,7 +217,9 @@ void check_level10_cache_entries(bool finalized) {
   // Finalized: the flagged delete wrote tombstone 9000. Not finalized: the create stored 0
   // and the delete of a cache at 0 wrote none (a recreate must stay servable at 0).
   ASSERT_EQ(tombstones_before.size(), finalized ? 1u : 0u);
-  if (finalized) EXPECT_EQ(tombstones_before[0].deleted_up_to, Incarnation{9000});
+  if (finalized) {
+    EXPECT_EQ(tombstones_before[0].deleted_up_to, Incarnation{9000});
+  }
 
   // Now entries exactly as a level-10 proposer writes them (in a group at 10).
   const ProposerView at10{MetadataLevel{10}, MetadataLevel{10}, true, finalized};

@@ -1,0 +1,638 @@
+#include "sluice/catalog_json.h"
+
+#include <boost/json.hpp>
+#include <cstdint>
+#include <limits>
+#include <stdexcept>
+
+namespace sluice {
+
+namespace json = boost::json;
+
+namespace {
+
+[[noreturn]] void refuse(std::string_view what) { throw std::invalid_argument(std::string(what)); }
+
+const json::object& as_object(const json::value& v, std::string_view what) {
+  if (!v.is_object()) refuse(std::string(what) + " must be an object");
+  return v.get_object();
+}
+
+const json::value& field(const json::object& o, std::string_view k) {
+  auto* p = o.if_contains(k);
+  if (!p) refuse("missing field \"" + std::string(k) + "\"");
+  return *p;
+}
+
+std::uint64_t u64_of(const json::value& v, std::string_view k) {
+  if (v.is_uint64()) return v.get_uint64();
+  if (v.is_int64() && v.get_int64() >= 0) return static_cast<std::uint64_t>(v.get_int64());
+  refuse("\"" + std::string(k) + "\" must be an unsigned integer");
+}
+
+std::uint32_t u32_of(const json::value& v, std::string_view k) {
+  std::uint64_t x = u64_of(v, k);
+  if (x > std::numeric_limits<std::uint32_t>::max()) refuse("\"" + std::string(k) + "\" is out of range");
+  return static_cast<std::uint32_t>(x);
+}
+
+std::uint64_t u64(const json::object& o, std::string_view k) { return u64_of(field(o, k), k); }
+std::uint32_t u32(const json::object& o, std::string_view k) { return u32_of(field(o, k), k); }
+
+std::int64_t i64(const json::object& o, std::string_view k) {
+  auto& v = field(o, k);
+  if (v.is_int64()) return v.get_int64();
+  if (v.is_uint64() && v.get_uint64() <= static_cast<std::uint64_t>(INT64_MAX))
+    return static_cast<std::int64_t>(v.get_uint64());
+  refuse("\"" + std::string(k) + "\" must be an integer");
+}
+
+std::string str(const json::object& o, std::string_view k) {
+  auto& v = field(o, k);
+  if (!v.is_string()) refuse("\"" + std::string(k) + "\" must be a string");
+  return std::string(v.get_string());
+}
+
+bool boolean(const json::object& o, std::string_view k) {
+  auto& v = field(o, k);
+  if (!v.is_bool()) refuse("\"" + std::string(k) + "\" must be a boolean");
+  return v.get_bool();
+}
+
+const json::array& arr(const json::object& o, std::string_view k) {
+  auto& v = field(o, k);
+  if (!v.is_array()) refuse("\"" + std::string(k) + "\" must be an array");
+  return v.get_array();
+}
+
+std::vector<std::string> strings(const json::object& o, std::string_view k) {
+  std::vector<std::string> out;
+  for (auto& e : arr(o, k)) {
+    if (!e.is_string()) refuse("\"" + std::string(k) + "\" must hold strings");
+    out.emplace_back(e.get_string());
+  }
+  return out;
+}
+
+std::vector<NodeId> node_ids(const json::object& o, std::string_view k) {
+  std::vector<NodeId> out;
+  for (auto& e : arr(o, k)) out.push_back(NodeId{u32_of(e, k)});
+  return out;
+}
+
+template <class T>
+std::vector<T> list(const json::object& o, std::string_view k) {
+  std::vector<T> out;
+  for (auto& e : arr(o, k)) out.push_back(json::value_to<T>(e));
+  return out;
+}
+
+template <class T>
+std::vector<T> optional_list(const json::object& o, std::string_view k) {
+  return o.contains(k) ? list<T>(o, k) : std::vector<T>{};
+}
+
+json::array ids_json(const std::vector<NodeId>& v) {
+  json::array a;
+  for (auto x : v) a.emplace_back(x.value());
+  return a;
+}
+
+json::array strings_json(const std::vector<std::string>& v) {
+  json::array a;
+  for (auto& x : v) a.emplace_back(x);
+  return a;
+}
+
+}  // namespace
+
+namespace json_field {
+const json::value& required(const json::object& o, std::string_view k) { return field(o, k); }
+std::string string(const json::object& o, std::string_view k) { return str(o, k); }
+std::uint64_t u64(const json::object& o, std::string_view k) { return sluice::u64(o, k); }
+std::uint32_t u32(const json::object& o, std::string_view k) { return sluice::u32(o, k); }
+std::int64_t i64(const json::object& o, std::string_view k) { return sluice::i64(o, k); }
+bool boolean(const json::object& o, std::string_view k) { return sluice::boolean(o, k); }
+std::vector<std::string> strings(const json::object& o, std::string_view k) { return sluice::strings(o, k); }
+std::vector<std::uint32_t> u32s(const json::object& o, std::string_view k) {
+  std::vector<std::uint32_t> out;
+  for (auto& e : arr(o, k)) out.push_back(u32_of(e, k));
+  return out;
+}
+const json::object& object(const json::value& v, std::string_view what) { return as_object(v, what); }
+}  // namespace json_field
+
+std::optional<ChangeEvent::Kind> parse_change_kind(std::string_view s) {
+  using K = ChangeEvent::Kind;
+  for (auto k : {K::tenant_created, K::tenant_deleted, K::namespace_created, K::namespace_deleted,
+                 K::stream_created, K::stream_deleted, K::feature_finalized, K::broker_registered,
+                 K::broker_unregistered, K::cache_created, K::cache_deleted})
+    if (s == to_string(k)) return k;
+  return std::nullopt;
+}
+
+// --- enums -------------------------------------------------------------------------------
+
+void tag_invoke(const json::value_from_tag&, json::value& jv, const AckMode& x) { jv = to_string(x); }
+AckMode tag_invoke(const json::value_to_tag<AckMode>&, const json::value& jv) {
+  if (!jv.is_string()) refuse("ack mode must be a string");
+  auto m = parse_ack_mode(jv.get_string());
+  if (!m) refuse("unknown ack mode \"" + std::string(jv.get_string()) + "\"");
+  return *m;
+}
+
+void tag_invoke(const json::value_from_tag&, json::value& jv, const ChangeEvent::Kind& x) {
+  jv = to_string(x);
+}
+ChangeEvent::Kind tag_invoke(const json::value_to_tag<ChangeEvent::Kind>&, const json::value& jv) {
+  if (!jv.is_string()) refuse("change kind must be a string");
+  auto k = parse_change_kind(jv.get_string());
+  if (!k) refuse("unknown change kind \"" + std::string(jv.get_string()) + "\"");
+  return *k;
+}
+
+// --- names and streams -------------------------------------------------------------------
+
+void tag_invoke(const json::value_from_tag&, json::value& jv, const StreamKey& k) {
+  jv = json::object{{"tenant", k.tenant}, {"ns", k.ns}, {"name", k.name}};
+}
+StreamKey tag_invoke(const json::value_to_tag<StreamKey>&, const json::value& jv) {
+  auto& o = as_object(jv, "key");
+  return StreamKey{str(o, "tenant"), str(o, "ns"), str(o, "name")};
+}
+
+void tag_invoke(const json::value_from_tag&, json::value& jv, const StreamSpec& sp) {
+  jv = json::object{{"shards", sp.shards},
+                    {"max_bytes", sp.retention.max_bytes},
+                    {"max_age_ms", sp.retention.max_age_ms},
+                    {"ack", to_string(sp.default_ack)}};
+}
+StreamSpec tag_invoke(const json::value_to_tag<StreamSpec>&, const json::value& jv) {
+  auto& o = as_object(jv, "spec");
+  StreamSpec sp;
+  sp.shards = u32(o, "shards");
+  sp.retention.max_bytes = i64(o, "max_bytes");
+  sp.retention.max_age_ms = i64(o, "max_age_ms");
+  sp.default_ack = json::value_to<AckMode>(field(o, "ack"));
+  return sp;
+}
+
+void tag_invoke(const json::value_from_tag&, json::value& jv, const StreamInfo& st) {
+  jv = json::object{{"key", json::value_from(st.key)},
+                    {"incarnation", st.incarnation.value()},
+                    {"spec", json::value_from(st.spec)},
+                    {"created_seq", st.created_seq.value()},
+                    {"created_at_us", st.created_at_us}};
+}
+StreamInfo tag_invoke(const json::value_to_tag<StreamInfo>&, const json::value& jv) {
+  auto& o = as_object(jv, "stream");
+  StreamInfo st;
+  st.key = json::value_to<StreamKey>(field(o, "key"));
+  st.incarnation = Incarnation{u64(o, "incarnation")};
+  st.spec = json::value_to<StreamSpec>(field(o, "spec"));
+  st.created_seq = ChangeSeq{u64(o, "created_seq")};
+  st.created_at_us = i64(o, "created_at_us");
+  return st;
+}
+
+void tag_invoke(const json::value_from_tag&, json::value& jv, const TenantInfo& t) {
+  jv = json::object{{"name", t.name}, {"created_seq", t.created_seq.value()}};
+}
+TenantInfo tag_invoke(const json::value_to_tag<TenantInfo>&, const json::value& jv) {
+  auto& o = as_object(jv, "tenant");
+  return TenantInfo{str(o, "name"), ChangeSeq{u64(o, "created_seq")}};
+}
+
+void tag_invoke(const json::value_from_tag&, json::value& jv, const NamespaceInfo& n) {
+  jv = json::object{{"tenant", n.tenant}, {"name", n.name}, {"created_seq", n.created_seq.value()}};
+}
+NamespaceInfo tag_invoke(const json::value_to_tag<NamespaceInfo>&, const json::value& jv) {
+  auto& o = as_object(jv, "namespace");
+  return NamespaceInfo{str(o, "tenant"), str(o, "name"), ChangeSeq{u64(o, "created_seq")}};
+}
+
+void tag_invoke(const json::value_from_tag&, json::value& jv, const Tombstone& t) {
+  jv = json::object{{"key", json::value_from(t.key)},
+                    {"deleted_up_to", t.deleted_up_to.value()},
+                    {"seq", t.seq.value()}};
+}
+Tombstone tag_invoke(const json::value_to_tag<Tombstone>&, const json::value& jv) {
+  auto& o = as_object(jv, "tombstone");
+  return Tombstone{json::value_to<StreamKey>(field(o, "key")), Incarnation{u64(o, "deleted_up_to")},
+                   ChangeSeq{u64(o, "seq")}};
+}
+
+void tag_invoke(const json::value_from_tag&, json::value& jv, const Assignment& a) {
+  jv = json::object{{"key", json::value_from(a.key)},          {"shard", a.shard.value()},
+                    {"incarnation", a.incarnation.value()}, {"generation", a.generation.value()},
+                    {"leader", a.leader.value()},           {"replicas", ids_json(a.replicas)}};
+}
+Assignment tag_invoke(const json::value_to_tag<Assignment>&, const json::value& jv) {
+  auto& o = as_object(jv, "assignment");
+  Assignment a;
+  a.key = json::value_to<StreamKey>(field(o, "key"));
+  a.shard = ShardIndex{u32(o, "shard")};
+  a.incarnation = Incarnation{u64(o, "incarnation")};
+  a.generation = Generation{u64(o, "generation")};
+  a.leader = NodeId{u32(o, "leader")};
+  a.replicas = node_ids(o, "replicas");
+  return a;
+}
+
+// --- fleet -------------------------------------------------------------------------------
+
+void tag_invoke(const json::value_from_tag&, json::value& jv, const BrokerInfo& b) {
+  jv = json::object{{"id", b.id.value()},           {"address", b.address},
+                    {"directory_id", b.directory_id}, {"version", b.version},
+                    {"features", strings_json(b.features)}, {"live", b.live},
+                    {"registered_seq", b.registered_seq.value()}};
+}
+BrokerInfo tag_invoke(const json::value_to_tag<BrokerInfo>&, const json::value& jv) {
+  auto& o = as_object(jv, "broker");
+  BrokerInfo b;
+  b.id = NodeId{u32(o, "id")};
+  b.address = str(o, "address");
+  b.directory_id = str(o, "directory_id");
+  b.version = str(o, "version");
+  b.features = strings(o, "features");
+  b.live = boolean(o, "live");
+  b.registered_seq = ChangeSeq{u64(o, "registered_seq")};
+  return b;
+}
+
+void tag_invoke(const json::value_from_tag&, json::value& jv, const BrokerRegistration& b) {
+  jv = json::object{{"id", b.id.value()},
+                    {"address", b.address},
+                    {"directory_id", b.directory_id},
+                    {"version", b.version},
+                    {"features", strings_json(b.features)}};
+}
+BrokerRegistration tag_invoke(const json::value_to_tag<BrokerRegistration>&, const json::value& jv) {
+  auto& o = as_object(jv, "broker");
+  BrokerRegistration b;
+  b.id = NodeId{u32(o, "id")};
+  b.address = str(o, "address");
+  b.directory_id = str(o, "directory_id");
+  b.version = str(o, "version");
+  b.features = strings(o, "features");
+  return b;
+}
+
+void tag_invoke(const json::value_from_tag&, json::value& jv, const FeatureInfo& f) {
+  jv = json::object{{"name", f.name},
+                    {"required_level", f.required_level.value()},
+                    {"finalized", f.finalized},
+                    {"finalized_seq", f.finalized_seq.value()},
+                    {"supported_by", ids_json(f.supported_by)},
+                    {"lacking", ids_json(f.lacking)}};
+}
+FeatureInfo tag_invoke(const json::value_to_tag<FeatureInfo>&, const json::value& jv) {
+  auto& o = as_object(jv, "feature");
+  FeatureInfo f;
+  f.name = str(o, "name");
+  f.required_level = MetadataLevel{u32(o, "required_level")};
+  f.finalized = boolean(o, "finalized");
+  f.finalized_seq = ChangeSeq{u64(o, "finalized_seq")};
+  f.supported_by = node_ids(o, "supported_by");
+  f.lacking = node_ids(o, "lacking");
+  return f;
+}
+
+// --- caches ------------------------------------------------------------------------------
+
+void tag_invoke(const json::value_from_tag&, json::value& jv, const CacheSpec& c) {
+  jv = json::object{{"default_ttl_ms", c.default_ttl_ms}};
+}
+CacheSpec tag_invoke(const json::value_to_tag<CacheSpec>&, const json::value& jv) {
+  CacheSpec c;
+  c.default_ttl_ms = i64(as_object(jv, "cache spec"), "default_ttl_ms");
+  return c;
+}
+
+void tag_invoke(const json::value_from_tag&, json::value& jv, const CacheInfo& c) {
+  jv = json::object{{"key", json::value_from(c.key)},
+                    {"incarnation", c.incarnation.value()},
+                    {"spec", json::value_from(c.spec)},
+                    {"created_seq", c.created_seq.value()}};
+}
+CacheInfo tag_invoke(const json::value_to_tag<CacheInfo>&, const json::value& jv) {
+  auto& o = as_object(jv, "cache");
+  CacheInfo c;
+  c.key = json::value_to<StreamKey>(field(o, "key"));
+  c.incarnation = Incarnation{u64(o, "incarnation")};
+  c.spec = json::value_to<CacheSpec>(field(o, "spec"));
+  c.created_seq = ChangeSeq{u64(o, "created_seq")};
+  return c;
+}
+
+// --- members -----------------------------------------------------------------------------
+
+// A MemberInfo is its JoinRequest (the same first four fields) and what it reports.
+void tag_invoke(const json::value_from_tag&, json::value& jv, const MemberInfo& m) {
+  json::object o = json::value_from(JoinRequest{m.id, m.raft_address, m.rpc_address, m.level}).as_object();
+  o["joined_seq"] = m.joined_seq.value();
+  o["role"] = m.role;
+  o["held"] = m.held;
+  o["held_index"] = m.held_index.value();
+  o["held_required_level"] = m.held_required_level.value();
+  o["held_reason"] = m.held_reason;
+  o["applied"] = m.applied.value();
+  o["state_hash"] = m.state_hash;
+  jv = std::move(o);
+}
+MemberInfo tag_invoke(const json::value_to_tag<MemberInfo>&, const json::value& jv) {
+  auto& o = as_object(jv, "member");
+  MemberInfo m;
+  JoinRequest j = json::value_to<JoinRequest>(jv);
+  m.id = j.id;
+  m.raft_address = std::move(j.raft_address);
+  m.rpc_address = std::move(j.rpc_address);
+  m.level = j.level;
+  m.joined_seq = ChangeSeq{u64(o, "joined_seq")};
+  m.role = str(o, "role");
+  m.held = boolean(o, "held");
+  m.held_index = ChangeSeq{u64(o, "held_index")};
+  m.held_required_level = MetadataLevel{u32(o, "held_required_level")};
+  m.held_reason = str(o, "held_reason");
+  m.applied = ChangeSeq{u64(o, "applied")};
+  m.state_hash = u64(o, "state_hash");
+  return m;
+}
+
+void tag_invoke(const json::value_from_tag&, json::value& jv, const MembersView& v) {
+  json::array ms;
+  for (auto& m : v.members) ms.push_back(json::value_from(m));
+  jv = json::object{{"members", std::move(ms)},
+                    {"leader", v.leader.value()},
+                    {"group_level", v.group_level.value()},
+                    {"level_floor", v.level_floor.value()}};
+}
+MembersView tag_invoke(const json::value_to_tag<MembersView>&, const json::value& jv) {
+  auto& o = as_object(jv, "members view");
+  MembersView m;
+  m.members = list<MemberInfo>(o, "members");
+  m.leader = NodeId{u32(o, "leader")};
+  m.group_level = MetadataLevel{u32(o, "group_level")};
+  m.level_floor = MetadataLevel{u32(o, "level_floor")};
+  return m;
+}
+
+void tag_invoke(const json::value_from_tag&, json::value& jv, const JoinRequest& j) {
+  jv = json::object{{"id", j.id.value()},
+                    {"raft_address", j.raft_address},
+                    {"rpc_address", j.rpc_address},
+                    {"level", j.level.value()}};
+}
+JoinRequest tag_invoke(const json::value_to_tag<JoinRequest>&, const json::value& jv) {
+  auto& o = as_object(jv, "member");
+  JoinRequest j;
+  j.id = NodeId{u32(o, "id")};
+  j.raft_address = str(o, "raft_address");
+  j.rpc_address = str(o, "rpc_address");
+  j.level = MetadataLevel{u32(o, "level")};
+  return j;
+}
+
+// --- change events and snapshots ---------------------------------------------------------
+
+void tag_invoke(const json::value_from_tag&, json::value& jv, const ChangeEvent& e) {
+  json::object o{{"kind", to_string(e.kind)},         {"seq", e.seq.value()},
+                 {"tenant", e.tenant},                {"ns", e.ns},
+                 {"stream", json::value_from(e.stream)}, {"feature", e.feature},
+                 {"broker", json::value_from(e.broker)}};
+  json::array as;
+  for (auto& a : e.assignments) as.push_back(json::value_from(a));
+  o["assignments"] = std::move(as);
+  if (e.tombstone) o["tombstone"] = json::value_from(*e.tombstone);
+  if (e.kind == ChangeEvent::Kind::cache_created || e.kind == ChangeEvent::Kind::cache_deleted)
+    o["cache"] = json::value_from(e.cache);
+  if (e.cache_tombstone) o["cache_tombstone"] = json::value_from(*e.cache_tombstone);
+  jv = std::move(o);
+}
+ChangeEvent tag_invoke(const json::value_to_tag<ChangeEvent>&, const json::value& jv) {
+  auto& o = as_object(jv, "change");
+  ChangeEvent e{};
+  e.kind = json::value_to<ChangeEvent::Kind>(field(o, "kind"));
+  e.seq = ChangeSeq{u64(o, "seq")};
+  e.tenant = str(o, "tenant");
+  e.ns = str(o, "ns");
+  e.stream = json::value_to<StreamInfo>(field(o, "stream"));
+  e.feature = str(o, "feature");
+  e.broker = json::value_to<BrokerInfo>(field(o, "broker"));
+  e.assignments = list<Assignment>(o, "assignments");
+  if (auto* t = o.if_contains("tombstone")) e.tombstone = json::value_to<Tombstone>(*t);
+  if (auto* c = o.if_contains("cache")) e.cache = json::value_to<CacheInfo>(*c);
+  if (auto* t = o.if_contains("cache_tombstone")) e.cache_tombstone = json::value_to<Tombstone>(*t);
+  return e;
+}
+
+void tag_invoke(const json::value_from_tag&, json::value& jv, const CatalogSnapshot& c) {
+  auto all = [](const auto& v) {
+    json::array a;
+    for (auto& x : v) a.push_back(json::value_from(x));
+    return a;
+  };
+  jv = json::object{{"seq", c.seq.value()},
+                    {"finalized_features", strings_json(c.finalized_features)},
+                    {"caches", all(c.caches)},
+                    {"cache_tombstones", all(c.cache_tombstones)},
+                    {"tenants", all(c.tenants)},
+                    {"namespaces", all(c.namespaces)},
+                    {"streams", all(c.streams)},
+                    {"tombstones", all(c.tombstones)},
+                    {"assignments", all(c.assignments)},
+                    {"brokers", all(c.brokers)}};
+}
+CatalogSnapshot tag_invoke(const json::value_to_tag<CatalogSnapshot>&, const json::value& jv) {
+  auto& o = as_object(jv, "snapshot");
+  CatalogSnapshot c;
+  c.seq = ChangeSeq{u64(o, "seq")};
+  c.tenants = list<TenantInfo>(o, "tenants");
+  c.namespaces = list<NamespaceInfo>(o, "namespaces");
+  c.streams = list<StreamInfo>(o, "streams");
+  c.tombstones = list<Tombstone>(o, "tombstones");
+  c.assignments = list<Assignment>(o, "assignments");
+  c.brokers = list<BrokerInfo>(o, "brokers");
+  c.finalized_features = strings(o, "finalized_features");
+  c.caches = optional_list<CacheInfo>(o, "caches");
+  c.cache_tombstones = optional_list<Tombstone>(o, "cache_tombstones");
+  return c;
+}
+
+template <class T>
+Result<T> decode_json(const json::value& v) {
+  try {
+    return json::value_to<T>(v);
+  } catch (const std::exception& e) {
+    return Error(Errc::malformed_body, e.what());
+  }
+}
+
+template Result<AckMode> decode_json(const json::value&);
+template Result<ChangeEvent::Kind> decode_json(const json::value&);
+template Result<StreamKey> decode_json(const json::value&);
+template Result<StreamSpec> decode_json(const json::value&);
+template Result<StreamInfo> decode_json(const json::value&);
+template Result<TenantInfo> decode_json(const json::value&);
+template Result<NamespaceInfo> decode_json(const json::value&);
+template Result<Tombstone> decode_json(const json::value&);
+template Result<Assignment> decode_json(const json::value&);
+template Result<BrokerInfo> decode_json(const json::value&);
+template Result<BrokerRegistration> decode_json(const json::value&);
+template Result<FeatureInfo> decode_json(const json::value&);
+template Result<CacheSpec> decode_json(const json::value&);
+template Result<CacheInfo> decode_json(const json::value&);
+template Result<MemberInfo> decode_json(const json::value&);
+template Result<MembersView> decode_json(const json::value&);
+template Result<JoinRequest> decode_json(const json::value&);
+template Result<ChangeEvent> decode_json(const json::value&);
+template Result<CatalogSnapshot> decode_json(const json::value&);
+
+// --- the change-payload shape ------------------------------------------------------------
+
+namespace {
+
+using K = ChangeEvent::Kind;
+
+bool is_stream_kind(K k) { return k == K::stream_created || k == K::stream_deleted; }
+bool is_cache_kind(K k) { return k == K::cache_created || k == K::cache_deleted; }
+bool is_broker_kind(K k) { return k == K::broker_registered || k == K::broker_unregistered; }
+
+json::object tombstone_payload(const Tombstone& t) {
+  json::object o;
+  o["deleted_up_to"] = t.deleted_up_to.value();
+  o["seq"] = t.seq.value();
+  return o;
+}
+
+std::optional<Tombstone> tombstone_from_payload(const json::object& o, const StreamKey& key) {
+  auto* v = o.if_contains("tombstone");
+  if (!v) return std::nullopt;
+  auto& t = as_object(*v, "tombstone");
+  return Tombstone{key, Incarnation{u64(t, "deleted_up_to")}, ChangeSeq{u64(t, "seq")}};
+}
+
+}  // namespace
+
+std::string encode_change_payload(const ChangeEvent& e) {
+  // Field order is part of the format: these bytes are hashed (raft-meta state_hash).
+  json::object o;
+  if (is_stream_kind(e.kind)) {
+    const StreamInfo& s = e.stream;
+    o["tenant"] = s.key.tenant;
+    o["ns"] = s.key.ns;
+    o["name"] = s.key.name;
+    o["incarnation"] = s.incarnation.value();
+    o["shards"] = s.spec.shards;
+    o["max_bytes"] = s.spec.retention.max_bytes;
+    o["max_age_ms"] = s.spec.retention.max_age_ms;
+    o["ack"] = to_string(s.spec.default_ack);
+    o["created_seq"] = s.created_seq.value();
+    o["created_at_us"] = s.created_at_us;
+    json::array as;
+    for (auto& x : e.assignments) {
+      json::object a;
+      a["shard"] = x.shard.value();
+      a["incarnation"] = x.incarnation.value();
+      a["generation"] = x.generation.value();
+      a["leader"] = x.leader.value();
+      a["replicas"] = ids_json(x.replicas);
+      as.emplace_back(std::move(a));
+    }
+    o["assignments"] = std::move(as);
+    if (e.tombstone) o["tombstone"] = tombstone_payload(*e.tombstone);
+  } else if (is_cache_kind(e.kind)) {
+    const CacheInfo& c = e.cache;
+    o["tenant"] = c.key.tenant;
+    o["ns"] = c.key.ns;
+    o["name"] = c.key.name;
+    o["incarnation"] = c.incarnation.value();
+    o["default_ttl_ms"] = c.spec.default_ttl_ms;
+    o["created_seq"] = c.created_seq.value();
+    if (e.cache_tombstone) o["tombstone"] = tombstone_payload(*e.cache_tombstone);
+  } else if (is_broker_kind(e.kind)) {
+    const BrokerInfo& b = e.broker;
+    o["id"] = b.id.value();
+    o["address"] = b.address;
+    o["directory_id"] = b.directory_id;
+    o["version"] = b.version;
+    o["features"] = strings_json(b.features);
+    o["registered_seq"] = b.registered_seq.value();
+  } else if (e.kind == K::feature_finalized) {
+    o["feature"] = e.feature;
+  } else {  // tenant and namespace events
+    o["tenant"] = e.tenant;
+    if (e.kind == K::namespace_created || e.kind == K::namespace_deleted) o["ns"] = e.ns;
+  }
+  return json::serialize(o);
+}
+
+Result<ChangeEvent> decode_change_payload(ChangeSeq seq, std::string_view kind,
+                                          std::string_view payload) {
+  const std::string where = "change " + std::to_string(seq.value());
+  auto k = parse_change_kind(kind);
+  if (!k) return Error(Errc::malformed_body, where + " has unknown kind '" + std::string(kind) + "'");
+  boost::system::error_code ec;
+  json::value v = json::parse(payload, ec);
+  if (ec) return Error(Errc::malformed_body, where + ": payload is not JSON (" + ec.message() + ")");
+  try {
+    auto& o = as_object(v, "payload");
+    ChangeEvent ev{};
+    ev.kind = *k;
+    ev.seq = seq;
+    if (is_stream_kind(*k)) {
+      ev.tenant = str(o, "tenant");
+      ev.ns = str(o, "ns");
+      StreamInfo& s = ev.stream;
+      s.key = StreamKey{ev.tenant, ev.ns, str(o, "name")};
+      s.incarnation = Incarnation{u64(o, "incarnation")};
+      s.spec.shards = u32(o, "shards");
+      s.spec.retention.max_bytes = i64(o, "max_bytes");
+      s.spec.retention.max_age_ms = i64(o, "max_age_ms");
+      s.spec.default_ack = json::value_to<AckMode>(field(o, "ack"));
+      s.created_seq = ChangeSeq{u64(o, "created_seq")};
+      s.created_at_us = i64(o, "created_at_us");
+      if (o.contains("assignments")) {
+        for (auto& e : arr(o, "assignments")) {
+          auto& ao = as_object(e, "assignment");
+          Assignment a;
+          a.key = s.key;
+          a.shard = ShardIndex{u32(ao, "shard")};
+          a.incarnation = Incarnation{u64(ao, "incarnation")};
+          a.generation = Generation{u64(ao, "generation")};
+          a.leader = NodeId{u32(ao, "leader")};
+          a.replicas = node_ids(ao, "replicas");
+          ev.assignments.push_back(std::move(a));
+        }
+      }
+      ev.tombstone = tombstone_from_payload(o, s.key);
+    } else if (is_cache_kind(*k)) {
+      ev.tenant = str(o, "tenant");
+      ev.ns = str(o, "ns");
+      CacheInfo& c = ev.cache;
+      c.key = StreamKey{ev.tenant, ev.ns, str(o, "name")};
+      c.incarnation = Incarnation{u64(o, "incarnation")};
+      c.spec.default_ttl_ms = i64(o, "default_ttl_ms");
+      c.created_seq = ChangeSeq{u64(o, "created_seq")};
+      ev.cache_tombstone = tombstone_from_payload(o, c.key);
+    } else if (is_broker_kind(*k)) {
+      BrokerInfo& b = ev.broker;
+      b.id = NodeId{u32(o, "id")};
+      b.address = str(o, "address");
+      b.directory_id = str(o, "directory_id");
+      b.version = str(o, "version");
+      b.features = strings(o, "features");
+      b.registered_seq = ChangeSeq{u64(o, "registered_seq")};
+    } else if (*k == K::feature_finalized) {
+      ev.feature = str(o, "feature");
+    } else {
+      ev.tenant = str(o, "tenant");
+      if (*k == K::namespace_created || *k == K::namespace_deleted) ev.ns = str(o, "ns");
+    }
+    return ev;
+  } catch (const std::exception& e) {
+    return Error(Errc::malformed_body, where + " (" + std::string(kind) + "): " + e.what());
+  }
+}
+
+}  // namespace sluice

@@ -1,0 +1,272 @@
+// The SDK's catalog codec (sluice/catalog_json.h): every type round-trips, decoding is
+// strict, and the stored change payloads keep the bytes the backends always wrote.
+#include "sluice/catalog_json.h"
+
+#include <gtest/gtest.h>
+
+#include <boost/json.hpp>
+
+namespace sluice {
+namespace {
+
+namespace json = boost::json;
+
+StreamKey key() { return StreamKey{"t", "n", "s"}; }
+
+StreamInfo stream() {
+  StreamInfo s;
+  s.key = key();
+  s.incarnation = Incarnation{1764670000000000ull};
+  s.spec.shards = 3;
+  s.spec.retention.max_bytes = -1;
+  s.spec.retention.max_age_ms = 60000;
+  s.spec.default_ack = AckMode::none;
+  s.created_seq = ChangeSeq{7};
+  s.created_at_us = -5;
+  return s;
+}
+
+Assignment assignment(std::uint32_t shard) {
+  return Assignment{key(), ShardIndex{shard}, Incarnation{9}, Generation{7}, NodeId{2},
+                    {NodeId{2}, NodeId{3}}};
+}
+
+BrokerInfo broker() {
+  return BrokerInfo{NodeId{4}, "h:1", "dir", "1.2", {"a", "b"}, true, ChangeSeq{11}};
+}
+
+CacheInfo cache() { return CacheInfo{StreamKey{"t", "n", "c"}, Incarnation{3}, CacheSpec{5000}, ChangeSeq{12}}; }
+
+MemberInfo member() {
+  MemberInfo m;
+  m.id = NodeId{2};
+  m.raft_address = "r:1";
+  m.rpc_address = "p:1";
+  m.level = MetadataLevel{14};
+  m.joined_seq = ChangeSeq{3};
+  m.role = "follower";
+  m.held = true;
+  m.held_index = ChangeSeq{40};
+  m.held_required_level = MetadataLevel{15};
+  m.held_reason = "why";
+  m.applied = ChangeSeq{39};
+  m.state_hash = 0xFFFFFFFFFFFFFFFFull;
+  return m;
+}
+
+ChangeEvent stream_event() {
+  ChangeEvent e{};
+  e.kind = ChangeEvent::Kind::stream_deleted;
+  e.seq = ChangeSeq{20};
+  e.tenant = "t";
+  e.ns = "n";
+  e.stream = stream();
+  e.assignments = {assignment(0), assignment(1)};
+  e.tombstone = Tombstone{key(), Incarnation{9}, ChangeSeq{20}};
+  return e;
+}
+
+// Encode, decode, encode again: the same JSON (every encoder writes every field).
+template <class T>
+void expect_round_trip(const T& x) {
+  json::value first = json::value_from(x);
+  auto back = decode_json<T>(first);
+  ASSERT_TRUE(back.ok()) << back.error().to_string() << " in " << json::serialize(first);
+  EXPECT_EQ(json::serialize(json::value_from(back.value())), json::serialize(first));
+}
+
+TEST(CatalogJson, EveryTypeRoundTrips) {
+  expect_round_trip(AckMode::quorum);
+  expect_round_trip(ChangeEvent::Kind::cache_deleted);
+  expect_round_trip(key());
+  expect_round_trip(stream().spec);
+  expect_round_trip(stream());
+  expect_round_trip(TenantInfo{"t", ChangeSeq{1}});
+  expect_round_trip(NamespaceInfo{"t", "n", ChangeSeq{2}});
+  expect_round_trip(Tombstone{key(), Incarnation{8}, ChangeSeq{9}});
+  expect_round_trip(assignment(0));
+  expect_round_trip(broker());
+  expect_round_trip(BrokerRegistration{NodeId{4}, "h:1", "dir", "1.2", {"x"}});
+  expect_round_trip(FeatureInfo{"stream_incarnations", MetadataLevel{10}, true, ChangeSeq{3},
+                                {NodeId{1}}, {NodeId{2}, NodeId{3}}});
+  expect_round_trip(CacheSpec{-1});
+  expect_round_trip(cache());
+  expect_round_trip(member());
+  expect_round_trip(MembersView{{member(), member()}, NodeId{2}, MetadataLevel{8}, MetadataLevel{14}});
+  expect_round_trip(JoinRequest{NodeId{3}, "r:3", "p:3", MetadataLevel{10}});
+  expect_round_trip(stream_event());
+  ChangeEvent ce{};
+  ce.kind = ChangeEvent::Kind::cache_deleted;
+  ce.cache = cache();
+  ce.cache_tombstone = Tombstone{cache().key, Incarnation{3}, ChangeSeq{13}};
+  expect_round_trip(ce);
+  CatalogSnapshot snap;
+  snap.seq = ChangeSeq{99};
+  snap.tenants = {TenantInfo{"t", ChangeSeq{1}}};
+  snap.namespaces = {NamespaceInfo{"t", "n", ChangeSeq{2}}};
+  snap.streams = {stream()};
+  snap.tombstones = {Tombstone{key(), Incarnation{8}, ChangeSeq{9}}};
+  snap.assignments = {assignment(0)};
+  snap.finalized_features = {"cache_incarnations"};
+  snap.brokers = {broker()};
+  snap.caches = {cache()};
+  snap.cache_tombstones = {Tombstone{cache().key, Incarnation{2}, ChangeSeq{10}}};
+  expect_round_trip(snap);
+}
+
+TEST(CatalogJson, ValuesSurviveTheRoundTrip) {
+  auto e = decode_json<ChangeEvent>(json::value_from(stream_event()));
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->kind, ChangeEvent::Kind::stream_deleted);
+  EXPECT_EQ(e->stream.key, key());
+  EXPECT_EQ(e->stream.spec, stream().spec);
+  EXPECT_EQ(e->stream.incarnation, Incarnation{1764670000000000ull});
+  ASSERT_EQ(e->assignments.size(), 2u);
+  EXPECT_EQ(e->assignments[1].shard, ShardIndex{1});
+  EXPECT_EQ(e->assignments[1].replicas, (std::vector<NodeId>{NodeId{2}, NodeId{3}}));
+  ASSERT_TRUE(e->tombstone);
+  EXPECT_EQ(e->tombstone->deleted_up_to, Incarnation{9});
+  EXPECT_FALSE(e->cache_tombstone);
+  auto m = decode_json<MemberInfo>(json::value_from(member()));
+  ASSERT_TRUE(m.ok());
+  EXPECT_EQ(m->state_hash, 0xFFFFFFFFFFFFFFFFull);
+  EXPECT_TRUE(m->held);
+}
+
+// raft-meta once turned an unknown change kind into tenant_created; postgres-meta refused.
+TEST(CatalogJson, UnknownChangeKindIsRefused) {
+  json::value v = json::value_from(stream_event());
+  v.as_object()["kind"] = "member_joined";
+  auto e = decode_json<ChangeEvent>(v);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.error().code, Errc::malformed_body);
+  EXPECT_NE(e.error().message.find("member_joined"), std::string::npos);
+  EXPECT_FALSE(parse_change_kind("member_joined"));
+  EXPECT_FALSE(parse_change_kind(""));
+  auto p = decode_change_payload(ChangeSeq{5}, "member_joined", R"({"tenant":"t"})");
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.error().code, Errc::malformed_body);
+}
+
+TEST(CatalogJson, WrongTypesAreRefused) {
+  auto with = [](json::value v, const char* k, json::value x) {
+    v.as_object()[k] = std::move(x);
+    return v;
+  };
+  json::value s = json::value_from(stream());
+  EXPECT_FALSE(decode_json<StreamInfo>(with(s, "incarnation", "7")).ok());
+  EXPECT_FALSE(decode_json<StreamInfo>(with(s, "incarnation", -1)).ok());
+  EXPECT_FALSE(decode_json<StreamInfo>(with(s, "incarnation", 1.5)).ok());
+  EXPECT_FALSE(decode_json<StreamInfo>(with(s, "key", "t/n/s")).ok());
+  EXPECT_FALSE(decode_json<StreamInfo>(json::value("stream")).ok());
+  json::value spec = json::value_from(stream().spec);
+  EXPECT_FALSE(decode_json<StreamSpec>(with(spec, "ack", "sometimes")).ok());
+  EXPECT_FALSE(decode_json<StreamSpec>(with(spec, "shards", 4294967296ull)).ok());
+  json::value b = json::value_from(broker());
+  EXPECT_FALSE(decode_json<BrokerInfo>(with(b, "live", 1)).ok());
+  EXPECT_FALSE(decode_json<BrokerInfo>(with(b, "features", json::array{1, 2})).ok());
+  json::value a = json::value_from(assignment(0));
+  EXPECT_FALSE(decode_json<Assignment>(with(a, "replicas", json::array{"2"})).ok());
+  json::value missing = json::value_from(member());
+  missing.as_object().erase("state_hash");
+  EXPECT_FALSE(decode_json<MemberInfo>(missing).ok());
+  EXPECT_FALSE(decode_change_payload(ChangeSeq{1}, "tenant_created", R"({"tenant":7})").ok());
+  EXPECT_FALSE(decode_change_payload(ChangeSeq{1}, "tenant_created", R"(["t"])").ok());
+  EXPECT_FALSE(decode_change_payload(ChangeSeq{1}, "tenant_created", "{").ok());
+  EXPECT_FALSE(decode_change_payload(ChangeSeq{1}, "stream_created",
+                                     R"({"tenant":"t","ns":"n","name":"s"})").ok());
+}
+
+// Snapshots written before caches existed have no "caches" member.
+TEST(CatalogJson, OlderSnapshotsWithoutCachesDecode) {
+  json::value v = json::value_from(CatalogSnapshot{});
+  v.as_object().erase("caches");
+  v.as_object().erase("cache_tombstones");
+  EXPECT_TRUE(decode_json<CatalogSnapshot>(v).ok());
+}
+
+// The exact bytes the raft-meta and postgres-meta encoders wrote before the codec moved
+// here: the raft-meta state hash covers them, so members of both builds must agree.
+TEST(CatalogJson, ChangePayloadsKeepTheirBytes) {
+  ChangeEvent e = stream_event();
+  EXPECT_EQ(encode_change_payload(e),
+            R"({"tenant":"t","ns":"n","name":"s","incarnation":1764670000000000,"shards":3,)"
+            R"("max_bytes":-1,"max_age_ms":60000,"ack":"none","created_seq":7,"created_at_us":-5,)"
+            R"("assignments":[{"shard":0,"incarnation":9,"generation":7,"leader":2,"replicas":[2,3]},)"
+            R"({"shard":1,"incarnation":9,"generation":7,"leader":2,"replicas":[2,3]}],)"
+            R"("tombstone":{"deleted_up_to":9,"seq":20}})");
+  ChangeEvent c{};
+  c.kind = ChangeEvent::Kind::cache_created;
+  c.cache = cache();
+  EXPECT_EQ(encode_change_payload(c),
+            R"({"tenant":"t","ns":"n","name":"c","incarnation":3,"default_ttl_ms":5000,"created_seq":12})");
+  ChangeEvent b{};
+  b.kind = ChangeEvent::Kind::broker_registered;
+  b.broker = broker();
+  EXPECT_EQ(encode_change_payload(b),
+            R"({"id":4,"address":"h:1","directory_id":"dir","version":"1.2","features":["a","b"],"registered_seq":11})");
+  ChangeEvent f{};
+  f.kind = ChangeEvent::Kind::feature_finalized;
+  f.feature = "x";
+  EXPECT_EQ(encode_change_payload(f), R"({"feature":"x"})");
+  ChangeEvent n{};
+  n.kind = ChangeEvent::Kind::namespace_deleted;
+  n.tenant = "t";
+  n.ns = "n";
+  EXPECT_EQ(encode_change_payload(n), R"({"tenant":"t","ns":"n"})");
+  n.kind = ChangeEvent::Kind::tenant_created;
+  EXPECT_EQ(encode_change_payload(n), R"({"tenant":"t"})");
+}
+
+TEST(CatalogJson, ChangePayloadsRoundTripForEveryKind) {
+  using K = ChangeEvent::Kind;
+  for (auto k : {K::tenant_created, K::tenant_deleted, K::namespace_created, K::namespace_deleted,
+                 K::stream_created, K::stream_deleted, K::feature_finalized, K::broker_registered,
+                 K::broker_unregistered, K::cache_created, K::cache_deleted}) {
+    ChangeEvent e{};
+    e.kind = k;
+    e.seq = ChangeSeq{30};
+    e.tenant = "t";
+    e.ns = "n";
+    e.feature = "f";
+    e.stream = stream();
+    e.assignments = {assignment(0)};
+    e.tombstone = Tombstone{key(), Incarnation{9}, ChangeSeq{30}};
+    e.broker = broker();
+    e.broker.live = false;  // not stored
+    e.cache = cache();
+    e.cache.key = StreamKey{"t", "n", "c"};
+    e.cache_tombstone = Tombstone{e.cache.key, Incarnation{3}, ChangeSeq{30}};
+    std::string bytes = encode_change_payload(e);
+    auto back = decode_change_payload(ChangeSeq{30}, to_string(k), bytes);
+    ASSERT_TRUE(back.ok()) << to_string(k) << ": " << back.error().to_string();
+    EXPECT_EQ(back->kind, k);
+    EXPECT_EQ(back->seq, ChangeSeq{30});
+    EXPECT_EQ(encode_change_payload(back.value()), bytes) << to_string(k);
+    if (k == K::stream_deleted) {
+      EXPECT_EQ(back->stream.key, key());
+      EXPECT_EQ(back->assignments.at(0).key, key());
+      ASSERT_TRUE(back->tombstone);
+      EXPECT_EQ(back->tombstone->key, key());
+    }
+    if (k == K::cache_deleted) {
+      ASSERT_TRUE(back->cache_tombstone);
+      EXPECT_EQ(back->cache_tombstone->key, e.cache.key);
+      EXPECT_FALSE(back->tombstone);
+    }
+  }
+}
+
+// Schema-1 snapshots stored stream changes without assignments or tombstone.
+TEST(CatalogJson, SchemaOneStreamPayloadDecodes) {
+  auto e = decode_change_payload(
+      ChangeSeq{4}, "stream_created",
+      R"({"tenant":"t","ns":"n","name":"s","incarnation":0,"shards":1,"max_bytes":-1,)"
+      R"("max_age_ms":-1,"ack":"leader","created_seq":4,"created_at_us":0})");
+  ASSERT_TRUE(e.ok()) << e.error().to_string();
+  EXPECT_TRUE(e->assignments.empty());
+  EXPECT_FALSE(e->tombstone);
+}
+
+}  // namespace
+}  // namespace sluice
