@@ -84,15 +84,19 @@ bool PgMetaStore::deliver_all(pqxx::connection& c) {
                                " ORDER BY seq LIMIT $2",
                                static_cast<std::int64_t>(after.value()),
                                static_cast<std::int64_t>(kDeliveryBatch));
+      b.more = rs.size() == kDeliveryBatch;
       for (const auto& r : rs) {
         auto ev = decode_change(i64(r[0]), r[1].as<std::string>(), r[2].as<std::string>());
         if (!ev.ok()) {
-          log(LogLevel::error, ev.error().message + "; skipped");
-          continue;
+          // Never skip a change (docs/metadata-raft-design.md, "Error policy"): the feed
+          // stops before it, and watchers see nothing they would have to guess at.
+          log(LogLevel::error, ev.error().message + "; the change feed stops before change " +
+                                   std::to_string(i64(r[0])) + " until a build that reads it runs");
+          b.more = false;
+          break;
         }
         b.events.push_back(std::move(ev.value()));
       }
-      b.more = rs.size() == kDeliveryBatch;
     }
     tx.commit();
     return b;

@@ -56,6 +56,12 @@ void RaftMetaStore::delivery_main() {
     out.resync = batch.resync;
     out.more = batch.events.size() == kDeliveryBatch;
     out.events = std::move(batch.events);
+    if (batch.error) {
+      // A stored change this build cannot read: the feed stops before it, never skips it
+      // (docs/metadata-raft-design.md, "Error policy").
+      log(LogLevel::error, batch.error->message + "; the change feed stops before it");
+      out.more = false;
+    }
     return out;
   };
   const auto on_error = [this](const std::string& m) { log(LogLevel::error, m); };
