@@ -1,4 +1,4 @@
-// Where fs-storage keeps things (ARCHITECTURE.md §7). Pure functions: no I/O.
+// Where fs-storage keeps things (docs/architecture.md "Storage"). Pure functions: no I/O.
 //
 //   <storage.dir>/                         default <host.data_dir()>/shards
 //     <tenant>/<namespace>/<stream>/       each component passed sluice::validate_name

@@ -1,6 +1,6 @@
 // The plain request/response types shared by the Beast connection code (server.cc) and
 // the Beast-free routing and rendering code (router.cc, publish.cc, fetch.cc). Keeping
-// Beast out of everything but server.cc keeps the build cheap (ARCHITECTURE.md §9).
+// Beast out of everything but server.cc keeps the build cheap (docs/dependencies.md).
 #pragma once
 
 #include <chrono>

@@ -1,6 +1,6 @@
 // Request routing and the admin/status handlers. Beast-free: works on HttpRequest /
 // HttpResponse through an Exchange (http_types.h). The path table is the contract of
-// ARCHITECTURE.md §8; README.md lists what this build serves.
+// docs/api.md; README.md lists what this build serves.
 //
 // Order of checks for every request: parse the target (percent-decoding each path
 // segment on its own) -> match the route shape (404 not_found) -> method (405 + Allow)

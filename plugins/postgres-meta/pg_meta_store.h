@@ -1,4 +1,4 @@
-// MetadataStore in PostgreSQL (ARCHITECTURE.md §6; README.md in this directory).
+// MetadataStore in PostgreSQL (docs/architecture.md "Metadata in PostgreSQL"; README.md in this directory).
 //
 // Thread model
 //   - callers (any thread): every catalog call runs one transaction on the request

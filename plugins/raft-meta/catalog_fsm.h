@@ -18,7 +18,7 @@
 //   brokers(id, address, directory_id, version, features, registered_seq)
 //   assignments(tenant, ns, name, shard, incarnation, generation, leader, replicas)
 //
-// Determinism (ARCHITECTURE.md §4, felix post-mortem): apply() reads only the entry, its
+// Determinism (docs/metadata-levels.md, felix post-mortem): apply() reads only the entry, its
 // index and the database. It never reads this member's configured level, build, clock
 // or any other local input. An entry that fails to decode or validate is rejected with a
 // definite error and changes nothing but applied_index, identically on every member.
@@ -116,7 +116,7 @@ class CatalogFsm {
   // Empty while held: a snapshot would claim entries this member did not apply.
   std::string snapshot() const;
 
-  // Held (ARCHITECTURE.md §4): this member met an entry above its level (a flagged
+  // Held (docs/metadata-levels.md): this member met an entry above its level (a flagged
   // level-14 create/delete, or a command of a newer build), or failed to apply one (the
   // error policy above; `required` is then its own level: a restart, not an upgrade, is
   // what it needs). It stops applying — later entries change nothing and applied() stays

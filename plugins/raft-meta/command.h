@@ -1,4 +1,4 @@
-// Catalog commands: what a raft-meta log entry says (ARCHITECTURE.md §4, §5).
+// Catalog commands: what a raft-meta log entry says (docs/metadata-levels.md; docs/architecture.md "Metadata").
 //
 // Wire format (format version 1): one JSON object per RAFT_COMMAND entry, UTF-8, e.g.
 //

@@ -225,7 +225,7 @@ Result<void> RaftMetaStore::start() {
     return fail(Error(Errc::unavailable, "the catalog has no cluster id yet"));
 
   // The host persists the id to meta.properties (fsynced) before answering; only then may
-  // it be used (ARCHITECTURE.md §3).
+  // it be used (docs/architecture.md "Identity").
   if (!id.empty())
     if (auto a = host_.adopt_cluster_id(id); !a.ok())
       return fail(Error(a.error().code, a.error().message + " (raft log in " + cfg_.raft_dir + ")"));

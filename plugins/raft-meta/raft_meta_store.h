@@ -1,4 +1,4 @@
-// MetadataStore on a Raft group (ARCHITECTURE.md §5): one to five controller members,
+// MetadataStore on a Raft group (docs/architecture.md "Metadata"): one to five controller members,
 // durable on disk (libraft's uv io), surviving SIGKILL, leader loss and partitions.
 //
 // Membership: the first member bootstraps a one-voter group; others start with
@@ -214,7 +214,7 @@ class RaftMetaStore final : public MetadataStore {
   std::size_t fwd_next_ = 0;                               // guarded by fwd_mu_
   std::atomic<bool> was_leader_{false};
 
-  // Broker liveness: leader memory, not replicated (ARCHITECTURE.md §5).
+  // Broker liveness: leader memory, not replicated (docs/architecture.md "Metadata").
   std::mutex live_mu_;
   std::map<std::uint32_t, std::chrono::steady_clock::time_point> last_seen_;  // live_mu_
   std::chrono::steady_clock::time_point grace_until_{};  // live_mu_: restart grace

@@ -13,7 +13,7 @@ extern "C" {
 
 namespace sluice::raft_meta {
 
-// The function `raft_apply` hides `struct raft_apply` (ARCHITECTURE.md §10).
+// The function `raft_apply` hides `struct raft_apply` (docs/dependencies.md).
 using ApplyReq = struct raft_apply;
 
 std::string_view to_string(RaftRole r) {
@@ -264,7 +264,7 @@ struct RaftNode::Impl {
 
   static void raft_close_cb(struct raft* r) {
     auto* self = static_cast<Impl*>(r->data);
-    // ARCHITECTURE.md §10: close the uv io and transport in raft's close callback.
+    // docs/dependencies.md: close the uv io and transport in raft's close callback.
     raft_uv_close(&self->io);
     close_transport(self);
     self->close_handles();

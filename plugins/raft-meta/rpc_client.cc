@@ -189,7 +189,7 @@ Result<void> RemoteMetadataStore::start() {
     return Error(Errc::internal, std::string("hello: ") + e.what());
   }
   if (id.empty()) return Error(Errc::unavailable, "the controller has no cluster id yet");
-  // Adopt before use (ARCHITECTURE.md §3): the host persists it, or refuses another id.
+  // Adopt before use (docs/architecture.md "Identity"): the host persists it, or refuses another id.
   if (auto a = host_.adopt_cluster_id(id); !a.ok()) {
     ready_ = false;
     return Error(Errc::cluster_id_mismatch,

@@ -1,5 +1,5 @@
 // The metadata conformance suite: the same cases against every MetadataStore backend
-// (ARCHITECTURE.md §6 "Raft and Postgres pass the same metadata conformance suite").
+// (docs/architecture.md "Metadata in PostgreSQL": both backends pass one conformance suite).
 //
 //   raft      raft-meta, a single member in a temporary directory
 //   postgres  postgres-meta on the test PostgreSQL (ctest fixture sluice_pg), a fresh

@@ -230,7 +230,7 @@ class Incarnations(unittest.TestCase):
         self.assertEqual(code, 1)
         self.assertIn("stream_incarnations is finalized", out)
 
-    # Two broker processes, one an older build without the feature (ARCHITECTURE.md §4).
+    # Two broker processes, one an older build without the feature (docs/metadata-levels.md).
     def test_finalize_refused_while_a_broker_lacks_it(self):
         ctl = self.node(extra=dict(HOLD_BACK, **{"broker.session_timeout_ms": "1500"})).start()
         old = self.node(extra={"node.id": "2", "node.roles": "broker", "broker.features": "",

@@ -1,5 +1,5 @@
 // CatalogFsm at level 10: incarnations, tombstones, fleet features, brokers, assignments,
-// and the mixed-level rule (felix post-mortem, ARCHITECTURE.md §4): entries written the way
+// and the mixed-level rule (felix post-mortem, docs/metadata-levels.md): entries written the way
 // a level-8 proposer writes them store what level 8 stores.
 #include <gtest/gtest.h>
 
@@ -256,7 +256,7 @@ TEST(Incarnations, cache_entries_from_a_level_10_proposer_store_what_level_10_st
   check_level10_cache_entries(/*finalized=*/false);
 }
 
-// ARCHITECTURE.md §4 (review finding): an entry above this build's level must stop the
+// docs/metadata-levels.md (review finding): an entry above this build's level must stop the
 // member, not be refused and skipped — skipping decides it differently from a build that
 // knows it, and the members would diverge for good.
 TEST(Incarnations, AFlaggedEntryHoldsAMemberBelowLevel14InsteadOfBeingSkipped) {

@@ -47,7 +47,7 @@ extern "C" {
 namespace sluice::raft_meta {
 namespace {
 
-// The function `raft_apply` hides `struct raft_apply` (ARCHITECTURE.md §10).
+// The function `raft_apply` hides `struct raft_apply` (docs/dependencies.md).
 using ApplyReq = struct raft_apply;
 
 constexpr const char* kTenant = "t";
@@ -277,7 +277,7 @@ class Sim {
 
   // --- cluster inspection --------------------------------------------------------------
   // The alive server in leader state with the highest term (f_.leader_id lags after
-  // partitions, ARCHITECTURE.md §10), or n_ if none.
+  // partitions, docs/dependencies.md), or n_ if none.
   unsigned leader() {
     unsigned best = n_;
     raft_term term = 0;

@@ -1,5 +1,5 @@
 // Fleet features and the catalog rules around incarnations, as pure functions
-// (STYLE.md "Decisions are pure functions"; felix post-mortem; ARCHITECTURE.md §3-§4).
+// (STYLE.md "Decisions are pure functions"; felix post-mortem; docs/architecture.md "Names and incarnations", docs/metadata-levels.md).
 // Both metadata backends call these, so Raft and Postgres decide alike, and each rule is
 // testable without a cluster.
 //

@@ -5,7 +5,7 @@
 // at least every mutation this node has acknowledged (read-your-writes); cross-node
 // linearizability is the backend's job (a Raft barrier, a Postgres transaction).
 //
-// Incarnations (level 10, ARCHITECTURE.md §3-§4, felix post-mortem): until the fleet
+// Incarnations (level 10, docs/architecture.md "Names and incarnations", docs/metadata-levels.md, felix post-mortem): until the fleet
 // feature `stream_incarnations` is finalized, creates store incarnation 0 and deletes write
 // no tombstone (the level-8 behaviour). After it, a create decides
 // max(proposed, tombstone + 1) inside its own write, and a delete records a tombstone and
@@ -51,7 +51,7 @@ struct Assignment {
   std::vector<NodeId> replicas;
 };
 
-// A cache (ARCHITECTURE.md §8): keys with values and a TTL, known like a stream by
+// A cache (docs/api.md): keys with values and a TTL, known like a stream by
 // (tenant, namespace, name) plus an incarnation. Cache incarnations follow the stream rules
 // under the fleet feature `cache_incarnations` (metadata level 14).
 struct CacheSpec {
@@ -134,7 +134,7 @@ struct JoinRequest {
   MetadataLevel level{0};
 };
 
-// What a broker reports when it registers (ARCHITECTURE.md §4).
+// What a broker reports when it registers (docs/metadata-levels.md).
 struct BrokerRegistration {
   NodeId id;
   std::string address;

@@ -1,6 +1,6 @@
 // Value types shared by the host and every plugin.
 //
-// Nothing in Sluice is known by its name alone (ARCHITECTURE.md §3, felix post-mortem):
+// Nothing in Sluice is known by its name alone (docs/architecture.md "Identity", felix post-mortem):
 // a stream is (tenant, namespace, name) *plus* an Incarnation. Every key, path and record
 // format carries the incarnation from the start, even while it is always 0 (level 8).
 //
