@@ -20,10 +20,12 @@
 // Backends without members or caches answer 501 not_supported.
 #include <boost/json/array.hpp>
 #include <boost/json/object.hpp>
+#include <boost/json/value_from.hpp>
 
 #include "codec.h"
 #include "handlers.h"
 #include "problem.h"
+#include "sluice/catalog_json.h"
 #include "sluice/names.h"
 
 namespace sluice::http_api {
@@ -32,20 +34,10 @@ namespace json = boost::json;
 
 namespace {
 
+// The SDK codec's shape, but state_hash as a string: JSON numbers above 2^53 lose
+// precision in many clients.
 json::object member_json(const MemberInfo& m) {
-  json::object o;
-  o["id"] = m.id.value();
-  o["raft_address"] = m.raft_address;
-  o["rpc_address"] = m.rpc_address;
-  o["level"] = m.level.value();
-  o["joined_seq"] = m.joined_seq.value();
-  o["role"] = m.role;
-  o["held"] = m.held;
-  o["held_index"] = m.held_index.value();
-  o["held_required_level"] = m.held_required_level.value();
-  o["held_reason"] = m.held_reason;
-  o["applied"] = m.applied.value();
-  // As a string: JSON numbers above 2^53 lose precision in many clients.
+  json::object o = json::value_from(m).as_object();
   o["state_hash"] = std::to_string(m.state_hash);
   return o;
 }

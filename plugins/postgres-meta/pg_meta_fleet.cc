@@ -103,11 +103,7 @@ Result<std::vector<FeatureInfo>> PgMetaStore::list_features() {
                                                        -> Result<std::vector<FeatureInfo>> {
     auto serving = serving_of(read_brokers(tx));
     auto fin = read_finalized(tx);
-    std::vector<FeatureInfo> out;
-    for (auto& f : known_features()) out.push_back(feature_info(f.name, fin, serving));
-    for (auto& [name, at] : fin)
-      if (!find_feature(name)) out.push_back(feature_info(name, fin, serving));
-    return out;
+    return describe_features(fin, serving);
   });
 }
 
@@ -116,7 +112,7 @@ Result<FeatureInfo> PgMetaStore::finalize_feature(const std::string& name) {
   return run<FeatureInfo>(Mode::write, [&](pqxx::transaction_base& tx) -> Result<FeatureInfo> {
     auto serving = serving_of(read_brokers(tx));
     auto fin = read_finalized(tx);
-    if (fin.count(name)) return feature_info(name, fin, serving);  // idempotent
+    if (fin.count(name)) return describe_feature(name, fin, serving);  // idempotent
     if (!find_feature(name)) return Error(Errc::not_found, "unknown feature '" + name + "'");
     // The group's level: this instance's (a pre-incarnation instance does not know the
     // gate exists; the database's triggers refuse what it writes afterwards).
@@ -127,7 +123,7 @@ Result<FeatureInfo> PgMetaStore::finalize_feature(const std::string& name) {
     record_change(tx, seq, ChangeEvent::Kind::feature_finalized, feature_payload(name));
     fin[name] = ChangeSeq{seq};
     log(LogLevel::info, "feature " + name + " finalized at " + std::to_string(seq));
-    return feature_info(name, fin, serving);
+    return describe_feature(name, fin, serving);
   });
 }
 

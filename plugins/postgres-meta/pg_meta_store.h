@@ -115,9 +115,6 @@ class PgMetaStore final : public MetadataStore {
                      const std::string& payload);
   std::vector<BrokerInfo> read_brokers(pqxx::transaction_base& tx);
   std::map<std::string, ChangeSeq, std::less<>> read_finalized(pqxx::transaction_base& tx);
-  FeatureInfo feature_info(std::string_view name,
-                           const std::map<std::string, ChangeSeq, std::less<>>& fin,
-                           const std::vector<BrokerInfo>& serving) const;
 
   void feed_main();
   bool deliver_all(pqxx::connection& c);  // true: more pending

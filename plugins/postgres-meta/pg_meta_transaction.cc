@@ -81,23 +81,4 @@ Fin PgMetaStore::read_finalized(pqxx::transaction_base& tx) {
   return fin;
 }
 
-FeatureInfo PgMetaStore::feature_info(std::string_view name, const Fin& fin,
-                                      const std::vector<BrokerInfo>& serving) const {
-  FeatureInfo fi;
-  fi.name = std::string(name);
-  const FeatureSpec* spec = find_feature(name);
-  fi.required_level = spec ? spec->required_level : MetadataLevel{0};
-  if (auto it = fin.find(name); it != fin.end()) {
-    fi.finalized = true;
-    fi.finalized_seq = it->second;
-  }
-  for (auto& b : serving) {
-    if (std::find(b.features.begin(), b.features.end(), name) != b.features.end())
-      fi.supported_by.push_back(b.id);
-    else
-      fi.lacking.push_back(b.id);
-  }
-  return fi;
-}
-
 }  // namespace sluice::postgres_meta

@@ -305,26 +305,6 @@ std::vector<BrokerInfo> RaftMetaStore::serving_brokers(const std::vector<BrokerI
   return out;
 }
 
-FeatureInfo RaftMetaStore::feature_info(std::string_view name,
-                                        const std::map<std::string, ChangeSeq, std::less<>>& fin,
-                                        const std::vector<BrokerInfo>& serving) const {
-  FeatureInfo fi;
-  fi.name = std::string(name);
-  const FeatureSpec* spec = find_feature(name);
-  fi.required_level = spec ? spec->required_level : MetadataLevel{0};
-  if (auto it = fin.find(name); it != fin.end()) {
-    fi.finalized = true;
-    fi.finalized_seq = it->second;
-  }
-  for (auto& b : serving) {
-    if (std::find(b.features.begin(), b.features.end(), name) != b.features.end())
-      fi.supported_by.push_back(b.id);
-    else
-      fi.lacking.push_back(b.id);
-  }
-  return fi;
-}
-
 Result<BrokerInfo> RaftMetaStore::register_broker(const BrokerRegistration& reg) {
   if (auto f = leader_client()) return f->register_broker(reg);
   if (reg.id.value() == 0) return Error(Errc::invalid_argument, "broker id must be > 0");
@@ -395,11 +375,7 @@ Result<std::vector<FeatureInfo>> RaftMetaStore::list_features() {
     fin = fsm_.finalized_features();
   }
   auto serving = serving_brokers(registered);
-  std::vector<FeatureInfo> out;
-  for (auto& f : known_features()) out.push_back(feature_info(f.name, fin, serving));
-  for (auto& [name, at] : fin)  // finalized by a build that knows more than this one
-    if (!find_feature(name)) out.push_back(feature_info(name, fin, serving));
-  return out;
+  return describe_features(fin, serving);
 }
 
 Result<FeatureInfo> RaftMetaStore::finalize_feature(const std::string& name) {
@@ -414,7 +390,7 @@ Result<FeatureInfo> RaftMetaStore::finalize_feature(const std::string& name) {
   }
   auto serving = serving_brokers(registered);
   // Already finalized: the same answer, nothing proposed (one-way and idempotent).
-  if (fin.count(name)) return feature_info(name, fin, serving);
+  if (fin.count(name)) return describe_feature(name, fin, serving);
   if (!find_feature(name)) return Error(Errc::not_found, "unknown feature '" + name + "'");
   // The gate: every member (the group level, from the replicated member records) at the
   // feature's level, and every serving broker implementing it.
@@ -425,7 +401,7 @@ Result<FeatureInfo> RaftMetaStore::finalize_feature(const std::string& name) {
   fin[name] = r->finalized_seq;
   log(LogLevel::info, "feature " + name + " finalized at " +
                           std::to_string(r->finalized_seq.value()));
-  return feature_info(name, fin, serving);
+  return describe_feature(name, fin, serving);
 }
 
 Result<std::vector<Tombstone>> RaftMetaStore::list_tombstones() {

@@ -183,8 +183,6 @@ class RaftMetaStore final : public MetadataStore {
   // Registered brokers with `live` filled from leader memory. Caller holds no lock.
   std::vector<BrokerInfo> brokers_with_liveness(std::vector<BrokerInfo> registered);
   std::vector<BrokerInfo> serving_brokers(const std::vector<BrokerInfo>& registered);
-  FeatureInfo feature_info(std::string_view name, const std::map<std::string, ChangeSeq, std::less<>>& fin,
-                           const std::vector<BrokerInfo>& serving) const;
 
   PluginHost& host_;
   RaftMetaConfig cfg_;

@@ -122,4 +122,32 @@ bool valid_feature_name(std::string_view n) {
   return true;
 }
 
+FeatureInfo describe_feature(std::string_view name, const FinalizedFeatures& finalized,
+                             const std::vector<BrokerInfo>& serving) {
+  FeatureInfo fi;
+  fi.name = std::string(name);
+  const FeatureSpec* spec = find_feature(name);
+  fi.required_level = spec ? spec->required_level : MetadataLevel{0};
+  if (auto it = finalized.find(name); it != finalized.end()) {
+    fi.finalized = true;
+    fi.finalized_seq = it->second;
+  }
+  for (const auto& b : serving) {
+    if (std::find(b.features.begin(), b.features.end(), name) != b.features.end())
+      fi.supported_by.push_back(b.id);
+    else
+      fi.lacking.push_back(b.id);
+  }
+  return fi;
+}
+
+std::vector<FeatureInfo> describe_features(const FinalizedFeatures& finalized,
+                                           const std::vector<BrokerInfo>& serving) {
+  std::vector<FeatureInfo> out;
+  for (const auto& f : known_features()) out.push_back(describe_feature(f.name, finalized, serving));
+  for (const auto& [name, at] : finalized)
+    if (!find_feature(name)) out.push_back(describe_feature(name, finalized, serving));
+  return out;
+}
+
 }  // namespace sluice

@@ -19,6 +19,7 @@
 // back by configuration (how upgrades from level 8 are tested).
 #pragma once
 
+#include <map>
 #include <optional>
 #include <set>
 #include <span>
@@ -67,6 +68,18 @@ struct FeatureInfo {
   std::vector<NodeId> supported_by;    // serving brokers that implement it
   std::vector<NodeId> lacking;         // serving brokers that do not
 };
+
+// The features a store has finalized, by name, with the change that finalized each.
+using FinalizedFeatures = std::map<std::string, ChangeSeq, std::less<>>;
+
+// One feature as GET /v1/features shows it: its required level (0 if this build does not
+// know it), whether it is finalized, and which of the `serving` brokers implement it.
+FeatureInfo describe_feature(std::string_view name, const FinalizedFeatures& finalized,
+                             const std::vector<BrokerInfo>& serving);
+// Every feature this build knows, then each finalized one it does not (finalized by a
+// newer build), described.
+std::vector<FeatureInfo> describe_features(const FinalizedFeatures& finalized,
+                                           const std::vector<BrokerInfo>& serving);
 
 // The finalize gate. `serving` are the brokers counted as serving (registered and live).
 // not_found for an unknown feature; conflict (naming the level or the brokers) when refused.
