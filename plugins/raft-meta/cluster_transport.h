@@ -18,18 +18,11 @@
 // Addresses are IPv4 "a.b.c.d:port" (no port: 8080, like the stock transport); the listener
 // binds the address given to raft_init.
 //
-// Wire format (all integers little-endian). The connecting side writes, once connected:
-//
-//   hello   = "SLRAFT01" (8 bytes)
-//             u32 cluster id length (<= 64) | cluster id bytes
-//             u64 raft server id (!= 0)
-//             u32 address length (1..255)    | address bytes (the connector's raft address)
-//
-// and nothing else until it has read the answer. The accepting side reads exactly the hello
-// (malformed, truncated or oversized -> WARN naming the reason and the peer, connection
-// closed), compares cluster ids and writes
-//
-//   answer  = "SLRAFT01" (8 bytes) | u32 status | u32 length (<= 64) | its own cluster id
+// The connecting side writes a hello (cluster id, its raft server id and address) once
+// connected, and nothing else until it has read the answer; the accepting side reads exactly
+// the hello (malformed, truncated or oversized -> WARN naming the reason and the peer,
+// connection closed), compares cluster ids and writes an answer (a status and its own
+// cluster id). The frames, their limits and the cluster-id rules are in cluster_handshake.h.
 //
 // status 0 = ok, 1 = cluster id mismatch, 2 = the accepting member does not know its cluster
 // id yet. Only on 0 does either side hand the stream to libraft: the acceptor calls
@@ -66,6 +59,7 @@
 #include <string>
 #include <string_view>
 
+#include "cluster_handshake.h"
 #include "sluice/host.h"
 
 extern "C" {
@@ -74,16 +68,7 @@ extern "C" {
 
 namespace sluice::raft_meta {
 
-inline constexpr std::string_view kClusterHandshakeMagic = "SLRAFT01";
-inline constexpr std::size_t kMaxHandshakeClusterIdLen = 64;
-inline constexpr std::size_t kMaxHandshakeAddressLen = 255;
 inline constexpr unsigned kDefaultHandshakeTimeoutMs = 5000;
-
-enum class HandshakeStatus : std::uint32_t {
-  ok = 0,
-  cluster_id_mismatch = 1,
-  cluster_id_unknown = 2,  // the accepting member does not know its cluster id yet
-};
 
 struct ClusterTransportOptions {
   unsigned handshake_timeout_ms = kDefaultHandshakeTimeoutMs;
@@ -104,10 +89,5 @@ void cluster_transport_close(struct raft_uv_transport* t);
 
 // The port the listener is bound to (useful with port 0), or 0 when not listening.
 std::uint16_t cluster_transport_listen_port(const struct raft_uv_transport* t);
-
-// The frames, exposed for tests and tools.
-std::string encode_cluster_hello(std::string_view cluster_id, std::uint64_t server_id,
-                                 std::string_view address);
-std::string encode_cluster_answer(HandshakeStatus status, std::string_view cluster_id);
 
 }  // namespace sluice::raft_meta
