@@ -4,8 +4,10 @@
 // Before start-up touches the disk it notes each path it may create (data.dir, its .lock
 // and meta.properties, raft.dir, storage.dir). note() records the outermost missing
 // component of the path, if any. When start-up fails, undo() removes what it recorded,
-// innermost last noted first, each removal made durable by an fsync of the parent; once
-// the node is ready, nothing is undone any more (forget()).
+// last noted first: the noted path with everything under it, then its missing ancestors
+// only while they are empty (another node's directory may have appeared beside it), each
+// removal made durable by an fsync of the parent. Once the metadata store has started,
+// nothing is undone any more (forget()).
 //
 // Thread-safety: none; start-up is single-threaded up to the point where undo may run.
 #pragma once
@@ -28,10 +30,14 @@ class FreshPaths {
   Result<void> undo();
 
   void forget() { fresh_.clear(); }
-  const std::vector<std::string>& paths() const { return fresh_; }
+  std::vector<std::string> paths() const;
 
  private:
-  std::vector<std::string> fresh_;
+  struct Fresh {
+    std::string leaf;       // the path noted: removed with everything under it
+    std::string outermost;  // its outermost missing ancestor (or itself): removed only if empty
+  };
+  std::vector<Fresh> fresh_;
 };
 
 }  // namespace sluice::core

@@ -346,6 +346,10 @@ int main(int argc, char** argv) {
   }
 
   if (auto r = metadata->start(); !r) die(1, "metadata: " + r.error().message);
+  // From here on the metadata store may have acknowledged writes (a controller that joined
+  // or bootstrapped counts toward commits): nothing it wrote is taken back any more.
+  g_fresh = nullptr;
+  fresh.forget();
 
   NodeInfo info;
   info.cluster_id = host.cluster_id();

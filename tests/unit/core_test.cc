@@ -277,7 +277,8 @@ TEST(FreshPaths, NotesTheOutermostMissingComponentAndUndoesIt) {
   fresh.note(root + "/a/b/data");           // a is the outermost new directory
   fresh.note(root + "/a/b/data/meta.properties");  // inside a: already covered
   fresh.note(root + "/exists/raft");
-  EXPECT_EQ(fresh.paths(), (std::vector<std::string>{root + "/a", root + "/exists/raft"}));
+  EXPECT_EQ(fresh.paths(), (std::vector<std::string>{root + "/a/b/data", root + "/a/b/data/meta.properties",
+                                                      root + "/exists/raft"}));
   std::filesystem::create_directories(root + "/a/b/data");
   std::ofstream(root + "/a/b/data/meta.properties") << "x";
   ASSERT_TRUE(fresh.undo().ok());
@@ -285,4 +286,26 @@ TEST(FreshPaths, NotesTheOutermostMissingComponentAndUndoesIt) {
   EXPECT_FALSE(std::filesystem::exists(root + "/exists/raft"));  // never created: no-op
   EXPECT_TRUE(std::filesystem::exists(root + "/exists"));
   EXPECT_TRUE(fresh.paths().empty());
+}
+
+// Review finding: the outermost missing ancestor can be a parent another node shares
+// (data.dir = /srv/sluice/n1 and /srv/sluice/n2). A refused start removes its own
+// directory, and the shared parent only while it is empty.
+TEST(FreshPaths, NeverRemovesASharedParentThatAnotherNodeFilledMeanwhile) {
+  sluice::testing::TestHost tmp;
+  const std::string root = tmp.data_dir();
+  core::FreshPaths fresh;
+  fresh.note(root + "/srv/n1");  // srv is missing too
+  std::filesystem::create_directories(root + "/srv/n1");
+  std::filesystem::create_directories(root + "/srv/n2");  // another node, started meanwhile
+  std::ofstream(root + "/srv/n2/acknowledged") << "records";
+  ASSERT_TRUE(fresh.undo().ok());
+  EXPECT_FALSE(std::filesystem::exists(root + "/srv/n1"));
+  EXPECT_TRUE(std::filesystem::exists(root + "/srv/n2/acknowledged"));
+
+  core::FreshPaths alone;
+  alone.note(root + "/only/n1");
+  std::filesystem::create_directories(root + "/only/n1");
+  ASSERT_TRUE(alone.undo().ok());
+  EXPECT_FALSE(std::filesystem::exists(root + "/only"));  // empty, and created by this start
 }
