@@ -127,9 +127,14 @@ void BrokerRuntime::control_loop() {
       tasks_.pop_front();
     }
     if (t.kind == Task::Kind::resync) {
-      host_.log(LogLevel::warn, "broker", "change feed cursor too old; resyncing from a catalog snapshot");
-      if (auto r = resync(); !r)
-        host_.log(LogLevel::error, "broker", "resync failed: " + r.error().to_string());
+      host_.log(LogLevel::warn, "broker", "resyncing from a catalog snapshot");
+      if (auto r = resync(); !r) {
+        // Without a snapshot there is no watch either: try again, once a second, until it works.
+        host_.log(LogLevel::error, "broker", "resync failed, retrying in 1 s: " + r.error().to_string());
+        std::unique_lock lk(tasks_mu_);
+        if (tasks_cv_.wait_for(lk, std::chrono::seconds(1), [&] { return stopping_; })) return;
+        tasks_.push_front({Task::Kind::resync, {}});
+      }
     } else {
       apply(t.event);
     }

@@ -171,6 +171,10 @@ class BrokerRuntime final : public Node {
   ServingFloors floors_;
   std::string floors_path_;  // empty without the broker role
   ChangeSeq snapshot_seq_;   // the last snapshot's: changes up to it are in image_
+  // Control thread only. Set when a change could not be carried out (floors not saved, a
+  // shard not opened): later changes wait for the resync it queued, and none is marked
+  // applied before it, so wait_applied never answers for a change that did not happen.
+  bool resync_pending_ = false;
 
   std::mutex applied_mu_;
   std::condition_variable applied_cv_;

@@ -2,6 +2,7 @@
 // pure serving plan (serving_plan.h) what to open, close and delete, and carries it out,
 // persisting its durable floors (serving_floors.h) before it acts (docs/architecture.md
 // "Broker runtime"). Runs on the control thread (and in start(), before the watch exists).
+#include <map>
 #include <set>
 
 #include "broker.h"
@@ -67,9 +68,15 @@ Result<void> BrokerRuntime::apply_plan(const ServingPlan& plan, Registration reg
   // 2. Close: take the names out of service first, so no call reaches a closing shard.
   std::set<StreamKey> touched(plan.forget.begin(), plan.forget.end());
   for (const auto& c : plan.close) touched.insert(c.ref.stream);
+  // What the names held before: step 5 carries over the shards that stay open.
+  std::map<StreamKey, std::shared_ptr<StreamState>> before;
   {
     std::unique_lock lk(streams_mu_);
-    for (const auto& k : touched) streams_.erase(k);
+    for (const auto& k : touched)
+      if (auto it = streams_.find(k); it != streams_.end()) {
+        before[k] = std::move(it->second);
+        streams_.erase(it);
+      }
   }
   for (const auto& c : plan.close) close_shard(c);
   // 3. Delete, on the control plane's word only.
@@ -94,7 +101,8 @@ Result<void> BrokerRuntime::apply_plan(const ServingPlan& plan, Registration reg
     opened[o.ref] = std::move(log.value());
   }
   for (const auto& [key, sv] : plan.streams) {
-    auto cur = find(key);
+    auto prior = before.find(key);
+    auto cur = prior != before.end() ? prior->second : find(key);
     auto st = std::make_shared<StreamState>();
     st->info = sv.info;
     st->assignments = sv.assignments;
@@ -137,12 +145,17 @@ Result<void> BrokerRuntime::resync() {
   std::vector<FeatureInfo> features;  // when each feature was finalized (the snapshot has only names)
   if (auto f = catalog_.list_features(); f) features = std::move(f.value());
   image_ = image_from_snapshot(*snap, features);
+  resync_pending_ = false;
   snapshot_seq_ = snap->seq;
   // The whole catalog against what is held and the floors: nothing is dropped before it is
   // planned, so the guard holds across a resync (a lower incarnation is refused, not served).
   const auto plan = plan_serving(image_, serving_node(), held(), floors_);
   const auto registration = started_ ? Registration::done : Registration::at_start;
-  if (auto r = apply_plan(plan, registration); !r && !started_) return r;
+  if (auto r = apply_plan(plan, registration); !r) {
+    if (!started_) return r;
+    resync_pending_ = true;  // try the whole plan again, after a pause
+    return r;
+  }
   mark_applied(snap->seq);
   watch_ = catalog_.watch(
       snap->seq, [this](const ChangeEvent& ev) { enqueue({Task::Kind::change, ev}); },
@@ -153,11 +166,20 @@ Result<void> BrokerRuntime::resync() {
 void BrokerRuntime::apply(const ChangeEvent& ev) {
   // A change the snapshot already holds (queued by the previous watch before a resync).
   if (ev.seq <= snapshot_seq_) return;
+  if (resync_pending_) return;  // the queued resync covers it
   replay(image_, ev);
   switch (ev.kind) {
     case ChangeEvent::Kind::stream_created:
     case ChangeEvent::Kind::stream_deleted:
-      (void)apply_plan(plan_serving(image_, serving_node(), held(), floors_, ev.stream.key), Registration::done);
+      if (auto r = apply_plan(plan_serving(image_, serving_node(), held(), floors_, ev.stream.key),
+                              Registration::done);
+          !r) {
+        // Not carried out (apply_plan logged why): nothing after it is marked applied until
+        // a resync has planned the whole catalog again.
+        resync_pending_ = true;
+        enqueue({Task::Kind::resync, {}});
+        return;
+      }
       break;
     case ChangeEvent::Kind::feature_finalized:
       // Changes only later decisions (what a delete removes; which creates are refused).

@@ -183,3 +183,32 @@ TEST(Broker, restart_onto_a_restored_catalog_refuses_the_deleted_incarnation) {
   EXPECT_TRUE(host.logged("not serving: stream t/n/s incarnation " + std::to_string(I1)));
   b->stop();
 }
+
+// Review finding: a plan that closes one shard of a name must keep serving the shards of
+// that name that stay here. Step 2 took the name out of service, and step 5 no longer
+// found the open shard 0 to carry it over: it stayed open in storage but unserved.
+TEST(Broker, moving_one_shard_away_keeps_serving_the_shard_that_stays) {
+  sluice::testing::TestHost host;
+  ScriptedCatalog cat;
+  fs_storage::FsStorageEngine storage(host, std::make_shared<fs_storage::PosixFileSystem>());
+  auto two_shards = [](std::uint64_t seq, NodeId shard1_leader) {
+    CatalogSnapshot s = catalog_with(10, I1);
+    s.seq = ChangeSeq{seq};
+    s.streams[0].spec.shards = 2;
+    s.assignments.push_back(
+        Assignment{K, ShardIndex{1}, Incarnation{I1}, Generation{seq}, shard1_leader, {shard1_leader}});
+    return s;
+  };
+  cat.set_snapshot(two_shards(10, NodeId{1}));
+  auto b = make_broker(host, cat, storage);
+  ASSERT_TRUE(b->start());
+  ASSERT_TRUE(b->fetch(K, ShardIndex{0}, Offset{0}, 10, 1 << 20));
+  ASSERT_TRUE(b->fetch(K, ShardIndex{1}, Offset{0}, 10, 1 << 20));
+
+  cat.set_snapshot(two_shards(20, NodeId{2}));  // shard 1 moves to broker 2
+  cat.force_resync();
+  ASSERT_TRUE(eventually([&] { return !b->fetch(K, ShardIndex{1}, Offset{0}, 10, 1 << 20); }));
+  auto r = b->fetch(K, ShardIndex{0}, Offset{0}, 10, 1 << 20);
+  EXPECT_TRUE(r) << "shard 0 stayed here and must still be served: " << r.error().to_string();
+  b->stop();
+}
