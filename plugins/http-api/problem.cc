@@ -31,6 +31,8 @@ std::string_view title_of(Errc c) {
     case Errc::sequence_gap: return "Sequence gap";
     case Errc::method_not_allowed: return "Method not allowed";
     case Errc::not_supported: return "Not supported";
+    case Errc::not_enough_replicas: return "Not enough replicas";
+    case Errc::shard_unavailable: return "Shard unavailable";
   }
   return "Error";
 }

@@ -27,6 +27,8 @@ std::string_view errc_name(Errc c) {
     case Errc::sequence_gap: return "sequence_gap";
     case Errc::method_not_allowed: return "method_not_allowed";
     case Errc::not_supported: return "not_supported";
+    case Errc::not_enough_replicas: return "not_enough_replicas";
+    case Errc::shard_unavailable: return "shard_unavailable";
   }
   return "internal";
 }
@@ -50,7 +52,9 @@ int http_status(Errc c) {
     case Errc::offset_out_of_range: return 416;
     case Errc::not_leader: return 421;
     case Errc::cluster_id_mismatch: return 403;
-    case Errc::unavailable: return 503;
+    case Errc::unavailable:
+    case Errc::not_enough_replicas:
+    case Errc::shard_unavailable: return 503;
     case Errc::timeout: return 504;
     case Errc::unauthorized: return 401;
     case Errc::corrupt_data:
@@ -63,6 +67,8 @@ int http_status(Errc c) {
 Outcome default_outcome(Errc c) {
   switch (c) {
     case Errc::unavailable:
+    case Errc::not_enough_replicas:
+    case Errc::shard_unavailable:
     case Errc::not_leader:
     case Errc::stale_route:
     case Errc::storage_failure: return Outcome::transient;

@@ -1,5 +1,7 @@
+#include "sluice/host.h"
 #include "sluice/metadata.h"
 #include "sluice/plugin.h"
+#include "sluice/storage.h"
 #include "sluice/types.h"
 
 namespace sluice {
@@ -42,6 +44,7 @@ std::string_view to_string(ChangeEvent::Kind k) {
     case ChangeEvent::Kind::broker_unregistered: return "broker_unregistered";
     case ChangeEvent::Kind::cache_created: return "cache_created";
     case ChangeEvent::Kind::cache_deleted: return "cache_deleted";
+    case ChangeEvent::Kind::shard_changed: return "shard_changed";
   }
   return "unknown";
 }
@@ -61,5 +64,18 @@ Result<std::vector<CacheInfo>> MetadataStore::list_caches(const std::string&, co
 Result<MembersView> MetadataStore::list_members() { return unsupported("metadata members"); }
 Result<MemberInfo> MetadataStore::join_member(const JoinRequest&) { return unsupported("metadata members"); }
 Result<void> MetadataStore::remove_member(NodeId) { return unsupported("metadata members"); }
+Result<Assignment> MetadataStore::update_shard(const ShardUpdate&) {
+  return unsupported("replicated shard state");
+}
+Result<Assignment> PluginHost::update_shard(const ShardUpdate&) {
+  return Error(Errc::not_supported, "this host does not offer catalog shard updates");
+}
+PeerTransport* PluginHost::peer_transport() { return nullptr; }
+Result<void> StorageEngine::assign(const ShardRef& ref, const ReplicaAssignment& a) {
+  if (a.replicas.size() <= 1) return ok_result();
+  return Error(Errc::not_supported, "this storage engine keeps one copy of a shard; " +
+                                        ref.to_string() + " asks for " +
+                                        std::to_string(a.replicas.size()));
+}
 
 }  // namespace sluice

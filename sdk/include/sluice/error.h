@@ -39,6 +39,8 @@ enum class Errc {
   sequence_gap,         // 409: an idempotent producer skipped or reordered a sequence
   method_not_allowed,   // 405
   not_supported,        // 501: this backend or build does not implement the operation
+  not_enough_replicas,  // 503: the in-sync set is below min_insync; the write was NOT acknowledged
+  shard_unavailable,    // 503: the shard has no eligible leader (names the reason)
 };
 
 // Whether the operation may have happened.

@@ -58,6 +58,7 @@ struct BrokerInfo {
   std::vector<std::string> features;  // what it implements (sorted)
   bool live = false;                  // heartbeat within the session timeout (leader's view)
   ChangeSeq registered_seq;
+  std::string peer_address;  // host:port of its peer transport; empty if it has none
 };
 
 struct FeatureInfo {

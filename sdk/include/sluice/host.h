@@ -1,4 +1,5 @@
-// What the host offers every plugin: configuration, identity and logging.
+// What the host offers every plugin: configuration, identity, logging, and to a storage
+// plugin the peer transport and the catalog's shard compare-and-set (docs/replication.md).
 //
 // Thread-safety: all methods may be called from any thread, at any time between the
 // plugin's create() and destroy().
@@ -9,9 +10,12 @@
 #include <string_view>
 
 #include "sluice/error.h"
+#include "sluice/metadata.h"
 #include "sluice/types.h"
 
 namespace sluice {
+
+class PeerTransport;
 
 enum class LogLevel { debug, info, warn, error };
 
@@ -41,6 +45,15 @@ class PluginHost {
 
   // One line, prefixed with time, level and `component`.
   virtual void log(LogLevel level, std::string_view component, std::string_view message) = 0;
+
+  // --- replication (docs/replication.md) -------------------------------------------
+  // The broker-to-broker transport (transport.h), or null on a node without one (no broker
+  // role, or a host that offers none: the default). Valid until the plugin is destroyed.
+  virtual PeerTransport* peer_transport();
+  // The catalog's compare-and-set on a shard's replica state (MetadataStore::update_shard):
+  // how a shard leader shrinks or grows its in-sync set. Blocks for at most the metadata
+  // timeout. Default: not_supported.
+  virtual Result<Assignment> update_shard(const ShardUpdate& update);
 };
 
 }  // namespace sluice

@@ -40,8 +40,13 @@ struct Tombstone {
   ChangeSeq seq;  // the delete that wrote it
 };
 
-// Which broker leads one shard of one stream incarnation. Ownership compares
-// (incarnation, generation); see assignment_supersedes().
+// Which brokers hold one shard of one stream incarnation, and which leads it. Ownership
+// compares (incarnation, generation); see assignment_supersedes().
+//
+// Replication state (docs/replication.md): `replicas` are the brokers holding a copy (the
+// first is the preferred leader); `leader` is 0 when the shard has no leader; `in_sync` is
+// the in-sync set as (broker, directory.id) pairs; `version` rises with every change to
+// leader, leader_epoch or in_sync, each a compare-and-set (update_shard).
 struct Assignment {
   StreamKey key;
   ShardIndex shard;
@@ -49,6 +54,25 @@ struct Assignment {
   Generation generation;
   NodeId leader;
   std::vector<NodeId> replicas;
+  LeaderEpoch leader_epoch;
+  std::vector<InSyncReplica> in_sync;
+  ShardVersion version;
+};
+
+// A compare-and-set on one shard incarnation's replica state. Applied only when the stored
+// version equals `expected_version` (else conflict naming the stored version) and the
+// incarnation is the current one (else not_found, or stale_route for another
+// incarnation). The rules (catalog_rules.h check_shard_update) hold in both backends:
+// the leader is 0 or a replica; the leader epoch never falls, and rises when the leader
+// changes; in_sync is a set of replicas and holds the leader.
+struct ShardUpdate {
+  StreamKey key;
+  ShardIndex shard;
+  Incarnation incarnation;
+  ShardVersion expected_version;
+  NodeId leader;
+  LeaderEpoch leader_epoch;
+  std::vector<InSyncReplica> in_sync;
 };
 
 // A cache (docs/api.md): keys with values and a TTL, known like a stream by
@@ -69,7 +93,7 @@ struct CacheInfo {
 struct ChangeEvent {
   enum class Kind { tenant_created, tenant_deleted, namespace_created, namespace_deleted,
                     stream_created, stream_deleted, feature_finalized, broker_registered,
-                    broker_unregistered, cache_created, cache_deleted };
+                    broker_unregistered, cache_created, cache_deleted, shard_changed };
   Kind kind;
   ChangeSeq seq;
   std::string tenant;
@@ -77,6 +101,7 @@ struct ChangeEvent {
   StreamInfo stream;  // stream events: the stream (for a delete, the deleted incarnation)
   // stream_created: the new assignments. stream_deleted: the assignments it removes
   // (a delete always records this change, so brokers drop what they held).
+  // shard_changed: the one assignment as the update left it (`stream.key` is its stream).
   std::vector<Assignment> assignments;
   std::optional<Tombstone> tombstone;  // stream_deleted: the tombstone written, if any
   std::string feature;                 // feature_finalized
@@ -141,6 +166,7 @@ struct BrokerRegistration {
   std::string directory_id;
   std::string version;
   std::vector<std::string> features;  // implemented features, sorted
+  std::string peer_address;  // host:port of its peer transport (transport.address); may be empty
 };
 
 struct MetadataStatus {
@@ -215,6 +241,11 @@ class MetadataStore {
   virtual Result<FeatureInfo> finalize_feature(const std::string& name) = 0;
 
   virtual Result<std::vector<Tombstone>> list_tombstones() = 0;
+
+  // --- replicated shards (docs/replication.md) ----------------------------------------
+  // The compare-and-set of ShardUpdate. Answers the assignment as stored after it, and
+  // records a shard_changed change. Backends without it answer not_supported.
+  virtual Result<Assignment> update_shard(const ShardUpdate& update);
 
   // --- caches (catalog entries; the cache data plane is the storage plugin's) ---------
   // Backends without caches answer not_supported.

@@ -69,9 +69,22 @@ struct GroupPosition {
   Offset dead_letter_start;
 };
 
+// One replica as the shard's leader sees it.
+struct ReplicaProgress {
+  NodeId broker;
+  std::string directory_id;   // as the replica's last fetch named it
+  Offset durable_end;         // its log end, synced on its disk, as it last reported
+  std::int64_t lag_ms = 0;    // how long it has been behind the leader's log end (0: caught up)
+  bool in_sync = false;       // a member of the catalog's in-sync set
+};
+
 struct ShardStats {
   Offset log_start;
   Offset high_watermark;
+  Offset log_end;             // end of what this replica holds (synced or not)
+  LeaderEpoch leader_epoch;   // the highest epoch this replica has acted in
+  bool leading = true;        // false on a follower
+  std::vector<ReplicaProgress> replicas;  // the leader's view of every replica; empty elsewhere
   std::uint64_t size_bytes = 0;
   std::uint64_t segments = 0;
   std::uint64_t appended_records = 0;  // since open
@@ -146,6 +159,16 @@ class ShardLog {
                                                     Offset to) = 0;
 };
 
+// The catalog's word on one shard incarnation's replicas (Assignment, metadata.h).
+struct ReplicaAssignment {
+  std::vector<NodeId> replicas;  // the first is the preferred leader
+  NodeId leader;                 // 0: the shard has no leader
+  LeaderEpoch leader_epoch;
+  std::vector<InSyncReplica> in_sync;
+  ShardVersion version;
+  std::uint32_t min_insync = 1;
+};
+
 class StorageEngine {
  public:
   virtual ~StorageEngine() = default;
@@ -154,6 +177,12 @@ class StorageEngine {
   // Returns the same object while it stays open.
   virtual Result<std::shared_ptr<ShardLog>> open_shard(const ShardRef& ref,
                                                        const StreamSpec& spec) = 0;
+
+  // Tells the engine the catalog's replica state of an open shard: after open_shard, before
+  // any append, and after every change to it. The engine leads, follows or fences that
+  // shard accordingly (docs/replication.md). An engine without replication accepts only a
+  // single replica (the default) and answers not_supported otherwise.
+  virtual Result<void> assign(const ShardRef& ref, const ReplicaAssignment& assignment);
 
   // Stops serving the shard (pending appends complete first). Data stays on disk.
   virtual void close_shard(const ShardRef& ref) = 0;

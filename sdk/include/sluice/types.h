@@ -43,6 +43,13 @@ using ChangeSeq = Strong<struct ChangeSeqTag>;
 using NodeId = Strong<struct NodeIdTag, std::uint32_t>;
 using ShardIndex = Strong<struct ShardIndexTag, std::uint32_t>;
 using MetadataLevel = Strong<struct MetadataLevelTag, std::uint32_t>;
+// The epoch of a shard incarnation's leadership (docs/replication.md). Raised by every
+// change of leader; a replica refuses every replication message of a lower epoch
+// (`fenced`) and remembers the highest it has acted in across restarts.
+using LeaderEpoch = Strong<struct LeaderEpochTag>;
+// Version of one shard incarnation's replica state in the catalog. Every change (leader,
+// epoch, in-sync set) is a compare-and-set on it, so a stale writer's change fails.
+using ShardVersion = Strong<struct ShardVersionTag>;
 
 // The metadata level this build implements (docs/metadata-levels.md). Level 8 is the
 // baseline (streams, caches, tenants, namespaces, fleet features; no incarnations); level
@@ -56,6 +63,9 @@ inline constexpr MetadataLevel kStreamIncarnationsLevel{10};
 // flags an entry only when every member is at this level, and the first flagged entry
 // raises the group's level floor to it.
 inline constexpr MetadataLevel kFlaggedEntriesLevel{14};
+// The level of replicated shards (docs/metadata-levels.md): stream specs with a
+// replication factor above 1 and shard-state compare-and-set entries.
+inline constexpr MetadataLevel kReplicatedShardsLevel{16};
 
 // (tenant, namespace, name). Validated by sluice::validate_name (names.h) before it is
 // ever used in a path.
@@ -93,11 +103,27 @@ struct RetentionPolicy {
   auto operator<=>(const RetentionPolicy&) const = default;
 };
 
+inline constexpr std::uint32_t kMaxReplicationFactor = 5;
+
 struct StreamSpec {
   std::uint32_t shards = 1;
   RetentionPolicy retention;
   AckMode default_ack = AckMode::leader;
+  // Copies of each shard, on distinct brokers: 1..kMaxReplicationFactor.
+  std::uint32_t replication_factor = 1;
+  // In-sync replicas an ack=quorum append needs: 1..replication_factor. Core fills in a
+  // majority of the replication factor when a create leaves it out.
+  std::uint32_t min_insync = 1;
   auto operator<=>(const StreamSpec&) const = default;
+};
+
+// A member of a shard's in-sync set. A replica is a (broker, data directory) pair: a broker
+// that comes back with a new directory.id holds a new, empty replica (seed
+// kafka-15495-empty-disk-truncation).
+struct InSyncReplica {
+  NodeId broker;
+  std::string directory_id;
+  auto operator<=>(const InSyncReplica&) const = default;
 };
 
 // A stream as the catalog knows it.
