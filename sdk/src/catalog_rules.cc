@@ -13,6 +13,70 @@ Result<void> validate_stream_spec(const StreamSpec& spec) {
     return Error(Errc::invalid_argument, "retention.max_bytes must be -1 (unlimited) or positive");
   if (spec.retention.max_age_ms == 0 || spec.retention.max_age_ms < -1)
     return Error(Errc::invalid_argument, "retention.max_age_ms must be -1 (unlimited) or positive");
+  if (spec.replication_factor < 1 || spec.replication_factor > kMaxReplicationFactor)
+    return Error(Errc::invalid_argument, "replication_factor must be between 1 and " +
+                                             std::to_string(kMaxReplicationFactor) + ", got " +
+                                             std::to_string(spec.replication_factor));
+  if (spec.min_insync < 1 || spec.min_insync > spec.replication_factor)
+    return Error(Errc::invalid_argument,
+                 "min_insync must be between 1 and the replication factor (" +
+                     std::to_string(spec.replication_factor) + "), got " +
+                     std::to_string(spec.min_insync));
+  return {};
+}
+
+std::uint32_t default_min_insync(std::uint32_t replication_factor) {
+  return replication_factor / 2 + 1;
+}
+
+Result<void> check_shard_update(const Assignment& current, const ShardUpdate& u) {
+  const std::string what = u.key.to_string() + " shard " + std::to_string(u.shard.value());
+  if (u.incarnation != current.incarnation)
+    return Error(Errc::stale_route, what + ": the update names incarnation " +
+                                        std::to_string(u.incarnation.value()) +
+                                        ", the catalog holds " +
+                                        std::to_string(current.incarnation.value()));
+  if (u.expected_version != current.version)
+    return Error(Errc::conflict, what + ": the update expects shard version " +
+                                     std::to_string(u.expected_version.value()) +
+                                     ", the catalog holds " +
+                                     std::to_string(current.version.value()));
+  auto is_replica = [&](NodeId b) {
+    for (auto r : current.replicas)
+      if (r == b) return true;
+    return false;
+  };
+  if (u.leader.value() != 0 && !is_replica(u.leader))
+    return Error(Errc::invalid_argument, what + ": broker " + std::to_string(u.leader.value()) +
+                                             " is not a replica, so it cannot lead");
+  if (u.leader_epoch < current.leader_epoch)
+    return Error(Errc::invalid_argument, what + ": the leader epoch may not fall (from " +
+                                             std::to_string(current.leader_epoch.value()) +
+                                             " to " + std::to_string(u.leader_epoch.value()) + ")");
+  if (u.leader != current.leader && u.leader_epoch == current.leader_epoch)
+    return Error(Errc::invalid_argument,
+                 what + ": a change of leader must raise the leader epoch above " +
+                     std::to_string(current.leader_epoch.value()));
+  bool leader_in_sync = false;
+  for (std::size_t i = 0; i < u.in_sync.size(); ++i) {
+    const auto& r = u.in_sync[i];
+    if (!is_replica(r.broker))
+      return Error(Errc::invalid_argument, what + ": in-sync broker " +
+                                               std::to_string(r.broker.value()) +
+                                               " is not a replica");
+    if (r.directory_id.empty())
+      return Error(Errc::invalid_argument, what + ": in-sync broker " +
+                                               std::to_string(r.broker.value()) +
+                                               " has no directory id");
+    for (std::size_t j = 0; j < i; ++j)
+      if (u.in_sync[j].broker == r.broker)
+        return Error(Errc::invalid_argument, what + ": in-sync set names broker " +
+                                                 std::to_string(r.broker.value()) + " twice");
+    if (r.broker == u.leader) leader_in_sync = true;
+  }
+  if (u.leader.value() != 0 && !leader_in_sync)
+    return Error(Errc::invalid_argument, what + ": leader " + std::to_string(u.leader.value()) +
+                                             " is not in the in-sync set");
   return {};
 }
 
@@ -20,6 +84,10 @@ Result<void> check_spec_supported(const StreamSpec& spec) {
   if (spec.default_ack == AckMode::quorum)
     return Error(Errc::invalid_argument,
                  "ack 'quorum' needs replication, which this build does not support yet");
+  if (spec.replication_factor > 1)
+    return Error(Errc::invalid_argument,
+                 "replication_factor " + std::to_string(spec.replication_factor) +
+                     " needs the replicated data path, which this build does not serve yet");
   return {};
 }
 

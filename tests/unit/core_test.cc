@@ -54,6 +54,103 @@ TEST(StreamSpec, Bounds) {
   EXPECT_FALSE(check_spec_supported(s).ok());  // but this build cannot serve it
 }
 
+TEST(CatalogRules, ReplicationFactorAndMinInsyncBounds) {
+  StreamSpec s;
+  EXPECT_TRUE(validate_stream_spec(s).ok());  // the defaults: one copy, min_insync 1
+  for (std::uint32_t rf : {0u, kMaxReplicationFactor + 1}) {
+    s.replication_factor = rf;
+    s.min_insync = 1;
+    auto r = validate_stream_spec(s);
+    ASSERT_FALSE(r.ok()) << rf;
+    EXPECT_NE(r.error().message.find("replication_factor"), std::string::npos);
+  }
+  s.replication_factor = 3;
+  s.min_insync = 0;
+  EXPECT_FALSE(validate_stream_spec(s).ok());
+  s.min_insync = 4;
+  EXPECT_FALSE(validate_stream_spec(s).ok());
+  s.min_insync = 3;
+  EXPECT_TRUE(validate_stream_spec(s).ok());   // apply accepts it ...
+  EXPECT_FALSE(check_spec_supported(s).ok());  // ... this build does not serve it yet
+  EXPECT_EQ(default_min_insync(1), 1u);
+  EXPECT_EQ(default_min_insync(2), 2u);
+  EXPECT_EQ(default_min_insync(3), 2u);
+  EXPECT_EQ(default_min_insync(5), 3u);
+}
+
+namespace {
+Assignment replicated_shard() {
+  Assignment a;
+  a.key = StreamKey{"t", "n", "s"};
+  a.shard = ShardIndex{0};
+  a.incarnation = Incarnation{7};
+  a.leader = NodeId{1};
+  a.replicas = {NodeId{1}, NodeId{2}, NodeId{3}};
+  a.leader_epoch = LeaderEpoch{4};
+  a.in_sync = {{NodeId{1}, "d1"}, {NodeId{2}, "d2"}, {NodeId{3}, "d3"}};
+  a.version = ShardVersion{10};
+  return a;
+}
+ShardUpdate update_of(const Assignment& a) {
+  return ShardUpdate{a.key, a.shard, a.incarnation, a.version, a.leader, a.leader_epoch, a.in_sync};
+}
+}  // namespace
+
+TEST(CatalogRules, ShardUpdateIsACompareAndSetOnTheVersion) {
+  const auto cur = replicated_shard();
+  auto u = update_of(cur);
+  u.in_sync = {{NodeId{1}, "d1"}, {NodeId{2}, "d2"}};  // the leader shrinks the set
+  EXPECT_TRUE(check_shard_update(cur, u).ok());
+  u.expected_version = ShardVersion{9};  // a stale writer
+  auto r = check_shard_update(cur, u);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, Errc::conflict);
+  EXPECT_NE(r.error().message.find("10"), std::string::npos);
+  u = update_of(cur);
+  u.incarnation = Incarnation{6};  // another incarnation of the name
+  r = check_shard_update(cur, u);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, Errc::stale_route);
+}
+
+TEST(CatalogRules, ShardUpdateKeepsEpochsAndTheInSyncSetSound) {
+  const auto cur = replicated_shard();
+  auto refused = [&](const ShardUpdate& u, const char* why) {
+    auto r = check_shard_update(cur, u);
+    ASSERT_FALSE(r.ok()) << why;
+    EXPECT_EQ(r.error().code, Errc::invalid_argument) << why;
+  };
+  auto u = update_of(cur);
+  u.leader = NodeId{2};  // a new leader in the same epoch
+  refused(u, "leader change without a new epoch");
+  u.leader_epoch = LeaderEpoch{5};
+  EXPECT_TRUE(check_shard_update(cur, u).ok());
+  u = update_of(cur);
+  u.leader_epoch = LeaderEpoch{3};
+  refused(u, "falling epoch");
+  u = update_of(cur);
+  u.leader = NodeId{9};
+  u.leader_epoch = LeaderEpoch{5};
+  refused(u, "leader outside the replicas");
+  u = update_of(cur);
+  u.in_sync.push_back({NodeId{9}, "d9"});
+  refused(u, "in-sync broker outside the replicas");
+  u = update_of(cur);
+  u.in_sync = {{NodeId{1}, "d1"}, {NodeId{1}, "d1b"}};
+  refused(u, "a broker twice");
+  u = update_of(cur);
+  u.in_sync = {{NodeId{1}, "d1"}, {NodeId{2}, ""}};
+  refused(u, "no directory id");
+  u = update_of(cur);
+  u.in_sync = {{NodeId{2}, "d2"}};
+  refused(u, "leader outside the in-sync set");
+  u = update_of(cur);
+  u.leader = NodeId{0};  // no leader left: allowed, with a new epoch
+  u.leader_epoch = LeaderEpoch{5};
+  u.in_sync = {{NodeId{2}, "d2"}};
+  EXPECT_TRUE(check_shard_update(cur, u).ok());
+}
+
 TEST(RecordBatch, RoundTripAndCrc) {
   BatchBuilder b;
   std::string hdrs;

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "sluice/error.h"
+#include "sluice/metadata.h"
 #include "sluice/types.h"
 
 namespace sluice {
@@ -13,12 +14,28 @@ namespace sluice {
 inline constexpr std::uint32_t kMaxShardsPerStream = 1024;
 
 // Structural validity, stable forever: shards 1..kMaxShardsPerStream, retention values -1
-// (unlimited) or > 0. Metadata apply uses only this, because what apply accepts must never
+// (unlimited) or > 0, replication_factor 1..kMaxReplicationFactor, min_insync
+// 1..replication_factor. Metadata apply uses only this, because what apply accepts must never
 // depend on the build that applies it (felix post-mortem, "apply reads only the entry").
 Result<void> validate_stream_spec(const StreamSpec& spec);
 
-// What this build can serve (ack quorum needs replication, which it lacks). Checked by the
+// What this build can serve (replication factors above 1 and ack quorum need the
+// replicated data path, which it lacks: docs/replication.md "Status"). Checked by the
 // proposer and the broker, never inside apply.
 Result<void> check_spec_supported(const StreamSpec& spec);
+
+// The min_insync a create gets when it names none: a majority of the replication factor.
+std::uint32_t default_min_insync(std::uint32_t replication_factor);
+
+// The rules of a shard compare-and-set (MetadataStore::update_shard), applied by both
+// backends against the stored assignment `current`, in this order:
+//   stale_route   update.incarnation differs from current.incarnation
+//   conflict      update.expected_version differs from current.version (names both)
+//   invalid_argument
+//                 the leader is neither 0 nor a replica; the leader epoch falls; the leader
+//                 changes and the epoch does not rise; in_sync names a broker twice, a
+//                 non-replica, or an empty directory id; a leader outside in_sync
+// The caller then stores the update with version current.version + 1.
+Result<void> check_shard_update(const Assignment& current, const ShardUpdate& update);
 
 }  // namespace sluice
