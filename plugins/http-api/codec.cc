@@ -116,6 +116,8 @@ json::object stream_json(const StreamInfo& s) {
   r["max_age_ms"] = s.spec.retention.max_age_ms;
   o["retention"] = std::move(r);
   o["ack"] = to_string(s.spec.default_ack);
+  o["replication_factor"] = s.spec.replication_factor;
+  o["min_insync"] = s.spec.min_insync;
   o["created_seq"] = s.created_seq.value();
   return o;
 }

@@ -13,6 +13,7 @@
 #include "handlers.h"
 #include "path.h"
 #include "problem.h"
+#include "sluice/catalog_rules.h"
 #include "sluice/names.h"
 
 namespace sluice::http_api {
@@ -163,13 +164,17 @@ Result<std::int64_t> i64_field(const json::value& v, std::string_view what) {
   return Error(Errc::invalid_argument, "field \"" + std::string(what) + "\" must be an integer");
 }
 
-// Reads the create-stream body: {"name","shards"?,"retention"?:{...},"ack"?}.
+// Reads the create-stream body: {"name","shards"?,"retention"?:{...},"ack"?,
+// "replication_factor"?,"min_insync"?}. min_insync defaults to a majority of the
+// replication factor; the Node checks the ranges (validate_stream_spec) and what it serves.
 Result<std::pair<std::string, StreamSpec>> stream_body(std::string_view body) {
   json::monotonic_resource mr;
   json::value v(json::storage_ptr{&mr});
   if (auto r = parse_json_object(body, v); !r) return r.error();
   const auto& o = v.get_object();
-  if (auto r = check_fields(o, {"name", "shards", "retention", "ack"}, ""); !r) return r.error();
+  const std::initializer_list<std::string_view> fields = {
+      "name", "shards", "retention", "ack", "replication_factor", "min_insync"};
+  if (auto r = check_fields(o, fields, ""); !r) return r.error();
   const auto* n = o.if_contains("name");
   if (!n) return Error(Errc::invalid_argument, "field \"name\" is required");
   if (!n->is_string()) return Error(Errc::invalid_argument, "field \"name\" must be a string");
@@ -202,6 +207,17 @@ Result<std::pair<std::string, StreamSpec>> stream_body(std::string_view body) {
     auto m = parse_ack_mode(std::string_view(a->get_string().data(), a->get_string().size()));
     if (!m) return Error(Errc::invalid_argument, "field \"ack\" must be \"none\" or \"leader\"");
     spec.default_ack = *m;
+  }
+  if (const auto* f = o.if_contains("replication_factor")) {
+    auto r = u32_field(*f, "replication_factor", 1);
+    if (!r) return r.error();
+    spec.replication_factor = *r;
+  }
+  spec.min_insync = default_min_insync(spec.replication_factor);
+  if (const auto* f = o.if_contains("min_insync")) {
+    auto r = u32_field(*f, "min_insync", 1);
+    if (!r) return r.error();
+    spec.min_insync = *r;
   }
   return std::pair{std::move(name), spec};
 }

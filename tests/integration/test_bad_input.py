@@ -111,6 +111,34 @@ class BadInput(unittest.TestCase):
             with self.subTest(offset=off):
                 self.assertEqual(status, 400, body)
 
+    def test_bad_replication_specs_get_400_naming_the_field_and_create_nothing(self):
+        base = "/v1/tenants/t/namespaces/n/streams"
+        for spec, field in (({"name": "r", "replication_factor": 0}, "replication_factor"),
+                            ({"name": "r", "replication_factor": 6}, "replication_factor"),
+                            ({"name": "r", "replication_factor": -1}, "replication_factor"),
+                            ({"name": "r", "replication_factor": "three"}, "replication_factor"),
+                            ({"name": "r", "min_insync": 0}, "min_insync"),
+                            ({"name": "r", "min_insync": 2}, "min_insync"),
+                            ({"name": "r", "replication_factor": 3, "min_insync": 4}, "min_insync")):
+            status, body = self.curl("POST", base, json.dumps(spec))
+            with self.subTest(spec=spec):
+                self.assertProblem(status, body, 400, "invalid_argument")
+                self.assertIn(field, json.loads(body)["detail"])
+        # Structurally valid, but this build keeps one copy of a shard: refused, never
+        # created with fewer copies than asked for (docs/replication.md "Status").
+        status, body = self.curl("POST", base, json.dumps({"name": "r", "replication_factor": 3}))
+        self.assertProblem(status, body, 400, "invalid_argument")
+        self.assertIn("replication_factor 3", json.loads(body)["detail"])
+        status, _ = self.curl("GET", base + "/r")
+        self.assertEqual(status, 404)
+        # One copy, asked for explicitly: created, and described with its replication.
+        status, body = self.curl("POST", base, json.dumps({"name": "r1", "replication_factor": 1}))
+        self.assertEqual(status, 201, body)
+        status, body = self.curl("GET", base + "/r1")
+        self.assertEqual(status, 200, body)
+        got = json.loads(body)
+        self.assertEqual((got["replication_factor"], got["min_insync"]), (1, 1))
+
     def test_fetch_beyond_end_waits_then_returns_empty(self):
         hwm = self.node.fetch("ok", 0, "latest")["next_offset"]
         t0 = time.monotonic()
