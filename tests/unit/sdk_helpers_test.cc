@@ -11,6 +11,7 @@
 #include "sluice/features.h"
 #include "sluice/metrics_text.h"
 #include "sluice/strings.h"
+#include "sluice/transport.h"
 
 namespace fs = std::filesystem;
 using namespace sluice;
@@ -88,4 +89,38 @@ TEST_F(DurableDirs, FsyncDirectoryNamesAMissingPath) {
   auto r = fsync_directory((root_ / "missing").string());
   ASSERT_FALSE(r);
   EXPECT_NE(r.error().message.find("missing"), std::string::npos);
+}
+
+// A peer request is answered exactly once, whatever happens to its responder: a dropped
+// responder answers `unavailable`, and one that is overwritten answers before it takes the
+// other's request (else the requester would wait for its timeout).
+TEST(PeerResponder, AnswersEveryRequestExactlyOnce) {
+  int answers = 0;
+  std::vector<Errc> errors;
+  auto fn = [&](Result<std::string> r) {
+    ++answers;
+    if (!r.ok()) errors.push_back(r.error().code);
+  };
+  { PeerResponder dropped(fn); }
+  EXPECT_EQ(answers, 1);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0], Errc::unavailable);
+
+  {
+    PeerResponder a(fn);
+    PeerResponder b(fn);
+    b = std::move(a);  // b's own request is answered now
+    EXPECT_EQ(answers, 2);
+    b(std::string("payload"));
+    b(std::string("again"));  // ignored
+    EXPECT_EQ(answers, 3);
+  }
+  EXPECT_EQ(answers, 3);  // moved-from and answered responders say nothing more
+
+  {
+    PeerResponder a(fn);
+    PeerResponder c(std::move(a));
+  }
+  EXPECT_EQ(answers, 4);
+  EXPECT_EQ(errors.size(), 3u);
 }

@@ -55,13 +55,19 @@ class PeerResponder {
   using Fn = std::function<void(Result<std::string>)>;
   PeerResponder() = default;
   explicit PeerResponder(Fn fn) : fn_(std::move(fn)) {}
-  PeerResponder(PeerResponder&&) noexcept = default;
-  PeerResponder& operator=(PeerResponder&&) noexcept = default;
+  PeerResponder(PeerResponder&& o) noexcept : fn_(std::move(o.fn_)) { o.fn_ = nullptr; }
+  // The request this responder held is answered (unavailable) before it takes another's.
+  PeerResponder& operator=(PeerResponder&& o) noexcept {
+    if (this != &o) {
+      drop();
+      fn_ = std::move(o.fn_);
+      o.fn_ = nullptr;
+    }
+    return *this;
+  }
   PeerResponder(const PeerResponder&) = delete;
   PeerResponder& operator=(const PeerResponder&) = delete;
-  ~PeerResponder() {
-    if (fn_) fn_(Error(Errc::unavailable, "the handler dropped the request without answering"));
-  }
+  ~PeerResponder() { drop(); }
   void operator()(Result<std::string> answer) {
     if (!fn_) return;
     auto fn = std::move(fn_);
@@ -70,6 +76,9 @@ class PeerResponder {
   }
 
  private:
+  void drop() {
+    if (fn_) (*this)(Error(Errc::unavailable, "the handler dropped the request without answering"));
+  }
   Fn fn_;
 };
 
