@@ -142,18 +142,39 @@ Result<std::shared_ptr<ShardLog>> FsStorageEngine::open_shard(const ShardRef& re
   }
   const std::string ldir = log_dir(*dir);
   if (auto r = make_dirs(ldir); !r) return r.error();
+  ReplicaSetup replica;
+  if (spec.replication_factor > 1) {
+    // Before anything else: the epochs this replica has acted in (persistent fencing).
+    auto history = EpochHistory::load(*fs_, *dir);
+    if (!history) {
+      host_.log(LogLevel::error, kComponent,
+                "cannot open shard " + ref.to_string() + ": " + history.error().message);
+      return history.error();
+    }
+    replica.replicated = true;
+    replica.min_insync = spec.min_insync;
+    replica.history = std::move(history).value();
+  }
   auto recovered = recover_log(*fs_, host_, opts_, ldir, ref.incarnation);
   if (!recovered) {
     host_.log(LogLevel::error, kComponent,
               "cannot open shard " + ref.to_string() + ": " + recovered.error().message);
     return recovered.error();
   }
+  // Recovery may have cut a torn tail below an entry that was written before its data.
+  if (replica.replicated) replica.history.forget_beyond(Offset(recovered->next_offset));
   auto shard = std::make_shared<ShardLogImpl>(ref, spec.retention, *dir, opts_, fs_, host_, pool_,
-                                              std::move(recovered).value());
+                                              std::move(recovered).value(), std::move(replica));
   if (group_clock_) shard->set_group_clock(group_clock_);
   if (group_step_hook_) shard->set_group_step_hook(group_step_hook_);
   shards_.emplace(ref, shard);
   return std::shared_ptr<ShardLog>(shard);
+}
+
+std::shared_ptr<ShardLogImpl> FsStorageEngine::replica(const ShardRef& ref) {
+  std::lock_guard lk(mu_);
+  auto it = shards_.find(ref);
+  return it == shards_.end() ? nullptr : it->second;
 }
 
 void FsStorageEngine::close_shard(const ShardRef& ref) {

@@ -57,6 +57,9 @@ class FsStorageEngine final : public StorageEngine {
 
   Result<std::shared_ptr<ShardLog>> open_shard(const ShardRef& ref, const StreamSpec& spec) override;
   void close_shard(const ShardRef& ref) override;
+  // The open shard itself (null if it is not open), for the replication manager to drive
+  // (ShardLogImpl's replication calls; docs/replication.md).
+  std::shared_ptr<ShardLogImpl> replica(const ShardRef& ref);
   void shutdown() override;
   Result<std::uint32_t> delete_incarnations(const StreamKey& stream, Incarnation up_to) override;
   Result<std::vector<ShardRef>> list_on_disk() override;
