@@ -10,16 +10,18 @@ namespace sluice::fs_storage {
 namespace {
 constexpr std::uint32_t kMagic = 0x48454c53;  // "SLEH"
 constexpr std::uint32_t kVersion = 1;
-constexpr std::size_t kHeader = 20;
+constexpr std::size_t kHeader = 28;
 }  // namespace
 
-std::string EpochHistory::encode(LeaderEpoch current, const std::vector<EpochEntry>& entries) {
+std::string EpochHistory::encode(LeaderEpoch current, LeaderEpoch led,
+                                 const std::vector<EpochEntry>& entries) {
   std::string out(kHeader + entries.size() * 16 + 4, '\0');
   char* p = out.data();
   wire::put_u32(p, kMagic);
   wire::put_u32(p + 4, kVersion);
   wire::put_u64(p + 8, current.value());
-  wire::put_u32(p + 16, static_cast<std::uint32_t>(entries.size()));
+  wire::put_u64(p + 16, led.value());
+  wire::put_u32(p + 24, static_cast<std::uint32_t>(entries.size()));
   char* e = p + kHeader;
   for (const auto& en : entries) {
     wire::put_u64(e, en.epoch.value());
@@ -38,11 +40,13 @@ Result<EpochHistory> EpochHistory::decode(std::string_view b, const std::string&
   const char* p = b.data();
   if (wire::get_u32(p) != kMagic) return bad("bad magic");
   if (wire::get_u32(p + 4) != kVersion) return bad("unknown version");
-  const std::uint32_t n = wire::get_u32(p + 16);
+  const std::uint32_t n = wire::get_u32(p + 24);
   if (b.size() != kHeader + std::size_t{n} * 16 + 4) return bad("bad length");
   if (crc32c(p, b.size() - 4) != wire::get_u32(p + b.size() - 4)) return bad("bad crc");
   EpochHistory h;
   h.current_ = LeaderEpoch(wire::get_u64(p + 8));
+  h.led_ = LeaderEpoch(wire::get_u64(p + 16));
+  if (h.led_ > h.current_) return bad("led epoch above the current epoch");
   const char* e = p + kHeader;
   for (std::uint32_t i = 0; i < n; ++i, e += 16) {
     EpochEntry en{LeaderEpoch(wire::get_u64(e)), Offset(wire::get_u64(e + 8))};
@@ -69,10 +73,10 @@ Result<EpochHistory> EpochHistory::load(FileSystem& fs, const std::string& shard
 }
 
 Result<void> EpochHistory::save(FileSystem& fs, const std::string& shard_dir, LeaderEpoch current,
-                                std::vector<EpochEntry> entries) {
+                                LeaderEpoch led, std::vector<EpochEntry> entries) {
   const std::string path = shard_dir + "/" + std::string(kEpochHistoryName);
   const std::string tmp = path + ".tmp";
-  const std::string bytes = encode(current, entries);
+  const std::string bytes = encode(current, led, entries);
   {
     auto f = fs.open(tmp, OpenMode::create_truncate);
     if (!f) return f.error();
@@ -82,6 +86,7 @@ Result<void> EpochHistory::save(FileSystem& fs, const std::string& shard_dir, Le
   if (auto r = fs.rename(tmp, path); !r) return r;
   if (auto r = fs.sync_dir(shard_dir); !r) return r;
   current_ = current;
+  led_ = led;
   entries_ = std::move(entries);
   return {};
 }

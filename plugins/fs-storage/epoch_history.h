@@ -2,15 +2,16 @@
 // "Persistent fencing"; KIP-101 / KIP-279).
 //
 // It holds the current epoch (the highest epoch this replica has acted in: led, followed,
-// or been fenced by) and the entries epoch -> start offset of the first batch written in
+// or been fenced by), the last epoch it led in (so a restarted leader may lead its own
+// epoch again, and a replica fenced by or following that epoch may not), and the entries epoch -> start offset of the first batch written in
 // that epoch, ascending in both. A batch's epoch is the epoch of the last entry whose start
 // offset is <= the batch's base offset: the SDK batch header has no epoch field, so the
 // history is the only record of it (and read_raw never hands out a chunk that crosses an
 // entry boundary, so one epoch describes a whole chunk).
 //
 // File <shard dir>/leader-epochs, little-endian:
-//   0  u32 magic "SLEH"   4 u32 version 1   8 u64 current epoch   16 u32 entry_count
-//   20 entries: (u64 epoch, u64 start_offset) * entry_count
+//   0  u32 magic "SLEH"   4 u32 version 1   8 u64 current epoch   16 u64 led epoch
+//   24 u32 entry_count    28 entries: (u64 epoch, u64 start_offset) * entry_count
 //   .. u32 crc32c of everything before it
 // save() writes <file>.tmp, fdatasyncs it, renames it over the file and fsyncs the shard
 // directory, so after a power cut the file holds either the old or the new history, and a
@@ -61,9 +62,10 @@ class EpochHistory {
   // Writes `next` durably (see the file comment) and then adopts it. On failure the
   // in-memory copy is unchanged.
   Result<void> save(FileSystem& fs, const std::string& shard_dir, LeaderEpoch current,
-                    std::vector<EpochEntry> entries);
+                    LeaderEpoch led, std::vector<EpochEntry> entries);
 
   LeaderEpoch current() const { return current_; }
+  LeaderEpoch led() const { return led_; }
   const std::vector<EpochEntry>& entries() const { return entries_; }
   std::optional<EpochEntry> last() const {
     if (entries_.empty()) return std::nullopt;
@@ -87,11 +89,13 @@ class EpochHistory {
     while (!entries_.empty() && entries_.back().start_offset > log_end) entries_.pop_back();
   }
 
-  static std::string encode(LeaderEpoch current, const std::vector<EpochEntry>& entries);
+  static std::string encode(LeaderEpoch current, LeaderEpoch led,
+                            const std::vector<EpochEntry>& entries);
   static Result<EpochHistory> decode(std::string_view bytes, const std::string& path);
 
  private:
   LeaderEpoch current_;
+  LeaderEpoch led_;
   std::vector<EpochEntry> entries_;
 };
 

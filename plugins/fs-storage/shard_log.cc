@@ -20,7 +20,7 @@ ShardLogImpl::ShardLogImpl(ShardRef ref, RetentionPolicy retention, std::string 
     : ref_(std::move(ref)), dir_(std::move(dir)), opts_(opts), fs_(std::move(fs)), host_(host),
       pool_(pool), next_offset_(recovered.next_offset),
       role_(replica.replicated ? Role::none : Role::leader),
-      epoch_(replica.history.current()), min_insync_(replica.min_insync),
+      epoch_(replica.history.current()), led_epoch_(replica.history.led()), min_insync_(replica.min_insync),
       producers_(recovered.producers),
       // A replicated shard reopens at the log start: it knows no high watermark until the
       // replication manager tells it (never above the durable end).
@@ -147,8 +147,8 @@ void ShardLogImpl::flush() {
     // High watermark already advanced (sync_and_publish); waiters first, then acks, then
     // duplicates of what was just acknowledged.
     wake_waiters();
-    wake_end_waiters();
     if (!replicated_) {
+      wake_end_waiters();
       for (auto& p : flushing_)
         if (p.cb) p.cb(AppendResult{Offset(p.base), p.count});
       if (!flushing_.empty()) complete_dups(flushing_.back().base + flushing_.back().count);
@@ -170,6 +170,9 @@ void ShardLogImpl::flush() {
                                                    std::move(p.cb)});
         }
       }
+      // After the quorum waiters are registered: a manager woken here may advance the
+      // high watermark at once (complete_quorum below covers a race with that too).
+      wake_end_waiters();
       for (auto& [cb, r] : done) cb(std::move(r));
       complete_quorum();
     }

@@ -78,6 +78,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -291,7 +292,9 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   Result<void> acquire_writer(std::unique_lock<std::mutex>& lk);
   void release_writer();
   Result<void> rebuild_producers(std::uint64_t end);
-  Result<void> save_history(LeaderEpoch current, std::vector<EpochEntry> entries);
+  // Persists (current, entries) and `led` (default: unchanged), then adopts them.
+  Result<void> save_history(LeaderEpoch current, std::vector<EpochEntry> entries,
+                            std::optional<LeaderEpoch> led = std::nullopt);
   std::string log_dir() const { return dir_ + "/log"; }
   // The open group `name` (validated), opening it from disk first; create = false gives
   // not_found for a group that has no directory.

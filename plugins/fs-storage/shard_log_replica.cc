@@ -126,13 +126,14 @@ void ShardLogImpl::expire_quorum_waiters(std::chrono::steady_clock::time_point n
 
 // --- roles ---------------------------------------------------------------------------
 
-Result<void> ShardLogImpl::save_history(LeaderEpoch current, std::vector<EpochEntry> entries) {
+Result<void> ShardLogImpl::save_history(LeaderEpoch current, std::vector<EpochEntry> entries,
+                                        std::optional<LeaderEpoch> led) {
   EpochHistory next;
   {
     std::lock_guard lk(epoch_mu_);
     next = history_;
   }
-  if (auto r = next.save(*fs_, dir_, current, std::move(entries)); !r) {
+  if (auto r = next.save(*fs_, dir_, current, led.value_or(next.led()), std::move(entries)); !r) {
     host_.log(LogLevel::error, kComponent,
               "shard " + ref_.to_string() + ": cannot persist its leader-epoch history: " +
                   r.error().message);
@@ -152,12 +153,15 @@ Result<void> ShardLogImpl::become_leader(LeaderEpoch e) {
     std::lock_guard lk(mu_);
     if (state_ != State::open)
       return Error(Errc::unavailable, "shard " + ref_.to_string() + " is closed");
-    if (e < epoch_ || (e == epoch_ && (role_ == Role::follower || role_ == Role::fenced)))
+    if (e == epoch_ && role_ == Role::leader) return {};
+    // The current epoch again only if this replica led it (a restart); epoch 0 is a new
+    // shard's.
+    if (e < epoch_ ||
+        (e == epoch_ && e.value() != 0 && !(role_ == Role::none && led_epoch_ == e)))
       return Error(Errc::fenced, "shard " + ref_.to_string() + ": cannot lead in epoch " +
                                      epoch_str(e) + ", this replica already acted in epoch " +
                                      epoch_str(epoch_) +
                                      (e == epoch_ ? " as a follower or deposed leader" : ""));
-    if (e == epoch_ && role_ == Role::leader) return {};
     // Appends wait (not_leader) until the new epoch is durable; everything assigned so far
     // belongs to the previous epoch.
     switching_ = true;
@@ -166,7 +170,7 @@ Result<void> ShardLogImpl::become_leader(LeaderEpoch e) {
   std::vector<EpochEntry> entries = epoch_entries();
   if (entries.empty() || entries.back().epoch < e)
     entries.push_back(EpochEntry{e, Offset(start)});
-  auto r = save_history(e, std::move(entries));
+  auto r = save_history(e, std::move(entries), e);
   std::lock_guard lk(mu_);
   switching_ = false;
   if (!r) return r;
@@ -185,7 +189,8 @@ Result<void> ShardLogImpl::become_follower(LeaderEpoch e, NodeId leader) {
     std::lock_guard lk(mu_);
     if (state_ != State::open)
       return Error(Errc::unavailable, "shard " + ref_.to_string() + " is closed");
-    if (e < epoch_ || (e == epoch_ && role_ == Role::leader))
+    if (e < epoch_ || (e == epoch_ && (role_ == Role::leader ||
+                                       (role_ == Role::none && e.value() != 0 && led_epoch_ == e))))
       return Error(Errc::fenced, "shard " + ref_.to_string() + ": cannot follow in epoch " +
                                      epoch_str(e) + ", this replica already acted in epoch " +
                                      epoch_str(epoch_) + (e == epoch_ ? " as its leader" : ""));
