@@ -154,6 +154,7 @@ Result<std::shared_ptr<ShardLog>> FsStorageEngine::open_shard(const ShardRef& re
     replica.replicated = true;
     replica.min_insync = spec.min_insync;
     replica.history = std::move(history).value();
+    replica.hwm_checkpoint = read_hwm_checkpoint(*fs_, *dir).value_or(Offset(0));
   }
   auto recovered = recover_log(*fs_, host_, opts_, ldir, ref.incarnation);
   if (!recovered) {

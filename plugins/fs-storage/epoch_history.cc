@@ -91,6 +91,33 @@ Result<void> EpochHistory::save(FileSystem& fs, const std::string& shard_dir, Le
   return {};
 }
 
+Result<void> write_hwm_checkpoint(FileSystem& fs, const std::string& shard_dir, Offset hwm) {
+  const std::string path = shard_dir + "/" + std::string(kHighWatermarkName);
+  char buf[12];
+  wire::put_u64(buf, hwm.value());
+  wire::put_u32(buf + 8, crc32c(buf, 8));
+  {
+    auto f = fs.open(path + ".tmp", OpenMode::create_truncate);
+    if (!f) return f.error();
+    if (auto r = (*f)->pwrite(buf, sizeof buf, 0); !r) return r;
+    if (auto r = (*f)->datasync(); !r) return r;
+  }
+  return fs.rename(path + ".tmp", path);
+}
+
+std::optional<Offset> read_hwm_checkpoint(FileSystem& fs, const std::string& shard_dir) {
+  const std::string path = shard_dir + "/" + std::string(kHighWatermarkName);
+  (void)fs.remove(path + ".tmp");
+  auto ex = fs.exists(path);
+  if (!ex || !*ex) return std::nullopt;
+  auto f = fs.open(path, OpenMode::read_write);
+  if (!f) return std::nullopt;
+  auto bytes = read_whole_file(**f);
+  if (!bytes || bytes->size() != 12 || crc32c(bytes->data(), 8) != wire::get_u32(bytes->data() + 8))
+    return std::nullopt;
+  return Offset(wire::get_u64(bytes->data()));
+}
+
 LeaderEpoch EpochHistory::epoch_at(Offset offset) const {
   auto it = std::upper_bound(entries_.begin(), entries_.end(), offset,
                              [](Offset o, const EpochEntry& e) { return o < e.start_offset; });

@@ -51,6 +51,16 @@ struct EpochEnd {
   Offset end;         // start offset of the next higher entry, or the log end
 };
 
+// The high-watermark checkpoint <shard dir>/high-watermark (u64 offset | u32 crc32c),
+// written when a replicated shard closes: a lower bound of what was committed, so a
+// reopened replica can serve it again at once (capped at its recovered log end). It is
+// only a hint: .tmp + fdatasync + rename, no directory fsync (an old or missing checkpoint
+// is as valid, just lower).
+inline constexpr std::string_view kHighWatermarkName = "high-watermark";
+Result<void> write_hwm_checkpoint(FileSystem& fs, const std::string& shard_dir, Offset hwm);
+// nullopt if absent or malformed (a malformed hint is ignored, never trusted).
+std::optional<Offset> read_hwm_checkpoint(FileSystem& fs, const std::string& shard_dir);
+
 class EpochHistory {
  public:
   EpochHistory() = default;

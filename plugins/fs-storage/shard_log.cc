@@ -22,9 +22,12 @@ ShardLogImpl::ShardLogImpl(ShardRef ref, RetentionPolicy retention, std::string 
       role_(replica.replicated ? Role::none : Role::leader),
       epoch_(replica.history.current()), led_epoch_(replica.history.led()), min_insync_(replica.min_insync),
       producers_(recovered.producers),
-      // A replicated shard reopens at the log start: it knows no high watermark until the
-      // replication manager tells it (never above the durable end).
-      acked_end_(replica.replicated ? recovered.segments.front()->base() : recovered.next_offset),
+      // A replicated shard reopens at its checkpoint (never above the durable end) or the
+      // log start, until the replication manager tells it more.
+      acked_end_(replica.replicated
+                     ? std::clamp(replica.hwm_checkpoint.value(), recovered.segments.front()->base(),
+                                  recovered.next_offset)
+                     : recovered.next_offset),
       written_producers_(std::move(recovered.producers)),
       segments_(std::move(recovered.segments)), retention_(retention),
       replicated_(replica.replicated), history_(std::move(replica.history)),
@@ -553,6 +556,12 @@ void ShardLogImpl::close() {
     waiters_.take_all(waiters);
     end_waiters_.take_all(waiters);
     take_replica_waiters(quorum, dups);
+  }
+  if (replicated_) {  // a hint for the next open; losing it only costs visibility
+    if (auto r = write_hwm_checkpoint(*fs_, dir_, high_watermark()); !r)
+      host_.log(LogLevel::warn, kComponent,
+                "shard " + ref_.to_string() + ": no high-watermark checkpoint: " +
+                    r.error().message);
   }
   for (auto& cb : waiters) cb();  // in registration order
   // Replicated shards only: durable here, not known to be replicated.

@@ -51,7 +51,8 @@
 //     BEFORE the replica acts in it, and refuse an epoch below the current one (fenced).
 //   * the high watermark is set by the replication manager (advance_high_watermark:
 //     monotonic, capped at the durable end); readers (read, notify_when_beyond) see only
-//     below it. It starts at the log start when the shard opens.
+//     below it. It starts at the checkpoint written by the last close() (epoch_history.h),
+//     capped at the recovered log end, else at the log start.
 //   * AckMode::leader completes after the local fdatasync as before. AckMode::quorum moves,
 //     after that sync, into quorum_waiters_ (offset order) and completes once the high
 //     watermark reaches its batch's end while in_sync_count >= min_insync (set_in_sync);
@@ -101,6 +102,7 @@ struct ReplicaSetup {
   bool replicated = false;      // replication_factor > 1
   std::uint32_t min_insync = 1;
   EpochHistory history;         // loaded before recovery; replicated shards only
+  Offset hwm_checkpoint;        // the high watermark it closed with (capped at the log end)
 };
 
 // read_raw's answer: whole stored batches, byte for byte as on disk.

@@ -301,9 +301,12 @@ TEST(ReplicaLogTest, ReadRawToAppendReplicaCopiesTheLogByteForByte) {
   EXPECT_EQ(follower.log->high_watermark(), end);
   EXPECT_EQ(read_all(*follower.log).size(), 33u);
 
-  // Everything survives a restart of the follower, epochs included.
+  // Everything survives a restart of the follower, epochs included; the high watermark it
+  // closed with is its checkpoint.
   follower.restart();
   EXPECT_EQ(follower.log->durable_end(), end);
+  EXPECT_EQ(follower.log->high_watermark(), end);
+  EXPECT_EQ(read_all(*follower.log).size(), 33u);
   EXPECT_EQ(follower.log->epoch_entries(), leader.log->epoch_entries());
   EXPECT_EQ(follower.log->leader_epoch(), LeaderEpoch(3));
 }
@@ -414,6 +417,7 @@ TEST(ReplicaLogTest, TruncationRemovesOnlyTheDivergentSuffixAndNeverGoesBelowThe
   f.restart();
   EXPECT_EQ(f.log->durable_end(), b.log->durable_end());
   EXPECT_EQ(f.log->epoch_entries(), b.log->epoch_entries());
+  EXPECT_EQ(f.log->high_watermark(), Offset(18));  // the checkpoint from its close
 }
 
 TEST(ReplicaLogTest, TruncationInsideASegmentCutsAtTheBatchAndRebuildsProducerState) {
