@@ -9,6 +9,7 @@
 #include <fstream>
 #include <future>
 #include <sstream>
+#include <thread>
 
 #include "epoch_history.h"
 #include "layout.h"
@@ -582,6 +583,57 @@ TEST(ReplicaLogTest, BecomingFollowerFailsTheFormerLeadersQuorumAppends) {
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, Errc::fenced);
   EXPECT_EQ(n.log->leader(), NodeId(3));
+}
+
+// The manager's loop, concurrently with client appends: the follower long-polls the
+// leader's durable end, copies, and the leader's high watermark follows the follower.
+TEST(ReplicaLogTest, ConcurrentAppendsAndReplicationAcknowledgeEveryQuorumAppend) {
+  Node leader, follower;
+  ASSERT_TRUE(leader.log->become_leader(LeaderEpoch(1)));
+  ASSERT_TRUE(follower.log->become_follower(LeaderEpoch(1), NodeId(1)));
+  leader.log->set_in_sync(2, 2);
+  constexpr int kAppends = 200;
+  std::vector<Pending> pending;
+  pending.reserve(kAppends);
+  std::atomic<bool> stop{false}, broken{false};
+  std::thread manager([&] {
+    while (!stop.load()) {
+      const std::uint64_t at = follower.log->durable_end().value();
+      auto p = std::make_shared<std::promise<void>>();
+      auto f = p->get_future();
+      const auto h = leader.log->notify_when_end_beyond(Offset(at), [p] { p->set_value(); });
+      if (f.wait_for(20ms) != std::future_status::ready) {
+        leader.log->cancel_end_notify(h);
+        continue;
+      }
+      auto c = leader.log->read_raw(Offset(at), 4096);
+      auto r = c ? follower.log->append_replica(c->bytes, Offset(at), c->last_epoch)
+                 : Result<void>(c.error());
+      if (!r) {
+        ADD_FAILURE() << r.error().to_string();
+        broken = true;
+        return;
+      }
+      leader.log->advance_high_watermark(follower.log->durable_end());
+    }
+  });
+  for (int i = 0; i < kAppends; ++i)
+    pending.push_back(start_append(*leader.log, batch("c" + std::to_string(i), 1 + i % 3),
+                                   i % 4 == 0 ? AckMode::leader : AckMode::quorum));
+  std::uint64_t end = 0;
+  for (auto& p : pending) {
+    if (!eventually([&] { return p.done() || broken.load(); }) || broken) break;
+    auto r = p.get();
+    EXPECT_TRUE(r) << r.error().to_string();
+    if (r) end = std::max<std::uint64_t>(end, r->base_offset.value() + r->count);
+  }
+  EXPECT_TRUE(eventually([&] { return leader.log->high_watermark().value() == end || broken; }));
+  stop = true;
+  manager.join();
+  ASSERT_FALSE(broken);
+  EXPECT_EQ(follower.log->durable_end(), Offset(end));
+  EXPECT_EQ(segment_files(follower.log_dir()), segment_files(leader.log_dir()));
+  EXPECT_EQ(read_all(*leader.log).size(), end);
 }
 
 // --- crashes -----------------------------------------------------------------------------
