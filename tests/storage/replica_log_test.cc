@@ -189,7 +189,26 @@ TEST(ReplicaLogTest, SingleReplicaShardsAreUnchangedAndWriteNoEpochHistory) {
   EXPECT_EQ(n.log->durable_end(), Offset(3));
   EXPECT_EQ(read_all(*n.log).size(), 3u);
   EXPECT_EQ(n.log->become_leader(LeaderEpoch(1)).error().code, Errc::not_supported);
+  n.restart();
+  EXPECT_EQ(read_all(*n.log).size(), 3u);
   EXPECT_FALSE(std::filesystem::exists(n.shard_dir() + "/" + std::string(kEpochHistoryName)));
+  EXPECT_FALSE(std::filesystem::exists(n.shard_dir() + "/" + std::string(kHighWatermarkName)));
+}
+
+TEST(ReplicaLogTest, ADamagedEpochHistoryRefusesTheOpen) {
+  Node n;
+  ASSERT_TRUE(n.log->become_leader(LeaderEpoch(2)));
+  const std::string path = n.shard_dir() + "/" + std::string(kEpochHistoryName);
+  n.log.reset();
+  n.engine.reset();
+  std::string bytes = slurp(path);
+  bytes[bytes.size() - 1] ^= 1;
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+  FsStorageEngine engine(n.host, n.fs);
+  auto s = engine.open_shard(n.ref, n.spec);
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.error().code, Errc::corrupt_data);
+  EXPECT_NE(s.error().message.find("leader-epochs"), std::string::npos) << s.error().message;
 }
 
 TEST(ReplicaLogTest, EpochIsDurableBeforeActingAndARestartRefusesOlderEpochs) {
