@@ -120,11 +120,13 @@ class BrokerRuntime final : public Node {
   bool wait_applied(ChangeSeq seq, std::int64_t timeout_ms);
 
  private:
-  // One stream incarnation as this broker knows it. `shards[i]` is null unless this broker
-  // holds shard i's assignment.
+  // One stream incarnation as this broker knows it. `held[i]` is the open log of shard i when
+  // this broker holds a replica of it; `shards[i]` is the same log when this broker also
+  // leads it (serves clients), else null.
   struct StreamState {
     StreamInfo info;
     std::vector<Assignment> assignments;
+    std::vector<std::shared_ptr<ShardLog>> held;
     std::vector<std::shared_ptr<ShardLog>> shards;
     std::atomic<std::uint32_t> sticky{0};
     // Non-empty: known but not served, and why (every data call answers conflict).

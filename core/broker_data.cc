@@ -251,8 +251,14 @@ Result<std::vector<ShardStatus>> BrokerRuntime::shards(const StreamKey& key) {
         s.generation = a.generation;
         s.leader = a.leader;
         s.replicas = a.replicas;
+        s.leader_epoch = a.leader_epoch;
+        s.in_sync = a.in_sync;
+        s.version = a.version;
       }
-    if (st->shards[i]) s.stats = st->shards[i]->stats();
+    if (i < st->held.size() && st->held[i]) {
+      s.stats = st->held[i]->stats();
+      s.held = true;
+    }
     out.push_back(std::move(s));
   }
   return out;

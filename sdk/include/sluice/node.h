@@ -56,7 +56,11 @@ struct ShardStatus {
   Generation generation;
   NodeId leader;
   std::vector<NodeId> replicas;
-  ShardStats stats;
+  LeaderEpoch leader_epoch;            // replication state (docs/replication.md)
+  std::vector<InSyncReplica> in_sync;
+  ShardVersion version;
+  ShardStats stats;                    // this node's replica, if it holds one
+  bool held = false;                   // this node holds a replica (stats are filled)
 };
 
 struct NodeInfo {
