@@ -580,7 +580,7 @@ void ReplicaManager::answer_fetch(const std::shared_ptr<Shard>& s, const FetchRe
       std::min<std::size_t>(req.max_bytes ? req.max_bytes : opts_.fetch_max_bytes,
                             opts_.fetch_max_bytes);
   FetchResponse out;
-  RawChunk chunk;
+  ReplicaChunk chunk;
   if (req.fetch_offset < log->durable_end()) {
     auto c = log->read_raw(req.fetch_offset, max_bytes);
     if (!c) return respond(c.error());
@@ -591,6 +591,7 @@ void ReplicaManager::answer_fetch(const std::shared_ptr<Shard>& s, const FetchRe
   out.log_start = log->log_start();
   out.log_end = log->durable_end();
   out.chunk_base = req.fetch_offset;
+  out.chunk_epoch = chunk.epoch;
   out.chunk = chunk.bytes;
   std::string payload = encode(out);
   {
@@ -862,12 +863,10 @@ void ReplicaManager::fetch_step(const std::shared_ptr<Shard>& s, std::uint64_t g
           auto resp = decode_fetch_response(*answer);
           if (!resp) return retry(s, gen, resp.error());
           std::shared_ptr<ReplicaLog> log;
-          LeaderEpoch epoch;
           {
             std::lock_guard lk(s->mu);
             if (s->gen != gen) return;
             log = s->log;
-            epoch = s->epoch;
           }
           if (resp->chunk_base != base)
             return retry(s, gen, Error(Errc::internal, "the leader answered offset " +
@@ -875,7 +874,7 @@ void ReplicaManager::fetch_step(const std::shared_ptr<Shard>& s, std::uint64_t g
                                                            " to a fetch at " +
                                                            std::to_string(base.value())));
           if (!resp->chunk.empty()) {
-            if (auto r = log->append_replica(resp->chunk, base, epoch); !r)
+            if (auto r = log->append_replica(resp->chunk, base, resp->chunk_epoch); !r)
               return retry(s, gen, r.error());
             std::lock_guard clk(mu_);
             ++counters_.chunks_appended;

@@ -45,9 +45,11 @@ struct EpochEnd {
   Offset end;
 };
 
-struct RawChunk {
-  std::string bytes;  // whole stored batches, as on disk
-  Offset next;        // the offset after the last batch
+// read_raw's answer as the manager needs it.
+struct ReplicaChunk {
+  std::string bytes;   // whole stored batches, as on disk
+  Offset next;         // the offset after the last batch
+  LeaderEpoch epoch;   // the epoch every batch was written in (a chunk never spans two)
 };
 
 // What the manager needs of one replica's log. Every call may block on the disk; the
@@ -74,8 +76,9 @@ class ReplicaLog {
   virtual void advance_high_watermark(Offset hwm) = 0;
   virtual void expire_quorum_waiters(std::chrono::steady_clock::time_point now) = 0;
   // Whole batches from `from` (a batch boundary) up to the log end, at least one if any.
-  virtual Result<RawChunk> read_raw(Offset from, std::size_t max_bytes) = 0;
-  // Appends a chunk read from the leader at `base` (== log end), synced before it returns.
+  virtual Result<ReplicaChunk> read_raw(Offset from, std::size_t max_bytes) = 0;
+  // Appends a chunk read from the leader at `base` (== log end), written in `epoch`,
+  // synced before it returns.
   virtual Result<void> append_replica(std::string_view chunk, Offset base, LeaderEpoch epoch) = 0;
   virtual Result<void> truncate_to(Offset end) = 0;
   // `cb` once the log end exceeds `offset` or the log closes (inline then, returning 0).

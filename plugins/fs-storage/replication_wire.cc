@@ -124,12 +124,13 @@ std::string encode(const FetchRequest& m) {
 }
 
 std::string encode(const FetchResponse& m) {
-  Writer w(44 + m.chunk.size());
+  Writer w(52 + m.chunk.size());
   w.u64(m.leader_epoch.value());
   w.u64(m.high_watermark.value());
   w.u64(m.log_start.value());
   w.u64(m.log_end.value());
   w.u64(m.chunk_base.value());
+  w.u64(m.chunk_epoch.value());
   w.bytes(m.chunk);
   return w.take();
 }
@@ -166,12 +167,13 @@ Result<FetchRequest> decode_fetch_request(std::string_view payload) {
 Result<FetchResponse> decode_fetch_response(std::string_view payload) {
   Reader r(payload, "replica fetch response");
   FetchResponse m;
-  std::uint64_t epoch = 0, hwm = 0, start = 0, end = 0, base = 0;
+  std::uint64_t epoch = 0, hwm = 0, start = 0, end = 0, base = 0, chunk_epoch = 0;
   r.u64(epoch);
   r.u64(hwm);
   r.u64(start);
   r.u64(end);
   r.u64(base);
+  r.u64(chunk_epoch);
   r.bytes(m.chunk);
   if (auto f = r.finish(); !f) return f.error();
   m.leader_epoch = LeaderEpoch{epoch};
@@ -179,6 +181,7 @@ Result<FetchResponse> decode_fetch_response(std::string_view payload) {
   m.log_start = Offset{start};
   m.log_end = Offset{end};
   m.chunk_base = Offset{base};
+  m.chunk_epoch = LeaderEpoch{chunk_epoch};
   return m;
 }
 

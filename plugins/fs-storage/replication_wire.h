@@ -44,6 +44,7 @@ struct FetchResponse {
   Offset log_start;
   Offset log_end;          // the leader's log end when it answered
   Offset chunk_base;       // the first offset in `chunk` (== the request's fetch_offset)
+  LeaderEpoch chunk_epoch; // the epoch every batch of `chunk` was written in (one per chunk)
   std::string_view chunk;  // whole stored batches, as on disk; a view into the payload
 };
 

@@ -98,11 +98,14 @@ class ModelLog : public ReplicaLog {
       }
     }
   }
-  Result<RawChunk> read_raw(Offset from, std::size_t max_bytes) override {
+  Result<ReplicaChunk> read_raw(Offset from, std::size_t max_bytes) override {
     std::lock_guard lk(mu_);
-    RawChunk c;
+    ReplicaChunk c;
     std::uint64_t i = from.value();
-    while (i < entries_.size() && (c.bytes.empty() || c.bytes.size() + 16 <= max_bytes)) {
+    if (i < entries_.size()) c.epoch = entries_[i].first;
+    // Like the real log: a chunk never spans two epochs.
+    while (i < entries_.size() && entries_[i].first == c.epoch &&
+           (c.bytes.empty() || c.bytes.size() + 16 <= max_bytes)) {
       put(c.bytes, entries_[i].first.value());
       put(c.bytes, entries_[i].second);
       ++i;
