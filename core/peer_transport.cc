@@ -224,6 +224,7 @@ struct AsioPeerTransport::Impl : std::enable_shared_from_this<Impl> {
   std::thread thread;
   std::uint16_t bound_port = 0;
   std::atomic<bool> stopped{false};
+  std::atomic<std::uint64_t> accepted{0};
 
   struct HandlerEntry {
     PeerHandler fn;
@@ -489,6 +490,7 @@ void AsioPeerTransport::Impl::accept() {
       boost::system::error_code e2;
       auto ep = sock.remote_endpoint(e2);
       std::string remote = e2 ? "?" : ep.address().to_string() + ":" + std::to_string(ep.port());
+      ++self->accepted;
       auto c = std::make_shared<Conn>(*self, false, NodeId{0}, remote);
       c->sock = std::move(sock);
       self->conns.insert(c);
@@ -711,6 +713,7 @@ std::optional<Hello> AsioPeerTransport::last_hello(NodeId peer) const {
 
 NodeId AsioPeerTransport::self() const { return impl_->opts.self; }
 std::uint16_t AsioPeerTransport::port() const { return impl_->bound_port; }
+std::uint64_t AsioPeerTransport::accepted_connections() const { return impl_->accepted.load(); }
 
 void AsioPeerTransport::stop() {
   if (impl_->stopped.exchange(true)) return;
@@ -779,6 +782,41 @@ Result<ProbeResult> probe_peer(const std::string& address, const Hello& self, st
   auto hello = (*t)->last_hello(NodeId{0});
   if (!hello) return Error(Errc::internal, "the ping was answered without a hello");
   return ProbeResult{PeerIdentity{hello->node, hello->directory_id}, hello->cluster_id};
+}
+
+}  // namespace sluice::core
+
+namespace sluice::core {
+
+Result<std::map<NodeId, std::string>> PeerDirectory::parse_static(const std::string& spec) {
+  std::map<NodeId, std::string> out;
+  std::size_t at = 0;
+  while (at <= spec.size()) {
+    auto comma = spec.find(',', at);
+    if (comma == std::string::npos) comma = spec.size();
+    std::string entry = spec.substr(at, comma - at);
+    at = comma + 1;
+    const auto b = entry.find_first_not_of(" \t"), e = entry.find_last_not_of(" \t");
+    if (b == std::string::npos) continue;
+    entry = entry.substr(b, e - b + 1);
+    const auto eq = entry.find('=');
+    std::uint64_t id = 0;
+    bool ok = eq != std::string::npos && eq > 0 && eq + 1 < entry.size();
+    if (ok) {
+      for (std::size_t i = 0; i < eq; ++i) {
+        if (entry[i] < '0' || entry[i] > '9' || id > 0x7fffffff) {
+          ok = false;
+          break;
+        }
+        id = id * 10 + static_cast<unsigned>(entry[i] - '0');
+      }
+    }
+    if (!ok || id == 0 || id > 0x7fffffff || entry.find(':', eq) == std::string::npos)
+      return Error(Errc::invalid_argument,
+                   "transport.peers: bad entry '" + entry + "' (want NODE_ID=HOST:PORT, comma-separated)");
+    out[NodeId{static_cast<std::uint32_t>(id)}] = entry.substr(eq + 1);
+  }
+  return out;
 }
 
 }  // namespace sluice::core

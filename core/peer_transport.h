@@ -99,6 +99,8 @@ class AsioPeerTransport final : public PeerTransport {
   std::optional<peerwire::Hello> last_hello(NodeId peer) const;
   // The bound port (0 if not listening).
   std::uint16_t port() const;
+  // Connections accepted so far (tests check the pooling with it).
+  std::uint64_t accepted_connections() const;
   // Closes the listener and every connection; pending requests fail unavailable. Later
   // requests fail unavailable (still never inline). Idempotent; the destructor calls it.
   // Not from a handler or callback (it waits for the I/O thread).
