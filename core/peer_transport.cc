@@ -225,6 +225,7 @@ struct AsioPeerTransport::Impl : std::enable_shared_from_this<Impl> {
   std::uint16_t bound_port = 0;
   std::atomic<bool> stopped{false};
   std::atomic<std::uint64_t> accepted{0};
+  std::atomic<std::thread::id> io_thread{};
 
   struct HandlerEntry {
     PeerHandler fn;
@@ -690,7 +691,17 @@ Result<std::unique_ptr<AsioPeerTransport>> AsioPeerTransport::start(PeerTranspor
   std::unique_ptr<AsioPeerTransport> t(new AsioPeerTransport(impl));
   // The core answers pings itself (sluiced probe-peer).
   (void)t->handle(kPeerPing, [](const PeerIdentity&, std::string, PeerResponder r) { r(std::string("pong")); });
-  impl->thread = std::thread([impl = impl.get()] { impl->io.run(); });
+  impl->thread = std::thread([impl = impl.get()] {
+    impl->io_thread = std::this_thread::get_id();
+    for (;;) {
+      try {
+        impl->io.run();
+        return;
+      } catch (const std::exception& e) {  // a callback threw: log it, keep serving
+        impl->log(LogLevel::error, std::string("a peer callback threw: ") + e.what());
+      }
+    }
+  });
   if (!impl->opts.listen_address.empty())
     impl->log(LogLevel::info, "listening on " + impl->opts.listen_address + " (port " +
                                   std::to_string(impl->bound_port) + "), node " +
@@ -745,6 +756,9 @@ void AsioPeerTransport::unhandle(PeerMessageType type) {
   if (it == impl_->handlers.end()) return;
   auto entry = it->second;
   impl_->handlers.erase(it);
+  // From a handler (the I/O thread) waiting would never end: the SDK forbids it; do not hang.
+  // (The running call keeps its entry alive; the handler is destroyed after it returns.)
+  if (std::this_thread::get_id() == impl_->io_thread.load()) return;
   impl_->hcv.wait(lk, [&] { return entry->running == 0; });
   // Destroy the handler (and what it captured) outside the lock.
   auto fn = std::move(entry->fn);

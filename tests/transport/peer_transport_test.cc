@@ -533,3 +533,20 @@ TEST(PeerTransport, ProbePeerReportsTheIdentityOrTheRefusal) {
   EXPECT_NE(bad.error().message.find("cluster-z"), std::string::npos);
   EXPECT_NE(bad.error().message.find("cluster-a"), std::string::npos);
 }
+
+TEST(PeerTransport, UnhandleFromInsideItsOwnHandlerDoesNotHang) {
+  TestNode a(1), b(2);
+  a.knows(b);
+  ASSERT_TRUE(b.t->handle(kHold, [&b](const PeerIdentity&, std::string, PeerResponder r) {
+                 b.t->unhandle(kHold);  // the SDK says not to; it must not deadlock the node
+                 r(std::string("last"));
+               }).ok());
+  Answer first;
+  a.t->request(NodeId{2}, kHold, "", 10s, first.cb());
+  auto r = first.get();
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.value(), "last");
+  Answer second;
+  a.t->request(NodeId{2}, kHold, "", 10s, second.cb());
+  EXPECT_EQ(second.get().error().code, Errc::not_supported);
+}
