@@ -433,7 +433,9 @@ int main(int argc, char** argv) {
     if (!t) die(1, "transport: " + t.error().message);
     transport = std::move(t.value());
     host.set_peer_transport(transport.get());
-    bopts.peer_address = topts.listen_address;
+    // What peers dial: the configured address, with the bound port (transport.address may say 0).
+    const auto& la = topts.listen_address;
+    bopts.peer_address = la.substr(0, la.rfind(':') + 1) + std::to_string(transport->port());
     bopts.peers = peers;
   }
   auto broker = std::make_unique<core::BrokerRuntime>(info, *metadata, storage.get(), bopts, host);
