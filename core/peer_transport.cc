@@ -142,7 +142,6 @@ Error decode_error(std::string_view s) {
 using namespace peerwire;
 
 namespace {
-constexpr auto kHelloTimeout = std::chrono::seconds(10);
 
 std::string type_name(PeerMessageType t) {
   char buf[16];
@@ -305,14 +304,22 @@ struct Conn : std::enable_shared_from_this<Conn> {
     ::setsockopt(sock.native_handle(), IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
     ::setsockopt(sock.native_handle(), IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
     enqueue(encode_frame(Header{0, kHelloType, 0, 0}, encode_hello(t.own_hello())));
-    hello_timer.expires_after(kHelloTimeout);
-    hello_timer.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
-      if (ec || self->state != State::hello_wait) return;
-      self->close(LogLevel::warn, "no hello within 10 s",
-                  Error(Errc::unavailable, "peer " + std::to_string(self->target.value()) + " at " +
-                                               self->address + " sent no hello within 10 s"));
-    });
+    if (!outgoing) arm_setup_timer();  // an outgoing one armed it before connecting
     read_header();
+  }
+
+  // Connecting and the hello must be done within setup_timeout, or the connection closes
+  // (a peer behind a black hole does not hold its requests' successors for minutes).
+  void arm_setup_timer() {
+    hello_timer.expires_after(t.opts.setup_timeout);
+    hello_timer.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+      if (ec || (self->state != State::hello_wait && self->state != State::connecting)) return;
+      const std::string within = " within " + std::to_string(self->t.opts.setup_timeout.count()) + " ms";
+      const std::string what = (self->state == State::connecting ? "not connected" : "no hello") + within;
+      self->close(LogLevel::warn, what,
+                  Error(Errc::unavailable, "peer " + std::to_string(self->target.value()) + " at " +
+                                               self->address + ": " + what));
+    });
   }
 
   // A frame after the hello, through the failpoints (test-only) for its destination.
@@ -549,6 +556,7 @@ void AsioPeerTransport::Impl::do_request(NodeId peer, PeerMessageType type, std:
     c = std::make_shared<Conn>(*this, true, peer, *addr);
     outgoing[peer] = c;
     conns.insert(c);
+    c->arm_setup_timer();
     std::string host, port;
     if (!split_address(*addr, host, port)) {
       auto keep = c;

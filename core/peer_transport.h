@@ -79,6 +79,8 @@ struct PeerTransportOptions {
   // mtime changes, checked on each frame sent.
   std::string failpoint_file;
   std::function<void(LogLevel, const std::string&)> log;  // default: log_line "transport"
+  // Connecting and the hello exchange must finish within this, or the connection closes.
+  std::chrono::milliseconds setup_timeout{10000};
 };
 
 class AsioPeerTransport final : public PeerTransport {

@@ -70,9 +70,11 @@ struct TestNode {
   NodeId id;
   std::string cluster;
 
-  TestNode(std::uint32_t node, std::string cluster_id = "cluster-a", std::string failpoints = "")
+  TestNode(std::uint32_t node, std::string cluster_id = "cluster-a", std::string failpoints = "",
+           std::chrono::milliseconds setup_timeout = 10s)
       : id(node), cluster(std::move(cluster_id)) {
     PeerTransportOptions o;
+    o.setup_timeout = setup_timeout;
     o.self = id;
     o.cluster_id = cluster;
     o.directory_id = "dir-" + std::to_string(node);
@@ -549,4 +551,20 @@ TEST(PeerTransport, UnhandleFromInsideItsOwnHandlerDoesNotHang) {
   Answer second;
   a.t->request(NodeId{2}, kHold, "", 10s, second.cb());
   EXPECT_EQ(second.get().error().code, Errc::not_supported);
+}
+
+TEST(PeerTransport, APeerThatNeverSaysHelloIsDroppedAndItsRequestsFailUnavailable) {
+  asio::io_context io;
+  tcp::acceptor mute(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+  TestNode a(1, "cluster-a", "", 300ms);
+  a.dir->set_static({{NodeId{2}, "127.0.0.1:" + std::to_string(mute.local_endpoint().port())}});
+  Answer ans;
+  a.t->request(NodeId{2}, kEcho, "", 20s, ans.cb());
+  tcp::socket held(io);
+  mute.accept(held);  // accepted, and silent
+  auto r = ans.get();
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, Errc::unavailable);
+  EXPECT_NE(r.error().message.find("no hello"), std::string::npos) << r.error().message;
+  EXPECT_NE(r.error().outcome, Outcome::uncertain);  // queued behind the hello: never sent
 }
