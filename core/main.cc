@@ -318,6 +318,9 @@ int main(int argc, char** argv) {
     bopts.heartbeat_interval_ms = cfg->get_int("broker.heartbeat_interval_ms", 2000);
     if (auto peers = core::PeerDirectory::parse_static(cfg->get_string("transport.peers", "")); !peers)
       throw std::invalid_argument(peers.error().message);
+    if (const auto ta = cfg->get_string("transport.address", "127.0.0.1:7802");
+        ta.rfind(':') == std::string::npos || ta.rfind(':') == 0 || ta.rfind(':') + 1 == ta.size())
+      throw std::invalid_argument("transport.address must be host:port, got '" + ta + "'");
     if (bopts.heartbeat_interval_ms < 10) throw std::invalid_argument("broker.heartbeat_interval_ms must be at least 10");
     if (backend != "raft" && backend != "postgres")
       throw std::invalid_argument("metadata.backend must be raft or postgres, got '" + backend + "'");

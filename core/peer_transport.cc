@@ -284,8 +284,11 @@ struct Conn : std::enable_shared_from_this<Conn> {
   std::map<std::uint64_t, Pending> pending;        // outgoing requests awaiting an answer
   std::deque<std::pair<std::uint64_t, std::string>> unsent;  // queued until the hello
 
+  // "peer N", or "the peer" for a probe (target 0: whoever answers at the address).
+  std::string peer_name() const { return target.value() ? "peer " + std::to_string(target.value()) : "the peer"; }
+
   std::string who() const {
-    std::string s = outgoing ? "connection to peer " + std::to_string(target.value()) + " at " + address
+    std::string s = outgoing ? "connection to " + peer_name() + " at " + address
                              : "connection from " + address;
     if (state == State::ready || (!outgoing && peer.node.value() != 0))
       s += " (node " + std::to_string(peer.node.value()) + ")";
@@ -317,7 +320,7 @@ struct Conn : std::enable_shared_from_this<Conn> {
       const std::string within = " within " + std::to_string(self->t.opts.setup_timeout.count()) + " ms";
       const std::string what = (self->state == State::connecting ? "not connected" : "no hello") + within;
       self->close(LogLevel::warn, what,
-                  Error(Errc::unavailable, "peer " + std::to_string(self->target.value()) + " at " +
+                  Error(Errc::unavailable, self->peer_name() + " at " +
                                                self->address + ": " + what));
     });
   }
@@ -360,7 +363,7 @@ struct Conn : std::enable_shared_from_this<Conn> {
   }
 
   Error lost(const std::string& why) const {
-    return Error(Errc::unavailable, "peer " + std::to_string(target.value()) + " at " + address + ": " + why);
+    return Error(Errc::unavailable, peer_name() + " at " + address + ": " + why);
   }
 
   void read_header() {
@@ -562,7 +565,7 @@ void AsioPeerTransport::Impl::do_request(NodeId peer, PeerMessageType type, std:
       auto keep = c;
       asio::post(io, [keep] {
         keep->close(LogLevel::warn, "bad peer address (want host:port)",
-                    Error(Errc::unavailable, "peer " + std::to_string(keep->target.value()) + " has a bad address '" +
+                    Error(Errc::unavailable, keep->peer_name() + " has a bad address '" +
                                                  keep->address + "' (want host:port)", Outcome::transient));
       });
     } else {
@@ -572,7 +575,7 @@ void AsioPeerTransport::Impl::do_request(NodeId peer, PeerMessageType type, std:
             if (c->state == Conn::State::closed) return;
             if (ec) {
               c->close(LogLevel::warn, "cannot resolve: " + ec.message(),
-                       Error(Errc::unavailable, "cannot resolve peer " + std::to_string(c->target.value()) +
+                       Error(Errc::unavailable, "cannot resolve " + c->peer_name() +
                                                     " at " + c->address + ": " + ec.message()));
               return;
             }
@@ -580,7 +583,7 @@ void AsioPeerTransport::Impl::do_request(NodeId peer, PeerMessageType type, std:
               if (c->state == Conn::State::closed) return;
               if (ec) {
                 c->close(LogLevel::info, "cannot connect: " + ec.message(),
-                         Error(Errc::unavailable, "cannot connect to peer " + std::to_string(c->target.value()) +
+                         Error(Errc::unavailable, "cannot connect to " + c->peer_name() +
                                                       " at " + c->address + ": " + ec.message()));
                 return;
               }
