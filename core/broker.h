@@ -53,6 +53,7 @@
 #include <vector>
 
 #include "catalog_image.h"
+#include "peer_directory.h"
 #include "serving_plan.h"
 #include "sluice/host.h"
 #include "sluice/metadata.h"
@@ -67,6 +68,9 @@ struct BrokerOptions {
   std::int64_t heartbeat_interval_ms = 2000;
   std::string advertised_address;      // host:port of this node's API, for not_leader answers
   std::vector<std::string> features;   // what this broker reports (sorted)
+  std::string peer_address;            // transport.address, registered as its peer_address
+  // Filled from the catalog's broker registrations (snapshots and changes); may be null.
+  std::shared_ptr<PeerDirectory> peers;
   // Called (from the heartbeat thread) when the control plane refuses this broker while it
   // runs, e.g. a feature it lacks was finalized while it was paused. The node must stop.
   std::function<void(const std::string&)> on_fenced;

@@ -168,6 +168,7 @@ Result<void> BrokerRuntime::resync() {
   std::vector<FeatureInfo> features;  // when each feature was finalized (the snapshot has only names)
   if (auto f = catalog_.list_features(); f) features = std::move(f.value());
   image_ = image_from_snapshot(*snap, features);
+  if (opts_.peers) opts_.peers->replace_from_catalog(snap->brokers);
   resync_pending_ = false;
   snapshot_seq_ = snap->seq;
   // The whole catalog against what is held and the floors: nothing is dropped before it is
@@ -189,6 +190,10 @@ Result<void> BrokerRuntime::resync() {
 void BrokerRuntime::apply(const ChangeEvent& ev) {
   // A change the snapshot already holds (queued by the previous watch before a resync).
   if (ev.seq <= snapshot_seq_) return;
+  // The peer directory follows broker registrations (it holds no shard data, so it needs
+  // no plan and may run ahead of a pending resync, which replaces it anyway).
+  if (opts_.peers && ev.kind == ChangeEvent::Kind::broker_registered) opts_.peers->learn(ev.broker);
+  if (opts_.peers && ev.kind == ChangeEvent::Kind::broker_unregistered) opts_.peers->forget(ev.broker.id);
   if (resync_pending_) return;  // the queued resync covers it
   replay(image_, ev);
   switch (ev.kind) {

@@ -2,9 +2,12 @@
 // logging to stderr (journald picks it up under systemd).
 #pragma once
 
+#include <atomic>
+
 #include "config.h"
 #include "identity.h"
 #include "sluice/host.h"
+#include "sluice/transport.h"
 
 namespace sluice::core {
 
@@ -24,10 +27,15 @@ class NodeHost final : public PluginHost {
   Result<void> adopt_cluster_id(const std::string& cluster_id) override;
   std::string cluster_id() const override { return id_.cluster_id(); }
   void log(LogLevel level, std::string_view component, std::string_view message) override;
+  // The broker's peer transport (core/peer_transport.h), or null: set by main once the
+  // cluster id is known, on nodes with the broker role; cleared before it is destroyed.
+  PeerTransport* peer_transport() override { return transport_.load(); }
+  void set_peer_transport(PeerTransport* t) { transport_.store(t); }
 
  private:
   const Config& config_;
   DataDirIdentity& id_;
+  std::atomic<PeerTransport*> transport_{nullptr};
 };
 
 }  // namespace sluice::core
