@@ -400,6 +400,7 @@ int main(int argc, char** argv) {
   }
 
   if (auto r = metadata->start(); !r) die(1, "metadata: " + r.error().message);
+  host.set_metadata(metadata.get());  // shard leaders shrink/grow their in-sync sets through it
   // From here on the metadata store may have acknowledged writes (a controller that joined
   // or bootstrapped counts toward commits): nothing it wrote is taken back any more.
   g_fresh = nullptr;
@@ -461,6 +462,7 @@ int main(int argc, char** argv) {
   if (transport) transport->stop();
   broker->stop();
   if (storage) storage->shutdown();
+  host.set_metadata(nullptr);
   metadata->stop();
   // Release in dependency order: storage may still hold callbacks whose code lives in the
   // API plugin (long-poll waiters), so the API library is unloaded only after storage.

@@ -7,6 +7,7 @@
 #include "config.h"
 #include "identity.h"
 #include "sluice/host.h"
+#include "sluice/metadata.h"
 #include "sluice/transport.h"
 
 namespace sluice::core {
@@ -31,11 +32,20 @@ class NodeHost final : public PluginHost {
   // cluster id is known, on nodes with the broker role; cleared before it is destroyed.
   PeerTransport* peer_transport() override { return transport_.load(); }
   void set_peer_transport(PeerTransport* t) { transport_.store(t); }
+  // The shard compare-and-set goes to the metadata store: set by main once it has started,
+  // cleared before it stops. Without one: unavailable.
+  Result<Assignment> update_shard(const ShardUpdate& update) override {
+    auto* m = metadata_.load();
+    if (!m) return Error(Errc::unavailable, "the metadata store is not running");
+    return m->update_shard(update);
+  }
+  void set_metadata(MetadataStore* m) { metadata_.store(m); }
 
  private:
   const Config& config_;
   DataDirIdentity& id_;
   std::atomic<PeerTransport*> transport_{nullptr};
+  std::atomic<MetadataStore*> metadata_{nullptr};
 };
 
 }  // namespace sluice::core
