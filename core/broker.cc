@@ -58,7 +58,7 @@ void BrokerRuntime::stop() {
   std::unique_lock lk(streams_mu_);
   if (storage_)
     for (auto& [key, st] : streams_)
-      for (auto& s : st->shards)
+      for (auto& s : st->held)
         if (s) storage_->close_shard(s->ref());
   streams_.clear();
 }
@@ -70,8 +70,10 @@ Result<void> BrokerRuntime::register_self() {
   reg.directory_id = info_.directory_id;
   reg.version = info_.version;
   reg.features = opts_.features;
+  reg.peer_address = opts_.peer_address;
   auto r = catalog_.register_broker(reg);
   if (!r) return r.error();
+  if (opts_.peers) opts_.peers->learn(r.value());
   registered_ = true;
   return {};
 }
@@ -88,7 +90,7 @@ void BrokerRuntime::heartbeat_loop() {
       {
         std::unique_lock slk(streams_mu_);
         for (auto& [key, st] : streams_)
-          for (auto& sh : st->shards)
+          for (auto& sh : st->held)
             if (sh) storage_->close_shard(sh->ref());
         streams_.clear();
       }

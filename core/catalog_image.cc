@@ -44,6 +44,20 @@ void replay(CatalogImage& img, const ChangeEvent& ev) {
     case ChangeEvent::Kind::feature_finalized:
       img.finalized.emplace(ev.feature, ev.seq);
       break;
+    case ChangeEvent::Kind::shard_changed:
+      // Replaces that one shard of that one incarnation; a change to an incarnation the image
+      // no longer holds (deleted and recreated since) changes nothing.
+      for (const auto& a : ev.assignments) {
+        auto st = img.streams.find(a.key);
+        if (st == img.streams.end() || st->second.incarnation != a.incarnation) continue;
+        auto& v = img.assignments[a.key];
+        auto it = std::find_if(v.begin(), v.end(), [&](const Assignment& x) { return x.shard == a.shard; });
+        if (it == v.end())
+          v.push_back(a);
+        else if (it->incarnation == a.incarnation && a.version >= it->version)
+          *it = a;
+      }
+      break;
     default:
       break;
   }

@@ -165,6 +165,10 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   bool replicated() const { return replicated_; }
   // End of fdatasync'd data (every batch below it survives a crash).
   Offset durable_end() const { return Offset(durable_end_.load(std::memory_order_acquire)); }
+  // The first retained offset (0 once closed).
+  Offset log_start();
+  // The epoch of the last batch held (from the history; 0 with an empty log or RF=1).
+  LeaderEpoch last_data_epoch();
   Offset high_watermark() const { return Offset(hwm_.load(std::memory_order_acquire)); }
   // Raises the high watermark to min(hwm, durable_end()) if that is higher; wakes readers
   // beyond it and completes quorum appends whose batch ends at or below it (if the in-sync

@@ -275,6 +275,18 @@ Result<EpochEnd> ShardLogImpl::end_offset_for(LeaderEpoch e) {
   return history_.end_offset_for(e, end);
 }
 
+Offset ShardLogImpl::log_start() {
+  std::lock_guard lk(seg_mu_);
+  return Offset(segments_.empty() ? 0 : segments_.front()->base());
+}
+
+LeaderEpoch ShardLogImpl::last_data_epoch() {
+  const std::uint64_t end = durable_end_.load(std::memory_order_acquire);
+  if (end == 0) return LeaderEpoch(0);
+  std::lock_guard lk(epoch_mu_);
+  return history_.epoch_at(Offset(end - 1));
+}
+
 std::vector<EpochEntry> ShardLogImpl::epoch_entries() {
   std::lock_guard lk(epoch_mu_);
   return history_.entries();

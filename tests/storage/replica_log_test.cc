@@ -13,6 +13,7 @@
 
 #include "epoch_history.h"
 #include "layout.h"
+#include "shard_replica_log.h"
 #include "storage_test_util.h"
 
 namespace sluice::fs_storage::testing {
@@ -653,6 +654,36 @@ TEST(ReplicaLogTest, ConcurrentAppendsAndReplicationAcknowledgeEveryQuorumAppend
   EXPECT_EQ(follower.log->durable_end(), Offset(end));
   EXPECT_EQ(segment_files(follower.log_dir()), segment_files(leader.log_dir()));
   EXPECT_EQ(read_all(*leader.log).size(), end);
+}
+
+// The ReplicaManager drives the shard log through the ReplicaLog seam.
+TEST(ReplicaLogTest, ShardReplicaLogServesTheReplicaManagerSeam) {
+  Node a, b;
+  std::shared_ptr<ReplicaLog> leader = std::make_shared<ShardReplicaLog>(a.log);
+  std::shared_ptr<ReplicaLog> follower = std::make_shared<ShardReplicaLog>(b.log);
+  EXPECT_EQ(leader->ref(), a.ref);
+  ASSERT_TRUE(leader->become_leader(LeaderEpoch(2)));
+  ASSERT_TRUE(follower->become_follower(LeaderEpoch(2), NodeId(1)));
+  EXPECT_EQ(follower->last_data_epoch(), LeaderEpoch(0));
+  append_n(*a.log, "s", 3);
+  EXPECT_EQ(leader->last_data_epoch(), LeaderEpoch(2));
+  EXPECT_EQ(leader->log_start(), Offset(0));
+  while (follower->durable_end() < leader->durable_end()) {
+    auto c = leader->read_raw(follower->durable_end(), 1);
+    ASSERT_TRUE(c) << c.error().to_string();
+    EXPECT_EQ(c->epoch, LeaderEpoch(2));
+    ASSERT_TRUE(follower->append_replica(c->bytes, follower->durable_end(), c->epoch));
+    EXPECT_EQ(follower->durable_end(), c->next);
+  }
+  EXPECT_EQ(follower->last_data_epoch(), LeaderEpoch(2));
+  auto end = leader->end_offset_for(LeaderEpoch(2));
+  ASSERT_TRUE(end);
+  EXPECT_EQ(end->end, Offset(9));
+  leader->advance_high_watermark(follower->durable_end());
+  EXPECT_EQ(leader->high_watermark(), Offset(9));
+  ASSERT_TRUE(leader->fence(LeaderEpoch(3)));
+  EXPECT_EQ(leader->leader_epoch(), LeaderEpoch(3));
+  EXPECT_EQ(segment_files(b.log_dir()), segment_files(a.log_dir()));
 }
 
 // --- crashes -----------------------------------------------------------------------------

@@ -38,4 +38,11 @@ std::uint32_t default_min_insync(std::uint32_t replication_factor);
 // The caller then stores the update with version current.version + 1.
 Result<void> check_shard_update(const Assignment& current, const ShardUpdate& update);
 
+// An operator's leader move (docs/replication.md "Moving a leader"): the compare-and-set
+// that makes `broker` lead `current`'s shard, in the next leader epoch, with the in-sync set
+// kept. invalid_argument if `broker` is 0 or not a replica; conflict if it already leads, or
+// if it is not in the in-sync set (it may lack acknowledged records: electing it could lose
+// them, which is issue 11's unclean election, not a move).
+Result<ShardUpdate> plan_leader_move(const Assignment& current, NodeId broker);
+
 }  // namespace sluice
