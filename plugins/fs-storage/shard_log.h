@@ -195,7 +195,8 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   // This replica learned that epoch `newer` exists (it was deposed): it stops accepting
   // client appends (fenced) and fails every pending quorum append with fenced, naming both
   // epochs, then persists `newer`. Refuses newer below the current epoch (fenced);
-  // newer == current is a no-op unless this replica leads in it (invalid_argument).
+  // newer == current stops a leader of that epoch the same way (nothing to persist) and is
+  // a no-op on any other role.
   Result<void> fence(LeaderEpoch newer);
   LeaderEpoch leader_epoch();
   // The leader this replica follows (0 unless a follower).

@@ -234,18 +234,16 @@ Result<void> ShardLogImpl::fence(LeaderEpoch newer) {
   std::vector<QuorumWaiter> quorum;
   std::vector<DupWaiter> dups;
   LeaderEpoch deposed;
+  bool persist;
   {
     std::lock_guard lk(mu_);
     if (newer < epoch_)
       return Error(Errc::fenced, "shard " + ref_.to_string() + ": epoch " + epoch_str(newer) +
                                      " is below this replica's epoch " + epoch_str(epoch_));
-    if (newer == epoch_) {
-      if (role_ == Role::leader && !switching_)
-        return Error(Errc::invalid_argument, "shard " + ref_.to_string() +
-                                                 " leads in epoch " + epoch_str(newer) +
-                                                 "; only a newer epoch fences it");
-      return {};
-    }
+    // The current epoch only stops its own leader (the catalog left the shard without
+    // one); the epoch is already persisted then.
+    if (newer == epoch_ && role_ != Role::leader) return {};
+    persist = newer != epoch_;
     // In memory first: refusing is always safe, even if persisting fails below.
     deposed = role_ == Role::leader ? epoch_ : led_epoch_;
     role_ = Role::fenced;
@@ -256,6 +254,7 @@ Result<void> ShardLogImpl::fence(LeaderEpoch newer) {
   }
   for (auto& q : quorum) q.cb(fenced_error(deposed, newer));
   for (auto& d : dups) d.cb(fenced_error(deposed, newer));
+  if (!persist) return {};
   return save_history(newer, epoch_entries());
 }
 

@@ -593,6 +593,22 @@ TEST(ReplicaLogTest, DeposedLeaderWithAnEmptyLogFailsAnInFlightQuorumAppend) {
   EXPECT_EQ(empty.log->durable_end(), Offset(0));
 }
 
+TEST(ReplicaLogTest, FencingByItsOwnEpochStopsALeader) {
+  Node n;
+  ASSERT_TRUE(n.log->become_leader(LeaderEpoch(3)));
+  auto q = start_append(*n.log, batch("q"), AckMode::quorum);
+  wait_durable_beyond(*n.log, 2);
+  ASSERT_TRUE(n.log->fence(LeaderEpoch(3)));  // the catalog left the shard leaderless
+  auto r = q.get();
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::fenced);
+  EXPECT_EQ(append_wait(*n.log, batch("later")).error().code, Errc::fenced);
+  EXPECT_EQ(n.log->leader_epoch(), LeaderEpoch(3));
+  EXPECT_EQ(n.log->become_leader(LeaderEpoch(3)).error().code, Errc::fenced);
+  ASSERT_TRUE(n.log->fence(LeaderEpoch(3)));  // again: nothing to do
+  ASSERT_TRUE(n.log->become_leader(LeaderEpoch(4)));
+}
+
 TEST(ReplicaLogTest, BecomingFollowerFailsTheFormerLeadersQuorumAppends) {
   Node n;
   ASSERT_TRUE(n.log->become_leader(LeaderEpoch(1)));
