@@ -107,7 +107,7 @@ TEST(ControllerRpc, RemoteCreateIsVisibleOnTheControllerAndViceVersa) {
   EXPECT_EQ(remote.get_stream({"acme", "prod", "nope"}).error().code, Errc::not_found);
 
   // Fleet methods.
-  auto b = remote.register_broker({NodeId{2}, "127.0.0.1:9002", "d2", "0.7.0", {"stream_incarnations", "cache_incarnations"}});
+  auto b = remote.register_broker({NodeId{2}, "127.0.0.1:9002", "d2", "0.7.0", {"stream_incarnations", "cache_incarnations", "replicated_shards"}});
   ASSERT_TRUE(b.ok()) << b.error().to_string();
   EXPECT_TRUE(remote.heartbeat_broker(NodeId{2}).ok());
   EXPECT_EQ(remote.heartbeat_broker(NodeId{9}).error().code, Errc::not_found);
