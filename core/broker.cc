@@ -70,6 +70,7 @@ Result<void> BrokerRuntime::register_self() {
   reg.directory_id = info_.directory_id;
   reg.version = info_.version;
   reg.features = opts_.features;
+  reg.peer_address = opts_.peer_address;
   auto r = catalog_.register_broker(reg);
   if (!r) return r.error();
   registered_ = true;

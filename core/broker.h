@@ -66,6 +66,7 @@ struct BrokerOptions {
   std::int64_t catalog_timeout_ms = 10000;
   std::int64_t heartbeat_interval_ms = 2000;
   std::string advertised_address;      // host:port of this node's API, for not_leader answers
+  std::string peer_address;            // host:port of its peer transport; registered (may be empty)
   std::vector<std::string> features;   // what this broker reports (sorted)
   // Called (from the heartbeat thread) when the control plane refuses this broker while it
   // runs, e.g. a feature it lacks was finalized while it was paused. The node must stop.
