@@ -44,6 +44,16 @@ void replay(CatalogImage& img, const ChangeEvent& ev) {
     case ChangeEvent::Kind::feature_finalized:
       img.finalized.emplace(ev.feature, ev.seq);
       break;
+    case ChangeEvent::Kind::shard_changed:
+      // The one assignment as an update_shard left it; only for the incarnation held (a
+      // change of an older incarnation that arrives late changes nothing).
+      for (const auto& changed : ev.assignments) {
+        auto it = img.assignments.find(changed.key);
+        if (it == img.assignments.end()) continue;
+        for (auto& a : it->second)
+          if (a.shard == changed.shard && a.incarnation == changed.incarnation) a = changed;
+      }
+      break;
     default:
       break;
   }
