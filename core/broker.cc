@@ -58,7 +58,7 @@ void BrokerRuntime::stop() {
   std::unique_lock lk(streams_mu_);
   if (storage_)
     for (auto& [key, st] : streams_)
-      for (auto& s : st->shards)
+      for (auto& s : st->held)
         if (s) storage_->close_shard(s->ref());
   streams_.clear();
 }
@@ -73,6 +73,7 @@ Result<void> BrokerRuntime::register_self() {
   reg.peer_address = opts_.peer_address;
   auto r = catalog_.register_broker(reg);
   if (!r) return r.error();
+  if (opts_.peers) opts_.peers->learn(r.value());
   registered_ = true;
   return {};
 }
@@ -89,7 +90,7 @@ void BrokerRuntime::heartbeat_loop() {
       {
         std::unique_lock slk(streams_mu_);
         for (auto& [key, st] : streams_)
-          for (auto& sh : st->shards)
+          for (auto& sh : st->held)
             if (sh) storage_->close_shard(sh->ref());
         streams_.clear();
       }

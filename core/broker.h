@@ -53,6 +53,7 @@
 #include <vector>
 
 #include "catalog_image.h"
+#include "peer_directory.h"
 #include "serving_plan.h"
 #include "sluice/host.h"
 #include "sluice/metadata.h"
@@ -66,8 +67,10 @@ struct BrokerOptions {
   std::int64_t catalog_timeout_ms = 10000;
   std::int64_t heartbeat_interval_ms = 2000;
   std::string advertised_address;      // host:port of this node's API, for not_leader answers
-  std::string peer_address;            // host:port of its peer transport; registered (may be empty)
   std::vector<std::string> features;   // what this broker reports (sorted)
+  std::string peer_address;            // transport.address, registered as its peer_address
+  // Filled from the catalog's broker registrations (snapshots and changes); may be null.
+  std::shared_ptr<PeerDirectory> peers;
   // Called (from the heartbeat thread) when the control plane refuses this broker while it
   // runs, e.g. a feature it lacks was finalized while it was paused. The node must stop.
   std::function<void(const std::string&)> on_fenced;
@@ -101,6 +104,7 @@ class BrokerRuntime final : public Node {
                                            std::function<void()> cb) override;
   void cancel_notify(const StreamKey& key, ShardIndex shard, std::uint64_t handle) override;
   Result<std::vector<ShardStatus>> shards(const StreamKey& key) override;
+  Result<Assignment> move_leader(const StreamKey& key, ShardIndex shard, NodeId broker) override;
   Result<GroupDelivery> group_fetch(const StreamKey& key, ShardIndex shard, const std::string& group,
                                     std::uint32_t max_records, const GroupOptions& opts) override;
   Result<void> group_ack(const StreamKey& key, ShardIndex shard, const std::string& group,
@@ -121,11 +125,13 @@ class BrokerRuntime final : public Node {
   bool wait_applied(ChangeSeq seq, std::int64_t timeout_ms);
 
  private:
-  // One stream incarnation as this broker knows it. `shards[i]` is null unless this broker
-  // holds shard i's assignment.
+  // One stream incarnation as this broker knows it. `held[i]` is the open log of shard i when
+  // this broker holds a replica of it; `shards[i]` is the same log when this broker also
+  // leads it (serves clients), else null.
   struct StreamState {
     StreamInfo info;
     std::vector<Assignment> assignments;
+    std::vector<std::shared_ptr<ShardLog>> held;
     std::vector<std::shared_ptr<ShardLog>> shards;
     std::atomic<std::uint32_t> sticky{0};
     // Non-empty: known but not served, and why (every data call answers conflict).

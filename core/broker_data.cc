@@ -251,11 +251,41 @@ Result<std::vector<ShardStatus>> BrokerRuntime::shards(const StreamKey& key) {
         s.generation = a.generation;
         s.leader = a.leader;
         s.replicas = a.replicas;
+        s.leader_epoch = a.leader_epoch;
+        s.in_sync = a.in_sync;
+        s.version = a.version;
       }
-    if (st->shards[i]) s.stats = st->shards[i]->stats();
+    if (i < st->held.size() && st->held[i]) {
+      s.stats = st->held[i]->stats();
+      s.held = true;
+    }
     out.push_back(std::move(s));
   }
   return out;
+}
+
+Result<Assignment> BrokerRuntime::move_leader(const StreamKey& key, ShardIndex shard, NodeId broker) {
+  if (auto v = validate_stream_key(key); !v) return v.error();
+  auto st = find(key);
+  if (!st) return Error(Errc::not_found, "stream " + key.to_string() + " does not exist");
+  if (!st->refused.empty()) return Error(Errc::conflict, st->refused);
+  const Assignment* cur = nullptr;
+  for (const auto& a : st->assignments)
+    if (a.shard == shard) cur = &a;
+  if (!cur)
+    return Error(Errc::not_found, "stream " + key.to_string() + " has " + std::to_string(st->info.spec.shards) +
+                                      " shards; shard " + std::to_string(shard.value()) + " does not exist");
+  // Decided against this node's view; the catalog's compare-and-set refuses it (conflict,
+  // naming the stored version) if the shard has moved on since.
+  auto u = plan_leader_move(*cur, broker);
+  if (!u) return u.error();
+  auto r = catalog_.update_shard(*u);
+  if (!r) return r.error();
+  host_.log(LogLevel::info, "broker",
+            "operator moved the leader of " + key.to_string() + " shard " + std::to_string(shard.value()) +
+                " to broker " + std::to_string(broker.value()) + " (epoch " +
+                std::to_string(r->leader_epoch.value()) + ", version " + std::to_string(r->version.value()) + ")");
+  return r;
 }
 
 namespace {

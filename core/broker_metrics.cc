@@ -34,6 +34,26 @@ std::string BrokerRuntime::metrics_text() {
     ShardStats stats;
   };
   std::vector<Row> rows;
+  struct HeldRow {
+    MetricLabels labels;
+    ShardStats stats;
+    std::size_t in_sync = 0;
+  };
+  std::vector<HeldRow> held_rows;  // every replica this broker holds, leader or follower
+  for (auto& st : all) {
+    for (std::size_t i = 0; i < st->held.size(); ++i) {
+      if (!st->held[i]) continue;
+      HeldRow r{{{"tenant", st->info.key.tenant},
+                 {"namespace", st->info.key.ns},
+                 {"stream", st->info.key.name},
+                 {"shard", std::to_string(i)},
+                 {"incarnation", std::to_string(st->info.incarnation.value())}},
+                st->held[i]->stats()};
+      for (const auto& a : st->assignments)
+        if (a.shard.value() == i) r.in_sync = a.in_sync.size();
+      held_rows.push_back(std::move(r));
+    }
+  }
   for (auto& st : all) {
     for (std::size_t i = 0; i < st->shards.size(); ++i) {
       if (!st->shards[i]) continue;
@@ -59,6 +79,35 @@ std::string BrokerRuntime::metrics_text() {
             [](const ShardStats& s) { return s.syncs; });
   per_shard("sluice_shard_appended_records_total", "Records appended since the shard opened.", MetricType::counter,
             [](const ShardStats& s) { return s.appended_records; });
+  auto per_replica = [&](const char* name, const char* help, MetricType type, auto field) {
+    w.family(name, help, type);
+    for (const auto& r : held_rows) w.sample(name, r.labels, static_cast<std::uint64_t>(field(r)));
+  };
+  per_replica("sluice_shard_log_end", "End of the log this broker holds (synced or not), per replica.",
+              MetricType::gauge, [](const HeldRow& r) { return r.stats.log_end.value(); });
+  per_replica("sluice_shard_leader_epoch", "Highest leader epoch this replica has acted in.", MetricType::gauge,
+              [](const HeldRow& r) { return r.stats.leader_epoch.value(); });
+  per_replica("sluice_shard_leading", "1 if this broker leads the shard, else 0.", MetricType::gauge,
+              [](const HeldRow& r) { return r.stats.leading ? 1 : 0; });
+  per_replica("sluice_shard_in_sync_replicas", "Members of the shard's in-sync set, as the catalog holds it.",
+              MetricType::gauge, [](const HeldRow& r) { return r.in_sync; });
+  // The leader's view of each replica.
+  w.family("sluice_shard_replica_lag_ms", "How long a replica has been behind the leader's log end (leader's view).",
+           MetricType::gauge);
+  for (const auto& r : held_rows)
+    for (const auto& p : r.stats.replicas) {
+      auto labels = r.labels;
+      labels.push_back({"replica", std::to_string(p.broker.value())});
+      w.sample("sluice_shard_replica_lag_ms", labels, static_cast<std::uint64_t>(p.lag_ms));
+    }
+  w.family("sluice_shard_replica_durable_end", "A replica's durable log end as it last reported (leader's view).",
+           MetricType::gauge);
+  for (const auto& r : held_rows)
+    for (const auto& p : r.stats.replicas) {
+      auto labels = r.labels;
+      labels.push_back({"replica", std::to_string(p.broker.value())});
+      w.sample("sluice_shard_replica_durable_end", labels, p.durable_end.value());
+    }
   return std::move(w).str();
 }
 

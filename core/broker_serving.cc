@@ -19,7 +19,7 @@ HeldStreams BrokerRuntime::held() {
     HeldStream h;
     h.incarnation = st->info.incarnation;
     h.assignments = st->assignments;
-    for (const auto& s : st->shards) h.open.push_back(s != nullptr);
+    for (const auto& s : st->held) h.open.push_back(s != nullptr);
     out.emplace(key, std::move(h));
   }
   return out;
@@ -107,20 +107,43 @@ Result<void> BrokerRuntime::apply_plan(const ServingPlan& plan, Registration reg
     st->info = sv.info;
     st->assignments = sv.assignments;
     st->refused = sv.refused;
+    st->held.resize(sv.info.spec.shards);
     st->shards.resize(sv.info.spec.shards);
     std::uint32_t fresh = 0;
-    for (std::uint32_t i = 0; i < sv.serve.size(); ++i) {
-      if (!sv.serve[i]) continue;
+    for (std::uint32_t i = 0; i < sv.hold.size(); ++i) {
+      if (!sv.hold[i]) continue;
       const ShardRef ref{key, ShardIndex{i}, sv.info.incarnation};
+      const Assignment* was = nullptr;
       if (auto it = opened.find(ref); it != opened.end()) {
-        st->shards[i] = it->second;
+        st->held[i] = it->second;
         ++fresh;
-      } else if (cur && cur->info.incarnation == sv.info.incarnation && i < cur->shards.size()) {
-        st->shards[i] = cur->shards[i];
+      } else if (cur && cur->info.incarnation == sv.info.incarnation && i < cur->held.size()) {
+        st->held[i] = cur->held[i];
+        for (const auto& a : cur->assignments)
+          if (a.shard.value() == i) was = &a;
       }
+      if (!st->held[i]) continue;
+      const Assignment* now = nullptr;
+      for (const auto& a : sv.assignments)
+        if (a.shard.value() == i) now = &a;
+      // The engine learns the shard's replica state after it opens and after every change.
+      bool ok = true;
+      if (now && (!was || was->version != now->version || was->leader != now->leader ||
+                  was->leader_epoch != now->leader_epoch || was->replicas != now->replicas)) {
+        ReplicaAssignment ra{now->replicas, now->leader, now->leader_epoch, now->in_sync, now->version,
+                             sv.info.spec.min_insync};
+        if (ra.replicas.empty()) ra.replicas = {now->leader};
+        if (auto r = storage_->assign(ref, ra); !r) {
+          ok = false;
+          host_.log(LogLevel::error, "broker",
+                    "shard " + ref.to_string() + ": the storage engine refused its replica state: " +
+                        r.error().to_string());
+        }
+      }
+      if (sv.serve[i] && ok) st->shards[i] = st->held[i];
     }
     if (failed.count(key)) {
-      for (auto& s : st->shards)
+      for (auto& s : st->held)
         if (s) storage_->close_shard(s->ref());
       std::unique_lock lk(streams_mu_);
       streams_.erase(key);
@@ -145,6 +168,7 @@ Result<void> BrokerRuntime::resync() {
   std::vector<FeatureInfo> features;  // when each feature was finalized (the snapshot has only names)
   if (auto f = catalog_.list_features(); f) features = std::move(f.value());
   image_ = image_from_snapshot(*snap, features);
+  if (opts_.peers) opts_.peers->replace_from_catalog(snap->brokers);
   resync_pending_ = false;
   snapshot_seq_ = snap->seq;
   // The whole catalog against what is held and the floors: nothing is dropped before it is
@@ -166,12 +190,20 @@ Result<void> BrokerRuntime::resync() {
 void BrokerRuntime::apply(const ChangeEvent& ev) {
   // A change the snapshot already holds (queued by the previous watch before a resync).
   if (ev.seq <= snapshot_seq_) return;
+  // The peer directory follows broker registrations (it holds no shard data, so it needs
+  // no plan and may run ahead of a pending resync, which replaces it anyway).
+  if (opts_.peers && ev.kind == ChangeEvent::Kind::broker_registered) opts_.peers->learn(ev.broker);
+  if (opts_.peers && ev.kind == ChangeEvent::Kind::broker_unregistered) opts_.peers->forget(ev.broker.id);
   if (resync_pending_) return;  // the queued resync covers it
   replay(image_, ev);
   switch (ev.kind) {
     case ChangeEvent::Kind::stream_created:
     case ChangeEvent::Kind::stream_deleted:
-      if (auto r = apply_plan(plan_serving(image_, serving_node(), held(), floors_, ev.stream.key),
+    case ChangeEvent::Kind::shard_changed:
+      if (auto r = apply_plan(plan_serving(image_, serving_node(), held(), floors_,
+                                           ev.kind == ChangeEvent::Kind::shard_changed && !ev.assignments.empty()
+                                               ? ev.assignments.front().key
+                                               : ev.stream.key),
                               Registration::done);
           !r) {
         // Not carried out (apply_plan logged why): nothing after it is marked applied until

@@ -45,13 +45,17 @@ void replay(CatalogImage& img, const ChangeEvent& ev) {
       img.finalized.emplace(ev.feature, ev.seq);
       break;
     case ChangeEvent::Kind::shard_changed:
-      // The one assignment as an update_shard left it; only for the incarnation held (a
-      // change of an older incarnation that arrives late changes nothing).
-      for (const auto& changed : ev.assignments) {
-        auto it = img.assignments.find(changed.key);
-        if (it == img.assignments.end()) continue;
-        for (auto& a : it->second)
-          if (a.shard == changed.shard && a.incarnation == changed.incarnation) a = changed;
+      // Replaces that one shard of that one incarnation; a change to an incarnation the image
+      // no longer holds (deleted and recreated since) changes nothing.
+      for (const auto& a : ev.assignments) {
+        auto st = img.streams.find(a.key);
+        if (st == img.streams.end() || st->second.incarnation != a.incarnation) continue;
+        auto& v = img.assignments[a.key];
+        auto it = std::find_if(v.begin(), v.end(), [&](const Assignment& x) { return x.shard == a.shard; });
+        if (it == v.end())
+          v.push_back(a);
+        else if (it->incarnation == a.incarnation && a.version >= it->version)
+          *it = a;
       }
       break;
     default:

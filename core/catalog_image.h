@@ -36,7 +36,7 @@ struct CatalogImage {
 // snapshot lacks; pass empty if unavailable (then each seq is 0).
 CatalogImage image_from_snapshot(const CatalogSnapshot& snap, const std::vector<FeatureInfo>& features);
 
-// Replays one change into the image. Stream, tombstone and feature events change it;
+// Replays one change into the image. Stream, tombstone, shard and feature events change it;
 // the rest (tenants, namespaces, brokers, caches) hold no shard data and are skipped.
 void replay(CatalogImage& image, const ChangeEvent& ev);
 

@@ -37,6 +37,11 @@ Options:
                      (offline, raft-meta controllers) set this member's Raft log and
                      snapshots aside so that its next start, with metadata.join set,
                      rebuilds its catalog from the leader's snapshot and log
+  probe-peer HOST:PORT [--cluster-id ID]
+                     connect to a broker's peer transport (transport.address), exchange
+                     hellos and ping it; prints the peer's node id and directory.id, or
+                     the error (exit 1). The hello carries ID, else the cluster.id in
+                     data.dir's meta.properties (read only; the node may be running)
   --version          print the version and exit
   -h, --help         show this help
 
@@ -140,6 +145,25 @@ CommandLine parse_command_line(int argc, char** argv) {
   }
   out.print_config = vm.count("print-config") > 0;
   if (rest.empty()) return out;
+  if (rest[0] == "probe-peer") {
+    static constexpr const char* kLine = "Usage: sluiced [options] probe-peer HOST:PORT [--cluster-id ID]";
+    po::options_description popts;
+    popts.add_options()("cluster-id", po::value<std::string>(), "")("address", po::value<std::vector<std::string>>(), "");
+    po::positional_options_description ppos;
+    ppos.add("address", -1);
+    po::variables_map pvm;
+    try {
+      const std::vector<std::string> args(rest.begin() + 1, rest.end());
+      po::store(po::command_line_parser(args).options(popts).positional(ppos).style(kStyle).run(), pvm);
+    } catch (const po::error& e) {
+      usage_error(std::string("probe-peer: ") + e.what(), kLine);
+    }
+    const auto addrs = pvm.count("address") ? pvm["address"].as<std::vector<std::string>>() : std::vector<std::string>{};
+    if (addrs.empty()) usage_error("probe-peer needs HOST:PORT", kLine);
+    if (addrs.size() > 1) usage_error("probe-peer: unexpected argument '" + addrs[1] + "'", kLine);
+    out.probe = {addrs[0], pvm.count("cluster-id") ? pvm["cluster-id"].as<std::string>() : std::string()};
+    return out;
+  }
   if (rest[0] != "admin") usage_error(refusal(rest[0]));
   out.admin = parse_admin(rest);
   return out;

@@ -22,6 +22,8 @@ struct CommandLine {
   // and normalized: {"admin", "list-data"}, {"admin", "rebuild-metadata"} or
   // {"admin", "delete-data", TENANT/NS/STREAM, "--up-to", N} (N is checked by the command).
   std::vector<std::string> admin;
+  // Non-empty for `probe-peer HOST:PORT [--cluster-id ID]`: {address, cluster id or ""}.
+  std::vector<std::string> probe;
 };
 
 // Parses argv. Answers --help, --version and --help-config itself on stdout and exits 0;

@@ -52,6 +52,9 @@ constexpr ConfigKey kConfigKeys[] = {
     {"metadata.rpc_address", "127.0.0.1:7801", "host:port a controller serves the metadata RPC on (brokers connect here; empty disables it)."},
     {"metadata.controllers", "127.0.0.1:7801", "Comma list of controller RPC addresses, for nodes without the controller role."},
     {"metadata.join", "", "Comma list of controller RPC addresses of an existing raft-meta group: a controller with an empty raft directory joins it instead of bootstrapping a new one."},
+    {"transport.address", "127.0.0.1:7802", "host:port the broker's peer transport binds (replication between brokers); registered as the broker's peer_address."},
+    {"transport.peers", "", "Optional static peer directory, NODE_ID=HOST:PORT comma list; wins over the peer addresses the catalog holds."},
+    {"transport.failpoint_file", "", "Test-only: a file of 'drop N' / 'delay N MS' lines dropping or delaying every peer frame this node sends to node N."},
     {"broker.max_records_per_publish", "100000", "Largest number of records in one publish request."},
     {"stream.default_replication_factor", "1", "replication_factor of a stream create that names none (1..5); min_insync defaults to a majority of it. Above 1 needs the fleet feature replicated_shards (metadata level 16)."},
 };

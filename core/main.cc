@@ -7,7 +7,8 @@
 //   4. metadata start: the cluster id is learned and persisted before use  exit 1
 //   5. broker: catalog snapshot applied, every shard opened (recovery)     exit 1
 //   6. API bound; "ready" logged
-// SIGTERM/SIGINT shut down in reverse order: API, broker, storage, metadata.
+//   5b. (brokers) the peer transport binds transport.address                exit 1
+// SIGTERM/SIGINT shut down in reverse order: API, peer transport, broker, storage, metadata.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
@@ -18,6 +19,8 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <fstream>
+#include <map>
 #include <filesystem>
 #include <iostream>
 #include <memory>
@@ -31,6 +34,7 @@
 #include "fresh_paths.h"
 #include "identity.h"
 #include "node_host.h"
+#include "peer_transport.h"
 #include "plugin_loader.h"
 #include "sluice/durable_fs.h"
 #include "sluice/features.h"
@@ -216,6 +220,49 @@ int run_admin(const std::vector<std::string>& args, const core::Config& cfg, Plu
   return rc;
 }
 
+// <data.dir>/meta.properties as key -> value, read only (no lock: the node may be running).
+std::map<std::string, std::string> read_meta_properties(const std::string& data_dir) {
+  std::map<std::string, std::string> out;
+  std::ifstream in(fs::path(data_dir) / "meta.properties");
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto eq = line.find('=');
+    if (eq != std::string::npos && !line.starts_with("#")) out[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  return out;
+}
+
+// sluiced probe-peer HOST:PORT [--cluster-id ID]
+int run_probe(const std::vector<std::string>& probe, const core::Config& cfg) {
+  const std::string& address = probe[0];
+  std::string cluster_id = probe[1];
+  auto meta = read_meta_properties(cfg.get_string("data.dir", "./data"));
+  if (cluster_id.empty()) cluster_id = meta["cluster.id"];
+  if (cluster_id.empty()) {
+    std::fprintf(stderr, "sluiced: probe-peer needs a cluster id: --cluster-id ID, or a data.dir whose "
+                         "meta.properties holds cluster.id\n");
+    return 2;
+  }
+  core::peerwire::Hello self;
+  std::int64_t nid = 0;
+  try {
+    nid = cfg.get_int("node.id", 1);
+  } catch (const std::exception& e) {
+    die(2, e.what());
+  }
+  self.node = NodeId{static_cast<std::uint32_t>(nid)};
+  self.cluster_id = cluster_id;
+  self.directory_id = meta.count("directory.id") ? meta["directory.id"] : "probe";
+  auto r = core::probe_peer(address, self, std::chrono::milliseconds(10000));
+  if (!r) {
+    std::fprintf(stderr, "sluiced: probe-peer %s: %s\n", address.c_str(), r.error().to_string().c_str());
+    return 1;
+  }
+  std::printf("peer %s: node.id %u, directory.id %s, cluster.id %s (ping answered)\n", address.c_str(),
+              r->peer.node.value(), r->peer.directory_id.c_str(), r->cluster_id.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -236,6 +283,8 @@ int main(int argc, char** argv) {
     for (const auto& [k, v] : cfg->effective()) std::printf("%s = %s\n", k.c_str(), v.c_str());
     return 0;
   }
+
+  if (!cli.probe.empty()) return run_probe(cli.probe, *cfg);
 
   // Validate the node-level keys before touching the disk.
   NodeId node_id{0};
@@ -267,6 +316,11 @@ int main(int argc, char** argv) {
         static_cast<std::uint32_t>(cfg->get_int("broker.max_records_per_publish", 100000));
     bopts.catalog_timeout_ms = cfg->get_int("metadata.timeout_ms", 10000);
     bopts.heartbeat_interval_ms = cfg->get_int("broker.heartbeat_interval_ms", 2000);
+    if (auto peers = core::PeerDirectory::parse_static(cfg->get_string("transport.peers", "")); !peers)
+      throw std::invalid_argument(peers.error().message);
+    if (const auto ta = cfg->get_string("transport.address", "127.0.0.1:7802");
+        ta.rfind(':') == std::string::npos || ta.rfind(':') == 0 || ta.rfind(':') + 1 == ta.size())
+      throw std::invalid_argument("transport.address must be host:port, got '" + ta + "'");
     if (bopts.heartbeat_interval_ms < 10) throw std::invalid_argument("broker.heartbeat_interval_ms must be at least 10");
     if (backend != "raft" && backend != "postgres")
       throw std::invalid_argument("metadata.backend must be raft or postgres, got '" + backend + "'");
@@ -346,6 +400,7 @@ int main(int argc, char** argv) {
   }
 
   if (auto r = metadata->start(); !r) die(1, "metadata: " + r.error().message);
+  host.set_metadata(metadata.get());  // shard leaders shrink/grow their in-sync sets through it
   // From here on the metadata store may have acknowledged writes (a controller that joined
   // or bootstrapped counts toward commits): nothing it wrote is taken back any more.
   g_fresh = nullptr;
@@ -366,6 +421,27 @@ int main(int argc, char** argv) {
     g_fenced = true;
     ::kill(::getpid(), SIGTERM);
   };
+  // The peer transport, on brokers only, once the cluster id is known (the hello carries it).
+  std::unique_ptr<core::AsioPeerTransport> transport;
+  if (broker_role) {
+    auto peers = std::make_shared<core::PeerDirectory>();
+    peers->set_static(core::PeerDirectory::parse_static(cfg->get_string("transport.peers", "")).value());
+    core::PeerTransportOptions topts;
+    topts.self = node_id;
+    topts.cluster_id = host.cluster_id();
+    topts.directory_id = identity->directory_id();
+    topts.listen_address = cfg->get_string("transport.address", "127.0.0.1:7802");
+    topts.failpoint_file = cfg->get_string("transport.failpoint_file", "");
+    topts.log = [&host](LogLevel l, const std::string& m) { host.log(l, "transport", m); };
+    auto t = core::AsioPeerTransport::start(topts, peers);
+    if (!t) die(1, "transport: " + t.error().message);
+    transport = std::move(t.value());
+    host.set_peer_transport(transport.get());
+    // What peers dial: the configured address, with the bound port (transport.address may say 0).
+    const auto& la = topts.listen_address;
+    bopts.peer_address = la.substr(0, la.rfind(':') + 1) + std::to_string(transport->port());
+    bopts.peers = peers;
+  }
   auto broker = std::make_unique<core::BrokerRuntime>(info, *metadata, storage.get(), bopts, host);
   if (auto r = broker->start(); !r) die(1, "broker: " + r.error().message);
   if (auto r = api->start(*broker); !r) die(1, "api: " + r.error().message);
@@ -381,13 +457,19 @@ int main(int argc, char** argv) {
   sigwait(&sigs, &sig);
   log_line(LogLevel::info, "sluiced", std::string("shutting down on ") + strsignal(sig));
   api->stop();
+  // No peer request is served or sent once shards start closing; requests after this fail
+  // unavailable. The object stays valid for the storage plugin until it is destroyed.
+  if (transport) transport->stop();
   broker->stop();
   if (storage) storage->shutdown();
+  host.set_metadata(nullptr);
   metadata->stop();
   // Release in dependency order: storage may still hold callbacks whose code lives in the
   // API plugin (long-poll waiters), so the API library is unloaded only after storage.
   broker.reset();
   storage.reset();
+  host.set_peer_transport(nullptr);
+  transport.reset();
   api.reset();
   metadata.reset();
   log_line(LogLevel::info, "sluiced", "stopped");

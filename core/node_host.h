@@ -2,9 +2,13 @@
 // logging to stderr (journald picks it up under systemd).
 #pragma once
 
+#include <atomic>
+
 #include "config.h"
 #include "identity.h"
 #include "sluice/host.h"
+#include "sluice/metadata.h"
+#include "sluice/transport.h"
 
 namespace sluice::core {
 
@@ -24,10 +28,24 @@ class NodeHost final : public PluginHost {
   Result<void> adopt_cluster_id(const std::string& cluster_id) override;
   std::string cluster_id() const override { return id_.cluster_id(); }
   void log(LogLevel level, std::string_view component, std::string_view message) override;
+  // The broker's peer transport (core/peer_transport.h), or null: set by main once the
+  // cluster id is known, on nodes with the broker role; cleared before it is destroyed.
+  PeerTransport* peer_transport() override { return transport_.load(); }
+  void set_peer_transport(PeerTransport* t) { transport_.store(t); }
+  // The shard compare-and-set goes to the metadata store: set by main once it has started,
+  // cleared before it stops. Without one: unavailable.
+  Result<Assignment> update_shard(const ShardUpdate& update) override {
+    auto* m = metadata_.load();
+    if (!m) return Error(Errc::unavailable, "the metadata store is not running");
+    return m->update_shard(update);
+  }
+  void set_metadata(MetadataStore* m) { metadata_.store(m); }
 
  private:
   const Config& config_;
   DataDirIdentity& id_;
+  std::atomic<PeerTransport*> transport_{nullptr};
+  std::atomic<MetadataStore*> metadata_{nullptr};
 };
 
 }  // namespace sluice::core

@@ -84,6 +84,7 @@ void plan_name(const CatalogImage& img, const ServingNode& node, const HeldStrea
     StreamServing sv;
     sv.info = *s;
     sv.serve.assign(s->spec.shards, false);
+    sv.hold.assign(s->spec.shards, false);
     sv.refused = refusal(img, *s, w, served);
     const auto* assigned = lookup(img.assignments, key);
     if (!sv.refused.empty()) {
@@ -102,17 +103,29 @@ void plan_name(const CatalogImage& img, const ServingNode& node, const HeldStrea
         for (const auto& ha : h->assignments) {
           if (ha.shard.value() >= s->spec.shards) continue;
           auto& e = eff[ha.shard.value()];
-          if (!e || !assignment_supersedes(e->incarnation, e->generation, ha.incarnation, ha.generation)) e = ha;
+          if (!e) {
+            e = ha;
+            continue;
+          }
+          const bool newer_state = e->incarnation == ha.incarnation && e->generation == ha.generation &&
+                                   e->version > ha.version;
+          if (!newer_state && !assignment_supersedes(e->incarnation, e->generation, ha.incarnation, ha.generation))
+            e = ha;
         }
       for (std::uint32_t i = 0; i < s->spec.shards; ++i) {
         if (!eff[i]) continue;
         sv.assignments.push_back(*eff[i]);
-        const bool mine = data && eff[i]->leader == node.id;
+        const auto& rs = eff[i]->replicas;
+        const bool leads = data && eff[i]->leader == node.id;
+        const bool replica = data && (leads || std::find(rs.begin(), rs.end(), node.id) != rs.end());
         const bool is_open = same && i < h->open.size() && h->open[i];
-        sv.serve[i] = mine;
+        sv.serve[i] = leads;
+        sv.hold[i] = replica;
         const ShardRef ref{key, ShardIndex{i}, s->incarnation};
-        if (mine && !is_open) out.open.push_back({ref, "assigned to this broker"});
-        if (!mine && is_open) out.close.push_back({ref, "assigned to broker " + std::to_string(eff[i]->leader.value())});
+        if (replica && !is_open)
+          out.open.push_back({ref, leads ? "assigned to this broker" : "a replica on this broker"});
+        if (!replica && is_open)
+          out.close.push_back({ref, "assigned to broker " + std::to_string(eff[i]->leader.value())});
       }
       if (data && (!next.served || s->incarnation > *next.served)) next.served = s->incarnation;
     }

@@ -24,8 +24,10 @@
 //                   known): a level-8 proposer's create, never served over legacy data
 //   serving       otherwise: per shard, the image's assignment unless the held one (same
 //                 incarnation) is not superseded by it (assignment_supersedes: incarnation
-//                 first, then generation). Shards whose leader is this node are open,
-//                 the rest closed. A held incarnation other than I is closed (not deleted).
+//                 first, then generation, then the shard version of its replica state).
+//                 Shards this node holds a replica of (it leads them or is in their
+//                 replica list) are open; only those it leads are served to clients; the
+//                 rest are closed. A held incarnation other than I is closed (not deleted).
 //                 floor.served rises to I.
 //   gone          a held name the image no longer has is closed and forgotten (its data
 //                 stays: deletes happen only on the control plane's word).
@@ -86,7 +88,8 @@ struct DataDelete {
 struct StreamServing {
   StreamInfo info;
   std::vector<Assignment> assignments;  // effective assignments, in shard order
-  std::vector<bool> serve;              // per shard: open here after the plan
+  std::vector<bool> hold;               // per shard: open here after the plan (a replica)
+  std::vector<bool> serve;              // per shard: served to clients here (the leader)
   std::string refused;                  // non-empty: known but not served, and why
 };
 

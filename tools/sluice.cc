@@ -33,7 +33,8 @@ Commands:
   tenant create|list|delete       manage tenants
   namespace create|list|delete    manage namespaces
   stream create|list|get|delete   manage streams
-  shards STREAM                   show a stream's shards (incarnation, high watermark, ...)
+  shards STREAM                   show a stream's shards (leader, replicas, in-sync set, ...)
+  shards move-leader STREAM N B   make broker B lead shard N (an in-sync replica)
   publish STREAM                  publish lines from standard input, one record per line
   consume STREAM                  print records to standard output
   group consume|ack|positions     consumer groups: at-least-once delivery with acks

@@ -16,7 +16,8 @@ const Usage kTenant{"tenant", "Usage: sluice tenant create NAME | list | delete 
 const Usage kNamespace{"namespace",
                        "Usage: sluice namespace create TENANT NAME | list TENANT | delete TENANT NAME\n"};
 
-const Usage kStream{"stream", R"(Usage: sluice stream create TENANT/NS/STREAM [--shards N] [--ack none|leader]
+const Usage kStream{"stream", R"(Usage: sluice stream create TENANT/NS/STREAM [--shards N] [--ack none|leader|quorum]
+                          [--replication-factor N] [--min-insync N]
                           [--retention-bytes B] [--retention-ms MS] [--no-create-parents]
        sluice stream list TENANT/NS
        sluice stream get TENANT/NS/STREAM
@@ -26,7 +27,14 @@ create makes the tenant and namespace first if they do not exist, unless
 --no-create-parents is given.
 )"};
 
-const Usage kShards{"shards", "Usage: sluice shards TENANT/NS/STREAM\n"};
+const Usage kShards{"shards", R"(Usage: sluice shards TENANT/NS/STREAM
+       sluice shards move-leader TENANT/NS/STREAM SHARD BROKER
+
+The first form shows each shard: leader, replicas, leader epoch, in-sync set, and the
+answering node's replica (high watermark, log end; the leader adds every replica's
+progress). move-leader makes BROKER, an in-sync replica, lead SHARD in the next leader
+epoch; the old leader stops acknowledging at once (docs/replication.md).
+)"};
 
 // Creates tenant and namespace if missing (409 = already there).
 void ensure_parents(Client& c, const StreamPath& p) {
@@ -85,7 +93,7 @@ int cmd_stream(Client& c, const Words& words) {
                                     "/streams"));
   } else if (op == "create") {
     Args a(kStream, rest(words),
-           {.values = {"shards", "ack", "retention-bytes", "retention-ms"},
+           {.values = {"shards", "ack", "retention-bytes", "retention-ms", "replication-factor", "min-insync"},
             .flags = {"no-create-parents"},
             .min_args = 1,
             .max_args = 1});
@@ -93,6 +101,8 @@ int cmd_stream(Client& c, const Words& words) {
     json::object body{{"name", p.name}};
     body["shards"] = a.get_u64("shards", 1);
     if (a.has("ack")) body["ack"] = a.get("ack");
+    if (a.has("replication-factor")) body["replication_factor"] = a.get_u64("replication-factor", 1);
+    if (a.has("min-insync")) body["min_insync"] = a.get_u64("min-insync", 1);
     json::object ret;
     if (a.has("retention-bytes")) ret["max_bytes"] = a.get_u64("retention-bytes", 0);
     if (a.has("retention-ms")) ret["max_age_ms"] = a.get_u64("retention-ms", 0);
@@ -110,6 +120,20 @@ int cmd_stream(Client& c, const Words& words) {
 }
 
 int cmd_shards(Client& c, const Words& words) {
+  if (!words.empty() && words.front() == "move-leader") {
+    Args a(kShards, rest(words), {.min_args = 3, .max_args = 3});
+    const StreamPath p = parse_stream(kShards, a.pos()[0]);
+    auto number = [&](const std::string& s, const char* what) -> std::uint64_t {
+      if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos || s.size() > 9)
+        a.error(std::string(what) + " must be a number, got '" + s + "'");
+      return std::stoull(s);
+    };
+    const auto shard = number(a.pos()[1], "SHARD");
+    const auto broker = number(a.pos()[2], "BROKER");
+    print_json(c.call_ok("POST", p.path() + "/shards/" + std::to_string(shard) + "/leader",
+                         json::serialize(json::object{{"broker", broker}})));
+    return 0;
+  }
   Args a(kShards, words, {.min_args = 1, .max_args = 1});
   print_json(c.call_ok("GET", parse_stream(kShards, a.pos()[0]).path() + "/shards"));
   return 0;

@@ -122,6 +122,34 @@ json::object stream_json(const StreamInfo& s) {
   return o;
 }
 
+namespace {
+json::array in_sync_json(const std::vector<InSyncReplica>& v) {
+  json::array isr;
+  for (auto& m : v) {
+    json::object e;
+    e["broker"] = m.broker.value();
+    e["directory_id"] = m.directory_id;
+    isr.push_back(std::move(e));
+  }
+  return isr;
+}
+}  // namespace
+
+json::object assignment_json(const Assignment& a) {
+  json::object o;
+  o["shard"] = a.shard.value();
+  o["incarnation"] = a.incarnation.value();
+  o["generation"] = a.generation.value();
+  o["leader"] = a.leader.value();
+  json::array reps;
+  for (auto& r : a.replicas) reps.push_back(r.value());
+  o["replicas"] = std::move(reps);
+  o["leader_epoch"] = a.leader_epoch.value();
+  o["version"] = a.version.value();
+  o["in_sync"] = in_sync_json(a.in_sync);
+  return o;
+}
+
 json::object shard_status_json(const ShardStatus& s) {
   json::object o;
   o["shard"] = s.shard.value();
@@ -131,9 +159,30 @@ json::object shard_status_json(const ShardStatus& s) {
   json::array reps;
   for (auto& r : s.replicas) reps.push_back(r.value());
   o["replicas"] = std::move(reps);
+  o["leader_epoch"] = s.leader_epoch.value();
+  o["version"] = s.version.value();
+  o["in_sync"] = in_sync_json(s.in_sync);
   o["log_start"] = s.stats.log_start.value();
   o["high_watermark"] = s.stats.high_watermark.value();
   o["size_bytes"] = s.stats.size_bytes;
+  if (s.held) {
+    // This node's replica (a follower's figures are its own; the leader's include the others).
+    o["log_end"] = s.stats.log_end.value();
+    o["leading"] = s.stats.leading;
+    if (!s.stats.replicas.empty()) {
+      json::array prog;
+      for (const auto& p : s.stats.replicas) {
+        json::object e;
+        e["broker"] = p.broker.value();
+        e["directory_id"] = p.directory_id;
+        e["durable_end"] = p.durable_end.value();
+        e["lag_ms"] = p.lag_ms;
+        e["in_sync"] = p.in_sync;
+        prog.push_back(std::move(e));
+      }
+      o["replica_progress"] = std::move(prog);
+    }
+  }
   return o;
 }
 

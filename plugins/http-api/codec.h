@@ -24,6 +24,8 @@ boost::json::object tenant_json(const TenantInfo& t);
 boost::json::object namespace_json(const NamespaceInfo& n);
 boost::json::object stream_json(const StreamInfo& s);
 boost::json::object shard_status_json(const ShardStatus& s);
+// A shard's replica state as the catalog holds it (a leader move's answer).
+boost::json::object assignment_json(const Assignment& a);
 boost::json::object cluster_json(const NodeInfo& i);
 
 HttpResponse json_response(int status, const boost::json::value& v);

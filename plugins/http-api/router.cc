@@ -57,7 +57,7 @@ namespace {
 
 enum class Route {
   healthz, readyz, metrics, cluster, tenants, tenant, namespaces, namespace_, streams, stream,
-  records, shards, shard_records, fleet, groups, openapi, members, caches
+  records, shards, shard_records, shard_leader, fleet, groups, openapi, members, caches
 };
 
 struct RouteDef {
@@ -98,6 +98,8 @@ std::optional<RouteDef> match(const std::vector<std::string>& s) {
   if (n == 8 && s[7] == "shards") return RouteDef{Route::shards, "{ns}/streams/{s}/shards", "GET"};
   if (n == 10 && s[7] == "shards" && s[9] == "records")
     return RouteDef{Route::shard_records, "{ns}/streams/{s}/shards/{n}/records", "GET"};
+  if (n == 10 && s[7] == "shards" && s[9] == "leader")
+    return RouteDef{Route::shard_leader, "{ns}/streams/{s}/shards/{n}/leader", "POST"};
   if (s[7] != "groups") return std::nullopt;
   if (n == 8) return RouteDef{Route::groups, "{ns}/streams/{s}/groups", "GET"};
   if (n == 9) return RouteDef{Route::groups, "{ns}/streams/{s}/groups/{g}", "GET"};
@@ -223,6 +225,20 @@ Result<std::pair<std::string, StreamSpec>> stream_body(std::string_view body,
     spec.min_insync = *r;
   }
   return std::pair{std::move(name), spec};
+}
+
+// The leader-move body: {"broker": N}, nothing else.
+Result<NodeId> leader_body(std::string_view body) {
+  json::monotonic_resource mr;
+  json::value v(json::storage_ptr{&mr});
+  if (auto r = parse_json_object(body, v); !r) return r.error();
+  const auto& o = v.get_object();
+  if (auto r = check_fields(o, {"broker"}, ""); !r) return r.error();
+  const auto* b = o.if_contains("broker");
+  if (!b) return Error(Errc::invalid_argument, "field \"broker\" is required");
+  auto id = u32_field(*b, "broker", 1);
+  if (!id) return id.error();
+  return NodeId{*id};
 }
 
 Result<ShardIndex> shard_segment(const std::string& s) {
@@ -440,6 +456,17 @@ void Router::dispatch(const std::shared_ptr<Exchange>& ex) {
       auto shard = shard_segment(seg[8]);
       if (!shard) return ex->respond(problem(shard.error()));
       handle_fetch(node, cfg_, ex, StreamKey{seg[2], seg[4], seg[6]}, *shard, *target);
+      return;
+    }
+    case Route::shard_leader: {
+      auto shard = shard_segment(seg[8]);
+      if (!shard) return ex->respond(problem(shard.error()));
+      auto broker = leader_body(req.body);
+      if (!broker) return ex->respond(problem(broker.error()));
+      respond_blocking(ex, [&node, key = StreamKey{seg[2], seg[4], seg[6]}, s = *shard, b = *broker]() -> HttpResponse {
+        auto r = node.move_leader(key, s, b);
+        return r ? json_response(200, assignment_json(*r)) : problem(r.error());
+      });
       return;
     }
     case Route::fleet:

@@ -139,4 +139,33 @@ Result<void> check_spec_supported(const StreamSpec& spec) {
   return {};
 }
 
+Result<ShardUpdate> plan_leader_move(const Assignment& current, NodeId broker) {
+  const std::string what =
+      current.key.to_string() + " shard " + std::to_string(current.shard.value());
+  if (broker.value() == 0)
+    return Error(Errc::invalid_argument, what + ": the new leader must be a broker id, not 0");
+  if (std::find(current.replicas.begin(), current.replicas.end(), broker) == current.replicas.end())
+    return Error(Errc::invalid_argument, what + ": broker " + std::to_string(broker.value()) +
+                                             " is not one of its replicas");
+  if (current.leader == broker)
+    return Error(Errc::conflict, what + ": broker " + std::to_string(broker.value()) +
+                                     " already leads it (epoch " +
+                                     std::to_string(current.leader_epoch.value()) + ")");
+  const bool in_sync = std::any_of(current.in_sync.begin(), current.in_sync.end(),
+                                   [&](const InSyncReplica& m) { return m.broker == broker; });
+  if (!in_sync)
+    return Error(Errc::conflict, what + ": broker " + std::to_string(broker.value()) +
+                                     " is not in the in-sync set, so it may lack acknowledged "
+                                     "records; wait until it has caught up");
+  ShardUpdate u;
+  u.key = current.key;
+  u.shard = current.shard;
+  u.incarnation = current.incarnation;
+  u.expected_version = current.version;
+  u.leader = broker;
+  u.leader_epoch = LeaderEpoch{current.leader_epoch.value() + 1};
+  u.in_sync = current.in_sync;
+  return u;
+}
+
 }  // namespace sluice

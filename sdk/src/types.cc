@@ -1,5 +1,6 @@
 #include "sluice/host.h"
 #include "sluice/metadata.h"
+#include "sluice/node.h"
 #include "sluice/plugin.h"
 #include "sluice/storage.h"
 #include "sluice/types.h"
@@ -71,6 +72,9 @@ Result<Assignment> PluginHost::update_shard(const ShardUpdate&) {
   return Error(Errc::not_supported, "this host does not offer catalog shard updates");
 }
 PeerTransport* PluginHost::peer_transport() { return nullptr; }
+Result<Assignment> Node::move_leader(const StreamKey&, ShardIndex, NodeId) {
+  return Error(Errc::not_supported, "this node does not move shard leaders");
+}
 Result<void> StorageEngine::assign(const ShardRef& ref, const ReplicaAssignment& a) {
   if (a.replicas.size() <= 1) return ok_result();
   return Error(Errc::not_supported, "this storage engine keeps one copy of a shard; " +

@@ -74,6 +74,7 @@ class Node:
         self.http_port = free_port()
         self.raft_port = free_port()
         self.rpc_port = free_port()
+        self.peer_port = free_port()
         self.extra = dict(extra or {})
         self.env = dict(env or {})
         self.proc = None
@@ -87,6 +88,7 @@ class Node:
             "http.port": str(self.http_port),
             "raft.address": "127.0.0.1:%d" % self.raft_port,
             "metadata.rpc_address": "127.0.0.1:%d" % self.rpc_port,
+            "transport.address": "127.0.0.1:%d" % self.peer_port,
         }
         cfg.update(self.extra)
         args = [SLUICED]

@@ -139,6 +139,42 @@ class BadInput(unittest.TestCase):
         got = json.loads(body)
         self.assertEqual((got["replication_factor"], got["min_insync"]), (1, 1))
 
+    def test_bad_leader_moves_get_clear_errors_and_change_nothing(self):
+        shards = "/v1/tenants/t/namespaces/n/streams/ok/shards"
+        status, body = self.curl("GET", shards)
+        self.assertEqual(status, 200, body)
+        before = json.loads(body)["shards"][0]
+        leader = before["leader"]
+        path = shards + "/0/leader"
+        cases = (
+            ("{", 400, "malformed_body", None),
+            ("[]", 400, "invalid_argument", None),
+            (json.dumps({}), 400, "invalid_argument", "broker"),
+            (json.dumps({"broker": 2, "colour": "red"}), 400, "unknown_field", "colour"),
+            (json.dumps({"broker": "two"}), 400, "invalid_argument", "broker"),
+            (json.dumps({"broker": 0}), 400, "invalid_argument", "broker"),
+            (json.dumps({"broker": -3}), 400, "invalid_argument", "broker"),
+            (json.dumps({"broker": 99}), 400, "invalid_argument", "not one of its replicas"),
+            (json.dumps({"broker": leader}), 409, "conflict", "already leads"),
+        )
+        for data, want_status, want_code, detail in cases:
+            status, body = self.curl("POST", path, data)
+            with self.subTest(body=data):
+                self.assertProblem(status, body, want_status, want_code)
+                if detail:
+                    self.assertIn(detail, json.loads(body)["detail"])
+        for bad_path, want_status, want_code in ((shards + "/9/leader", 404, "not_found"),
+                                                 (shards + "/x/leader", 400, "invalid_argument"),
+                                                 ("/v1/tenants/t/namespaces/n/streams/nope/shards/0/leader", 404,
+                                                  "not_found")):
+            status, body = self.curl("POST", bad_path, json.dumps({"broker": 2}))
+            with self.subTest(path=bad_path):
+                self.assertProblem(status, body, want_status, want_code)
+        status, body = self.curl("GET", path)
+        self.assertEqual(status, 405, body)
+        status, body = self.curl("GET", shards)
+        self.assertEqual(json.loads(body)["shards"][0], before)
+
     def test_fetch_beyond_end_waits_then_returns_empty(self):
         hwm = self.node.fetch("ok", 0, "latest")["next_offset"]
         t0 = time.monotonic()

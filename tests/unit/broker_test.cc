@@ -51,12 +51,29 @@ class ScriptedCatalog final : public MetadataStore {
   Result<BrokerInfo> register_broker(const BrokerRegistration& reg) override {
     BrokerInfo b;
     b.id = reg.id;
+    b.peer_address = reg.peer_address;
+    std::lock_guard lk(mu_);
+    last_registration_ = reg;
     return b;
   }
+  BrokerRegistration last_registration() {
+    std::lock_guard lk(mu_);
+    return last_registration_;
+  }
+  void emit(const ChangeEvent& ev) {
+    std::function<void(const ChangeEvent&)> f;
+    {
+      std::lock_guard lk(mu_);
+      f = on_change_;
+    }
+    ASSERT_TRUE(f) << "the broker is not watching";
+    f(ev);
+  }
   Result<void> heartbeat_broker(NodeId) override { return {}; }
-  std::unique_ptr<WatchHandle> watch(ChangeSeq, std::function<void(const ChangeEvent&)>,
+  std::unique_ptr<WatchHandle> watch(ChangeSeq, std::function<void(const ChangeEvent&)> on_change,
                                      std::function<void()> resync) override {
     std::lock_guard lk(mu_);
+    on_change_ = std::move(on_change);
     resync_ = std::move(resync);
     return std::make_unique<WatchHandle>();
   }
@@ -82,6 +99,8 @@ class ScriptedCatalog final : public MetadataStore {
   std::mutex mu_;
   CatalogSnapshot snap_;
   std::function<void()> resync_;
+  std::function<void(const ChangeEvent&)> on_change_;
+  BrokerRegistration last_registration_;
 };
 
 // The catalog holding K at `inc`, shard 0 led by node 1 (the test host's id).
@@ -100,11 +119,14 @@ CatalogSnapshot catalog_with(std::uint64_t seq, std::uint64_t inc, std::optional
   return s;
 }
 
-std::unique_ptr<BrokerRuntime> make_broker(sluice::testing::TestHost& host, ScriptedCatalog& cat, StorageEngine& storage) {
+std::unique_ptr<BrokerRuntime> make_broker(sluice::testing::TestHost& host, ScriptedCatalog& cat, StorageEngine& storage,
+                                           std::shared_ptr<PeerDirectory> peers = nullptr) {
   NodeInfo info;
   info.node_id = NodeId{1};
   BrokerOptions opts;
   opts.heartbeat_interval_ms = 600000;
+  opts.peer_address = "127.0.0.1:7902";
+  opts.peers = std::move(peers);
   return std::make_unique<BrokerRuntime>(info, cat, &storage, opts, host);
 }
 
@@ -210,5 +232,43 @@ TEST(Broker, moving_one_shard_away_keeps_serving_the_shard_that_stays) {
   ASSERT_TRUE(eventually([&] { return !b->fetch(K, ShardIndex{1}, Offset{0}, 10, 1 << 20); }));
   auto r = b->fetch(K, ShardIndex{0}, Offset{0}, 10, 1 << 20);
   EXPECT_TRUE(r) << "shard 0 stayed here and must still be served: " << r.error().to_string();
+  b->stop();
+}
+
+// The peer directory (docs/replication.md "Peer transport") follows the catalog: the broker
+// registers its transport.address as its peer_address, and learns every broker's from the
+// snapshot and from broker_registered / broker_unregistered changes.
+TEST(Broker, the_peer_directory_follows_the_catalogs_broker_registrations) {
+  sluice::testing::TestHost host;
+  ScriptedCatalog cat;
+  fs_storage::FsStorageEngine storage(host, std::make_shared<fs_storage::PosixFileSystem>());
+  auto snap = catalog_with(20, I2);
+  BrokerInfo two;
+  two.id = NodeId{2};
+  two.peer_address = "127.0.0.1:7912";
+  snap.brokers = {two};
+  cat.set_snapshot(snap);
+  auto peers = std::make_shared<PeerDirectory>();
+  auto b = make_broker(host, cat, storage, peers);
+  ASSERT_TRUE(b->start());
+  EXPECT_EQ(cat.last_registration().peer_address, "127.0.0.1:7902");
+  EXPECT_EQ(peers->lookup(NodeId{1}).value_or(""), "127.0.0.1:7902");
+  EXPECT_EQ(peers->lookup(NodeId{2}).value_or(""), "127.0.0.1:7912");
+
+  ChangeEvent reg;
+  reg.kind = ChangeEvent::Kind::broker_registered;
+  reg.seq = ChangeSeq{21};
+  reg.broker.id = NodeId{3};
+  reg.broker.peer_address = "127.0.0.1:7922";
+  cat.emit(reg);
+  ASSERT_TRUE(eventually([&] { return peers->lookup(NodeId{3}).has_value(); }));
+  EXPECT_EQ(*peers->lookup(NodeId{3}), "127.0.0.1:7922");
+
+  ChangeEvent unreg;
+  unreg.kind = ChangeEvent::Kind::broker_unregistered;
+  unreg.seq = ChangeSeq{22};
+  unreg.broker.id = NodeId{2};
+  cat.emit(unreg);
+  ASSERT_TRUE(eventually([&] { return !peers->lookup(NodeId{2}).has_value(); }));
   b->stop();
 }

@@ -503,3 +503,36 @@ TEST(FreshPaths, NeverRemovesASharedParentThatAnotherNodeFilledMeanwhile) {
   ASSERT_TRUE(alone.undo().ok());
   EXPECT_FALSE(std::filesystem::exists(root + "/only"));  // empty, and created by this start
 }
+
+TEST(CatalogRules, ALeaderMoveRaisesTheEpochAndNeedsAnInSyncTarget) {
+  auto cur = replicated_shard();
+  const auto leader = cur.leader;
+  NodeId target{0};
+  for (auto m : cur.in_sync)
+    if (m.broker != leader) target = m.broker;
+  ASSERT_NE(target.value(), 0u);
+  auto u = plan_leader_move(cur, target);
+  ASSERT_TRUE(u.ok()) << u.error().message;
+  EXPECT_EQ(u->leader, target);
+  EXPECT_EQ(u->leader_epoch.value(), cur.leader_epoch.value() + 1);
+  EXPECT_EQ(u->expected_version, cur.version);
+  EXPECT_EQ(u->in_sync, cur.in_sync);
+  EXPECT_TRUE(check_shard_update(cur, *u).ok());  // what the backends will apply
+  auto r = plan_leader_move(cur, NodeId{0});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, Errc::invalid_argument);
+  r = plan_leader_move(cur, NodeId{99});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, Errc::invalid_argument);
+  r = plan_leader_move(cur, leader);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, Errc::conflict);
+  // A replica outside the in-sync set may lack acknowledged records: not a move.
+  cur.in_sync.erase(std::remove_if(cur.in_sync.begin(), cur.in_sync.end(),
+                                   [&](const InSyncReplica& m) { return m.broker == target; }),
+                    cur.in_sync.end());
+  r = plan_leader_move(cur, target);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, Errc::conflict);
+  EXPECT_NE(r.error().message.find("in-sync"), std::string::npos);
+}

@@ -361,3 +361,71 @@ TEST(CatalogImage, a_delete_before_the_finalize_leaves_no_word) {
   replay(img, fin);
   EXPECT_EQ(img.finalized.at(std::string(kStreamIncarnations)), ChangeSeq{13});
 }
+
+// Replicated shards (docs/replication.md): a broker opens every shard it holds a replica of,
+// but serves clients only on the shards it leads.
+TEST(ServingPlan, AReplicaIsOpenButServedOnlyByItsLeader) {
+  auto img = with_stream(CatalogImage{}, stream(K, I1, 2), {PEER, ME});
+  img.assignments[K][0].replicas = {PEER, ME, NodeId{3}};
+  img.assignments[K][1].replicas = {ME, PEER, NodeId{3}};
+  const auto p = plan_serving(img, ServingNode{ME, DataRole::broker}, {}, {});
+  EXPECT_EQ(trace(p), "floors: s(served=I1,deleted=-) | close: | delete: | open: s#0@I1 s#1@I1 | "
+                      "streams: s@I1=[.x] | forget:");
+  const auto& sv = p.streams.at(K);
+  EXPECT_EQ(sv.hold, (std::vector<bool>{true, true}));
+  // Broker 3 is a replica of both: it opens both and serves none.
+  const auto p3 = plan_serving(img, ServingNode{NodeId{3}, DataRole::broker}, {}, {});
+  EXPECT_EQ(p3.open.size(), 2u);
+  EXPECT_EQ(p3.streams.at(K).serve, (std::vector<bool>{false, false}));
+  // Broker 4 holds nothing.
+  const auto p4 = plan_serving(img, ServingNode{NodeId{4}, DataRole::broker}, {}, {});
+  EXPECT_TRUE(p4.open.empty());
+}
+
+// A shard change (same incarnation and generation, a higher version) supersedes what is held:
+// the leader moved, so the old leader keeps the shard open as a replica but stops serving it.
+TEST(ServingPlan, AHigherShardVersionSupersedesTheHeldAssignment) {
+  auto img = with_stream(CatalogImage{}, stream(K, I1, 1), {PEER});
+  img.assignments[K][0].replicas = {ME, PEER};
+  img.assignments[K][0].version = ShardVersion{2};
+  img.assignments[K][0].leader_epoch = LeaderEpoch{2};
+  auto held = holding(K, I1, {true});
+  held[K].assignments[0].replicas = {ME, PEER};
+  held[K].assignments[0].version = ShardVersion{1};
+  const auto p = plan_serving(img, ServingNode{ME, DataRole::broker}, held, {}, K);
+  EXPECT_EQ(trace(p), "floors: s(served=I1,deleted=-) | close: | delete: | open: | streams: s@I1=[.] | forget:");
+  EXPECT_EQ(p.streams.at(K).assignments[0].leader, PEER);
+  EXPECT_EQ(p.streams.at(K).assignments[0].version, ShardVersion{2});
+  // The older word does not undo the newer one held.
+  img.assignments[K][0].version = ShardVersion{1};
+  img.assignments[K][0].leader = ME;
+  held[K].assignments[0].version = ShardVersion{3};
+  held[K].assignments[0].leader = PEER;
+  const auto q = plan_serving(img, ServingNode{ME, DataRole::broker}, held, {}, K);
+  EXPECT_EQ(q.streams.at(K).assignments[0].version, ShardVersion{3});
+}
+
+TEST(CatalogImage, AShardChangeReplacesOnlyThatShardOfThatIncarnation) {
+  auto img = with_stream(CatalogImage{}, stream(K, I1, 2), {ME, PEER});
+  ChangeEvent ev = event(ChangeEvent::Kind::shard_changed, ChangeSeq{9});
+  Assignment a = img.assignments[K][1];
+  a.leader = ME;
+  a.leader_epoch = LeaderEpoch{2};
+  a.version = ShardVersion{2};
+  ev.stream.key = K;
+  ev.assignments = {a};
+  replay(img, ev);
+  EXPECT_EQ(img.seq, ChangeSeq{9});
+  EXPECT_EQ(img.assignments[K][0].leader, ME);
+  EXPECT_EQ(img.assignments[K][1].leader, ME);
+  EXPECT_EQ(img.assignments[K][1].version, ShardVersion{2});
+  // A change to an incarnation the image no longer holds changes nothing.
+  Assignment old = a;
+  old.incarnation = Incarnation{I1 - 1};
+  old.leader = PEER;
+  old.version = ShardVersion{5};
+  ev.seq = ChangeSeq{10};
+  ev.assignments = {old};
+  replay(img, ev);
+  EXPECT_EQ(img.assignments[K][1].leader, ME);
+}

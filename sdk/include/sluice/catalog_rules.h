@@ -59,4 +59,11 @@ Result<std::vector<std::vector<NodeId>>> place_replicas(
 // directory id it registered with (`brokers`); not_enough_replicas if a replica is not among them.
 Result<void> start_replicated_shard(Assignment& a, const std::vector<BrokerInfo>& brokers);
 
+// An operator's leader move (docs/replication.md "Moving a leader"): the compare-and-set
+// that makes `broker` lead `current`'s shard, in the next leader epoch, with the in-sync set
+// kept. invalid_argument if `broker` is 0 or not a replica; conflict if it already leads, or
+// if it is not in the in-sync set (it may lack acknowledged records: electing it could lose
+// them, which is issue 11's unclean election, not a move).
+Result<ShardUpdate> plan_leader_move(const Assignment& current, NodeId broker);
+
 }  // namespace sluice

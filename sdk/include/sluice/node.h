@@ -56,7 +56,11 @@ struct ShardStatus {
   Generation generation;
   NodeId leader;
   std::vector<NodeId> replicas;
-  ShardStats stats;
+  LeaderEpoch leader_epoch;            // replication state (docs/replication.md)
+  std::vector<InSyncReplica> in_sync;
+  ShardVersion version;
+  ShardStats stats;                    // this node's replica, if it holds one
+  bool held = false;                   // this node holds a replica (stats are filled)
 };
 
 struct NodeInfo {
@@ -102,6 +106,9 @@ class Node {
   virtual void cancel_notify(const StreamKey& key, ShardIndex shard, std::uint64_t handle) = 0;
 
   virtual Result<std::vector<ShardStatus>> shards(const StreamKey& key) = 0;
+  // An operator's leader move (plan_leader_move, catalog_rules.h) as one compare-and-set on
+  // the catalog. Returns the shard's new state. Default: not_supported.
+  virtual Result<Assignment> move_leader(const StreamKey& key, ShardIndex shard, NodeId broker);
 
   // --- consumer groups and dead letters (storage.h has the semantics) -----------------
   virtual Result<GroupDelivery> group_fetch(const StreamKey& key, ShardIndex shard,

@@ -1,0 +1,857 @@
+// The core's peer transport: see peer_transport.h for the wire format and
+// docs/replication.md "Peer transport" for the rules.
+//
+// Everything below Impl runs on the one I/O thread, except handle/unhandle (under hmu_),
+// request/stop (which post to it) and responders (which post to it).
+#include "peer_transport.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
+#include <boost/asio.hpp>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <fstream>
+#include <future>
+#include <map>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "sluice/log.h"
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+namespace sluice::core {
+
+// ---------------------------------------------------------------------------------------
+// Codec
+namespace peerwire {
+namespace {
+void put_u16(std::string& s, std::uint16_t v) {
+  s.push_back(static_cast<char>(v & 0xff));
+  s.push_back(static_cast<char>(v >> 8));
+}
+void put_u32(std::string& s, std::uint32_t v) {
+  for (int i = 0; i < 4; ++i) s.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+void put_u64(std::string& s, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i) s.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+std::uint64_t get_le(const unsigned char* p, int n) {
+  std::uint64_t v = 0;
+  for (int i = n - 1; i >= 0; --i) v = (v << 8) | p[i];
+  return v;
+}
+std::string hex(std::uint64_t v, int width) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "0x%0*llx", width, static_cast<unsigned long long>(v));
+  return buf;
+}
+}  // namespace
+
+std::string encode_frame(const Header& h, std::string_view payload) {
+  std::string out;
+  out.reserve(kHeaderBytes + payload.size());
+  out.push_back(static_cast<char>(kMagic));
+  out.push_back(static_cast<char>((kVersion << 4) | (h.flags & 0x0f)));
+  put_u16(out, h.type);
+  put_u64(out, h.request_id);
+  put_u32(out, static_cast<std::uint32_t>(payload.size()));
+  out.append(payload);
+  return out;
+}
+
+Result<Header> decode_header(const unsigned char* p) {
+  if (p[0] != kMagic) return Error(Errc::invalid_argument, "bad magic byte " + hex(p[0], 2));
+  if ((p[1] >> 4) != kVersion)
+    return Error(Errc::invalid_argument, "unsupported frame version " + std::to_string(p[1] >> 4));
+  Header h;
+  h.flags = p[1] & 0x0f;
+  if (h.flags & ~(kFlagResponse | kFlagError) || ((h.flags & kFlagError) && !(h.flags & kFlagResponse)))
+    return Error(Errc::invalid_argument, "bad flags " + hex(h.flags, 1));
+  h.type = static_cast<PeerMessageType>(get_le(p + 2, 2));
+  h.request_id = get_le(p + 4, 8);
+  h.payload_len = static_cast<std::uint32_t>(get_le(p + 12, 4));
+  if (std::uint64_t{h.payload_len} + kHeaderBytes > kMaxPeerFrameBytes)
+    return Error(Errc::invalid_argument, "oversized frame: " + std::to_string(h.payload_len + kHeaderBytes) +
+                                             " bytes, the limit is " + std::to_string(kMaxPeerFrameBytes));
+  return h;
+}
+
+std::string encode_hello(const Hello& h) {
+  std::string out(kHelloMagic, 8);
+  put_u16(out, kHelloVersion);
+  put_u32(out, h.node.value());
+  put_u16(out, static_cast<std::uint16_t>(h.cluster_id.size()));
+  out += h.cluster_id;
+  put_u16(out, static_cast<std::uint16_t>(h.directory_id.size()));
+  out += h.directory_id;
+  return out;
+}
+
+Result<Hello> decode_hello(std::string_view s) {
+  auto bad = [](const std::string& why) { return Error(Errc::invalid_argument, "malformed hello: " + why); };
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  if (s.size() < 16) return bad("too short");
+  if (s.substr(0, 8) != std::string_view(kHelloMagic, 8)) return bad("no SLUICEPT magic");
+  const auto version = get_le(p + 8, 2);
+  if (version != kHelloVersion) return bad("unsupported hello version " + std::to_string(version));
+  Hello h;
+  h.node = NodeId{static_cast<std::uint32_t>(get_le(p + 10, 4))};
+  std::size_t at = 14;
+  for (std::string* field : {&h.cluster_id, &h.directory_id}) {
+    if (s.size() < at + 2) return bad("truncated");
+    const auto n = get_le(p + at, 2);
+    at += 2;
+    if (s.size() < at + n) return bad("truncated");
+    field->assign(s.substr(at, n));
+    at += n;
+  }
+  if (at != s.size()) return bad("trailing bytes");
+  return h;
+}
+
+std::string encode_error(const Error& e) {
+  std::string out;
+  put_u16(out, static_cast<std::uint16_t>(e.code));
+  out.push_back(static_cast<char>(e.outcome));
+  out += e.message;
+  return out;
+}
+
+Error decode_error(std::string_view s) {
+  if (s.size() < 3) return Error(Errc::internal, "the peer sent a malformed error answer");
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const auto code = get_le(p, 2);
+  const auto outcome = p[2];
+  if (code > static_cast<std::uint16_t>(Errc::shard_unavailable) || outcome > static_cast<int>(Outcome::uncertain))
+    return Error(Errc::internal, "the peer answered an error this build does not know (code " +
+                                     std::to_string(code) + "): " + std::string(s.substr(3)));
+  return Error(static_cast<Errc>(code), std::string(s.substr(3)), static_cast<Outcome>(outcome));
+}
+}  // namespace peerwire
+
+using namespace peerwire;
+
+namespace {
+
+std::string type_name(PeerMessageType t) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "0x%04x", t);
+  return buf;
+}
+
+bool split_address(const std::string& addr, std::string& host, std::string& port) {
+  const auto colon = addr.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == addr.size()) return false;
+  host = addr.substr(0, colon);
+  port = addr.substr(colon + 1);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  return true;
+}
+
+// transport.failpoint_file: "drop N" / "delay N MS" (test-only).
+struct Failpoints {
+  struct Rule {
+    bool drop = false;
+    int delay_ms = 0;
+  };
+  std::string path;
+  bool have_stat = false;
+  struct timespec mtime {};
+  off_t size = -1;
+  std::map<NodeId, Rule> rules;
+
+  Rule check(NodeId dest, const std::function<void(LogLevel, const std::string&)>& log) {
+    if (path.empty()) return {};
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) {
+      if (have_stat) rules.clear();
+      have_stat = false;
+    } else if (!have_stat || st.st_mtim.tv_sec != mtime.tv_sec || st.st_mtim.tv_nsec != mtime.tv_nsec ||
+               st.st_size != size) {
+      have_stat = true;
+      mtime = st.st_mtim;
+      size = st.st_size;
+      reload(log);
+    }
+    auto it = rules.find(dest);
+    return it == rules.end() ? Rule{} : it->second;
+  }
+
+  void reload(const std::function<void(LogLevel, const std::string&)>& log) {
+    rules.clear();
+    std::ifstream in(path);
+    std::string line;
+    while (std::getline(in, line)) {
+      std::istringstream ls(line);
+      std::string verb;
+      std::uint32_t node = 0;
+      if (!(ls >> verb) || verb.starts_with("#")) continue;
+      if (verb == "drop" && ls >> node) {
+        rules[NodeId{node}].drop = true;
+      } else if (verb == "delay" && ls >> node) {
+        int ms = 0;
+        if (ls >> ms) rules[NodeId{node}].delay_ms = ms;
+      } else {
+        log(LogLevel::warn, "failpoint file " + path + ": ignoring line '" + line + "'");
+      }
+    }
+    log(LogLevel::warn, "failpoint file " + path + " (test-only) loaded: " + std::to_string(rules.size()) +
+                            " rule(s)");
+  }
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------
+// Impl
+
+struct Conn;
+
+struct AsioPeerTransport::Impl : std::enable_shared_from_this<Impl> {
+  PeerTransportOptions opts;
+  std::shared_ptr<PeerDirectory> dir;
+  asio::io_context io{1};
+  asio::executor_work_guard<asio::io_context::executor_type> work{io.get_executor()};
+  tcp::acceptor acceptor{io};
+  std::thread thread;
+  std::uint16_t bound_port = 0;
+  std::atomic<bool> stopped{false};
+  std::atomic<std::uint64_t> accepted{0};
+  std::atomic<std::thread::id> io_thread{};
+
+  struct HandlerEntry {
+    PeerHandler fn;
+    int running = 0;
+  };
+  std::mutex hmu;
+  std::condition_variable hcv;
+  std::map<PeerMessageType, std::shared_ptr<HandlerEntry>> handlers;
+
+  // The identity each outgoing connection's peer gave in its hello (for probe_peer).
+  std::mutex hello_mu;
+  std::map<NodeId, Hello> hellos;
+
+  // I/O thread only.
+  std::map<NodeId, std::shared_ptr<Conn>> outgoing;
+  std::set<std::shared_ptr<Conn>> conns;
+  std::uint64_t next_id = 1;
+  Failpoints failpoints;
+
+  void log(LogLevel level, const std::string& msg) { opts.log(level, msg); }
+  Hello own_hello() const { return Hello{opts.self, opts.cluster_id, opts.directory_id}; }
+
+  void accept();
+  void do_request(NodeId peer, PeerMessageType type, std::string payload, std::chrono::milliseconds timeout,
+                  PeerCallback cb);
+  void serve(const std::shared_ptr<Conn>& c, const Header& h, std::string payload);
+  void shutdown_io();
+};
+
+struct Conn : std::enable_shared_from_this<Conn> {
+  using Impl = AsioPeerTransport::Impl;
+  struct Pending {
+    PeerCallback cb;
+    std::unique_ptr<asio::steady_timer> timer;
+    PeerMessageType type = 0;
+    bool sent = false;
+  };
+
+  Conn(Impl& t, bool out, NodeId target, std::string address)
+      : t(t), sock(t.io), hello_timer(t.io), outgoing(out), target(target), address(std::move(address)) {}
+
+  Impl& t;
+  tcp::socket sock;
+  asio::steady_timer hello_timer;
+  bool outgoing;
+  NodeId target;         // outgoing: the node we meant to reach
+  std::string address;   // outgoing: where; incoming: the remote endpoint
+  enum class State { connecting, hello_wait, ready, closed } state = State::connecting;
+  PeerIdentity peer;
+  unsigned char hdr[kHeaderBytes];
+  std::string body;
+  std::deque<std::string> wq;
+  bool writing = false;
+  std::map<std::uint64_t, Pending> pending;        // outgoing requests awaiting an answer
+  std::deque<std::pair<std::uint64_t, std::string>> unsent;  // queued until the hello
+
+  // "peer N", or "the peer" for a probe (target 0: whoever answers at the address).
+  std::string peer_name() const { return target.value() ? "peer " + std::to_string(target.value()) : "the peer"; }
+
+  std::string who() const {
+    std::string s = outgoing ? "connection to " + peer_name() + " at " + address
+                             : "connection from " + address;
+    if (state == State::ready || (!outgoing && peer.node.value() != 0))
+      s += " (node " + std::to_string(peer.node.value()) + ")";
+    return s;
+  }
+
+  void begin() {
+    state = State::hello_wait;
+    boost::system::error_code ec;
+    sock.set_option(tcp::no_delay(true), ec);
+    // A peer that vanished without a FIN (power loss, partition) is noticed in about 30 s
+    // rather than the kernel's two hours: its requests then fail unavailable, not only timeout.
+    sock.set_option(asio::socket_base::keep_alive(true), ec);
+    const int idle = 15, interval = 5, count = 3;
+    ::setsockopt(sock.native_handle(), IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+    ::setsockopt(sock.native_handle(), IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
+    ::setsockopt(sock.native_handle(), IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
+    enqueue(encode_frame(Header{0, kHelloType, 0, 0}, encode_hello(t.own_hello())));
+    if (!outgoing) arm_setup_timer();  // an outgoing one armed it before connecting
+    read_header();
+  }
+
+  // Connecting and the hello must be done within setup_timeout, or the connection closes
+  // (a peer behind a black hole does not hold its requests' successors for minutes).
+  void arm_setup_timer() {
+    hello_timer.expires_after(t.opts.setup_timeout);
+    hello_timer.async_wait([self = shared_from_this()](const boost::system::error_code& ec) {
+      if (ec || (self->state != State::hello_wait && self->state != State::connecting)) return;
+      const std::string within = " within " + std::to_string(self->t.opts.setup_timeout.count()) + " ms";
+      const std::string what = (self->state == State::connecting ? "not connected" : "no hello") + within;
+      self->close(LogLevel::warn, what,
+                  Error(Errc::unavailable, self->peer_name() + " at " +
+                                               self->address + ": " + what));
+    });
+  }
+
+  // A frame after the hello, through the failpoints (test-only) for its destination.
+  void send(std::string frame) {
+    const NodeId dest = outgoing ? target : peer.node;
+    auto rule = t.failpoints.check(dest, [this](LogLevel l, const std::string& m) { t.log(l, m); });
+    if (rule.drop) return;
+    if (rule.delay_ms > 0) {
+      auto timer = std::make_shared<asio::steady_timer>(t.io, std::chrono::milliseconds(rule.delay_ms));
+      timer->async_wait([self = shared_from_this(), timer, f = std::move(frame)](const boost::system::error_code&) mutable {
+        if (self->state == State::ready) self->enqueue(std::move(f));
+      });
+      return;
+    }
+    enqueue(std::move(frame));
+  }
+
+  void enqueue(std::string frame) {
+    if (state == State::closed) return;
+    wq.push_back(std::move(frame));
+    if (!writing) write_next();
+  }
+
+  void write_next() {
+    writing = true;
+    asio::async_write(sock, asio::buffer(wq.front()),
+                      [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
+                        self->writing = false;
+                        if (self->state == State::closed) return;
+                        if (ec) {
+                          self->close(LogLevel::warn, "write failed: " + ec.message(),
+                                      self->lost("the connection failed: " + ec.message()));
+                          return;
+                        }
+                        self->wq.pop_front();
+                        if (!self->wq.empty()) self->write_next();
+                      });
+  }
+
+  Error lost(const std::string& why) const {
+    return Error(Errc::unavailable, peer_name() + " at " + address + ": " + why);
+  }
+
+  void read_header() {
+    asio::async_read(sock, asio::buffer(hdr, kHeaderBytes),
+                     [self = shared_from_this()](const boost::system::error_code& ec, std::size_t n) {
+                       self->on_header(ec, n);
+                     });
+  }
+
+  void on_header(const boost::system::error_code& ec, std::size_t n) {
+    if (state == State::closed) return;
+    if (ec) {
+      if (ec == asio::error::eof && n > 0)
+        close(LogLevel::warn, "truncated frame: the peer closed after " + std::to_string(n) + " of " +
+                                  std::to_string(kHeaderBytes) + " header bytes",
+              lost("the connection was closed"));
+      else
+        close(ec == asio::error::eof ? LogLevel::info : LogLevel::warn,
+              ec == asio::error::eof ? "closed by the peer" : "read failed: " + ec.message(),
+              lost("the connection was closed"));
+      return;
+    }
+    auto h = decode_header(hdr);
+    if (!h) {
+      close(LogLevel::warn, "malformed frame: " + h.error().message, lost("it sent a malformed frame"));
+      return;
+    }
+    body.assign(h->payload_len, '\0');
+    if (h->payload_len == 0) {
+      on_frame(*h);
+      return;
+    }
+    asio::async_read(sock, asio::buffer(body.data(), body.size()),
+                     [self = shared_from_this(), hh = *h](const boost::system::error_code& ec, std::size_t n) {
+                       if (self->state == State::closed) return;
+                       if (ec) {
+                         self->close(LogLevel::warn,
+                                     "truncated frame: " + std::to_string(n) + " of " +
+                                         std::to_string(hh.payload_len) + " payload bytes, then " + ec.message(),
+                                     self->lost("the connection was closed"));
+                         return;
+                       }
+                       self->on_frame(hh);
+                     });
+  }
+
+  void on_frame(const Header& h) {
+    if (state == State::hello_wait) {
+      if (h.type != kHelloType || h.flags != 0) {
+        close(LogLevel::warn, "malformed frame: the first frame is not a hello (type " + type_name(h.type) + ")",
+              lost("it did not start with a hello"));
+        return;
+      }
+      auto hello = decode_hello(body);
+      if (!hello) {
+        close(LogLevel::warn, hello.error().message, lost(hello.error().message));
+        return;
+      }
+      if (hello->cluster_id != t.opts.cluster_id) {
+        const std::string msg = "peer node " + std::to_string(hello->node.value()) + " at " + address +
+                                " belongs to cluster " + hello->cluster_id + ", this node (" +
+                                std::to_string(t.opts.self.value()) + ") to cluster " + t.opts.cluster_id;
+        close(LogLevel::error, "refused: cluster id mismatch: " + msg, Error(Errc::cluster_id_mismatch, msg));
+        return;
+      }
+      if (outgoing && target.value() != 0 && hello->node != target) {
+        const std::string msg = "the address " + address + " of peer " + std::to_string(target.value()) +
+                                " is served by node " + std::to_string(hello->node.value());
+        close(LogLevel::error, "refused: " + msg, Error(Errc::unavailable, msg));
+        return;
+      }
+      peer = PeerIdentity{hello->node, hello->directory_id};
+      if (outgoing) {
+        std::lock_guard lk(t.hello_mu);
+        t.hellos[target] = *hello;
+      }
+      state = State::ready;
+      hello_timer.cancel();
+      while (!unsent.empty()) {
+        auto [id, frame] = std::move(unsent.front());
+        unsent.pop_front();
+        if (auto it = pending.find(id); it != pending.end()) {
+          it->second.sent = true;
+          send(std::move(frame));
+        }
+      }
+      read_header();
+      return;
+    }
+    if (h.type == kHelloType) {
+      close(LogLevel::warn, "malformed frame: a second hello", lost("it sent a second hello"));
+      return;
+    }
+    if (h.flags & kFlagResponse) {
+      auto it = pending.find(h.request_id);
+      if (it != pending.end()) {  // else it timed out: the answer comes too late
+        auto p = std::move(it->second);
+        pending.erase(it);
+        p.timer->cancel();
+        if (h.flags & kFlagError)
+          p.cb(decode_error(body));
+        else
+          p.cb(std::move(body));
+      }
+    } else {
+      t.serve(shared_from_this(), h, std::move(body));
+    }
+    if (state != State::closed) read_header();
+  }
+
+  // Closes the connection once; every pending request fails with `why` (uncertain when it
+  // had been sent, unless `why` is a refusal that proves nothing was exchanged).
+  void close(LogLevel level, const std::string& reason, const Error& why) {
+    if (state == State::closed) return;
+    const auto was = state;
+    state = State::closed;
+    t.log(level, who() + ": " + reason + (was == State::ready || was == State::hello_wait ? "; closed" : ""));
+    boost::system::error_code ec;
+    sock.shutdown(tcp::socket::shutdown_both, ec);
+    sock.close(ec);
+    hello_timer.cancel();
+    auto self = shared_from_this();
+    t.conns.erase(self);
+    if (outgoing) {
+      auto it = t.outgoing.find(target);
+      if (it != t.outgoing.end() && it->second == self) t.outgoing.erase(it);
+    }
+    auto pend = std::move(pending);
+    pending.clear();
+    unsent.clear();
+    wq.clear();
+    for (auto& [id, p] : pend) {
+      p.timer->cancel();
+      Error e = why;
+      if (why.code == Errc::unavailable) e.outcome = p.sent ? Outcome::uncertain : Outcome::transient;
+      p.cb(std::move(e));
+    }
+  }
+};
+
+void AsioPeerTransport::Impl::accept() {
+  acceptor.async_accept([self = shared_from_this()](const boost::system::error_code& ec, tcp::socket sock) {
+    if (self->stopped || !self->acceptor.is_open()) return;
+    if (!ec) {
+      boost::system::error_code e2;
+      auto ep = sock.remote_endpoint(e2);
+      std::string remote = e2 ? "?" : ep.address().to_string() + ":" + std::to_string(ep.port());
+      ++self->accepted;
+      auto c = std::make_shared<Conn>(*self, false, NodeId{0}, remote);
+      c->sock = std::move(sock);
+      self->conns.insert(c);
+      c->begin();
+    } else {
+      self->log(LogLevel::warn, "accept failed: " + ec.message());
+    }
+    self->accept();
+  });
+}
+
+void AsioPeerTransport::Impl::do_request(NodeId peer, PeerMessageType type, std::string payload,
+                                         std::chrono::milliseconds timeout, PeerCallback cb) {
+  if (stopped) {
+    cb(Error(Errc::unavailable, "the peer transport is stopping", Outcome::transient));
+    return;
+  }
+  if (type == kHelloType) {
+    cb(Error(Errc::invalid_argument, "peer message type 0x0000 is the hello; it cannot be requested"));
+    return;
+  }
+  if (payload.size() + kHeaderBytes > kMaxPeerFrameBytes) {
+    cb(Error(Errc::invalid_argument, "a peer request of " + std::to_string(payload.size()) +
+                                         " bytes is larger than the frame limit of " +
+                                         std::to_string(kMaxPeerFrameBytes) + " bytes"));
+    return;
+  }
+  auto addr = dir->lookup(peer);
+  if (!addr) {
+    cb(Error(Errc::unavailable,
+             "peer " + std::to_string(peer.value()) +
+                 " is unknown: no peer address for it in the catalog or in transport.peers",
+             Outcome::transient));
+    return;
+  }
+  std::shared_ptr<Conn> c;
+  if (auto it = outgoing.find(peer); it != outgoing.end()) {
+    c = it->second;
+    if (c->address != *addr) {
+      c->close(LogLevel::info, "the peer's address changed to " + *addr, c->lost("its address changed"));
+      c.reset();
+    }
+  }
+  if (!c) {
+    c = std::make_shared<Conn>(*this, true, peer, *addr);
+    outgoing[peer] = c;
+    conns.insert(c);
+    c->arm_setup_timer();
+    std::string host, port;
+    if (!split_address(*addr, host, port)) {
+      auto keep = c;
+      asio::post(io, [keep] {
+        keep->close(LogLevel::warn, "bad peer address (want host:port)",
+                    Error(Errc::unavailable, keep->peer_name() + " has a bad address '" +
+                                                 keep->address + "' (want host:port)", Outcome::transient));
+      });
+    } else {
+      auto resolver = std::make_shared<tcp::resolver>(io);
+      resolver->async_resolve(
+          host, port, [c, resolver](const boost::system::error_code& ec, tcp::resolver::results_type eps) {
+            if (c->state == Conn::State::closed) return;
+            if (ec) {
+              c->close(LogLevel::warn, "cannot resolve: " + ec.message(),
+                       Error(Errc::unavailable, "cannot resolve " + c->peer_name() +
+                                                    " at " + c->address + ": " + ec.message()));
+              return;
+            }
+            asio::async_connect(c->sock, eps, [c](const boost::system::error_code& ec, const tcp::endpoint&) {
+              if (c->state == Conn::State::closed) return;
+              if (ec) {
+                c->close(LogLevel::info, "cannot connect: " + ec.message(),
+                         Error(Errc::unavailable, "cannot connect to " + c->peer_name() +
+                                                      " at " + c->address + ": " + ec.message()));
+                return;
+              }
+              c->begin();
+            });
+          });
+    }
+  }
+  const std::uint64_t id = next_id++;
+  Conn::Pending p;
+  p.cb = std::move(cb);
+  p.type = type;
+  p.timer = std::make_unique<asio::steady_timer>(io, timeout);
+  p.timer->async_wait([w = std::weak_ptr<Conn>(c), id, timeout, peer, type](const boost::system::error_code& ec) {
+    if (ec) return;
+    auto c = w.lock();
+    if (!c) return;
+    auto it = c->pending.find(id);
+    if (it == c->pending.end()) return;
+    auto pp = std::move(it->second);
+    c->pending.erase(it);
+    pp.cb(Error(Errc::timeout, "peer " + std::to_string(peer.value()) + " did not answer a request of type " +
+                                   type_name(type) + " within " + std::to_string(timeout.count()) + " ms"));
+  });
+  std::string frame = encode_frame(Header{0, type, id, 0}, payload);
+  if (c->state == Conn::State::ready) {
+    p.sent = true;
+    c->pending.emplace(id, std::move(p));
+    c->send(std::move(frame));
+  } else {
+    c->pending.emplace(id, std::move(p));
+    c->unsent.emplace_back(id, std::move(frame));
+  }
+}
+
+void AsioPeerTransport::Impl::serve(const std::shared_ptr<Conn>& c, const Header& h, std::string payload) {
+  std::shared_ptr<HandlerEntry> entry;
+  {
+    std::lock_guard lk(hmu);
+    if (auto it = handlers.find(h.type); it != handlers.end()) {
+      entry = it->second;
+      ++entry->running;
+    }
+  }
+  const std::uint64_t id = h.request_id;
+  const PeerMessageType type = h.type;
+  if (!entry) {
+    c->send(encode_frame(Header{kFlagResponse | kFlagError, type, id, 0},
+                         encode_error(Error(Errc::not_supported, "node " + std::to_string(opts.self.value()) +
+                                                                     " has no handler for peer message type " +
+                                                                     type_name(type)))));
+    return;
+  }
+  std::weak_ptr<Impl> wt = weak_from_this();
+  std::weak_ptr<Conn> wc = c;
+  PeerResponder respond([wt, wc, id, type](Result<std::string> answer) {
+    auto t = wt.lock();
+    if (!t) return;
+    std::string frame;
+    if (answer.ok()) {
+      if (answer.value().size() + kHeaderBytes > kMaxPeerFrameBytes)
+        answer = Error(Errc::internal, "the answer of " + std::to_string(answer.value().size()) +
+                                           " bytes is larger than the peer frame limit");
+    }
+    if (answer.ok())
+      frame = encode_frame(Header{kFlagResponse, type, id, 0}, answer.value());
+    else
+      frame = encode_frame(Header{kFlagResponse | kFlagError, type, id, 0}, encode_error(answer.error()));
+    asio::post(t->io, [wc, f = std::move(frame)]() mutable {
+      if (auto c = wc.lock(); c && c->state == Conn::State::ready) c->send(std::move(f));
+    });
+  });
+  try {
+    entry->fn(c->peer, std::move(payload), std::move(respond));
+  } catch (const std::exception& e) {
+    log(LogLevel::error, "the handler of peer message type " + type_name(type) + " threw: " + e.what());
+  }
+  {
+    std::lock_guard lk(hmu);
+    --entry->running;
+  }
+  hcv.notify_all();
+}
+
+void AsioPeerTransport::Impl::shutdown_io() {
+  boost::system::error_code ec;
+  acceptor.close(ec);
+  auto all = conns;
+  for (auto& c : all)
+    c->close(LogLevel::info, "the transport is stopping",
+             Error(Errc::unavailable, "the peer transport is stopping", Outcome::transient));
+}
+
+// ---------------------------------------------------------------------------------------
+// AsioPeerTransport
+
+Result<std::unique_ptr<AsioPeerTransport>> AsioPeerTransport::start(PeerTransportOptions opts,
+                                                                   std::shared_ptr<PeerDirectory> directory) {
+  if (!opts.log) opts.log = [](LogLevel l, const std::string& m) { log_line(l, "transport", m); };
+  auto impl = std::make_shared<Impl>();
+  impl->opts = std::move(opts);
+  impl->dir = directory ? std::move(directory) : std::make_shared<PeerDirectory>();
+  impl->failpoints.path = impl->opts.failpoint_file;
+  if (!impl->opts.listen_address.empty()) {
+    std::string host, port;
+    if (!split_address(impl->opts.listen_address, host, port))
+      return Error(Errc::invalid_argument,
+                   "transport.address '" + impl->opts.listen_address + "' is not host:port");
+    boost::system::error_code ec;
+    tcp::resolver resolver(impl->io);
+    auto eps = resolver.resolve(host, port, tcp::resolver::passive, ec);
+    if (ec || eps.empty())
+      return Error(Errc::unavailable, "cannot resolve transport.address " + impl->opts.listen_address + ": " +
+                                          (ec ? ec.message() : "no address"));
+    const tcp::endpoint ep = *eps.begin();
+    impl->acceptor.open(ep.protocol(), ec);
+    if (!ec) impl->acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+    if (!ec) impl->acceptor.bind(ep, ec);
+    if (!ec) impl->acceptor.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec)
+      return Error(Errc::unavailable,
+                   "cannot listen on transport.address " + impl->opts.listen_address + ": " + ec.message());
+    impl->bound_port = impl->acceptor.local_endpoint().port();
+    impl->accept();
+  }
+  std::unique_ptr<AsioPeerTransport> t(new AsioPeerTransport(impl));
+  // The core answers pings itself (sluiced probe-peer).
+  (void)t->handle(kPeerPing, [](const PeerIdentity&, std::string, PeerResponder r) { r(std::string("pong")); });
+  impl->thread = std::thread([impl = impl.get()] {
+    impl->io_thread = std::this_thread::get_id();
+    for (;;) {
+      try {
+        impl->io.run();
+        return;
+      } catch (const std::exception& e) {  // a callback threw: log it, keep serving
+        impl->log(LogLevel::error, std::string("a peer callback threw: ") + e.what());
+      }
+    }
+  });
+  if (!impl->opts.listen_address.empty())
+    impl->log(LogLevel::info, "listening on " + impl->opts.listen_address + " (port " +
+                                  std::to_string(impl->bound_port) + "), node " +
+                                  std::to_string(impl->opts.self.value()) + ", cluster " + impl->opts.cluster_id);
+  return t;
+}
+
+AsioPeerTransport::~AsioPeerTransport() {
+  stop();
+  impl_->work.reset();
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+std::optional<Hello> AsioPeerTransport::last_hello(NodeId peer) const {
+  std::lock_guard lk(impl_->hello_mu);
+  auto it = impl_->hellos.find(peer);
+  if (it == impl_->hellos.end()) return std::nullopt;
+  return it->second;
+}
+
+NodeId AsioPeerTransport::self() const { return impl_->opts.self; }
+std::uint16_t AsioPeerTransport::port() const { return impl_->bound_port; }
+std::uint64_t AsioPeerTransport::accepted_connections() const { return impl_->accepted.load(); }
+
+void AsioPeerTransport::stop() {
+  if (impl_->stopped.exchange(true)) return;
+  if (!impl_->thread.joinable()) return;
+  std::promise<void> done;
+  asio::post(impl_->io, [impl = impl_.get(), &done] {
+    impl->shutdown_io();
+    done.set_value();
+  });
+  done.get_future().wait();
+}
+
+Result<void> AsioPeerTransport::handle(PeerMessageType type, PeerHandler handler) {
+  if (type == kHelloType)
+    return Error(Errc::invalid_argument, "peer message type 0x0000 is the hello; it cannot be handled");
+  if (!handler) return Error(Errc::invalid_argument, "a peer handler must not be empty");
+  std::lock_guard lk(impl_->hmu);
+  auto [it, inserted] = impl_->handlers.try_emplace(type);
+  if (!inserted)
+    return Error(Errc::conflict, "peer message type " + type_name(type) + " already has a handler");
+  it->second = std::make_shared<Impl::HandlerEntry>();
+  it->second->fn = std::move(handler);
+  return {};
+}
+
+void AsioPeerTransport::unhandle(PeerMessageType type) {
+  std::unique_lock lk(impl_->hmu);
+  auto it = impl_->handlers.find(type);
+  if (it == impl_->handlers.end()) return;
+  auto entry = it->second;
+  impl_->handlers.erase(it);
+  // From a handler (the I/O thread) waiting would never end: the SDK forbids it; do not hang.
+  // (The running call keeps its entry alive; the handler is destroyed after it returns.)
+  if (std::this_thread::get_id() == impl_->io_thread.load()) return;
+  impl_->hcv.wait(lk, [&] { return entry->running == 0; });
+  // Destroy the handler (and what it captured) outside the lock.
+  auto fn = std::move(entry->fn);
+  lk.unlock();
+}
+
+void AsioPeerTransport::request(NodeId peer, PeerMessageType type, std::string payload,
+                                std::chrono::milliseconds timeout, PeerCallback cb) {
+  if (!cb) cb = [](Result<std::string>) {};
+  asio::post(impl_->io, [impl = impl_.get(), peer, type, p = std::move(payload), timeout,
+                         cb = std::move(cb)]() mutable {
+    impl->do_request(peer, type, std::move(p), timeout, std::move(cb));
+  });
+}
+
+// ---------------------------------------------------------------------------------------
+// probe-peer
+
+Result<ProbeResult> probe_peer(const std::string& address, const Hello& self, std::chrono::milliseconds timeout) {
+  auto dir = std::make_shared<PeerDirectory>();
+  dir->set_static({{NodeId{0}, address}});  // node 0: whoever answers at the address
+  PeerTransportOptions o;
+  o.self = self.node;
+  o.cluster_id = self.cluster_id;
+  o.directory_id = self.directory_id;
+  o.log = [](LogLevel l, const std::string& m) {
+    if (l >= LogLevel::warn) log_line(l, "transport", m);
+  };
+  auto t = AsioPeerTransport::start(o, dir);
+  if (!t) return t.error();
+  std::promise<Result<std::string>> answer;
+  (*t)->request(NodeId{0}, kPeerPing, "", timeout, [&answer](Result<std::string> r) { answer.set_value(std::move(r)); });
+  auto r = answer.get_future().get();
+  if (!r) return r.error();
+  auto hello = (*t)->last_hello(NodeId{0});
+  if (!hello) return Error(Errc::internal, "the ping was answered without a hello");
+  return ProbeResult{PeerIdentity{hello->node, hello->directory_id}, hello->cluster_id};
+}
+
+}  // namespace sluice::core
+
+namespace sluice::core {
+
+Result<std::map<NodeId, std::string>> PeerDirectory::parse_static(const std::string& spec) {
+  std::map<NodeId, std::string> out;
+  std::size_t at = 0;
+  while (at <= spec.size()) {
+    auto comma = spec.find(',', at);
+    if (comma == std::string::npos) comma = spec.size();
+    std::string entry = spec.substr(at, comma - at);
+    at = comma + 1;
+    const auto b = entry.find_first_not_of(" \t"), e = entry.find_last_not_of(" \t");
+    if (b == std::string::npos) continue;
+    entry = entry.substr(b, e - b + 1);
+    const auto eq = entry.find('=');
+    std::uint64_t id = 0;
+    bool ok = eq != std::string::npos && eq > 0 && eq + 1 < entry.size();
+    if (ok) {
+      for (std::size_t i = 0; i < eq; ++i) {
+        if (entry[i] < '0' || entry[i] > '9' || id > 0x7fffffff) {
+          ok = false;
+          break;
+        }
+        id = id * 10 + static_cast<unsigned>(entry[i] - '0');
+      }
+    }
+    if (!ok || id == 0 || id > 0x7fffffff || entry.find(':', eq) == std::string::npos)
+      return Error(Errc::invalid_argument,
+                   "transport.peers: bad entry '" + entry + "' (want NODE_ID=HOST:PORT, comma-separated)");
+    out[NodeId{static_cast<std::uint32_t>(id)}] = entry.substr(eq + 1);
+  }
+  return out;
+}
+
+}  // namespace sluice::core

@@ -1,0 +1,128 @@
+// The core's PeerTransport (sluice/transport.h; docs/replication.md "Peer transport").
+//
+// One Boost.Asio I/O thread runs every socket, timer, handler and callback; there is no
+// thread per connection. Requests go out on one pooled connection per peer (multiplexed by
+// request id); connections from peers are accepted on `transport.address`.
+//
+// Wire format (all integers little-endian), one frame:
+//
+//   offset size  field
+//   0      1     magic 0xC5
+//   1      1     high nibble: frame format version (1); low nibble: flags
+//                  0x1 response (else a request), 0x2 error (only with response)
+//   2      2     type (PeerMessageType; 0x0000 is the hello)
+//   4      8     request id (0 in a hello)
+//   12     4     payload length (header + payload <= kMaxPeerFrameBytes)
+//   16     ...   payload
+//
+// Hello payload: "SLUICEPT", u16 version (1), u32 node id, u16 length + cluster id,
+// u16 length + directory.id. Each side sends its hello first and checks the other's.
+// Error payload: u16 Errc, u8 Outcome, then the message (the rest of the payload).
+//
+// Thread-safety: every public method may be called from any thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "peer_directory.h"
+#include "sluice/host.h"
+#include "sluice/transport.h"
+
+namespace sluice::core {
+
+// The core's own message types (kPeerCoreTypesFirst..Last).
+inline constexpr PeerMessageType kPeerPing = 0x0001;  // answered "pong" by the core
+
+// The frame codec, exposed for tests and the probe.
+namespace peerwire {
+inline constexpr std::uint8_t kMagic = 0xC5;
+inline constexpr std::uint8_t kVersion = 1;
+inline constexpr std::uint8_t kFlagResponse = 0x1;
+inline constexpr std::uint8_t kFlagError = 0x2;
+inline constexpr std::size_t kHeaderBytes = 16;
+inline constexpr PeerMessageType kHelloType = 0;
+inline constexpr char kHelloMagic[] = "SLUICEPT";
+inline constexpr std::uint16_t kHelloVersion = 1;
+
+struct Header {
+  std::uint8_t flags = 0;
+  PeerMessageType type = 0;
+  std::uint64_t request_id = 0;
+  std::uint32_t payload_len = 0;
+};
+struct Hello {
+  NodeId node;
+  std::string cluster_id;
+  std::string directory_id;
+};
+
+std::string encode_frame(const Header& h, std::string_view payload);  // sets payload_len
+// Checks magic, version, flags and length; invalid_argument naming what is wrong.
+Result<Header> decode_header(const unsigned char* p);
+std::string encode_hello(const Hello& h);
+Result<Hello> decode_hello(std::string_view payload);
+std::string encode_error(const Error& e);
+Error decode_error(std::string_view payload);
+}  // namespace peerwire
+
+struct PeerTransportOptions {
+  NodeId self;
+  std::string cluster_id;
+  std::string directory_id;
+  std::string listen_address;  // host:port; port 0 = ephemeral; empty = do not listen
+  // Test-only (transport.failpoint_file): "drop N" / "delay N MS" lines, re-read when its
+  // mtime changes, checked on each frame sent.
+  std::string failpoint_file;
+  std::function<void(LogLevel, const std::string&)> log;  // default: log_line "transport"
+  // Connecting and the hello exchange must finish within this, or the connection closes.
+  std::chrono::milliseconds setup_timeout{10000};
+};
+
+class AsioPeerTransport final : public PeerTransport {
+ public:
+  // Binds (if listen_address is set) and starts the I/O thread. unavailable naming the
+  // address if it cannot bind.
+  static Result<std::unique_ptr<AsioPeerTransport>> start(PeerTransportOptions opts,
+                                                          std::shared_ptr<PeerDirectory> directory);
+  ~AsioPeerTransport() override;
+
+  NodeId self() const override;
+  Result<void> handle(PeerMessageType type, PeerHandler handler) override;
+  void unhandle(PeerMessageType type) override;
+  void request(NodeId peer, PeerMessageType type, std::string payload,
+               std::chrono::milliseconds timeout, PeerCallback cb) override;
+
+  // The hello the peer sent on the last outgoing connection to `peer` that got one.
+  std::optional<peerwire::Hello> last_hello(NodeId peer) const;
+  // The bound port (0 if not listening).
+  std::uint16_t port() const;
+  // Connections accepted so far (tests check the pooling with it).
+  std::uint64_t accepted_connections() const;
+  // Closes the listener and every connection; pending requests fail unavailable. Later
+  // requests fail unavailable (still never inline). Idempotent; the destructor calls it.
+  // Not from a handler or callback (it waits for the I/O thread).
+  void stop();
+
+  struct Impl;
+
+ private:
+  explicit AsioPeerTransport(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
+  std::shared_ptr<Impl> impl_;
+};
+
+// sluiced probe-peer: connects to `address`, exchanges hellos, sends a ping. The peer's
+// identity from its hello, or the error (cluster_id_mismatch naming both ids, unavailable,
+// timeout, or the ping's error).
+struct ProbeResult {
+  PeerIdentity peer;
+  std::string cluster_id;
+};
+Result<ProbeResult> probe_peer(const std::string& address, const peerwire::Hello& self,
+                               std::chrono::milliseconds timeout);
+
+}  // namespace sluice::core

@@ -1,0 +1,194 @@
+// The replication manager of one fs-storage engine (docs/replication.md "The data path").
+//
+// For every open shard incarnation with more than one replica it plays the role the
+// catalog's assignment gives this broker:
+//   * leader: answers followers' fetches with whole stored batches (long poll when nothing
+//     is new), tracks each follower's durable end, raises the high watermark to the lowest
+//     durable end in the in-sync set, and shrinks or grows that set through the catalog's
+//     compare-and-set (never below min_insync);
+//   * follower: truncates a divergent suffix found through the leader-epoch history (never
+//     below its high watermark), then fetches, writes and fsyncs chunks, and reports its
+//     durable end with the next fetch;
+//   * neither (no leader, or another epoch than its own): serves nothing.
+//
+// It drives the log through the ReplicaLog seam, so the protocol is tested against a model
+// log and the real one alike. Threads: a few workers (disk work: fetch answers, replica
+// appends, catalog calls) and one timer thread (long-poll deadlines, retry backoff, lag
+// checks). Transport handlers and callbacks only hand work to the workers.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "sluice/error.h"
+#include "sluice/host.h"
+#include "sluice/metadata.h"
+#include "sluice/storage.h"
+#include "sluice/transport.h"
+#include "sluice/types.h"
+#include "replication_wire.h"
+
+namespace sluice::fs_storage {
+
+struct EpochEnd {
+  LeaderEpoch epoch;
+  Offset end;
+};
+
+// read_raw's answer as the manager needs it.
+struct ReplicaChunk {
+  std::string bytes;   // whole stored batches, as on disk
+  Offset next;         // the offset after the last batch
+  LeaderEpoch epoch;   // the epoch every batch was written in (a chunk never spans two)
+};
+
+// What the manager needs of one replica's log. Every call may block on the disk; the
+// manager calls them from its workers only.
+class ReplicaLog {
+ public:
+  virtual ~ReplicaLog() = default;
+  virtual const ShardRef& ref() const = 0;
+  virtual Offset log_start() = 0;
+  // End of what is synced on this disk (this replica's position for the high watermark).
+  virtual Offset durable_end() = 0;
+  virtual Offset high_watermark() = 0;
+  // The highest epoch this replica has acted in (persisted).
+  virtual LeaderEpoch leader_epoch() = 0;
+  // The epoch of the last batch held (0 with an empty log).
+  virtual LeaderEpoch last_data_epoch() = 0;
+  // KIP-279: the largest epoch <= `epoch` in the history and where it ends here.
+  virtual Result<EpochEnd> end_offset_for(LeaderEpoch epoch) = 0;
+  virtual Result<void> become_leader(LeaderEpoch epoch) = 0;
+  virtual Result<void> become_follower(LeaderEpoch epoch, NodeId leader) = 0;
+  // Deposed: a newer epoch exists. Pending and later quorum appends fail with fenced.
+  virtual Result<void> fence(LeaderEpoch newer) = 0;
+  virtual void set_in_sync(std::size_t members, std::uint32_t min_insync) = 0;
+  virtual void advance_high_watermark(Offset hwm) = 0;
+  virtual void expire_quorum_waiters(std::chrono::steady_clock::time_point now) = 0;
+  // Whole batches from `from` (a batch boundary) up to the log end, at least one if any.
+  virtual Result<ReplicaChunk> read_raw(Offset from, std::size_t max_bytes) = 0;
+  // Appends a chunk read from the leader at `base` (== log end), written in `epoch`,
+  // synced before it returns.
+  virtual Result<void> append_replica(std::string_view chunk, Offset base, LeaderEpoch epoch) = 0;
+  virtual Result<void> truncate_to(Offset end) = 0;
+  // `cb` once the log end exceeds `offset` or the log closes (inline then, returning 0).
+  virtual std::uint64_t notify_when_end_beyond(Offset offset, std::function<void()> cb) = 0;
+  virtual void cancel_end_notify(std::uint64_t handle) = 0;
+};
+
+struct ReplicaOptions {
+  std::chrono::milliseconds max_lag{10000};         // replication.max_lag_ms
+  std::uint32_t fetch_max_bytes = 4u << 20;         // replication.fetch_max_bytes
+  std::chrono::milliseconds fetch_wait{500};        // replication.fetch_wait_ms
+  std::chrono::milliseconds request_timeout{5000};  // a fetch times out after wait + this
+  std::chrono::milliseconds retry_backoff{100};
+  std::chrono::milliseconds quorum_timeout{30000};  // replication.quorum_timeout_ms
+  unsigned workers = 2;                             // replication.workers
+  // How often the leader checks lag and quorum deadlines; 0: only when told (tests).
+  std::chrono::milliseconds check_interval{-1};     // -1: max_lag / 4, at most 1 s
+};
+
+class ReplicaManager {
+ public:
+  using UpdateShard = std::function<Result<Assignment>(const ShardUpdate&)>;
+  using Logger = std::function<void(LogLevel, std::string_view)>;
+
+  ReplicaManager(PeerTransport& transport, NodeId self, std::string directory_id,
+                 UpdateShard update_shard, Logger log, ReplicaOptions opts);
+  ~ReplicaManager();
+  ReplicaManager(const ReplicaManager&) = delete;
+  ReplicaManager& operator=(const ReplicaManager&) = delete;
+
+  // Registers the transport handlers and starts the threads.
+  Result<void> start();
+  // Stops fetching and answering; parked fetches are answered unavailable.
+  void stop();
+
+  // The catalog's word on one shard (after open and after every change). Returns once the
+  // role is persisted (the epoch history) and started.
+  Result<void> assign(std::shared_ptr<ReplicaLog> log, const ReplicaAssignment& assignment);
+  // The shard closes or is deleted here: stop every role for it.
+  void remove(const ShardRef& ref);
+
+  // The leader's view of each replica (empty when this broker does not lead the shard).
+  std::vector<ReplicaProgress> progress(const ShardRef& ref);
+  // Runs one lag and quorum-deadline check now (tests; the timer does it otherwise).
+  void check_now();
+
+  struct Counters {
+    std::uint64_t fetches_served = 0;
+    std::uint64_t bytes_served = 0;
+    std::uint64_t chunks_appended = 0;
+    std::uint64_t bytes_appended = 0;
+    std::uint64_t truncations = 0;
+    std::uint64_t isr_shrinks = 0;
+    std::uint64_t isr_expands = 0;
+  };
+  Counters counters();
+
+ private:
+  struct Shard;
+  struct Parked;
+  using Clock = std::chrono::steady_clock;
+
+  std::shared_ptr<Shard> find(const StreamKey& key, ShardIndex shard);
+  void post(std::function<void()> fn);
+  void after(std::chrono::milliseconds delay, std::function<void()> fn);
+  void worker_loop();
+  void timer_loop();
+  void finish_parked(const std::shared_ptr<Parked>& p);
+  void drop_parked(Shard& s);
+
+  // Leader side.
+  void on_fetch(const PeerIdentity& from, std::string payload, PeerResponder respond);
+  void on_epoch_end(const PeerIdentity& from, std::string payload, PeerResponder respond);
+  Result<std::shared_ptr<Shard>> check_envelope(const PeerIdentity& from, const Incarnated& env,
+                                                bool leader_only);
+  void serve_fetch(const std::shared_ptr<Shard>& s, FetchRequest req, PeerResponder respond);
+  void answer_fetch(const std::shared_ptr<Shard>& s, const FetchRequest& req,
+                    PeerResponder& respond);
+  void record_progress(Shard& s, NodeId follower, const std::string& dir, Offset durable_end,
+                       Clock::time_point now);
+  void update_high_watermark(Shard& s);
+  void check_shard(const std::shared_ptr<Shard>& s, Clock::time_point now);
+  void change_in_sync(const std::shared_ptr<Shard>& s, std::vector<InSyncReplica> in_sync,
+                      const char* why);
+
+  // Follower side.
+  void follow(const std::shared_ptr<Shard>& s, std::uint64_t gen);
+  void truncate_step(const std::shared_ptr<Shard>& s, std::uint64_t gen);
+  void fetch_step(const std::shared_ptr<Shard>& s, std::uint64_t gen);
+  void retry(const std::shared_ptr<Shard>& s, std::uint64_t gen, const Error& why);
+  Incarnated envelope(const Shard& s) const;
+
+  PeerTransport& transport_;
+  NodeId self_;
+  std::string directory_id_;
+  UpdateShard update_shard_;
+  Logger log_;
+  ReplicaOptions opts_;
+
+  std::mutex mu_;  // shards_, counters_
+  std::map<std::pair<StreamKey, ShardIndex>, std::shared_ptr<Shard>> shards_;
+  Counters counters_;
+
+  // The work queue and timers. Transport and log callbacks hold it, not the manager, so a
+  // callback that fires after stop() only drops its work.
+  struct Exec;
+  std::shared_ptr<Exec> exec_;
+  std::vector<std::thread> workers_;
+  std::thread timer_;
+  bool started_ = false;
+};
+
+}  // namespace sluice::fs_storage

@@ -1,0 +1,73 @@
+// The replication messages that fs-storage replicas exchange over the peer transport
+// (docs/replication.md "Replication messages"). Every message starts with an `Incarnated`
+// envelope naming exactly which shard incarnation, in which leader epoch, from which replica
+// (broker and data directory) it speaks of.
+//
+// Encoding: little-endian fixed-width integers, strings as u16 length + bytes. Decoding is
+// strict: a truncated message, an over-long string or trailing bytes are malformed_body.
+// A fetch answer carries whole stored batches as one chunk; decoding leaves the chunk as a
+// view into the received payload (no copy, no per-record work).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "sluice/error.h"
+#include "sluice/transport.h"
+#include "sluice/types.h"
+
+namespace sluice::fs_storage {
+
+inline constexpr PeerMessageType kReplicaFetch = 0x0101;
+inline constexpr PeerMessageType kReplicaEpochEnd = 0x0102;
+
+struct Incarnated {
+  ShardRef ref;
+  LeaderEpoch leader_epoch;
+  NodeId sender;
+  std::string directory_id;
+};
+
+// Follower -> leader: "send me what you hold from fetch_offset; I hold durable_end on disk".
+struct FetchRequest {
+  Incarnated env;
+  Offset fetch_offset;   // the follower's log end: the next offset it needs
+  Offset durable_end;    // synced on the follower's disk (== fetch_offset after each append)
+  std::uint32_t max_bytes = 0;
+  std::uint32_t wait_ms = 0;  // long poll: hold the request this long if nothing is new
+};
+
+struct FetchResponse {
+  LeaderEpoch leader_epoch;
+  Offset high_watermark;
+  Offset log_start;
+  Offset log_end;          // the leader's log end when it answered
+  Offset chunk_base;       // the first offset in `chunk` (== the request's fetch_offset)
+  LeaderEpoch chunk_epoch; // the epoch every batch of `chunk` was written in (one per chunk)
+  std::string_view chunk;  // whole stored batches, as on disk; a view into the payload
+};
+
+// Follower -> leader: "where does epoch `epoch` end in your log?" (KIP-279).
+struct EpochEndRequest {
+  Incarnated env;
+  LeaderEpoch epoch;
+};
+
+struct EpochEndResponse {
+  LeaderEpoch epoch;  // the largest epoch <= the requested one in the leader's history
+  Offset end;         // where it ends (the leader's log end for its current epoch)
+};
+
+std::string encode(const FetchRequest&);
+std::string encode(const FetchResponse&);
+std::string encode(const EpochEndRequest&);
+std::string encode(const EpochEndResponse&);
+
+// `payload` must outlive the decoded FetchResponse (its chunk points into it).
+Result<FetchRequest> decode_fetch_request(std::string_view payload);
+Result<FetchResponse> decode_fetch_response(std::string_view payload);
+Result<EpochEndRequest> decode_epoch_end_request(std::string_view payload);
+Result<EpochEndResponse> decode_epoch_end_response(std::string_view payload);
+
+}  // namespace sluice::fs_storage
