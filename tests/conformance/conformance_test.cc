@@ -665,8 +665,11 @@ TEST_P(Conformance, PeerAddressRoundTrips) {
       if (e.kind == ChangeEvent::Kind::broker_registered) return true;
     return false;
   }));
-  for (auto& e : col.copy())
-    if (e.kind == ChangeEvent::Kind::broker_registered) EXPECT_EQ(e.broker.peer_address, reg.peer_address);
+  for (auto& e : col.copy()) {
+    if (e.kind == ChangeEvent::Kind::broker_registered) {
+      EXPECT_EQ(e.broker.peer_address, reg.peer_address);
+    }
+  }
   // Re-registering without one clears it (the broker's own word, each time).
   ASSERT_TRUE(s.register_broker(broker(5, true)).ok());
   EXPECT_EQ(s.list_brokers()->front().peer_address, "");
