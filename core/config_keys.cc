@@ -16,7 +16,7 @@ constexpr ConfigKey kConfigKeys[] = {
     {"metadata.postgres.change_retention", "100000", "Change-feed rows kept; a watcher behind them resyncs from a snapshot."},
     {"metadata.postgres.poll_interval_ms", "1000", "Change-feed poll interval when no NOTIFY arrives (a safety net)."},
     {"metadata.plugin", "", "Override the metadata plugin name (default from metadata.backend)."},
-    {"metadata.level", "", "Metadata level this member runs at (default: the backend's highest, 14 for raft-meta and 10 for postgres-meta). raft-meta takes 8, 10 or 14, postgres-meta 8 or 10. A lower level proposes and reports exactly as that older build would."},
+    {"metadata.level", "", "Metadata level this member runs at (default: the backend's highest, 16 for both). raft-meta takes 8, 10, 14 or 16, postgres-meta 8, 10 or 16. A lower level proposes and reports exactly as that older build would."},
     {"metadata.timeout_ms", "10000", "How long a catalog call waits before answering timeout (outcome uncertain)."},
     {"raft.address", "127.0.0.1:7800", "host:port this controller's Raft transport binds."},
     {"raft.port", "", "Overrides the port of raft.address."},
@@ -56,6 +56,7 @@ constexpr ConfigKey kConfigKeys[] = {
     {"transport.peers", "", "Optional static peer directory, NODE_ID=HOST:PORT comma list; wins over the peer addresses the catalog holds."},
     {"transport.failpoint_file", "", "Test-only: a file of 'drop N' / 'delay N MS' lines dropping or delaying every peer frame this node sends to node N."},
     {"broker.max_records_per_publish", "100000", "Largest number of records in one publish request."},
+    {"stream.default_replication_factor", "1", "replication_factor of a stream create that names none (1..5); min_insync defaults to a majority of it. Above 1 needs the fleet feature replicated_shards (metadata level 16)."},
 };
 }  // namespace
 
