@@ -533,6 +533,12 @@ ShardStats ShardLogImpl::stats() {
   }
   st.appended_records = appended_records_.load(std::memory_order_relaxed);
   st.syncs = syncs_.load(std::memory_order_relaxed);
+  std::function<std::vector<ReplicaProgress>()> progress;
+  {
+    std::lock_guard lk(progress_mu_);
+    progress = progress_;
+  }
+  if (progress && st.leading) st.replicas = progress();
   return st;
 }
 

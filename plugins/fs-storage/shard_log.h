@@ -128,6 +128,11 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   std::uint64_t notify_when_beyond(Offset offset, std::function<void()> cb) override;
   void cancel_notify(std::uint64_t handle) override;
   ShardStats stats() override;
+  // Where stats() gets the leader's view of every replica (the replication manager's).
+  void set_progress_source(std::function<std::vector<ReplicaProgress>()> source) {
+    std::lock_guard lk(progress_mu_);
+    progress_ = std::move(source);
+  }
 
   Result<GroupDelivery> group_fetch(const std::string& group, std::uint32_t max_records,
                                     const GroupOptions& opts) override;
@@ -236,6 +241,8 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   void cancel_end_notify(std::uint64_t handle);
 
  private:
+  std::mutex progress_mu_;
+  std::function<std::vector<ReplicaProgress>()> progress_;
   enum class State { open, failed, closing, closed };
   enum class Role { none, leader, follower, fenced };
 

@@ -210,7 +210,7 @@ Result<std::pair<std::string, StreamSpec>> stream_body(std::string_view body,
   if (const auto* a = o.if_contains("ack")) {
     if (!a->is_string()) return Error(Errc::invalid_argument, "field \"ack\" must be a string");
     auto m = parse_ack_mode(std::string_view(a->get_string().data(), a->get_string().size()));
-    if (!m) return Error(Errc::invalid_argument, "field \"ack\" must be \"none\" or \"leader\"");
+    if (!m) return Error(Errc::invalid_argument, "field \"ack\" must be \"none\", \"leader\" or \"quorum\"");
     spec.default_ack = *m;
   }
   if (const auto* f = o.if_contains("replication_factor")) {
@@ -219,6 +219,8 @@ Result<std::pair<std::string, StreamSpec>> stream_body(std::string_view body,
     spec.replication_factor = *r;
   }
   spec.min_insync = default_min_insync(spec.replication_factor);
+  // A replicated stream acknowledges on its in-sync set unless the create says otherwise.
+  if (!o.if_contains("ack") && spec.replication_factor > 1) spec.default_ack = AckMode::quorum;
   if (const auto* f = o.if_contains("min_insync")) {
     auto r = u32_field(*f, "min_insync", 1);
     if (!r) return r.error();

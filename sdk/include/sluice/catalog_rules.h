@@ -22,9 +22,9 @@ inline constexpr std::uint32_t kMaxShardsPerStream = 1024;
 // depend on the build that applies it (felix post-mortem, "apply reads only the entry").
 Result<void> validate_stream_spec(const StreamSpec& spec);
 
-// What this build can serve (replication factors above 1 and ack quorum need the
-// replicated data path, which it lacks: docs/replication.md "Status"). Checked by the
-// proposer and the broker, never inside apply.
+// What this build can serve, beyond validate_stream_spec. Checked by the proposer and the
+// broker, never inside apply. This build serves every valid spec (replicated shards and ack
+// quorum, docs/replication.md); the hook stays for specs a future build adds.
 Result<void> check_spec_supported(const StreamSpec& spec);
 
 // The min_insync a create gets when it names none: a majority of the replication factor.
