@@ -7,6 +7,9 @@ acknowledged record."""
 import json
 import os
 import random
+import shutil
+import signal
+import threading
 import subprocess
 import sys
 import tempfile
@@ -153,6 +156,9 @@ class Replication(unittest.TestCase):
             self.assertEqual(got.get(off), v)
 
     def deposed_leader_acknowledges_nothing(self, with_data):
+        """Seed pulsar-fenced-empty-ledger-loss: the leader is SIGSTOPped with a quorum append
+        pending, an operator raises the epoch, the old leader is SIGCONTed. The pending append
+        fails with 409 fenced; nothing the old leader said was acknowledged is lost."""
         self.start_all()
         self.nodes[1].create_stream("r", shards=1, replication_factor=3, min_insync=2)
         poll(lambda: all(self.shard(n) for n in self.nodes.values()), "every broker to apply the create")
@@ -161,28 +167,56 @@ class Replication(unittest.TestCase):
         old = self.nodes[old_id]
         acked = {}
         if with_data:
-            for res, v in zip(self.publish(old, ["before-%d" % i for i in range(10)]),
-                              ["before-%d" % i for i in range(10)]):
+            vals = ["before-%d" % i for i in range(10)]
+            for res, v in zip(self.publish(old, vals), vals):
                 acked[res["offset"]] = v
-        # The old leader is cut off from its followers; an operator moves leadership away.
+        # The followers stop hearing the old leader, so its next quorum append cannot complete.
         self.partition(old_id)
-        new_id = next(i for i in self.nodes if i != old_id)
-        moved = self.nodes[new_id].request("POST", self.nodes[new_id].ns_path() + "/streams/r/shards/0/leader",
-                                           {"broker": new_id})
-        self.assertEqual(moved["leader"], new_id)
-        self.assertEqual(moved["leader_epoch"], 2)
-        # Whatever the old leader has heard by now, it must acknowledge nothing with quorum.
-        outcomes = []
-        for i in range(5):
+        pending = {}
+
+        def publish_pending():
             try:
-                self.publish(old, ["stale-%d" % i], timeout=30)
-                outcomes.append(200)
+                pending["result"] = self.publish(old, ["pending"], timeout=90)
             except HttpError as e:
-                outcomes.append((e.status, e.problem.get("code")))
-        self.assertNotIn(200, outcomes, "a deposed leader acknowledged a quorum write: %s" % outcomes)
-        for o in outcomes:
-            self.assertIn(o, [(409, "fenced"), (421, "not_leader"), (503, "not_enough_replicas")], outcomes)
-        # The new leader takes writes with the third replica.
+                pending["error"] = (e.status, e.problem.get("code"), e.problem.get("detail"))
+
+        t = threading.Thread(target=publish_pending)
+        t.start()
+        poll(lambda: self.shard(old)["log_end"] > self.shard(old)["high_watermark"],
+             "the pending append to reach the old leader's log, unacknowledged")
+        old.proc.send_signal(signal.SIGSTOP)
+        try:
+            # An operator raises the epoch, moving leadership to an in-sync follower.
+            def move():
+                for i in self.nodes:
+                    if i == old_id:
+                        continue
+                    info = self.shard(self.nodes[i])
+                    target = next(m["broker"] for m in info["in_sync"] if m["broker"] != old_id)
+                    st, body = self.nodes[i].request(
+                        "POST", self.nodes[i].ns_path() + "/streams/r/shards/0/leader", {"broker": target}, raw=True)
+                    if st == 200:
+                        return json.loads(body)
+                return None
+            moved = poll(move, "the operator's leader move")
+            self.assertEqual(moved["leader_epoch"], 2)
+            new_id = moved["leader"]
+        finally:
+            old.proc.send_signal(signal.SIGCONT)
+        t.join(timeout=120)
+        self.assertFalse(t.is_alive(), "the pending append never completed")
+        self.assertNotIn("result", pending, "a deposed leader acknowledged a pending quorum append")
+        self.assertEqual(pending["error"][:2], (409, "fenced"), pending)
+        # Later appends sent to the old leader: none is acknowledged by it. (One that a broker
+        # forwards to the new leader is acknowledged there, and must then survive.)
+        for i in range(3):
+            try:
+                for res in self.publish(self.nodes[old_id], ["later-%d" % i], timeout=60):
+                    acked[res["offset"]] = "later-%d" % i
+            except HttpError as e:
+                self.assertIn((e.status, e.problem.get("code")),
+                              [(409, "fenced"), (421, "not_leader"), (503, "unavailable")], e.body)
+        # The new leader takes quorum writes with the third replica.
         new = self.nodes[new_id]
         poll(lambda: self.shard(new)["leading"], "the new leader to lead")
         vals = ["after-%d" % i for i in range(10)]
@@ -190,11 +224,43 @@ class Replication(unittest.TestCase):
             acked[res["offset"]] = v
         # Healed, the old leader follows, drops its unacknowledged suffix, and catches up.
         self.heal()
-        poll(lambda: sorted(self.in_sync()) == [1, 2, 3], "the old leader to rejoin the in-sync set")
+        self.wait_in_sync([1, 2, 3])
         self.wait_caught_up()
         self.check_replicas(acked)
         values = [record_value(r).decode() for r in new.fetch_all("r", 0)]
-        self.assertFalse([v for v in values if v.startswith("stale-")], values)
+        self.assertNotIn("pending", values)
+
+    def test_a_wiped_follower_is_a_new_replica_until_it_has_caught_up(self):
+        """Seed kafka-15495: a follower back with an empty disk (a new directory.id) counts for
+        nothing until it has caught up and the leader recorded its new directory."""
+        self.start_all()
+        self.nodes[1].create_stream("r", shards=1, replication_factor=3, min_insync=2)
+        poll(lambda: all(self.shard(n) for n in self.nodes.values()), "every broker to apply the create")
+        self.wait_in_sync([1, 2, 3])
+        leader_id = self.leader()
+        leader = self.nodes[leader_id]
+        acked = {}
+        for i in range(20):
+            vals = ["w%d-%d" % (i, j) for j in range(5)]
+            for res, v in zip(self.publish(leader, vals), vals):
+                acked[res["offset"]] = v
+        f_id = next(i for i in self.nodes if i != leader_id)
+        f = self.nodes[f_id]
+        old_dir = next(m["directory_id"] for m in self.shard(leader)["in_sync"] if m["broker"] == f_id)
+        self.assertEqual(f.stop(), 0)
+        shutil.rmtree(f.data_dir)
+        f.start()
+        new_dir = f.request("GET", "/v1/cluster")["directory_id"]
+        self.assertNotEqual(new_dir, old_dir)
+        for i in range(20, 30):
+            vals = ["w%d-%d" % (i, j) for j in range(5)]
+            for res, v in zip(self.publish(leader, vals), vals):
+                acked[res["offset"]] = v
+        # It rejoins only under its new directory id, once it holds everything.
+        poll(lambda: {m["broker"]: m["directory_id"] for m in self.shard(leader)["in_sync"]}.get(f_id) == new_dir,
+             "the wiped follower to rejoin the in-sync set under its new directory id")
+        self.wait_caught_up()
+        self.check_replicas(acked)
 
     def test_deposed_leader_acknowledges_nothing(self):
         self.deposed_leader_acknowledges_nothing(with_data=True)
