@@ -9,6 +9,8 @@ import os
 import random
 import shutil
 import signal
+import socket
+import struct
 import threading
 import subprocess
 import sys
@@ -22,6 +24,66 @@ PG_URL = os.environ.get("SLUICE_TEST_PG_URL", "")
 CHECKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "check_replicas.py")
 MAX_LAG_MS = 1500
 
+ERRC = {1: "invalid_argument", 2: "malformed_body", 6: "not_found", 12: "fenced", 13: "stale_route", 14: "not_leader", 22: "not_supported"}
+
+
+class PeerClient:
+    """A minimal client of the peer transport (docs/replication.md "Frames", "Hello",
+    "Replication messages"), to speak to a broker as another replica would."""
+
+    def __init__(self, port, cluster_id, node_id, directory_id):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        hello = b"SLUICEPT" + struct.pack("<HI", 1, node_id) + self.s16(cluster_id) + self.s16(directory_id)
+        self.sock.sendall(self.frame(0, 0, 0, hello))
+        kind, _, _, payload = self.read_frame()
+        assert kind == 0 and payload.startswith(b"SLUICEPT"), payload
+        self.next_id = 1
+
+    @staticmethod
+    def s16(text):
+        b = text.encode()
+        return struct.pack("<H", len(b)) + b
+
+    @staticmethod
+    def frame(flags, mtype, rid, payload):
+        return struct.pack("<BBHQI", 0xC5, 0x10 | flags, mtype, rid, len(payload)) + payload
+
+    def read_exact(self, n):
+        out = b""
+        while len(out) < n:
+            chunk = self.sock.recv(n - len(out))
+            if not chunk:
+                raise ConnectionError("the broker closed the connection")
+            out += chunk
+        return out
+
+    def read_frame(self):
+        magic, vf, mtype, rid, n = struct.unpack("<BBHQI", self.read_exact(16))
+        assert magic == 0xC5
+        return mtype, vf & 0x0F, rid, self.read_exact(n)
+
+    def request(self, mtype, payload):
+        """(True, payload) or (False, errc name, message)."""
+        rid = self.next_id
+        self.next_id += 1
+        self.sock.sendall(self.frame(0, mtype, rid, payload))
+        while True:
+            _, flags, got, body = self.read_frame()
+            if got == rid:
+                break
+        if flags & 0x2:
+            code, _outcome = struct.unpack_from("<HB", body)
+            return False, ERRC.get(code, code), body[3:].decode(errors="replace")
+        return True, body
+
+    def fetch(self, stream, incarnation, shard, epoch, sender, directory_id, offset=0):
+        env = b"".join(self.s16(x) for x in ("t", "n", stream))
+        env += struct.pack("<QIQI", incarnation, shard, epoch, sender) + self.s16(directory_id)
+        return self.request(0x0101, env + struct.pack("<QQII", offset, offset, 1 << 20, 0))
+
+    def close(self):
+        self.sock.close()
+
 
 class Replication(unittest.TestCase):
     def setUp(self):
@@ -30,7 +92,7 @@ class Replication(unittest.TestCase):
         self.workdir = tempfile.mkdtemp(prefix="sluice-rep-")
         self.failpoints = {}
         self.nodes = {}
-        ports = {i: free_port() for i in (1, 2, 3)}
+        ports = self.peer_ports = {i: free_port() for i in (1, 2, 3)}
         peers = ",".join("%d=127.0.0.1:%d" % (i, p) for i, p in ports.items())
         for i in (1, 2, 3):
             fp = os.path.join(self.workdir, "failpoints-%d" % i)
@@ -267,6 +329,61 @@ class Replication(unittest.TestCase):
 
     def test_deposed_leader_with_an_empty_log_acknowledges_nothing(self):
         self.deposed_leader_acknowledges_nothing(with_data=False)
+
+    def test_a_restarted_follower_refuses_the_old_leader_and_replicas_check_every_envelope(self):
+        """A follower down during an epoch change restarts from its own directory: it takes
+        the new epoch from the catalog, persists it, and refuses messages of the old epoch,
+        as every replica refuses another incarnation, an unknown shard, a sender that is not
+        its hello, a malformed message and an unknown type."""
+        self.start_all()
+        info = self.nodes[1].create_stream("r", shards=1, replication_factor=3, min_insync=2)
+        inc = info["incarnation"]
+        poll(lambda: all(self.shard(n) for n in self.nodes.values()), "every broker to apply the create")
+        self.wait_in_sync([1, 2, 3])
+        old_id = self.leader()
+        acked = {}
+        vals = ["e1-%d" % i for i in range(10)]
+        for res, v in zip(self.publish(self.nodes[old_id], vals), vals):
+            acked[res["offset"]] = v
+        f_id, new_id = [i for i in self.nodes if i != old_id]
+        f = self.nodes[f_id]
+        self.assertEqual(f.stop(), 0)
+        moved = self.nodes[new_id].request("POST", self.nodes[new_id].ns_path() + "/streams/r/shards/0/leader",
+                                           {"broker": new_id})
+        self.assertEqual(moved["leader_epoch"], 2)
+        new = self.nodes[new_id]
+        poll(lambda: self.shard(new)["leading"], "the new leader to lead")
+        vals = ["e2-%d" % i for i in range(10)]
+        for res, v in zip(self.publish(new, vals), vals):
+            acked[res["offset"]] = v
+        f.start()
+        self.wait_in_sync([1, 2, 3])
+        self.wait_caught_up()
+        self.assertEqual(self.shard(f)["leader_epoch"], 2)
+
+        cluster = f.request("GET", "/v1/cluster")["cluster_id"]
+        old_dir = self.nodes[old_id].request("GET", "/v1/cluster")["directory_id"]
+        # The old leader's voice (epoch 1) is refused by the restarted follower and the new leader.
+        for target in (f_id, new_id):
+            c = PeerClient(self.peer_ports[target], cluster, old_id, old_dir)
+            try:
+                got = c.fetch("r", inc, 0, 1, old_id, old_dir)
+                self.assertEqual(got[:2], (False, "fenced"), got)
+                self.assertIn("epoch 1", got[2])
+                # Another incarnation, an unknown stream, a sender other than the hello.
+                got = c.fetch("r", inc + 1, 0, 2, old_id, old_dir)
+                self.assertEqual(got[:2], (False, "stale_route"), got)
+                self.assertIn(str(inc), got[2])
+                self.assertEqual(c.fetch("nope", inc, 0, 2, old_id, old_dir)[:2], (False, "not_found"))
+                self.assertEqual(c.fetch("r", inc, 7, 2, old_id, old_dir)[:2], (False, "not_found"))
+                got = c.fetch("r", inc, 0, 2, 99, old_dir)  # the hello said broker old_id
+                self.assertEqual(got[:2], (False, "invalid_argument"), got)
+                self.assertEqual(c.request(0x0101, b"\x01\x02")[:2], (False, "malformed_body"))
+                self.assertEqual(c.request(0x01FE, b"")[:2], (False, "not_supported"))
+            finally:
+                c.close()
+        # The broker serves on, and the replicas agree.
+        self.check_replicas(acked)
 
 
 if __name__ == "__main__":
