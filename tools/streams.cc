@@ -27,12 +27,12 @@ create makes the tenant and namespace first if they do not exist, unless
 --no-create-parents is given.
 )"};
 
-const Usage kShards{"shards", R"(Usage: sluice shards TENANT/NS/STREAM
+const Usage kShards{"shards", R"(Usage: sluice shards TENANT/NS/STREAM [--json]
        sluice shards move-leader TENANT/NS/STREAM SHARD BROKER
 
-The first form shows each shard: leader, replicas, leader epoch, in-sync set, and the
-answering node's replica (high watermark, log end; the leader adds every replica's
-progress). move-leader makes BROKER, an in-sync replica, lead SHARD in the next leader
+The first form prints a table of the shards: leader, leader epoch, replicas, in-sync set,
+and the answering node's replica (high watermark, log end); where that node leads, one
+line per replica with its durable end, lag and directory. --json prints the API's answer. move-leader makes BROKER, an in-sync replica, lead SHARD in the next leader
 epoch; the old leader stops acknowledging at once (docs/replication.md).
 )"};
 
@@ -134,8 +134,48 @@ int cmd_shards(Client& c, const Words& words) {
                          json::serialize(json::object{{"broker", broker}})));
     return 0;
   }
-  Args a(kShards, words, {.min_args = 1, .max_args = 1});
-  print_json(c.call_ok("GET", parse_stream(kShards, a.pos()[0]).path() + "/shards"));
+  Args a(kShards, words, {.flags = {"json"}, .min_args = 1, .max_args = 1});
+  const auto v = c.call_ok("GET", parse_stream(kShards, a.pos()[0]).path() + "/shards");
+  if (a.has("json")) {
+    print_json(v);
+    return 0;
+  }
+  // A table: one line per shard, then the leader's view of each replica.
+  auto u = [](const json::object& o, const char* k) -> std::string {
+    const auto* f = o.if_contains(k);
+    if (!f) return "-";
+    if (f->is_int64()) return std::to_string(f->get_int64());
+    if (f->is_uint64()) return std::to_string(f->get_uint64());
+    if (f->is_bool()) return f->get_bool() ? "yes" : "no";
+    return "-";
+  };
+  auto ids = [](const json::value* arr, const char* field) {
+    std::string out;
+    if (!arr || !arr->is_array()) return std::string("-");
+    for (const auto& e : arr->get_array()) {
+      if (!out.empty()) out += ",";
+      const json::value& id = field ? e.as_object().at(field) : e;
+      out += std::to_string(id.is_int64() ? id.get_int64() : static_cast<std::int64_t>(id.get_uint64()));
+    }
+    return out.empty() ? std::string("-") : out;
+  };
+  std::printf("%-6s %-7s %-6s %-12s %-12s %-14s %-14s\n", "SHARD", "LEADER", "EPOCH", "REPLICAS", "IN-SYNC",
+              "HIGH-WATERMARK", "LOG-END");
+  for (const auto& s : v.as_object().at("shards").as_array()) {
+    const auto& o = s.as_object();
+    std::printf("%-6s %-7s %-6s %-12s %-12s %-14s %-14s\n", u(o, "shard").c_str(), u(o, "leader").c_str(),
+                u(o, "leader_epoch").c_str(), ids(o.if_contains("replicas"), nullptr).c_str(),
+                ids(o.if_contains("in_sync"), "broker").c_str(), u(o, "high_watermark").c_str(),
+                u(o, "log_end").c_str());
+    if (const auto* prog = o.if_contains("replica_progress"); prog && prog->is_array())
+      for (const auto& p : prog->get_array()) {
+        const auto& po = p.as_object();
+        std::printf("         replica %-4s durable-end %-12s lag %sms%s  directory %s\n", u(po, "broker").c_str(),
+                    u(po, "durable_end").c_str(), u(po, "lag_ms").c_str(),
+                    po.at("in_sync").as_bool() ? "" : "  (not in sync)",
+                    json::value_to<std::string>(po.at("directory_id")).c_str());
+      }
+  }
   return 0;
 }
 

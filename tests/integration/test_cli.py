@@ -1,5 +1,6 @@
 """The sluice CLI against a real node: create, publish from stdin, consume, delete, --help."""
 import http.server
+import json
 import subprocess
 import threading
 import unittest
@@ -13,7 +14,7 @@ EVERY_COMMAND = [
     ["tenant", "list"], ["tenant", "create", "cliopt"], ["tenant", "delete", "cliopt"],
     ["namespace", "list", "cli"], ["namespace", "create", "cli", "x"], ["namespace", "delete", "cli", "x"],
     ["stream", "create", "cli/ns/opt"], ["stream", "list", "cli/ns"], ["stream", "get", "cli/ns/opt"],
-    ["stream", "delete", "cli/ns/opt"], ["shards", "cli/ns/opt"],
+    ["stream", "delete", "cli/ns/opt"], ["shards", "cli/ns/opt"], ["shards", "move-leader", "cli/ns/opt", "0", "2"],
     ["publish", "cli/ns/opt"], ["consume", "cli/ns/opt"],
     ["group", "consume", "cli/ns/opt", "g", "--shard", "0"], ["group", "ack", "cli/ns/opt", "g", "--shard", "0", "1"],
     ["group", "nack", "cli/ns/opt", "g", "--shard", "0", "1"], ["group", "positions", "cli/ns/opt", "g"],
@@ -96,6 +97,24 @@ class Cli(unittest.TestCase):
         p = self.sluice("stream", "get", "cli/ns/lines", ok=False)
         self.assertEqual(p.returncode, 1)
         self.assertIn("404 not_found", p.stderr)
+
+    def test_shards_prints_a_table_or_json(self):
+        self.sluice("stream", "create", "cli/ns/tab", "--shards", "2", "--replication-factor", "1")
+        p = self.sluice("shards", "cli/ns/tab")
+        lines = p.stdout.splitlines()
+        self.assertEqual(lines[0].split(), ["SHARD", "LEADER", "EPOCH", "REPLICAS", "IN-SYNC", "HIGH-WATERMARK",
+                                            "LOG-END"])
+        self.assertEqual([l.split()[0] for l in lines[1:]], ["0", "1"])
+        got = json.loads(self.sluice("shards", "cli/ns/tab", "--json").stdout)
+        self.assertEqual([s["shard"] for s in got["shards"]], [0, 1])
+        self.assertEqual(lines[1].split()[1], str(got["shards"][0]["leader"]))
+        # A move to a broker that is no replica: the API's refusal, exit 1, nothing changed.
+        p = self.sluice("shards", "move-leader", "cli/ns/tab", "0", "99", ok=False)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("invalid_argument", p.stderr)
+        p = self.sluice("shards", "move-leader", "cli/ns/tab", "zero", "2", ok=False)
+        self.assertEqual(p.returncode, 2)
+        self.assertEqual(json.loads(self.sluice("shards", "cli/ns/tab", "--json").stdout), got)
 
     def shard_of_key(self):
         for s in ("0", "1"):
