@@ -38,6 +38,7 @@ std::string BrokerRuntime::metrics_text() {
     MetricLabels labels;
     ShardStats stats;
     std::size_t in_sync = 0;
+    std::size_t replicas = 0;
   };
   std::vector<HeldRow> held_rows;  // every replica this broker holds, leader or follower
   for (auto& st : all) {
@@ -50,7 +51,10 @@ std::string BrokerRuntime::metrics_text() {
                  {"incarnation", std::to_string(st->info.incarnation.value())}},
                 st->held[i]->stats()};
       for (const auto& a : st->assignments)
-        if (a.shard.value() == i) r.in_sync = a.in_sync.size();
+        if (a.shard.value() == i) {
+          r.in_sync = a.in_sync.size();
+          r.replicas = a.replicas.size();
+        }
       held_rows.push_back(std::move(r));
     }
   }
@@ -91,7 +95,20 @@ std::string BrokerRuntime::metrics_text() {
               [](const HeldRow& r) { return r.stats.leading ? 1 : 0; });
   per_replica("sluice_shard_in_sync_replicas", "Members of the shard's in-sync set, as the catalog holds it.",
               MetricType::gauge, [](const HeldRow& r) { return r.in_sync; });
+  per_replica("sluice_shard_under_replicated",
+              "1 if the shard's in-sync set is smaller than its replica list (catalog's view), else 0.",
+              MetricType::gauge, [](const HeldRow& r) { return r.in_sync < r.replicas ? 1 : 0; });
   // The leader's view of each replica.
+  w.family("sluice_shard_replica_lag_records", "Records a replica's durable end is behind the leader's log end.",
+           MetricType::gauge);
+  for (const auto& r : held_rows)
+    for (const auto& p : r.stats.replicas) {
+      auto labels = r.labels;
+      labels.push_back({"replica", std::to_string(p.broker.value())});
+      const auto end = r.stats.log_end.value();
+      w.sample("sluice_shard_replica_lag_records", labels,
+               static_cast<std::uint64_t>(end > p.durable_end.value() ? end - p.durable_end.value() : 0));
+    }
   w.family("sluice_shard_replica_lag_ms", "How long a replica has been behind the leader's log end (leader's view).",
            MetricType::gauge);
   for (const auto& r : held_rows)

@@ -166,6 +166,14 @@ class Replication(unittest.TestCase):
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
         return hwm
 
+    def metric(self, node, name, label=""):
+        """The value of one per-shard sample of stream r (and `label`, if given) in /metrics."""
+        _, body = node.request("GET", "/metrics", raw=True)
+        for line in body.decode().splitlines():
+            if line.startswith(name + "{") and 'stream="r"' in line and label in line:
+                return int(float(line.rsplit(" ", 1)[1]))
+        return None
+
     def wait_in_sync(self, brokers, stream="r"):
         poll(lambda: self.in_sync(stream) == sorted(brokers), "the in-sync set to be %s" % sorted(brokers))
 
@@ -207,10 +215,14 @@ class Replication(unittest.TestCase):
                 follower.kill()  # SIGKILL: no goodbye; the leader must notice by lag
         # The set shrank to the two live replicas (never below min_insync=2) and acks went on.
         self.wait_in_sync(sorted(i for i in self.nodes if i != follower_id))
+        poll(lambda: self.metric(leader, "sluice_shard_under_replicated") == 1, "the leader to report under-replication")
         # Back, the follower catches up from its own disk and rejoins the in-sync set.
         follower.start()
         self.wait_in_sync([1, 2, 3])
         self.wait_caught_up()
+        poll(lambda: self.metric(leader, "sluice_shard_under_replicated") == 0, "under-replication to clear")
+        self.assertEqual(self.metric(leader, "sluice_shard_in_sync_replicas"), 3)
+        self.assertEqual(self.metric(leader, "sluice_shard_replica_lag_records", 'replica="%d"' % follower_id), 0)
         hwm = self.check_replicas(acked)
         self.assertGreaterEqual(hwm, 200)
         got = {r["offset"]: record_value(r).decode() for r in leader.fetch_all("r", 0)}
