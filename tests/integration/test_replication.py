@@ -397,6 +397,57 @@ class Replication(unittest.TestCase):
         # The broker serves on, and the replicas agree.
         self.check_replicas(acked)
 
+    def test_a_follower_asleep_through_a_delete_and_recreate_gets_stale_route_and_serves_nothing_old(self):
+        """Delete and recreate the stream while a follower is SIGSTOPped. Messages naming the
+        old incarnation are answered stale_route by every broker; the follower, woken, drops
+        the old incarnation's data and replicates only the new one."""
+        self.start_all()
+        old_inc = self.nodes[1].create_stream("r", shards=1, replication_factor=3, min_insync=2)["incarnation"]
+        poll(lambda: all(self.shard(n) for n in self.nodes.values()), "every broker to apply the create")
+        self.wait_in_sync([1, 2, 3])
+        leader_id = self.leader()
+        self.publish(self.nodes[leader_id], ["old-%d" % i for i in range(10)])
+        f_id = next(i for i in self.nodes if i != leader_id)
+        f = self.nodes[f_id]
+        f.proc.send_signal(signal.SIGSTOP)
+        try:
+            self.nodes[leader_id].request("DELETE", self.nodes[leader_id].ns_path() + "/streams/r")
+            new_inc = self.nodes[leader_id].create_stream("r", shards=1, replication_factor=3,
+                                                          min_insync=2)["incarnation"]
+            self.assertGreater(new_inc, old_inc)
+            poll(lambda: (self.shard(self.nodes[leader_id]) or {}).get("incarnation") == new_inc, "the recreate")
+            new_leader = self.nodes[self.leader()]
+            poll(lambda: self.shard(new_leader).get("leading"), "the new incarnation's leader to lead")
+            acked = {}
+            vals = ["new-%d" % i for i in range(10)]
+            for res, v in zip(self.publish(new_leader, vals, timeout=90), vals):
+                acked[res["offset"]] = v
+            # Any replica named with the old incarnation answers stale_route, naming both.
+            cluster = new_leader.request("GET", "/v1/cluster")["cluster_id"]
+            for i in self.nodes:
+                if i == f_id:
+                    continue
+                other = next(j for j in self.nodes if j not in (i, f_id))  # speak as the third broker
+                other_dir = self.nodes[other].request("GET", "/v1/cluster")["directory_id"]
+                c = PeerClient(self.peer_ports[i], cluster, other, other_dir)
+                try:
+                    got = c.fetch("r", old_inc, 0, 1, other, other_dir)
+                    self.assertEqual(got[:2], (False, "stale_route"), got)
+                    self.assertIn(str(new_inc), got[2])
+                finally:
+                    c.close()
+        finally:
+            f.proc.send_signal(signal.SIGCONT)
+        # Woken, the follower applies the delete and recreate: the old incarnation's data is
+        # gone from its disk, and it holds the new one like the others.
+        old_dir = "0-%016x" % old_inc
+        poll(lambda: old_dir not in f.stream_dirs("t", "n", "r"), "the follower to delete the old incarnation")
+        self.wait_in_sync([1, 2, 3])
+        self.wait_caught_up()
+        self.check_replicas(acked)
+        values = [record_value(r).decode() for r in new_leader.fetch_all("r", 0)]
+        self.assertFalse([v for v in values if v.startswith("old-")], values)
+
 
 if __name__ == "__main__":
     unittest.main()
