@@ -18,7 +18,7 @@ import tempfile
 import time
 import unittest
 
-from harness import DEADLINE_S, HttpError, Node, free_port, poll, record_value
+from harness import HttpError, Node, poll, record_value
 
 PG_URL = os.environ.get("SLUICE_TEST_PG_URL", "")
 CHECKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "check_replicas.py")
@@ -92,8 +92,8 @@ class Replication(unittest.TestCase):
         self.workdir = tempfile.mkdtemp(prefix="sluice-rep-")
         self.failpoints = {}
         self.nodes = {}
-        ports = self.peer_ports = {i: free_port() for i in (1, 2, 3)}
-        peers = ",".join("%d=127.0.0.1:%d" % (i, p) for i, p in ports.items())
+        # Peer addresses come from the catalog (each broker registers its transport.address,
+        # which the harness gives a free port): no static transport.peers here.
         for i in (1, 2, 3):
             fp = os.path.join(self.workdir, "failpoints-%d" % i)
             open(fp, "w").close()
@@ -102,10 +102,10 @@ class Replication(unittest.TestCase):
                 "node.id": str(i), "node.roles": "broker", "metadata.backend": "postgres",
                 "metadata.postgres.url": PG_URL, "metadata.postgres.schema": self.schema,
                 "broker.session_timeout_ms": "3000",
-                "transport.address": "127.0.0.1:%d" % ports[i], "transport.peers": peers,
                 "transport.failpoint_file": fp,
                 "replication.max_lag_ms": str(MAX_LAG_MS),
             })
+        self.peer_ports = {i: n.peer_port for i, n in self.nodes.items()}
 
     def tearDown(self):
         for n in self.nodes.values():
