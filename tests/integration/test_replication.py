@@ -18,7 +18,7 @@ import tempfile
 import time
 import unittest
 
-from harness import HttpError, Node, poll, record_value
+from harness import DEADLINE_S, HttpError, Node, poll, record_value
 
 PG_URL = os.environ.get("SLUICE_TEST_PG_URL", "")
 CHECKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "check_replicas.py")
