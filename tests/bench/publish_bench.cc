@@ -674,8 +674,13 @@ int main(int argc, char** argv) {
           const auto leaders = ints_of(out, "leader");
           if (static_cast<int>(leaders.size()) == o.shards &&
               std::all_of(leaders.begin(), leaders.end(), [&](long long l) { return http_of.count(l) && http_of[l] > 0; })) {
-            for (int s = 0; s < o.shards; ++s) port_of[s] = http_of[leaders[s]];
-            break;
+            // Each shard object has "shard" then "leader"; index by "shard" when it is there.
+            const auto ids = ints_of(out, "shard");
+            for (int s = 0; s < o.shards; ++s) {
+              const long long idx = ids.size() == leaders.size() ? ids[s] : s;
+              if (idx >= 0 && idx < o.shards) port_of[idx] = http_of[leaders[s]];
+            }
+            if (std::all_of(port_of.begin(), port_of.end(), [](int p) { return p > 0; })) break;
           }
         }
         if (Clock::now() > deadline) fail("shards without a known leader after 60 s: " + out);
