@@ -31,6 +31,7 @@
 #include <sys/socket.h>
 #include <netinet/in.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -90,7 +91,7 @@ void usage() {
   --replication-factor R   replication factor of the replicated stream (default: N)
 
 Everything it starts is stopped at the end, also on failure or Ctrl-C (SIGTERM, then
-SIGKILL after 20 s). Progress goes to stderr, figures to stdout.
+SIGKILL after 20 s; 10 s on a signal). Progress goes to stderr, figures to stdout.
 )");
 }
 
@@ -165,8 +166,23 @@ void stop_child(pid_t pid, int timeout_s = 20) {
   std::exit(1);
 }
 
+// Ctrl-C / SIGTERM: SIGTERM to every child, SIGKILL to those left after 10 s (only
+// async-signal-safe calls: kill, waitpid, nanosleep).
 extern "C" void on_signal(int) {
   const int n = g_nchildren.load();
+  for (int i = 0; i < n; ++i)
+    if (g_children[i] > 0) ::kill(g_children[i], SIGTERM);
+  for (int round = 0; round < 200; ++round) {
+    bool left = false;
+    for (int i = 0; i < n; ++i)
+      if (g_children[i] > 0) {
+        if (::waitpid(g_children[i], nullptr, WNOHANG) != 0) g_children[i] = 0;
+        else left = true;
+      }
+    if (!left) _exit(130);
+    timespec ts{0, 50 * 1000 * 1000};
+    ::nanosleep(&ts, nullptr);
+  }
   for (int i = 0; i < n; ++i)
     if (g_children[i] > 0) ::kill(g_children[i], SIGKILL);
   _exit(130);
