@@ -83,11 +83,12 @@ void usage() {
   --url URL           publish to a running node instead of starting one
   --sluiced PATH      sluiced binary (default: next to this program)
   --no-idempotence    skip the idempotent-producer comparison
-  --brokers N         replicated run (issue 10): start N brokers of its own on loopback
-                      (raft-meta: broker 1 is the controller, 2..N join it), publish with
-                      ack quorum to each shard's leader, then the same load against one
-                      broker with replication factor 1 and ack leader; prints both and the
-                      ratio. Replaces phases 2-4 above (and ignores --ack, --url)
+  --brokers N         replicated run (issue 10), after the disk reference: the load
+                      against one broker of its own (replication factor 1, ack leader),
+                      then N brokers of its own on loopback (raft-meta: broker 1 is the
+                      controller, 2..N join it) with ack quorum to each shard's leader;
+                      prints both and the ratio replicated / single. Replaces the
+                      keyless/keyed/idempotent phases (and ignores --ack, --url)
   --replication-factor R   replication factor of the replicated stream (default: N)
 
 Everything it starts is stopped at the end, also on failure or Ctrl-C (SIGTERM, then
