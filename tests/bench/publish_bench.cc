@@ -9,25 +9,40 @@
 //   3. prints records/s, MB/s, ack latency p50/p99/p999 and the ratio to the disk figure;
 //   4. unless --no-idempotence: the same load with one key per connection, without and
 //      then with idempotent producers (producer_id + sequence), and their ratio.
+// With --brokers N --replication-factor R (issue 10) the run is instead
+//   1. the disk reference, as above;
+//   2. one broker of its own, a stream with replication factor 1, ack leader;
+//   3. N brokers of its own on loopback (a raft-meta cluster: broker 1 is the one
+//      controller, brokers 2..N join it as broker-only nodes, metadata.controllers), a
+//      stream with replication factor R, ack quorum, each connection publishing to the
+//      LEADER of its shard (GET .../shards, GET /v1/brokers);
+//   4. both figures and the ratio replicated / single.
+// Both loads have the same shape: connection c publishes to shard c % shards, every
+// request one key that hashes to that shard (binary records carry no explicit shard).
 // Design goals: at 1 KiB records, at least half the disk's fdatasync bandwidth (issue 2);
-// idempotence costs at most 10% of the throughput (issue 3).
+// idempotence costs at most 10% of the throughput (issue 3); replicated (RF 3, quorum)
+// at least half the single-broker throughput (issue 10).
 #include <Poco/Net/HTTPClientSession.h>
 #include <Poco/Net/HTTPRequest.h>
 #include <Poco/Net/HTTPResponse.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <netinet/in.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdarg>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <mutex>
 #include <sstream>
 #include <string>
@@ -51,6 +66,8 @@ struct Options {
   std::string dir;
   std::string ack = "leader";
   bool idempotence = true;
+  int brokers = 0;  // 0: the single-node run above; N >= 1: the issue-10 comparison
+  int replication_factor = 1;
 };
 
 void usage() {
@@ -66,6 +83,16 @@ void usage() {
   --url URL           publish to a running node instead of starting one
   --sluiced PATH      sluiced binary (default: next to this program)
   --no-idempotence    skip the idempotent-producer comparison
+  --brokers N         replicated run (issue 10), after the disk reference: the load
+                      against one broker of its own (replication factor 1, ack leader),
+                      then N brokers of its own on loopback (raft-meta: broker 1 is the
+                      controller, 2..N join it) with ack quorum to each shard's leader;
+                      prints both and the ratio replicated / single. Replaces the
+                      keyless/keyed/idempotent phases (and ignores --ack, --url)
+  --replication-factor R   replication factor of the replicated stream (default: N)
+
+Everything it starts is stopped at the end, also on failure or Ctrl-C (SIGTERM, then
+SIGKILL after 20 s; 10 s on a signal). Progress goes to stderr, figures to stdout.
 )");
 }
 
@@ -80,6 +107,112 @@ int free_port() {
   int p = ntohs(a.sin_port);
   ::close(s);
   return p;
+}
+
+// Every process this program started; stopped at the end, on failure and on SIGINT/SIGTERM.
+constexpr int kMaxChildren = 64;
+pid_t g_children[kMaxChildren];
+std::atomic<int> g_nchildren{0};
+
+void progress(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+void progress(const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  std::fputs("sluice-bench: ", stderr);
+  std::vfprintf(stderr, fmt, ap);
+  std::fputc('\n', stderr);
+  va_end(ap);
+}
+
+// SIGTERM to every live child, SIGKILL to those still there after timeout_s; reaps all.
+void stop_children(int timeout_s = 20) {
+  const int n = g_nchildren.load();
+  std::vector<pid_t> alive;
+  for (int i = 0; i < n; ++i)
+    if (g_children[i] > 0) alive.push_back(g_children[i]);
+  for (pid_t p : alive) ::kill(p, SIGTERM);
+  const auto deadline = Clock::now() + std::chrono::seconds(timeout_s);
+  while (!alive.empty() && Clock::now() < deadline) {
+    std::erase_if(alive, [](pid_t p) { return ::waitpid(p, nullptr, WNOHANG) != 0; });
+    if (!alive.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  for (pid_t p : alive) {
+    progress("pid %d ignored SIGTERM for %d s: SIGKILL", static_cast<int>(p), timeout_s);
+    ::kill(p, SIGKILL);
+    ::waitpid(p, nullptr, 0);
+  }
+  for (int i = 0; i < n; ++i) g_children[i] = 0;
+}
+
+// Stops one child (SIGTERM, SIGKILL after timeout_s) and forgets it.
+void stop_child(pid_t pid, int timeout_s = 20) {
+  ::kill(pid, SIGTERM);
+  const auto deadline = Clock::now() + std::chrono::seconds(timeout_s);
+  while (::waitpid(pid, nullptr, WNOHANG) == 0) {
+    if (Clock::now() > deadline) {
+      progress("pid %d ignored SIGTERM for %d s: SIGKILL", static_cast<int>(pid), timeout_s);
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  for (int i = 0; i < g_nchildren.load(); ++i)
+    if (g_children[i] == pid) g_children[i] = 0;
+}
+
+[[noreturn]] void fail(const std::string& msg) {
+  progress("FAILED: %s", msg.c_str());
+  stop_children();
+  std::exit(1);
+}
+
+// Ctrl-C / SIGTERM: SIGTERM to every child, SIGKILL to those left after 10 s (only
+// async-signal-safe calls: kill, waitpid, nanosleep).
+extern "C" void on_signal(int) {
+  const int n = g_nchildren.load();
+  for (int i = 0; i < n; ++i)
+    if (g_children[i] > 0) ::kill(g_children[i], SIGTERM);
+  for (int round = 0; round < 200; ++round) {
+    bool left = false;
+    for (int i = 0; i < n; ++i)
+      if (g_children[i] > 0) {
+        if (::waitpid(g_children[i], nullptr, WNOHANG) != 0) g_children[i] = 0;
+        else left = true;
+      }
+    if (!left) _exit(130);
+    timespec ts{0, 50 * 1000 * 1000};
+    ::nanosleep(&ts, nullptr);
+  }
+  for (int i = 0; i < n; ++i)
+    if (g_children[i] > 0) ::kill(g_children[i], SIGKILL);
+  _exit(130);
+}
+
+// Starts sluiced with --set key=value for each setting, output to log.
+pid_t spawn_sluiced(const std::string& sluiced, const std::string& log,
+                    const std::vector<std::string>& settings) {
+  if (g_nchildren.load() >= kMaxChildren) fail("too many processes");
+  std::vector<std::string> args{"sluiced"};
+  for (const auto& kv : settings) {
+    args.push_back("--set");
+    args.push_back(kv);
+  }
+  pid_t pid = fork();
+  if (pid < 0) fail("fork failed");
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the benchmark
+    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(sluiced.c_str(), argv.data());
+    _exit(127);
+  }
+  g_children[g_nchildren.fetch_add(1)] = pid;
+  return pid;
 }
 
 double percentile(std::vector<double>& v, double p) {
@@ -142,6 +275,69 @@ int call(Poco::Net::HTTPClientSession& s, const std::string& method, const std::
   return res.getStatus();
 }
 
+// One request on a fresh connection; 0 when it could not be made (refused, timed out).
+int http(int port, const std::string& method, const std::string& path, const std::string& body = "",
+         std::string* out = nullptr) {
+  try {
+    Poco::Net::HTTPClientSession s("127.0.0.1", port);
+    s.setTimeout(Poco::Timespan(30, 0));
+    return call(s, method, path, body, "application/json", out);
+  } catch (...) {
+    return 0;
+  }
+}
+
+// Every integer value of "key": in a JSON text, in order (enough for our own answers).
+std::vector<long long> ints_of(const std::string& j, const std::string& key) {
+  std::vector<long long> v;
+  const std::string pat = "\"" + key + "\":";
+  for (auto at = j.find(pat); at != std::string::npos; at = j.find(pat, at + 1))
+    v.push_back(std::atoll(j.c_str() + at + pat.size()));
+  return v;
+}
+std::vector<std::string> strings_of(const std::string& j, const std::string& key) {
+  std::vector<std::string> v;
+  const std::string pat = "\"" + key + "\":\"";
+  for (auto at = j.find(pat); at != std::string::npos; at = j.find(pat, at + 1)) {
+    const auto b = at + pat.size();
+    v.push_back(j.substr(b, j.find('"', b) - b));
+  }
+  return v;
+}
+
+// FNV-1a 64, as sdk/include/sluice/hash.h (the key partitioner: fnv1a64(key) % shards).
+std::uint64_t fnv1a64(std::string_view s) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+std::string key_for_shard(int conn, int shard, int shards) {
+  for (int j = 0;; ++j) {
+    std::string k = "producer-" + std::to_string(conn) + "-" + std::to_string(j);
+    if (static_cast<int>(fnv1a64(k) % static_cast<std::uint64_t>(shards)) == shard) return k;
+  }
+}
+
+// Polls GET /readyz until 200; fails if the process exits or after timeout_s.
+void wait_ready(const char* name, pid_t pid, int port, const std::string& log, int timeout_s) {
+  const auto deadline = Clock::now() + std::chrono::seconds(timeout_s);
+  for (;;) {
+    if (http(port, "GET", "/readyz") == 200) return;
+    int status = 0;
+    if (::waitpid(pid, &status, WNOHANG) == pid) {
+      for (int i = 0; i < g_nchildren.load(); ++i)
+        if (g_children[i] == pid) g_children[i] = 0;
+      fail(std::string(name) + " exited (status " + std::to_string(status) + "); log: " + log);
+    }
+    if (Clock::now() > deadline)
+      fail(std::string(name) + " not ready after " + std::to_string(timeout_s) + " s; log: " + log);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -165,68 +361,53 @@ int main(int argc, char** argv) {
     else if (a == "--url") o.url = val();
     else if (a == "--sluiced") o.sluiced = val();
     else if (a == "--no-idempotence") o.idempotence = false;
+    else if (a == "--brokers") o.brokers = std::stoi(val());
+    else if (a == "--replication-factor") o.replication_factor = std::stoi(val());
     else if (a == "-h" || a == "--help") { usage(); return 0; }
     else { usage(); return 2; }
+  }
+  bool rf_given = false;
+  for (int i = 1; i < argc; ++i) rf_given |= std::string(argv[i]) == "--replication-factor";
+  if (o.brokers > 0 && !rf_given) o.replication_factor = o.brokers;
+  if (o.brokers < 0 || o.brokers > 16 || o.replication_factor < 1 ||
+      (o.brokers > 0 && o.replication_factor > o.brokers) || o.connections < 1 || o.connections > 256 ||
+      o.seconds < 1 || o.seconds > 3600 || o.shards < 1 || o.shards > 256 || o.batch_records < 1 ||
+      o.record_bytes < 0) {
+    std::fprintf(stderr, "sluice-bench: out of range (brokers 1..16, 1 <= replication factor <= brokers, "
+                         "connections 1..256, seconds 1..3600, shards 1..256)\n");
+    return 2;
   }
   if (o.dir.empty()) {
     std::string t = (fs::temp_directory_path() / "sluice-bench-XXXXXX").string();
     if (!mkdtemp(t.data())) return 1;
     o.dir = t;
   }
+  fs::create_directories(o.dir);
+  ::signal(SIGINT, on_signal);
+  ::signal(SIGTERM, on_signal);
+  ::signal(SIGPIPE, SIG_IGN);
   if (o.sluiced.empty())
     o.sluiced = (fs::read_symlink("/proc/self/exe").parent_path() / "sluiced").string();
   const int payload = o.batch_records * (8 + o.record_bytes);
   if (o.chunk == 0) o.chunk = payload;
 
-  std::printf("sluice-bench: %d connections, %d-byte records, %d records/request, ack %s, %d s\n",
-              o.connections, o.record_bytes, o.batch_records, o.ack.c_str(), o.seconds);
-  std::printf("[1/4] disk reference: %d-byte sequential writes + fdatasync in %s ...\n", o.chunk,
+  const bool replicated = o.brokers > 0;
+  const int nphases = replicated ? 3 : 4;
+  if (replicated)
+    std::printf("sluice-bench: %d connections, %d-byte records, %d records/request, %d shards, %d s; "
+                "%d brokers, replication factor %d, ack quorum vs 1 broker, replication factor 1, ack leader\n",
+                o.connections, o.record_bytes, o.batch_records, o.shards, o.seconds, o.brokers,
+                o.replication_factor);
+  else
+    std::printf("sluice-bench: %d connections, %d-byte records, %d records/request, ack %s, %d s\n",
+                o.connections, o.record_bytes, o.batch_records, o.ack.c_str(), o.seconds);
+  std::printf("[1/%d] disk reference: %d-byte sequential writes + fdatasync in %s ...\n", nphases, o.chunk,
               o.dir.c_str());
   std::fflush(stdout);
+  progress("phase 1: disk reference (%d s)", o.seconds);
   double disk_p50 = 0;
   const double disk_mbps = disk_sync_bandwidth(o.dir, o.chunk, o.seconds, &disk_p50);
   std::printf("      disk: %.1f MB/s (fdatasync p50 %.0f us)\n", disk_mbps, disk_p50);
-
-  pid_t child = -1;
-  if (o.url.empty()) {
-    const int http = free_port(), raft = free_port(), rpc = free_port();
-    o.url = "http://127.0.0.1:" + std::to_string(http);
-    child = fork();
-    if (child == 0) {
-      const std::string log = o.dir + "/sluiced.log";
-      int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      dup2(fd, 1);
-      dup2(fd, 2);
-      const std::string d = "data.dir=" + o.dir + "/data", h = "http.port=" + std::to_string(http),
-                        r = "raft.address=127.0.0.1:" + std::to_string(raft),
-                        m = "metadata.rpc_address=127.0.0.1:" + std::to_string(rpc);
-      execl(o.sluiced.c_str(), "sluiced", "--set", d.c_str(), "--set", h.c_str(), "--set", r.c_str(),
-            "--set", m.c_str(), "--set", "http.threads=2", nullptr);
-      _exit(127);
-    }
-  }
-  const HttpTarget target = parse_url(o.url);
-  // Wait for readiness (polling; a fresh node elects itself within a few seconds).
-  {
-    const auto deadline = Clock::now() + std::chrono::seconds(60);
-    for (;;) {
-      try {
-        Poco::Net::HTTPClientSession s(target.host, target.port);
-        if (call(s, "GET", "/readyz", "", "application/json") == 200) break;
-      } catch (...) {
-      }
-      if (Clock::now() > deadline) {
-        std::fprintf(stderr, "node at %s did not become ready\n", o.url.c_str());
-        return 1;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-  }
-  {
-    Poco::Net::HTTPClientSession s(target.host, target.port);
-    call(s, "POST", "/v1/tenants", R"({"name":"bench"})", "application/json");
-    call(s, "POST", "/v1/tenants/bench/namespaces", R"({"name":"b"})", "application/json");
-  }
 
   // Phase 1 (the issue-2 figure): keyless records, sticky shard per request.
   // Phase 2 and 3 (idempotence, issue 3): each connection is a producer with its own key,
@@ -247,45 +428,55 @@ int main(int argc, char** argv) {
     double rps = 0, mbps = 0, p50 = 0, p99 = 0, p999 = 0;
     std::uint64_t errors = 0;
   };
-  auto run_phase = [&](const char* title, const std::string& stream, bool keyed, bool idempotent) {
-    {
-      Poco::Net::HTTPClientSession s(target.host, target.port);
-      std::string out;
-      int st = call(s, "POST", "/v1/tenants/bench/namespaces/b/streams",
-                    R"({"name":")" + stream + R"(","shards":)" + std::to_string(o.shards) + "}",
-                    "application/json", &out);
-      if (st != 201 && st != 409) {
-        std::fprintf(stderr, "create stream failed: %d %s\n", st, out.c_str());
-        std::exit(1);
-      }
-    }
-    std::printf("%s: publishing to %s ...\n", title, o.url.c_str());
+  // One publishing connection: where it goes and what it sends.
+  struct Conn {
+    int port = 0;
+    std::string path;  // without producer_id/sequence
+    std::string body;
+  };
+  auto create_stream = [&](int port, const std::string& stream, int rf) {
+    std::string out;
+    std::string spec = R"({"name":")" + stream + R"(","shards":)" + std::to_string(o.shards);
+    if (rf > 0) spec += R"(,"replication_factor":)" + std::to_string(rf);
+    spec += "}";
+    int st = http(port, "POST", "/v1/tenants/bench/namespaces/b/streams", spec, &out);
+    if (st != 201 && st != 409) fail("create stream " + stream + ": " + std::to_string(st) + " " + out);
+  };
+  auto ensure_ns = [&](int port) {
+    http(port, "POST", "/v1/tenants", R"({"name":"bench"})");
+    http(port, "POST", "/v1/tenants/bench/namespaces", R"({"name":"b"})");
+  };
+  auto run_load = [&](const char* title, const std::vector<Conn>& conns, bool idempotent) {
+    std::printf("%s ...\n", title);
     std::fflush(stdout);
-    const std::string path = "/v1/tenants/bench/namespaces/b/streams/" + stream + "/records?ack=" + o.ack;
+    progress("%s: %zu connections, %d s", title, conns.size(), o.seconds);
     std::atomic<bool> stop{false};
     std::atomic<std::uint64_t> records{0}, errors{0};
     std::mutex lat_mu;
     std::vector<double> lat_all;
+    std::string first_error;
     std::vector<std::thread> threads;
     const auto t_start = Clock::now();
-    for (int c = 0; c < o.connections; ++c) {
+    for (std::size_t c = 0; c < conns.size(); ++c) {
       threads.emplace_back([&, c] {
-        const std::string key = "producer-" + std::to_string(c);
-        const std::string body = make_body(keyed ? &key : nullptr);
+        const Conn& cn = conns[c];
         std::vector<double> lat;
         lat.reserve(1 << 16);
-        Poco::Net::HTTPClientSession s(target.host, target.port);
+        Poco::Net::HTTPClientSession s("127.0.0.1", cn.port);
         s.setKeepAlive(true);
+        s.setTimeout(Poco::Timespan(30, 0));
         std::uint64_t seq = 0;
         while (!stop.load(std::memory_order_relaxed)) {
-          const std::string p = idempotent ? path + "&producer_id=" + std::to_string(c + 1) +
+          const std::string p = idempotent ? cn.path + "&producer_id=" + std::to_string(c + 1) +
                                                  "&sequence=" + std::to_string(seq)
-                                           : path;
+                                           : cn.path;
           const auto t0 = Clock::now();
           int st = 0;
+          std::string out;
           try {
-            st = call(s, "POST", p, body, "application/vnd.sluice.batch");
-          } catch (...) {
+            st = call(s, "POST", p, cn.body, "application/vnd.sluice.batch", &out);
+          } catch (const std::exception& e) {
+            out = e.what();
             s.reset();
           }
           if (st == 200) {
@@ -293,16 +484,20 @@ int main(int argc, char** argv) {
             lat.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
             records.fetch_add(o.batch_records, std::memory_order_relaxed);
           } else {
-            errors.fetch_add(1, std::memory_order_relaxed);
+            if (errors.fetch_add(1, std::memory_order_relaxed) == 0) {
+              std::lock_guard lk(lat_mu);
+              first_error = std::to_string(st) + " " + out.substr(0, 300);
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));  // no hot loop on errors
           }
         }
         std::lock_guard lk(lat_mu);
         lat_all.insert(lat_all.end(), lat.begin(), lat.end());
       });
     }
-    for (int s = 1; s <= o.seconds; ++s) {
+    for (int sec = 1; sec <= o.seconds; ++sec) {
       std::this_thread::sleep_for(std::chrono::seconds(1));
-      std::printf("      %2d s: %llu records\n", s, static_cast<unsigned long long>(records.load()));
+      std::printf("      %2d s: %llu records\n", sec, static_cast<unsigned long long>(records.load()));
       std::fflush(stdout);
     }
     stop = true;
@@ -315,36 +510,238 @@ int main(int argc, char** argv) {
     r.p99 = percentile(lat_all, 0.99) / 1000;
     r.p999 = percentile(lat_all, 0.999) / 1000;
     r.errors = errors.load();
+    if (r.errors) progress("%s: %llu failed requests, the first: %s", title,
+                           static_cast<unsigned long long>(r.errors), first_error.c_str());
     return r;
   };
   auto print = [&](const char* name, const PhaseResult& r) {
     std::printf("  %-22s %9.0f rec/s %7.1f MB/s  p50 %6.2f ms  p99 %6.2f ms  p999 %6.2f ms  failed %llu\n",
                 name, r.rps, r.mbps, r.p50, r.p99, r.p999, static_cast<unsigned long long>(r.errors));
   };
+  const std::string streams_path = "/v1/tenants/bench/namespaces/b/streams/";
+  // The same shape for both issue-10 loads: connection c -> shard c % shards, one key
+  // hashing there; port_of(shard) is where that shard is published (its leader).
+  auto shard_conns = [&](const std::string& stream, const std::string& ack, const std::vector<int>& port_of) {
+    std::vector<Conn> conns;
+    for (int c = 0; c < o.connections; ++c) {
+      const int shard = c % o.shards;
+      const std::string key = key_for_shard(c, shard, o.shards);
+      conns.push_back({port_of[shard], streams_path + stream + "/records?ack=" + ack, make_body(&key)});
+    }
+    return conns;
+  };
 
-  const PhaseResult plain = run_phase("[2/4] keyless, sticky shards", "pub", false, false);
-  PhaseResult keyed, idem;
-  if (o.idempotence) {
-    keyed = run_phase("[3/4] one key per connection", "pub-keyed", true, false);
-    idem = run_phase("[4/4] the same, idempotent producers", "pub-idem", true, true);
-  }
-  std::printf("\nresults (%d-byte records, ack %s, %d connections)\n", o.record_bytes, o.ack.c_str(),
-              o.connections);
-  print("keyless", plain);
-  std::printf("  disk fdatasync         %.1f MB/s\n", disk_mbps);
-  std::printf("  ratio to disk          %.2f  (design goal >= 0.50)\n", disk_mbps > 0 ? plain.mbps / disk_mbps : 0);
-  if (o.idempotence) {
-    print("keyed", keyed);
-    print("keyed, idempotent", idem);
-    std::printf("  idempotent / plain     %.2f  (design goal >= 0.90)\n", keyed.rps > 0 ? idem.rps / keyed.rps : 0);
+  if (!replicated) {
+    pid_t child = -1;
+    int port = 0;
+    if (o.url.empty()) {
+      const int http_port = free_port(), raft = free_port(), rpc = free_port();
+      o.url = "http://127.0.0.1:" + std::to_string(http_port);
+      port = http_port;
+      progress("starting sluiced on port %d (log %s/sluiced.log)", http_port, o.dir.c_str());
+      child = spawn_sluiced(o.sluiced, o.dir + "/sluiced.log",
+                            {"data.dir=" + o.dir + "/data", "http.port=" + std::to_string(http_port),
+                             "raft.address=127.0.0.1:" + std::to_string(raft),
+                             "metadata.rpc_address=127.0.0.1:" + std::to_string(rpc), "http.threads=2"});
+      wait_ready("sluiced", child, port, o.dir + "/sluiced.log", 60);
+    } else {
+      const HttpTarget t = parse_url(o.url);
+      if (t.host != "127.0.0.1" && t.host != "localhost") fail("--url must be on loopback (127.0.0.1)");
+      port = t.port;
+      const auto deadline = Clock::now() + std::chrono::seconds(60);
+      while (http(port, "GET", "/readyz") != 200) {
+        if (Clock::now() > deadline) fail("node at " + o.url + " did not become ready");
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    }
+    ensure_ns(port);
+    auto phase = [&](const char* title, const std::string& stream, bool keyed, bool idempotent) {
+      create_stream(port, stream, 0);
+      std::vector<Conn> conns;
+      for (int c = 0; c < o.connections; ++c) {
+        const std::string key = "producer-" + std::to_string(c);
+        conns.push_back({port, streams_path + stream + "/records?ack=" + o.ack, make_body(keyed ? &key : nullptr)});
+      }
+      return run_load(title, conns, idempotent);
+    };
+    const PhaseResult plain = phase("[2/4] keyless, sticky shards", "pub", false, false);
+    PhaseResult keyed, idem;
+    if (o.idempotence) {
+      keyed = phase("[3/4] one key per connection", "pub-keyed", true, false);
+      idem = phase("[4/4] the same, idempotent producers", "pub-idem", true, true);
+    }
+    std::printf("\nresults (%d-byte records, ack %s, %d connections)\n", o.record_bytes, o.ack.c_str(),
+                o.connections);
+    print("keyless", plain);
+    std::printf("  disk fdatasync         %.1f MB/s\n", disk_mbps);
+    std::printf("  ratio to disk          %.2f  (design goal >= 0.50)\n", disk_mbps > 0 ? plain.mbps / disk_mbps : 0);
+    if (o.idempotence) {
+      print("keyed", keyed);
+      print("keyed, idempotent", idem);
+      std::printf("  idempotent / plain     %.2f  (design goal >= 0.90)\n", keyed.rps > 0 ? idem.rps / keyed.rps : 0);
+    }
+    if (child > 0) {
+      progress("stopping sluiced");
+      stop_children();
+      std::error_code ec;
+      fs::remove_all(o.dir + "/data", ec);
+    }
+    return 0;
   }
 
-  if (child > 0) {
-    kill(child, SIGTERM);
-    int status = 0;
-    waitpid(child, &status, 0);
+  // --- issue 10: one broker with RF 1, then N brokers with RF R ------------------------
+  // Phase 2: the single-broker reference (default roles: its own one-member raft-meta).
+  PhaseResult single;
+  {
+    const std::string d = o.dir + "/single";
     std::error_code ec;
-    fs::remove_all(o.dir + "/data", ec);
+    fs::remove_all(d, ec);
+    fs::create_directories(d);
+    const int http_port = free_port(), raft = free_port(), rpc = free_port();
+    progress("phase 2: starting 1 broker on port %d (log %s/sluiced.log)", http_port, d.c_str());
+    pid_t pid = spawn_sluiced(o.sluiced, d + "/sluiced.log",
+                              {"data.dir=" + d + "/data", "http.port=" + std::to_string(http_port),
+                               "raft.address=127.0.0.1:" + std::to_string(raft),
+                               "metadata.rpc_address=127.0.0.1:" + std::to_string(rpc), "http.threads=2"});
+    wait_ready("sluiced (single)", pid, http_port, d + "/sluiced.log", 60);
+    ensure_ns(http_port);
+    create_stream(http_port, "single", 1);
+    single = run_load("[2/3] 1 broker, replication factor 1, ack leader",
+                      shard_conns("single", "leader", std::vector<int>(o.shards, http_port)), false);
+    progress("phase 2: stopping the single broker");
+    stop_child(pid);
+    fs::remove_all(d + "/data", ec);
   }
+
+  // Phase 3: N brokers. Metadata: raft-meta, broker 1 its only controller (default roles),
+  // brokers 2..N broker-only nodes with metadata.controllers = broker 1's metadata RPC.
+  PhaseResult rep;
+  {
+    const int n = o.brokers;
+    struct B {
+      int id, http, raft, rpc, peer;
+      std::string dir;
+      pid_t pid;
+    };
+    std::vector<B> bs;
+    std::string peers;
+    for (int i = 1; i <= n; ++i) {
+      B b{i, free_port(), free_port(), free_port(), free_port(), o.dir + "/broker-" + std::to_string(i), -1};
+      std::error_code ec;
+      fs::remove_all(b.dir, ec);
+      fs::create_directories(b.dir);
+      peers += (peers.empty() ? "" : ",") + std::to_string(i) + "=127.0.0.1:" + std::to_string(b.peer);
+      bs.push_back(b);
+    }
+    for (auto& b : bs) {
+      std::vector<std::string> set{"node.id=" + std::to_string(b.id), "data.dir=" + b.dir + "/data",
+                                   "http.port=" + std::to_string(b.http),
+                                   "raft.address=127.0.0.1:" + std::to_string(b.raft),
+                                   "metadata.rpc_address=127.0.0.1:" + std::to_string(b.rpc),
+                                   "transport.address=127.0.0.1:" + std::to_string(b.peer),
+                                   "transport.peers=" + peers, "http.threads=2",
+                                   "metadata.timeout_ms=15000", "metadata.start_timeout_ms=60000"};
+      if (b.id != 1) {
+        set.push_back("node.roles=broker");
+        set.push_back("metadata.controllers=127.0.0.1:" + std::to_string(bs[0].rpc));
+      }
+      progress("phase 3: starting broker %d/%d (http %d, transport %d, log %s/sluiced.log)", b.id, n, b.http,
+               b.peer, b.dir.c_str());
+      b.pid = spawn_sluiced(o.sluiced, b.dir + "/sluiced.log", set);
+      if (b.id == 1) wait_ready("broker 1", b.pid, b.http, b.dir + "/sluiced.log", 60);
+    }
+    for (auto& b : bs)
+      wait_ready(("broker " + std::to_string(b.id)).c_str(), b.pid, b.http, b.dir + "/sluiced.log", 60);
+    const int p1 = bs[0].http;
+    progress("phase 3: waiting until %d brokers are registered and live (GET /v1/brokers)", n);
+    std::map<long long, int> http_of;  // broker id -> HTTP port, from GET /v1/brokers
+    {
+      const auto deadline = Clock::now() + std::chrono::seconds(60);
+      for (;;) {
+        std::string out;
+        if (http(p1, "GET", "/v1/brokers", "", &out) == 200) {
+          const auto ids = ints_of(out, "id");
+          const auto addrs = strings_of(out, "address");
+          int live = 0;
+          for (auto at = out.find("\"live\":true"); at != std::string::npos; at = out.find("\"live\":true", at + 1))
+            ++live;
+          if (static_cast<int>(ids.size()) == n && static_cast<int>(addrs.size()) == n && live == n) {
+            for (int i = 0; i < n; ++i) {
+              const auto colon = addrs[i].rfind(':');
+              http_of[ids[i]] = colon == std::string::npos ? 0 : std::atoi(addrs[i].c_str() + colon + 1);
+            }
+            progress("phase 3: brokers: %s", out.c_str());
+            break;
+          }
+        }
+        if (Clock::now() > deadline) fail("not all " + std::to_string(n) + " brokers registered in 60 s: " + out);
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      }
+    }
+    ensure_ns(p1);
+    create_stream(p1, "rep", o.replication_factor);
+    // Leaders, then a first quorum publish through each of them (every replica has joined).
+    progress("phase 3: waiting for the leaders of %d shards and a first quorum ack on each", o.shards);
+    std::vector<int> port_of(o.shards, 0);
+    {
+      const auto deadline = Clock::now() + std::chrono::seconds(60);
+      std::string out;
+      for (;;) {
+        if (http(p1, "GET", streams_path + "rep/shards", "", &out) == 200) {
+          const auto leaders = ints_of(out, "leader");
+          if (static_cast<int>(leaders.size()) == o.shards &&
+              std::all_of(leaders.begin(), leaders.end(), [&](long long l) { return http_of.count(l) && http_of[l] > 0; })) {
+            // Each shard object has "shard" then "leader"; index by "shard" when it is there.
+            const auto ids = ints_of(out, "shard");
+            for (int s = 0; s < o.shards; ++s) {
+              const long long idx = ids.size() == leaders.size() ? ids[s] : s;
+              if (idx >= 0 && idx < o.shards) port_of[idx] = http_of[leaders[s]];
+            }
+            if (std::all_of(port_of.begin(), port_of.end(), [](int p) { return p > 0; })) break;
+          }
+        }
+        if (Clock::now() > deadline) fail("shards without a known leader after 60 s: " + out);
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      }
+      std::string lead;
+      for (int s = 0; s < o.shards; ++s) lead += " " + std::to_string(s) + "->" + std::to_string(ints_of(out, "leader")[s]);
+      progress("phase 3: shard -> leader:%s", lead.c_str());
+      for (int s = 0; s < o.shards; ++s) {
+        const std::string key = key_for_shard(0, s, o.shards);
+        const std::string body = make_body(&key);
+        for (;;) {
+          std::string r;
+          int st = 0;
+          try {
+            Poco::Net::HTTPClientSession ss("127.0.0.1", port_of[s]);
+            ss.setTimeout(Poco::Timespan(30, 0));
+            st = call(ss, "POST", streams_path + "rep/records?ack=quorum", body, "application/vnd.sluice.batch", &r);
+          } catch (...) {
+          }
+          if (st == 200) break;
+          if (Clock::now() > deadline) fail("no quorum ack on shard " + std::to_string(s) + ": " + std::to_string(st) + " " + r);
+          std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        }
+      }
+    }
+    const std::string title = "[3/3] " + std::to_string(n) + " brokers, replication factor " +
+                              std::to_string(o.replication_factor) + ", ack quorum, to each shard's leader";
+    rep = run_load(title.c_str(), shard_conns("rep", "quorum", port_of), false);
+    progress("phase 3: stopping %d brokers", n);
+    stop_children();
+    for (auto& b : bs) {
+      std::error_code ec;
+      fs::remove_all(b.dir + "/data", ec);
+    }
+  }
+
+  std::printf("\nresults (%d-byte records, %d records/request, %d connections, %d shards, %d s each)\n",
+              o.record_bytes, o.batch_records, o.connections, o.shards, o.seconds);
+  print("1 broker, RF 1, leader", single);
+  const std::string name = std::to_string(o.brokers) + " brokers, RF " + std::to_string(o.replication_factor) + ", quorum";
+  print(name.c_str(), rep);
+  std::printf("  disk fdatasync         %.1f MB/s\n", disk_mbps);
+  std::printf("  single / disk          %.2f\n", disk_mbps > 0 ? single.mbps / disk_mbps : 0);
+  std::printf("  replicated / single    %.2f  (design goal >= 0.50)\n", single.rps > 0 ? rep.rps / single.rps : 0);
   return 0;
 }
