@@ -127,6 +127,9 @@ Result<std::shared_ptr<ShardLog>> FsStorageEngine::open_shard(const ShardRef& re
                                                               const StreamSpec& spec) {
   auto dir = shard_dir(opts_.dir, ref);
   if (!dir) return dir.error();
+  // A replicated shard's peers may fetch as soon as they learn of it: answer them from the
+  // start (assign() reports a node without a peer transport).
+  if (spec.replication_factor > 1) (void)ensure_manager();
   std::unique_lock lk(mu_);
   if (closing_.count(ref)) {  // a close of this shard is draining: wait for it to finish
     ++open_waiters_;
@@ -184,6 +187,27 @@ ReplicaManager* FsStorageEngine::manager() {
   return manager_.get();
 }
 
+Result<ReplicaManager*> FsStorageEngine::ensure_manager() {
+  std::lock_guard lk(manager_mu_);
+  if (manager_) return manager_.get();
+  auto* transport = host_.peer_transport();
+  if (!transport)
+    return Error(Errc::not_supported, "replicated shards need a peer transport, and this node has none");
+  ReplicaOptions ro;
+  ro.max_lag = std::chrono::milliseconds(opts_.replication_max_lag_ms);
+  ro.fetch_wait = std::chrono::milliseconds(opts_.replication_fetch_wait_ms);
+  ro.fetch_max_bytes = static_cast<std::uint32_t>(opts_.replication_fetch_max_bytes);
+  ro.quorum_timeout = std::chrono::milliseconds(opts_.replication_quorum_timeout_ms);
+  ro.workers = opts_.replication_workers;
+  auto mgr = std::make_unique<ReplicaManager>(
+      *transport, host_.node_id(), host_.directory_id(),
+      [this](const ShardUpdate& u) { return host_.update_shard(u); },
+      [this](LogLevel l, std::string_view msg) { host_.log(l, "replication", msg); }, ro);
+  if (auto r = mgr->start(); !r) return r.error();
+  manager_ = std::move(mgr);
+  return manager_.get();
+}
+
 Result<void> FsStorageEngine::assign(const ShardRef& ref, const ReplicaAssignment& a) {
   auto shard = replica(ref);
   if (!shard) return Error(Errc::not_found, "shard " + ref.to_string() + " is not open here");
@@ -192,32 +216,11 @@ Result<void> FsStorageEngine::assign(const ShardRef& ref, const ReplicaAssignmen
     return Error(Errc::invalid_argument, "shard " + ref.to_string() + " was opened with one replica, but the "
                                          "catalog names " + std::to_string(a.replicas.size()));
   }
-  ReplicaManager* m = nullptr;
-  {
-    std::lock_guard lk(manager_mu_);
-    if (!manager_) {
-      auto* transport = host_.peer_transport();
-      if (!transport)
-        return Error(Errc::not_supported, "shard " + ref.to_string() +
-                                              " is replicated, but this node has no peer transport");
-      ReplicaOptions ro;
-      ro.max_lag = std::chrono::milliseconds(opts_.replication_max_lag_ms);
-      ro.fetch_wait = std::chrono::milliseconds(opts_.replication_fetch_wait_ms);
-      ro.fetch_max_bytes = static_cast<std::uint32_t>(opts_.replication_fetch_max_bytes);
-      ro.quorum_timeout = std::chrono::milliseconds(opts_.replication_quorum_timeout_ms);
-      ro.workers = opts_.replication_workers;
-      auto mgr = std::make_unique<ReplicaManager>(
-          *transport, host_.node_id(), host_.directory_id(),
-          [this](const ShardUpdate& u) { return host_.update_shard(u); },
-          [this](LogLevel l, std::string_view msg) { host_.log(l, "replication", msg); }, ro);
-      if (auto r = mgr->start(); !r) return r.error();
-      manager_ = std::move(mgr);
-    }
-    m = manager_.get();
-  }
+  auto m = ensure_manager();
+  if (!m) return m.error();
   shard->set_quorum_timeout(std::chrono::milliseconds(opts_.replication_quorum_timeout_ms));
-  shard->set_progress_source([m, ref] { return m->progress(ref); });
-  return m->assign(std::make_shared<ShardReplicaLog>(shard), a);
+  shard->set_progress_source([mgr = *m, ref] { return mgr->progress(ref); });
+  return (*m)->assign(std::make_shared<ShardReplicaLog>(shard), a);
 }
 
 void FsStorageEngine::close_shard(const ShardRef& ref) {

@@ -136,7 +136,9 @@ class FsStorageEngine final : public StorageEngine {
   // shutdown. Guarded by manager_mu_ (never taken under mu_).
   std::mutex manager_mu_;
   std::unique_ptr<ReplicaManager> manager_;
-  ReplicaManager* manager();  // null before the first replicated assign
+  ReplicaManager* manager();  // null before the first replicated open or assign
+  // Starts the manager if it is not running (needs the host's peer transport).
+  Result<ReplicaManager*> ensure_manager();
 
   std::mutex retention_mu_;
   std::condition_variable retention_cv_;
