@@ -1,5 +1,8 @@
 // GET {ns}/streams/{s}/shards/{n}/records?offset=N|earliest|latest&max=M&wait_ms=W
 //
+// Every answer about the shard carries Sluice-Leader (the leader's HTTP address) when known.
+// A shard another broker leads is read through it (the core forwards the reads and the wait).
+//
 // Long poll: when the first read finds nothing and wait_ms > 0, the handler arms a strand
 // timer (wait_ms capped by http.max_wait_ms) and Node::notify_when_beyond. Whichever
 // fires first (both run on the connection strand, so `done` needs no lock) re-reads and
@@ -123,7 +126,7 @@ struct Poll {
     if (cancel_timer) std::exchange(cancel_timer, nullptr)();
     // A timed-out poll drops its waiter, so idle shards do not accumulate them.
     if (notify_handle) node->cancel_notify(key, shard, std::exchange(notify_handle, 0));
-    ex->respond(read_once(*node, *cfg, key, shard, from, max).response);
+    ex->respond(with_leader(read_once(*node, *cfg, key, shard, from, max).response, *node, key, shard));
   }
 };
 
@@ -151,7 +154,7 @@ void handle_fetch(Node& node, const HttpConfig& cfg, const std::shared_ptr<Excha
   const std::string_view off = target.param("offset").value_or("earliest");
   if (off == "earliest" || off == "latest") {
     auto st = node.shard_stats(key, shard);
-    if (!st) return ex->respond(problem(st.error()));
+    if (!st) return ex->respond(with_leader(problem(st.error()), node, key, shard));
     from = off == "earliest" ? st->log_start : st->high_watermark;
   } else {
     auto v = parse_u64(off);
@@ -162,7 +165,8 @@ void handle_fetch(Node& node, const HttpConfig& cfg, const std::shared_ptr<Excha
   }
 
   ReadOutcome first = read_once(node, cfg, key, shard, from, max);
-  if (!first.empty || wait.count() == 0) return ex->respond(std::move(first.response));
+  if (!first.empty || wait.count() == 0)
+    return ex->respond(with_leader(std::move(first.response), node, key, shard));
 
   auto poll = std::make_shared<Poll>(Poll{ex, &node, &cfg, key, shard, from, max, false, {}, 0});
   poll->cancel_timer = ex->start_timer(wait, [poll] { poll->finish(); });
@@ -174,7 +178,7 @@ void handle_fetch(Node& node, const HttpConfig& cfg, const std::shared_ptr<Excha
   if (!r) {
     poll->done = true;
     if (poll->cancel_timer) std::exchange(poll->cancel_timer, nullptr)();
-    ex->respond(problem(r.error()));
+    ex->respond(with_leader(problem(r.error()), node, key, shard));
     return;
   }
   poll->notify_handle = r.value();
