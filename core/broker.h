@@ -115,6 +115,7 @@ class BrokerRuntime final : public Node {
   void cancel_notify(const StreamKey& key, ShardIndex shard, std::uint64_t handle) override;
   Result<std::vector<ShardStatus>> shards(const StreamKey& key) override;
   std::string leader_address(const StreamKey& key, ShardIndex shard) override;
+  bool serves_locally(const StreamKey& key, ShardIndex shard) override;
   Result<Assignment> move_leader(const StreamKey& key, ShardIndex shard, NodeId broker) override;
   Result<GroupDelivery> group_fetch(const StreamKey& key, ShardIndex shard, const std::string& group,
                                     std::uint32_t max_records, const GroupOptions& opts) override;

@@ -83,6 +83,12 @@ Result<BrokerRuntime::ShardRoute> BrokerRuntime::route(const StreamKey& key, Sha
   return r;
 }
 
+bool BrokerRuntime::serves_locally(const StreamKey& key, ShardIndex shard) {
+  auto st = find(key);
+  if (!st || !st->refused.empty() || shard.value() >= st->shards.size()) return true;  // answered at once
+  return st->shards[shard.value()] != nullptr;
+}
+
 std::string BrokerRuntime::leader_address(const StreamKey& key, ShardIndex shard) {
   auto st = find(key);
   if (!st) return {};

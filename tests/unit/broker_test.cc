@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <future>
 #include <set>
 #include <mutex>
@@ -293,9 +294,11 @@ class Loopback {
         return Error(Errc::conflict, "type already handled");
       return {};
     }
+    // As the real transport: once this returns, no call of the handler runs.
     void unhandle(PeerMessageType type) override {
-      std::lock_guard lk(net_.mu_);
+      std::unique_lock lk(net_.mu_);
       net_.handlers_.erase({id_.value(), type});
+      net_.idle_.wait(lk, [&] { return net_.running_[id_.value()] == 0; });
     }
     void request(NodeId peer, PeerMessageType type, std::string payload, std::chrono::milliseconds,
                  PeerCallback cb) override {
@@ -328,9 +331,13 @@ class Loopback {
           return cb(Error(Errc::unavailable, "broker " + std::to_string(to.value()) + " is down", Outcome::transient));
         auto it = handlers_.find({to.value(), type});
         if (it != handlers_.end()) h = it->second;
+        if (h) ++running_[to.value()];
       }
       if (!h) return cb(Error(Errc::not_supported, "no handler"));
       h(PeerIdentity{from, ""}, std::move(payload), PeerResponder([cb](Result<std::string> a) { cb(std::move(a)); }));
+      std::lock_guard lk(mu_);
+      --running_[to.value()];
+      idle_.notify_all();
     });
   }
 
@@ -338,6 +345,8 @@ class Loopback {
   std::map<std::pair<std::uint32_t, PeerMessageType>, PeerHandler> handlers_;
   std::set<std::uint32_t> down_;
   std::map<PeerMessageType, int> counts_;
+  std::map<std::uint32_t, int> running_;  // handler calls in progress, per node
+  std::condition_variable idle_;
   fwd::Workers pool_{4};
 };
 
@@ -423,6 +432,9 @@ TEST(Forwarding, publish_fetch_and_groups_on_another_brokers_shard_go_to_its_lea
   ASSERT_TRUE(p.b2->start());
   EXPECT_EQ(p.b1->leader_address(K, ShardIndex{1}), "127.0.0.1:18082");
   EXPECT_EQ(p.b1->leader_address(K, ShardIndex{0}), "127.0.0.1:18081");
+  EXPECT_TRUE(p.b1->serves_locally(K, ShardIndex{0}));
+  EXPECT_FALSE(p.b1->serves_locally(K, ShardIndex{1}));
+  EXPECT_TRUE(p.b2->serves_locally(K, ShardIndex{1}));
 
   PublishRecord a, b, c;
   a.value = "one";
