@@ -174,7 +174,9 @@ class BrokerRuntime final : public Node {
   // Sends one forwarded call and waits for its answer (not from a transport thread).
   Result<std::string> forward(NodeId leader, PeerMessageType type, std::string payload,
                               std::int64_t timeout_ms);
-  void serve_forwarded(PeerMessageType type, std::string payload, PeerResponder respond);
+  void serve_forwarded(PeerMessageType type, NodeId from, std::string payload, PeerResponder respond);
+  void hold_wait(NodeId from, const fwd::ShardHeader& h, std::shared_ptr<ShardLog> log, Offset offset,
+                 std::uint32_t hold_ms, std::uint64_t wait_id, PeerResponder respond);
   Result<std::shared_ptr<ShardLog>> forwarded_shard(const fwd::ShardHeader& h);
   std::string shard_header(const StreamKey& key, const ShardRoute& r, ShardIndex shard,
                            std::size_t extra = 0) const;
@@ -242,6 +244,13 @@ class BrokerRuntime final : public Node {
   std::unique_ptr<WatchHandle> watch_;
   std::atomic<bool> started_{false};
   std::atomic<bool> registered_{false};
+
+  // The leader's held waits, by (forwarding broker, its wait id), so that a wait its client
+  // gave up on is dropped at once (kCancelWait). Declared before timers_, which outlives
+  // none of them.
+  struct HeldWait;
+  std::mutex held_mu_;
+  std::map<std::pair<std::uint32_t, std::uint64_t>, std::shared_ptr<HeldWait>> held_waits_;
 
   // Forwarding: the transport (null without the broker role or in tests without one), the
   // leader's hold timers and a small pool for forwarded calls that may block (reads, group

@@ -320,9 +320,6 @@ Result<std::uint64_t> BrokerRuntime::notify_when_beyond(const StreamKey& key, Sh
   auto w = std::make_shared<ForwardedWait>();
   w->leader = rt->leader;
   w->request = shard_header(key, *rt, shard, 12);
-  fwd::Writer tail(12);
-  tail.u64(offset.value()).u32(static_cast<std::uint32_t>(opts_.forward_wait_hold_ms));
-  w->request += tail.take();
   w->cb = std::move(cb);
   std::uint64_t id;
   {
@@ -330,6 +327,9 @@ Result<std::uint64_t> BrokerRuntime::notify_when_beyond(const StreamKey& key, Sh
     id = next_wait_++;
     waits_[id] = w;
   }
+  fwd::Writer tail(20);
+  tail.u64(offset.value()).u32(static_cast<std::uint32_t>(opts_.forward_wait_hold_ms)).u64(id);
+  w->request += tail.take();
   arm_forwarded_wait(id, std::move(w));
   return id;
 }
@@ -346,8 +346,15 @@ void BrokerRuntime::cancel_notify(const StreamKey& key, ShardIndex shard, std::u
       waits_.erase(it);
     }
     std::function<void()> dropped;
-    std::lock_guard lk(w->mu);
-    dropped.swap(w->cb);
+    {
+      std::lock_guard lk(w->mu);
+      dropped.swap(w->cb);
+    }
+    // The leader drops its hold at once (its answer to the wait then finds no callback).
+    fwd::Writer cancel(8);
+    cancel.u64(handle);
+    transport_->request(w->leader, fwd::kCancelWait, cancel.take(),
+                        std::chrono::milliseconds(opts_.forward_timeout_ms), [](Result<std::string>) {});
     return;
   }
   // The shard may have closed (its waiters then fired) or been recreated: a handle of

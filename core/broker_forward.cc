@@ -17,8 +17,9 @@ void BrokerRuntime::start_forwarding() {
   if (!workers_) workers_ = std::make_unique<fwd::Workers>(2);
   serving_forwarded_ = true;
   for (auto type : fwd::kAllTypes) {
-    auto r = transport_->handle(type, [this, type](const PeerIdentity&, std::string payload, PeerResponder respond) {
-      serve_forwarded(type, std::move(payload), std::move(respond));
+    auto r = transport_->handle(type, [this, type](const PeerIdentity& from, std::string payload,
+                                                   PeerResponder respond) {
+      serve_forwarded(type, from.node, std::move(payload), std::move(respond));
     });
     if (!r)
       host_.log(LogLevel::error, "broker",
@@ -125,7 +126,85 @@ std::string u64_answer(std::uint64_t v) {
 }
 }  // namespace
 
-void BrokerRuntime::serve_forwarded(PeerMessageType type, std::string payload, PeerResponder respond) {
+// One wait a forwarding broker's long poll left with this leader: answered once, by new data
+// (1), by the hold passing (0) or by a cancel (0).
+struct BrokerRuntime::HeldWait {
+  std::mutex mu;
+  PeerResponder respond;
+  std::shared_ptr<ShardLog> log;
+  std::uint64_t notify = 0, timer = 0;
+  bool answered = false;
+  std::function<void()> forget;  // drops the entry in held_waits_
+
+  void answer(bool fired, fwd::Timers* timers) {
+    PeerResponder r;
+    std::function<void()> f;
+    std::uint64_t n, t;
+    {
+      std::lock_guard lk(mu);
+      answered = true;
+      r = std::move(respond);
+      f = std::move(forget);
+      n = std::exchange(notify, 0);
+      t = std::exchange(timer, 0);
+    }
+    if (f) f();
+    if (!fired && n && log) log->cancel_notify(n);
+    if (timers && t) timers->cancel(t);
+    r(std::string(1, fired ? '\1' : '\0'));  // a second answer finds r empty: nothing
+  }
+};
+
+void BrokerRuntime::hold_wait(NodeId from, const fwd::ShardHeader& h, std::shared_ptr<ShardLog> log, Offset offset,
+                              std::uint32_t hold_ms, std::uint64_t wait_id, PeerResponder respond) {
+  (void)h;
+  auto held = std::make_shared<HeldWait>();
+  held->respond = std::move(respond);
+  held->log = log;
+  const auto key = std::make_pair(from.value(), wait_id);
+  {
+    std::lock_guard lk(held_mu_);
+    held_waits_[key] = held;
+  }
+  std::weak_ptr<HeldWait> weak = held;
+  held->forget = [this, key, weak] {
+    std::lock_guard lk(held_mu_);
+    auto it = held_waits_.find(key);
+    if (it != held_waits_.end() && it->second == weak.lock()) held_waits_.erase(it);
+  };
+  std::weak_ptr<fwd::Timers> timers = timers_;
+  // Timer first, so that an answer by data always finds it to cancel.
+  const std::uint64_t t = timers_->after(std::chrono::milliseconds(std::min<std::uint32_t>(hold_ms, 60000)),
+                                         [weak] {
+                                           if (auto hw = weak.lock()) hw->answer(false, nullptr);
+                                         });
+  {
+    std::lock_guard lk(held->mu);
+    held->timer = t;
+  }
+  const std::uint64_t n = log->notify_when_beyond(offset, [weak, timers] {
+    auto hw = weak.lock();
+    auto tm = timers.lock();
+    if (hw) hw->answer(true, tm.get());
+  });
+  std::lock_guard lk(held->mu);
+  if (!held->answered) held->notify = n;  // else already answered (n is 0 or has fired)
+}
+
+void BrokerRuntime::serve_forwarded(PeerMessageType type, NodeId from, std::string payload, PeerResponder respond) {
+  if (type == fwd::kCancelWait) {
+    fwd::Reader rd(payload);
+    const std::uint64_t id = rd.u64();
+    if (auto c = rd.check("wait cancel"); !c) return respond(c.error());
+    std::shared_ptr<HeldWait> held;
+    {
+      std::lock_guard lk(held_mu_);
+      auto it = held_waits_.find({from.value(), id});
+      if (it != held_waits_.end()) held = it->second;
+    }
+    if (held) held->answer(false, timers_.get());
+    return respond(std::string());
+  }
   fwd::Reader rd(payload);
   const fwd::ShardHeader h = fwd::get_header(rd);
   if (auto c = rd.check("request header", false); !c) return respond(c.error());
@@ -159,35 +238,11 @@ void BrokerRuntime::serve_forwarded(PeerMessageType type, std::string payload, P
   if (type == fwd::kWait) {
     const Offset offset{rd.u64()};
     const std::uint32_t hold_ms = rd.u32();
+    const std::uint64_t wait_id = rd.u64();
     if (auto c = rd.check("wait request"); !c) return respond(c.error());
     auto log = forwarded_shard(h);
     if (!log) return respond(log.error());
-    struct Held {
-      std::mutex mu;
-      PeerResponder respond;
-      std::atomic<std::uint64_t> timer{0}, handle{0};
-      bool answer(bool fired) {
-        std::lock_guard lk(mu);
-        PeerResponder r = std::move(respond);
-        r(std::string(1, fired ? '\1' : '\0'));
-        return true;
-      }
-    };
-    auto held = std::make_shared<Held>();
-    held->respond = std::move(respond);
-    std::weak_ptr<fwd::Timers> timers = timers_;
-    const std::uint64_t handle = log.value()->notify_when_beyond(offset, [held, timers] {
-      held->answer(true);
-      if (auto t = timers.lock()) t->cancel(held->timer.load());
-    });
-    if (handle == 0) return;  // already beyond: answered
-    held->handle = handle;
-    held->timer = timers_->after(std::chrono::milliseconds(std::min<std::uint32_t>(hold_ms, 60000)),
-                                 [held, l = log.value()] {
-                                   held->answer(false);
-                                   l->cancel_notify(held->handle.load());
-                                 });
-    return;
+    return hold_wait(from, h, std::move(log.value()), offset, hold_ms, wait_id, std::move(respond));
   }
 
   // The rest may block (reads, group state that syncs): off the transport's I/O thread.

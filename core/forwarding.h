@@ -13,7 +13,7 @@
 //   0x0010  publish         u8 ack | the SDK record batch (rest)         u64 base | u32 count | u8 duplicate
 //   0x0011  fetch           u64 from | u32 max_records | u64 max_bytes   FetchResult
 //   0x0012  shard stats     -                                            Stats
-//   0x0013  wait            u64 offset | u32 hold_ms                     u8 fired (0: hold passed)
+//   0x0013  wait            u64 offset | u32 hold_ms | u64 wait id       u8 fired (0: hold passed or cancelled)
 //   0x0014  group fetch     str group | u32 max | u32 max_deliveries |   u32 n | n str batches |
 //                           i64 ack_timeout_ms                           u32 m | m (u64 offset | u32 delivery)
 //   0x0015  group ack       str group | u32 n | n u64 offsets            (empty)
@@ -23,6 +23,8 @@
 //   0x0018  group list      -                                            u32 n | n str
 //   0x0019  dead letters    str group | u64 from | u32 max | u64 bytes   FetchResult
 //   0x001a  replay dead     str group | u64 from | u64 to                u64 replayed
+//   0x001b  cancel wait     u64 wait id (no ShardHeader)                 (empty); the held wait
+//                                                                        answers 0 at once
 //
 //   FetchResult: u64 next_offset | u64 high_watermark | u64 log_start | u32 n | n str batches
 //   Stats: u64 log_start | u64 high_watermark | u64 log_end | u64 leader_epoch | u8 leading |
@@ -63,9 +65,10 @@ inline constexpr PeerMessageType kGroupPosition = 0x0017;
 inline constexpr PeerMessageType kGroupList = 0x0018;
 inline constexpr PeerMessageType kDeadLetters = 0x0019;
 inline constexpr PeerMessageType kReplay = 0x001a;
-inline constexpr PeerMessageType kAllTypes[] = {kPublish,   kFetch,         kStats,     kWait,
-                                                kGroupFetch, kGroupAck,    kGroupNack, kGroupPosition,
-                                                kGroupList, kDeadLetters,  kReplay};
+inline constexpr PeerMessageType kCancelWait = 0x001b;
+inline constexpr PeerMessageType kAllTypes[] = {kPublish,   kFetch,       kStats,     kWait,
+                                                kGroupFetch, kGroupAck,   kGroupNack, kGroupPosition,
+                                                kGroupList, kDeadLetters, kReplay,    kCancelWait};
 
 class Writer {
  public:

@@ -477,6 +477,12 @@ TEST(Forwarding, publish_fetch_and_groups_on_another_brokers_shard_go_to_its_lea
   ASSERT_TRUE(publish_sync(*p.b2, {d}));
   EXPECT_TRUE(eventually([&] { return fired.load(); }));
 
+  // A poll that gives up cancels: the leader is told to drop its hold at once.
+  auto h2 = p.b1->notify_when_beyond(K, ShardIndex{1}, Offset{100}, [] {});
+  ASSERT_TRUE(h2) << h2.error().to_string();
+  p.b1->cancel_notify(K, ShardIndex{1}, h2.value());
+  EXPECT_TRUE(eventually([&] { return p.net.requests(fwd::kCancelWait) == 1; }));
+
   // A consumer group through broker 1.
   auto g = p.b1->group_fetch(K, ShardIndex{1}, "workers", 10, GroupOptions{});
   ASSERT_TRUE(g) << g.error().to_string();
