@@ -315,6 +315,11 @@ class Loopback {
     if (down) down_.insert(id.value());
     else down_.erase(id.value());
   }
+  // Waits until no request is being delivered (before the brokers are destroyed).
+  void drain() {
+    std::unique_lock lk(mu_);
+    idle_.wait(lk, [&] { return inflight_ == 0; });
+  }
   int requests(PeerMessageType type) {
     std::lock_guard lk(mu_);
     return counts_[type];
@@ -322,7 +327,19 @@ class Loopback {
 
  private:
   void send(NodeId from, NodeId to, PeerMessageType type, std::string payload, PeerCallback cb) {
+    {
+      std::lock_guard lk(mu_);
+      ++inflight_;
+    }
     pool_.post([this, from, to, type, payload = std::move(payload), cb = std::move(cb)]() mutable {
+      deliver(from, to, type, std::move(payload), std::move(cb));
+      std::lock_guard lk(mu_);
+      --inflight_;
+      idle_.notify_all();
+    });
+  }
+  void deliver(NodeId from, NodeId to, PeerMessageType type, std::string payload, PeerCallback cb) {
+    {
       PeerHandler h;
       {
         std::lock_guard lk(mu_);
@@ -338,7 +355,7 @@ class Loopback {
       std::lock_guard lk(mu_);
       --running_[to.value()];
       idle_.notify_all();
-    });
+    }
   }
 
   std::mutex mu_;
@@ -346,6 +363,7 @@ class Loopback {
   std::set<std::uint32_t> down_;
   std::map<PeerMessageType, int> counts_;
   std::map<std::uint32_t, int> running_;  // handler calls in progress, per node
+  int inflight_ = 0;                       // requests posted and not yet delivered
   std::condition_variable idle_;
   fwd::Workers pool_{4};
 };
@@ -402,6 +420,7 @@ struct Pair {
   ~Pair() {
     b1->stop();
     b2->stop();
+    net.drain();
   }
 };
 
