@@ -164,6 +164,27 @@ class Forwarding(unittest.TestCase):
         st, _, _ = self.publish(self.a, self.shard_a, ["still"])
         self.assertEqual(st, 200)
 
+    def test_shutdowns_with_a_forwarded_long_poll_pending(self):
+        result = {}
+
+        def long_poll():
+            t0 = time.monotonic()
+            result["answer"] = self.fetch(self.a, self.shard_b, 0, wait_ms=30000, timeout=60)
+            result["took"] = time.monotonic() - t0
+
+        t = threading.Thread(target=long_poll)
+        t.start()
+        # B stops cleanly while A waits on it: A's poll ends (503, or empty if it had not
+        # yet asked), well before its 30 s.
+        self.assertEqual(self.b.stop(), 0)
+        t.join(40)
+        self.assertFalse(t.is_alive(), "the long poll did not return")
+        st, _, body = result["answer"]
+        self.assertIn(st, (200, 503), body)
+        self.assertLess(result["took"], 25)
+        # A stops cleanly too (its forwarding handlers and waits wind down).
+        self.assertEqual(self.a.stop(), 0)
+
 
 if __name__ == "__main__":
     unittest.main()
