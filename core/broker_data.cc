@@ -169,8 +169,6 @@ void BrokerRuntime::publish(const StreamKey& key, const std::vector<PublishRecor
     return fail(Error(Errc::invalid_argument,
                       "a publish may hold at most " + std::to_string(opts_.max_records_per_publish) +
                           " records, got " + std::to_string(records.size())));
-  if (opts.ack == AckMode::quorum)
-    return fail(Error(Errc::invalid_argument, "ack 'quorum' needs replication, which this build does not support yet"));
   auto st = find(key);
   if (!st) return fail(Error(Errc::not_found, "stream " + key.to_string() + " does not exist"));
   if (!st->refused.empty()) return fail(Error(Errc::conflict, st->refused));

@@ -16,7 +16,7 @@ constexpr ConfigKey kConfigKeys[] = {
     {"metadata.postgres.change_retention", "100000", "Change-feed rows kept; a watcher behind them resyncs from a snapshot."},
     {"metadata.postgres.poll_interval_ms", "1000", "Change-feed poll interval when no NOTIFY arrives (a safety net)."},
     {"metadata.plugin", "", "Override the metadata plugin name (default from metadata.backend)."},
-    {"metadata.level", "", "Metadata level this member runs at (default: the backend's highest, 14 for raft-meta and 10 for postgres-meta). raft-meta takes 8, 10 or 14, postgres-meta 8 or 10. A lower level proposes and reports exactly as that older build would."},
+    {"metadata.level", "", "Metadata level this member runs at (default: the backend's highest, 16 for both). raft-meta takes 8, 10, 14 or 16, postgres-meta 8, 10 or 16. A lower level proposes and reports exactly as that older build would."},
     {"metadata.timeout_ms", "10000", "How long a catalog call waits before answering timeout (outcome uncertain)."},
     {"raft.address", "127.0.0.1:7800", "host:port this controller's Raft transport binds."},
     {"raft.port", "", "Overrides the port of raft.address."},
@@ -52,10 +52,16 @@ constexpr ConfigKey kConfigKeys[] = {
     {"metadata.rpc_address", "127.0.0.1:7801", "host:port a controller serves the metadata RPC on (brokers connect here; empty disables it)."},
     {"metadata.controllers", "127.0.0.1:7801", "Comma list of controller RPC addresses, for nodes without the controller role."},
     {"metadata.join", "", "Comma list of controller RPC addresses of an existing raft-meta group: a controller with an empty raft directory joins it instead of bootstrapping a new one."},
+    {"replication.max_lag_ms", "10000", "A shard leader drops a follower that has been behind its log end this long from the in-sync set (never below min_insync), and adds it back once caught up (100..3600000)."},
+    {"replication.fetch_wait_ms", "500", "How long a leader holds a follower's fetch when nothing is new (long poll; 0..60000)."},
+    {"replication.fetch_max_bytes", "4194304", "Most bytes of whole batches one replica fetch carries (65536..33554432)."},
+    {"replication.quorum_timeout_ms", "30000", "An ack=quorum append fails after this long without reaching the in-sync set: 503 not_enough_replicas if the set is below min_insync, else 504 timeout (100..600000; the batch may still replicate)."},
+    {"replication.workers", "2", "Threads of the replication manager (fetch answers, replica appends, catalog calls; 1..16)."},
     {"transport.address", "127.0.0.1:7802", "host:port the broker's peer transport binds (replication between brokers); registered as the broker's peer_address."},
     {"transport.peers", "", "Optional static peer directory, NODE_ID=HOST:PORT comma list; wins over the peer addresses the catalog holds."},
     {"transport.failpoint_file", "", "Test-only: a file of 'drop N' / 'delay N MS' lines dropping or delaying every peer frame this node sends to node N."},
     {"broker.max_records_per_publish", "100000", "Largest number of records in one publish request."},
+    {"stream.default_replication_factor", "1", "replication_factor of a stream create that names none (1..5); min_insync defaults to a majority of it. Above 1 needs the fleet feature replicated_shards (metadata level 16)."},
 };
 }  // namespace
 

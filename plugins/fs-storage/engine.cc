@@ -8,6 +8,7 @@
 
 #include "layout.h"
 #include "recovery.h"
+#include "shard_replica_log.h"
 #include "sluice/failpoint.h"
 #include "sluice/names.h"
 #include "sluice/record_batch.h"
@@ -142,21 +143,85 @@ Result<std::shared_ptr<ShardLog>> FsStorageEngine::open_shard(const ShardRef& re
   }
   const std::string ldir = log_dir(*dir);
   if (auto r = make_dirs(ldir); !r) return r.error();
+  ReplicaSetup replica;
+  if (spec.replication_factor > 1) {
+    // Before anything else: the epochs this replica has acted in (persistent fencing).
+    auto history = EpochHistory::load(*fs_, *dir);
+    if (!history) {
+      host_.log(LogLevel::error, kComponent,
+                "cannot open shard " + ref.to_string() + ": " + history.error().message);
+      return history.error();
+    }
+    replica.replicated = true;
+    replica.min_insync = spec.min_insync;
+    replica.history = std::move(history).value();
+    replica.hwm_checkpoint = read_hwm_checkpoint(*fs_, *dir).value_or(Offset(0));
+  }
   auto recovered = recover_log(*fs_, host_, opts_, ldir, ref.incarnation);
   if (!recovered) {
     host_.log(LogLevel::error, kComponent,
               "cannot open shard " + ref.to_string() + ": " + recovered.error().message);
     return recovered.error();
   }
+  // Recovery may have cut a torn tail below an entry that was written before its data.
+  if (replica.replicated) replica.history.forget_beyond(Offset(recovered->next_offset));
   auto shard = std::make_shared<ShardLogImpl>(ref, spec.retention, *dir, opts_, fs_, host_, pool_,
-                                              std::move(recovered).value());
+                                              std::move(recovered).value(), std::move(replica));
   if (group_clock_) shard->set_group_clock(group_clock_);
   if (group_step_hook_) shard->set_group_step_hook(group_step_hook_);
   shards_.emplace(ref, shard);
   return std::shared_ptr<ShardLog>(shard);
 }
 
+std::shared_ptr<ShardLogImpl> FsStorageEngine::replica(const ShardRef& ref) {
+  std::lock_guard lk(mu_);
+  auto it = shards_.find(ref);
+  return it == shards_.end() ? nullptr : it->second;
+}
+
+ReplicaManager* FsStorageEngine::manager() {
+  std::lock_guard lk(manager_mu_);
+  return manager_.get();
+}
+
+Result<void> FsStorageEngine::assign(const ShardRef& ref, const ReplicaAssignment& a) {
+  auto shard = replica(ref);
+  if (!shard) return Error(Errc::not_found, "shard " + ref.to_string() + " is not open here");
+  if (!shard->replicated()) {
+    if (a.replicas.size() <= 1) return {};
+    return Error(Errc::invalid_argument, "shard " + ref.to_string() + " was opened with one replica, but the "
+                                         "catalog names " + std::to_string(a.replicas.size()));
+  }
+  ReplicaManager* m = nullptr;
+  {
+    std::lock_guard lk(manager_mu_);
+    if (!manager_) {
+      auto* transport = host_.peer_transport();
+      if (!transport)
+        return Error(Errc::not_supported, "shard " + ref.to_string() +
+                                              " is replicated, but this node has no peer transport");
+      ReplicaOptions ro;
+      ro.max_lag = std::chrono::milliseconds(opts_.replication_max_lag_ms);
+      ro.fetch_wait = std::chrono::milliseconds(opts_.replication_fetch_wait_ms);
+      ro.fetch_max_bytes = static_cast<std::uint32_t>(opts_.replication_fetch_max_bytes);
+      ro.quorum_timeout = std::chrono::milliseconds(opts_.replication_quorum_timeout_ms);
+      ro.workers = opts_.replication_workers;
+      auto mgr = std::make_unique<ReplicaManager>(
+          *transport, host_.node_id(), host_.directory_id(),
+          [this](const ShardUpdate& u) { return host_.update_shard(u); },
+          [this](LogLevel l, std::string_view msg) { host_.log(l, "replication", msg); }, ro);
+      if (auto r = mgr->start(); !r) return r.error();
+      manager_ = std::move(mgr);
+    }
+    m = manager_.get();
+  }
+  shard->set_quorum_timeout(std::chrono::milliseconds(opts_.replication_quorum_timeout_ms));
+  shard->set_progress_source([m, ref] { return m->progress(ref); });
+  return m->assign(std::make_shared<ShardReplicaLog>(shard), a);
+}
+
 void FsStorageEngine::close_shard(const ShardRef& ref) {
+  if (auto* m = manager()) m->remove(ref);
   std::shared_ptr<ShardLogImpl> shard;
   {
     std::lock_guard lk(mu_);
@@ -180,6 +245,11 @@ void FsStorageEngine::finish_close(const std::vector<std::shared_ptr<ShardLogImp
 }
 
 void FsStorageEngine::shutdown() {
+  // Replication first: no fetch is answered or appended once shards start closing.
+  {
+    std::lock_guard lk(manager_mu_);
+    if (manager_) manager_->stop();
+  }
   {
     std::lock_guard lk(retention_mu_);
     stop_retention_ = true;
@@ -260,6 +330,8 @@ Result<std::uint32_t> FsStorageEngine::delete_incarnations(const StreamKey& stre
       d.erase(std::find_if(d.begin(), d.end(), [&](const auto& p) { return p.first == k; }));
     }
   } unmark{this, stream};
+  if (auto* m = manager())
+    for (const auto& s : closing) m->remove(s->ref());
   finish_close(closing);
   {
     // A close_shard of one of these shards may still be draining on another thread: its

@@ -41,6 +41,7 @@
 
 #include "file_system.h"
 #include "flush_pool.h"
+#include "replica_manager.h"
 #include "options.h"
 #include "shard_log.h"
 #include "sluice/host.h"
@@ -56,7 +57,14 @@ class FsStorageEngine final : public StorageEngine {
   ~FsStorageEngine() override;  // shutdown()
 
   Result<std::shared_ptr<ShardLog>> open_shard(const ShardRef& ref, const StreamSpec& spec) override;
+  // Replicated shards: leads, follows or fences the shard as the catalog says, through the
+  // replication manager (started at the first replicated assignment; it needs the host's
+  // peer transport). A single replica needs nothing.
+  Result<void> assign(const ShardRef& ref, const ReplicaAssignment& assignment) override;
   void close_shard(const ShardRef& ref) override;
+  // The open shard itself (null if it is not open), for the replication manager to drive
+  // (ShardLogImpl's replication calls; docs/replication.md).
+  std::shared_ptr<ShardLogImpl> replica(const ShardRef& ref);
   void shutdown() override;
   Result<std::uint32_t> delete_incarnations(const StreamKey& stream, Incarnation up_to) override;
   Result<std::vector<ShardRef>> list_on_disk() override;
@@ -123,6 +131,12 @@ class FsStorageEngine final : public StorageEngine {
   GroupClock group_clock_;
   GroupStepHook group_step_hook_;
   bool recovering_ = false;  // constructor only: finishing interrupted deletes
+
+  // The replication manager, created by the first replicated assign(); stopped first at
+  // shutdown. Guarded by manager_mu_ (never taken under mu_).
+  std::mutex manager_mu_;
+  std::unique_ptr<ReplicaManager> manager_;
+  ReplicaManager* manager();  // null before the first replicated assign
 
   std::mutex retention_mu_;
   std::condition_variable retention_cv_;

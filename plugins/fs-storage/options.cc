@@ -36,6 +36,18 @@ Options Options::from_host(const PluginHost& host) {
   const std::int64_t ft = host.config_int("storage.flush_threads", 1);
   if (ft < 1 || ft > 8) throw std::invalid_argument("storage.flush_threads must be in [1, 8]");
   o.flush_threads = static_cast<unsigned>(ft);
+  auto ranged = [&](const char* key, std::int64_t def, std::int64_t lo, std::int64_t hi) {
+    const std::int64_t v = host.config_int(key, def);
+    if (v < lo || v > hi)
+      throw std::invalid_argument(std::string(key) + " must be in [" + std::to_string(lo) + ", " +
+                                  std::to_string(hi) + "], got " + std::to_string(v));
+    return v;
+  };
+  o.replication_max_lag_ms = ranged("replication.max_lag_ms", 10000, 100, 3600000);
+  o.replication_fetch_wait_ms = ranged("replication.fetch_wait_ms", 500, 0, 60000);
+  o.replication_fetch_max_bytes = ranged("replication.fetch_max_bytes", 4 << 20, 64 << 10, 32 << 20);
+  o.replication_quorum_timeout_ms = ranged("replication.quorum_timeout_ms", 30000, 100, 600000);
+  o.replication_workers = static_cast<unsigned>(ranged("replication.workers", 2, 1, 16));
 
   const std::int64_t gc = host.config_int("storage.group_journal_compact_bytes", 1 << 20);
   if (gc < 1 || gc > (1ll << 40))

@@ -31,6 +31,12 @@ struct Options {
   std::int64_t retention_interval_ms = 30000;        // storage.retention_interval_ms (<=0: off)
   unsigned flush_threads = 1;                        // storage.flush_threads (1..8)
   std::uint64_t group_journal_compact_bytes = 1 << 20;  // storage.group_journal_compact_bytes
+  // Replicated shards (docs/replication.md, docs/configuration.md "replication.*").
+  std::int64_t replication_max_lag_ms = 10000;       // replication.max_lag_ms
+  std::int64_t replication_fetch_wait_ms = 500;      // replication.fetch_wait_ms
+  std::int64_t replication_fetch_max_bytes = 4 << 20;  // replication.fetch_max_bytes
+  std::int64_t replication_quorum_timeout_ms = 30000;  // replication.quorum_timeout_ms
+  unsigned replication_workers = 2;                  // replication.workers
 
   static Options from_host(const PluginHost& host);
 };

@@ -36,14 +36,12 @@
 #include "sluice/storage.h"
 #include "sluice/transport.h"
 #include "sluice/types.h"
+#include "epoch_history.h"
 #include "replication_wire.h"
 
 namespace sluice::fs_storage {
 
-struct EpochEnd {
-  LeaderEpoch epoch;
-  Offset end;
-};
+// EpochEnd (KIP-279's answer) is defined with the epoch history (epoch_history.h).
 
 // read_raw's answer as the manager needs it.
 struct ReplicaChunk {

@@ -16,12 +16,23 @@ constexpr std::size_t kMaxSegmentsPerRead = 8;
 
 ShardLogImpl::ShardLogImpl(ShardRef ref, RetentionPolicy retention, std::string dir,
                            const Options& opts, std::shared_ptr<FileSystem> fs, PluginHost& host,
-                           FlushPool& pool, RecoveredLog recovered)
+                           FlushPool& pool, RecoveredLog recovered, ReplicaSetup replica)
     : ref_(std::move(ref)), dir_(std::move(dir)), opts_(opts), fs_(std::move(fs)), host_(host),
-      pool_(pool), next_offset_(recovered.next_offset), producers_(recovered.producers),
-      acked_end_(recovered.next_offset), written_producers_(std::move(recovered.producers)),
+      pool_(pool), next_offset_(recovered.next_offset),
+      role_(replica.replicated ? Role::none : Role::leader),
+      epoch_(replica.history.current()), led_epoch_(replica.history.led()), min_insync_(replica.min_insync),
+      producers_(recovered.producers),
+      // A replicated shard reopens at its checkpoint (never above the durable end) or the
+      // log start, until the replication manager tells it more.
+      acked_end_(replica.replicated
+                     ? std::clamp(replica.hwm_checkpoint.value(), recovered.segments.front()->base(),
+                                  recovered.next_offset)
+                     : recovered.next_offset),
+      written_producers_(std::move(recovered.producers)),
       segments_(std::move(recovered.segments)), retention_(retention),
-      hwm_(recovered.next_offset), snapshot_end_(recovered.snapshot_end) {}
+      replicated_(replica.replicated), history_(std::move(replica.history)),
+      hwm_(acked_end_), durable_end_(recovered.next_offset),
+      snapshot_end_(recovered.snapshot_end) {}
 
 ShardLogImpl::~ShardLogImpl() = default;
 
@@ -50,6 +61,12 @@ void ShardLogImpl::append(std::string batch, AckMode ack, AppendCallback cb) {
     if (state_ != State::open) {
       lk.unlock();
       cb(Error(Errc::unavailable, "shard " + ref_.to_string() + " is closed"));
+      return;
+    }
+    if (role_ != Role::leader || switching_) {
+      Error e = role_error();
+      lk.unlock();
+      cb(std::move(e));
       return;
     }
     if (h.producer_id != 0) {
@@ -82,6 +99,8 @@ void ShardLogImpl::append(std::string batch, AckMode ack, AppendCallback cb) {
     queue_.push_back(Pending{std::move(batch), base, h.record_count, h.max_timestamp_ms, ack,
                              ack == AckMode::none ? AppendCallback() : std::move(cb),
                              h.producer_id, h.producer_seq});
+    if (replicated_ && ack == AckMode::quorum)
+      queue_.back().deadline = std::chrono::steady_clock::now() + quorum_timeout_;
     if (!scheduled_) scheduled_ = schedule = true;
   }
   appended_records_.fetch_add(h.record_count, std::memory_order_relaxed);
@@ -131,9 +150,35 @@ void ShardLogImpl::flush() {
     // High watermark already advanced (sync_and_publish); waiters first, then acks, then
     // duplicates of what was just acknowledged.
     wake_waiters();
-    for (auto& p : flushing_)
-      if (p.cb) p.cb(AppendResult{Offset(p.base), p.count});
-    if (!flushing_.empty()) complete_dups(flushing_.back().base + flushing_.back().count);
+    if (!replicated_) {
+      wake_end_waiters();
+      for (auto& p : flushing_)
+        if (p.cb) p.cb(AppendResult{Offset(p.base), p.count});
+      if (!flushing_.empty()) complete_dups(flushing_.back().base + flushing_.back().count);
+    } else {
+      // Quorum appends now wait for the high watermark (or fail at once on a replica that
+      // no longer leads); leader appends are done. Duplicates wait for the high watermark.
+      std::vector<std::pair<AppendCallback, Result<AppendResult>>> done;
+      {
+        std::lock_guard lk(mu_);
+        for (auto& p : flushing_) {
+          if (!p.cb) continue;
+          const AppendResult res{Offset(p.base), p.count};
+          if (p.ack != AckMode::quorum)
+            done.emplace_back(std::move(p.cb), res);
+          else if (role_ != Role::leader)
+            done.emplace_back(std::move(p.cb), fenced_error(led_epoch_, epoch_));
+          else
+            quorum_waiters_.push_back(QuorumWaiter{p.base + p.count, res, p.deadline,
+                                                   std::move(p.cb)});
+        }
+      }
+      // After the quorum waiters are registered: a manager woken here may advance the
+      // high watermark at once (complete_quorum below covers a race with that too).
+      wake_end_waiters();
+      for (auto& [cb, r] : done) cb(std::move(r));
+      complete_quorum();
+    }
   }
   flushing_.clear();
 
@@ -242,7 +287,8 @@ Result<void> ShardLogImpl::sync_and_publish(Segment& seg) {
   seg.max_ts = seg.pending_max_ts;
   seg.index.insert(seg.index.end(), seg.pending_index.begin(), seg.pending_index.end());
   seg.pending_index.clear();
-  hwm_.store(seg.next_offset, std::memory_order_release);
+  durable_end_.store(seg.next_offset, std::memory_order_release);
+  if (!replicated_) hwm_.store(seg.next_offset, std::memory_order_release);
   return {};
 }
 
@@ -289,19 +335,61 @@ Result<void> ShardLogImpl::roll(std::uint64_t new_base) {
   return {};
 }
 
+void ShardLogImpl::WaiterSet::add(std::uint64_t handle, std::uint64_t offset,
+                                   std::function<void()> cb) {
+  by_handle.emplace(handle, Waiter{offset, std::move(cb)});
+  by_offset.emplace(offset, handle);
+}
+
+void ShardLogImpl::WaiterSet::take_below(std::uint64_t end,
+                                         std::vector<std::function<void()>>& out) {
+  // A waiter at offset o fires once the watched end exceeds o.
+  const auto stop = by_offset.lower_bound(end);
+  for (auto it = by_offset.begin(); it != stop; ++it) {
+    auto w = by_handle.find(it->second);
+    out.push_back(std::move(w->second.cb));
+    by_handle.erase(w);
+  }
+  by_offset.erase(by_offset.begin(), stop);
+}
+
+std::function<void()> ShardLogImpl::WaiterSet::cancel(std::uint64_t handle) {
+  auto w = by_handle.find(handle);
+  if (w == by_handle.end()) return {};  // fired (or firing), cancelled, or never issued
+  auto [lo, hi] = by_offset.equal_range(w->second.offset);
+  for (auto it = lo; it != hi; ++it)
+    if (it->second == handle) {
+      by_offset.erase(it);
+      break;
+    }
+  std::function<void()> cb = std::move(w->second.cb);
+  by_handle.erase(w);
+  return cb;
+}
+
+void ShardLogImpl::WaiterSet::take_all(std::vector<std::function<void()>>& out) {
+  for (auto& [h, w] : by_handle) out.push_back(std::move(w.cb));
+  by_handle.clear();
+  by_offset.clear();
+}
+
 void ShardLogImpl::wake_waiters() {
   const std::uint64_t hwm = hwm_.load(std::memory_order_acquire);
   std::vector<std::function<void()>> ready;
   {
     std::lock_guard lk(mu_);
-    // A waiter at offset o fires once the high watermark exceeds o.
-    const auto end = waiters_by_offset_.lower_bound(hwm);
-    for (auto it = waiters_by_offset_.begin(); it != end; ++it) {
-      auto w = waiters_.find(it->second);
-      ready.push_back(std::move(w->second.cb));
-      waiters_.erase(w);
-    }
-    waiters_by_offset_.erase(waiters_by_offset_.begin(), end);
+    waiters_.take_below(hwm, ready);
+  }
+  for (auto& cb : ready) cb();
+}
+
+void ShardLogImpl::wake_end_waiters() {
+  const std::uint64_t end = durable_end_.load(std::memory_order_acquire);
+  std::vector<std::function<void()>> ready;
+  {
+    std::lock_guard lk(mu_);
+    if (end_waiters_.size() == 0) return;
+    end_waiters_.take_below(end, ready);
   }
   for (auto& cb : ready) cb();
 }
@@ -311,8 +399,7 @@ std::uint64_t ShardLogImpl::notify_when_beyond(Offset offset, std::function<void
     std::lock_guard lk(mu_);
     if (state_ != State::closed && hwm_.load(std::memory_order_acquire) <= offset.value()) {
       const std::uint64_t h = ++last_waiter_handle_;
-      waiters_.emplace(h, Waiter{offset.value(), std::move(cb)});
-      waiters_by_offset_.emplace(offset.value(), h);
+      waiters_.add(h, offset.value(), std::move(cb));
       return h;
     }
   }
@@ -325,16 +412,30 @@ void ShardLogImpl::cancel_notify(std::uint64_t handle) {
   std::function<void()> dropped;  // destroyed after mu_ is released (it may own anything)
   {
     std::lock_guard lk(mu_);
-    auto w = waiters_.find(handle);
-    if (w == waiters_.end()) return;  // fired (or firing), cancelled, or never issued
-    auto [lo, hi] = waiters_by_offset_.equal_range(w->second.offset);
-    for (auto it = lo; it != hi; ++it)
-      if (it->second == handle) {
-        waiters_by_offset_.erase(it);
-        break;
-      }
-    dropped = std::move(w->second.cb);
-    waiters_.erase(w);
+    dropped = waiters_.cancel(handle);
+  }
+}
+
+std::uint64_t ShardLogImpl::notify_when_end_beyond(Offset offset, std::function<void()> cb) {
+  {
+    std::lock_guard lk(mu_);
+    if (state_ != State::closed &&
+        durable_end_.load(std::memory_order_acquire) <= offset.value()) {
+      const std::uint64_t h = ++last_waiter_handle_;
+      end_waiters_.add(h, offset.value(), std::move(cb));
+      return h;
+    }
+  }
+  cb();
+  return 0;
+}
+
+void ShardLogImpl::cancel_end_notify(std::uint64_t handle) {
+  if (handle == 0) return;
+  std::function<void()> dropped;
+  {
+    std::lock_guard lk(mu_);
+    dropped = end_waiters_.cancel(handle);
   }
 }
 
@@ -424,8 +525,20 @@ ShardStats ShardLogImpl::stats() {
     for (auto& s : segments_) st.size_bytes += s->readable_size;
     st.segments = segments_.size();
   }
+  {
+    std::lock_guard lk(mu_);
+    st.log_end = Offset(next_offset_);
+    st.leader_epoch = epoch_;
+    st.leading = role_ == Role::leader;
+  }
   st.appended_records = appended_records_.load(std::memory_order_relaxed);
   st.syncs = syncs_.load(std::memory_order_relaxed);
+  std::function<std::vector<ReplicaProgress>()> progress;
+  {
+    std::lock_guard lk(progress_mu_);
+    progress = progress_;
+  }
+  if (progress && st.leading) st.replicas = progress();
   return st;
 }
 
@@ -437,17 +550,30 @@ void ShardLogImpl::close() {
     groups.swap(groups_);
   }
   for (auto& [n, g] : groups) g->close();  // waits for a group call in progress
-  std::map<std::uint64_t, Waiter> waiters;
+  std::vector<std::function<void()>> waiters;
+  std::vector<QuorumWaiter> quorum;
+  std::vector<DupWaiter> dups;
   {
     std::unique_lock lk(mu_);
     if (state_ == State::closed) return;
     state_ = State::closing;
     drained_cv_.wait(lk, [&] { return !scheduled_; });
     state_ = State::closed;
-    waiters.swap(waiters_);
-    waiters_by_offset_.clear();
+    waiters_.take_all(waiters);
+    end_waiters_.take_all(waiters);
+    take_replica_waiters(quorum, dups);
   }
-  for (auto& [h, w] : waiters) w.cb();  // in registration order
+  if (replicated_) {  // a hint for the next open; losing it only costs visibility
+    if (auto r = write_hwm_checkpoint(*fs_, dir_, high_watermark()); !r)
+      host_.log(LogLevel::warn, kComponent,
+                "shard " + ref_.to_string() + ": no high-watermark checkpoint: " +
+                    r.error().message);
+  }
+  for (auto& cb : waiters) cb();  // in registration order
+  // Replicated shards only: durable here, not known to be replicated.
+  const std::string why = "shard " + ref_.to_string() + " closed before the high watermark reached the batch";
+  for (auto& q : quorum) q.cb(Error(Errc::unavailable, why, Outcome::uncertain));
+  for (auto& d : dups) d.cb(Error(Errc::unavailable, why, Outcome::uncertain));
   std::vector<std::shared_ptr<Segment>> segs;
   {
     std::lock_guard lk(seg_mu_);

@@ -40,18 +40,50 @@
 // one ordered walk per group; cancel_notify erases one by handle and destroys its callback
 // outside mu_; close() calls the rest.
 //
-// AckMode::quorum is treated like leader here (replication is not this component's job).
+// Replicated shards (spec.replication_factor > 1; docs/replication.md "The data path").
+// An RF=1 shard is exactly as above: always leading, epoch 0, no leader-epochs file, its
+// high watermark is its durable end, and AckMode::quorum is treated like leader. A
+// replicated shard adds:
+//   * roles: none (just opened: a restarted replica acts in no epoch until told),
+//     leader, follower, fenced (a deposed leader). Client appends need `leader`; others
+//     are refused with not_leader (none, follower) or fenced (fenced). become_leader,
+//     become_follower and fence persist the epoch in the EpochHistory (epoch_history.h)
+//     BEFORE the replica acts in it, and refuse an epoch below the current one (fenced).
+//   * the high watermark is set by the replication manager (advance_high_watermark:
+//     monotonic, capped at the durable end); readers (read, notify_when_beyond) see only
+//     below it. It starts at the checkpoint written by the last close() (epoch_history.h),
+//     capped at the recovered log end, else at the log start.
+//   * AckMode::leader completes after the local fdatasync as before. AckMode::quorum moves,
+//     after that sync, into quorum_waiters_ (offset order) and completes once the high
+//     watermark reaches its batch's end while in_sync_count >= min_insync (set_in_sync);
+//     expire_quorum_waiters fails those past their deadline (set_quorum_timeout, taken at
+//     append); fence/become_follower fail them all with fenced. Duplicates of idempotent
+//     retries complete once the high watermark passes their original.
+//   * the follower path (append_replica, truncate_to) and role changes run on the caller's
+//     thread, serialized by repl_mu_. While one writes it holds the flusher's token
+//     (scheduled_ = true, after waiting for a running flush to drain), so the segment
+//     writer fields keep exactly one writer and close() waits for it.
+//   * the durable end (durable_end_) is the end of fdatasync'd data, published with the
+//     segment sizes; notify_when_end_beyond waiters fire when it passes their offset.
+//     read_raw serves whole stored batches up to it (the leader's unreplicated data
+//     included), never crossing an epoch boundary.
+// Locks: repl_mu_ is taken before mu_ or seg_mu_ or epoch_mu_ (each taken alone, never
+// nested among themselves); the history file is written under repl_mu_ only.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "epoch_history.h"
 #include "file_system.h"
 #include "group.h"
 #include "options.h"
@@ -65,13 +97,29 @@ namespace sluice::fs_storage {
 
 class FlushPool;
 
+// How a shard is replicated (open_shard fills it from the StreamSpec).
+struct ReplicaSetup {
+  bool replicated = false;      // replication_factor > 1
+  std::uint32_t min_insync = 1;
+  EpochHistory history;         // loaded before recovery; replicated shards only
+  Offset hwm_checkpoint;        // the high watermark it closed with (capped at the log end)
+};
+
+// read_raw's answer: whole stored batches, byte for byte as on disk.
+struct RawChunk {
+  std::string bytes;        // concatenated batches; empty when `from` is the durable end
+  Offset next_offset;       // offset after the last batch (== from if empty)
+  LeaderEpoch last_epoch;   // the epoch every batch in `bytes` was written in; for an empty
+                            // chunk, the epoch of the batch ending at next_offset (0: none)
+};
+
 class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<ShardLogImpl> {
  public:
   // Takes ownership of the recovered segments. `pool` must outlive every append that is
   // accepted (the engine closes shards before stopping the pool).
   ShardLogImpl(ShardRef ref, RetentionPolicy retention, std::string dir, const Options& opts,
                std::shared_ptr<FileSystem> fs, PluginHost& host, FlushPool& pool,
-               RecoveredLog recovered);
+               RecoveredLog recovered, ReplicaSetup replica = {});
   ~ShardLogImpl() override;
 
   const ShardRef& ref() const override { return ref_; }
@@ -80,6 +128,11 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   std::uint64_t notify_when_beyond(Offset offset, std::function<void()> cb) override;
   void cancel_notify(std::uint64_t handle) override;
   ShardStats stats() override;
+  // Where stats() gets the leader's view of every replica (the replication manager's).
+  void set_progress_source(std::function<std::vector<ReplicaProgress>()> source) {
+    std::lock_guard lk(progress_mu_);
+    progress_ = std::move(source);
+  }
 
   Result<GroupDelivery> group_fetch(const std::string& group, std::uint32_t max_records,
                                     const GroupOptions& opts) override;
@@ -109,8 +162,89 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
     std::lock_guard lk(mu_);
     return waiters_.size();
   }
+
+  // --- replication (replicated shards; see the header comment) -------------------------
+  // On an RF=1 shard: leader_epoch() is 0, high_watermark() == durable_end(), the role
+  // calls, append_replica and truncate_to answer not_supported, and advance_high_watermark,
+  // set_in_sync, set_quorum_timeout and expire_quorum_waiters change nothing.
+  bool replicated() const { return replicated_; }
+  // End of fdatasync'd data (every batch below it survives a crash).
+  Offset durable_end() const { return Offset(durable_end_.load(std::memory_order_acquire)); }
+  // The first retained offset (0 once closed).
+  Offset log_start();
+  // The epoch of the last batch held (from the history; 0 with an empty log or RF=1).
+  LeaderEpoch last_data_epoch();
+  Offset high_watermark() const { return Offset(hwm_.load(std::memory_order_acquire)); }
+  // Raises the high watermark to min(hwm, durable_end()) if that is higher; wakes readers
+  // beyond it and completes quorum appends whose batch ends at or below it (if the in-sync
+  // set is large enough). Never lowers it.
+  void advance_high_watermark(Offset hwm);
+  // The catalog's in-sync set size (this replica included) and min_insync. Starts at
+  // (1, spec.min_insync). Completes quorum waiters that were held back only by it.
+  void set_in_sync(std::size_t in_sync_count, std::uint32_t min_insync);
+  // Deadline of quorum appends accepted from now on (default 30 s).
+  void set_quorum_timeout(std::chrono::milliseconds timeout);
+  // Fails every quorum append whose deadline is <= now: not_enough_replicas if the in-sync
+  // set is below min_insync, else timeout (both Outcome::uncertain: the batch is in this
+  // log and may still reach the followers). The manager calls it periodically.
+  void expire_quorum_waiters(std::chrono::steady_clock::time_point now);
+
+  // Persists `e` (and the entry e -> log end) and leads in it. Refuses e below the current
+  // epoch, or equal to it when this replica followed or was fenced in it (fenced). Leading
+  // in the current epoch again (after a restart, or a repeat) is allowed.
+  Result<void> become_leader(LeaderEpoch e);
+  // Persists `e` and follows `leader` in it. Refuses e below the current epoch, or equal to
+  // it while leading in it (fenced). Pending quorum appends of an earlier leadership fail
+  // with fenced.
+  Result<void> become_follower(LeaderEpoch e, NodeId leader);
+  // This replica learned that epoch `newer` exists (it was deposed): it stops accepting
+  // client appends (fenced) and fails every pending quorum append with fenced, naming both
+  // epochs, then persists `newer`. Refuses newer below the current epoch (fenced);
+  // newer == current stops a leader of that epoch the same way (nothing to persist) and is
+  // a no-op on any other role.
+  Result<void> fence(LeaderEpoch newer);
+  LeaderEpoch leader_epoch();
+  // The leader this replica follows (0 unless a follower).
+  NodeId leader();
+
+  // KIP-279: the end of the largest epoch <= e in the history (the start offset of the
+  // next higher entry, or durable_end() for the latest). An epoch below every entry
+  // answers (e, first entry's start); an empty history (0, durable_end()).
+  Result<EpochEnd> end_offset_for(LeaderEpoch e);
+  std::vector<EpochEntry> epoch_entries();
+
+  // Whole stored batches from `from` (which must be a batch boundary: invalid_argument
+  // otherwise; offset_out_of_range below the log start or beyond the durable end) up to
+  // about max_bytes (at least one batch if any), up to the durable end (not the high
+  // watermark), within one segment and one epoch. One pread in the common case; no
+  // per-record work. CRCs are not checked here (append_replica checks them).
+  Result<RawChunk> read_raw(Offset from, std::size_t max_bytes);
+  // Follower only (else conflict). Checks every batch (check_batch: header + CRC;
+  // incarnation -> stale_route; contiguous offsets from expected_base, which must equal
+  // the log end -> conflict naming both); `epoch` is the epoch all its batches were
+  // written in (RawChunk::last_epoch) and must not be below the epoch of the log's last
+  // entry (conflict: truncate first) nor above the current epoch (conflict). A new epoch
+  // is recorded in the history (durable) before the data is written. The chunk is written
+  // with one pwrite per segment it touches (rolling like appends), fdatasynced, then the
+  // durable end advances. Producer state is updated from the headers. Returns when durable.
+  Result<void> append_replica(std::string_view chunk, Offset expected_base, LeaderEpoch epoch);
+  // Removes everything at and after `end` (the log then ends at the base of the batch
+  // holding `end`), across segments, fsynced; the epoch history drops entries starting at
+  // or after the new end; producer state is rebuilt. Refused on a leader (conflict), below
+  // the high watermark (conflict naming both), below the log start (offset_out_of_range).
+  // An `end` at or beyond the log end changes nothing.
+  Result<void> truncate_to(Offset end);
+  // Calls `cb` once the DURABLE end (synced data) exceeds `offset`, or the shard closes
+  // (inline, returning 0, if already true). Otherwise returns a handle for
+  // cancel_end_notify (same contract as notify_when_beyond / cancel_notify).
+  std::uint64_t notify_when_end_beyond(Offset offset, std::function<void()> cb);
+  void cancel_end_notify(std::uint64_t handle);
+
  private:
+  std::mutex progress_mu_;
+  std::function<std::vector<ReplicaProgress>()> progress_;
   enum class State { open, failed, closing, closed };
+  enum class Role { none, leader, follower, fenced };
 
   struct Pending {
     std::string batch;
@@ -121,6 +255,31 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
     AppendCallback cb;  // empty for AckMode::none (already answered)
     std::uint64_t producer_id = 0;
     std::uint64_t producer_seq = 0;
+    std::chrono::steady_clock::time_point deadline{};  // quorum appends of replicated shards
+  };
+  // An ack=quorum append that is durable here, waiting for the high watermark.
+  struct QuorumWaiter {
+    std::uint64_t end;
+    AppendResult result;
+    std::chrono::steady_clock::time_point deadline;
+    AppendCallback cb;
+  };
+  // notify_when_beyond / notify_when_end_beyond waiters: by handle (cancel), and by offset
+  // (one ordered walk per wake-up, never per record). Guarded by mu_.
+  struct Waiter {
+    std::uint64_t offset;
+    std::function<void()> cb;
+  };
+  struct WaiterSet {
+    std::map<std::uint64_t, Waiter> by_handle;
+    std::multimap<std::uint64_t, std::uint64_t> by_offset;
+    std::size_t size() const { return by_handle.size(); }
+    void add(std::uint64_t handle, std::uint64_t offset, std::function<void()> cb);
+    // Moves out the callbacks of waiters with offset < end.
+    void take_below(std::uint64_t end, std::vector<std::function<void()>>& out);
+    // The callback of `handle` (empty if it is not registered).
+    std::function<void()> cancel(std::uint64_t handle);
+    void take_all(std::vector<std::function<void()>>& out);  // in registration order
   };
   // A duplicate waiting for its original's callback.
   struct DupWaiter {
@@ -137,6 +296,19 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   void complete_dups(std::uint64_t acked_end);
   void fail_dups(const Error& e, std::uint64_t inflight_begin, std::uint64_t inflight_end);
   void wake_waiters();
+  void wake_end_waiters();
+  void complete_quorum();
+  // Takes every quorum and duplicate waiter (mu_ held) for failing outside mu_.
+  void take_replica_waiters(std::vector<QuorumWaiter>& q, std::vector<DupWaiter>& d);
+  Error fenced_error(LeaderEpoch deposed, LeaderEpoch newer) const;
+  Error role_error() const;  // mu_ held: why a client append is refused
+  // Becomes the exclusive writer (mu_ held via lk): waits for a flush to drain.
+  Result<void> acquire_writer(std::unique_lock<std::mutex>& lk);
+  void release_writer();
+  Result<void> rebuild_producers(std::uint64_t end);
+  // Persists (current, entries) and `led` (default: unchanged), then adopts them.
+  Result<void> save_history(LeaderEpoch current, std::vector<EpochEntry> entries,
+                            std::optional<LeaderEpoch> led = std::nullopt);
   std::string log_dir() const { return dir_ + "/log"; }
   // The open group `name` (validated), opening it from disk first; create = false gives
   // not_found for a group that has no directory.
@@ -157,15 +329,18 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   std::uint64_t next_offset_;
   bool scheduled_ = false;  // queued on the pool or being flushed
   std::vector<Pending> queue_;
-  // notify_when_beyond waiters by handle (cancel_notify), and by offset for the flusher's
-  // wake-up (one ordered walk per flushed group, never per record).
-  struct Waiter {
-    std::uint64_t offset;
-    std::function<void()> cb;
-  };
-  std::map<std::uint64_t, Waiter> waiters_;                    // handle -> waiter
-  std::multimap<std::uint64_t, std::uint64_t> waiters_by_offset_;  // offset -> handle
+  WaiterSet waiters_;      // notify_when_beyond (high watermark)
+  WaiterSet end_waiters_;  // notify_when_end_beyond (durable end)
   std::uint64_t last_waiter_handle_ = 0;
+  Role role_;
+  bool switching_ = false;  // become_leader is persisting a new epoch: appends wait outside
+  LeaderEpoch epoch_;      // == history_.current() once persisted (fence: raised first)
+  LeaderEpoch led_epoch_;  // the last epoch this replica led in
+  NodeId leader_;
+  std::size_t in_sync_count_ = 1;
+  std::uint32_t min_insync_;
+  std::chrono::milliseconds quorum_timeout_{30000};
+  std::deque<QuorumWaiter> quorum_waiters_;  // ascending end
   ProducerTable producers_;
   std::uint64_t acked_end_;  // every append below has had its callback (or was none)
   std::vector<DupWaiter> dup_waiters_;
@@ -187,7 +362,13 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   GroupClock group_clock_;
   GroupStepHook group_step_hook_;
 
+  const bool replicated_;
+  std::mutex repl_mu_;   // role changes, append_replica, truncate_to; history writes
+  std::mutex epoch_mu_;  // history_ (readers copy under it; written under repl_mu_ too)
+  EpochHistory history_;
+
   std::atomic<std::uint64_t> hwm_;
+  std::atomic<std::uint64_t> durable_end_;
   std::atomic<std::uint64_t> snapshot_end_;  // retention keeps every segment at/after it
   std::atomic<std::uint64_t> appended_records_{0};
   std::atomic<std::uint64_t> syncs_{0};

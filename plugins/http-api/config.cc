@@ -3,6 +3,7 @@
 #include <stdexcept>
 
 #include "sluice/host.h"
+#include "sluice/types.h"
 
 namespace sluice::http_api {
 
@@ -34,6 +35,8 @@ HttpConfig HttpConfig::from_host(const PluginHost& h) {
   // The broker's limit, checked while parsing so that an oversized request costs nothing.
   c.max_records = static_cast<std::size_t>(
       ranged(h, "broker.max_records_per_publish", 100000, 1, 10'000'000));
+  c.default_replication_factor = static_cast<std::uint32_t>(
+      ranged(h, "stream.default_replication_factor", 1, 1, kMaxReplicationFactor));
   return c;
 }
 

@@ -22,6 +22,9 @@ struct HttpConfig {
   std::chrono::milliseconds idle_timeout{60000};   // keep-alive idle timeout
   std::size_t fetch_max_bytes = 1u << 20;          // max_bytes passed to Node::fetch
   std::size_t max_records = 100000;                // broker.max_records_per_publish
+  // stream.default_replication_factor: what a create body without "replication_factor"
+  // asks for (1..kMaxReplicationFactor). Its min_insync default follows it.
+  std::uint32_t default_replication_factor = 1;
 
   // Reads the http.* keys. Throws std::invalid_argument on a bad value (only called from
   // create(), a configuration boundary).

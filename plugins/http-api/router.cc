@@ -172,9 +172,11 @@ Result<std::int64_t> i64_field(const json::value& v, std::string_view what) {
 }
 
 // Reads the create-stream body: {"name","shards"?,"retention"?:{...},"ack"?,
-// "replication_factor"?,"min_insync"?}. min_insync defaults to a majority of the
-// replication factor; the Node checks the ranges (validate_stream_spec) and what it serves.
-Result<std::pair<std::string, StreamSpec>> stream_body(std::string_view body) {
+// "replication_factor"?,"min_insync"?}. replication_factor defaults to
+// stream.default_replication_factor, min_insync to a majority of the replication factor;
+// the Node checks the ranges (validate_stream_spec) and what it serves.
+Result<std::pair<std::string, StreamSpec>> stream_body(std::string_view body,
+                                                       std::uint32_t default_replication_factor) {
   json::monotonic_resource mr;
   json::value v(json::storage_ptr{&mr});
   if (auto r = parse_json_object(body, v); !r) return r.error();
@@ -188,6 +190,7 @@ Result<std::pair<std::string, StreamSpec>> stream_body(std::string_view body) {
   std::string name(n->get_string().data(), n->get_string().size());
   if (auto r = validate_name(NameKind::stream, name); !r) return r.error();
   StreamSpec spec;
+  spec.replication_factor = default_replication_factor;
   if (const auto* s = o.if_contains("shards")) {
     auto r = u32_field(*s, "shards", 1);
     if (!r) return r.error();
@@ -212,7 +215,7 @@ Result<std::pair<std::string, StreamSpec>> stream_body(std::string_view body) {
   if (const auto* a = o.if_contains("ack")) {
     if (!a->is_string()) return Error(Errc::invalid_argument, "field \"ack\" must be a string");
     auto m = parse_ack_mode(std::string_view(a->get_string().data(), a->get_string().size()));
-    if (!m) return Error(Errc::invalid_argument, "field \"ack\" must be \"none\" or \"leader\"");
+    if (!m) return Error(Errc::invalid_argument, "field \"ack\" must be \"none\", \"leader\" or \"quorum\"");
     spec.default_ack = *m;
   }
   if (const auto* f = o.if_contains("replication_factor")) {
@@ -221,6 +224,8 @@ Result<std::pair<std::string, StreamSpec>> stream_body(std::string_view body) {
     spec.replication_factor = *r;
   }
   spec.min_insync = default_min_insync(spec.replication_factor);
+  // A replicated stream acknowledges on its in-sync set unless the create says otherwise.
+  if (!o.if_contains("ack") && spec.replication_factor > 1) spec.default_ack = AckMode::quorum;
   if (const auto* f = o.if_contains("min_insync")) {
     auto r = u32_field(*f, "min_insync", 1);
     if (!r) return r.error();
@@ -417,7 +422,7 @@ void Router::dispatch(const std::shared_ptr<Exchange>& ex) {
           return json_response(200, o);
         });
       } else {
-        auto body = stream_body(req.body);
+        auto body = stream_body(req.body, cfg_.default_replication_factor);
         if (!body) return ex->respond(problem(body.error()));
         StreamKey key{seg[2], seg[4], std::move(body->first)};
         respond_blocking(ex, [&node, key = std::move(key), spec = body->second]() -> HttpResponse {

@@ -2,6 +2,8 @@
 
 #include <libpq-fe.h>
 
+#include <boost/json.hpp>
+
 #include "sluice/catalog_json.h"
 
 namespace sluice::postgres_meta {
@@ -38,6 +40,27 @@ std::string feature_payload(const std::string& name) {
   e.kind = ChangeEvent::Kind::feature_finalized;
   e.feature = name;
   return encode_change_payload(e);
+}
+
+std::string shard_payload(const Assignment& a) {
+  ChangeEvent e{};
+  e.kind = ChangeEvent::Kind::shard_changed;
+  e.tenant = a.key.tenant;
+  e.ns = a.key.ns;
+  e.stream.key = a.key;
+  e.stream.incarnation = a.incarnation;
+  e.assignments = {a};
+  return encode_change_payload(e);
+}
+
+std::string encode_in_sync(const std::vector<InSyncReplica>& v) {
+  if (v.empty()) return {};
+  return boost::json::serialize(boost::json::value_from(v));
+}
+
+std::vector<InSyncReplica> decode_in_sync(const std::string& s) {
+  if (s.empty()) return {};
+  return boost::json::value_to<std::vector<InSyncReplica>>(boost::json::parse(s));
 }
 
 Result<ChangeEvent> decode_change(std::int64_t seq, std::string_view kind,

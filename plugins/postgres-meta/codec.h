@@ -15,6 +15,12 @@ std::string stream_change_payload(const StreamInfo& s, const std::vector<Assignm
                                   const std::optional<Tombstone>& t);
 std::string broker_payload(const BrokerInfo& b);
 std::string feature_payload(const std::string& name);
+// shard_changed: the one assignment as an update_shard left it.
+std::string shard_payload(const Assignment& a);
+// assignments.in_sync: the JSON array of {"broker","directory_id"}; '' when empty. decode
+// throws std::exception on a malformed value.
+std::string encode_in_sync(const std::vector<InSyncReplica>& v);
+std::vector<InSyncReplica> decode_in_sync(const std::string& s);
 
 // Decodes one row of `changes`. An unknown kind or a malformed payload is an error.
 Result<ChangeEvent> decode_change(std::int64_t seq, std::string_view kind,

@@ -119,7 +119,20 @@ Result<StreamInfo> PgMetaStore::create_stream(const StreamKey& key, const Stream
   // incarnations: a plain insert at 0, no tombstone read, no level declared (the
   // database's trigger refuses it once the feature is finalized).
   const bool knows_incarnations = feature && cfg_.level >= feature->required_level;
+  const bool replicated = spec.replication_factor > 1;
+  // Below level 16 this instance behaves as a build without replicated shards.
+  if (replicated && cfg_.level < kReplicatedShardsLevel)
+    return Error(Errc::conflict, "replication_factor " + std::to_string(spec.replication_factor) +
+                                     " needs metadata level " +
+                                     std::to_string(kReplicatedShardsLevel.value()) +
+                                     "; this instance runs at level " +
+                                     std::to_string(cfg_.level.value()));
   return run<StreamInfo>(Mode::write, [&](pqxx::transaction_base& tx) -> Result<StreamInfo> {
+    if (replicated && !read_finalized(tx).count(kReplicatedShards))
+      return Error(Errc::conflict,
+                   "replication_factor " + std::to_string(spec.replication_factor) +
+                       " needs the fleet feature replicated_shards, which is not finalized "
+                       "(POST /v1/features/replicated_shards/finalize)");
     if (!exists(tx, "SELECT 1 FROM namespaces WHERE tenant = $1 AND name = $2", key.tenant, &key.ns))
       return Error(Errc::not_found, "no namespace " + key.tenant + "/" + key.ns);
     if (!tx.exec_params("SELECT 1 FROM streams WHERE tenant = $1 AND ns = $2 AND name = $3",
@@ -145,19 +158,32 @@ Result<StreamInfo> PgMetaStore::create_stream(const StreamKey& key, const Stream
       const std::uint64_t proposed = propose_incarnation(finalized, clock_us);
       info.incarnation = decide_create_incarnation(proposed, /*flagged=*/false, finalized, tomb);
     }
+    // Placement: the shared rules (features.h place_shards; catalog_rules.h place_replicas
+    // for a replicated stream), as raft-meta's proposer, decided inside this write.
+    std::set<std::string, std::less<>> fin_set;
+    for (auto& [name, at] : read_finalized(tx)) fin_set.insert(name);
+    const std::vector<BrokerInfo> brokers = read_brokers(tx);
+    std::vector<std::vector<NodeId>> placed(spec.shards);
+    if (replicated) {
+      auto p = place_replicas(key, spec.shards, spec.replication_factor, brokers, fin_set);
+      if (!p.ok()) return p.error();
+      placed = std::move(p.value());
+    } else {
+      const auto leaders = place_shards(key, spec.shards, brokers, fin_set);
+      for (std::uint32_t i = 0; i < spec.shards; ++i)
+        if (leaders[i].value() != 0) placed[i] = {leaders[i]};
+    }
     const std::uint64_t seq = next_seq(tx);
     info.created_seq = ChangeSeq{seq};
     tx.exec_params(std::string("INSERT INTO streams(") + kStreamCols +
-                       ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+                       ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
                    key.tenant, key.ns, key.name,
                    static_cast<std::int64_t>(info.incarnation.value()),
                    static_cast<std::int64_t>(spec.shards), spec.retention.max_bytes,
                    spec.retention.max_age_ms, std::string(to_string(spec.default_ack)),
-                   static_cast<std::int64_t>(seq), clock_us);
-    // Placement: the shared rule (features.h place_shards), as raft-meta's proposer.
-    std::set<std::string, std::less<>> fin_set;
-    for (auto& [name, at] : read_finalized(tx)) fin_set.insert(name);
-    const auto leaders = place_shards(key, spec.shards, read_brokers(tx), fin_set);
+                   static_cast<std::int64_t>(seq), clock_us,
+                   static_cast<std::int64_t>(spec.replication_factor),
+                   static_cast<std::int64_t>(spec.min_insync));
     std::vector<Assignment> as;
     for (std::uint32_t i = 0; i < spec.shards; ++i) {
       Assignment a;
@@ -165,16 +191,22 @@ Result<StreamInfo> PgMetaStore::create_stream(const StreamKey& key, const Stream
       a.shard = ShardIndex{i};
       a.incarnation = info.incarnation;
       a.generation = first_generation(ChangeSeq{seq});
-      if (leaders[i].value() != 0) {
-        a.leader = leaders[i];
-        a.replicas = {a.leader};
+      if (!placed[i].empty()) {
+        a.leader = placed[i].front();
+        a.replicas = placed[i];
+      }
+      if (replicated) {
+        if (auto st = start_replicated_shard(a, brokers); !st.ok()) return st.error();
       }
       tx.exec_params("INSERT INTO assignments(tenant, ns, name, shard, incarnation, generation,"
-                     " leader, replicas) VALUES ($1, $2, $3, $4, $5, $6, $7, $8::bigint[])",
+                     " leader, replicas, leader_epoch, in_sync, version)"
+                     " VALUES ($1, $2, $3, $4, $5, $6, $7, $8::bigint[], $9, $10, $11)",
                      key.tenant, key.ns, key.name, static_cast<std::int64_t>(i),
                      static_cast<std::int64_t>(a.incarnation.value()),
                      static_cast<std::int64_t>(a.generation.value()),
-                     static_cast<std::int64_t>(a.leader.value()), pg_array(a.replicas));
+                     static_cast<std::int64_t>(a.leader.value()), pg_array(a.replicas),
+                     static_cast<std::int64_t>(a.leader_epoch.value()), encode_in_sync(a.in_sync),
+                     static_cast<std::int64_t>(a.version.value()));
       as.push_back(std::move(a));
     }
     record_change(tx, seq, ChangeEvent::Kind::stream_created,
@@ -222,6 +254,58 @@ Result<StreamInfo> PgMetaStore::delete_stream(const StreamKey& key) {
     record_change(tx, seq, ChangeEvent::Kind::stream_deleted,
                   stream_change_payload(existing, removed, written));
     return existing;
+  });
+}
+
+// The compare-and-set of one shard's replica state: the row is locked (SELECT ... FOR
+// UPDATE) inside the serializable write, decided by check_shard_update, and written with
+// version + 1 and a shard_changed change in the same transaction.
+Result<Assignment> PgMetaStore::update_shard(const ShardUpdate& u) {
+  PG_META_TRY(validate_stream_key(u.key));
+  if (cfg_.level < kReplicatedShardsLevel)
+    return Error(Errc::conflict, "update_shard needs metadata level " +
+                                     std::to_string(kReplicatedShardsLevel.value()) +
+                                     "; this instance runs at level " +
+                                     std::to_string(cfg_.level.value()));
+  const std::string what = u.key.to_string() + " shard " + std::to_string(u.shard.value());
+  return run<Assignment>(Mode::write, [&](pqxx::transaction_base& tx) -> Result<Assignment> {
+    if (!read_finalized(tx).count(kReplicatedShards))
+      return Error(Errc::conflict,
+                   "update_shard needs the fleet feature replicated_shards, which is not finalized");
+    auto sr = tx.exec_params(std::string("SELECT ") + kStreamCols +
+                                 " FROM streams WHERE tenant = $1 AND ns = $2 AND name = $3",
+                             u.key.tenant, u.key.ns, u.key.name);
+    if (sr.empty()) return Error(Errc::not_found, "no stream " + u.key.to_string());
+    const StreamInfo st = read_stream(sr[0]);
+    auto ar = tx.exec_params(std::string("SELECT ") + kAssignmentCols +
+                                 " FROM assignments WHERE tenant = $1 AND ns = $2 AND name = $3"
+                                 " AND shard = $4 FOR UPDATE",
+                             u.key.tenant, u.key.ns, u.key.name,
+                             static_cast<std::int64_t>(u.shard.value()));
+    if (ar.empty()) return Error(Errc::not_found, "no shard " + what);
+    const Assignment cur = read_assignment(ar[0]);
+    if (st.spec.replication_factor <= 1 && cur.incarnation == u.incarnation)
+      return Error(Errc::invalid_argument,
+                   what + ": the stream has replication factor 1, so the shard has no replica "
+                          "state to change");
+    PG_META_TRY(check_shard_update(cur, u));
+    Assignment a = cur;
+    a.leader = u.leader;
+    a.leader_epoch = u.leader_epoch;
+    a.in_sync = u.in_sync;
+    a.version = ShardVersion{cur.version.value() + 1};
+    const std::uint64_t seq = next_seq(tx);
+    auto done = tx.exec_params(
+        "UPDATE assignments SET leader = $1, leader_epoch = $2, in_sync = $3, version = $4"
+        " WHERE tenant = $5 AND ns = $6 AND name = $7 AND shard = $8 AND version = $9",
+        static_cast<std::int64_t>(a.leader.value()), static_cast<std::int64_t>(a.leader_epoch.value()),
+        encode_in_sync(a.in_sync), static_cast<std::int64_t>(a.version.value()), u.key.tenant,
+        u.key.ns, u.key.name, static_cast<std::int64_t>(u.shard.value()),
+        static_cast<std::int64_t>(cur.version.value()));
+    if (done.affected_rows() != 1)
+      return Error(Errc::internal, what + ": the locked row changed under the compare-and-set");
+    record_change(tx, seq, ChangeEvent::Kind::shard_changed, shard_payload(a));
+    return a;
   });
 }
 

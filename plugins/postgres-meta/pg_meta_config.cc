@@ -59,6 +59,10 @@ PgMetaConfig PgMetaConfig::from_host(const PluginHost& host) {
   c.level = MetadataLevel{static_cast<std::uint32_t>(
       checked(host, "metadata.level", kPostgresMetaLevel.value(), kLowestMetadataLevel.value(),
               kPostgresMetaLevel.value()))};
+  // postgres-meta's levels: 8 (baseline), 10 (stream incarnations), 16 (replicated shards).
+  if (c.level.value() != 8 && c.level.value() != 10 && c.level.value() != 16)
+    throw std::invalid_argument("metadata.level must be 8, 10 or 16 with postgres-meta, got " +
+                                std::to_string(c.level.value()));
   c.bootstrap_hold_back = split_list(host.config_string("metadata.bootstrap_hold_back", ""));
   for (auto& f : c.bootstrap_hold_back)
     if (!find_feature(f))

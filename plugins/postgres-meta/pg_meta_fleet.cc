@@ -45,15 +45,16 @@ Result<BrokerInfo> PgMetaStore::register_broker(const BrokerRegistration& reg) {
     info.version = reg.version;
     info.features = features;
     info.registered_seq = ChangeSeq{seq};
+    info.peer_address = reg.peer_address;
     tx.exec_params(
         "INSERT INTO brokers(id, address, directory_id, version, features, registered_seq,"
-        " last_heartbeat) VALUES ($1, $2, $3, $4, $5::text[], $6, now())"
+        " last_heartbeat, peer_address) VALUES ($1, $2, $3, $4, $5::text[], $6, now(), $7)"
         " ON CONFLICT (id) DO UPDATE SET address = excluded.address,"
         " directory_id = excluded.directory_id, version = excluded.version,"
         " features = excluded.features, registered_seq = excluded.registered_seq,"
-        " last_heartbeat = excluded.last_heartbeat",
+        " last_heartbeat = excluded.last_heartbeat, peer_address = excluded.peer_address",
         static_cast<std::int64_t>(info.id.value()), info.address, info.directory_id, info.version,
-        pg_array(info.features), static_cast<std::int64_t>(seq));
+        pg_array(info.features), static_cast<std::int64_t>(seq), info.peer_address);
     record_change(tx, seq, ChangeEvent::Kind::broker_registered, broker_payload(info));
     info.live = true;
     return info;
@@ -114,6 +115,9 @@ Result<FeatureInfo> PgMetaStore::finalize_feature(const std::string& name) {
     auto fin = read_finalized(tx);
     if (fin.count(name)) return describe_feature(name, fin, serving);  // idempotent
     if (!find_feature(name)) return Error(Errc::not_found, "unknown feature '" + name + "'");
+    if (name == kCacheIncarnations)
+      return Error(Errc::conflict, "cannot finalize " + name +
+                                       ": postgres-meta stores no caches (use the raft backend)");
     // The group's level: this instance's (a pre-incarnation instance does not know the
     // gate exists; the database's triggers refuse what it writes afterwards).
     if (auto g = check_finalize(name, cfg_.level, serving); !g.ok()) return g.error();

@@ -39,15 +39,16 @@
 
 namespace sluice::postgres_meta {
 
-// The highest metadata level postgres-meta implements: stream incarnations (10). Level 14
-// (cache incarnations, the per-entry flag) is a raft-meta concept; caches are not stored in
-// postgres-meta yet (its cache calls answer not_supported).
-inline constexpr MetadataLevel kPostgresMetaLevel{10};
+// The highest metadata level postgres-meta implements: replicated shards (16), on top of
+// stream incarnations (10). Level 14 (cache incarnations, the per-entry flag) is a
+// raft-meta concept; caches are not stored in postgres-meta yet (its cache calls answer
+// not_supported, and it never finalizes cache_incarnations). It runs at 8, 10 or 16.
+inline constexpr MetadataLevel kPostgresMetaLevel{16};
 
 struct PgMetaConfig {
   std::string url;                                  // metadata.postgres.url (required)
   std::string schema = "sluice";                    // metadata.postgres.schema
-  MetadataLevel level = kPostgresMetaLevel;         // metadata.level (8..10)
+  MetadataLevel level = kPostgresMetaLevel;         // metadata.level (8, 10 or 16)
   std::vector<std::string> bootstrap_hold_back;     // metadata.bootstrap_hold_back
   std::chrono::milliseconds timeout{10000};         // metadata.timeout_ms
   std::chrono::milliseconds start_timeout{30000};   // metadata.start_timeout_ms
@@ -89,6 +90,7 @@ class PgMetaStore final : public MetadataStore {
   Result<std::vector<FeatureInfo>> list_features() override;
   Result<FeatureInfo> finalize_feature(const std::string& name) override;
   Result<std::vector<Tombstone>> list_tombstones() override;
+  Result<Assignment> update_shard(const ShardUpdate& update) override;
 
   std::unique_ptr<WatchHandle> watch(ChangeSeq after,
                                      std::function<void(const ChangeEvent&)> on_change,

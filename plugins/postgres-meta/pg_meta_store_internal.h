@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "codec.h"
 #include "pg_meta_store.h"
 #include "schema.h"
 
@@ -52,7 +53,7 @@ inline std::uint64_t u64(const pqxx::field& f) { return static_cast<std::uint64_
 
 constexpr const char* kStreamCols =
     "tenant, ns, name, incarnation, shards, retention_max_bytes, retention_max_age_ms, "
-    "default_ack, created_seq, created_at_us";
+    "default_ack, created_seq, created_at_us, replication_factor, min_insync";
 
 inline StreamInfo read_stream(const pqxx::row& r) {
   StreamInfo s;
@@ -64,11 +65,14 @@ inline StreamInfo read_stream(const pqxx::row& r) {
   s.spec.default_ack = parse_ack_mode(r[7].as<std::string>()).value_or(AckMode::leader);
   s.created_seq = ChangeSeq{u64(r[8])};
   s.created_at_us = i64(r[9]);
+  s.spec.replication_factor = static_cast<std::uint32_t>(i64(r[10]));
+  s.spec.min_insync = static_cast<std::uint32_t>(i64(r[11]));
   return s;
 }
 
 constexpr const char* kAssignmentCols =
-    "tenant, ns, name, shard, incarnation, generation, leader, array_to_string(replicas, ',')";
+    "tenant, ns, name, shard, incarnation, generation, leader, array_to_string(replicas, ','), "
+    "leader_epoch, in_sync, version";
 
 inline Assignment read_assignment(const pqxx::row& r) {
   Assignment a;
@@ -79,6 +83,9 @@ inline Assignment read_assignment(const pqxx::row& r) {
   a.leader = NodeId{static_cast<std::uint32_t>(i64(r[6]))};
   for (auto& x : split_csv(r[7].is_null() ? "" : r[7].as<std::string>()))
     a.replicas.push_back(NodeId{static_cast<std::uint32_t>(std::stoul(x))});
+  a.leader_epoch = LeaderEpoch{u64(r[8])};
+  a.in_sync = decode_in_sync(r[9].is_null() ? "" : r[9].as<std::string>());
+  a.version = ShardVersion{u64(r[10])};
   return a;
 }
 

@@ -57,8 +57,8 @@ std::vector<BrokerInfo> PgMetaStore::read_brokers(pqxx::transaction_base& tx) {
   std::vector<BrokerInfo> out;
   auto rs = tx.exec_params(
       "SELECT id, address, directory_id, version, array_to_string(features, ','), "
-      "registered_seq, last_heartbeat > now() - ($1::bigint * interval '1 millisecond') "
-      "FROM brokers ORDER BY id",
+      "registered_seq, last_heartbeat > now() - ($1::bigint * interval '1 millisecond'), "
+      "peer_address FROM brokers ORDER BY id",
       static_cast<std::int64_t>(cfg_.session_timeout.count()));
   for (const auto& r : rs) {
     BrokerInfo b;
@@ -69,6 +69,7 @@ std::vector<BrokerInfo> PgMetaStore::read_brokers(pqxx::transaction_base& tx) {
     b.features = split_csv(r[4].is_null() ? "" : r[4].as<std::string>());
     b.registered_seq = ChangeSeq{u64(r[5])};
     b.live = r[6].as<bool>();
+    b.peer_address = r[7].is_null() ? std::string() : r[7].as<std::string>();
     out.push_back(std::move(b));
   }
   return out;

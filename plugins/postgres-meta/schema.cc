@@ -194,6 +194,25 @@ BEGIN
 END $$;
 )SQL";
 
+// Version 4 (level 16, replicated shards): a stream's replication factor and min_insync,
+// each shard's leader epoch, in-sync set and version, and a broker's peer address. The
+// defaults are what every older row meant (factor 1, no epoch, no in-sync set, version 0),
+// so instances from before it keep working on the same tables. in_sync is the JSON array
+// of {"broker","directory_id"} the SDK codec writes ('' when empty).
+constexpr std::string_view kV4 = R"SQL(
+ALTER TABLE streams
+  ADD COLUMN replication_factor integer NOT NULL DEFAULT 1
+    CHECK (replication_factor BETWEEN 1 AND 5),
+  ADD COLUMN min_insync integer NOT NULL DEFAULT 1
+    CHECK (min_insync BETWEEN 1 AND replication_factor);
+ALTER TABLE assignments
+  ADD COLUMN leader_epoch bigint NOT NULL DEFAULT 0 CHECK (leader_epoch >= 0),
+  ADD COLUMN in_sync text NOT NULL DEFAULT '',
+  ADD COLUMN version bigint NOT NULL DEFAULT 0 CHECK (version >= 0);
+ALTER TABLE brokers
+  ADD COLUMN peer_address text NOT NULL DEFAULT '';
+)SQL";
+
 }  // namespace
 
 const std::vector<Migration>& migrations() {
@@ -201,6 +220,7 @@ const std::vector<Migration>& migrations() {
       {1, "catalog, fleet and change feed tables", kV1},
       {2, "incarnation rules and the pre-incarnation guard triggers", kV2},
       {3, "tombstone 0 after the finalize; no pre-incarnation deletes once finalized", kV3},
+      {4, "replicated shards: replication factor, leader epoch, in-sync set, shard version, peer address", kV4},
   };
   return m;
 }

@@ -38,6 +38,17 @@ constexpr const char* kSchemaV3Tables =
     "CREATE TABLE cache_tombstones(tenant TEXT NOT NULL, ns TEXT NOT NULL, name TEXT NOT NULL,"
     "  deleted_up_to INTEGER NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY(tenant, ns, name));";
 
+// Columns added by schema version 4 (level 16, replicated shards). Defaults are what every
+// row written before meant: replication factor 1, no leader epoch, no in-sync set, version 0,
+// no peer address. in_sync is the JSON array of {"broker","directory_id"} ('' when empty).
+constexpr const char* kSchemaV4Columns =
+    "ALTER TABLE streams ADD COLUMN replication_factor INTEGER NOT NULL DEFAULT 1;"
+    "ALTER TABLE streams ADD COLUMN min_insync INTEGER NOT NULL DEFAULT 1;"
+    "ALTER TABLE assignments ADD COLUMN leader_epoch INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE assignments ADD COLUMN in_sync TEXT NOT NULL DEFAULT '';"
+    "ALTER TABLE assignments ADD COLUMN version INTEGER NOT NULL DEFAULT 0;"
+    "ALTER TABLE brokers ADD COLUMN peer_address TEXT NOT NULL DEFAULT '';";
+
 }  // namespace
 
 CatalogFsm::CatalogFsm(std::size_t change_retention, MetadataLevel capability)
@@ -79,6 +90,7 @@ void CatalogFsm::create_schema() {
        "  PRIMARY KEY(tenant, ns, name));");
   exec(db_, kSchemaV2Tables);
   exec(db_, kSchemaV3Tables);
+  exec(db_, kSchemaV4Columns);
   meta_set("schema_version", std::to_string(kCatalogSchemaVersion));
   meta_set("cluster_id", "");
   meta_set("applied_index", "0");
@@ -102,6 +114,11 @@ void CatalogFsm::upgrade_schema_2_to_3() {
   Stmt n(db_, "SELECT COUNT(*) FROM changes");
   meta_set("changes_count", std::to_string(n.step() ? n.i64(0) : 0));
   meta_set("schema_version", "3");
+}
+
+void CatalogFsm::upgrade_schema_3_to_4() {
+  exec(db_, kSchemaV4Columns);
+  meta_set("schema_version", "4");
 }
 
 std::string CatalogFsm::meta_get(const char* key) const {
@@ -170,6 +187,11 @@ ApplyResult CatalogFsm::apply(std::uint64_t index, std::string_view entry) {
             std::to_string(kFlaggedEntriesLevel.value()) + "); this member runs at level " +
             std::to_string(capability_.value());
       required = kFlaggedEntriesLevel;
+    } else if (cmd.ok() && needs_replicated_shards(*cmd) && capability_ < kReplicatedShardsLevel) {
+      why = "the entry needs replicated shards (metadata level " +
+            std::to_string(kReplicatedShardsLevel.value()) + "); this member runs at level " +
+            std::to_string(capability_.value());
+      required = kReplicatedShardsLevel;
     }
     if (!why.empty()) {
       held_ = Held{index, why + "; upgrade this member", required};
@@ -193,6 +215,10 @@ ApplyResult CatalogFsm::apply(std::uint64_t index, std::string_view entry) {
     }
     if (raise_floor && level_floor() < kFlaggedEntriesLevel)
       meta_set("level_floor", std::to_string(kFlaggedEntriesLevel.value()));
+    // The first level-16 entry applied raises the floor to 16 (it was refused, and changed
+    // nothing, while a recorded member was below 16).
+    if (r.ok() && cmd.ok() && needs_replicated_shards(*cmd) && level_floor() < kReplicatedShardsLevel)
+      meta_set("level_floor", std::to_string(kReplicatedShardsLevel.value()));
     meta_set("applied_index", std::to_string(index));
     exec(db_, "RELEASE apply");
   } catch (const std::exception& e) {
@@ -287,7 +313,22 @@ ApplyResult CatalogFsm::apply_to_cluster(std::uint64_t index, const Command& c) 
     if (auto v = validate_name(NameKind::ns, c.ns); !v.ok())
       return refuse(index, v.error().code, v.error().message);
   }
-  if (c.type == CommandType::create_stream || c.type == CommandType::delete_stream) {
+  if (needs_replicated_shards(c)) {
+    if (members_below(kReplicatedShardsLevel) > 0)
+      return refuse(index, Errc::conflict,
+                    "a replicated-shards entry while a member is below level " +
+                        std::to_string(kReplicatedShardsLevel.value()) +
+                        " (the proposer's view of the group was stale)");
+    if (!is_finalized(kReplicatedShards))
+      return refuse(index, Errc::conflict,
+                    c.type == CommandType::update_shard
+                        ? std::string("update_shard needs the fleet feature replicated_shards, "
+                                      "which is not finalized")
+                        : "replication_factor " + std::to_string(c.spec.replication_factor) +
+                              " needs the fleet feature replicated_shards, which is not finalized");
+  }
+  if (c.type == CommandType::create_stream || c.type == CommandType::delete_stream ||
+      c.type == CommandType::update_shard) {
     if (auto v = validate_name(NameKind::stream, c.name); !v.ok())
       return refuse(index, v.error().code, v.error().message);
   }
@@ -305,6 +346,7 @@ ApplyResult CatalogFsm::apply_to_cluster(std::uint64_t index, const Command& c) 
     case CommandType::delete_stream: return apply_delete_stream(index, c);
     case CommandType::create_cache: return apply_create_cache(index, c);
     case CommandType::delete_cache: return apply_delete_cache(index, c);
+    case CommandType::update_shard: return apply_update_shard(index, c);
     case CommandType::init_cluster:
     case CommandType::register_broker:
     case CommandType::unregister_broker:
@@ -314,6 +356,11 @@ ApplyResult CatalogFsm::apply_to_cluster(std::uint64_t index, const Command& c) 
       break;  // handled above
   }
   return refuse(index, Errc::internal, "unhandled command");
+}
+
+bool CatalogFsm::needs_replicated_shards(const Command& c) {
+  return c.type == CommandType::update_shard ||
+         (c.type == CommandType::create_stream && c.spec.replication_factor > 1);
 }
 
 bool CatalogFsm::flagged_refused(const Command& c) const {

@@ -10,13 +10,15 @@
 //   tenants(name, created_seq)
 //   namespaces(tenant, name, created_seq)
 //   streams(tenant, ns, name, incarnation, shards, retention_max_bytes,
-//           retention_max_age_ms, default_ack, created_seq, created_at_us)
+//           retention_max_age_ms, default_ack, created_seq, created_at_us,
+//           replication_factor, min_insync)
 //   changes(seq, kind, payload)       the change feed for watchers; the newest
 //                                     `change_retention` rows are kept
 //   tombstones(tenant, ns, name, deleted_up_to, seq)   one row per name, kept forever
 //   features(name, finalized_seq)                      finalized fleet features
-//   brokers(id, address, directory_id, version, features, registered_seq)
-//   assignments(tenant, ns, name, shard, incarnation, generation, leader, replicas)
+//   brokers(id, address, directory_id, version, features, registered_seq, peer_address)
+//   assignments(tenant, ns, name, shard, incarnation, generation, leader, replicas,
+//               leader_epoch, in_sync, version)
 //
 // Determinism (docs/metadata-levels.md, felix post-mortem): apply() reads only the entry, its
 // index and the database. It never reads this member's configured level, build, clock
@@ -61,7 +63,10 @@ namespace sluice::raft_meta {
 // Version 2 added tombstones.seq, features, brokers and assignments; restore() upgrades a
 // version-1 image in place (deterministically: every member upgrades alike).
 // Version 3 added members, caches and cache_tombstones (a version-2 image is upgraded).
-inline constexpr int kCatalogSchemaVersion = 3;
+// Version 4 (level 16) added streams.replication_factor/min_insync,
+// assignments.leader_epoch/in_sync/version and brokers.peer_address, with defaults that
+// mean what older rows meant (a version-3 image is upgraded).
+inline constexpr int kCatalogSchemaVersion = 4;
 // How many changes the change log keeps. Part of what apply computes, so it must be the
 // same on every member: only tests pass another value.
 inline constexpr std::size_t kDefaultChangeRetention = 10000;
@@ -74,7 +79,8 @@ struct ApplyResult {
   TenantInfo tenant;            // create_tenant
   NamespaceInfo ns;             // create_namespace
   StreamInfo stream;            // create_stream / delete_stream (the deleted stream)
-  std::vector<Assignment> assignments;  // create_stream: written; delete_stream: removed
+  std::vector<Assignment> assignments;  // create_stream: written; delete_stream: removed;
+                                        // update_shard: the one assignment as stored after it
   std::optional<Tombstone> tombstone;   // delete_stream/delete_cache: the tombstone written
   CacheInfo cache;                      // create_cache / delete_cache (the deleted cache)
   BrokerInfo broker;                    // register_broker (live is not replicated: false)
@@ -182,8 +188,11 @@ class CatalogFsm {
   void create_schema();
   void upgrade_schema_1_to_2();
   void upgrade_schema_2_to_3();
+  void upgrade_schema_3_to_4();
   void update_group_level();
   bool flagged_refused(const Command& c) const;
+  // Level 16: an update_shard entry, or a create_stream with replication_factor > 1.
+  static bool needs_replicated_shards(const Command& c);
   ApplyResult apply_command(std::uint64_t index, const Command& c);
   ApplyResult apply_to_cluster(std::uint64_t index, const Command& c);
   // One function per command, in catalog_fsm_<concern>.cc. Each returns the result or a
@@ -200,6 +209,7 @@ class CatalogFsm {
   ApplyResult apply_delete_namespace(std::uint64_t index, const Command& c);
   ApplyResult apply_create_stream(std::uint64_t index, const Command& c);      // streams
   ApplyResult apply_delete_stream(std::uint64_t index, const Command& c);
+  ApplyResult apply_update_shard(std::uint64_t index, const Command& c);       // level 16
   ApplyResult apply_create_cache(std::uint64_t index, const Command& c);       // caches
   ApplyResult apply_delete_cache(std::uint64_t index, const Command& c);
   // Writes the name's tombstone at `up_to` (never lowering one already there); the delete

@@ -1,5 +1,9 @@
 #include "catalog_fsm_db.h"
 
+#include <boost/json.hpp>
+
+#include "sluice/catalog_json.h"
+
 namespace sluice::raft_meta::catalog_db {
 
 void exec(sqlite3* db, const char* sql) {
@@ -61,6 +65,24 @@ ChangeEvent feature_change(std::uint64_t index, const std::string& name) {
   return e;
 }
 
+ChangeEvent shard_change(std::uint64_t index, const Assignment& a) {
+  ChangeEvent e = names_change(index, ChangeEvent::Kind::shard_changed, a.key.tenant, a.key.ns);
+  e.stream.key = a.key;
+  e.stream.incarnation = a.incarnation;
+  e.assignments = {a};
+  return e;
+}
+
+std::string encode_in_sync(const std::vector<InSyncReplica>& v) {
+  if (v.empty()) return {};
+  return boost::json::serialize(boost::json::value_from(v));
+}
+
+std::vector<InSyncReplica> decode_in_sync(std::string_view s) {
+  if (s.empty()) return {};
+  return boost::json::value_to<std::vector<InSyncReplica>>(boost::json::parse(s));
+}
+
 std::string join_ids(const std::vector<NodeId>& ids) {
   std::string out;
   for (auto id : ids) {
@@ -116,6 +138,8 @@ StreamInfo read_stream(const Stmt& s) {
   info.spec.default_ack = parse_ack_mode(s.text(7)).value_or(AckMode::leader);
   info.created_seq = ChangeSeq{static_cast<std::uint64_t>(s.i64(8))};
   info.created_at_us = s.i64(9);
+  info.spec.replication_factor = static_cast<std::uint32_t>(s.i64(10));
+  info.spec.min_insync = static_cast<std::uint32_t>(s.i64(11));
   return info;
 }
 
@@ -127,6 +151,7 @@ BrokerInfo read_broker(const Stmt& s) {
   b.version = s.text(3);
   b.features = split_strings(s.text(4));
   b.registered_seq = ChangeSeq{static_cast<std::uint64_t>(s.i64(5))};
+  b.peer_address = s.text(6);
   return b;
 }
 
@@ -138,6 +163,9 @@ Assignment read_assignment(const Stmt& s) {
   a.generation = Generation{static_cast<std::uint64_t>(s.i64(5))};
   a.leader = NodeId{static_cast<std::uint32_t>(s.i64(6))};
   a.replicas = split_ids(s.text(7));
+  a.leader_epoch = LeaderEpoch{static_cast<std::uint64_t>(s.i64(8))};
+  a.in_sync = decode_in_sync(s.text(9));
+  a.version = ShardVersion{static_cast<std::uint64_t>(s.i64(10))};
   return a;
 }
 

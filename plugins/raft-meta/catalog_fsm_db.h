@@ -69,15 +69,19 @@ std::string join_ids(const std::vector<NodeId>& ids);
 std::vector<NodeId> split_ids(std::string_view s);
 std::string join_strings(const std::vector<std::string>& v);
 std::vector<std::string> split_strings(std::string_view s);
+// assignments.in_sync: the JSON array of {"broker","directory_id"}; '' when empty.
+std::string encode_in_sync(const std::vector<InSyncReplica>& v);
+std::vector<InSyncReplica> decode_in_sync(std::string_view s);  // throws on a malformed value
 
 // Column lists and the readers of one row selected with them.
 inline constexpr const char* kStreamColumns =
     "tenant, ns, name, incarnation, shards, retention_max_bytes, retention_max_age_ms, "
-    "default_ack, created_seq, created_at_us";
+    "default_ack, created_seq, created_at_us, replication_factor, min_insync";
 inline constexpr const char* kBrokerColumns =
-    "id, address, directory_id, version, features, registered_seq";
+    "id, address, directory_id, version, features, registered_seq, peer_address";
 inline constexpr const char* kAssignmentColumns =
-    "tenant, ns, name, shard, incarnation, generation, leader, replicas";
+    "tenant, ns, name, shard, incarnation, generation, leader, replicas, leader_epoch, in_sync, "
+    "version";
 inline constexpr const char* kCacheColumns = "tenant, ns, name, incarnation, default_ttl_ms, created_seq";
 StreamInfo read_stream(const Stmt& s);
 BrokerInfo read_broker(const Stmt& s);
@@ -96,6 +100,7 @@ ChangeEvent cache_change(std::uint64_t index, ChangeEvent::Kind kind, const Cach
                          const std::optional<Tombstone>& t);
 ChangeEvent broker_change(std::uint64_t index, ChangeEvent::Kind kind, const BrokerInfo& b);
 ChangeEvent feature_change(std::uint64_t index, const std::string& name);
+ChangeEvent shard_change(std::uint64_t index, const Assignment& a);
 
 // A command the rules refuse: a definite error, decided alike on every member.
 inline ApplyResult refuse(std::uint64_t index, Errc code, std::string msg) {

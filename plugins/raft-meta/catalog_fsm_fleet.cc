@@ -37,14 +37,15 @@ ApplyResult CatalogFsm::apply_register_broker(std::uint64_t index, const Command
   info.version = b.version;
   info.features = features;
   info.registered_seq = ChangeSeq{index};
-  Stmt s(db_, "INSERT INTO brokers(id, address, directory_id, version, features, registered_seq)"
-              " VALUES(?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET"
+  info.peer_address = b.peer_address;
+  Stmt s(db_, "INSERT INTO brokers(id, address, directory_id, version, features, registered_seq,"
+              " peer_address) VALUES(?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET"
               " address = excluded.address, directory_id = excluded.directory_id,"
               " version = excluded.version, features = excluded.features,"
-              " registered_seq = excluded.registered_seq");
+              " registered_seq = excluded.registered_seq, peer_address = excluded.peer_address");
   s.bind(1, static_cast<std::int64_t>(info.id.value())).bind(2, info.address)
       .bind(3, info.directory_id).bind(4, info.version).bind(5, join_strings(info.features))
-      .bind(6, seq);
+      .bind(6, seq).bind(7, info.peer_address);
   s.step();
   record_change(broker_change(index, ChangeEvent::Kind::broker_registered, info));
   r.broker = info;

@@ -49,12 +49,13 @@ Result<void> CatalogFsm::restore(std::string_view image) {
     version = meta_get("schema_version");
   } catch (const std::exception&) {
   }
-  if (version == "1" || version == "2") {
+  if (version == "1" || version == "2" || version == "3") {
     const std::string from = version;
     try {
       exec(db_, "SAVEPOINT upgrade");
       if (version == "1") upgrade_schema_1_to_2();
-      upgrade_schema_2_to_3();
+      if (version == "1" || version == "2") upgrade_schema_2_to_3();
+      upgrade_schema_3_to_4();
       exec(db_, "RELEASE upgrade");
       version = meta_get("schema_version");
     } catch (const std::exception&) {

@@ -4,6 +4,8 @@
 
 #include "catalog_fsm_db.h"
 
+#include <algorithm>
+
 #include "sluice/catalog_rules.h"
 #include "sluice/features.h"
 
@@ -21,6 +23,27 @@ ApplyResult CatalogFsm::apply_create_stream(std::uint64_t index, const Command& 
     return refuse(index, Errc::invalid_argument,
                          "placement names " + std::to_string(c.placement.size()) +
                              " shards, the spec has " + std::to_string(c.spec.shards));
+  if (c.spec.replication_factor > 1) {
+    // Replicated: every shard placed on replication_factor distinct brokers, leader first
+    // (the proposer's place_replicas); apply checks the shape, never re-places.
+    if (c.placement.size() != c.spec.shards)
+      return refuse(index, Errc::invalid_argument,
+                    "a stream with replication_factor " + std::to_string(c.spec.replication_factor) +
+                        " needs a placement for each of its " + std::to_string(c.spec.shards) +
+                        " shards");
+    for (std::size_t i = 0; i < c.placement.size(); ++i) {
+      const auto& p = c.placement[i];
+      std::vector<std::uint32_t> sorted = p.replicas;
+      std::sort(sorted.begin(), sorted.end());
+      const bool distinct = std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end();
+      if (p.replicas.size() != c.spec.replication_factor || !distinct || sorted.front() == 0 ||
+          p.leader != p.replicas.front())
+        return refuse(index, Errc::invalid_argument,
+                      "placement of shard " + std::to_string(i) + " must name " +
+                          std::to_string(c.spec.replication_factor) +
+                          " distinct brokers, the leader first");
+    }
+  }
   if (!namespace_exists(c.tenant, c.ns))
     return refuse(index, Errc::not_found, "no namespace " + c.tenant + "/" + c.ns);
   StreamKey key{c.tenant, c.ns, c.name};
@@ -42,14 +65,20 @@ ApplyResult CatalogFsm::apply_create_stream(std::uint64_t index, const Command& 
   info.created_seq = ChangeSeq{index};
   info.created_at_us = c.clock_us;
   Stmt s(db_, "INSERT INTO streams(tenant, ns, name, incarnation, shards, retention_max_bytes,"
-              " retention_max_age_ms, default_ack, created_seq, created_at_us)"
-              " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
+              " retention_max_age_ms, default_ack, created_seq, created_at_us,"
+              " replication_factor, min_insync) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
   s.bind(1, c.tenant).bind(2, c.ns).bind(3, c.name)
       .bind(4, static_cast<std::int64_t>(info.incarnation.value()))
       .bind(5, static_cast<std::int64_t>(info.spec.shards))
       .bind(6, info.spec.retention.max_bytes).bind(7, info.spec.retention.max_age_ms)
-      .bind(8, to_string(info.spec.default_ack)).bind(9, seq).bind(10, info.created_at_us);
+      .bind(8, to_string(info.spec.default_ack)).bind(9, seq).bind(10, info.created_at_us)
+      .bind(11, static_cast<std::int64_t>(info.spec.replication_factor))
+      .bind(12, static_cast<std::int64_t>(info.spec.min_insync));
   s.step();
+  // Replica state starts from the brokers as registered (replicated state): each replica's
+  // directory id is the one its broker registered with.
+  const std::vector<BrokerInfo> brokers =
+      info.spec.replication_factor > 1 ? list_brokers() : std::vector<BrokerInfo>{};
   // One assignment per shard, first generation = the create's index (never 0).
   std::vector<Assignment> as;
   for (std::uint32_t i = 0; i < info.spec.shards; ++i) {
@@ -62,14 +91,22 @@ ApplyResult CatalogFsm::apply_create_stream(std::uint64_t index, const Command& 
       a.leader = NodeId{c.placement[i].leader};
       for (auto rep : c.placement[i].replicas) a.replicas.push_back(NodeId{rep});
     }
+    if (info.spec.replication_factor > 1) {
+      if (auto st = start_replicated_shard(a, brokers); !st.ok())
+        return refuse(index, st.error().code, st.error().message);
+    }
     Stmt ins(db_, "INSERT INTO assignments(tenant, ns, name, shard, incarnation, generation,"
-                  " leader, replicas) VALUES(?, ?, ?, ?, ?, ?, ?, ?)");
+                  " leader, replicas, leader_epoch, in_sync, version)"
+                  " VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
     ins.bind(1, c.tenant).bind(2, c.ns).bind(3, c.name)
         .bind(4, static_cast<std::int64_t>(i))
         .bind(5, static_cast<std::int64_t>(a.incarnation.value()))
         .bind(6, static_cast<std::int64_t>(a.generation.value()))
         .bind(7, static_cast<std::int64_t>(a.leader.value()))
-        .bind(8, join_ids(a.replicas));
+        .bind(8, join_ids(a.replicas))
+        .bind(9, static_cast<std::int64_t>(a.leader_epoch.value()))
+        .bind(10, encode_in_sync(a.in_sync))
+        .bind(11, static_cast<std::int64_t>(a.version.value()));
     ins.step();
     as.push_back(std::move(a));
   }
@@ -109,6 +146,44 @@ ApplyResult CatalogFsm::apply_delete_stream(std::uint64_t index, const Command& 
   r.stream = existing.value();
   r.assignments = std::move(removed);
   r.tombstone = written;
+  return r;
+}
+
+// The compare-and-set of one shard's replica state (catalog_rules.h check_shard_update).
+ApplyResult CatalogFsm::apply_update_shard(std::uint64_t index, const Command& c) {
+  ApplyResult r;
+  r.seq = ChangeSeq{index};
+  const ShardUpdate& u = c.shard_update;
+  const std::string what = u.key.to_string() + " shard " + std::to_string(u.shard.value());
+  auto st = get_stream(u.key);
+  if (!st.ok()) return refuse(index, st.error().code, st.error().message);
+  std::optional<Assignment> cur;
+  for (auto& a : assignments(u.key))
+    if (a.shard == u.shard) cur = a;
+  if (!cur) return refuse(index, Errc::not_found, "no shard " + what);
+  if (st->spec.replication_factor <= 1 && cur->incarnation == u.incarnation)
+    return refuse(index, Errc::invalid_argument,
+                  what + ": the stream has replication factor 1, so the shard has no replica "
+                         "state to change");
+  if (auto v = check_shard_update(*cur, u); !v.ok())
+    return refuse(index, v.error().code, v.error().message);
+  Assignment a = *cur;
+  a.leader = u.leader;
+  a.leader_epoch = u.leader_epoch;
+  a.in_sync = u.in_sync;
+  a.version = ShardVersion{cur->version.value() + 1};
+  Stmt s(db_, "UPDATE assignments SET leader = ?, leader_epoch = ?, in_sync = ?, version = ?"
+              " WHERE tenant = ? AND ns = ? AND name = ? AND shard = ?");
+  s.bind(1, static_cast<std::int64_t>(a.leader.value()))
+      .bind(2, static_cast<std::int64_t>(a.leader_epoch.value()))
+      .bind(3, encode_in_sync(a.in_sync))
+      .bind(4, static_cast<std::int64_t>(a.version.value()))
+      .bind(5, u.key.tenant).bind(6, u.key.ns).bind(7, u.key.name)
+      .bind(8, static_cast<std::int64_t>(u.shard.value()));
+  s.step();
+  record_change(shard_change(index, a));
+  r.stream = st.value();
+  r.assignments = {a};
   return r;
 }
 

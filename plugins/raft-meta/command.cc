@@ -26,6 +26,7 @@ std::string_view to_string(CommandType t) {
     case CommandType::delete_cache: return "delete_cache";
     case CommandType::join_member: return "join_member";
     case CommandType::leave_member: return "leave_member";
+    case CommandType::update_shard: return "update_shard";
   }
   return "unknown";
 }
@@ -37,7 +38,7 @@ static bool parse_type(std::string_view s, CommandType& out) {
                  CommandType::register_broker, CommandType::unregister_broker,
                  CommandType::finalize_feature, CommandType::create_cache,
                  CommandType::delete_cache, CommandType::join_member,
-                 CommandType::leave_member}) {
+                 CommandType::leave_member, CommandType::update_shard}) {
     if (to_string(t) == s) {
       out = t;
       return true;
@@ -118,6 +119,11 @@ Command Command::leave_member(NodeId id) {
   c.member.id = id;
   return c;
 }
+Command Command::update_shard(const ShardUpdate& u) {
+  Command c = about(CommandType::update_shard, u.key);
+  c.shard_update = u;
+  return c;
+}
 
 // The nested values (broker, member, spec) use the SDK codec (sluice/catalog_json.h), whose
 // field names are the ones this format has always had.
@@ -145,6 +151,9 @@ std::string encode_command(const Command& c) {
       break;
     case CommandType::leave_member:
       o["member_id"] = c.member.id.value();
+      break;
+    case CommandType::update_shard:
+      o["update"] = json::value_from(c.shard_update);
       break;
     case CommandType::create_tenant:
     case CommandType::delete_tenant:
@@ -219,6 +228,12 @@ void decode_fields(const json::object& o, Command& c) {
       break;
     case CommandType::leave_member:
       c.member.id = NodeId{u32(o, "member_id")};
+      break;
+    case CommandType::update_shard:
+      c.shard_update = json::value_to<ShardUpdate>(required(o, "update"));
+      c.tenant = c.shard_update.key.tenant;
+      c.ns = c.shard_update.key.ns;
+      c.name = c.shard_update.key.name;
       break;
     case CommandType::create_tenant:
     case CommandType::delete_tenant:

@@ -20,6 +20,17 @@
 //   join_member       "member":{"id","raft_address","rpc_address","level"}
 //   leave_member      "member_id"
 //
+// Additions for level 16 (replicated shards; still format version 1):
+//   create_stream     "spec" gains "replication_factor","min_insync" (written only above 1),
+//                     and each placement entry lists replication_factor replicas, the
+//                     leader first
+//   update_shard      "update":{"key","shard","incarnation","expected_version","leader",
+//                     "leader_epoch","in_sync":[{"broker","directory_id"}]}
+// A member below level 16 holds at either (an older build knows neither the op nor the
+// spec fields, and would decide them differently); apply refuses them (conflict) while a
+// recorded member is below 16 or `replicated_shards` is not finalized, and the first one
+// applied raises the group's level floor to 16.
+//
 // Every create and delete carries `proposed_incarnation` and `incarnations` from the start
 // (felix post-mortem: "apply decides only from fields a new proposer writes"). A level-8
 // proposer always writes 0 / false. `level` records the level the proposer wrote at; apply
@@ -60,6 +71,8 @@ enum class CommandType {
   // level, from which every proposer computes the group level.
   join_member,
   leave_member,
+  // Level 16: the compare-and-set of one shard's replica state (MetadataStore::update_shard).
+  update_shard,
 };
 std::string_view to_string(CommandType);
 
@@ -91,6 +104,7 @@ struct Command {
   std::string feature;                         // finalize_feature
   CacheSpec cache_spec;                        // create_cache
   JoinRequest member{};                        // join_member (member.id: leave_member)
+  ShardUpdate shard_update{};                  // update_shard
 
   static Command init_cluster(std::string id);
   static Command create_tenant(std::string tenant);
@@ -106,6 +120,7 @@ struct Command {
   static Command delete_cache(const StreamKey& key);
   static Command join_member(const JoinRequest& req);
   static Command leave_member(NodeId id);
+  static Command update_shard(const ShardUpdate& u);
 
   bool is_create() const { return type == CommandType::create_stream || type == CommandType::create_cache; }
   bool is_delete() const { return type == CommandType::delete_stream || type == CommandType::delete_cache; }

@@ -32,8 +32,30 @@ struct ProposerView {
   MetadataLevel group;  // the lowest member level (own included)
   bool stream_incarnations_finalized = false;
   bool cache_incarnations_finalized = false;
+  bool replicated_shards_finalized = false;
   MetadataLevel effective() const { return std::min(own, group); }
 };
+
+// Level 16: whether this member may propose a replicated-shards entry (a create with
+// replication_factor > 1, an update_shard). conflict naming what is missing: this member's
+// level, the group's, or the finalize of `replicated_shards`. Checked before forwarding,
+// like the cache rule below, so a member never hands such a request to an older leader.
+inline Result<void> check_replicated_shards(const ProposerView& v, std::string_view what) {
+  if (v.own < kReplicatedShardsLevel)
+    return Error(Errc::conflict, std::string(what) + " needs metadata level " +
+                                     std::to_string(kReplicatedShardsLevel.value()) +
+                                     "; this member runs at level " + std::to_string(v.own.value()));
+  if (v.group < kReplicatedShardsLevel)
+    return Error(Errc::conflict, std::string(what) + " needs every metadata member at level " +
+                                     std::to_string(kReplicatedShardsLevel.value()) +
+                                     "; the group is at level " + std::to_string(v.group.value()) +
+                                     " (upgrade every member first)");
+  if (!v.replicated_shards_finalized)
+    return Error(Errc::conflict, std::string(what) +
+                                     " needs the fleet feature replicated_shards, which is not "
+                                     "finalized (POST /v1/features/replicated_shards/finalize)");
+  return {};
+}
 
 // Fills proposed_incarnation, incarnations and level of a create/delete `c` (any other
 // command only gets `level`). conflict for a cache create the group cannot take yet.

@@ -149,9 +149,15 @@ Result<void> RaftMetaStore::delete_namespace(const std::string& tenant, const st
 }
 
 Result<StreamInfo> RaftMetaStore::create_stream(const StreamKey& key, const StreamSpec& spec) {
+  // Level 16 before forwarding: a member never hands a replicated create to a leader that
+  // would not know what replication_factor means.
+  if (spec.replication_factor > 1)
+    RAFT_META_TRY(check_replicated_shards(
+        proposer_view(), "replication_factor " + std::to_string(spec.replication_factor)));
   if (auto f = leader_client()) return f->create_stream(key, spec);
   RAFT_META_TRY(validate_stream_key(key));
   RAFT_META_TRY(validate_stream_spec(spec));
+  if (spec.replication_factor > 1) RAFT_META_TRY(replica_placement(key, spec));
   auto r = propose(stream_create_command(key, spec));
   if (!r.ok()) return r.error();
   if (!r->ok()) return *r->error;
@@ -180,14 +186,50 @@ Command RaftMetaStore::stream_create_command(const StreamKey& key, const StreamS
     std::lock_guard lk(fsm_mu_);
     for (auto& [name, at] : fsm_.finalized_features()) fin.insert(name);
   }
-  const auto leaders = place_shards(key, spec.shards, brokers_with_liveness(registered), fin);
   c.placement.resize(spec.shards);
+  if (spec.replication_factor > 1) {
+    // Replicated: distinct live brokers per shard, the leader first (catalog_rules.h).
+    auto placed = place_replicas(key, spec.shards, spec.replication_factor,
+                                 brokers_with_liveness(registered), fin);
+    if (placed.ok()) {
+      for (std::uint32_t i = 0; i < spec.shards; ++i) {
+        c.placement[i].leader = placed.value()[i].front().value();
+        for (auto b : placed.value()[i]) c.placement[i].replicas.push_back(b.value());
+      }
+    }
+    return c;
+  }
+  const auto leaders = place_shards(key, spec.shards, brokers_with_liveness(registered), fin);
   for (std::uint32_t i = 0; i < spec.shards; ++i) {
     if (leaders[i].value() == 0) continue;
     c.placement[i].leader = leaders[i].value();
     c.placement[i].replicas = {leaders[i].value()};
   }
   return c;
+}
+
+Result<std::vector<std::vector<NodeId>>> RaftMetaStore::replica_placement(const StreamKey& key,
+                                                                          const StreamSpec& spec) {
+  std::vector<BrokerInfo> registered;
+  std::set<std::string, std::less<>> fin;
+  {
+    std::lock_guard lk(fsm_mu_);
+    registered = fsm_.list_brokers();
+    for (auto& [name, at] : fsm_.finalized_features()) fin.insert(name);
+  }
+  return place_replicas(key, spec.shards, spec.replication_factor,
+                        brokers_with_liveness(std::move(registered)), fin);
+}
+
+Result<Assignment> RaftMetaStore::update_shard(const ShardUpdate& u) {
+  RAFT_META_TRY(check_replicated_shards(proposer_view(), "update_shard"));
+  if (auto f = leader_client()) return f->update_shard(u);
+  RAFT_META_TRY(validate_stream_key(u.key));
+  auto r = propose(Command::update_shard(u));
+  if (!r.ok()) return r.error();
+  if (!r->ok()) return *r->error;
+  if (r->assignments.empty()) return Error(Errc::internal, "update_shard applied without an assignment");
+  return r->assignments.front();
 }
 
 Result<StreamInfo> RaftMetaStore::delete_stream(const StreamKey& key) {

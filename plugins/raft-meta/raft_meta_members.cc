@@ -102,6 +102,7 @@ ProposerView RaftMetaStore::proposer_view() {
   v.group = std::min(cfg_.level, fsm_.recorded_group_level().value_or(cfg_.level));
   v.stream_incarnations_finalized = fsm_.is_finalized(kStreamIncarnations);
   v.cache_incarnations_finalized = fsm_.is_finalized(kCacheIncarnations);
+  v.replicated_shards_finalized = fsm_.is_finalized(kReplicatedShards);
   return v;
 }
 

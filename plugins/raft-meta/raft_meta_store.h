@@ -113,6 +113,7 @@ class RaftMetaStore final : public MetadataStore {
   Result<std::vector<FeatureInfo>> list_features() override;
   Result<FeatureInfo> finalize_feature(const std::string& name) override;
   Result<std::vector<Tombstone>> list_tombstones() override;
+  Result<Assignment> update_shard(const ShardUpdate& update) override;
 
   Result<CacheInfo> create_cache(const StreamKey& key, const CacheSpec& spec) override;
   Result<CacheInfo> delete_cache(const StreamKey& key) override;
@@ -150,7 +151,12 @@ class RaftMetaStore final : public MetadataStore {
   // The features this member's level knows (required_level <= metadata.level).
   std::vector<std::string> features_known_at_level() const;
   // The create_stream command this member would propose now (placement, incarnation).
+  // With replication_factor > 1 the placement comes from place_replicas; when that fails
+  // (too few live brokers) the placement is left unassigned, which apply refuses.
   Command stream_create_command(const StreamKey& key, const StreamSpec& spec);
+  // place_replicas over the registered brokers with this leader's view of liveness.
+  Result<std::vector<std::vector<NodeId>>> replica_placement(const StreamKey& key,
+                                                             const StreamSpec& spec);
 
  private:
   // The RaftStateMachine the node drives (raft thread): forwards to the catalog.

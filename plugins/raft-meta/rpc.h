@@ -103,6 +103,7 @@ class RemoteMetadataStore final : public MetadataStore {
   Result<std::vector<FeatureInfo>> list_features() override;
   Result<FeatureInfo> finalize_feature(const std::string& name) override;
   Result<std::vector<Tombstone>> list_tombstones() override;
+  Result<Assignment> update_shard(const ShardUpdate& update) override;
   Result<CacheInfo> create_cache(const StreamKey& key, const CacheSpec& spec) override;
   Result<CacheInfo> delete_cache(const StreamKey& key) override;
   Result<CacheInfo> get_cache(const StreamKey& key) override;

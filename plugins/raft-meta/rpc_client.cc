@@ -328,6 +328,10 @@ Result<std::vector<Tombstone>> RemoteMetadataStore::list_tombstones() {
                                         [](const json::value& v) { return list_of<Tombstone>(v, tombstone_from); });
 }
 
+Result<Assignment> RemoteMetadataStore::update_shard(const ShardUpdate& u) {
+  return decode<Assignment>(call("update_shard", params({{"update", to_json(u)}})), assignment_from);
+}
+
 Result<CacheInfo> RemoteMetadataStore::create_cache(const StreamKey& key, const CacheSpec& spec) {
   return decode<CacheInfo>(call("create_cache", params({{"key", to_json(key)}, {"spec", to_json(spec)}})),
                            cache_from);

@@ -43,7 +43,9 @@ Error error_from(const json::value& v) {
   auto& o = v.as_object();
   std::string code = s(o, "code");
   Errc c = Errc::internal;
-  for (int k = 0; k <= static_cast<int>(Errc::not_supported); ++k)
+  // Every code up to the newest (SDK 6: not_enough_replicas, shard_unavailable); an
+  // unknown name (a newer peer) stays internal.
+  for (int k = 0; k <= static_cast<int>(Errc::shard_unavailable); ++k)
     if (errc_name(static_cast<Errc>(k)) == code) c = static_cast<Errc>(k);
   std::string out = s(o, "outcome");
   Outcome oc = out == "definite" ? Outcome::definite

@@ -212,6 +212,9 @@ std::string RpcServer::handle(const std::string& request, bool& close_after) {
     if (method == "finalize_feature")
       return respond(store_.finalize_feature(str("name")), [](auto& x) { return to_json(x); });
     if (method == "list_tombstones") return respond(store_.list_tombstones(), [](auto& x) { return to_array(x); });
+    if (method == "update_shard")
+      return respond(store_.update_shard(json::value_to<ShardUpdate>(po.at("update"))),
+                     [](auto& x) { return to_json(x); });
     if (method == "create_cache")
       return respond(store_.create_cache(key_from(po.at("key")), cache_spec_from(po.at("spec"))),
                      [](auto& x) { return to_json(x); });

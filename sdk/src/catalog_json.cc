@@ -33,7 +33,7 @@ std::optional<ChangeEvent::Kind> parse_change_kind(std::string_view s) {
   using K = ChangeEvent::Kind;
   for (auto k : {K::tenant_created, K::tenant_deleted, K::namespace_created, K::namespace_deleted,
                  K::stream_created, K::stream_deleted, K::feature_finalized, K::broker_registered,
-                 K::broker_unregistered, K::cache_created, K::cache_deleted})
+                 K::broker_unregistered, K::cache_created, K::cache_deleted, K::shard_changed})
     if (s == to_string(k)) return k;
   return std::nullopt;
 }
@@ -69,10 +69,12 @@ StreamKey tag_invoke(const json::value_to_tag<StreamKey>&, const json::value& jv
 }
 
 void tag_invoke(const json::value_from_tag&, json::value& jv, const StreamSpec& sp) {
-  jv = json::object{{"shards", sp.shards},
-                    {"max_bytes", sp.retention.max_bytes},
-                    {"max_age_ms", sp.retention.max_age_ms},
-                    {"ack", to_string(sp.default_ack)}};
+  json::object o{{"shards", sp.shards},
+                 {"max_bytes", sp.retention.max_bytes},
+                 {"max_age_ms", sp.retention.max_age_ms},
+                 {"ack", to_string(sp.default_ack)}};
+  put_replication(o, sp);
+  jv = std::move(o);
 }
 StreamSpec tag_invoke(const json::value_to_tag<StreamSpec>&, const json::value& jv) {
   auto& o = as_object(jv, "spec");
@@ -81,6 +83,7 @@ StreamSpec tag_invoke(const json::value_to_tag<StreamSpec>&, const json::value& 
   sp.retention.max_bytes = i64(o, "max_bytes");
   sp.retention.max_age_ms = i64(o, "max_age_ms");
   sp.default_ack = json::value_to<AckMode>(field(o, "ack"));
+  get_replication(o, sp);
   return sp;
 }
 
@@ -129,10 +132,20 @@ Tombstone tag_invoke(const json::value_to_tag<Tombstone>&, const json::value& jv
                    ChangeSeq{u64(o, "seq")}};
 }
 
+void tag_invoke(const json::value_from_tag&, json::value& jv, const InSyncReplica& r) {
+  jv = json::object{{"broker", r.broker.value()}, {"directory_id", r.directory_id}};
+}
+InSyncReplica tag_invoke(const json::value_to_tag<InSyncReplica>&, const json::value& jv) {
+  auto& o = as_object(jv, "in_sync entry");
+  return InSyncReplica{NodeId{u32(o, "broker")}, str(o, "directory_id")};
+}
+
 void tag_invoke(const json::value_from_tag&, json::value& jv, const Assignment& a) {
-  jv = json::object{{"key", json::value_from(a.key)},          {"shard", a.shard.value()},
-                    {"incarnation", a.incarnation.value()}, {"generation", a.generation.value()},
-                    {"leader", a.leader.value()},           {"replicas", ids_json(a.replicas)}};
+  json::object o{{"key", json::value_from(a.key)},          {"shard", a.shard.value()},
+                 {"incarnation", a.incarnation.value()}, {"generation", a.generation.value()},
+                 {"leader", a.leader.value()},           {"replicas", ids_json(a.replicas)}};
+  put_replica_state(o, a);
+  jv = std::move(o);
 }
 Assignment tag_invoke(const json::value_to_tag<Assignment>&, const json::value& jv) {
   auto& o = as_object(jv, "assignment");
@@ -143,16 +156,41 @@ Assignment tag_invoke(const json::value_to_tag<Assignment>&, const json::value& 
   a.generation = Generation{u64(o, "generation")};
   a.leader = NodeId{u32(o, "leader")};
   a.replicas = node_ids(o, "replicas");
+  get_replica_state(o, a);
   return a;
+}
+
+void tag_invoke(const json::value_from_tag&, json::value& jv, const ShardUpdate& u) {
+  jv = json::object{{"key", json::value_from(u.key)},
+                    {"shard", u.shard.value()},
+                    {"incarnation", u.incarnation.value()},
+                    {"expected_version", u.expected_version.value()},
+                    {"leader", u.leader.value()},
+                    {"leader_epoch", u.leader_epoch.value()},
+                    {"in_sync", in_sync_json(u.in_sync)}};
+}
+ShardUpdate tag_invoke(const json::value_to_tag<ShardUpdate>&, const json::value& jv) {
+  auto& o = as_object(jv, "shard update");
+  ShardUpdate u;
+  u.key = json::value_to<StreamKey>(field(o, "key"));
+  u.shard = ShardIndex{u32(o, "shard")};
+  u.incarnation = Incarnation{u64(o, "incarnation")};
+  u.expected_version = ShardVersion{u64(o, "expected_version")};
+  u.leader = NodeId{u32(o, "leader")};
+  u.leader_epoch = LeaderEpoch{u64(o, "leader_epoch")};
+  u.in_sync = in_sync_of(o, "in_sync");
+  return u;
 }
 
 // --- fleet -------------------------------------------------------------------------------
 
 void tag_invoke(const json::value_from_tag&, json::value& jv, const BrokerInfo& b) {
-  jv = json::object{{"id", b.id.value()},           {"address", b.address},
-                    {"directory_id", b.directory_id}, {"version", b.version},
-                    {"features", strings_json(b.features)}, {"live", b.live},
-                    {"registered_seq", b.registered_seq.value()}};
+  json::object o{{"id", b.id.value()},           {"address", b.address},
+                 {"directory_id", b.directory_id}, {"version", b.version},
+                 {"features", strings_json(b.features)}, {"live", b.live},
+                 {"registered_seq", b.registered_seq.value()}};
+  if (!b.peer_address.empty()) o["peer_address"] = b.peer_address;
+  jv = std::move(o);
 }
 BrokerInfo tag_invoke(const json::value_to_tag<BrokerInfo>&, const json::value& jv) {
   auto& o = as_object(jv, "broker");
@@ -164,15 +202,18 @@ BrokerInfo tag_invoke(const json::value_to_tag<BrokerInfo>&, const json::value& 
   b.features = strings(o, "features");
   b.live = boolean(o, "live");
   b.registered_seq = ChangeSeq{u64(o, "registered_seq")};
+  b.peer_address = opt_str(o, "peer_address");
   return b;
 }
 
 void tag_invoke(const json::value_from_tag&, json::value& jv, const BrokerRegistration& b) {
-  jv = json::object{{"id", b.id.value()},
-                    {"address", b.address},
-                    {"directory_id", b.directory_id},
-                    {"version", b.version},
-                    {"features", strings_json(b.features)}};
+  json::object o{{"id", b.id.value()},
+                 {"address", b.address},
+                 {"directory_id", b.directory_id},
+                 {"version", b.version},
+                 {"features", strings_json(b.features)}};
+  if (!b.peer_address.empty()) o["peer_address"] = b.peer_address;
+  jv = std::move(o);
 }
 BrokerRegistration tag_invoke(const json::value_to_tag<BrokerRegistration>&, const json::value& jv) {
   auto& o = as_object(jv, "broker");
@@ -182,6 +223,7 @@ BrokerRegistration tag_invoke(const json::value_to_tag<BrokerRegistration>&, con
   b.directory_id = str(o, "directory_id");
   b.version = str(o, "version");
   b.features = strings(o, "features");
+  b.peer_address = opt_str(o, "peer_address");
   return b;
 }
 
@@ -383,7 +425,9 @@ template Result<StreamInfo> decode_json(const json::value&);
 template Result<TenantInfo> decode_json(const json::value&);
 template Result<NamespaceInfo> decode_json(const json::value&);
 template Result<Tombstone> decode_json(const json::value&);
+template Result<InSyncReplica> decode_json(const json::value&);
 template Result<Assignment> decode_json(const json::value&);
+template Result<ShardUpdate> decode_json(const json::value&);
 template Result<BrokerInfo> decode_json(const json::value&);
 template Result<BrokerRegistration> decode_json(const json::value&);
 template Result<FeatureInfo> decode_json(const json::value&);

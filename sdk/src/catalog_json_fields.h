@@ -111,5 +111,48 @@ inline json::array strings_json(const std::vector<std::string>& v) {
   return a;
 }
 
+// Level 16 (replicated shards): written only when set, so RF-1 values stay byte-identical.
+inline bool has_replica_state(const Assignment& a) {
+  return a.leader_epoch.value() != 0 || a.version.value() != 0 || !a.in_sync.empty();
+}
+inline bool has_replication(const StreamSpec& sp) {
+  return sp.replication_factor != 1 || sp.min_insync != 1;
+}
+inline json::array in_sync_json(const std::vector<InSyncReplica>& v) {
+  json::array a;
+  for (auto& r : v) a.push_back(json::object{{"broker", r.broker.value()}, {"directory_id", r.directory_id}});
+  return a;
+}
+inline std::vector<InSyncReplica> in_sync_of(const json::object& o, std::string_view k) {
+  std::vector<InSyncReplica> out;
+  for (auto& e : arr(o, k)) {
+    auto& r = as_object(e, "in_sync entry");
+    out.push_back(InSyncReplica{NodeId{u32(r, "broker")}, str(r, "directory_id")});
+  }
+  return out;
+}
+inline void put_replica_state(json::object& o, const Assignment& a) {
+  if (!has_replica_state(a)) return;
+  o["leader_epoch"] = a.leader_epoch.value();
+  o["in_sync"] = in_sync_json(a.in_sync);
+  o["version"] = a.version.value();
+}
+inline void get_replica_state(const json::object& o, Assignment& a) {
+  if (o.contains("leader_epoch")) a.leader_epoch = LeaderEpoch{u64(o, "leader_epoch")};
+  if (o.contains("in_sync")) a.in_sync = in_sync_of(o, "in_sync");
+  if (o.contains("version")) a.version = ShardVersion{u64(o, "version")};
+}
+inline void put_replication(json::object& o, const StreamSpec& sp) {
+  if (!has_replication(sp)) return;
+  o["replication_factor"] = sp.replication_factor;
+  o["min_insync"] = sp.min_insync;
+}
+inline void get_replication(const json::object& o, StreamSpec& sp) {
+  if (o.contains("replication_factor")) sp.replication_factor = u32(o, "replication_factor");
+  if (o.contains("min_insync")) sp.min_insync = u32(o, "min_insync");
+}
+inline std::string opt_str(const json::object& o, std::string_view k) {
+  return o.contains(k) ? str(o, k) : std::string();
+}
 
 }  // namespace sluice::json_detail

@@ -48,6 +48,7 @@ std::string encode_change_payload(const ChangeEvent& e) {
     o["ack"] = to_string(s.spec.default_ack);
     o["created_seq"] = s.created_seq.value();
     o["created_at_us"] = s.created_at_us;
+    put_replication(o, s.spec);
     json::array as;
     for (auto& x : e.assignments) {
       json::object a;
@@ -56,6 +57,7 @@ std::string encode_change_payload(const ChangeEvent& e) {
       a["generation"] = x.generation.value();
       a["leader"] = x.leader.value();
       a["replicas"] = ids_json(x.replicas);
+      put_replica_state(a, x);
       as.emplace_back(std::move(a));
     }
     o["assignments"] = std::move(as);
@@ -77,8 +79,23 @@ std::string encode_change_payload(const ChangeEvent& e) {
     o["version"] = b.version;
     o["features"] = strings_json(b.features);
     o["registered_seq"] = b.registered_seq.value();
+    if (!b.peer_address.empty()) o["peer_address"] = b.peer_address;
   } else if (e.kind == K::feature_finalized) {
     o["feature"] = e.feature;
+  } else if (e.kind == K::shard_changed) {
+    // The one assignment as the update left it; every field, always.
+    Assignment x = e.assignments.empty() ? Assignment{} : e.assignments.front();
+    o["tenant"] = e.stream.key.tenant;
+    o["ns"] = e.stream.key.ns;
+    o["name"] = e.stream.key.name;
+    o["shard"] = x.shard.value();
+    o["incarnation"] = x.incarnation.value();
+    o["generation"] = x.generation.value();
+    o["leader"] = x.leader.value();
+    o["replicas"] = ids_json(x.replicas);
+    o["leader_epoch"] = x.leader_epoch.value();
+    o["in_sync"] = in_sync_json(x.in_sync);
+    o["version"] = x.version.value();
   } else {  // tenant and namespace events
     o["tenant"] = e.tenant;
     if (e.kind == K::namespace_created || e.kind == K::namespace_deleted) o["ns"] = e.ns;
@@ -111,6 +128,7 @@ Result<ChangeEvent> decode_change_payload(ChangeSeq seq, std::string_view kind,
       s.spec.default_ack = json::value_to<AckMode>(field(o, "ack"));
       s.created_seq = ChangeSeq{u64(o, "created_seq")};
       s.created_at_us = i64(o, "created_at_us");
+      get_replication(o, s.spec);
       if (o.contains("assignments")) {
         for (auto& e : arr(o, "assignments")) {
           auto& ao = as_object(e, "assignment");
@@ -121,6 +139,7 @@ Result<ChangeEvent> decode_change_payload(ChangeSeq seq, std::string_view kind,
           a.generation = Generation{u64(ao, "generation")};
           a.leader = NodeId{u32(ao, "leader")};
           a.replicas = node_ids(ao, "replicas");
+          get_replica_state(ao, a);
           ev.assignments.push_back(std::move(a));
         }
       }
@@ -142,8 +161,25 @@ Result<ChangeEvent> decode_change_payload(ChangeSeq seq, std::string_view kind,
       b.version = str(o, "version");
       b.features = strings(o, "features");
       b.registered_seq = ChangeSeq{u64(o, "registered_seq")};
+      b.peer_address = opt_str(o, "peer_address");
     } else if (*k == K::feature_finalized) {
       ev.feature = str(o, "feature");
+    } else if (*k == K::shard_changed) {
+      ev.tenant = str(o, "tenant");
+      ev.ns = str(o, "ns");
+      Assignment a;
+      a.key = StreamKey{ev.tenant, ev.ns, str(o, "name")};
+      a.shard = ShardIndex{u32(o, "shard")};
+      a.incarnation = Incarnation{u64(o, "incarnation")};
+      a.generation = Generation{u64(o, "generation")};
+      a.leader = NodeId{u32(o, "leader")};
+      a.replicas = node_ids(o, "replicas");
+      a.leader_epoch = LeaderEpoch{u64(o, "leader_epoch")};
+      a.in_sync = in_sync_of(o, "in_sync");
+      a.version = ShardVersion{u64(o, "version")};
+      ev.stream.key = a.key;
+      ev.stream.incarnation = a.incarnation;
+      ev.assignments.push_back(std::move(a));
     } else {
       ev.tenant = str(o, "tenant");
       if (*k == K::namespace_created || *k == K::namespace_deleted) ev.ns = str(o, "ns");

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <string>
 
+#include "sluice/features.h"
+#include "sluice/hash.h"
+
 namespace sluice {
 
 Result<void> validate_stream_spec(const StreamSpec& spec) {
@@ -81,14 +84,53 @@ Result<void> check_shard_update(const Assignment& current, const ShardUpdate& u)
   return {};
 }
 
-Result<void> check_spec_supported(const StreamSpec& spec) {
-  if (spec.default_ack == AckMode::quorum)
-    return Error(Errc::invalid_argument,
-                 "ack 'quorum' needs replication, which this build does not support yet");
-  if (spec.replication_factor > 1)
-    return Error(Errc::invalid_argument,
-                 "replication_factor " + std::to_string(spec.replication_factor) +
-                     " needs the replicated data path, which this build does not serve yet");
+Result<std::vector<std::vector<NodeId>>> place_replicas(
+    const StreamKey& key, std::uint32_t shards, std::uint32_t replication_factor,
+    const std::vector<BrokerInfo>& registered, const std::set<std::string, std::less<>>& finalized) {
+  std::vector<NodeId> live;
+  for (const auto& b : registered)
+    if (b.live && admit_broker(b.features, finalized).ok()) live.push_back(b.id);
+  std::sort(live.begin(), live.end());
+  live.erase(std::unique(live.begin(), live.end()), live.end());
+  if (replication_factor < 1 || live.size() < replication_factor)
+    return Error(Errc::not_enough_replicas,
+                 "replication_factor " + std::to_string(replication_factor) + " needs " +
+                     std::to_string(replication_factor) + " live brokers, " +
+                     std::to_string(live.size()) + " " + (live.size() == 1 ? "is" : "are") +
+                     " live");
+  const std::size_t n = live.size();
+  const std::uint64_t offset = fnv1a64(key.to_string()) % n;
+  std::vector<std::vector<NodeId>> out(shards);
+  for (std::uint32_t i = 0; i < shards; ++i)
+    for (std::uint32_t j = 0; j < replication_factor; ++j)
+      out[i].push_back(live[(offset + i + j) % n]);
+  return out;
+}
+
+Result<void> start_replicated_shard(Assignment& a, const std::vector<BrokerInfo>& brokers) {
+  a.in_sync.clear();
+  if (a.replicas.size() <= 1) {
+    a.leader_epoch = LeaderEpoch{0};
+    a.version = ShardVersion{0};
+    return {};
+  }
+  a.leader = a.replicas.front();
+  a.leader_epoch = LeaderEpoch{1};
+  a.version = ShardVersion{1};
+  for (auto r : a.replicas) {
+    auto it = std::find_if(brokers.begin(), brokers.end(), [&](const auto& b) { return b.id == r; });
+    if (it == brokers.end())
+      return Error(Errc::not_enough_replicas, a.key.to_string() + " shard " + std::to_string(a.shard.value()) +
+                                       ": replica " + std::to_string(r.value()) +
+                                       " is not a registered broker");
+    a.in_sync.push_back(InSyncReplica{r, it->directory_id});
+  }
+  return {};
+}
+
+Result<void> check_spec_supported(const StreamSpec&) {
+  // This build serves every valid spec: replication factors up to kMaxReplicationFactor and
+  // ack quorum (on one replica, quorum is the leader's own disk).
   return {};
 }
 

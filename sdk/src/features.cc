@@ -12,6 +12,9 @@ constexpr FeatureSpec kKnown[] = {
      "every stream creation gets an incarnation that never repeats; deletes leave tombstones"},
     {kCacheIncarnations, MetadataLevel{14},
      "every cache creation gets an incarnation that never repeats; deletes leave tombstones"},
+    {kReplicatedShards, MetadataLevel{16},
+     "streams may have replication_factor above 1: replica placement, leader epochs, in-sync "
+     "sets and their compare-and-set (update_shard)"},
 };
 
 std::string join_ids(const std::vector<NodeId>& ids) {

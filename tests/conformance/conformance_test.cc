@@ -14,6 +14,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,7 @@ namespace {
 
 using sluice::testing::TestHost;
 const std::string kInc(kStreamIncarnations);
+const std::string kRepl(kReplicatedShards);
 
 struct Options {
   bool hold_back_incarnations = false;  // a cluster bootstrapped without the finalize
@@ -56,8 +58,10 @@ std::unique_ptr<Instance> make_raft(const Options& o) {
   std::map<std::string, std::string> cfg = {{"raft.address", "127.0.0.1:0"},
                                             {"metadata.rpc_address", ""},
                                             {"metadata.timeout_ms", "30000"}};
-  // raft-meta (level 14) also finalizes cache_incarnations at bootstrap: held back alike.
-  if (o.hold_back_incarnations) cfg["metadata.bootstrap_hold_back"] = kInc + ",cache_incarnations";
+  // raft-meta also finalizes cache_incarnations (level 14) and replicated_shards (16) at
+  // bootstrap: held back alike.
+  if (o.hold_back_incarnations)
+    cfg["metadata.bootstrap_hold_back"] = kInc + ",cache_incarnations," + kRepl;
   in->host = std::make_unique<TestHost>(cfg);
   auto c = raft_meta::RaftMetaConfig::from_host(*in->host);
   if (o.change_retention) c.change_retention = o.change_retention;
@@ -71,7 +75,7 @@ std::unique_ptr<Instance> make_postgres(const Options& o) {
   auto in = std::make_unique<Instance>();
   in->host = std::make_unique<TestHost>();
   auto c = pgtest::config(pgtest::fresh_schema("conf_" + pgtest::current_test_name()));
-  if (o.hold_back_incarnations) c.bootstrap_hold_back = {kInc};
+  if (o.hold_back_incarnations) c.bootstrap_hold_back = {kInc, kRepl};
   if (o.change_retention) c.change_retention = static_cast<std::int64_t>(o.change_retention);
   if (c.url.empty()) c.start_timeout = std::chrono::milliseconds(1);  // already failed: say so fast
   in->store = std::make_unique<postgres_meta::PgMetaStore>(*in->host, c);
@@ -98,8 +102,25 @@ class Conformance : public ::testing::TestWithParam<Backend> {
     b.address = "127.0.0.1:" + std::to_string(9000 + id);
     b.directory_id = "dir-" + std::to_string(id);
     b.version = "test";
-    if (with_incarnations) b.features = {kInc, std::string(kCacheIncarnations)};
+    if (with_incarnations) b.features = {kInc, std::string(kCacheIncarnations), kRepl};
     return b;
+  }
+  static StreamSpec replicated(std::uint32_t shards, std::uint32_t rf, std::uint32_t min_insync) {
+    StreamSpec s = spec(shards);
+    s.replication_factor = rf;
+    s.min_insync = min_insync;
+    return s;
+  }
+  // The stream's assignments, by shard, from a snapshot.
+  static std::vector<Assignment> assignments_of(MetadataStore& s, const StreamKey& key) {
+    std::vector<Assignment> out;
+    auto snap = s.snapshot();
+    EXPECT_TRUE(snap.ok());
+    if (!snap.ok()) return out;
+    for (auto& a : snap->assignments)
+      if (a.key == key) out.push_back(a);
+    std::sort(out.begin(), out.end(), [](auto& x, auto& y) { return x.shard < y.shard; });
+    return out;
   }
 };
 
@@ -444,6 +465,214 @@ TEST_P(Conformance, NamesSpecsAndStateErrors) {
   EXPECT_TRUE(st.ready);
   EXPECT_FALSE(st.cluster_id.empty());
   EXPECT_EQ(st.cluster_id, in->host->cluster_id()) << "adopted through the host";
+}
+
+// --- replicated shards (level 16, docs/replication.md) -----------------------------------
+
+TEST_P(Conformance, ReplicatedCreatePlacesDistinctBrokersAtEpochOneAllInSync) {
+  auto in = make();
+  auto& s = *in->store;
+  make_ns(s);
+  for (std::uint32_t id : {1u, 2u, 3u, 4u}) ASSERT_TRUE(s.register_broker(broker(id, true)).ok());
+  auto before = s.snapshot();
+  ASSERT_TRUE(before.ok());
+  Collector col;
+  auto h = s.watch(before->seq, col.on_change(), col.on_resync());
+  auto c = s.create_stream(kKey, replicated(4, 3, 2));
+  ASSERT_TRUE(c.ok()) << c.error().to_string();
+  EXPECT_EQ(c->spec.replication_factor, 3u);
+  EXPECT_EQ(c->spec.min_insync, 2u);
+  auto got = s.get_stream(kKey);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(got->spec, c->spec) << "replication_factor and min_insync are stored";
+  auto as = assignments_of(s, kKey);
+  ASSERT_EQ(as.size(), 4u);
+  for (auto& a : as) {
+    SCOPED_TRACE("shard " + std::to_string(a.shard.value()));
+    ASSERT_EQ(a.replicas.size(), 3u);
+    std::set<NodeId> distinct(a.replicas.begin(), a.replicas.end());
+    EXPECT_EQ(distinct.size(), 3u);
+    EXPECT_EQ(a.leader, a.replicas.front());
+    EXPECT_EQ(a.leader_epoch, LeaderEpoch{1});
+    EXPECT_EQ(a.version, ShardVersion{1});
+    ASSERT_EQ(a.in_sync.size(), 3u);
+    for (std::size_t i = 0; i < 3; ++i) {
+      EXPECT_EQ(a.in_sync[i].broker, a.replicas[i]);
+      EXPECT_EQ(a.in_sync[i].directory_id, "dir-" + std::to_string(a.replicas[i].value()));
+    }
+  }
+  // The create's change carries the replica state too.
+  ASSERT_TRUE(pgtest::eventually([&] { return col.size() >= 1; }));
+  auto ev = col.copy().front();
+  EXPECT_EQ(ev.kind, ChangeEvent::Kind::stream_created);
+  EXPECT_EQ(ev.stream.spec.replication_factor, 3u);
+  ASSERT_EQ(ev.assignments.size(), 4u);
+  EXPECT_EQ(ev.assignments[0].in_sync, as[0].in_sync);
+  EXPECT_EQ(ev.assignments[0].version, ShardVersion{1});
+  // A replication factor of 1 keeps the old shape: no epoch, version 0, empty in-sync set.
+  auto one = s.create_stream({"acme", "prod", "single"}, spec(1));
+  ASSERT_TRUE(one.ok());
+  auto a1 = assignments_of(s, {"acme", "prod", "single"});
+  ASSERT_EQ(a1.size(), 1u);
+  EXPECT_EQ(a1[0].replicas.size(), 1u);
+  EXPECT_EQ(a1[0].leader_epoch, LeaderEpoch{0});
+  EXPECT_EQ(a1[0].version, ShardVersion{0});
+  EXPECT_TRUE(a1[0].in_sync.empty());
+  EXPECT_EQ(s.get_stream({"acme", "prod", "single"})->spec.replication_factor, 1u);
+}
+
+TEST_P(Conformance, ReplicatedCreateWithTooFewLiveBrokersIsA503NamingBothCounts) {
+  auto in = make();
+  auto& s = *in->store;
+  make_ns(s);
+  for (std::uint32_t id : {1u, 2u}) ASSERT_TRUE(s.register_broker(broker(id, true)).ok());
+  auto c = s.create_stream(kKey, replicated(1, 3, 2));
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.error().code, Errc::not_enough_replicas);
+  EXPECT_EQ(http_status(c.error().code), 503);
+  EXPECT_NE(c.error().message.find("needs 3 live brokers, 2 are live"), std::string::npos)
+      << c.error().message;
+  EXPECT_EQ(s.get_stream(kKey).error().code, Errc::not_found) << "nothing was created";
+}
+
+TEST_P(Conformance, ReplicationIsRefusedUntilReplicatedShardsIsFinalized) {
+  auto in = make({.hold_back_incarnations = true});
+  auto& s = *in->store;
+  make_ns(s);
+  for (std::uint32_t id : {1u, 2u, 3u}) ASSERT_TRUE(s.register_broker(broker(id, true)).ok());
+  auto c = s.create_stream(kKey, replicated(1, 3, 2));
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.error().code, Errc::conflict);
+  EXPECT_NE(c.error().message.find(kRepl), std::string::npos) << c.error().message;
+  ASSERT_TRUE(s.create_stream(kKey, spec(1)).ok()) << "replication factor 1 as before";
+  auto a = assignments_of(s, kKey);
+  ASSERT_EQ(a.size(), 1u);
+  auto u = s.update_shard({kKey, ShardIndex{0}, a[0].incarnation, ShardVersion{0}, a[0].leader,
+                           LeaderEpoch{0}, {}});
+  ASSERT_FALSE(u.ok());
+  EXPECT_EQ(u.error().code, Errc::conflict);
+  // Finalized: replicated creates work.
+  auto f = s.finalize_feature(kRepl);
+  ASSERT_TRUE(f.ok()) << f.error().to_string();
+  auto r = s.create_stream({"acme", "prod", "copies"}, replicated(1, 3, 2));
+  ASSERT_TRUE(r.ok()) << r.error().to_string();
+}
+
+TEST_P(Conformance, UpdateShardIsACompareAndSetSeenByWatchers) {
+  auto in = make();
+  auto& s = *in->store;
+  make_ns(s);
+  for (std::uint32_t id : {1u, 2u, 3u}) ASSERT_TRUE(s.register_broker(broker(id, true)).ok());
+  ASSERT_TRUE(s.create_stream(kKey, replicated(2, 3, 2)).ok());
+  const Assignment a = assignments_of(s, kKey).at(1);
+  const NodeId leader = a.leader;
+  const NodeId other = a.replicas[1];
+  auto before = s.snapshot();
+  ASSERT_TRUE(before.ok());
+  Collector col;
+  auto h = s.watch(before->seq, col.on_change(), col.on_resync());
+
+  // The leader drops the last replica from the in-sync set.
+  ShardUpdate u{kKey, a.shard, a.incarnation, a.version, leader, a.leader_epoch,
+                {a.in_sync[0], a.in_sync[1]}};
+  auto r = s.update_shard(u);
+  ASSERT_TRUE(r.ok()) << r.error().to_string();
+  EXPECT_EQ(r->version, ShardVersion{2});
+  EXPECT_EQ(r->in_sync, u.in_sync);
+  EXPECT_EQ(r->replicas, a.replicas);
+  auto stored = assignments_of(s, kKey).at(1);
+  EXPECT_EQ(stored.version, ShardVersion{2});
+  EXPECT_EQ(stored.in_sync, u.in_sync);
+  EXPECT_EQ(assignments_of(s, kKey).at(0).version, ShardVersion{1}) << "one shard only";
+
+  // A stale writer: its expected version is gone.
+  auto stale = s.update_shard(u);
+  ASSERT_FALSE(stale.ok());
+  EXPECT_EQ(stale.error().code, Errc::conflict);
+  EXPECT_NE(stale.error().message.find("holds 2"), std::string::npos) << stale.error().message;
+  // Another incarnation of the name.
+  ShardUpdate other_inc = u;
+  other_inc.expected_version = ShardVersion{2};
+  other_inc.incarnation = Incarnation{a.incarnation.value() + 1};
+  EXPECT_EQ(s.update_shard(other_inc).error().code, Errc::stale_route);
+  // Unknown stream and shard.
+  ShardUpdate unknown = u;
+  unknown.key.name = "nope";
+  EXPECT_EQ(s.update_shard(unknown).error().code, Errc::not_found);
+  unknown = u;
+  unknown.expected_version = ShardVersion{2};
+  unknown.shard = ShardIndex{7};
+  EXPECT_EQ(s.update_shard(unknown).error().code, Errc::not_found);
+  // A new leader without a new epoch; an in-sync set without the leader.
+  ShardUpdate bad = u;
+  bad.expected_version = ShardVersion{2};
+  bad.leader = other;
+  EXPECT_EQ(s.update_shard(bad).error().code, Errc::invalid_argument);
+  bad = u;
+  bad.expected_version = ShardVersion{2};
+  bad.in_sync = {a.in_sync[1]};
+  EXPECT_EQ(s.update_shard(bad).error().code, Errc::invalid_argument);
+  // The controller moves leadership, with a new epoch.
+  ShardUpdate move = u;
+  move.expected_version = ShardVersion{2};
+  move.leader = other;
+  move.leader_epoch = LeaderEpoch{2};
+  auto moved = s.update_shard(move);
+  ASSERT_TRUE(moved.ok()) << moved.error().to_string();
+  EXPECT_EQ(moved->version, ShardVersion{3});
+  EXPECT_EQ(moved->leader, other);
+  EXPECT_EQ(moved->leader_epoch, LeaderEpoch{2});
+
+  // Watchers see both changes, each carrying the assignment as it was left.
+  ASSERT_TRUE(pgtest::eventually([&] { return col.size() >= 2; })) << col.size();
+  auto evs = col.copy();
+  ASSERT_EQ(evs.size(), 2u) << "refused updates record nothing";
+  for (auto& e : evs) {
+    EXPECT_EQ(e.kind, ChangeEvent::Kind::shard_changed);
+    EXPECT_EQ(e.stream.key, kKey);
+    ASSERT_EQ(e.assignments.size(), 1u);
+    EXPECT_EQ(e.assignments[0].key, kKey);
+    EXPECT_EQ(e.assignments[0].shard, a.shard);
+    EXPECT_EQ(e.assignments[0].incarnation, a.incarnation);
+  }
+  EXPECT_EQ(evs[0].assignments[0].version, ShardVersion{2});
+  EXPECT_EQ(evs[0].assignments[0].in_sync, u.in_sync);
+  EXPECT_EQ(evs[1].assignments[0].version, ShardVersion{3});
+  EXPECT_EQ(evs[1].assignments[0].leader, other);
+  EXPECT_LT(evs[0].seq, evs[1].seq);
+}
+
+TEST_P(Conformance, PeerAddressRoundTrips) {
+  auto in = make();
+  auto& s = *in->store;
+  Collector col;
+  auto h = s.watch(ChangeSeq{0}, col.on_change(), col.on_resync());
+  BrokerRegistration reg = broker(5, true);
+  reg.peer_address = "10.1.2.3:7900";
+  auto b = s.register_broker(reg);
+  ASSERT_TRUE(b.ok()) << b.error().to_string();
+  EXPECT_EQ(b->peer_address, reg.peer_address);
+  auto listed = s.list_brokers();
+  ASSERT_TRUE(listed.ok());
+  ASSERT_EQ(listed->size(), 1u);
+  EXPECT_EQ(listed->front().peer_address, reg.peer_address);
+  auto snap = s.snapshot();
+  ASSERT_TRUE(snap.ok());
+  ASSERT_EQ(snap->brokers.size(), 1u);
+  EXPECT_EQ(snap->brokers[0].peer_address, reg.peer_address);
+  ASSERT_TRUE(pgtest::eventually([&] {
+    for (auto& e : col.copy())
+      if (e.kind == ChangeEvent::Kind::broker_registered) return true;
+    return false;
+  }));
+  for (auto& e : col.copy()) {
+    if (e.kind == ChangeEvent::Kind::broker_registered) {
+      EXPECT_EQ(e.broker.peer_address, reg.peer_address);
+    }
+  }
+  // Re-registering without one clears it (the broker's own word, each time).
+  ASSERT_TRUE(s.register_broker(broker(5, true)).ok());
+  EXPECT_EQ(s.list_brokers()->front().peer_address, "");
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, Conformance,

@@ -191,6 +191,29 @@ TEST_F(HttpApiTest, CreateStreamBadSpec) {
                  "invalid_argument");  // refused by the node's spec validation
 }
 
+TEST_F(HttpApiTest, DefaultReplicationFactorAppliesWhenTheBodyNamesNone) {
+  start({{"stream.default_replication_factor", "3"}});
+  auto r = req("POST", kNs + "/streams", R"({"name":"copies"})");
+  ASSERT_EQ(r.status, 201) << r.body;
+  auto o = obj(r);
+  EXPECT_EQ(o["replication_factor"].to_number<int>(), 3) << r.body;
+  EXPECT_EQ(o["min_insync"].to_number<int>(), 2) << "a majority of the default";
+  r = req("POST", kNs + "/streams", R"({"name":"single","replication_factor":1})");
+  ASSERT_EQ(r.status, 201) << r.body;
+  EXPECT_EQ(obj(r)["replication_factor"].to_number<int>(), 1) << "the body wins";
+  EXPECT_EQ(obj(r)["min_insync"].to_number<int>(), 1);
+  // Out of range is a configuration error.
+  for (const char* bad : {"0", "6"}) {
+    TestHost h(std::map<std::string, std::string>{{"stream.default_replication_factor", bad}});
+    EXPECT_THROW(http_api::HttpConfig::from_host(h), std::invalid_argument) << bad;
+  }
+  // The default is 1.
+  start({});
+  r = req("POST", kNs + "/streams", R"({"name":"plain"})");
+  ASSERT_EQ(r.status, 201) << r.body;
+  EXPECT_EQ(obj(r)["replication_factor"].to_number<int>(), 1);
+}
+
 TEST_F(HttpApiTest, PublishJsonOffsetsInRequestOrder) {
   make_stream("s", 2);
   auto r = req("POST", kNs + "/streams/s/records",

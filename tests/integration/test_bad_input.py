@@ -124,11 +124,11 @@ class BadInput(unittest.TestCase):
             with self.subTest(spec=spec):
                 self.assertProblem(status, body, 400, "invalid_argument")
                 self.assertIn(field, json.loads(body)["detail"])
-        # Structurally valid, but this build keeps one copy of a shard: refused, never
-        # created with fewer copies than asked for (docs/replication.md "Status").
+        # Structurally valid, but one live broker cannot hold three copies: 503 naming how
+        # many it needs; never created with fewer copies than asked for.
         status, body = self.curl("POST", base, json.dumps({"name": "r", "replication_factor": 3}))
-        self.assertProblem(status, body, 400, "invalid_argument")
-        self.assertIn("replication_factor 3", json.loads(body)["detail"])
+        self.assertProblem(status, body, 503, "not_enough_replicas")
+        self.assertIn("3", json.loads(body)["detail"])
         status, _ = self.curl("GET", base + "/r")
         self.assertEqual(status, 404)
         # One copy, asked for explicitly: created, and described with its replication.

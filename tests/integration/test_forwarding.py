@@ -37,7 +37,8 @@ class Forwarding(unittest.TestCase):
                "broker.session_timeout_ms": "3000"}
         self.a = Node(extra=dict(cfg, **{"node.id": "1"}))
         self.b = Node(extra=dict(cfg, **{"node.id": "2"}))
-        # The catalog backends do not keep peer addresses yet: a static peer directory.
+        # A static peer directory as well (it wins over the catalog's peer addresses): the
+        # test does not depend on when each broker learns the other's registration.
         peers = "1=127.0.0.1:%d,2=127.0.0.1:%d" % (self.a.peer_port, self.b.peer_port)
         for n in (self.a, self.b):
             n.extra["transport.peers"] = peers

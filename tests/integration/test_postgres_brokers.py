@@ -36,8 +36,8 @@ class PostgresBrokers(unittest.TestCase):
     def test_create_through_one_broker_is_served_by_the_other(self):
         a = pg_node(1, self.schema)
         b = pg_node(2, self.schema)
-        # The catalog does not keep peer addresses yet: a static peer directory, so that a
-        # call for the other broker's shard is forwarded to it (docs/replication.md).
+        # A call for the other broker's shard is forwarded to it (docs/replication.md); a
+        # static peer directory too, so the test does not wait for the catalog's addresses.
         peers = "1=127.0.0.1:%d,2=127.0.0.1:%d" % (a.peer_port, b.peer_port)
         for n in (a, b):
             n.extra["transport.peers"] = peers

@@ -37,6 +37,7 @@ using ApplyReq = struct raft_apply;
 constexpr unsigned kMaxMsecs = 120000;
 const std::string kStreamInc(kStreamIncarnations);
 const std::string kCacheInc(kCacheIncarnations);
+const std::string kRepl(kReplicatedShards);
 
 class Group;
 
@@ -132,6 +133,7 @@ class Group {
     v.group = std::min(v.own, f.recorded_group_level().value_or(v.own));
     v.stream_incarnations_finalized = f.is_finalized(kStreamIncarnations);
     v.cache_incarnations_finalized = f.is_finalized(kCacheIncarnations);
+    v.replicated_shards_finalized = f.is_finalized(kReplicatedShards);
     return v;
   }
 
@@ -459,6 +461,98 @@ TEST(MixedLevels, FlaggedEntriesRaiseTheFloorAndAJoinBelowItIsRefused) {
   EXPECT_EQ(old->held()->required, MetadataLevel{14});
   EXPECT_NE(old->held()->reason.find("level 14"), std::string::npos) << old->held()->reason;
   EXPECT_LT(old->applied(), g.fsm(0).applied());
+}
+
+// Level 16 (replicated shards): three brokers, and a create with replication factor 3
+// placed on them (what place_replicas proposes), leader first.
+void register_three_brokers(Group& g) {
+  for (std::uint32_t b = 1; b <= 3; ++b) {
+    BrokerRegistration reg{NodeId{b}, "h:" + std::to_string(b), "dir-" + std::to_string(b), "v",
+                           {kCacheInc, kRepl, kStreamInc}, "peer:" + std::to_string(b)};
+    auto r = g.propose_raw(0, Command::register_broker(reg));
+    ASSERT_TRUE(r.ok() && r->ok()) << g.tag();
+  }
+}
+Command replicated_create(const std::string& name) {
+  StreamSpec spec;
+  spec.shards = 1;
+  spec.replication_factor = 3;
+  spec.min_insync = 2;
+  Command c = Command::create_stream({"t", "n", name}, spec, 0);
+  c.placement = {Command::ShardPlacement{2, {2, 3, 1}}};
+  return c;
+}
+
+// All at 16 with replicated_shards finalized: a replicated create and update_shard apply
+// alike everywhere, the first raises the floor to 16, and a member restarted on a level-14
+// build holds at it instead of applying it (it would store replication factor 1).
+TEST(MixedLevels, ReplicatedShardEntriesApplyAt16AndHoldMembersBelowIt) {
+  Group g({16, 16, 16}, seed_for("16"));
+  g.start({kStreamInc, kCacheInc, kRepl});
+  register_three_brokers(g);
+  EXPECT_EQ(g.fsm(0).level_floor(), MetadataLevel{8});
+  const std::uint64_t first16 = g.fsm(0).applied().value() + 1;
+  auto c = g.propose(1, replicated_create("r"));
+  ASSERT_TRUE(c.ok());
+  ASSERT_TRUE(c->ok()) << c->error->to_string();
+  ASSERT_EQ(c->assignments.size(), 1u);
+  const Assignment& a = c->assignments[0];
+  EXPECT_EQ(a.leader, NodeId{2});
+  EXPECT_EQ(a.leader_epoch, LeaderEpoch{1});
+  EXPECT_EQ(a.version, ShardVersion{1});
+  EXPECT_EQ(a.in_sync, (std::vector<InSyncReplica>{{NodeId{2}, "dir-2"}, {NodeId{3}, "dir-3"}, {NodeId{1}, "dir-1"}}));
+  EXPECT_EQ(g.fsm(0).level_floor(), MetadataLevel{16});
+  ShardUpdate u{a.key, a.shard, a.incarnation, a.version, NodeId{3}, LeaderEpoch{2},
+                {{NodeId{3}, "dir-3"}, {NodeId{1}, "dir-1"}}};
+  auto up = g.propose(2, Command::update_shard(u));
+  ASSERT_TRUE(up.ok());
+  ASSERT_TRUE(up->ok()) << up->error->to_string();
+  EXPECT_EQ(up->assignments.at(0).version, ShardVersion{2});
+  EXPECT_EQ(up->assignments.at(0).leader, NodeId{3});
+  auto stale = g.propose(0, Command::update_shard(u));  // the same expected version again
+  ASSERT_TRUE(stale.ok());
+  ASSERT_FALSE(stale->ok());
+  EXPECT_EQ(stale->error->code, Errc::conflict);
+  auto join = g.propose(0, Command::join_member({NodeId{9}, "10.0.0.9:7800", "10.0.0.9:7801", MetadataLevel{14}}));
+  ASSERT_TRUE(join.ok());
+  ASSERT_FALSE(join->ok()) << "the floor is 16";
+  g.expect_converged();
+  g.expect_replay_at(MetadataLevel{16});
+  auto old = g.replay(MetadataLevel{14});
+  ASSERT_TRUE(old->held().has_value());
+  EXPECT_EQ(old->held()->index, first16);
+  EXPECT_EQ(old->held()->required, MetadataLevel{16});
+  EXPECT_NE(old->held()->reason.find("level 16"), std::string::npos) << old->held()->reason;
+}
+
+// 16 + 14: replicated_shards cannot be finalized, a 16 member refuses to propose the
+// entries, and an entry proposed anyway (a stale or buggy proposer) is refused by the
+// level-16 member and not applied by the level-14 one, which holds.
+TEST(MixedLevels, BelowLevel16ReplicatedShardEntriesAreNeverApplied) {
+  Group g({16, 14}, seed_for("16+14"));
+  g.start({kStreamInc, kCacheInc});
+  register_three_brokers(g);
+  auto fin = g.finalize(0, kRepl);
+  ASSERT_FALSE(fin.ok());
+  EXPECT_EQ(fin.error().code, Errc::conflict);
+  EXPECT_FALSE(check_replicated_shards(g.view(0), "replication_factor 3").ok());
+  // Ordinary entries still converge.
+  auto plain = g.propose(1, Command::create_stream({"t", "n", "plain"}, one_shard(), 0));
+  ASSERT_TRUE(plain.ok() && plain->ok());
+  g.expect_converged();
+  const std::uint64_t before = g.fsm(1).applied().value();
+  Command c = replicated_create("r");
+  c.level = 16;
+  g.lead(0);
+  auto r = g.propose_raw(0, c);
+  ASSERT_TRUE(r.ok());
+  ASSERT_FALSE(r->ok());
+  EXPECT_EQ(r->error->code, Errc::conflict) << r->error->message;
+  EXPECT_FALSE(g.fsm(0).get_stream({"t", "n", "r"}).ok());
+  EXPECT_EQ(g.fsm(0).level_floor(), MetadataLevel{14}) << "a refused entry raises no floor to 16";
+  ASSERT_TRUE(g.fsm(1).held().has_value());
+  EXPECT_EQ(g.fsm(1).held()->required, MetadataLevel{16});
+  EXPECT_EQ(g.fsm(1).applied().value(), before) << "the level-14 member did not apply it";
 }
 
 }  // namespace

@@ -107,7 +107,7 @@ TEST(ControllerRpc, RemoteCreateIsVisibleOnTheControllerAndViceVersa) {
   EXPECT_EQ(remote.get_stream({"acme", "prod", "nope"}).error().code, Errc::not_found);
 
   // Fleet methods.
-  auto b = remote.register_broker({NodeId{2}, "127.0.0.1:9002", "d2", "0.7.0", {"stream_incarnations", "cache_incarnations"}});
+  auto b = remote.register_broker({NodeId{2}, "127.0.0.1:9002", "d2", "0.7.0", {"stream_incarnations", "cache_incarnations", "replicated_shards"}});
   ASSERT_TRUE(b.ok()) << b.error().to_string();
   EXPECT_TRUE(remote.heartbeat_broker(NodeId{2}).ok());
   EXPECT_EQ(remote.heartbeat_broker(NodeId{9}).error().code, Errc::not_found);
@@ -121,6 +121,62 @@ TEST(ControllerRpc, RemoteCreateIsVisibleOnTheControllerAndViceVersa) {
   EXPECT_EQ(snap->streams.size(), 1u);
   EXPECT_EQ(snap->tombstones.size(), 1u);
   EXPECT_EQ(snap->brokers.size(), 1u);
+  remote.stop();
+}
+
+TEST(ControllerRpc, EveryErrorCodeRoundTrips) {
+  for (int k = 0; k <= static_cast<int>(Errc::shard_unavailable); ++k) {
+    const Errc code = static_cast<Errc>(k);
+    Error back = rpc::error_from(rpc::to_json(Error(code, "m", Outcome::transient)));
+    EXPECT_EQ(back.code, code) << errc_name(code);
+    EXPECT_EQ(back.outcome, Outcome::transient);
+  }
+}
+
+TEST(ControllerRpc, ReplicatedShardsOverTheWire) {
+  Controller c;
+  ASSERT_TRUE(c.store.start().ok());
+  TestHost bh(broker_config(c.address()));
+  RemoteMetadataStore remote(bh);
+  ASSERT_TRUE(remote.start().ok());
+  ASSERT_TRUE(remote.create_tenant("acme").ok());
+  ASSERT_TRUE(remote.create_namespace("acme", "prod").ok());
+  auto reg = [&](std::uint32_t id) {
+    BrokerRegistration b{NodeId{id}, "127.0.0.1:900" + std::to_string(id), "d" + std::to_string(id),
+                         "0.8.0", {"cache_incarnations", "replicated_shards", "stream_incarnations"},
+                         "127.0.0.1:780" + std::to_string(id)};
+    auto r = remote.register_broker(b);
+    ASSERT_TRUE(r.ok()) << r.error().to_string();
+    EXPECT_EQ(r->peer_address, b.peer_address);
+  };
+  reg(1);
+  reg(2);
+  StreamSpec spec;
+  spec.replication_factor = 3;
+  spec.min_insync = 2;
+  auto few = remote.create_stream({"acme", "prod", "r"}, spec);
+  ASSERT_FALSE(few.ok());
+  EXPECT_EQ(few.error().code, Errc::not_enough_replicas) << few.error().to_string();
+  reg(3);
+  auto s = remote.create_stream({"acme", "prod", "r"}, spec);
+  ASSERT_TRUE(s.ok()) << s.error().to_string();
+  EXPECT_EQ(s->spec.replication_factor, 3u);
+  auto snap = remote.snapshot();
+  ASSERT_TRUE(snap.ok());
+  ASSERT_EQ(snap->assignments.size(), 1u);
+  const Assignment a = snap->assignments[0];
+  EXPECT_EQ(a.version, ShardVersion{1});
+  EXPECT_EQ(a.in_sync.size(), 3u);
+  for (auto& b : snap->brokers) EXPECT_FALSE(b.peer_address.empty());
+  ShardUpdate u{a.key, a.shard, a.incarnation, a.version, a.leader, a.leader_epoch,
+                {a.in_sync[0], a.in_sync[1]}};
+  auto up = remote.update_shard(u);
+  ASSERT_TRUE(up.ok()) << up.error().to_string();
+  EXPECT_EQ(up->version, ShardVersion{2});
+  EXPECT_EQ(up->in_sync, u.in_sync);
+  auto stale = remote.update_shard(u);
+  ASSERT_FALSE(stale.ok());
+  EXPECT_EQ(stale.error().code, Errc::conflict);
   remote.stop();
 }
 

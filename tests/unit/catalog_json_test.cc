@@ -114,6 +114,67 @@ TEST(CatalogJson, EveryTypeRoundTrips) {
   expect_round_trip(snap);
 }
 
+TEST(CatalogJson, ReplicatedShardStateRoundTrips) {
+  StreamInfo s = stream();
+  s.spec.replication_factor = 3;
+  s.spec.min_insync = 2;
+  expect_round_trip(s.spec);
+  Assignment a = assignment(0);
+  a.leader_epoch = LeaderEpoch{4};
+  a.in_sync = {{NodeId{2}, "d2"}, {NodeId{3}, "d3"}};
+  a.version = ShardVersion{7};
+  expect_round_trip(a);
+  auto back = decode_json<Assignment>(json::value_from(a));
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->in_sync, a.in_sync);
+  EXPECT_EQ(back->version, a.version);
+  BrokerInfo b = broker();
+  b.peer_address = "h:9";
+  expect_round_trip(b);
+  EXPECT_EQ(decode_json<BrokerInfo>(json::value_from(b))->peer_address, "h:9");
+  BrokerRegistration reg{NodeId{4}, "h:1", "dir", "1.2", {"x"}, "h:9"};
+  EXPECT_EQ(decode_json<BrokerRegistration>(json::value_from(reg))->peer_address, "h:9");
+  expect_round_trip(ShardUpdate{key(), ShardIndex{1}, Incarnation{9}, ShardVersion{7}, NodeId{3},
+                                LeaderEpoch{5}, {{NodeId{3}, "d3"}}});
+  // RF 1 writes none of the level-16 fields: older payloads keep their bytes.
+  auto plain = json::serialize(json::value_from(stream().spec));
+  EXPECT_EQ(plain.find("replication_factor"), std::string::npos);
+  EXPECT_EQ(json::serialize(json::value_from(assignment(0))).find("version"), std::string::npos);
+  EXPECT_EQ(json::serialize(json::value_from(broker())).find("peer_address"), std::string::npos);
+
+  // Change payloads: a replicated stream create and a shard change.
+  ChangeEvent e = stream_event();
+  e.kind = ChangeEvent::Kind::stream_created;
+  e.tombstone.reset();
+  e.stream.spec = s.spec;
+  e.assignments = {a};
+  auto got = decode_change_payload(e.seq, "stream_created", encode_change_payload(e));
+  ASSERT_TRUE(got.ok()) << got.error().to_string();
+  EXPECT_EQ(got->stream.spec, s.spec);
+  ASSERT_EQ(got->assignments.size(), 1u);
+  EXPECT_EQ(got->assignments[0].in_sync, a.in_sync);
+  EXPECT_EQ(got->assignments[0].leader_epoch, a.leader_epoch);
+  ChangeEvent sc{};
+  sc.kind = ChangeEvent::Kind::shard_changed;
+  sc.seq = ChangeSeq{30};
+  sc.tenant = "t";
+  sc.ns = "n";
+  sc.stream.key = key();
+  sc.stream.incarnation = a.incarnation;
+  sc.assignments = {a};
+  auto p = encode_change_payload(sc);
+  auto dec = decode_change_payload(sc.seq, "shard_changed", p);
+  ASSERT_TRUE(dec.ok()) << dec.error().to_string();
+  EXPECT_EQ(dec->kind, ChangeEvent::Kind::shard_changed);
+  EXPECT_EQ(dec->stream.key, key());
+  ASSERT_EQ(dec->assignments.size(), 1u);
+  EXPECT_EQ(dec->assignments[0].key, key());
+  EXPECT_EQ(dec->assignments[0].version, a.version);
+  EXPECT_EQ(dec->assignments[0].in_sync, a.in_sync);
+  EXPECT_EQ(encode_change_payload(*dec), p);
+  expect_round_trip(sc);
+}
+
 TEST(CatalogJson, ValuesSurviveTheRoundTrip) {
   auto e = decode_json<ChangeEvent>(json::value_from(stream_event()));
   ASSERT_TRUE(e.ok());

@@ -2,7 +2,10 @@
 // identity.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <map>
+#include <set>
 #include <fstream>
 
 #include "config.h"
@@ -51,7 +54,7 @@ TEST(StreamSpec, Bounds) {
   s.retention.max_bytes = -1;
   s.default_ack = AckMode::quorum;
   EXPECT_TRUE(validate_stream_spec(s).ok());   // structurally fine: apply must accept it
-  EXPECT_FALSE(check_spec_supported(s).ok());  // but this build cannot serve it
+  EXPECT_TRUE(check_spec_supported(s).ok());   // and this build serves it
 }
 
 TEST(CatalogRules, ReplicationFactorAndMinInsyncBounds) {
@@ -71,7 +74,7 @@ TEST(CatalogRules, ReplicationFactorAndMinInsyncBounds) {
   EXPECT_FALSE(validate_stream_spec(s).ok());
   s.min_insync = 3;
   EXPECT_TRUE(validate_stream_spec(s).ok());   // apply accepts it ...
-  EXPECT_FALSE(check_spec_supported(s).ok());  // ... this build does not serve it yet
+  EXPECT_TRUE(check_spec_supported(s).ok());   // ... and this build serves it
   EXPECT_EQ(default_min_insync(1), 1u);
   EXPECT_EQ(default_min_insync(2), 2u);
   EXPECT_EQ(default_min_insync(3), 2u);
@@ -149,6 +152,100 @@ TEST(CatalogRules, ShardUpdateKeepsEpochsAndTheInSyncSetSound) {
   u.leader_epoch = LeaderEpoch{5};
   u.in_sync = {{NodeId{2}, "d2"}};
   EXPECT_TRUE(check_shard_update(cur, u).ok());
+}
+
+namespace {
+BrokerInfo live_broker(std::uint32_t id, bool live = true) {
+  BrokerInfo b;
+  b.id = NodeId{id};
+  b.directory_id = "dir-" + std::to_string(id);
+  b.features = {"stream_incarnations"};
+  b.live = live;
+  return b;
+}
+}  // namespace
+
+TEST(CatalogRules, PlaceReplicasPicksDistinctLiveBrokersLeaderFirst) {
+  const StreamKey key{"t", "n", "s"};
+  std::vector<BrokerInfo> brokers{live_broker(3), live_broker(1), live_broker(2, false),
+                                  live_broker(5), live_broker(4)};
+  auto p = place_replicas(key, 8, 3, brokers, {});
+  ASSERT_TRUE(p.ok()) << p.error().to_string();
+  ASSERT_EQ(p->size(), 8u);
+  std::map<std::uint32_t, int> leaders, copies;
+  for (const auto& shard : *p) {
+    ASSERT_EQ(shard.size(), 3u);
+    std::set<NodeId> distinct(shard.begin(), shard.end());
+    EXPECT_EQ(distinct.size(), 3u);
+    EXPECT_EQ(distinct.count(NodeId{2}), 0u) << "a broker that is not live holds no copy";
+    ++leaders[shard.front().value()];
+    for (auto b : shard) ++copies[b.value()];
+  }
+  // 8 shards over 4 live brokers: 2 leaders and 6 copies each.
+  for (std::uint32_t id : {1u, 3u, 4u, 5u}) {
+    EXPECT_EQ(leaders[id], 2) << id;
+    EXPECT_EQ(copies[id], 6) << id;
+  }
+  // Deterministic, whatever order the brokers come in.
+  std::reverse(brokers.begin(), brokers.end());
+  auto again = place_replicas(key, 8, 3, brokers, {});
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, *p);
+}
+
+TEST(CatalogRules, PlaceReplicasNeedsEnoughLiveAdmittedBrokers) {
+  const StreamKey key{"t", "n", "s"};
+  std::vector<BrokerInfo> brokers{live_broker(1), live_broker(2), live_broker(3, false)};
+  auto p = place_replicas(key, 1, 3, brokers, {});
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.error().code, Errc::not_enough_replicas);
+  EXPECT_EQ(http_status(p.error().code), 503);
+  EXPECT_NE(p.error().message.find("needs 3 live brokers, 2 are live"), std::string::npos)
+      << p.error().message;
+  // A broker that lacks a finalized feature is no candidate.
+  brokers[2].live = true;
+  EXPECT_TRUE(place_replicas(key, 1, 3, brokers, {}).ok());
+  brokers[2].features.clear();
+  auto refused = place_replicas(key, 1, 3, brokers, {"stream_incarnations"});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code, Errc::not_enough_replicas);
+}
+
+TEST(CatalogRules, NewShardsStartWithTheirReplicaState) {
+  std::vector<BrokerInfo> brokers{live_broker(1), live_broker(2), live_broker(3)};
+  Assignment a;
+  a.key = StreamKey{"t", "n", "s"};
+  a.replicas = {NodeId{2}, NodeId{3}, NodeId{1}};
+  ASSERT_TRUE(start_replicated_shard(a, brokers).ok());
+  EXPECT_EQ(a.leader, NodeId{2});
+  EXPECT_EQ(a.leader_epoch, LeaderEpoch{1});
+  EXPECT_EQ(a.version, ShardVersion{1});
+  ASSERT_EQ(a.in_sync.size(), 3u);
+  EXPECT_EQ(a.in_sync[0], (InSyncReplica{NodeId{2}, "dir-2"}));
+  EXPECT_EQ(a.in_sync[2], (InSyncReplica{NodeId{1}, "dir-1"}));
+  Assignment one;
+  one.leader = NodeId{1};
+  one.replicas = {NodeId{1}};
+  ASSERT_TRUE(start_replicated_shard(one, brokers).ok());
+  EXPECT_EQ(one.leader_epoch, LeaderEpoch{0});
+  EXPECT_EQ(one.version, ShardVersion{0});
+  EXPECT_TRUE(one.in_sync.empty());
+  Assignment gone = a;
+  gone.replicas = {NodeId{2}, NodeId{7}};
+  auto r = start_replicated_shard(gone, brokers);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, Errc::not_enough_replicas);
+}
+
+TEST(CatalogRules, ReplicatedShardsIsAFleetFeatureAtLevel16) {
+  const auto* f = find_feature(kReplicatedShards);
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->required_level, kReplicatedShardsLevel);
+  EXPECT_EQ(kBuildMetadataLevel, MetadataLevel{16});
+  auto g = check_finalize(kReplicatedShards, MetadataLevel{14}, {});
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.error().code, Errc::conflict);
+  EXPECT_TRUE(check_finalize(kReplicatedShards, MetadataLevel{16}, {}).ok());
 }
 
 TEST(RecordBatch, RoundTripAndCrc) {

@@ -324,6 +324,31 @@ TEST(CatalogImage, replay_of_stream_changes) {
   EXPECT_EQ(img.untombstoned_deletes.at(OTHER), Incarnation{0});
 }
 
+TEST(CatalogImage, a_shard_change_replaces_the_assignment_of_its_incarnation) {
+  CatalogSnapshot snap;
+  snap.seq = ChangeSeq{9};
+  snap.streams = {stream(K, I1, 2)};
+  snap.assignments = {assign(K, 0, I1, 5, ME), assign(K, 1, I1, 5, ME)};
+  auto img = image_from_snapshot(snap, {});
+  auto ch = event(ChangeEvent::Kind::shard_changed, ChangeSeq{10});
+  Assignment a = assign(K, 1, I1, 5, ME);
+  a.leader_epoch = LeaderEpoch{2};
+  a.version = ShardVersion{3};
+  ch.stream.key = K;
+  ch.assignments = {a};
+  replay(img, ch);
+  EXPECT_EQ(img.assignments.at(K).at(1).version, ShardVersion{3});
+  EXPECT_EQ(img.assignments.at(K).at(0).version, ShardVersion{0}) << "the other shard is unchanged";
+  EXPECT_EQ(img.seq, ChangeSeq{10});
+  // A change of another incarnation changes nothing.
+  Assignment old = a;
+  old.incarnation = Incarnation{I1 - 1};
+  old.version = ShardVersion{9};
+  ch.assignments = {old};
+  replay(img, ch);
+  EXPECT_EQ(img.assignments.at(K).at(1).version, ShardVersion{3});
+}
+
 TEST(CatalogImage, a_delete_before_the_finalize_leaves_no_word) {
   CatalogImage img = with_stream({}, stream(K, 0), {ME});
   auto legacy = event(ChangeEvent::Kind::stream_deleted, ChangeSeq{12});

@@ -46,6 +46,13 @@ std::optional<ChangeEvent::Kind> parse_change_kind(std::string_view s);
 // Optional on decode: ChangeEvent "tombstone", "cache", "cache_tombstone" (absent: none /
 // empty); CatalogSnapshot "caches", "cache_tombstones" (absent: empty). The encoder writes
 // ChangeEvent "cache" only for cache events, as the RPC always has.
+// Level 16 (replicated shards), optional on decode and written only when they differ from
+// what older builds meant, so that everything an older build wrote or reads stays
+// byte-identical: StreamSpec "replication_factor","min_insync" (absent: 1, 1; written when
+// the factor is above 1), Assignment "leader_epoch","in_sync","version" (absent: 0, [], 0;
+// written when any is set), BrokerInfo / BrokerRegistration "peer_address" (absent: "";
+// written when set). InSyncReplica is {"broker","directory_id"}; ShardUpdate is
+// {"key","shard","incarnation","expected_version","leader","leader_epoch","in_sync"}.
 #define SLUICE_JSON_CODEC(T)                                                                  \
   void tag_invoke(const boost::json::value_from_tag&, boost::json::value& jv, const T& x);   \
   T tag_invoke(const boost::json::value_to_tag<T>&, const boost::json::value& jv);
@@ -57,7 +64,9 @@ SLUICE_JSON_CODEC(StreamInfo)
 SLUICE_JSON_CODEC(TenantInfo)
 SLUICE_JSON_CODEC(NamespaceInfo)
 SLUICE_JSON_CODEC(Tombstone)
+SLUICE_JSON_CODEC(InSyncReplica)
 SLUICE_JSON_CODEC(Assignment)
+SLUICE_JSON_CODEC(ShardUpdate)
 SLUICE_JSON_CODEC(BrokerInfo)
 SLUICE_JSON_CODEC(BrokerRegistration)
 SLUICE_JSON_CODEC(FeatureInfo)
@@ -102,10 +111,15 @@ const boost::json::object& object(const boost::json::value& v, std::string_view 
 //   cache_created/deleted           {"tenant","ns","name","incarnation","default_ttl_ms",
 //                                    "created_seq","tombstone"?:{"deleted_up_to","seq"}}
 //   broker_registered/unregistered  {"id","address","directory_id","version","features",
-//                                    "registered_seq"}
+//                                    "registered_seq","peer_address"?}
 //   feature_finalized               {"feature"}
+//   shard_changed                   {"tenant","ns","name","shard","incarnation","generation",
+//                                    "leader","replicas","leader_epoch","in_sync","version"}
+// Stream payloads add "replication_factor","min_insync" after "created_at_us" when the factor
+// is above 1, and each assignment "leader_epoch","in_sync","version" when any is set (the
+// value-shape rule above: RF-1 payloads stay byte-identical).
 // Optional on decode: stream "assignments" and "tombstone" (schema-1 snapshots lack them),
-// cache "tombstone". The key of an assignment or tombstone is the event's stream or cache;
+// cache "tombstone", the level-16 fields above. The key of an assignment or tombstone is the event's stream or cache;
 // `live` of a broker is not stored (false).
 std::string encode_change_payload(const ChangeEvent& e);
 

@@ -4,6 +4,9 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "sluice/error.h"
 #include "sluice/metadata.h"
@@ -19,9 +22,9 @@ inline constexpr std::uint32_t kMaxShardsPerStream = 1024;
 // depend on the build that applies it (felix post-mortem, "apply reads only the entry").
 Result<void> validate_stream_spec(const StreamSpec& spec);
 
-// What this build can serve (replication factors above 1 and ack quorum need the
-// replicated data path, which it lacks: docs/replication.md "Status"). Checked by the
-// proposer and the broker, never inside apply.
+// What this build can serve, beyond validate_stream_spec. Checked by the proposer and the
+// broker, never inside apply. This build serves every valid spec (replicated shards and ack
+// quorum, docs/replication.md); the hook stays for specs a future build adds.
 Result<void> check_spec_supported(const StreamSpec& spec);
 
 // The min_insync a create gets when it names none: a majority of the replication factor.
@@ -37,6 +40,24 @@ std::uint32_t default_min_insync(std::uint32_t replication_factor);
 //                 non-replica, or an empty directory id; a leader outside in_sync
 // The caller then stores the update with version current.version + 1.
 Result<void> check_shard_update(const Assignment& current, const ShardUpdate& update);
+
+// Where a new stream's replicas go when replication_factor > 1 (both backends, at create):
+// for each shard, `replication_factor` distinct brokers, the first its leader. Candidates
+// are the live brokers that implement every finalized feature (as place_shards), sorted by
+// id; shard i takes the candidates at (offset + i + j) mod n for j = 0..rf-1, offset =
+// fnv1a64("tenant/ns/name") mod n, so leaders and copies spread evenly and the answer is
+// deterministic. Never falls back to brokers that are not live: a copy claimed on a broker
+// that is down is a copy that does not exist. not_enough_replicas (503) when fewer than
+// replication_factor candidates are live, naming both numbers.
+Result<std::vector<std::vector<NodeId>>> place_replicas(
+    const StreamKey& key, std::uint32_t shards, std::uint32_t replication_factor,
+    const std::vector<BrokerInfo>& registered, const std::set<std::string, std::less<>>& finalized);
+
+// The replica state a new shard starts with (both backends, at create). replication_factor
+// 1: no leader epoch, version 0, empty in-sync set (what builds before level 16 store).
+// Above 1: leader = replicas[0], leader epoch 1, version 1, in_sync = every replica with the
+// directory id it registered with (`brokers`); not_enough_replicas if a replica is not among them.
+Result<void> start_replicated_shard(Assignment& a, const std::vector<BrokerInfo>& brokers);
 
 // An operator's leader move (docs/replication.md "Moving a leader"): the compare-and-set
 // that makes `broker` lead `current`'s shard, in the next leader epoch, with the in-sync set

@@ -34,6 +34,9 @@ namespace sluice {
 
 inline constexpr std::string_view kStreamIncarnations = "stream_incarnations";
 inline constexpr std::string_view kCacheIncarnations = "cache_incarnations";
+// Stream specs with replication_factor > 1 and update_shard (metadata level 16,
+// docs/replication.md). Until it is finalized, creates refuse replication factors above 1.
+inline constexpr std::string_view kReplicatedShards = "replicated_shards";
 
 struct FeatureSpec {
   std::string_view name;

@@ -54,8 +54,9 @@ using ShardVersion = Strong<struct ShardVersionTag>;
 // The metadata level this build implements (docs/metadata-levels.md). Level 8 is the
 // baseline (streams, caches, tenants, namespaces, fleet features; no incarnations); level
 // 10 lets `stream_incarnations` be finalized; level 14 adds `cache_incarnations` and the
-// per-entry `incarnations` flag. A member may run lower (`metadata.level`).
-inline constexpr MetadataLevel kBuildMetadataLevel{14};
+// per-entry `incarnations` flag; level 16 adds `replicated_shards`. A member may run lower
+// (`metadata.level`).
+inline constexpr MetadataLevel kBuildMetadataLevel{16};
 inline constexpr MetadataLevel kLowestMetadataLevel{8};
 // The level that lets `stream_incarnations` be finalized.
 inline constexpr MetadataLevel kStreamIncarnationsLevel{10};

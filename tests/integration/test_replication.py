@@ -1,0 +1,273 @@
+"""Replicated shards end to end (issue 10): three real sluiced brokers on one PostgreSQL
+catalog, talking over the peer transport on loopback. Needs the `sluice_pg` ctest fixture.
+
+Every test ends with tools/check_replicas.py, which re-reads every replica's segment files
+and checks that they agree byte for byte below the high watermark and hold every
+acknowledged record."""
+import json
+import os
+import random
+import shutil
+import signal
+import threading
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+from harness import DEADLINE_S, HttpError, Node, free_port, poll, record_value
+
+PG_URL = os.environ.get("SLUICE_TEST_PG_URL", "")
+CHECKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "check_replicas.py")
+MAX_LAG_MS = 1500
+
+
+class Replication(unittest.TestCase):
+    def setUp(self):
+        self.assertTrue(PG_URL, "SLUICE_TEST_PG_URL is not set: run through ctest (fixture sluice_pg)")
+        self.schema = "rep_%08x" % random.getrandbits(32)
+        self.workdir = tempfile.mkdtemp(prefix="sluice-rep-")
+        self.failpoints = {}
+        self.nodes = {}
+        ports = {i: free_port() for i in (1, 2, 3)}
+        peers = ",".join("%d=127.0.0.1:%d" % (i, p) for i, p in ports.items())
+        for i in (1, 2, 3):
+            fp = os.path.join(self.workdir, "failpoints-%d" % i)
+            open(fp, "w").close()
+            self.failpoints[i] = fp
+            self.nodes[i] = Node(extra={
+                "node.id": str(i), "node.roles": "broker", "metadata.backend": "postgres",
+                "metadata.postgres.url": PG_URL, "metadata.postgres.schema": self.schema,
+                "broker.session_timeout_ms": "3000",
+                "transport.address": "127.0.0.1:%d" % ports[i], "transport.peers": peers,
+                "transport.failpoint_file": fp,
+                "replication.max_lag_ms": str(MAX_LAG_MS),
+            })
+
+    def tearDown(self):
+        for n in self.nodes.values():
+            n.cleanup()
+
+    # --- helpers ---------------------------------------------------------------------
+    def start_all(self):
+        for n in self.nodes.values():
+            n.start()
+        poll(lambda: len(self.nodes[1].request("GET", "/v1/brokers")["brokers"]) == 3, "three brokers registered")
+
+    def shard(self, node, stream="r", shard=0):
+        st, body = node.request("GET", node.ns_path() + "/streams/%s/shards" % stream, raw=True)
+        if st != 200:
+            return None
+        return json.loads(body)["shards"][shard]
+
+    def leader(self, stream="r"):
+        return self.shard(self.nodes[1], stream)["leader"]
+
+    def in_sync(self, stream="r"):
+        return sorted(m["broker"] for m in self.shard(self.nodes[1], stream)["in_sync"])
+
+    def partition(self, node_id):
+        """Cuts node_id off from both other brokers on the peer transport (failpoints)."""
+        for i, fp in self.failpoints.items():
+            with open(fp, "w") as f:
+                if i == node_id:
+                    f.write("".join("drop %d\n" % j for j in self.nodes if j != node_id))
+                else:
+                    f.write("drop %d\n" % node_id)
+
+    def heal(self):
+        for fp in self.failpoints.values():
+            with open(fp, "w"):
+                pass
+
+    def publish(self, node, values, ack="quorum", stream="r", timeout=DEADLINE_S):
+        return node.request("POST", node.ns_path() + "/streams/%s/records?ack=%s" % (stream, ack),
+                            {"records": [{"value": v, "shard": 0} for v in values]}, timeout=timeout)["results"]
+
+    def check_replicas(self, acked, stream="r"):
+        leader = self.nodes[self.leader(stream)]
+        info = self.shard(leader, stream)
+        hwm = info["high_watermark"]
+        dirs = []
+        for n in self.nodes.values():
+            d = os.path.join(n.data_dir, "shards", "t", "n", stream, "0-%016x" % info["incarnation"])
+            dirs.append(d)
+        ack_file = os.path.join(self.workdir, "acked")
+        with open(ack_file, "wb") as f:
+            for off, v in sorted(acked.items()):
+                f.write(b"%d %s\n" % (off, v.encode()))
+        args = [sys.executable, CHECKER, "--hwm", str(hwm), "--acked", ack_file]
+        for d in dirs:
+            args += ["--replica", d]
+        p = subprocess.run(args, capture_output=True, text=True, timeout=300)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        return hwm
+
+    def wait_in_sync(self, brokers, stream="r"):
+        poll(lambda: self.in_sync(stream) == sorted(brokers), "the in-sync set to be %s" % sorted(brokers))
+
+    def wait_caught_up(self, stream="r"):
+        """Every replica's durable end reaches the leader's log end (the leader's view)."""
+        def done():
+            s = self.shard(self.nodes[self.leader(stream)], stream)
+            prog = s.get("replica_progress", [])
+            return len(prog) == 3 and all(p["durable_end"] == s["log_end"] for p in prog) and \
+                s["high_watermark"] == s["log_end"]
+        poll(done, "every replica to catch up")
+
+    # --- tests -----------------------------------------------------------------------
+    def test_quorum_acks_survive_a_follower_sigkill_and_it_rejoins(self):
+        self.start_all()
+        created = self.nodes[1].create_stream("r", shards=1, replication_factor=3, min_insync=2)
+        self.assertEqual((created["replication_factor"], created["min_insync"]), (3, 2))
+        self.assertEqual(created["ack"], "quorum", "replicated streams default to ack=quorum")
+        poll(lambda: all(self.shard(n) for n in self.nodes.values()), "every broker to apply the create")
+        info = self.shard(self.nodes[1])
+        self.assertEqual(sorted(info["replicas"]), [1, 2, 3])
+        self.assertEqual(info["leader_epoch"], 1)
+        self.wait_in_sync([1, 2, 3])
+        leader = self.nodes[info["leader"]]
+        follower_id = next(i for i in self.nodes if i != info["leader"])
+        follower = self.nodes[follower_id]
+
+        # A follower does not serve clients: 421 naming the leader.
+        with self.assertRaises(HttpError) as e:
+            self.publish(follower, ["nope"])
+        self.assertEqual(e.exception.status, 421)
+
+        acked = {}
+        for i in range(40):
+            vals = ["a%d-%d" % (i, j) for j in range(5)]
+            for res, v in zip(self.publish(leader, vals), vals):
+                acked[res["offset"]] = v
+            if i == 15:
+                follower.kill()  # SIGKILL: no goodbye; the leader must notice by lag
+        # The set shrank to the two live replicas (never below min_insync=2) and acks went on.
+        self.wait_in_sync(sorted(i for i in self.nodes if i != follower_id))
+        # Back, the follower catches up from its own disk and rejoins the in-sync set.
+        follower.start()
+        self.wait_in_sync([1, 2, 3])
+        self.wait_caught_up()
+        hwm = self.check_replicas(acked)
+        self.assertGreaterEqual(hwm, 200)
+        got = {r["offset"]: record_value(r).decode() for r in leader.fetch_all("r", 0)}
+        for off, v in acked.items():
+            self.assertEqual(got.get(off), v)
+
+    def deposed_leader_acknowledges_nothing(self, with_data):
+        """Seed pulsar-fenced-empty-ledger-loss: the leader is SIGSTOPped with a quorum append
+        pending, an operator raises the epoch, the old leader is SIGCONTed. The pending append
+        fails with 409 fenced; nothing the old leader said was acknowledged is lost."""
+        self.start_all()
+        self.nodes[1].create_stream("r", shards=1, replication_factor=3, min_insync=2)
+        poll(lambda: all(self.shard(n) for n in self.nodes.values()), "every broker to apply the create")
+        self.wait_in_sync([1, 2, 3])
+        old_id = self.leader()
+        old = self.nodes[old_id]
+        acked = {}
+        if with_data:
+            vals = ["before-%d" % i for i in range(10)]
+            for res, v in zip(self.publish(old, vals), vals):
+                acked[res["offset"]] = v
+        # The followers stop hearing the old leader, so its next quorum append cannot complete.
+        self.partition(old_id)
+        pending = {}
+
+        def publish_pending():
+            try:
+                pending["result"] = self.publish(old, ["pending"], timeout=90)
+            except HttpError as e:
+                pending["error"] = (e.status, e.problem.get("code"), e.problem.get("detail"))
+
+        t = threading.Thread(target=publish_pending)
+        t.start()
+        poll(lambda: self.shard(old)["log_end"] > self.shard(old)["high_watermark"],
+             "the pending append to reach the old leader's log, unacknowledged")
+        old.proc.send_signal(signal.SIGSTOP)
+        try:
+            # An operator raises the epoch, moving leadership to an in-sync follower.
+            def move():
+                for i in self.nodes:
+                    if i == old_id:
+                        continue
+                    info = self.shard(self.nodes[i])
+                    target = next(m["broker"] for m in info["in_sync"] if m["broker"] != old_id)
+                    st, body = self.nodes[i].request(
+                        "POST", self.nodes[i].ns_path() + "/streams/r/shards/0/leader", {"broker": target}, raw=True)
+                    if st == 200:
+                        return json.loads(body)
+                return None
+            moved = poll(move, "the operator's leader move")
+            self.assertEqual(moved["leader_epoch"], 2)
+            new_id = moved["leader"]
+        finally:
+            old.proc.send_signal(signal.SIGCONT)
+        t.join(timeout=120)
+        self.assertFalse(t.is_alive(), "the pending append never completed")
+        self.assertNotIn("result", pending, "a deposed leader acknowledged a pending quorum append")
+        self.assertEqual(pending["error"][:2], (409, "fenced"), pending)
+        # Later appends sent to the old leader: none is acknowledged by it. (One that a broker
+        # forwards to the new leader is acknowledged there, and must then survive.)
+        for i in range(3):
+            try:
+                for res in self.publish(self.nodes[old_id], ["later-%d" % i], timeout=60):
+                    acked[res["offset"]] = "later-%d" % i
+            except HttpError as e:
+                self.assertIn((e.status, e.problem.get("code")),
+                              [(409, "fenced"), (421, "not_leader"), (503, "unavailable")], e.body)
+        # The new leader takes quorum writes with the third replica.
+        new = self.nodes[new_id]
+        poll(lambda: self.shard(new)["leading"], "the new leader to lead")
+        vals = ["after-%d" % i for i in range(10)]
+        for res, v in zip(self.publish(new, vals), vals):
+            acked[res["offset"]] = v
+        # Healed, the old leader follows, drops its unacknowledged suffix, and catches up.
+        self.heal()
+        self.wait_in_sync([1, 2, 3])
+        self.wait_caught_up()
+        self.check_replicas(acked)
+        values = [record_value(r).decode() for r in new.fetch_all("r", 0)]
+        self.assertNotIn("pending", values)
+
+    def test_a_wiped_follower_is_a_new_replica_until_it_has_caught_up(self):
+        """Seed kafka-15495: a follower back with an empty disk (a new directory.id) counts for
+        nothing until it has caught up and the leader recorded its new directory."""
+        self.start_all()
+        self.nodes[1].create_stream("r", shards=1, replication_factor=3, min_insync=2)
+        poll(lambda: all(self.shard(n) for n in self.nodes.values()), "every broker to apply the create")
+        self.wait_in_sync([1, 2, 3])
+        leader_id = self.leader()
+        leader = self.nodes[leader_id]
+        acked = {}
+        for i in range(20):
+            vals = ["w%d-%d" % (i, j) for j in range(5)]
+            for res, v in zip(self.publish(leader, vals), vals):
+                acked[res["offset"]] = v
+        f_id = next(i for i in self.nodes if i != leader_id)
+        f = self.nodes[f_id]
+        old_dir = next(m["directory_id"] for m in self.shard(leader)["in_sync"] if m["broker"] == f_id)
+        self.assertEqual(f.stop(), 0)
+        shutil.rmtree(f.data_dir)
+        f.start()
+        new_dir = f.request("GET", "/v1/cluster")["directory_id"]
+        self.assertNotEqual(new_dir, old_dir)
+        for i in range(20, 30):
+            vals = ["w%d-%d" % (i, j) for j in range(5)]
+            for res, v in zip(self.publish(leader, vals), vals):
+                acked[res["offset"]] = v
+        # It rejoins only under its new directory id, once it holds everything.
+        poll(lambda: {m["broker"]: m["directory_id"] for m in self.shard(leader)["in_sync"]}.get(f_id) == new_dir,
+             "the wiped follower to rejoin the in-sync set under its new directory id")
+        self.wait_caught_up()
+        self.check_replicas(acked)
+
+    def test_deposed_leader_acknowledges_nothing(self):
+        self.deposed_leader_acknowledges_nothing(with_data=True)
+
+    def test_deposed_leader_with_an_empty_log_acknowledges_nothing(self):
+        self.deposed_leader_acknowledges_nothing(with_data=False)
+
+
+if __name__ == "__main__":
+    unittest.main()
