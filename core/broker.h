@@ -257,6 +257,9 @@ class BrokerRuntime final : public Node {
   // calls that sync), so none runs on the transport's I/O thread.
   PeerTransport* transport_ = nullptr;
   bool serving_forwarded_ = false;  // our handlers are registered with transport_
+  // A forwarded ack=quorum publish may wait for the leader's replication.quorum_timeout_ms:
+  // it gets that plus forward_timeout_ms (set when forwarding starts).
+  std::int64_t quorum_forward_timeout_ms_ = 40000;
   std::shared_ptr<fwd::Timers> timers_;
   std::unique_ptr<fwd::Workers> workers_;
   std::mutex waits_mu_;

@@ -269,8 +269,9 @@ void BrokerRuntime::publish(const StreamKey& key, const std::vector<PublishRecor
     std::string payload = shard_header(key, rt, ShardIndex{s}, 1 + batch.size());
     payload.push_back(static_cast<char>(opts.ack));
     payload.append(batch);
-    transport_->request(rt.leader, fwd::kPublish, std::move(payload),
-                        std::chrono::milliseconds(opts_.forward_timeout_ms),
+    const std::int64_t timeout_ms =
+        opts.ack == AckMode::quorum ? quorum_forward_timeout_ms_ : opts_.forward_timeout_ms;
+    transport_->request(rt.leader, fwd::kPublish, std::move(payload), std::chrono::milliseconds(timeout_ms),
                         [complete, s](Result<std::string> a) {
                           if (!a) return complete(s, a.error());
                           fwd::Reader rd(*a);

@@ -15,6 +15,8 @@ void BrokerRuntime::start_forwarding() {
   if (!transport_) return;
   if (!timers_) timers_ = std::make_shared<fwd::Timers>();
   if (!workers_) workers_ = std::make_unique<fwd::Workers>(2);
+  quorum_forward_timeout_ms_ =
+      host_.config_int("replication.quorum_timeout_ms", 30000) + opts_.forward_timeout_ms;
   serving_forwarded_ = true;
   for (auto type : fwd::kAllTypes) {
     auto r = transport_->handle(type, [this, type](const PeerIdentity& from, std::string payload,
@@ -212,8 +214,8 @@ void BrokerRuntime::serve_forwarded(PeerMessageType type, NodeId from, std::stri
   if (type == fwd::kPublish) {
     const auto ack = static_cast<AckMode>(rd.u8());
     if (auto c = rd.check("publish", false); !c) return respond(c.error());
-    if (ack != AckMode::none && ack != AckMode::leader)
-      return respond(Error(Errc::invalid_argument, "a forwarded publish takes ack none or leader"));
+    if (ack != AckMode::none && ack != AckMode::leader && ack != AckMode::quorum)
+      return respond(Error(Errc::invalid_argument, "a forwarded publish names an unknown ack mode"));
     auto log = forwarded_shard(h);
     if (!log) return respond(log.error());
     const std::size_t consumed = payload.size() - rd.rest().size();
