@@ -17,7 +17,11 @@ BrokerRuntime::BrokerRuntime(NodeInfo info, MetadataStore& catalog, StorageEngin
       storage_(storage),
       opts_(std::move(opts)),
       host_(host),
-      facade_(make_catalog_facade(*this, catalog, opts_.catalog_timeout_ms)) {}
+      facade_(make_catalog_facade(*this, catalog, opts_.catalog_timeout_ms)) {
+  // The directory also keeps each broker's HTTP address (leader_address), so keep one even
+  // when the caller gave none.
+  if (!opts_.peers) opts_.peers = std::make_shared<PeerDirectory>();
+}
 
 BrokerRuntime::~BrokerRuntime() { stop(); }
 
@@ -35,6 +39,8 @@ Result<void> BrokerRuntime::start() {
     if (!f) return f.error();
     floors_ = std::move(f.value());
   }
+  // Forwarded calls are answered `unavailable` (transient) until the first resync is done.
+  start_forwarding();
   control_ = std::thread([this] { control_loop(); });
   if (auto r = resync(); !r) return r;
   started_ = true;
@@ -43,6 +49,7 @@ Result<void> BrokerRuntime::start() {
 }
 
 void BrokerRuntime::stop() {
+  stop_forwarding();  // no forwarded call runs once shards start closing
   {
     std::lock_guard lk(tasks_mu_);
     stopping_ = true;

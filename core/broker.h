@@ -32,6 +32,10 @@
 // Read-your-writes: catalog().create_stream / delete_stream answer only once this node has
 // applied the change, so a 201 means the stream is servable here.
 //
+// Forwarding (docs/replication.md "Forwarding"): a client call for a shard another broker
+// leads is sent to that leader over the peer transport (forwarding.h has the messages); the
+// leader runs it as a local call and never forwards it again. No leader: shard_unavailable.
+//
 // Hot path: publish takes a shared lock to find the stream, builds one batch per shard
 // touched (one allocation per batch, none per record) and appends. No lock is held across
 // storage calls.
@@ -53,6 +57,7 @@
 #include <vector>
 
 #include "catalog_image.h"
+#include "forwarding.h"
 #include "peer_directory.h"
 #include "serving_plan.h"
 #include "sluice/host.h"
@@ -71,6 +76,11 @@ struct BrokerOptions {
   std::string peer_address;            // transport.address, registered as its peer_address
   // Filled from the catalog's broker registrations (snapshots and changes); may be null.
   std::shared_ptr<PeerDirectory> peers;
+  // A forwarded call (fetch, group calls, one shard's publish) fails `timeout` after this.
+  std::int64_t forward_timeout_ms = 10000;
+  // How long the leader holds a forwarded long-poll wait before it answers "nothing new";
+  // the forwarding broker then asks again until its client's poll ends.
+  std::int64_t forward_wait_hold_ms = 20000;
   // Called (from the heartbeat thread) when the control plane refuses this broker while it
   // runs, e.g. a feature it lacks was finalized while it was paused. The node must stop.
   std::function<void(const std::string&)> on_fenced;
@@ -104,6 +114,8 @@ class BrokerRuntime final : public Node {
                                            std::function<void()> cb) override;
   void cancel_notify(const StreamKey& key, ShardIndex shard, std::uint64_t handle) override;
   Result<std::vector<ShardStatus>> shards(const StreamKey& key) override;
+  std::string leader_address(const StreamKey& key, ShardIndex shard) override;
+  bool serves_locally(const StreamKey& key, ShardIndex shard) override;
   Result<Assignment> move_leader(const StreamKey& key, ShardIndex shard, NodeId broker) override;
   Result<GroupDelivery> group_fetch(const StreamKey& key, ShardIndex shard, const std::string& group,
                                     std::uint32_t max_records, const GroupOptions& opts) override;
@@ -143,7 +155,42 @@ class BrokerRuntime final : public Node {
   };
 
   std::shared_ptr<StreamState> find(const StreamKey& key);
+  // The shard's log when this broker leads it, else not_leader: what a forwarded call runs
+  // on (it is never forwarded again).
   Result<std::shared_ptr<ShardLog>> find_shard(const StreamKey& key, ShardIndex shard);
+  // Where a client's call for the shard goes: `log` when this broker leads it, else the
+  // leader to forward to. shard_unavailable when the shard has no leader; not_leader when
+  // this node has no peer transport.
+  struct ShardRoute {
+    std::shared_ptr<ShardLog> log;
+    NodeId leader{0};
+    Incarnation incarnation;
+  };
+  Result<ShardRoute> route(const StreamKey& key, ShardIndex shard);
+  Error not_led_here(const StreamState& st, const StreamKey& key, std::uint32_t shard) const;
+  // --- forwarding (broker_forward.cc) ---
+  void start_forwarding();
+  void stop_forwarding();
+  // Sends one forwarded call and waits for its answer (not from a transport thread).
+  Result<std::string> forward(NodeId leader, PeerMessageType type, std::string payload,
+                              std::int64_t timeout_ms);
+  void serve_forwarded(PeerMessageType type, NodeId from, std::string payload, PeerResponder respond);
+  void hold_wait(NodeId from, const fwd::ShardHeader& h, std::shared_ptr<ShardLog> log, Offset offset,
+                 std::uint32_t hold_ms, std::uint64_t wait_id, PeerResponder respond);
+  Result<std::shared_ptr<ShardLog>> forwarded_shard(const fwd::ShardHeader& h);
+  std::string shard_header(const StreamKey& key, const ShardRoute& r, ShardIndex shard,
+                           std::size_t extra = 0) const;
+  Result<FetchResult> forward_fetch(const StreamKey& key, ShardIndex shard, const ShardRoute& r,
+                                    Offset from, std::uint32_t max_records, std::size_t max_bytes);
+  // A long-poll wait on a shard another broker leads (notify_when_beyond's handle).
+  struct ForwardedWait {
+    NodeId leader;
+    std::string request;  // the kWait payload, sent again after each hold
+    std::mutex mu;
+    std::function<void()> cb;  // empty once fired or cancelled
+  };
+  void arm_forwarded_wait(std::uint64_t id, std::shared_ptr<ForwardedWait> w);
+  void fire_forwarded_wait(std::uint64_t id);
   HeldStreams held();
   ServingNode serving_node() const;
   // Applies a plan (serving_plan.h) in its order. `registration`: at start, register between
@@ -197,6 +244,27 @@ class BrokerRuntime final : public Node {
   std::unique_ptr<WatchHandle> watch_;
   std::atomic<bool> started_{false};
   std::atomic<bool> registered_{false};
+
+  // The leader's held waits, by (forwarding broker, its wait id), so that a wait its client
+  // gave up on is dropped at once (kCancelWait). Declared before timers_, which outlives
+  // none of them.
+  struct HeldWait;
+  std::mutex held_mu_;
+  std::map<std::pair<std::uint32_t, std::uint64_t>, std::shared_ptr<HeldWait>> held_waits_;
+
+  // Forwarding: the transport (null without the broker role or in tests without one), the
+  // leader's hold timers and a small pool for forwarded calls that may block (reads, group
+  // calls that sync), so none runs on the transport's I/O thread.
+  PeerTransport* transport_ = nullptr;
+  bool serving_forwarded_ = false;  // our handlers are registered with transport_
+  // A forwarded ack=quorum publish may wait for the leader's replication.quorum_timeout_ms:
+  // it gets that plus forward_timeout_ms (set when forwarding starts).
+  std::int64_t quorum_forward_timeout_ms_ = 40000;
+  std::shared_ptr<fwd::Timers> timers_;
+  std::unique_ptr<fwd::Workers> workers_;
+  std::mutex waits_mu_;
+  std::map<std::uint64_t, std::shared_ptr<ForwardedWait>> waits_;  // forwarded notify handles
+  std::uint64_t next_wait_ = 1ull << 62;  // above any storage handle
 
   // Metrics (monotonic counters).
   std::atomic<std::uint64_t> m_publish_requests_{0}, m_publish_records_{0}, m_publish_bytes_{0},

@@ -1,6 +1,7 @@
 // The broker's data calls: publish, fetch, shard status, consumer groups and dead letters,
-// on the shards this broker serves (docs/architecture.md "Broker runtime"). A refused
-// incarnation answers 409 conflict with the reason; another broker's shard 421 not_leader.
+// for any shard: those this broker leads run here, the others are forwarded to their leader
+// (broker_forward.cc; docs/replication.md "Forwarding"). A refused incarnation answers 409
+// conflict with the reason; a shard without a leader 503 shard_unavailable.
 #include <chrono>
 #include <set>
 
@@ -44,6 +45,60 @@ Result<std::shared_ptr<ShardLog>> BrokerRuntime::find_shard(const StreamKey& key
                                        ", not by this node (" + std::to_string(info_.node_id.value()) + ")");
   }
   return st->shards[shard.value()];
+}
+
+Error BrokerRuntime::not_led_here(const StreamState& st, const StreamKey& key, std::uint32_t shard) const {
+  NodeId leader{0};
+  for (const auto& a : st.assignments)
+    if (a.shard.value() == shard) leader = a.leader;
+  const std::string what = "shard " + std::to_string(shard) + " of " + key.to_string();
+  if (leader.value() == 0)
+    return Error(Errc::shard_unavailable, what + " has no leader", Outcome::transient);
+  if (leader == info_.node_id)
+    return Error(Errc::unavailable, what + " is led by this broker but not open yet", Outcome::transient);
+  return Error(Errc::not_leader, what + " is led by broker " + std::to_string(leader.value()) +
+                                     ", not by this node (" + std::to_string(info_.node_id.value()) +
+                                     "), which cannot forward to it (no peer transport)");
+}
+
+Result<BrokerRuntime::ShardRoute> BrokerRuntime::route(const StreamKey& key, ShardIndex shard) {
+  if (auto v = validate_stream_key(key); !v) return v.error();
+  if (!storage_) return no_broker_role();
+  auto st = find(key);
+  if (!st) return Error(Errc::not_found, "stream " + key.to_string() + " does not exist");
+  if (!st->refused.empty()) return Error(Errc::conflict, st->refused);
+  const std::uint32_t i = shard.value();
+  if (i >= st->shards.size())
+    return Error(Errc::not_found, "stream " + key.to_string() + " has " + std::to_string(st->shards.size()) +
+                                      " shards; shard " + std::to_string(i) + " does not exist");
+  ShardRoute r;
+  r.incarnation = st->info.incarnation;
+  if (st->shards[i]) {
+    r.log = st->shards[i];
+    return r;
+  }
+  for (const auto& a : st->assignments)
+    if (a.shard == shard) r.leader = a.leader;
+  if (r.leader.value() == 0 || r.leader == info_.node_id || !transport_) return not_led_here(*st, key, i);
+  return r;
+}
+
+bool BrokerRuntime::serves_locally(const StreamKey& key, ShardIndex shard) {
+  auto st = find(key);
+  if (!st || !st->refused.empty() || shard.value() >= st->shards.size()) return true;  // answered at once
+  return st->shards[shard.value()] != nullptr;
+}
+
+std::string BrokerRuntime::leader_address(const StreamKey& key, ShardIndex shard) {
+  auto st = find(key);
+  if (!st) return {};
+  for (const auto& a : st->assignments)
+    if (a.shard == shard) {
+      if (a.leader.value() == 0) return {};
+      if (a.leader == info_.node_id) return opts_.advertised_address;
+      return opts_.peers ? opts_.peers->api_address(a.leader) : std::string();
+    }
+  return {};
 }
 
 Result<StreamInfo> BrokerRuntime::create_stream(const StreamKey& key, const StreamSpec& spec) {
@@ -148,15 +203,17 @@ void BrokerRuntime::publish(const StreamKey& key, const std::vector<PublishRecor
   std::vector<BatchBuilder> builders;
   std::vector<std::uint32_t> builder_shard;
   std::vector<int> builder_of(n, -1);
+  std::vector<NodeId> remote;  // per shard: the leader to forward to; filled only if one is not here
   for (std::uint32_t s = 0; s < n; ++s) {
     if (!count[s]) continue;
     if (!st->shards[s]) {
       NodeId leader{0};
       for (const auto& a : st->assignments)
         if (a.shard.value() == s) leader = a.leader;
-      return fail(Error(Errc::not_leader, "shard " + std::to_string(s) + " of " + key.to_string() +
-                                              " is led by broker " + std::to_string(leader.value()) +
-                                              ", not by this node"));
+      if (leader.value() == 0 || leader == info_.node_id || !transport_)
+        return fail(not_led_here(*st, key, s));
+      if (remote.empty()) remote.resize(n);
+      remote[s] = leader;
     }
     builder_of[s] = static_cast<int>(builders.size());
     builders.emplace_back().reserve(kBatchHeaderSize + bytes[s]);
@@ -183,53 +240,122 @@ void BrokerRuntime::publish(const StreamKey& key, const std::vector<PublishRecor
   m_publish_bytes_.fetch_add(total_bytes, std::memory_order_relaxed);
   g->cb = std::move(cb);
   g->remaining.store(static_cast<int>(builders.size()));
+  auto complete = [this, g](std::uint32_t s, Result<AppendResult> r) {
+    if (r) {
+      g->base[s] = r->base_offset;
+      g->succeeded.fetch_add(1, std::memory_order_relaxed);
+      if (r->duplicate) m_publish_duplicates_.fetch_add(1, std::memory_order_relaxed);
+    } else {
+      std::lock_guard lk(g->mu);
+      if (!g->error) g->error = r.error();
+    }
+    if (g->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      if (g->error) m_publish_errors_.fetch_add(1, std::memory_order_relaxed);
+      g->done();
+    }
+  };
   for (std::size_t b = 0; b < builders.size(); ++b) {
     const std::uint32_t s = builder_shard[b];
-    st->shards[s]->append(builders[b].finish(), opts.ack, [this, g, s](Result<AppendResult> r) {
-      if (r) {
-        g->base[s] = r->base_offset;
-        g->succeeded.fetch_add(1, std::memory_order_relaxed);
-        if (r->duplicate) m_publish_duplicates_.fetch_add(1, std::memory_order_relaxed);
-      } else {
-        std::lock_guard lk(g->mu);
-        if (!g->error) g->error = r.error();
-      }
-      if (g->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-        if (g->error) m_publish_errors_.fetch_add(1, std::memory_order_relaxed);
-        g->done();
-      }
-    });
+    if (remote.empty() || remote[s].value() == 0) {
+      st->shards[s]->append(builders[b].finish(), opts.ack,
+                            [complete, s](Result<AppendResult> r) { complete(s, std::move(r)); });
+      continue;
+    }
+    // Another broker leads this shard: its batch goes there, in parallel with the others.
+    ShardRoute rt;
+    rt.leader = remote[s];
+    rt.incarnation = st->info.incarnation;
+    std::string batch = builders[b].finish();
+    std::string payload = shard_header(key, rt, ShardIndex{s}, 1 + batch.size());
+    payload.push_back(static_cast<char>(opts.ack));
+    payload.append(batch);
+    const std::int64_t timeout_ms =
+        opts.ack == AckMode::quorum ? quorum_forward_timeout_ms_ : opts_.forward_timeout_ms;
+    transport_->request(rt.leader, fwd::kPublish, std::move(payload), std::chrono::milliseconds(timeout_ms),
+                        [complete, s](Result<std::string> a) {
+                          if (!a) return complete(s, a.error());
+                          fwd::Reader rd(*a);
+                          AppendResult ar;
+                          ar.base_offset = Offset{rd.u64()};
+                          ar.count = rd.u32();
+                          ar.duplicate = rd.u8() != 0;
+                          if (auto c = rd.check("publish answer"); !c) return complete(s, c.error());
+                          complete(s, ar);
+                        });
   }
 }
 
 Result<FetchResult> BrokerRuntime::fetch(const StreamKey& key, ShardIndex shard, Offset from,
                                          std::uint32_t max_records, std::size_t max_bytes) {
   m_fetch_requests_.fetch_add(1, std::memory_order_relaxed);
-  auto log = find_shard(key, shard);
-  if (!log) {
+  auto rt = route(key, shard);
+  if (!rt) {
     m_fetch_errors_.fetch_add(1, std::memory_order_relaxed);
-    return log.error();
+    return rt.error();
   }
-  auto r = log.value()->read(from, max_records, max_bytes);
+  auto r = rt->log ? rt->log->read(from, max_records, max_bytes)
+                   : forward_fetch(key, shard, *rt, from, max_records, max_bytes);
   if (!r) m_fetch_errors_.fetch_add(1, std::memory_order_relaxed);
   return r;
 }
 
 Result<ShardStats> BrokerRuntime::shard_stats(const StreamKey& key, ShardIndex shard) {
-  auto log = find_shard(key, shard);
-  if (!log) return log.error();
-  return log.value()->stats();
+  auto rt = route(key, shard);
+  if (!rt) return rt.error();
+  if (rt->log) return rt->log->stats();
+  auto a = forward(rt->leader, fwd::kStats, shard_header(key, *rt, shard), opts_.forward_timeout_ms);
+  if (!a) return a.error();
+  return fwd::decode_stats(*a);
 }
 
 Result<std::uint64_t> BrokerRuntime::notify_when_beyond(const StreamKey& key, ShardIndex shard,
                                                         Offset offset, std::function<void()> cb) {
-  auto log = find_shard(key, shard);
-  if (!log) return log.error();
-  return log.value()->notify_when_beyond(offset, std::move(cb));
+  auto rt = route(key, shard);
+  if (!rt) return rt.error();
+  if (rt->log) return rt->log->notify_when_beyond(offset, std::move(cb));
+  // The leader holds the wait (up to forward_wait_hold_ms, then "nothing new" and we ask
+  // again); `cb` runs when it answers "fired" or fails (the caller's next read then sees
+  // the error).
+  auto w = std::make_shared<ForwardedWait>();
+  w->leader = rt->leader;
+  w->request = shard_header(key, *rt, shard, 12);
+  w->cb = std::move(cb);
+  std::uint64_t id;
+  {
+    std::lock_guard lk(waits_mu_);
+    id = next_wait_++;
+    waits_[id] = w;
+  }
+  fwd::Writer tail(20);
+  tail.u64(offset.value()).u32(static_cast<std::uint32_t>(opts_.forward_wait_hold_ms)).u64(id);
+  w->request += tail.take();
+  arm_forwarded_wait(id, std::move(w));
+  return id;
 }
 
 void BrokerRuntime::cancel_notify(const StreamKey& key, ShardIndex shard, std::uint64_t handle) {
   if (handle == 0) return;
+  if (handle >= (1ull << 62)) {
+    std::shared_ptr<ForwardedWait> w;
+    {
+      std::lock_guard lk(waits_mu_);
+      auto it = waits_.find(handle);
+      if (it == waits_.end()) return;
+      w = std::move(it->second);
+      waits_.erase(it);
+    }
+    std::function<void()> dropped;
+    {
+      std::lock_guard lk(w->mu);
+      dropped.swap(w->cb);
+    }
+    // The leader drops its hold at once (its answer to the wait then finds no callback).
+    fwd::Writer cancel(8);
+    cancel.u64(handle);
+    transport_->request(w->leader, fwd::kCancelWait, cancel.take(),
+                        std::chrono::milliseconds(opts_.forward_timeout_ms), [](Result<std::string>) {});
+    return;
+  }
   // The shard may have closed (its waiters then fired) or been recreated: a handle of
   // another ShardLog object is unknown to it and ignored.
   if (auto log = find_shard(key, shard); log) log.value()->cancel_notify(handle);
@@ -294,25 +420,40 @@ Result<GroupDelivery> BrokerRuntime::group_fetch(const StreamKey& key, ShardInde
                                                  const std::string& group, std::uint32_t max_records,
                                                  const GroupOptions& opts) {
   if (auto v = check_group(group); !v) return v.error();
-  auto log = find_shard(key, shard);
-  if (!log) return log.error();
-  return log.value()->group_fetch(group, max_records, opts);
+  auto rt = route(key, shard);
+  if (!rt) return rt.error();
+  if (rt->log) return rt->log->group_fetch(group, max_records, opts);
+  fwd::Writer w;
+  w.bytes(shard_header(key, *rt, shard)).str(group).u32(max_records).u32(opts.max_deliveries).i64(opts.ack_timeout_ms);
+  auto a = forward(rt->leader, fwd::kGroupFetch, w.take(), opts_.forward_timeout_ms);
+  if (!a) return a.error();
+  return fwd::decode_delivery(*a);
 }
 
 Result<void> BrokerRuntime::group_ack(const StreamKey& key, ShardIndex shard, const std::string& group,
                                       const std::vector<Offset>& offsets) {
   if (auto v = check_group(group); !v) return v.error();
-  auto log = find_shard(key, shard);
-  if (!log) return log.error();
-  return log.value()->group_ack(group, offsets);
+  auto rt = route(key, shard);
+  if (!rt) return rt.error();
+  if (rt->log) return rt->log->group_ack(group, offsets);
+  fwd::Writer w;
+  w.bytes(shard_header(key, *rt, shard)).str(group).bytes(fwd::encode_offsets(offsets));
+  auto a = forward(rt->leader, fwd::kGroupAck, w.take(), opts_.forward_timeout_ms);
+  if (!a) return a.error();
+  return {};
 }
 
 Result<void> BrokerRuntime::group_nack(const StreamKey& key, ShardIndex shard, const std::string& group,
                                        const std::vector<Offset>& offsets) {
   if (auto v = check_group(group); !v) return v.error();
-  auto log = find_shard(key, shard);
-  if (!log) return log.error();
-  return log.value()->group_nack(group, offsets);
+  auto rt = route(key, shard);
+  if (!rt) return rt.error();
+  if (rt->log) return rt->log->group_nack(group, offsets);
+  fwd::Writer w;
+  w.bytes(shard_header(key, *rt, shard)).str(group).bytes(fwd::encode_offsets(offsets));
+  auto a = forward(rt->leader, fwd::kGroupNack, w.take(), opts_.forward_timeout_ms);
+  if (!a) return a.error();
+  return {};
 }
 
 Result<std::vector<GroupPosition>> BrokerRuntime::group_positions(const StreamKey& key,
@@ -324,9 +465,19 @@ Result<std::vector<GroupPosition>> BrokerRuntime::group_positions(const StreamKe
   if (!st) return Error(Errc::not_found, "stream " + key.to_string() + " does not exist");
   if (!st->refused.empty()) return Error(Errc::conflict, st->refused);
   std::vector<GroupPosition> out;
-  for (auto& s : st->shards) {
-    if (!s) continue;
-    auto p = s->group_position(group);
+  for (std::uint32_t i = 0; i < st->shards.size(); ++i) {
+    // A shard another broker leads: ask it (one forwarded call per such shard).
+    auto rt = route(key, ShardIndex{i});
+    if (!rt) return rt.error();
+    Result<GroupPosition> p = Error(Errc::internal, "unset");
+    if (rt->log) {
+      p = rt->log->group_position(group);
+    } else {
+      fwd::Writer w;
+      w.bytes(shard_header(key, *rt, ShardIndex{i})).str(group);
+      auto a = forward(rt->leader, fwd::kGroupPosition, w.take(), opts_.forward_timeout_ms);
+      p = a ? fwd::decode_position(*a, group) : Result<GroupPosition>(a.error());
+    }
     if (!p && p.error().code == Errc::not_found) {
       // A group that never consumed this shard incarnation is at the start, with nothing
       // outstanding and no dead letters (a recreated stream's groups start empty).
@@ -348,9 +499,16 @@ Result<std::vector<std::string>> BrokerRuntime::groups(const StreamKey& key) {
   if (!st) return Error(Errc::not_found, "stream " + key.to_string() + " does not exist");
   if (!st->refused.empty()) return Error(Errc::conflict, st->refused);
   std::set<std::string> all;
-  for (auto& s : st->shards) {
-    if (!s) continue;
-    auto g = s->list_groups();
+  for (std::uint32_t i = 0; i < st->shards.size(); ++i) {
+    auto rt = route(key, ShardIndex{i});
+    if (!rt) return rt.error();
+    Result<std::vector<std::string>> g = std::vector<std::string>{};
+    if (rt->log) {
+      g = rt->log->list_groups();
+    } else {
+      auto a = forward(rt->leader, fwd::kGroupList, shard_header(key, *rt, ShardIndex{i}), opts_.forward_timeout_ms);
+      g = a ? fwd::decode_names(*a) : Result<std::vector<std::string>>(a.error());
+    }
     if (!g) return g.error();
     all.insert(g->begin(), g->end());
   }
@@ -361,9 +519,17 @@ Result<FetchResult> BrokerRuntime::dead_letters(const StreamKey& key, ShardIndex
                                                 const std::string& group, Offset from,
                                                 std::uint32_t max_records, std::size_t max_bytes) {
   if (auto v = check_group(group); !v) return v.error();
-  auto log = find_shard(key, shard);
-  if (!log) return log.error();
-  auto r = log.value()->dead_letters(group, from, max_records, max_bytes);
+  auto rt = route(key, shard);
+  if (!rt) return rt.error();
+  Result<FetchResult> r = FetchResult{};
+  if (rt->log) {
+    r = rt->log->dead_letters(group, from, max_records, max_bytes);
+  } else {
+    fwd::Writer w;
+    w.bytes(shard_header(key, *rt, shard)).str(group).u64(from.value()).u32(max_records).u64(max_bytes);
+    auto a = forward(rt->leader, fwd::kDeadLetters, w.take(), opts_.forward_timeout_ms);
+    r = a ? fwd::decode_fetch_result(*a) : Result<FetchResult>(a.error());
+  }
   if (!r && r.error().code == Errc::not_found) return FetchResult{};  // no such group: none
   return r;
 }
@@ -372,9 +538,17 @@ Result<std::uint64_t> BrokerRuntime::replay_dead_letters(const StreamKey& key, S
                                                          const std::string& group, Offset from,
                                                          Offset to) {
   if (auto v = check_group(group); !v) return v.error();
-  auto log = find_shard(key, shard);
-  if (!log) return log.error();
-  return log.value()->replay_dead_letters(group, from, to);
+  auto rt = route(key, shard);
+  if (!rt) return rt.error();
+  if (rt->log) return rt->log->replay_dead_letters(group, from, to);
+  fwd::Writer w;
+  w.bytes(shard_header(key, *rt, shard)).str(group).u64(from.value()).u64(to.value());
+  auto a = forward(rt->leader, fwd::kReplay, w.take(), opts_.forward_timeout_ms);
+  if (!a) return a.error();
+  fwd::Reader rd(*a);
+  const std::uint64_t n = rd.u64();
+  if (auto c = rd.check("replay answer"); !c) return c.error();
+  return n;
 }
 
 }  // namespace sluice::core

@@ -8,6 +8,9 @@
 //     broker runtime from its snapshots and from broker_registered / broker_unregistered
 //     changes.
 //
+// It also keeps each registered broker's HTTP address (BrokerInfo.address), from the same
+// catalog sources, for the Sluice-Leader header of forwarded answers (api_address).
+//
 // Thread-safety: every method may be called from any thread.
 #pragma once
 
@@ -37,8 +40,11 @@ class PeerDirectory {
   void replace_from_catalog(const std::vector<BrokerInfo>& brokers) {
     std::lock_guard lk(mu_);
     catalog_.clear();
-    for (const auto& b : brokers)
+    api_.clear();
+    for (const auto& b : brokers) {
       if (!b.peer_address.empty()) catalog_[b.id] = b.peer_address;
+      if (!b.address.empty()) api_[b.id] = b.address;
+    }
   }
   void learn(const BrokerInfo& b) {
     std::lock_guard lk(mu_);
@@ -46,10 +52,15 @@ class PeerDirectory {
       catalog_.erase(b.id);
     else
       catalog_[b.id] = b.peer_address;
+    if (b.address.empty())
+      api_.erase(b.id);
+    else
+      api_[b.id] = b.address;
   }
   void forget(NodeId id) {
     std::lock_guard lk(mu_);
     catalog_.erase(id);
+    api_.erase(id);
   }
   std::optional<std::string> lookup(NodeId id) const {
     std::lock_guard lk(mu_);
@@ -57,11 +68,18 @@ class PeerDirectory {
     if (auto it = catalog_.find(id); it != catalog_.end()) return it->second;
     return std::nullopt;
   }
+  // The broker's HTTP address as the catalog says; empty when unknown.
+  std::string api_address(NodeId id) const {
+    std::lock_guard lk(mu_);
+    auto it = api_.find(id);
+    return it == api_.end() ? std::string() : it->second;
+  }
 
  private:
   mutable std::mutex mu_;
   std::map<NodeId, std::string> static_;
   std::map<NodeId, std::string> catalog_;
+  std::map<NodeId, std::string> api_;
 };
 
 }  // namespace sluice::core

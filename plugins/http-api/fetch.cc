@@ -1,5 +1,9 @@
 // GET {ns}/streams/{s}/shards/{n}/records?offset=N|earliest|latest&max=M&wait_ms=W
 //
+// Every answer about the shard carries Sluice-Leader (the leader's HTTP address) when known.
+// A shard another broker leads is read through it (the core forwards the reads and the wait);
+// those reads run on the blocking pool, never on the connection's I/O thread.
+//
 // Long poll: when the first read finds nothing and wait_ms > 0, the handler arms a strand
 // timer (wait_ms capped by http.max_wait_ms) and Node::notify_when_beyond. Whichever
 // fires first (both run on the connection strand, so `done` needs no lock) re-reads and
@@ -112,6 +116,7 @@ struct Poll {
   ShardIndex shard;
   Offset from;
   std::uint32_t max;
+  bool remote = false;  // another broker leads the shard: reads are forwarded (blocking pool)
   bool done = false;
   std::function<void()> cancel_timer;
   std::uint64_t notify_handle = 0;
@@ -123,9 +128,57 @@ struct Poll {
     if (cancel_timer) std::exchange(cancel_timer, nullptr)();
     // A timed-out poll drops its waiter, so idle shards do not accumulate them.
     if (notify_handle) node->cancel_notify(key, shard, std::exchange(notify_handle, 0));
-    ex->respond(read_once(*node, *cfg, key, shard, from, max).response);
+    auto answer = [n = node, c = cfg, key = key, shard = shard, from = from, max = max] {
+      return with_leader(read_once(*n, *c, key, shard, from, max).response, *n, key, shard);
+    };
+    if (!remote) return ex->respond(answer());
+    ex->run_blocking([ex = ex, answer] { ex->respond(answer()); });
   }
 };
+
+// Strand only: nothing to read yet; wait for data beyond `from` or the timeout.
+void park(Node& node, const HttpConfig& cfg, const std::shared_ptr<Exchange>& ex, const StreamKey& key,
+          ShardIndex shard, Offset from, std::uint32_t max, std::chrono::milliseconds wait, bool remote) {
+  auto poll = std::make_shared<Poll>(Poll{ex, &node, &cfg, key, shard, from, max, remote, false, {}, 0});
+  poll->cancel_timer = ex->start_timer(wait, [poll] { poll->finish(); });
+  auto r = node.notify_when_beyond(key, shard, from, [w = std::weak_ptr<Poll>(poll)] {
+    if (auto p = w.lock()) {
+      p->ex->post([p] { p->finish(); });
+    }
+  });
+  if (!r) {
+    poll->done = true;
+    if (poll->cancel_timer) std::exchange(poll->cancel_timer, nullptr)();
+    ex->respond(with_leader(problem(r.error()), node, key, shard));
+    return;
+  }
+  poll->notify_handle = r.value();
+}
+
+// Resolves the offset, reads once, answers or parks. On the strand for a shard served here;
+// on the blocking pool for one another broker leads (each read is a round trip to it).
+void first_read(Node& node, const HttpConfig& cfg, const std::shared_ptr<Exchange>& ex, const StreamKey& key,
+                ShardIndex shard, std::string_view off, std::uint32_t max, std::chrono::milliseconds wait,
+                bool remote) {
+  Offset from{0};
+  if (off == "earliest" || off == "latest") {
+    auto st = node.shard_stats(key, shard);
+    if (!st) return ex->respond(with_leader(problem(st.error()), node, key, shard));
+    from = off == "earliest" ? st->log_start : st->high_watermark;
+  } else {
+    auto v = parse_u64(off);
+    if (!v)
+      return ex->respond(problem(Error(
+          Errc::invalid_argument, "offset must be a non-negative integer, earliest or latest")));
+    from = Offset{*v};
+  }
+
+  ReadOutcome first = read_once(node, cfg, key, shard, from, max);
+  if (!first.empty || wait.count() == 0)
+    return ex->respond(with_leader(std::move(first.response), node, key, shard));
+  if (!remote) return park(node, cfg, ex, key, shard, from, max, wait, false);
+  ex->post([&node, &cfg, ex, key, shard, from, max, wait] { park(node, cfg, ex, key, shard, from, max, wait, true); });
+}
 
 }  // namespace
 
@@ -147,37 +200,13 @@ void handle_fetch(Node& node, const HttpConfig& cfg, const std::shared_ptr<Excha
     wait = std::min<std::chrono::milliseconds>(
         std::chrono::milliseconds(std::min<std::uint64_t>(*v, 86400000)), cfg.max_wait);
   }
-  Offset from{0};
   const std::string_view off = target.param("offset").value_or("earliest");
-  if (off == "earliest" || off == "latest") {
-    auto st = node.shard_stats(key, shard);
-    if (!st) return ex->respond(problem(st.error()));
-    from = off == "earliest" ? st->log_start : st->high_watermark;
-  } else {
-    auto v = parse_u64(off);
-    if (!v)
-      return ex->respond(problem(Error(
-          Errc::invalid_argument, "offset must be a non-negative integer, earliest or latest")));
-    from = Offset{*v};
-  }
-
-  ReadOutcome first = read_once(node, cfg, key, shard, from, max);
-  if (!first.empty || wait.count() == 0) return ex->respond(std::move(first.response));
-
-  auto poll = std::make_shared<Poll>(Poll{ex, &node, &cfg, key, shard, from, max, false, {}, 0});
-  poll->cancel_timer = ex->start_timer(wait, [poll] { poll->finish(); });
-  auto r = node.notify_when_beyond(key, shard, from, [w = std::weak_ptr<Poll>(poll)] {
-    if (auto p = w.lock()) {
-      p->ex->post([p] { p->finish(); });
-    }
+  if (node.serves_locally(key, shard)) return first_read(node, cfg, ex, key, shard, off, max, wait, false);
+  // Another broker leads the shard: every read is a round trip to it, which must not hold
+  // an HTTP I/O thread.
+  ex->run_blocking([&node, &cfg, ex, key, shard, off = std::string(off), max, wait] {
+    first_read(node, cfg, ex, key, shard, off, max, wait, true);
   });
-  if (!r) {
-    poll->done = true;
-    if (poll->cancel_timer) std::exchange(poll->cancel_timer, nullptr)();
-    ex->respond(problem(r.error()));
-    return;
-  }
-  poll->notify_handle = r.value();
 }
 
 }  // namespace sluice::http_api

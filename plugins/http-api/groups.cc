@@ -11,6 +11,8 @@
 //        -> {"replayed": n}
 //
 // Group calls may sync to disk (acks, dead letters), so they run on the blocking pool.
+// Answers about one shard carry Sluice-Leader (the leader's HTTP address) when known; a
+// shard another broker leads is served through it (the core forwards the call).
 #include <charconv>
 
 #include <boost/json/array.hpp>
@@ -177,7 +179,7 @@ struct GroupPoll {
     Node* n = node;
     blocking_call(ex, [n, key = key, shard = shard, group = group, max = max, opts = opts] {
       auto r = n->group_fetch(key, shard, group, max, opts);
-      return r ? render_delivery(*r) : problem(r.error());
+      return with_leader(r ? render_delivery(*r) : problem(r.error()), *n, key, shard);
     });
   }
 };
@@ -237,11 +239,12 @@ void handle_groups(Node& node, const HttpConfig& cfg, const std::shared_ptr<Exch
     Node* n = &node;
     ex->run_blocking([n, ex, key, shard = *shard, group, m, opts, w] {
       auto r = n->group_fetch(key, shard, group, m, opts);
-      if (!r) return ex->respond(problem(r.error()));
-      if (!r->records.empty() || w.count() == 0) return ex->respond(render_delivery(*r));
+      if (!r) return ex->respond(with_leader(problem(r.error()), *n, key, shard));
+      if (!r->records.empty() || w.count() == 0)
+        return ex->respond(with_leader(render_delivery(*r), *n, key, shard));
       // Nothing to deliver: park until a new record or the timeout, then try once more.
       auto stats = n->shard_stats(key, shard);
-      if (!stats) return ex->respond(problem(stats.error()));
+      if (!stats) return ex->respond(with_leader(problem(stats.error()), *n, key, shard));
       auto poll = std::make_shared<GroupPoll>(GroupPoll{ex, n, key, shard, group, m, opts});
       ex->post([poll, w, hwm = stats->high_watermark] {
         poll->cancel_timer = poll->ex->start_timer(w, [poll] { poll->finish(); });
@@ -261,10 +264,10 @@ void handle_groups(Node& node, const HttpConfig& cfg, const std::shared_ptr<Exch
     const bool ack = op == "ack";
     return blocking_call(ex, [&node, key, shard = *shard, group, ack, offs = std::move(*offsets)] {
       auto r = ack ? node.group_ack(key, shard, group, offs) : node.group_nack(key, shard, group, offs);
-      if (!r) return problem(r.error());
+      if (!r) return with_leader(problem(r.error()), node, key, shard);
       HttpResponse resp;
       resp.status = 204;
-      return resp;
+      return with_leader(std::move(resp), node, key, shard);
     });
   }
   if (op == "dead-letters" && seg.size() == 12 && get) {
@@ -275,7 +278,7 @@ void handle_groups(Node& node, const HttpConfig& cfg, const std::shared_ptr<Exch
     return blocking_call(ex, [&node, &cfg, key, shard = *shard, group, from = Offset{*off},
                               m = static_cast<std::uint32_t>(*max)] {
       auto r = node.dead_letters(key, shard, group, from, m, cfg.fetch_max_bytes);
-      return r ? render_dead_letters(*r, from, m) : problem(r.error());
+      return with_leader(r ? render_dead_letters(*r, from, m) : problem(r.error()), node, key, shard);
     });
   }
   if (op == "dead-letters" && seg.size() == 13) {
@@ -283,10 +286,10 @@ void handle_groups(Node& node, const HttpConfig& cfg, const std::shared_ptr<Exch
     if (!range) return ex->respond(problem(range.error()));
     return blocking_call(ex, [&node, key, shard = *shard, group, range = *range] {
       auto r = node.replay_dead_letters(key, shard, group, range.first, range.second);
-      if (!r) return problem(r.error());
+      if (!r) return with_leader(problem(r.error()), node, key, shard);
       json::object o;
       o["replayed"] = *r;
-      return json_response(200, o);
+      return with_leader(json_response(200, o), node, key, shard);
     });
   }
   ex->respond(problem(Error(Errc::not_found, "no such route")));

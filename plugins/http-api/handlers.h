@@ -30,6 +30,10 @@ Result<void> check_fields(const boost::json::object& o,
 // "application/json; charset=utf-8" -> "application/json" (lower-cased, trimmed).
 std::string media_type(std::string_view content_type);
 
+// Adds `Sluice-Leader: <host:port>` (the HTTP address of the broker leading the shard, as
+// Node::leader_address knows it) to an answer about one shard; nothing when unknown.
+HttpResponse with_leader(HttpResponse r, Node& node, const StreamKey& key, ShardIndex shard);
+
 // One stored record as the API shows it: offset, key/key_base64, value/value_base64,
 // headers/headers_base64, timestamp. `scratch` is reused between calls.
 boost::json::object record_json(const RecordView& rv, std::vector<Header>& scratch);

@@ -249,9 +249,15 @@ void handle_publish(Node& node, const HttpConfig& cfg, const std::shared_ptr<Exc
     opts.producer_id = *p;
     opts.sequence = *q;
   }
-  node.publish(key, records, opts, [ex](Result<std::vector<PublishedRecord>> r) {
-    ex->post([ex, r = std::move(r)] {
-      ex->respond(r ? render_results(r.value()) : problem(r.error()));
+  // Sluice-Leader names the leader of the first record's shard (its explicit shard when
+  // the publish failed; none when that is not known).
+  const std::optional<std::uint32_t> first_shard = records.front().shard;
+  node.publish(key, records, opts, [ex, &node, key, first_shard](Result<std::vector<PublishedRecord>> r) {
+    ex->post([ex, &node, key, first_shard, r = std::move(r)] {
+      if (r) return ex->respond(with_leader(render_results(r.value()), node, key, r->front().shard));
+      HttpResponse resp = problem(r.error());
+      if (first_shard) resp = with_leader(std::move(resp), node, key, ShardIndex{*first_shard});
+      ex->respond(std::move(resp));
     });
   });
 }

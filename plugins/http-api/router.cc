@@ -53,6 +53,11 @@ std::string media_type(std::string_view ct) {
   return out;
 }
 
+HttpResponse with_leader(HttpResponse r, Node& node, const StreamKey& key, ShardIndex shard) {
+  if (auto a = node.leader_address(key, shard); !a.empty()) r.headers.emplace_back("Sluice-Leader", std::move(a));
+  return r;
+}
+
 namespace {
 
 enum class Route {

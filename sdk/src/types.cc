@@ -72,6 +72,8 @@ Result<Assignment> PluginHost::update_shard(const ShardUpdate&) {
   return Error(Errc::not_supported, "this host does not offer catalog shard updates");
 }
 PeerTransport* PluginHost::peer_transport() { return nullptr; }
+std::string Node::leader_address(const StreamKey&, ShardIndex) { return {}; }
+bool Node::serves_locally(const StreamKey&, ShardIndex) { return true; }
 Result<Assignment> Node::move_leader(const StreamKey&, ShardIndex, NodeId) {
   return Error(Errc::not_supported, "this node does not move shard leaders");
 }

@@ -164,6 +164,20 @@ class FakeNode : public Node {
     ready_ = r;
     why_ = std::move(why);
   }
+  // Forwarding (Node::leader_address, Node::serves_locally): what the fake says of every shard.
+  void set_leader(std::string address, bool local) {
+    std::lock_guard lk(mu_);
+    leader_ = std::move(address);
+    local_ = local;
+  }
+  std::string leader_address(const StreamKey&, ShardIndex) override {
+    std::lock_guard lk(mu_);
+    return leader_;
+  }
+  bool serves_locally(const StreamKey&, ShardIndex) override {
+    std::lock_guard lk(mu_);
+    return local_;
+  }
   std::size_t pending_notifies() {
     std::lock_guard lk(mu_);
     return notifies_.size();
@@ -404,6 +418,8 @@ class FakeNode : public Node {
   };
   std::atomic<int> calls_{0};
   FakeCatalog catalog_;
+  std::string leader_;
+  bool local_ = true;
   std::mutex mu_;
   bool ready_ = true;
   std::string why_;

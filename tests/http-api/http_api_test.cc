@@ -368,6 +368,45 @@ TEST_F(HttpApiTest, LongPollWakesOnPublish) {
   EXPECT_EQ(a[0].as_object().at("value").as_string(), "wake");
 }
 
+// Forwarding: answers about one shard name its leader; a shard another broker leads is read
+// off the I/O threads (the fake says so of every shard), long poll included.
+TEST_F(HttpApiTest, SluiceLeaderHeaderAndRemoteShardLongPoll) {
+  make_stream("fw", 2);
+  auto p = req("POST", kNs + "/streams/fw/records", R"({"records":[{"value":"a","shard":1}]})");
+  ASSERT_EQ(p.status, 200) << p.body;
+  EXPECT_EQ(p.header("sluice-leader"), "") << "unknown leader: no header";
+  node_.set_leader("10.0.0.2:8080", false);
+  p = req("POST", kNs + "/streams/fw/records", R"({"records":[{"value":"b","shard":1}]})");
+  ASSERT_EQ(p.status, 200) << p.body;
+  EXPECT_EQ(p.header("sluice-leader"), "10.0.0.2:8080");
+  auto f = req("GET", kNs + "/streams/fw/shards/1/records?offset=earliest");
+  ASSERT_EQ(f.status, 200) << f.body;
+  EXPECT_EQ(f.header("sluice-leader"), "10.0.0.2:8080");
+  EXPECT_EQ(obj(f)["records"].as_array().size(), 2u);
+  auto bad = req("GET", kNs + "/streams/fw/shards/1/records?offset=9");  // beyond the end
+  expect_problem(bad, 400, "invalid_argument");
+  EXPECT_EQ(bad.header("sluice-leader"), "10.0.0.2:8080") << "errors about the shard name it too";
+
+  HttpResult got;
+  std::thread waiter([&] {
+    Conn c(server_->port());
+    got = c.request("GET", kNs + "/streams/fw/shards/1/records?offset=2&wait_ms=600000", "", "", false);
+  });
+  while (node_.pending_notifies() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  p = req("POST", kNs + "/streams/fw/records", R"({"records":[{"value":"wake","shard":1}]})");
+  ASSERT_EQ(p.status, 200);
+  waiter.join();
+  ASSERT_EQ(got.status, 200) << got.body;
+  EXPECT_EQ(got.header("sluice-leader"), "10.0.0.2:8080");
+  auto a = obj(got)["records"].as_array();
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0].as_object().at("value").as_string(), "wake");
+
+  auto g = req("GET", kNs + "/streams/fw/groups/w/shards/1/records?max=1");
+  ASSERT_EQ(g.status, 200) << g.body;
+  EXPECT_EQ(g.header("sluice-leader"), "10.0.0.2:8080");
+}
+
 TEST_F(HttpApiTest, LongPollTimesOutEmpty) {
   make_stream("lp2");
   auto r = req("GET", kNs + "/streams/lp2/shards/0/records?offset=0&wait_ms=20");

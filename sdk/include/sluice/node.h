@@ -106,6 +106,17 @@ class Node {
   virtual void cancel_notify(const StreamKey& key, ShardIndex shard, std::uint64_t handle) = 0;
 
   virtual Result<std::vector<ShardStatus>> shards(const StreamKey& key) = 0;
+  // The HTTP address (host:port, as the broker registered it) of the broker that leads
+  // `shard`, as this node knows it; empty when unknown (no leader, an unknown stream or
+  // broker). An API plugin names it in its answers (http-api: the Sluice-Leader header).
+  // Any broker serves any shard: a call for a shard another broker leads is forwarded to
+  // it over the peer transport (docs/replication.md "Forwarding"). Default: empty.
+  virtual std::string leader_address(const StreamKey& key, ShardIndex shard);
+  // False when calls for `shard` go to another broker (forwarded: fetch, shard_stats and
+  // the group calls then wait for a network round trip, so an API plugin makes them off its
+  // I/O threads); true when this node serves them itself or answers at once (an unknown
+  // stream or shard). Default: true.
+  virtual bool serves_locally(const StreamKey& key, ShardIndex shard);
   // An operator's leader move (plan_leader_move, catalog_rules.h) as one compare-and-set on
   // the catalog. Returns the shard's new state. Default: not_supported.
   virtual Result<Assignment> move_leader(const StreamKey& key, ShardIndex shard, NodeId broker);

@@ -1,0 +1,233 @@
+#include "forwarding.h"
+
+namespace sluice::core::fwd {
+
+namespace {
+void put_batches(Writer& w, const std::vector<std::string>& batches) {
+  w.u32(static_cast<std::uint32_t>(batches.size()));
+  for (const auto& b : batches) w.str(b);
+}
+std::vector<std::string> get_batches(Reader& r) {
+  const std::uint32_t n = r.u32();
+  std::vector<std::string> out;
+  for (std::uint32_t i = 0; i < n && !r.bad(); ++i) out.push_back(r.str());
+  return out;
+}
+std::size_t batch_bytes(const std::vector<std::string>& batches) {
+  std::size_t n = 0;
+  for (const auto& b : batches) n += 4 + b.size();
+  return n;
+}
+}  // namespace
+
+std::string encode_fetch_result(const FetchResult& f) {
+  Writer w(32 + batch_bytes(f.batches));
+  w.u64(f.next_offset.value()).u64(f.high_watermark.value()).u64(f.log_start.value());
+  put_batches(w, f.batches);
+  return w.take();
+}
+
+Result<FetchResult> decode_fetch_result(std::string_view payload) {
+  Reader r(payload);
+  FetchResult f;
+  f.next_offset = Offset{r.u64()};
+  f.high_watermark = Offset{r.u64()};
+  f.log_start = Offset{r.u64()};
+  f.batches = get_batches(r);
+  if (auto c = r.check("fetch answer"); !c) return c.error();
+  return f;
+}
+
+std::string encode_stats(const ShardStats& s) {
+  Writer w(80);
+  w.u64(s.log_start.value()).u64(s.high_watermark.value()).u64(s.log_end.value());
+  w.u64(s.leader_epoch.value()).u8(s.leading ? 1 : 0);
+  w.u64(s.size_bytes).u64(s.segments).u64(s.appended_records).u64(s.syncs);
+  return w.take();
+}
+
+Result<ShardStats> decode_stats(std::string_view payload) {
+  Reader r(payload);
+  ShardStats s;
+  s.log_start = Offset{r.u64()};
+  s.high_watermark = Offset{r.u64()};
+  s.log_end = Offset{r.u64()};
+  s.leader_epoch = LeaderEpoch{r.u64()};
+  s.leading = r.u8() != 0;
+  s.size_bytes = r.u64();
+  s.segments = r.u64();
+  s.appended_records = r.u64();
+  s.syncs = r.u64();
+  if (auto c = r.check("shard stats answer"); !c) return c.error();
+  return s;
+}
+
+std::string encode_delivery(const GroupDelivery& d) {
+  Writer w(8 + batch_bytes(d.batches) + 12 * d.records.size());
+  put_batches(w, d.batches);
+  w.u32(static_cast<std::uint32_t>(d.records.size()));
+  for (const auto& it : d.records) w.u64(it.offset.value()).u32(it.delivery);
+  return w.take();
+}
+
+Result<GroupDelivery> decode_delivery(std::string_view payload) {
+  Reader r(payload);
+  GroupDelivery d;
+  d.batches = get_batches(r);
+  const std::uint32_t n = r.u32();
+  for (std::uint32_t i = 0; i < n && !r.bad(); ++i) {
+    GroupDelivery::Item it;
+    it.offset = Offset{r.u64()};
+    it.delivery = r.u32();
+    d.records.push_back(it);
+  }
+  if (auto c = r.check("group fetch answer"); !c) return c.error();
+  return d;
+}
+
+std::string encode_position(const GroupPosition& p) {
+  Writer w(32);
+  w.u64(p.committed.value()).u64(p.outstanding).u64(p.dead_letter_start.value()).u64(p.dead_letter_end.value());
+  return w.take();
+}
+
+Result<GroupPosition> decode_position(std::string_view payload, const std::string& group) {
+  Reader r(payload);
+  GroupPosition p;
+  p.group = group;
+  p.committed = Offset{r.u64()};
+  p.outstanding = r.u64();
+  p.dead_letter_start = Offset{r.u64()};
+  p.dead_letter_end = Offset{r.u64()};
+  if (auto c = r.check("group position answer"); !c) return c.error();
+  return p;
+}
+
+std::string encode_names(const std::vector<std::string>& names) {
+  Writer w;
+  w.u32(static_cast<std::uint32_t>(names.size()));
+  for (const auto& n : names) w.str(n);
+  return w.take();
+}
+
+Result<std::vector<std::string>> decode_names(std::string_view payload) {
+  Reader r(payload);
+  auto out = get_batches(r);
+  if (auto c = r.check("group list answer"); !c) return c.error();
+  return out;
+}
+
+std::string encode_offsets(const std::vector<Offset>& offsets) {
+  Writer w(4 + 8 * offsets.size());
+  w.u32(static_cast<std::uint32_t>(offsets.size()));
+  for (auto o : offsets) w.u64(o.value());
+  return w.take();
+}
+
+std::vector<Offset> decode_offsets(Reader& r) {
+  const std::uint32_t n = r.u32();
+  std::vector<Offset> out;
+  for (std::uint32_t i = 0; i < n && !r.bad(); ++i) out.push_back(Offset{r.u64()});
+  return out;
+}
+
+Timers::Timers() : thread_([this] { loop(); }) {}
+
+Timers::~Timers() {
+  decltype(q_) pending;
+  {
+    std::lock_guard lk(mu_);
+    stop_ = true;
+    pending.swap(q_);
+    when_.clear();
+  }
+  cv_.notify_all();
+  thread_.join();
+  // `pending` is destroyed here, outside the lock (a dropped responder answers unavailable).
+}
+
+std::uint64_t Timers::after(std::chrono::milliseconds d, std::function<void()> fn) {
+  const auto at = std::chrono::steady_clock::now() + d;
+  std::uint64_t id;
+  {
+    std::lock_guard lk(mu_);
+    if (stop_) return 0;
+    id = next_++;
+    q_.emplace(at, std::make_pair(id, std::move(fn)));
+    when_[id] = at;
+  }
+  cv_.notify_all();
+  return id;
+}
+
+void Timers::cancel(std::uint64_t id) {
+  std::function<void()> dropped;  // destroyed outside the lock
+  std::lock_guard lk(mu_);
+  auto w = when_.find(id);
+  if (w == when_.end()) return;
+  for (auto [it, end] = q_.equal_range(w->second); it != end; ++it)
+    if (it->second.first == id) {
+      dropped = std::move(it->second.second);
+      q_.erase(it);
+      break;
+    }
+  when_.erase(w);
+}
+
+void Timers::loop() {
+  std::unique_lock lk(mu_);
+  while (!stop_) {
+    if (q_.empty()) {
+      cv_.wait(lk);
+      continue;
+    }
+    const auto at = q_.begin()->first;
+    if (std::chrono::steady_clock::now() < at) {
+      cv_.wait_until(lk, at);
+      continue;
+    }
+    auto fn = std::move(q_.begin()->second.second);
+    when_.erase(q_.begin()->second.first);
+    q_.erase(q_.begin());
+    lk.unlock();
+    fn();
+    fn = nullptr;
+    lk.lock();
+  }
+}
+
+Workers::Workers(int n) {
+  for (int i = 0; i < n; ++i)
+    threads_.emplace_back([this] {
+      std::unique_lock lk(mu_);
+      for (;;) {
+        cv_.wait(lk, [&] { return stop_ || !q_.empty(); });
+        if (q_.empty()) return;
+        auto fn = std::move(q_.front());
+        q_.pop_front();
+        lk.unlock();
+        fn();
+        fn = nullptr;
+        lk.lock();
+      }
+    });
+}
+
+Workers::~Workers() {
+  {
+    std::lock_guard lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : threads_) t.join();
+}
+
+void Workers::post(std::function<void()> fn) {
+  {
+    std::lock_guard lk(mu_);
+    q_.push_back(std::move(fn));
+  }
+  cv_.notify_one();
+}
+
+}  // namespace sluice::core::fwd

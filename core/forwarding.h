@@ -1,0 +1,198 @@
+// Forwarding a client's call to the shard's leader over the peer transport
+// (docs/replication.md "Forwarding"). Any broker accepts publish, fetch and consumer-group
+// calls for any shard; one that does not lead the shard sends the call to the leader, which
+// runs it locally and never forwards it again (not the leader any more: not_leader back).
+//
+// Message types (the core's range, kPeerCoreTypesFirst..Last) and their payloads. All
+// integers little-endian; `str` is u32 length + bytes. Every request starts with the shard
+// it names:
+//
+//   ShardHeader: str tenant | str namespace | str stream | u64 incarnation | u32 shard
+//
+//   type    call            request (after ShardHeader)                  answer
+//   0x0010  publish         u8 ack | the SDK record batch (rest)         u64 base | u32 count | u8 duplicate
+//   0x0011  fetch           u64 from | u32 max_records | u64 max_bytes   FetchResult
+//   0x0012  shard stats     -                                            Stats
+//   0x0013  wait            u64 offset | u32 hold_ms | u64 wait id       u8 fired (0: hold passed or cancelled)
+//   0x0014  group fetch     str group | u32 max | u32 max_deliveries |   u32 n | n str batches |
+//                           i64 ack_timeout_ms                           u32 m | m (u64 offset | u32 delivery)
+//   0x0015  group ack       str group | u32 n | n u64 offsets            (empty)
+//   0x0016  group nack      as ack                                       (empty)
+//   0x0017  group position  str group                                    u64 committed | u64 outstanding |
+//                                                                        u64 dl_start | u64 dl_end
+//   0x0018  group list      -                                            u32 n | n str
+//   0x0019  dead letters    str group | u64 from | u32 max | u64 bytes   FetchResult
+//   0x001a  replay dead     str group | u64 from | u64 to                u64 replayed
+//   0x001b  cancel wait     u64 wait id (no ShardHeader)                 (empty); the held wait
+//                                                                        answers 0 at once
+//
+//   FetchResult: u64 next_offset | u64 high_watermark | u64 log_start | u32 n | n str batches
+//   Stats: u64 log_start | u64 high_watermark | u64 log_end | u64 leader_epoch | u8 leading |
+//          u64 size_bytes | u64 segments | u64 appended_records | u64 syncs
+//
+// An error travels as the transport's error frame: code, outcome and message arrive as the
+// leader gave them. A wrong incarnation is stale_route.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "sluice/error.h"
+#include "sluice/storage.h"
+#include "sluice/transport.h"
+#include "sluice/types.h"
+
+namespace sluice::core::fwd {
+
+inline constexpr PeerMessageType kPublish = 0x0010;
+inline constexpr PeerMessageType kFetch = 0x0011;
+inline constexpr PeerMessageType kStats = 0x0012;
+inline constexpr PeerMessageType kWait = 0x0013;
+inline constexpr PeerMessageType kGroupFetch = 0x0014;
+inline constexpr PeerMessageType kGroupAck = 0x0015;
+inline constexpr PeerMessageType kGroupNack = 0x0016;
+inline constexpr PeerMessageType kGroupPosition = 0x0017;
+inline constexpr PeerMessageType kGroupList = 0x0018;
+inline constexpr PeerMessageType kDeadLetters = 0x0019;
+inline constexpr PeerMessageType kReplay = 0x001a;
+inline constexpr PeerMessageType kCancelWait = 0x001b;
+inline constexpr PeerMessageType kAllTypes[] = {kPublish,   kFetch,       kStats,     kWait,
+                                                kGroupFetch, kGroupAck,   kGroupNack, kGroupPosition,
+                                                kGroupList, kDeadLetters, kReplay,    kCancelWait};
+
+class Writer {
+ public:
+  explicit Writer(std::size_t reserve = 64) { out_.reserve(reserve); }
+  Writer& u8(std::uint8_t v) { out_.push_back(static_cast<char>(v)); return *this; }
+  Writer& u32(std::uint32_t v) { return raw(&v, 4); }
+  Writer& u64(std::uint64_t v) { return raw(&v, 8); }
+  Writer& i64(std::int64_t v) { return raw(&v, 8); }
+  Writer& str(std::string_view s) {
+    u32(static_cast<std::uint32_t>(s.size()));
+    out_.append(s.data(), s.size());
+    return *this;
+  }
+  Writer& bytes(std::string_view s) { out_.append(s.data(), s.size()); return *this; }
+  std::string take() { return std::move(out_); }
+
+ private:
+  Writer& raw(const void* p, std::size_t n) {  // little-endian hosts only (x86-64, arm64)
+    out_.append(static_cast<const char*>(p), n);
+    return *this;
+  }
+  std::string out_;
+};
+
+// Reads a payload; any read past the end sets bad() and yields zeros.
+class Reader {
+ public:
+  explicit Reader(std::string_view in) : in_(in) {}
+  std::uint8_t u8() { std::uint8_t v = 0; raw(&v, 1); return v; }
+  std::uint32_t u32() { std::uint32_t v = 0; raw(&v, 4); return v; }
+  std::uint64_t u64() { std::uint64_t v = 0; raw(&v, 8); return v; }
+  std::int64_t i64() { std::int64_t v = 0; raw(&v, 8); return v; }
+  std::string str() {
+    const std::uint32_t n = u32();
+    if (bad_ || in_.size() - pos_ < n) { bad_ = true; return {}; }
+    std::string s(in_.substr(pos_, n));
+    pos_ += n;
+    return s;
+  }
+  std::string_view rest() { auto r = in_.substr(pos_); pos_ = in_.size(); return r; }
+  bool bad() const { return bad_; }
+  bool at_end() const { return pos_ == in_.size(); }
+  // invalid_argument naming `what` when the payload was short or had bytes left over.
+  Result<void> check(const char* what, bool whole = true) const {
+    if (bad_ || (whole && pos_ != in_.size()))
+      return Error(Errc::invalid_argument, std::string("malformed forwarded ") + what);
+    return {};
+  }
+
+ private:
+  void raw(void* p, std::size_t n) {
+    if (bad_ || in_.size() - pos_ < n) { bad_ = true; return; }
+    std::memcpy(p, in_.data() + pos_, n);
+    pos_ += n;
+  }
+  std::string_view in_;
+  std::size_t pos_ = 0;
+  bool bad_ = false;
+};
+
+struct ShardHeader {
+  StreamKey key;
+  Incarnation incarnation;
+  ShardIndex shard;
+};
+inline void put_header(Writer& w, const ShardHeader& h) {
+  w.str(h.key.tenant).str(h.key.ns).str(h.key.name).u64(h.incarnation.value()).u32(h.shard.value());
+}
+inline ShardHeader get_header(Reader& r) {
+  ShardHeader h;
+  h.key.tenant = r.str();
+  h.key.ns = r.str();
+  h.key.name = r.str();
+  h.incarnation = Incarnation{r.u64()};
+  h.shard = ShardIndex{r.u32()};
+  return h;
+}
+
+std::string encode_fetch_result(const FetchResult& f);
+Result<FetchResult> decode_fetch_result(std::string_view payload);
+std::string encode_stats(const ShardStats& s);
+Result<ShardStats> decode_stats(std::string_view payload);
+std::string encode_delivery(const GroupDelivery& d);
+Result<GroupDelivery> decode_delivery(std::string_view payload);
+std::string encode_position(const GroupPosition& p);
+Result<GroupPosition> decode_position(std::string_view payload, const std::string& group);
+std::string encode_names(const std::vector<std::string>& names);
+Result<std::vector<std::string>> decode_names(std::string_view payload);
+std::string encode_offsets(const std::vector<Offset>& offsets);  // u32 n | n u64
+std::vector<Offset> decode_offsets(Reader& r);
+
+// A deadline queue on one thread, for the leader's hold on a forwarded wait.
+class Timers {
+ public:
+  Timers();
+  ~Timers();  // runs nothing more; drops what is pending (their destructors run)
+  // Runs `fn` on the timer thread after `d`, unless cancelled first. Returns its id.
+  std::uint64_t after(std::chrono::milliseconds d, std::function<void()> fn);
+  void cancel(std::uint64_t id);
+
+ private:
+  void loop();
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::uint64_t next_ = 1;
+  std::multimap<std::chrono::steady_clock::time_point, std::pair<std::uint64_t, std::function<void()>>> q_;
+  std::map<std::uint64_t, std::chrono::steady_clock::time_point> when_;
+  std::thread thread_;
+};
+
+// A few threads that run queued work (the leader's forwarded calls that may block).
+class Workers {
+ public:
+  explicit Workers(int n);
+  ~Workers();  // runs what is queued, then joins
+  void post(std::function<void()> fn);
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::deque<std::function<void()>> q_;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace sluice::core::fwd
