@@ -449,6 +449,42 @@ class Replication(unittest.TestCase):
         values = [record_value(r).decode() for r in new_leader.fetch_all("r", 0)]
         self.assertFalse([v for v in values if v.startswith("old-")], values)
 
+    def test_an_idempotent_producer_is_deduplicated_across_a_change_of_leader(self):
+        """Producer state is rebuilt from the replicated batches: a retry of the last batch
+        sent to the new leader is answered with its original offsets and written once."""
+        self.start_all()
+        self.nodes[1].create_stream("r", shards=1, replication_factor=3, min_insync=2)
+        poll(lambda: all(self.shard(n) for n in self.nodes.values()), "every broker to apply the create")
+        self.wait_in_sync([1, 2, 3])
+        old = self.nodes[self.leader()]
+        acked = {}
+        first = None
+        for seq in range(5):
+            res = old.publish_binary("r", [(None, b"p-%d-%d" % (seq, j)) for j in range(3)], ack="quorum",
+                                     producer=(42, seq))
+            for j, r in enumerate(res):
+                acked[r["offset"]] = "p-%d-%d" % (seq, j)
+            first = res if seq == 4 else first
+        new_id = next(m["broker"] for m in self.shard(old)["in_sync"] if m["broker"] != self.leader())
+        new = self.nodes[new_id]
+        moved = new.request("POST", new.ns_path() + "/streams/r/shards/0/leader", {"broker": new_id})
+        self.assertEqual(moved["leader"], new_id)
+        poll(lambda: self.shard(new)["leading"], "the new leader to lead")
+        # The retry of sequence 4 (its ack was "lost"): the original offsets, nothing written.
+        retry = new.publish_binary("r", [(None, b"p-4-%d" % j) for j in range(3)], ack="quorum", producer=(42, 4))
+        self.assertEqual([r["offset"] for r in retry], [r["offset"] for r in first])
+        nxt = new.publish_binary("r", [(None, b"p-5-0")], ack="quorum", producer=(42, 5))
+        acked[nxt[0]["offset"]] = "p-5-0"
+        self.assertEqual(nxt[0]["offset"], first[-1]["offset"] + 1)
+        # A gap is refused on the new leader as on the old.
+        with self.assertRaises(HttpError) as e:
+            new.publish_binary("r", [(None, b"gap")], ack="quorum", producer=(42, 9))
+        self.assertEqual(e.exception.problem.get("code"), "sequence_gap")
+        self.wait_caught_up()
+        self.check_replicas(acked)
+        values = [record_value(r).decode() for r in new.fetch_all("r", 0)]
+        self.assertEqual(values.count("p-4-0"), 1, values)
+
 
 if __name__ == "__main__":
     unittest.main()
