@@ -23,10 +23,21 @@ TEST_PLUGIN_DIR = os.environ.get("TEST_PLUGIN_DIR", "")
 DEADLINE_S = 60.0
 
 
+_HANDED_OUT = set()
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port the kernel calls free, never one this process handed out before: a node takes
+    four (HTTP, raft, metadata RPC, peer transport), and the kernel may offer the same free
+    port twice in a row, which made a node's transport collide with its own RPC port."""
+    for _ in range(1000):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
+    raise AssertionError("no free port that was not handed out already")
 
 
 def poll(cond, what, timeout=DEADLINE_S, interval=0.02):
