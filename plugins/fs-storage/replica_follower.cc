@@ -1,0 +1,171 @@
+// The follower side of the replication manager: KIP-279 truncation and the fetch loop
+// (docs/replication.md "The replication manager").
+#include "replica_manager_internal.h"
+
+#include <algorithm>
+#include <optional>
+#include <utility>
+
+namespace sluice::fs_storage {
+
+using namespace std::chrono_literals;
+
+
+Incarnated ReplicaManager::envelope(const Shard& s) const {
+  return Incarnated{s.ref, s.epoch, self_, directory_id_};
+}
+
+void ReplicaManager::follow(const std::shared_ptr<Shard>& s, std::uint64_t gen) {
+  post([this, s, gen] { truncate_step(s, gen); });
+}
+
+void ReplicaManager::retry(const std::shared_ptr<Shard>& s, std::uint64_t gen, const Error& why) {
+  {
+    std::lock_guard lk(s->mu);
+    if (s->gen != gen) return;
+    if (why.message != s->last_error) {
+      s->last_error = why.message;
+      log_(LogLevel::warn, shard_name(s->ref) + ": replicating from broker " +
+                               std::to_string(s->ra.leader.value()) + ": " + why.message +
+                               " (retrying)");
+    }
+  }
+  after(opts_.retry_backoff, [this, s, gen] {
+    bool truncated = false;
+    {
+      std::lock_guard lk(s->mu);
+      if (s->gen != gen) return;
+      truncated = s->truncated;
+    }
+    if (truncated)
+      fetch_step(s, gen);
+    else
+      truncate_step(s, gen);
+  });
+}
+
+void ReplicaManager::truncate_step(const std::shared_ptr<Shard>& s, std::uint64_t gen) {
+  EpochEndRequest req;
+  NodeId leader;
+  {
+    std::lock_guard lk(s->mu);
+    if (s->gen != gen || s->role != Role::follower) return;
+    if (s->log->durable_end() <= s->log->log_start()) {
+      s->truncated = true;  // nothing held: nothing can diverge
+    } else {
+      req.env = envelope(*s);
+      req.epoch = s->log->last_data_epoch();
+      leader = s->ra.leader;
+    }
+  }
+  if (leader.value() == 0) return fetch_step(s, gen);
+  auto exec = exec_;
+  transport_.request(
+      leader, kReplicaEpochEnd, encode(req), opts_.request_timeout,
+      [this, exec, s, gen, asked = req.epoch](Result<std::string> answer) {
+        exec->post([this, s, gen, asked, answer = std::move(answer)] {
+          if (!answer) return retry(s, gen, answer.error());
+          auto resp = decode_epoch_end_response(*answer);
+          if (!resp) return retry(s, gen, resp.error());
+          std::shared_ptr<ReplicaLog> log;
+          {
+            std::lock_guard lk(s->mu);
+            if (s->gen != gen) return;
+            log = s->log;
+          }
+          // KIP-279: keep what both logs hold in the same epoch; cut the rest.
+          Offset target = std::min(resp->end, log->durable_end());
+          if (resp->epoch < asked) {
+            auto mine = log->end_offset_for(resp->epoch);
+            if (!mine) return retry(s, gen, mine.error());
+            if (mine->epoch == resp->epoch)
+              target = std::min(target, mine->end);
+            else
+              target = std::min(target, log->high_watermark());
+          }
+          const Offset hwm = log->high_watermark();
+          if (target < hwm) {
+            log_(LogLevel::error,
+                 shard_name(s->ref) + ": the leader's history would cut this replica to " +
+                     std::to_string(target.value()) + ", below its high watermark " +
+                     std::to_string(hwm.value()) + "; keeping everything below it");
+            target = hwm;
+          }
+          if (target < log->durable_end()) {
+            const auto from = log->durable_end();
+            if (auto r = log->truncate_to(target); !r) return retry(s, gen, r.error());
+            log_(LogLevel::info, shard_name(s->ref) + ": truncated the divergent suffix [" +
+                                     std::to_string(target.value()) + ", " +
+                                     std::to_string(from.value()) + ")");
+            std::lock_guard clk(mu_);
+            ++counters_.truncations;
+          }
+          {
+            std::lock_guard lk(s->mu);
+            if (s->gen != gen) return;
+            s->truncated = true;
+          }
+          fetch_step(s, gen);
+        });
+      });
+}
+
+void ReplicaManager::fetch_step(const std::shared_ptr<Shard>& s, std::uint64_t gen) {
+  FetchRequest req;
+  NodeId leader;
+  std::shared_ptr<ReplicaLog> log;
+  {
+    std::lock_guard lk(s->mu);
+    if (s->gen != gen || s->role != Role::follower) return;
+    log = s->log;
+    req.env = envelope(*s);
+    leader = s->ra.leader;
+  }
+  req.fetch_offset = log->durable_end();
+  req.durable_end = req.fetch_offset;  // append_replica synced everything it wrote
+  req.max_bytes = opts_.fetch_max_bytes;
+  req.wait_ms = static_cast<std::uint32_t>(opts_.fetch_wait.count());
+  auto exec = exec_;
+  transport_.request(
+      leader, kReplicaFetch, encode(req), opts_.fetch_wait + opts_.request_timeout,
+      [this, exec, s, gen, base = req.fetch_offset](Result<std::string> answer) {
+        exec->post([this, s, gen, base, answer = std::move(answer)] {
+          if (!answer) {
+            if (answer.error().code == Errc::conflict) {
+              std::lock_guard lk(s->mu);
+              if (s->gen == gen) s->truncated = false;  // diverged: find the cut again
+            }
+            return retry(s, gen, answer.error());
+          }
+          auto resp = decode_fetch_response(*answer);
+          if (!resp) return retry(s, gen, resp.error());
+          std::shared_ptr<ReplicaLog> log;
+          {
+            std::lock_guard lk(s->mu);
+            if (s->gen != gen) return;
+            log = s->log;
+          }
+          if (resp->chunk_base != base)
+            return retry(s, gen, Error(Errc::internal, "the leader answered offset " +
+                                                           std::to_string(resp->chunk_base.value()) +
+                                                           " to a fetch at " +
+                                                           std::to_string(base.value())));
+          if (!resp->chunk.empty()) {
+            if (auto r = log->append_replica(resp->chunk, base, resp->chunk_epoch); !r)
+              return retry(s, gen, r.error());
+            std::lock_guard clk(mu_);
+            ++counters_.chunks_appended;
+            counters_.bytes_appended += resp->chunk.size();
+          }
+          log->advance_high_watermark(std::min(resp->high_watermark, log->durable_end()));
+          {
+            std::lock_guard lk(s->mu);
+            if (s->gen != gen) return;
+            s->last_error.clear();
+          }
+          fetch_step(s, gen);
+        });
+      });
+}
+
+}  // namespace sluice::fs_storage

@@ -1,0 +1,387 @@
+// The leader side of the replication manager: answering fetches and epoch-end questions,
+// the high watermark, and the in-sync set (docs/replication.md "The replication manager").
+#include "replica_manager_internal.h"
+
+#include <algorithm>
+#include <optional>
+#include <utility>
+
+namespace sluice::fs_storage {
+
+using namespace std::chrono_literals;
+
+
+void ReplicaManager::drop_parked(Shard& s) {
+  // Called with s.mu held. Answers nothing itself: a dropped responder answers unavailable.
+  for (auto& p : s.parked) {
+    std::uint64_t handle = 0;
+    PeerResponder r;
+    {
+      std::lock_guard lk(p->mu);
+      if (p->done) continue;
+      p->done = true;
+      handle = p->notify;
+      r = std::move(p->respond);
+    }
+    if (handle != 0 && s.log) s.log->cancel_end_notify(handle);
+    r(Error(Errc::not_leader, "broker " + std::to_string(self_.value()) +
+                                  " stopped leading " + shard_name(s.ref)));
+  }
+  s.parked.clear();
+}
+
+Result<std::shared_ptr<ReplicaManager::Shard>> ReplicaManager::check_envelope(
+    const PeerIdentity& from, const Incarnated& env, bool leader_only) {
+  if (env.sender != from.node || env.directory_id != from.directory_id)
+    return Error(Errc::invalid_argument,
+                 "the envelope names broker " + std::to_string(env.sender.value()) +
+                     " (directory " + env.directory_id + ") but the connection's hello named " +
+                     std::to_string(from.node.value()) + " (directory " + from.directory_id + ")");
+  auto s = find(env.ref.stream, env.ref.shard);
+  const std::string me = "broker " + std::to_string(self_.value());
+  if (!s)
+    return Error(Errc::not_found, me + " holds no incarnation of " + env.ref.stream.to_string() +
+                                      " shard " + std::to_string(env.ref.shard.value()));
+  std::lock_guard lk(s->mu);
+  if (s->ref.incarnation != env.ref.incarnation)
+    return Error(Errc::stale_route,
+                 me + " holds incarnation " + std::to_string(s->ref.incarnation.value()) +
+                     " of " + env.ref.stream.to_string() + ", not " +
+                     std::to_string(env.ref.incarnation.value()));
+  if (!holds(s->ra.replicas, env.sender))
+    return Error(Errc::conflict, "broker " + std::to_string(env.sender.value()) +
+                                     " is not a replica of " + shard_name(s->ref));
+  if (env.leader_epoch < s->epoch)
+    return Error(Errc::fenced, "leader epoch " + std::to_string(env.leader_epoch.value()) +
+                                   " is older than " + me + "'s epoch " +
+                                   std::to_string(s->epoch.value()) + " for " +
+                                   shard_name(s->ref));
+  if (env.leader_epoch > s->epoch) {
+    // A newer leader exists: this broker was deposed, whatever the catalog has told it so far.
+    if (s->role == Role::leader) {
+      log_(LogLevel::warn, shard_name(s->ref) + ": broker " + std::to_string(env.sender.value()) +
+                               " speaks in epoch " + std::to_string(env.leader_epoch.value()) +
+                               "; this leader (epoch " + std::to_string(s->epoch.value()) +
+                               ") fences itself");
+      ++s->gen;
+      drop_parked(*s);
+      s->role = Role::none;
+      s->epoch = env.leader_epoch;
+      if (auto r = s->log->fence(env.leader_epoch); !r)
+        log_(LogLevel::error, shard_name(s->ref) + ": fence: " + r.error().message);
+    }
+    return Error(Errc::not_leader, me + " does not lead " + shard_name(s->ref) + " in epoch " +
+                                       std::to_string(env.leader_epoch.value()));
+  }
+  if (leader_only && s->role != Role::leader)
+    return Error(Errc::not_leader, me + " does not lead " + shard_name(s->ref) + " in epoch " +
+                                       std::to_string(env.leader_epoch.value()));
+  return s;
+}
+
+void ReplicaManager::on_fetch(const PeerIdentity& from, std::string payload,
+                              PeerResponder respond) {
+  auto req = decode_fetch_request(payload);
+  if (!req) return respond(req.error());
+  auto rp = std::make_shared<PeerResponder>(std::move(respond));
+  post([this, from, req = std::move(*req), rp]() mutable {
+    auto s = check_envelope(from, req.env, true);
+    if (!s) return (*rp)(s.error());
+    serve_fetch(*s, std::move(req), std::move(*rp));
+  });
+}
+
+void ReplicaManager::on_epoch_end(const PeerIdentity& from, std::string payload,
+                                  PeerResponder respond) {
+  auto req = decode_epoch_end_request(payload);
+  if (!req) return respond(req.error());
+  auto rp = std::make_shared<PeerResponder>(std::move(respond));
+  post([this, from, req = std::move(*req), rp]() mutable {
+    auto& respond = *rp;
+    auto s = check_envelope(from, req.env, true);
+    if (!s) return respond(s.error());
+    std::shared_ptr<ReplicaLog> log;
+    {
+      std::lock_guard lk((*s)->mu);
+      log = (*s)->log;
+    }
+    auto end = log->end_offset_for(req.epoch);
+    if (!end) return respond(end.error());
+    respond(encode(EpochEndResponse{end->epoch, end->end}));
+  });
+}
+
+void ReplicaManager::record_progress(Shard& s, NodeId follower, const std::string& dir,
+                                     Offset durable_end, Clock::time_point now) {
+  const Offset leader_end = s.log->durable_end();
+  auto [it, fresh] = s.followers.try_emplace(follower);
+  auto& f = it->second;
+  if (fresh || f.directory_id != dir) {
+    // A new directory is a new, empty replica: nothing it said before counts.
+    f = Shard::Follower{};
+    f.directory_id = dir;
+    f.last_caught_up = s.leading_since;
+    fresh = true;
+  }
+  // Kafka's rule: caught up now, or caught up to where the leader was at its last fetch.
+  if (durable_end >= leader_end)
+    f.last_caught_up = now;
+  else if (!fresh && f.reported && durable_end >= f.leader_end_at_last_fetch)
+    f.last_caught_up = std::max(f.last_caught_up, f.last_fetch);
+  f.durable_end = durable_end;
+  f.reported = true;
+  f.last_fetch = now;
+  f.leader_end_at_last_fetch = leader_end;
+}
+
+void ReplicaManager::update_high_watermark(Shard& s) {
+  if (s.role != Role::leader) return;
+  Offset hwm = s.log->durable_end();
+  for (const auto& m : s.ra.in_sync) {
+    if (m.broker == self_) continue;
+    auto it = s.followers.find(m.broker);
+    // A member counts only with the directory the catalog recorded (seed kafka-15495).
+    if (it == s.followers.end() || !it->second.reported ||
+        it->second.directory_id != m.directory_id)
+      return;  // its position is unknown: the high watermark stays where it is
+    hwm = std::min(hwm, it->second.durable_end);
+  }
+  s.log->advance_high_watermark(hwm);
+}
+
+void ReplicaManager::serve_fetch(const std::shared_ptr<Shard>& s, FetchRequest req,
+                                 PeerResponder respond) {
+  std::unique_lock lk(s->mu);
+  if (s->role != Role::leader)
+    return respond(Error(Errc::not_leader, "broker " + std::to_string(self_.value()) +
+                                               " no longer leads " + shard_name(s->ref)));
+  record_progress(*s, req.env.sender, req.env.directory_id, req.durable_end, Clock::now());
+  update_high_watermark(*s);
+  const Offset end = s->log->durable_end();
+  const Offset start = s->log->log_start();
+  if (req.fetch_offset < start)
+    return respond(Error(Errc::offset_out_of_range,
+                         "fetch offset " + std::to_string(req.fetch_offset.value()) +
+                             " is below the log start " + std::to_string(start.value()) +
+                             " of " + shard_name(s->ref)));
+  if (req.fetch_offset > end)
+    return respond(Error(Errc::conflict, "fetch offset " +
+                                             std::to_string(req.fetch_offset.value()) +
+                                             " is beyond the leader's log end " +
+                                             std::to_string(end.value()) + " of " +
+                                             shard_name(s->ref) + "; truncate first"));
+  if (req.fetch_offset < end || req.wait_ms == 0) {
+    lk.unlock();
+    return answer_fetch(s, req, respond);
+  }
+  // Nothing new: hold the request until the log grows or the wait passes.
+  auto p = std::make_shared<Parked>();
+  p->shard = s;
+  p->req = std::move(req);
+  p->respond = std::move(respond);
+  s->parked.push_back(p);
+  auto exec = exec_;
+  const auto wait = std::chrono::milliseconds(p->req.wait_ms);
+  const auto handle = s->log->notify_when_end_beyond(
+      p->req.fetch_offset, [this, exec, p] { exec->post([this, p] { finish_parked(p); }); });
+  {
+    std::lock_guard plk(p->mu);
+    p->notify = handle;
+  }
+  lk.unlock();
+  if (handle == 0) post([this, p] { finish_parked(p); });
+  after(wait, [this, p] { finish_parked(p); });
+}
+
+void ReplicaManager::finish_parked(const std::shared_ptr<Parked>& p) {
+  auto s = p->shard.lock();
+  std::uint64_t handle = 0;
+  PeerResponder respond;
+  {
+    std::lock_guard lk(p->mu);
+    if (p->done) return;
+    p->done = true;
+    handle = p->notify;
+    respond = std::move(p->respond);
+  }
+  if (!s) return;  // the responder answers unavailable
+  std::shared_ptr<ReplicaLog> log;
+  {
+    std::lock_guard lk(s->mu);
+    auto& v = s->parked;
+    v.erase(std::remove(v.begin(), v.end(), p), v.end());
+    log = s->log;
+  }
+  if (handle != 0) log->cancel_end_notify(handle);
+  answer_fetch(s, p->req, respond);
+}
+
+void ReplicaManager::answer_fetch(const std::shared_ptr<Shard>& s, const FetchRequest& req,
+                                  PeerResponder& respond) {
+  std::shared_ptr<ReplicaLog> log;
+  LeaderEpoch epoch;
+  {
+    std::lock_guard lk(s->mu);
+    if (s->role != Role::leader || s->epoch != req.env.leader_epoch)
+      return respond(Error(Errc::not_leader, "broker " + std::to_string(self_.value()) +
+                                                 " no longer leads " + shard_name(s->ref)));
+    log = s->log;
+    epoch = s->epoch;
+  }
+  const std::size_t max_bytes =
+      std::min<std::size_t>(req.max_bytes ? req.max_bytes : opts_.fetch_max_bytes,
+                            opts_.fetch_max_bytes);
+  FetchResponse out;
+  ReplicaChunk chunk;
+  if (req.fetch_offset < log->durable_end()) {
+    auto c = log->read_raw(req.fetch_offset, max_bytes);
+    if (!c) return respond(c.error());
+    chunk = std::move(*c);
+  }
+  out.leader_epoch = epoch;
+  out.high_watermark = log->high_watermark();
+  out.log_start = log->log_start();
+  out.log_end = log->durable_end();
+  out.chunk_base = req.fetch_offset;
+  out.chunk_epoch = chunk.epoch;
+  out.chunk = chunk.bytes;
+  std::string payload = encode(out);
+  {
+    std::lock_guard lk(mu_);
+    ++counters_.fetches_served;
+    counters_.bytes_served += chunk.bytes.size();
+  }
+  respond(std::move(payload));
+}
+
+void ReplicaManager::check_now() {
+  std::vector<std::shared_ptr<Shard>> shards;
+  {
+    std::lock_guard lk(mu_);
+    for (auto& [_, s] : shards_) shards.push_back(s);
+  }
+  const auto now = Clock::now();
+  for (auto& s : shards) check_shard(s, now);
+}
+
+void ReplicaManager::check_shard(const std::shared_ptr<Shard>& s, Clock::time_point now) {
+  std::unique_lock lk(s->mu);
+  if (s->role != Role::leader || s->removed) return;
+  s->log->expire_quorum_waiters(now);
+  update_high_watermark(*s);
+  if (s->in_sync_change_in_flight || s->refused_at == s->ra.version) return;
+
+  const Offset leader_end = s->log->durable_end();
+  const Offset hwm = s->log->high_watermark();
+  auto lag_of = [&](NodeId b) -> std::chrono::milliseconds {
+    auto it = s->followers.find(b);
+    if (it == s->followers.end())
+      return std::chrono::duration_cast<std::chrono::milliseconds>(now - s->leading_since);
+    if (it->second.durable_end >= leader_end) return 0ms;
+    return std::chrono::duration_cast<std::chrono::milliseconds>(now - it->second.last_caught_up);
+  };
+
+  std::vector<InSyncReplica> next = s->ra.in_sync;
+  bool changed = false;
+  const char* why = "";
+
+  // Shrink: members that lag too long, or answer with another directory than recorded;
+  // the most lagging first, never below min_insync.
+  std::vector<std::pair<std::chrono::milliseconds, NodeId>> out;
+  for (const auto& m : next) {
+    if (m.broker == self_) continue;
+    auto it = s->followers.find(m.broker);
+    const bool other_dir = it != s->followers.end() && it->second.directory_id != m.directory_id;
+    const auto lag = lag_of(m.broker);
+    if (lag > opts_.max_lag || (other_dir && now - s->leading_since > opts_.max_lag))
+      out.emplace_back(lag, m.broker);
+  }
+  std::sort(out.begin(), out.end(), [](auto& a, auto& b) { return a.first > b.first; });
+  for (const auto& [lag, b] : out) {
+    if (next.size() <= s->ra.min_insync) break;
+    next.erase(std::remove_if(next.begin(), next.end(),
+                              [&](const InSyncReplica& m) { return m.broker == b; }),
+               next.end());
+    changed = true;
+    why = "a member lagged longer than replication.max_lag_ms";
+  }
+
+  // Grow: a replica whose disk holds everything up to the high watermark joins, with the
+  // directory it fetched from (replacing a stale entry for that broker).
+  if (!changed) {
+    for (NodeId b : s->ra.replicas) {
+      if (b == self_) continue;
+      auto it = s->followers.find(b);
+      if (it == s->followers.end() || !it->second.reported) continue;
+      const auto& f = it->second;
+      const bool member = std::any_of(next.begin(), next.end(), [&](const InSyncReplica& m) {
+        return m.broker == b && m.directory_id == f.directory_id;
+      });
+      if (member || f.durable_end < hwm || lag_of(b) > opts_.max_lag) continue;
+      next.erase(std::remove_if(next.begin(), next.end(),
+                                [&](const InSyncReplica& m) { return m.broker == b; }),
+                 next.end());
+      next.push_back(InSyncReplica{b, f.directory_id});
+      changed = true;
+      why = "a replica caught up";
+    }
+  }
+  if (!changed) return;
+  s->in_sync_change_in_flight = true;
+  lk.unlock();
+  change_in_sync(s, std::move(next), why);
+}
+
+void ReplicaManager::change_in_sync(const std::shared_ptr<Shard>& s,
+                                    std::vector<InSyncReplica> in_sync, const char* why) {
+  ShardUpdate u;
+  std::uint64_t gen = 0;
+  std::size_t before = 0;
+  {
+    std::lock_guard lk(s->mu);
+    u.key = s->ref.stream;
+    u.shard = s->ref.shard;
+    u.incarnation = s->ref.incarnation;
+    u.expected_version = s->ra.version;
+    u.leader = self_;
+    u.leader_epoch = s->ra.leader_epoch;
+    u.in_sync = in_sync;
+    gen = s->gen;
+    before = s->ra.in_sync.size();
+  }
+  auto describe = [](const std::vector<InSyncReplica>& v) {
+    std::string out = "[";
+    for (const auto& m : v) {
+      if (out.size() > 1) out += ",";
+      out += std::to_string(m.broker.value());
+    }
+    return out + "]";
+  };
+  auto r = update_shard_(u);  // blocks for at most the metadata timeout; no lock held
+  std::lock_guard lk(s->mu);
+  s->in_sync_change_in_flight = false;
+  if (!r) {
+    if (r.error().code == Errc::conflict || r.error().code == Errc::stale_route)
+      s->refused_at = u.expected_version;
+    // A conflict means someone else changed the shard: their assignment is on its way.
+    log_(LogLevel::warn, shard_name(s->ref) + ": in-sync set change to " + describe(in_sync) +
+                             " refused: " + r.error().message);
+    return;
+  }
+  log_(LogLevel::info, shard_name(s->ref) + ": in-sync set is now " + describe(r->in_sync) +
+                           " (version " + std::to_string(r->version.value()) + "): " + why);
+  {
+    std::lock_guard clk(mu_);
+    if (r->in_sync.size() < before)
+      ++counters_.isr_shrinks;
+    else
+      ++counters_.isr_expands;
+  }
+  if (s->gen != gen || r->version <= s->ra.version) return;
+  s->ra.in_sync = r->in_sync;
+  s->ra.version = r->version;
+  s->log->set_in_sync(s->ra.in_sync.size(), s->ra.min_insync);
+  update_high_watermark(*s);
+}
+
+}  // namespace sluice::fs_storage

@@ -1,0 +1,89 @@
+// The replication manager's shared state (replica_manager.h): its work queue, and what it
+// keeps per shard. Included by replica_manager.cc (assignment, threads), replica_leader.cc
+// (answering followers, the high watermark, the in-sync set) and replica_follower.cc
+// (truncation and the fetch loop). Not part of the engine's interface.
+#pragma once
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "replica_manager.h"
+
+namespace sluice::fs_storage {
+
+struct ReplicaManager::Exec {
+  std::mutex mu;
+  std::condition_variable q_cv;      // workers: a task was queued, or stopping
+  std::condition_variable timer_cv;  // timer thread: a timer was added, or stopping
+  std::deque<std::function<void()>> queue;
+  std::multimap<Clock::time_point, std::function<void()>> timers;
+  bool stopping = false;
+
+  void post(std::function<void()> fn) {
+    {
+      std::lock_guard lk(mu);
+      if (stopping) return;  // fn (and any responder it holds) is destroyed here
+      queue.push_back(std::move(fn));
+    }
+    q_cv.notify_one();
+  }
+};
+
+enum class Role { none, leader, follower };
+
+struct ReplicaManager::Shard {
+  std::mutex mu;
+  ShardRef ref;
+  std::shared_ptr<ReplicaLog> log;
+  ReplicaAssignment ra;
+  Role role = Role::none;
+  LeaderEpoch epoch;       // the epoch of `role`
+  std::uint64_t gen = 1;   // rises with every role change and at remove: stale work stops
+  bool removed = false;
+
+  // Leader: what each follower last reported.
+  struct Follower {
+    std::string directory_id;
+    Offset durable_end;
+    bool reported = false;
+    Clock::time_point last_caught_up;
+    Clock::time_point last_fetch;
+    Offset leader_end_at_last_fetch;
+  };
+  std::map<NodeId, Follower> followers;
+  Clock::time_point leading_since;
+  std::vector<std::shared_ptr<Parked>> parked;
+  bool in_sync_change_in_flight = false;
+  // The catalog refused a change at this version: someone else moved the shard on, and
+  // their assignment is on its way. No further change is tried until it arrives.
+  std::optional<ShardVersion> refused_at;
+
+  // Follower.
+  bool truncated = false;  // the epoch-end truncation ran in this generation
+  std::string last_error;  // logged once per distinct error, not once per retry
+};
+
+struct ReplicaManager::Parked {
+  std::mutex mu;
+  bool done = false;
+  std::weak_ptr<Shard> shard;
+  FetchRequest req;
+  PeerResponder respond;
+  std::uint64_t notify = 0;
+};
+
+
+inline std::string shard_name(const ShardRef& r) { return r.to_string(); }
+
+inline bool holds(const std::vector<NodeId>& v, NodeId n) {
+  return std::find(v.begin(), v.end(), n) != v.end();
+}
+
+}  // namespace sluice::fs_storage
