@@ -68,15 +68,39 @@ Result<void> BrokerRuntime::apply_plan(const ServingPlan& plan, Registration reg
   // 2. Close: take the names out of service first, so no call reaches a closing shard.
   std::set<StreamKey> touched(plan.forget.begin(), plan.forget.end());
   for (const auto& c : plan.close) touched.insert(c.ref.stream);
-  // What the names held before: step 5 carries over the shards that stay open.
+  // What the names held before: step 5 carries over the shards that stay open. A name that
+  // keeps its incarnation stays in service meanwhile, without the closing shards (their
+  // calls go to their new leader); a name that is forgotten or changes incarnation is out
+  // of service until step 5.
   std::map<StreamKey, std::shared_ptr<StreamState>> before;
   {
+    const std::set<StreamKey> forget(plan.forget.begin(), plan.forget.end());
     std::unique_lock lk(streams_mu_);
-    for (const auto& k : touched)
-      if (auto it = streams_.find(k); it != streams_.end()) {
-        before[k] = std::move(it->second);
+    for (const auto& k : touched) {
+      auto it = streams_.find(k);
+      if (it == streams_.end()) continue;
+      before[k] = it->second;
+      const auto& old = *it->second;
+      auto next = plan.streams.find(k);
+      if (forget.count(k) || next == plan.streams.end() || next->second.info.incarnation != old.info.incarnation ||
+          !old.refused.empty() || !next->second.refused.empty()) {
         streams_.erase(it);
+        continue;
       }
+      auto keep = std::make_shared<StreamState>();
+      keep->info = old.info;
+      keep->assignments = old.assignments;
+      keep->held = old.held;
+      keep->shards = old.shards;
+      keep->sticky.store(old.sticky.load(std::memory_order_relaxed), std::memory_order_relaxed);
+      for (const auto& c : plan.close)
+        if (c.ref.stream == k && c.ref.incarnation == old.info.incarnation) {
+          const auto i = c.ref.shard.value();
+          if (i < keep->held.size()) keep->held[i] = nullptr;
+          if (i < keep->shards.size()) keep->shards[i] = nullptr;
+        }
+      it->second = std::move(keep);
+    }
   }
   for (const auto& c : plan.close) close_shard(c);
   // 3. Delete, on the control plane's word only.
