@@ -172,8 +172,43 @@ Result<std::shared_ptr<ShardLog>> FsStorageEngine::open_shard(const ShardRef& re
                                               std::move(recovered).value(), std::move(replica));
   if (group_clock_) shard->set_group_clock(group_clock_);
   if (group_step_hook_) shard->set_group_step_hook(group_step_hook_);
+  if (shard->replicated()) {
+    auto ops = open_group_log(ref, *dir, spec.min_insync);
+    if (!ops) {
+      shard->close();
+      return ops.error();
+    }
+    shard->attach_group_ops(std::move(ops).value());
+  }
   shards_.emplace(ref, shard);
   return std::shared_ptr<ShardLog>(shard);
+}
+
+// <shard dir>/group-log: the consumer groups' op log, a replicated log of its own with its
+// own leader-epoch history and high-watermark checkpoint (group_ops.h).
+Result<std::unique_ptr<GroupOps>> FsStorageEngine::open_group_log(const ShardRef& ref,
+                                                                  const std::string& shard_dir,
+                                                                  std::uint32_t min_insync) {
+  const std::string gdir = shard_dir + "/" + std::string(kGroupLogDir);
+  if (auto r = make_dirs(gdir + "/log"); !r) return r.error();
+  auto fail = [&](const Error& e) {
+    host_.log(LogLevel::error, kComponent,
+              "cannot open the group log of shard " + ref.to_string() + ": " + e.message);
+    return e;
+  };
+  ReplicaSetup replica;
+  auto history = EpochHistory::load(*fs_, gdir);
+  if (!history) return fail(history.error());
+  replica.replicated = true;
+  replica.min_insync = min_insync;
+  replica.history = std::move(history).value();
+  replica.hwm_checkpoint = read_hwm_checkpoint(*fs_, gdir).value_or(Offset(0));
+  auto recovered = recover_log(*fs_, host_, opts_, gdir + "/log", ref.incarnation);
+  if (!recovered) return fail(recovered.error());
+  replica.history.forget_beyond(Offset(recovered->next_offset));
+  auto log = std::make_shared<ShardLogImpl>(ref, RetentionPolicy{}, gdir, opts_, fs_, host_, pool_,
+                                            std::move(recovered).value(), std::move(replica));
+  return std::make_unique<GroupOps>(std::move(log), gdir, fs_, host_);
 }
 
 std::shared_ptr<ShardLogImpl> FsStorageEngine::replica(const ShardRef& ref) {
@@ -220,7 +255,12 @@ Result<void> FsStorageEngine::assign(const ShardRef& ref, const ReplicaAssignmen
   if (!m) return m.error();
   shard->set_quorum_timeout(std::chrono::milliseconds(opts_.replication_quorum_timeout_ms));
   shard->set_progress_source([mgr = *m, ref] { return mgr->progress(ref); });
-  return (*m)->assign(std::make_shared<ShardReplicaLog>(shard), a);
+  if (auto r = (*m)->assign(std::make_shared<ShardReplicaLog>(shard), a); !r) return r;
+  // The group log plays the same role under the same assignment.
+  auto* ops = shard->group_ops();
+  if (!ops) return {};
+  ops->log()->set_quorum_timeout(std::chrono::milliseconds(opts_.replication_quorum_timeout_ms));
+  return (*m)->assign(std::make_shared<ShardReplicaLog>(ops->log()), a, LogKind::groups);
 }
 
 void FsStorageEngine::close_shard(const ShardRef& ref) {

@@ -97,6 +97,9 @@ class FsStorageEngine final : public StorageEngine {
 
  private:
   Result<void> make_dirs(const std::string& path);
+  Result<std::unique_ptr<GroupOps>> open_group_log(const ShardRef& ref,
+                                                   const std::string& shard_dir,
+                                                   std::uint32_t min_insync);
   void retention_loop();
   // Closes shards already moved from shards_ into closing_ (outside mu_), then removes them
   // from closing_ and wakes open_shard calls waiting for them.

@@ -40,7 +40,7 @@ void ConsumerGroup::close() {
 Result<std::unique_ptr<ConsumerGroup>> ConsumerGroup::open(
     const std::string& name, const std::string& dir, ShardLogImpl& shard, const Options& opts,
     std::shared_ptr<FileSystem> fs, PluginHost& host, FlushPool& pool, GroupClock clock,
-    GroupStepHook hook) {
+    GroupStepHook hook, GroupReplicate replicate) {
   // Directories: <dir>, <dir>/dead-letters/log, each new one fsynced into its parent.
   const std::string groups = dir.substr(0, dir.find_last_of('/'));
   for (const std::string& d : {groups, dir, dir + "/dead-letters", dir + "/dead-letters/log"}) {
@@ -52,6 +52,7 @@ Result<std::unique_ptr<ConsumerGroup>> ConsumerGroup::open(
   std::unique_ptr<ConsumerGroup> g(new ConsumerGroup(
       name, dir, shard, fs, host, clock ? std::move(clock) : GroupClock(steady_now_ms),
       std::move(hook), opts.group_journal_compact_bytes));
+  g->replicate_ = std::move(replicate);
   // An unfinished compaction's temporary files: the renamed files are what counts.
   for (const char* tmp : {"/snapshot.tmp", "/journal.tmp"})
     if (auto r = fs->remove(dir + tmp); !r) return r.error();
@@ -226,6 +227,7 @@ Result<void> ConsumerGroup::ack(const std::vector<Offset>& offsets) {
   std::string payload;
   put32(payload, static_cast<std::uint32_t>(offsets.size()));
   for (const auto& o : offsets) put64(payload, o.value());
+  if (auto r = propose(kAck, payload); !r) return r;
   if (auto r = append_journal(kAck, payload, true); !r) return r;
   for (const auto& o : offsets) mark_done(o.value());
   maybe_compact();

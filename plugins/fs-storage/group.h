@@ -86,6 +86,11 @@ using GroupClock = std::function<std::int64_t()>;
 // would (a stopped dead-letter move or replay returns internal; a stopped compaction is
 // only logged, the call it followed already succeeded).
 using GroupStepHook = std::function<bool(std::string_view step)>;
+// Replicated shards (group_ops.h): commits one op in the shard's group log before the
+// group changes anything of its own (ACK, DEAD with its dead-letter batch as `extra`,
+// REPLAY_PENDING, REPLAYED). Empty on an unreplicated shard.
+using GroupReplicate = std::function<Result<void>(std::uint8_t type, std::string_view payload,
+                                                  std::string_view extra)>;
 std::int64_t steady_now_ms();
 
 // invalid_argument unless max_deliveries is in [1, 1000] and ack_timeout_ms > 0 (storage.h).
@@ -104,7 +109,8 @@ class ConsumerGroup {
                                                      const Options& opts,
                                                      std::shared_ptr<FileSystem> fs,
                                                      PluginHost& host, FlushPool& pool,
-                                                     GroupClock clock, GroupStepHook hook = {});
+                                                     GroupClock clock, GroupStepHook hook = {},
+                                                     GroupReplicate replicate = {});
   ~ConsumerGroup();
 
   Result<GroupDelivery> fetch(std::uint32_t max_records, const GroupOptions& opts);
@@ -113,6 +119,11 @@ class ConsumerGroup {
   GroupPosition position();
   Result<FetchResult> dead_letters(Offset from, std::uint32_t max_records, std::size_t max_bytes);
   Result<std::uint64_t> replay(Offset from, Offset to);
+  // Applies one committed op of the shard's group log (group_ops.h) that another leader
+  // (or this one, before a crash) proposed. Idempotent: an ack of a done offset, a dead
+  // letter already in the dead-letter log (by its offset there), a replay already
+  // pending or replayed change nothing. corrupt_data if a dead letter would leave a gap.
+  Result<void> apply_op(std::uint8_t type, std::string_view payload, std::string_view extra);
   void close();
 
  private:
@@ -138,7 +149,11 @@ class ConsumerGroup {
   Result<void> resolve_pending_replays();
   // The not-yet-replayed dead letters in [from, to) as one batch for the shard (empty if none).
   Result<std::string> build_replay(std::uint64_t from, std::uint64_t to, std::uint64_t* n);
-  Result<void> journal_replayed(std::uint64_t from, std::uint64_t to);
+  // propose: commit REPLAYED in the group log first (replicated shards).
+  Result<void> journal_replayed(std::uint64_t from, std::uint64_t to, bool propose);
+  Result<void> propose(std::uint8_t type, const std::string& payload, std::string_view extra = {}) {
+    return replicate_ ? replicate_(type, payload, extra) : Result<void>{};
+  }
   bool stop_at(std::string_view step) { return hook_ && hook_(step); }
   Result<void> append_journal(std::uint8_t type, const std::string& payload, bool sync);
   Result<void> check_outstanding(const std::vector<Offset>& offsets, const char* verb);
@@ -149,6 +164,8 @@ class ConsumerGroup {
   Result<void> dead_letter(std::uint64_t offset, std::uint32_t deliveries,
                            std::map<std::uint64_t, std::string>& cache);
   bool replayed(std::uint64_t dl_offset) const;
+  // How a replay's batch is appended to the shard: quorum on a replicated shard.
+  AckMode shard_ack() const;
 
   const std::string name_;
   const std::string dir_;
@@ -157,6 +174,7 @@ class ConsumerGroup {
   PluginHost& host_;
   const GroupClock clock_;
   const GroupStepHook hook_;
+  GroupReplicate replicate_;  // set once by open()
   const std::uint64_t compact_bytes_;
 
   std::mutex mu_;

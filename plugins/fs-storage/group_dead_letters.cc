@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <future>
 
+#include "group_ops.h"
 #include "group_records.h"
 #include "shard_log.h"
 #include "sluice/record_batch.h"
@@ -17,10 +18,11 @@ namespace {
 constexpr std::string_view kComponent = "fs-storage";
 constexpr std::uint64_t kDeadLetterTailCheck = 64;
 
-Result<AppendResult> append_and_wait(ShardLog& log, std::string batch) {
+Result<AppendResult> append_and_wait(ShardLog& log, std::string batch,
+                                     AckMode ack = AckMode::leader) {
   auto p = std::make_shared<std::promise<Result<AppendResult>>>();
   auto f = p->get_future();
-  log.append(std::move(batch), AckMode::leader,
+  log.append(std::move(batch), ack,
              [p](Result<AppendResult> r) { p->set_value(std::move(r)); });
   return f.get();
 }
@@ -44,8 +46,23 @@ Result<void> ConsumerGroup::dead_letter(std::uint64_t off, std::uint32_t deliver
   append_header(headers, kDeliveriesHeader, std::to_string(deliveries));
   BatchBuilder bb;
   bb.add(rv.key, rv.value, headers, rv.timestamp_ms);
-  auto appended = append_and_wait(*dead_, bb.finish());
+  std::string batch = bb.finish();
+  if (replicate_) {
+    // The move is committed in the group log, with the dead letter itself, before this
+    // replica's dead-letter log changes: every replica builds the same one from it.
+    const std::uint64_t dl = dead_->stats().log_end.value();
+    std::string op;
+    put64(op, off);
+    put64(op, dl);
+    if (auto r = propose(kDead, op, batch); !r) return r;
+  }
+  const std::uint64_t expected = dead_->stats().log_end.value();
+  auto appended = append_and_wait(*dead_, std::move(batch));
   if (!appended) return appended.error();
+  if (appended->base_offset.value() != expected)
+    return Error(Errc::internal, "group " + name_ + ": dead letter landed at " +
+                                     std::to_string(appended->base_offset.value()) +
+                                     ", not at " + std::to_string(expected));
   if (stop_at("group.dead.after_append")) return Error(Errc::internal, "stopped at group.dead.after_append");
   std::string payload;
   put64(payload, off);
@@ -57,6 +74,10 @@ Result<void> ConsumerGroup::dead_letter(std::uint64_t off, std::uint32_t deliver
                 std::to_string(deliveries) + " deliveries (dead-letter offset " +
                 std::to_string(appended->base_offset.value()) + ")");
   return {};
+}
+
+AckMode ConsumerGroup::shard_ack() const {
+  return shard_.replicated() ? AckMode::quorum : AckMode::leader;
 }
 
 bool ConsumerGroup::replayed(std::uint64_t off) const {
@@ -119,10 +140,13 @@ Result<std::string> ConsumerGroup::build_replay(std::uint64_t from, std::uint64_
   return n > 0 ? bb.finish() : std::string();
 }
 
-Result<void> ConsumerGroup::journal_replayed(std::uint64_t from, std::uint64_t to) {
+Result<void> ConsumerGroup::journal_replayed(std::uint64_t from, std::uint64_t to,
+                                             bool propose_it) {
   std::string payload;
   put64(payload, from);
   put64(payload, to);
+  if (propose_it)
+    if (auto r = propose(kReplayed, payload); !r) return r;
   if (auto r = append_journal(kReplayed, payload, true); !r) return r;
   replayed_[from] = std::max(replayed_[from], to);
   std::erase_if(pending_, [&](const PendingReplay& p) { return p.from == from && p.to == to; });
@@ -216,11 +240,11 @@ Result<void> ConsumerGroup::resolve_pending_replays() {
       auto batch = build_replay(p.from, p.to, &n);
       if (!batch) return batch.error();
       if (n > 0) {
-        auto appended = append_and_wait(shard_, std::move(*batch));
+        auto appended = append_and_wait(shard_, std::move(*batch), shard_ack());
         if (!appended) return appended.error();
       }
     }
-    if (auto r = journal_replayed(p.from, p.to); !r) return r;
+    if (auto r = journal_replayed(p.from, p.to, true); !r) return r;
     host_.log(LogLevel::warn, kComponent,
               "group " + name_ + " of shard " + shard_.ref().to_string() +
                   ": finished an interrupted replay of dead letters [" + std::to_string(p.from) +
@@ -253,18 +277,82 @@ Result<std::uint64_t> ConsumerGroup::replay(Offset from, Offset to) {
     put64(payload, from.value());
     put64(payload, to.value());
     put64(payload, shard_from);
+    if (auto r = propose(kReplayPending, payload); !r) return r.error();
     if (auto r = append_journal(kReplayPending, payload, true); !r) return r.error();
     pending_.push_back({from.value(), to.value(), shard_from});
     if (stop_at("group.replay.after_intent"))
       return Error(Errc::internal, "stopped at group.replay.after_intent");
-    auto appended = append_and_wait(shard_, std::move(*batch));
+    auto appended = append_and_wait(shard_, std::move(*batch), shard_ack());
     if (!appended) return appended.error();  // still pending: resolved before the next replay
     if (stop_at("group.replay.after_append"))
       return Error(Errc::internal, "stopped at group.replay.after_append");
   }
-  if (auto r = journal_replayed(from.value(), to.value()); !r) return r.error();
+  if (auto r = journal_replayed(from.value(), to.value(), true); !r) return r.error();
   maybe_compact();
   return n;
+}
+
+Result<void> ConsumerGroup::apply_op(std::uint8_t type, std::string_view payload,
+                                     std::string_view extra) {
+  std::lock_guard lk(mu_);
+  if (!dead_) return Error(Errc::unavailable, "shard " + shard_.ref().to_string() + " is closed");
+  auto bad = [&](const std::string& why) {
+    return Error(Errc::corrupt_data, "group " + name_ + " of shard " + shard_.ref().to_string() +
+                                         ": group log op " + std::to_string(type) + ": " + why);
+  };
+  const char* p = payload.data();
+  switch (type) {
+    case kAck: {
+      if (payload.size() < 4 || payload.size() != 4 + 8ull * wire::get_u32(p))
+        return bad("malformed ACK");
+      if (auto r = append_journal(kAck, std::string(payload), true); !r) return r;
+      for (std::uint32_t i = 0, n = wire::get_u32(p); i < n; ++i)
+        mark_done(wire::get_u64(p + 4 + 8ull * i));
+      break;
+    }
+    case kDead: {
+      if (payload.size() != 16) return bad("malformed DEAD");
+      const std::uint64_t off = wire::get_u64(p), dl = wire::get_u64(p + 8);
+      const std::uint64_t end = dead_->stats().log_end.value();
+      if (end < dl)
+        return bad("dead letter " + std::to_string(dl) + " would leave a gap after " +
+                   std::to_string(end));
+      if (end == dl) {
+        auto appended = append_and_wait(*dead_, std::string(extra));
+        if (!appended) return appended.error();
+      }
+      std::string rec;
+      put64(rec, off);
+      if (auto r = append_journal(kDead, rec, true); !r) return r;
+      mark_done(off);
+      cursor_ = std::max(cursor_, committed_);
+      break;
+    }
+    case kReplayPending: {
+      if (payload.size() != 24) return bad("malformed REPLAY_PENDING");
+      const PendingReplay pr{wire::get_u64(p), wire::get_u64(p + 8), wire::get_u64(p + 16)};
+      auto it = replayed_.find(pr.from);
+      const bool done = it != replayed_.end() && it->second >= pr.to;
+      const bool known = std::any_of(pending_.begin(), pending_.end(), [&](const PendingReplay& q) {
+        return q.from == pr.from && q.to == pr.to;
+      });
+      if (done || known) break;
+      if (auto r = append_journal(kReplayPending, std::string(payload), true); !r) return r;
+      pending_.push_back(pr);
+      break;
+    }
+    case kReplayed: {
+      if (payload.size() != 16) return bad("malformed REPLAYED");
+      if (auto r = journal_replayed(wire::get_u64(p), wire::get_u64(p + 8), false); !r) return r;
+      break;
+    }
+    case GroupOps::kOpCreate:
+      break;  // open() created the group
+    default:
+      return bad("unknown op type");
+  }
+  maybe_compact();
+  return {};
 }
 
 }  // namespace sluice::fs_storage

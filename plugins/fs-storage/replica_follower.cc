@@ -12,7 +12,7 @@ using namespace std::chrono_literals;
 
 
 Incarnated ReplicaManager::envelope(const Shard& s) const {
-  return Incarnated{s.ref, s.epoch, self_, directory_id_};
+  return Incarnated{s.ref, s.epoch, self_, directory_id_, s.kind};
 }
 
 void ReplicaManager::follow(const std::shared_ptr<Shard>& s, std::uint64_t gen) {
@@ -25,7 +25,7 @@ void ReplicaManager::retry(const std::shared_ptr<Shard>& s, std::uint64_t gen, c
     if (s->gen != gen) return;
     if (why.message != s->last_error) {
       s->last_error = why.message;
-      log_(LogLevel::warn, shard_name(s->ref) + ": replicating from broker " +
+      log_(LogLevel::warn, shard_name(s->ref, s->kind) + ": replicating from broker " +
                                std::to_string(s->ra.leader.value()) + ": " + why.message +
                                " (retrying)");
     }
@@ -86,7 +86,7 @@ void ReplicaManager::truncate_step(const std::shared_ptr<Shard>& s, std::uint64_
           const Offset hwm = log->high_watermark();
           if (target < hwm) {
             log_(LogLevel::error,
-                 shard_name(s->ref) + ": the leader's history would cut this replica to " +
+                 shard_name(s->ref, s->kind) + ": the leader's history would cut this replica to " +
                      std::to_string(target.value()) + ", below its high watermark " +
                      std::to_string(hwm.value()) + "; keeping everything below it");
             target = hwm;
@@ -94,7 +94,7 @@ void ReplicaManager::truncate_step(const std::shared_ptr<Shard>& s, std::uint64_
           if (target < log->durable_end()) {
             const auto from = log->durable_end();
             if (auto r = log->truncate_to(target); !r) return retry(s, gen, r.error());
-            log_(LogLevel::info, shard_name(s->ref) + ": truncated the divergent suffix [" +
+            log_(LogLevel::info, shard_name(s->ref, s->kind) + ": truncated the divergent suffix [" +
                                      std::to_string(target.value()) + ", " +
                                      std::to_string(from.value()) + ")");
             std::lock_guard clk(mu_);

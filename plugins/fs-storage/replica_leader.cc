@@ -25,7 +25,7 @@ void ReplicaManager::drop_parked(Shard& s) {
     }
     if (handle != 0 && s.log) s.log->cancel_end_notify(handle);
     r(Error(Errc::not_leader, "broker " + std::to_string(self_.value()) +
-                                  " stopped leading " + shard_name(s.ref)));
+                                  " stopped leading " + shard_name(s.ref, s.kind)));
   }
   s.parked.clear();
 }
@@ -37,7 +37,7 @@ Result<std::shared_ptr<ReplicaManager::Shard>> ReplicaManager::check_envelope(
                  "the envelope names broker " + std::to_string(env.sender.value()) +
                      " (directory " + env.directory_id + ") but the connection's hello named " +
                      std::to_string(from.node.value()) + " (directory " + from.directory_id + ")");
-  auto s = find(env.ref.stream, env.ref.shard);
+  auto s = find(env.ref.stream, env.ref.shard, env.log);
   const std::string me = "broker " + std::to_string(self_.value());
   if (!s)
     return Error(Errc::not_found, me + " holds no incarnation of " + env.ref.stream.to_string() +
@@ -50,16 +50,16 @@ Result<std::shared_ptr<ReplicaManager::Shard>> ReplicaManager::check_envelope(
                      std::to_string(env.ref.incarnation.value()));
   if (!holds(s->ra.replicas, env.sender))
     return Error(Errc::conflict, "broker " + std::to_string(env.sender.value()) +
-                                     " is not a replica of " + shard_name(s->ref));
+                                     " is not a replica of " + shard_name(s->ref, s->kind));
   if (env.leader_epoch < s->epoch)
     return Error(Errc::fenced, "leader epoch " + std::to_string(env.leader_epoch.value()) +
                                    " is older than " + me + "'s epoch " +
                                    std::to_string(s->epoch.value()) + " for " +
-                                   shard_name(s->ref));
+                                   shard_name(s->ref, s->kind));
   if (env.leader_epoch > s->epoch) {
     // A newer leader exists: this broker was deposed, whatever the catalog has told it so far.
     if (s->role == Role::leader) {
-      log_(LogLevel::warn, shard_name(s->ref) + ": broker " + std::to_string(env.sender.value()) +
+      log_(LogLevel::warn, shard_name(s->ref, s->kind) + ": broker " + std::to_string(env.sender.value()) +
                                " speaks in epoch " + std::to_string(env.leader_epoch.value()) +
                                "; this leader (epoch " + std::to_string(s->epoch.value()) +
                                ") fences itself");
@@ -68,13 +68,14 @@ Result<std::shared_ptr<ReplicaManager::Shard>> ReplicaManager::check_envelope(
       s->role = Role::none;
       s->epoch = env.leader_epoch;
       if (auto r = s->log->fence(env.leader_epoch); !r)
-        log_(LogLevel::error, shard_name(s->ref) + ": fence: " + r.error().message);
+        log_(LogLevel::error, shard_name(s->ref, s->kind) + ": fence: " + r.error().message);
+      if (s->kind == LogKind::data) fence_group_log(*s, env.leader_epoch);
     }
-    return Error(Errc::not_leader, me + " does not lead " + shard_name(s->ref) + " in epoch " +
+    return Error(Errc::not_leader, me + " does not lead " + shard_name(s->ref, s->kind) + " in epoch " +
                                        std::to_string(env.leader_epoch.value()));
   }
   if (leader_only && s->role != Role::leader)
-    return Error(Errc::not_leader, me + " does not lead " + shard_name(s->ref) + " in epoch " +
+    return Error(Errc::not_leader, me + " does not lead " + shard_name(s->ref, s->kind) + " in epoch " +
                                        std::to_string(env.leader_epoch.value()));
   return s;
 }
@@ -154,7 +155,7 @@ void ReplicaManager::serve_fetch(const std::shared_ptr<Shard>& s, FetchRequest r
   std::unique_lock lk(s->mu);
   if (s->role != Role::leader)
     return respond(Error(Errc::not_leader, "broker " + std::to_string(self_.value()) +
-                                               " no longer leads " + shard_name(s->ref)));
+                                               " no longer leads " + shard_name(s->ref, s->kind)));
   record_progress(*s, req.env.sender, req.env.directory_id, req.durable_end, Clock::now());
   update_high_watermark(*s);
   const Offset end = s->log->durable_end();
@@ -163,13 +164,13 @@ void ReplicaManager::serve_fetch(const std::shared_ptr<Shard>& s, FetchRequest r
     return respond(Error(Errc::offset_out_of_range,
                          "fetch offset " + std::to_string(req.fetch_offset.value()) +
                              " is below the log start " + std::to_string(start.value()) +
-                             " of " + shard_name(s->ref)));
+                             " of " + shard_name(s->ref, s->kind)));
   if (req.fetch_offset > end)
     return respond(Error(Errc::conflict, "fetch offset " +
                                              std::to_string(req.fetch_offset.value()) +
                                              " is beyond the leader's log end " +
                                              std::to_string(end.value()) + " of " +
-                                             shard_name(s->ref) + "; truncate first"));
+                                             shard_name(s->ref, s->kind) + "; truncate first"));
   if (req.fetch_offset < end || req.wait_ms == 0) {
     lk.unlock();
     return answer_fetch(s, req, respond);
@@ -224,7 +225,7 @@ void ReplicaManager::answer_fetch(const std::shared_ptr<Shard>& s, const FetchRe
     std::lock_guard lk(s->mu);
     if (s->role != Role::leader || s->epoch != req.env.leader_epoch)
       return respond(Error(Errc::not_leader, "broker " + std::to_string(self_.value()) +
-                                                 " no longer leads " + shard_name(s->ref)));
+                                                 " no longer leads " + shard_name(s->ref, s->kind)));
     log = s->log;
     epoch = s->epoch;
   }
@@ -269,6 +270,8 @@ void ReplicaManager::check_shard(const std::shared_ptr<Shard>& s, Clock::time_po
   if (s->role != Role::leader || s->removed) return;
   s->log->expire_quorum_waiters(now);
   update_high_watermark(*s);
+  // The group op log follows the data log's in-sync set (assign, change_in_sync).
+  if (s->kind != LogKind::data) return;
   if (s->in_sync_change_in_flight || s->refused_at == s->ra.version) return;
 
   const Offset leader_end = s->log->durable_end();
@@ -364,11 +367,11 @@ void ReplicaManager::change_in_sync(const std::shared_ptr<Shard>& s,
     if (r.error().code == Errc::conflict || r.error().code == Errc::stale_route)
       s->refused_at = u.expected_version;
     // A conflict means someone else changed the shard: their assignment is on its way.
-    log_(LogLevel::warn, shard_name(s->ref) + ": in-sync set change to " + describe(in_sync) +
+    log_(LogLevel::warn, shard_name(s->ref, s->kind) + ": in-sync set change to " + describe(in_sync) +
                              " refused: " + r.error().message);
     return;
   }
-  log_(LogLevel::info, shard_name(s->ref) + ": in-sync set is now " + describe(r->in_sync) +
+  log_(LogLevel::info, shard_name(s->ref, s->kind) + ": in-sync set is now " + describe(r->in_sync) +
                            " (version " + std::to_string(r->version.value()) + "): " + why);
   {
     std::lock_guard clk(mu_);
@@ -382,6 +385,30 @@ void ReplicaManager::change_in_sync(const std::shared_ptr<Shard>& s,
   s->ra.version = r->version;
   s->log->set_in_sync(s->ra.in_sync.size(), s->ra.min_insync);
   update_high_watermark(*s);
+  // Lock order: a data log's entry, then its group log's.
+  if (auto g = find(s->ref.stream, s->ref.shard, LogKind::groups)) {
+    std::lock_guard glk(g->mu);
+    if (g->ref.incarnation == s->ref.incarnation && g->log && r->version > g->ra.version) {
+      g->ra.in_sync = r->in_sync;
+      g->ra.version = r->version;
+      g->log->set_in_sync(g->ra.in_sync.size(), g->ra.min_insync);
+      update_high_watermark(*g);
+    }
+  }
+}
+
+void ReplicaManager::fence_group_log(Shard& data, LeaderEpoch newer) {
+  // Called with data.mu held (lock order: data, then groups).
+  auto g = find(data.ref.stream, data.ref.shard, LogKind::groups);
+  if (!g) return;
+  std::lock_guard glk(g->mu);
+  if (g->ref.incarnation != data.ref.incarnation || g->role != Role::leader) return;
+  ++g->gen;
+  drop_parked(*g);
+  g->role = Role::none;
+  g->epoch = newer;
+  if (auto r = g->log->fence(newer); !r)
+    log_(LogLevel::error, shard_name(g->ref, g->kind) + ": fence: " + r.error().message);
 }
 
 }  // namespace sluice::fs_storage

@@ -67,7 +67,7 @@ void ReplicaManager::stop() {
   }
   queued.clear();  // their responders answer unavailable
   timers.clear();
-  std::map<std::pair<StreamKey, ShardIndex>, std::shared_ptr<Shard>> shards;
+  std::map<Key, std::shared_ptr<Shard>> shards;
   {
     std::lock_guard lk(mu_);
     shards.swap(shards_);
@@ -135,9 +135,9 @@ void ReplicaManager::timer_loop() {
 }
 
 std::shared_ptr<ReplicaManager::Shard> ReplicaManager::find(const StreamKey& key,
-                                                             ShardIndex shard) {
+                                                             ShardIndex shard, LogKind kind) {
   std::lock_guard lk(mu_);
-  auto it = shards_.find({key, shard});
+  auto it = shards_.find({key, shard, kind});
   return it == shards_.end() ? nullptr : it->second;
 }
 
@@ -149,12 +149,12 @@ ReplicaManager::Counters ReplicaManager::counters() {
 // --- assignment ------------------------------------------------------------------------
 
 Result<void> ReplicaManager::assign(std::shared_ptr<ReplicaLog> log,
-                                    const ReplicaAssignment& ra) {
+                                    const ReplicaAssignment& ra, LogKind kind) {
   const ShardRef ref = log->ref();
   std::shared_ptr<Shard> s;
   {
     std::lock_guard lk(mu_);
-    auto& slot = shards_[{ref.stream, ref.shard}];
+    auto& slot = shards_[{ref.stream, ref.shard, kind}];
     if (slot && slot->ref.incarnation != ref.incarnation) {
       std::lock_guard slk(slot->mu);
       slot->removed = true;
@@ -165,6 +165,7 @@ Result<void> ReplicaManager::assign(std::shared_ptr<ReplicaLog> log,
     if (!slot) {
       slot = std::make_shared<Shard>();
       slot->ref = ref;
+      slot->kind = kind;
     }
     s = slot;
   }
@@ -194,7 +195,7 @@ Result<void> ReplicaManager::assign(std::shared_ptr<ReplicaLog> log,
   s->last_error.clear();
   s->role = Role::none;
   s->epoch = ra.leader_epoch;
-  const auto name = shard_name(ref);
+  const auto name = shard_name(ref, kind);
 
   switch (want) {
     case Role::leader: {
@@ -236,18 +237,20 @@ Result<void> ReplicaManager::assign(std::shared_ptr<ReplicaLog> log,
 }
 
 void ReplicaManager::remove(const ShardRef& ref) {
-  std::shared_ptr<Shard> s;
-  {
-    std::lock_guard lk(mu_);
-    auto it = shards_.find({ref.stream, ref.shard});
-    if (it == shards_.end() || it->second->ref.incarnation != ref.incarnation) return;
-    s = it->second;
-    shards_.erase(it);
+  for (LogKind kind : {LogKind::data, LogKind::groups}) {
+    std::shared_ptr<Shard> s;
+    {
+      std::lock_guard lk(mu_);
+      auto it = shards_.find({ref.stream, ref.shard, kind});
+      if (it == shards_.end() || it->second->ref.incarnation != ref.incarnation) continue;
+      s = it->second;
+      shards_.erase(it);
+    }
+    std::lock_guard lk(s->mu);
+    s->removed = true;
+    ++s->gen;
+    drop_parked(*s);
   }
-  std::lock_guard lk(s->mu);
-  s->removed = true;
-  ++s->gen;
-  drop_parked(*s);
 }
 
 std::vector<ReplicaProgress> ReplicaManager::progress(const ShardRef& ref) {

@@ -28,6 +28,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "sluice/error.h"
@@ -113,9 +114,13 @@ class ReplicaManager {
   void stop();
 
   // The catalog's word on one shard (after open and after every change). Returns once the
-  // role is persisted (the epoch history) and started.
-  Result<void> assign(std::shared_ptr<ReplicaLog> log, const ReplicaAssignment& assignment);
-  // The shard closes or is deleted here: stop every role for it.
+  // role is persisted (the epoch history) and started. A shard's group op log (`kind`
+  // groups) is assigned beside its data log with the same assignment: it plays the same
+  // role, but the in-sync set is the data log's (it never changes it; a change the data log
+  // makes is passed on to it).
+  Result<void> assign(std::shared_ptr<ReplicaLog> log, const ReplicaAssignment& assignment,
+                      LogKind kind = LogKind::data);
+  // The shard closes or is deleted here: stop every role for it (both logs).
   void remove(const ShardRef& ref);
 
   // The leader's view of each replica (empty when this broker does not lead the shard).
@@ -139,7 +144,8 @@ class ReplicaManager {
   struct Parked;
   using Clock = std::chrono::steady_clock;
 
-  std::shared_ptr<Shard> find(const StreamKey& key, ShardIndex shard);
+  std::shared_ptr<Shard> find(const StreamKey& key, ShardIndex shard,
+                              LogKind kind = LogKind::data);
   void post(std::function<void()> fn);
   void after(std::chrono::milliseconds delay, std::function<void()> fn);
   void worker_loop();
@@ -161,6 +167,8 @@ class ReplicaManager {
   void check_shard(const std::shared_ptr<Shard>& s, Clock::time_point now);
   void change_in_sync(const std::shared_ptr<Shard>& s, std::vector<InSyncReplica> in_sync,
                       const char* why);
+  // A data log's leader learned of a newer epoch: its group op log stops leading too.
+  void fence_group_log(Shard& data, LeaderEpoch newer);
 
   // Follower side.
   void follow(const std::shared_ptr<Shard>& s, std::uint64_t gen);
@@ -177,7 +185,8 @@ class ReplicaManager {
   ReplicaOptions opts_;
 
   std::mutex mu_;  // shards_, counters_
-  std::map<std::pair<StreamKey, ShardIndex>, std::shared_ptr<Shard>> shards_;
+  using Key = std::tuple<StreamKey, ShardIndex, LogKind>;
+  std::map<Key, std::shared_ptr<Shard>> shards_;
   Counters counters_;
 
   // The work queue and timers. Transport and log callbacks hold it, not the manager, so a

@@ -41,6 +41,7 @@ enum class Role { none, leader, follower };
 struct ReplicaManager::Shard {
   std::mutex mu;
   ShardRef ref;
+  LogKind kind = LogKind::data;
   std::shared_ptr<ReplicaLog> log;
   ReplicaAssignment ra;
   Role role = Role::none;
@@ -81,6 +82,9 @@ struct ReplicaManager::Parked {
 
 
 inline std::string shard_name(const ShardRef& r) { return r.to_string(); }
+inline std::string shard_name(const ShardRef& r, LogKind kind) {
+  return kind == LogKind::groups ? r.to_string() + " (group log)" : r.to_string();
+}
 
 inline bool holds(const std::vector<NodeId>& v, NodeId n) {
   return std::find(v.begin(), v.end(), n) != v.end();

@@ -9,6 +9,7 @@ namespace {
 class Writer {
  public:
   explicit Writer(std::size_t reserve) { out_.reserve(reserve); }
+  void u8(std::uint8_t v) { raw(&v, 1); }
   void u16(std::uint16_t v) { raw(&v, 2); }
   void u32(std::uint32_t v) { raw(&v, 4); }
   void u64(std::uint64_t v) { raw(&v, 8); }
@@ -35,6 +36,7 @@ class Writer {
 class Reader {
  public:
   Reader(std::string_view in, const char* what) : in_(in), what_(what) {}
+  bool u8(std::uint8_t& v) { return raw(&v, 1); }
   bool u16(std::uint16_t& v) { return raw(&v, 2); }
   bool u32(std::uint32_t& v) { return raw(&v, 4); }
   bool u64(std::uint64_t& v) { return raw(&v, 8); }
@@ -68,11 +70,15 @@ class Reader {
     in_.remove_prefix(n);
     return true;
   }
+
+ public:
   bool fail(const char* why) {
     if (reason_.empty()) reason_ = why;
     in_ = {};
     return false;
   }
+
+ private:
   std::string_view in_;
   const char* what_;
   std::string reason_;
@@ -87,6 +93,7 @@ void put(Writer& w, const Incarnated& e) {
   w.u64(e.leader_epoch.value());
   w.u32(e.sender.value());
   w.str(e.directory_id);
+  w.u8(static_cast<std::uint8_t>(e.log));
 }
 
 void get(Reader& r, Incarnated& e) {
@@ -100,6 +107,9 @@ void get(Reader& r, Incarnated& e) {
   r.u64(epoch);
   r.u32(sender);
   r.str(e.directory_id);
+  std::uint8_t log = 0;
+  if (r.u8(log) && log > static_cast<std::uint8_t>(LogKind::groups)) r.fail("an unknown log kind");
+  e.log = static_cast<LogKind>(log);
   e.ref.incarnation = Incarnation{inc};
   e.ref.shard = ShardIndex{shard};
   e.leader_epoch = LeaderEpoch{epoch};
@@ -108,7 +118,7 @@ void get(Reader& r, Incarnated& e) {
 
 std::size_t env_size(const Incarnated& e) {
   return 8 + e.ref.stream.tenant.size() + e.ref.stream.ns.size() + e.ref.stream.name.size() +
-         8 + 4 + 8 + 4 + 2 + e.directory_id.size();
+         8 + 4 + 8 + 4 + 2 + e.directory_id.size() + 1;
 }
 
 }  // namespace

@@ -22,11 +22,16 @@ namespace sluice::fs_storage {
 inline constexpr PeerMessageType kReplicaFetch = 0x0101;
 inline constexpr PeerMessageType kReplicaEpochEnd = 0x0102;
 
+// The logs a replicated shard incarnation keeps in step: its records, and the op log of its
+// consumer groups (group_ops.h). Each is replicated on its own, under the same assignment.
+enum class LogKind : std::uint8_t { data = 0, groups = 1 };
+
 struct Incarnated {
   ShardRef ref;
   LeaderEpoch leader_epoch;
   NodeId sender;
   std::string directory_id;
+  LogKind log = LogKind::data;  // encoded last, as one byte; other values are malformed
 };
 
 // Follower -> leader: "send me what you hold from fetch_offset; I hold durable_end on disk".

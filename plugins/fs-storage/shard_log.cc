@@ -549,6 +549,8 @@ void ShardLogImpl::close() {
     groups_closed_ = true;
     groups.swap(groups_);
   }
+  // The group log first: a group call waiting for its quorum fails at once.
+  if (group_ops_) group_ops_->close();
   for (auto& [n, g] : groups) g->close();  // waits for a group call in progress
   std::vector<std::function<void()>> waiters;
   std::vector<QuorumWaiter> quorum;
@@ -644,65 +646,110 @@ Result<std::shared_ptr<ConsumerGroup>> ShardLogImpl::group(const std::string& na
     if (!*ex)
       return Error(Errc::not_found, "no consumer group " + name + " on shard " + ref_.to_string());
   }
+  GroupReplicate replicate;
+  if (group_ops_)
+    replicate = [ops = group_ops_.get(), name](std::uint8_t type, std::string_view payload,
+                                              std::string_view extra) {
+      return ops->propose(name, type, payload, extra);
+    };
   auto g = ConsumerGroup::open(name, gdir, *this, opts_, fs_, host_, pool_, group_clock_,
-                               group_step_hook_);
+                               group_step_hook_, std::move(replicate));
   if (!g) return g.error();
   return groups_.emplace(name, std::shared_ptr<ConsumerGroup>(std::move(g).value())).first->second;
+}
+
+template <typename T>
+Result<T> ShardLogImpl::with_group_ops(const std::function<Result<T>()>& call) {
+  if (!group_ops_) return call();
+  std::lock_guard lk(group_ops_->mu());
+  if (auto r = group_ops_->catch_up([this](const GroupOp& op) { return apply_group_op(op); }); !r)
+    return r.error();
+  auto out = call();
+  if (out) group_ops_->applied_to_end();
+  return out;
+}
+
+Result<void> ShardLogImpl::apply_group_op(const GroupOp& op) {
+  auto g = group(op.group, true);
+  if (!g) return g.error();
+  return (*g)->apply_op(op.type, op.payload, op.extra);
 }
 
 Result<GroupDelivery> ShardLogImpl::group_fetch(const std::string& name, std::uint32_t max_records,
                                                 const GroupOptions& opts) {
   // Checked before the group is created: a refused fetch leaves no group behind.
   if (auto r = check_group_options(opts); !r) return r.error();
-  auto g = group(name, true);
-  if (!g) return g.error();
-  return (*g)->fetch(max_records, opts);
+  if (auto r = validate_name(NameKind::group, name); !r) return r.error();
+  return with_group_ops<GroupDelivery>([&]() -> Result<GroupDelivery> {
+    if (group_ops_) {
+      // A group's existence is replicated too: a new leader lists it and knows its position.
+      auto known = group(name, false);
+      if (!known && known.error().code != Errc::not_found) return known.error();
+      if (!known)
+        if (auto r = group_ops_->propose(name, GroupOps::kOpCreate, {}); !r) return r.error();
+    }
+    auto g = group(name, true);
+    if (!g) return g.error();
+    return (*g)->fetch(max_records, opts);
+  });
 }
 
 Result<void> ShardLogImpl::group_ack(const std::string& name, const std::vector<Offset>& offsets) {
-  auto g = group(name, false);
-  if (!g) return g.error();
-  return (*g)->ack(offsets);
+  return with_group_ops<void>([&]() -> Result<void> {
+    auto g = group(name, false);
+    if (!g) return g.error();
+    return (*g)->ack(offsets);
+  });
 }
 
 Result<void> ShardLogImpl::group_nack(const std::string& name, const std::vector<Offset>& offsets) {
-  auto g = group(name, false);
-  if (!g) return g.error();
-  return (*g)->nack(offsets);
+  return with_group_ops<void>([&]() -> Result<void> {
+    auto g = group(name, false);
+    if (!g) return g.error();
+    return (*g)->nack(offsets);
+  });
 }
 
 Result<GroupPosition> ShardLogImpl::group_position(const std::string& name) {
-  auto g = group(name, false);
-  if (!g) return g.error();
-  return (*g)->position();
+  return with_group_ops<GroupPosition>([&]() -> Result<GroupPosition> {
+    auto g = group(name, false);
+    if (!g) return g.error();
+    return (*g)->position();
+  });
 }
 
 Result<std::vector<std::string>> ShardLogImpl::list_groups() {
-  std::vector<std::string> out;
-  const std::string gdir = dir_ + "/groups";
-  auto ex = fs_->is_directory(gdir);
-  if (!ex) return ex.error();
-  if (!*ex) return out;
-  auto names = fs_->list(gdir);
-  if (!names) return names.error();
-  for (auto& n : *names)
-    if (validate_name(NameKind::group, n)) out.push_back(std::move(n));
-  std::sort(out.begin(), out.end());
-  return out;
+  return with_group_ops<std::vector<std::string>>([&]() -> Result<std::vector<std::string>> {
+    std::vector<std::string> out;
+    const std::string gdir = dir_ + "/groups";
+    auto ex = fs_->is_directory(gdir);
+    if (!ex) return ex.error();
+    if (!*ex) return out;
+    auto names = fs_->list(gdir);
+    if (!names) return names.error();
+    for (auto& n : *names)
+      if (validate_name(NameKind::group, n)) out.push_back(std::move(n));
+    std::sort(out.begin(), out.end());
+    return out;
+  });
 }
 
 Result<FetchResult> ShardLogImpl::dead_letters(const std::string& name, Offset from,
                                                std::uint32_t max_records, std::size_t max_bytes) {
-  auto g = group(name, false);
-  if (!g) return g.error();
-  return (*g)->dead_letters(from, max_records, max_bytes);
+  return with_group_ops<FetchResult>([&]() -> Result<FetchResult> {
+    auto g = group(name, false);
+    if (!g) return g.error();
+    return (*g)->dead_letters(from, max_records, max_bytes);
+  });
 }
 
 Result<std::uint64_t> ShardLogImpl::replay_dead_letters(const std::string& name, Offset from,
                                                         Offset to) {
-  auto g = group(name, false);
-  if (!g) return g.error();
-  return (*g)->replay(from, to);
+  return with_group_ops<std::uint64_t>([&]() -> Result<std::uint64_t> {
+    auto g = group(name, false);
+    if (!g) return g.error();
+    return (*g)->replay(from, to);
+  });
 }
 
 }  // namespace sluice::fs_storage

@@ -86,6 +86,7 @@
 #include "epoch_history.h"
 #include "file_system.h"
 #include "group.h"
+#include "group_ops.h"
 #include "options.h"
 #include "producers.h"
 #include "recovery.h"
@@ -157,6 +158,13 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   void set_group_clock(GroupClock c) { group_clock_ = std::move(c); }
   // Test seam of consumer-group crash points (group.h); set before any group call.
   void set_group_step_hook(GroupStepHook h) { group_step_hook_ = std::move(h); }
+  // Replicated shards: the consumer groups' replicated op log (group_ops.h), attached by
+  // the engine right after open, before any group call. close() closes it.
+  void attach_group_ops(std::unique_ptr<GroupOps> ops) { group_ops_ = std::move(ops); }
+  GroupOps* group_ops() { return group_ops_.get(); }
+  // Applies one committed op of the group log to the group it names (created if new);
+  // with_group_ops calls it for every op it catches up on. Public for tests.
+  Result<void> apply_group_op(const GroupOp& op);
   // notify_when_beyond waiters registered and neither fired nor cancelled (tests).
   std::size_t waiter_count() {
     std::lock_guard lk(mu_);
@@ -359,6 +367,12 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   std::mutex groups_mu_;
   bool groups_closed_ = false;
   std::map<std::string, std::shared_ptr<ConsumerGroup>> groups_;
+  std::unique_ptr<GroupOps> group_ops_;  // replicated shards only
+  // With group_ops_: serializes the call, applies the committed ops it has not applied
+  // yet, runs `call`, and marks the log applied if the call succeeded (group_ops.h).
+  template <typename T>
+  Result<T> with_group_ops(const std::function<Result<T>()>& call);
+
   GroupClock group_clock_;
   GroupStepHook group_step_hook_;
 

@@ -79,6 +79,7 @@ class PeerClient:
     def fetch(self, stream, incarnation, shard, epoch, sender, directory_id, offset=0):
         env = b"".join(self.s16(x) for x in ("t", "n", stream))
         env += struct.pack("<QIQI", incarnation, shard, epoch, sender) + self.s16(directory_id)
+        env += b"\x00"  # the log: 0 = the shard's records, 1 = its group log
         return self.request(0x0101, env + struct.pack("<QQII", offset, offset, 1 << 20, 0))
 
     def close(self):
@@ -484,6 +485,68 @@ class Replication(unittest.TestCase):
         self.check_replicas(acked)
         values = [record_value(r).decode() for r in new.fetch_all("r", 0)]
         self.assertEqual(values.count("p-4-0"), 1, values)
+
+    def test_group_positions_and_dead_letters_survive_a_change_of_leader(self):
+        """Acks, dead letters (with their content) and replays go through the shard's
+        replicated group log: after a leader move the new leader answers the same position,
+        lists the same dead letters, and never delivers an acked or dead-lettered record;
+        moving back, the first leader applies what the second one committed."""
+        self.start_all()
+        self.nodes[1].create_stream("r", shards=1, replication_factor=3, min_insync=2)
+        poll(lambda: all(self.shard(n) for n in self.nodes.values()), "every broker to apply the create")
+        self.wait_in_sync([1, 2, 3])
+        first = self.nodes[self.leader()]
+        acked = {}
+        for r in self.publish(first, ["job-%d" % i for i in range(10)]):
+            acked[r["offset"]] = "job-%d" % r["offset"]
+        grp = first.ns_path() + "/streams/r/groups/w"
+        base = grp + "/shards/0"
+        q = "/records?max=20&max_deliveries=1&ack_timeout_ms=600000"
+        got = first.request("GET", base + q)["records"]
+        self.assertEqual([r["offset"] for r in got], list(range(10)))
+        first.request("POST", base + "/ack", {"offsets": [0, 1, 2, 3, 4, 5]})
+        first.request("POST", base + "/nack", {"offsets": [6, 7]})
+        # A second delivery would exceed max_deliveries=1: 6 and 7 become dead letters 0 and 1.
+        self.assertEqual(first.request("GET", base + q)["records"], [])
+        replayed = first.request("POST", base + "/dead-letters/replay", {"from": 0, "to": 1})
+        self.assertEqual(replayed["replayed"], 1)
+        acked[10] = "job-6"
+        before = first.request("GET", grp)["positions"][0]
+        self.assertEqual((before["committed"], before["dead_letter_start"], before["dead_letter_end"]),
+                         (8, 1, 2), before)
+
+        def check_on(node, committed):
+            self.assertEqual(node.request("GET", first.ns_path() + "/streams/r/groups")["groups"], ["w"])
+            pos = node.request("GET", grp)["positions"][0]
+            self.assertEqual((pos["committed"], pos["dead_letter_start"], pos["dead_letter_end"]),
+                             (committed, 1, 2), pos)
+            dl = node.request("GET", base + "/dead-letters")["records"]
+            self.assertEqual([(record_value(r), r["headers"]["sluice-original-offset"]) for r in dl],
+                             [(b"job-7", "7")])
+
+        second_id = next(b for b in self.in_sync() if b != self.leader())
+        second = self.nodes[second_id]
+        moved = second.request("POST", second.ns_path() + "/streams/r/shards/0/leader", {"broker": second_id})
+        self.assertEqual(moved["leader"], second_id)
+        poll(lambda: self.shard(second)["leading"], "the new leader to lead")
+        check_on(second, 8)
+        # Outstanding records (8, 9) are delivered again; the replayed dead letter (10) is
+        # new; nothing acked or dead-lettered comes back.
+        again = second.request("GET", base + q)["records"]
+        self.assertEqual(sorted(r["offset"] for r in again), [8, 9, 10])
+        self.assertEqual(record_value(next(r for r in again if r["offset"] == 10)), b"job-6")
+        second.request("POST", base + "/ack", {"offsets": [8, 9, 10]})
+        check_on(second, 11)
+
+        # Back to the first leader: it applies the acks the second one committed.
+        self.wait_in_sync([1, 2, 3])
+        moved = first.request("POST", first.ns_path() + "/streams/r/shards/0/leader",
+                              {"broker": int(first.extra["node.id"])})
+        poll(lambda: self.shard(first)["leading"], "the first leader to lead again")
+        check_on(first, 11)
+        self.assertEqual(first.request("GET", base + q)["records"], [])
+        self.wait_caught_up()
+        self.check_replicas(acked)
 
 
 if __name__ == "__main__":

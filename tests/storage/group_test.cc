@@ -6,6 +6,9 @@
 #include <atomic>
 
 #include "group.h"
+#include "group_ops.h"
+#include "group_records.h"
+#include "shard_log.h"
 #include "storage_test_util.h"
 
 namespace sluice::fs_storage::testing {
@@ -267,6 +270,52 @@ TEST_F(GroupTest, GroupsArePerIncarnation) {
   ASSERT_TRUE(engine_->delete_incarnations(test_ref().stream, Incarnation(1)));
   auto a2 = *engine_->open_shard(test_ref(0, 1), StreamSpec{});
   EXPECT_TRUE(a2->list_groups()->empty());
+}
+
+// The group log's ops (group_ops.h) are applied again after a crash or a change of leader,
+// from a lower-bound checkpoint: applying one twice must change nothing more.
+TEST_F(GroupTest, ApplyingACommittedGroupLogOpTwiceChangesNothingMore) {
+  ASSERT_TRUE(append_wait(*shard_, make_batch("a", 5)));
+  auto impl = engine_->replica(test_ref());
+  ASSERT_TRUE(impl);
+  auto u64s = [](std::initializer_list<std::uint64_t> l) {
+    std::string s;
+    for (auto v : l) {
+      char b[8];
+      wire::put_u64(b, v);
+      s.append(b, 8);
+    }
+    return s;
+  };
+  std::string ack("\x02\0\0\0", 4);
+  ack += u64s({0, 1});
+  BatchBuilder bb;
+  bb.add(std::nullopt, "dead", "", 1);
+  const std::string dead_letter = bb.finish();
+  const std::string dead = u64s({2, 0});
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(impl->apply_group_op(GroupOp{"g", group_records::kAck, ack, {}}));
+    ASSERT_TRUE(impl->apply_group_op(GroupOp{"g", group_records::kDead, dead, dead_letter}));
+    ASSERT_TRUE(impl->apply_group_op(GroupOp{"g", group_records::kReplayed, u64s({0, 1}), {}}));
+    ASSERT_TRUE(impl->apply_group_op(GroupOp{"g", group_records::kReplayPending, u64s({0, 1, 5}), {}}));
+    ASSERT_TRUE(impl->apply_group_op(GroupOp{"h", GroupOps::kOpCreate, {}, {}}));
+  }
+  auto p = pos();
+  EXPECT_EQ(p.committed.value(), 3u);
+  EXPECT_EQ(p.dead_letter_end.value(), 1u) << "the dead letter was appended once";
+  EXPECT_EQ(p.dead_letter_start.value(), 1u) << "and is replayed";
+  EXPECT_EQ(*shard_->list_groups(), (std::vector<std::string>{"g", "h"}));
+  // A REPLAY_PENDING applied after its REPLAYED is not pending: the next replay call does
+  // not append the dead letter to the shard a second time.
+  auto n = shard_->replay_dead_letters("g", Offset(1), Offset(1));
+  ASSERT_TRUE(n) << n.error().to_string();
+  EXPECT_EQ(shard_->stats().log_end.value(), 5u);
+  EXPECT_EQ(offsets_of(fetch(10)), (std::vector<std::uint64_t>{3, 4})) << "0-2 are done";
+  // A dead letter that would leave a gap in the dead-letter log is corrupt, not applied.
+  auto gap = impl->apply_group_op(GroupOp{"g", group_records::kDead, u64s({3, 7}), dead_letter});
+  ASSERT_FALSE(gap);
+  EXPECT_EQ(gap.error().code, Errc::corrupt_data);
+  EXPECT_EQ(pos().dead_letter_end.value(), 1u);
 }
 
 }  // namespace

@@ -738,5 +738,20 @@ TEST(ReplicationWire, EveryTruncationAndTrailingByteIsMalformed) {
   EXPECT_FALSE(decode_epoch_end_response("short"));
 }
 
+TEST(ReplicationWire, TheEnvelopeNamesWhichLogOfTheShardItSpeaksOf) {
+  EpochEndRequest req{Incarnated{shard_ref(), LeaderEpoch{3}, NodeId{2}, "dir-2", LogKind::groups},
+                      LeaderEpoch{2}};
+  auto bytes = encode(req);
+  auto back = decode_epoch_end_request(bytes);
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->env.log, LogKind::groups);
+  // The log byte is the envelope's last; the epoch (8 bytes) follows it.
+  bytes[bytes.size() - 9] = 7;
+  auto bad = decode_epoch_end_request(bytes);
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().code, Errc::malformed_body);
+  EXPECT_NE(bad.error().message.find("unknown log kind"), std::string::npos) << bad.error().message;
+}
+
 }  // namespace
 }  // namespace sluice::fs_storage
