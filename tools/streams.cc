@@ -170,7 +170,8 @@ int cmd_shards(Client& c, const Words& words) {
     if (const auto* prog = o.if_contains("replica_progress"); prog && prog->is_array())
       for (const auto& p : prog->get_array()) {
         const auto& po = p.as_object();
-        std::printf("         replica %-4s durable-end %-12s lag %sms%s  directory %s\n", u(po, "broker").c_str(),
+        std::printf("         replica %-4s high-watermark %-12s log-end %-12s durable-end %-12s lag %sms%s  directory %s\n",
+                    u(po, "broker").c_str(), u(po, "high_watermark").c_str(), u(po, "log_end").c_str(),
                     u(po, "durable_end").c_str(), u(po, "lag_ms").c_str(),
                     po.at("in_sync").as_bool() ? "" : "  (not in sync)",
                     json::value_to<std::string>(po.at("directory_id")).c_str());

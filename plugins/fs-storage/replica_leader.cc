@@ -246,6 +246,11 @@ void ReplicaManager::answer_fetch(const std::shared_ptr<Shard>& s, const FetchRe
   out.chunk_base = req.fetch_offset;
   out.chunk_epoch = chunk.epoch;
   out.chunk = chunk.bytes;
+  {
+    std::lock_guard lk(s->mu);
+    if (auto it = s->followers.find(req.env.sender); it != s->followers.end())
+      it->second.hwm_sent = std::max(it->second.hwm_sent, out.high_watermark);
+  }
   std::string payload = encode(out);
   {
     std::lock_guard lk(mu_);

@@ -272,9 +272,11 @@ std::vector<ReplicaProgress> ReplicaManager::progress(const ShardRef& ref) {
     if (b == self_) {
       p.directory_id = directory_id_;
       p.durable_end = leader_end;
+      p.high_watermark = s->log->high_watermark();
     } else if (auto it = s->followers.find(b); it != s->followers.end()) {
       p.directory_id = it->second.directory_id;
       p.durable_end = it->second.durable_end;
+      p.high_watermark = std::min(it->second.hwm_sent, it->second.durable_end);
       if (p.durable_end < leader_end)
         p.lag_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                        now - it->second.last_caught_up)

@@ -57,6 +57,7 @@ struct ReplicaManager::Shard {
     Clock::time_point last_caught_up;
     Clock::time_point last_fetch;
     Offset leader_end_at_last_fetch;
+    Offset hwm_sent;  // the high watermark the last answer told it
   };
   std::map<NodeId, Follower> followers;
   Clock::time_point leading_since;

@@ -176,6 +176,10 @@ json::object shard_status_json(const ShardStatus& s) {
         e["broker"] = p.broker.value();
         e["directory_id"] = p.directory_id;
         e["durable_end"] = p.durable_end.value();
+        e["high_watermark"] = p.high_watermark.value();
+        // A follower holds only synced data; the leader's log end includes what it has
+        // not synced yet.
+        e["log_end"] = p.broker == s.leader ? s.stats.log_end.value() : p.durable_end.value();
         e["lag_ms"] = p.lag_ms;
         e["in_sync"] = p.in_sync;
         prog.push_back(std::move(e));

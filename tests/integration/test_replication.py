@@ -175,6 +175,13 @@ class Replication(unittest.TestCase):
                 return int(float(line.rsplit(" ", 1)[1]))
         return None
 
+    def wait_serving(self, node_id, stream="r"):
+        """node_id leads the shard in its storage AND serves it: its broker has published the
+        assignment (the storage leads a moment before the broker routes to it)."""
+        node = self.nodes[node_id]
+        poll(lambda: (lambda s: s and s["leader"] == node_id and s.get("leading"))(self.shard(node, stream)),
+             "broker %d to lead and serve the shard" % node_id)
+
     def wait_in_sync(self, brokers, stream="r"):
         poll(lambda: self.in_sync(stream) == sorted(brokers), "the in-sync set to be %s" % sorted(brokers))
 
@@ -186,6 +193,13 @@ class Replication(unittest.TestCase):
             return len(prog) == 3 and all(p["durable_end"] == s["log_end"] for p in prog) and \
                 s["high_watermark"] == s["log_end"]
         poll(done, "every replica to catch up")
+        # Each replica's own high watermark and log end, in the listing: a follower learns
+        # the leader's high watermark with its next fetch answer.
+        def every_replica_knows():
+            s = self.shard(self.nodes[self.leader(stream)], stream)
+            return all(p["high_watermark"] == s["high_watermark"] and p["log_end"] == s["log_end"]
+                       for p in s["replica_progress"])
+        poll(every_replica_knows, "every replica's high watermark to reach the leader's")
 
     # --- tests -----------------------------------------------------------------------
     def test_quorum_acks_survive_a_follower_sigkill_and_it_rejoins(self):
@@ -295,7 +309,7 @@ class Replication(unittest.TestCase):
                                (504, "timeout")], e.body)
         # The new leader takes quorum writes with the third replica.
         new = self.nodes[new_id]
-        poll(lambda: self.shard(new)["leading"], "the new leader to lead")
+        self.wait_serving(new_id)
         vals = ["after-%d" % i for i in range(10)]
         for res, v in zip(self.publish(new, vals), vals):
             acked[res["offset"]] = v
@@ -366,7 +380,7 @@ class Replication(unittest.TestCase):
                                            {"broker": new_id})
         self.assertEqual(moved["leader_epoch"], 2)
         new = self.nodes[new_id]
-        poll(lambda: self.shard(new)["leading"], "the new leader to lead")
+        self.wait_serving(new_id)
         vals = ["e2-%d" % i for i in range(10)]
         for res, v in zip(self.publish(new, vals), vals):
             acked[res["offset"]] = v
@@ -470,7 +484,7 @@ class Replication(unittest.TestCase):
         new = self.nodes[new_id]
         moved = new.request("POST", new.ns_path() + "/streams/r/shards/0/leader", {"broker": new_id})
         self.assertEqual(moved["leader"], new_id)
-        poll(lambda: self.shard(new)["leading"], "the new leader to lead")
+        self.wait_serving(new_id)
         # The retry of sequence 4 (its ack was "lost"): the original offsets, nothing written.
         retry = new.publish_binary("r", [(None, b"p-4-%d" % j) for j in range(3)], ack="quorum", producer=(42, 4))
         self.assertEqual([r["offset"] for r in retry], [r["offset"] for r in first])
@@ -528,7 +542,7 @@ class Replication(unittest.TestCase):
         second = self.nodes[second_id]
         moved = second.request("POST", second.ns_path() + "/streams/r/shards/0/leader", {"broker": second_id})
         self.assertEqual(moved["leader"], second_id)
-        poll(lambda: self.shard(second)["leading"], "the new leader to lead")
+        self.wait_serving(second_id)
         check_on(second, 8)
         # Outstanding records (8, 9) are delivered again; the replayed dead letter (10) is
         # new; nothing acked or dead-lettered comes back.
@@ -540,9 +554,9 @@ class Replication(unittest.TestCase):
 
         # Back to the first leader: it applies the acks the second one committed.
         self.wait_in_sync([1, 2, 3])
-        moved = first.request("POST", first.ns_path() + "/streams/r/shards/0/leader",
-                              {"broker": int(first.extra["node.id"])})
-        poll(lambda: self.shard(first)["leading"], "the first leader to lead again")
+        first_id = int(first.extra["node.id"])
+        first.request("POST", first.ns_path() + "/streams/r/shards/0/leader", {"broker": first_id})
+        self.wait_serving(first_id)
         check_on(first, 11)
         self.assertEqual(first.request("GET", base + q)["records"], [])
         self.wait_caught_up()

@@ -73,7 +73,10 @@ struct GroupPosition {
 struct ReplicaProgress {
   NodeId broker;
   std::string directory_id;   // as the replica's last fetch named it
-  Offset durable_end;         // its log end, synced on its disk, as it last reported
+  Offset durable_end;         // its log end, synced on its disk, as it last reported (a
+                              // follower writes only synced data: this is its log end)
+  Offset high_watermark;      // its high watermark: what the leader last told it, capped at
+                              // its durable end (the leader's own for the leader)
   std::int64_t lag_ms = 0;    // how long it has been behind the leader's log end (0: caught up)
   bool in_sync = false;       // a member of the catalog's in-sync set
 };
