@@ -44,6 +44,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -117,6 +118,8 @@ class BrokerRuntime final : public Node {
   std::string leader_address(const StreamKey& key, ShardIndex shard) override;
   bool serves_locally(const StreamKey& key, ShardIndex shard) override;
   Result<Assignment> move_leader(const StreamKey& key, ShardIndex shard, NodeId broker) override;
+  Result<Assignment> elect_leader(const StreamKey& key, ShardIndex shard, NodeId broker,
+                                  bool unclean) override;
   Result<GroupDelivery> group_fetch(const StreamKey& key, ShardIndex shard, const std::string& group,
                                     std::uint32_t max_records, const GroupOptions& opts) override;
   Result<void> group_ack(const StreamKey& key, ShardIndex shard, const std::string& group,
@@ -204,6 +207,12 @@ class BrokerRuntime final : public Node {
   Result<void> resync();
   Result<void> register_self();
   void control_loop();
+  // Why a leaderless shard has no leader (unavailable_reason, catalog_rules.h), from the
+  // registered brokers read at most once a second (every call to such a shard asks).
+  std::string leaderless_reason(const Assignment& a) const;
+  mutable std::mutex brokers_mu_;
+  mutable std::vector<BrokerInfo> brokers_cache_;
+  mutable std::chrono::steady_clock::time_point brokers_at_{};
   void heartbeat_loop();
   void enqueue(Task t);
   void mark_applied(ChangeSeq seq);

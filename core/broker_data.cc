@@ -47,13 +47,34 @@ Result<std::shared_ptr<ShardLog>> BrokerRuntime::find_shard(const StreamKey& key
   return st->shards[shard.value()];
 }
 
+std::string BrokerRuntime::leaderless_reason(const Assignment& a) const {
+  std::vector<BrokerInfo> brokers;
+  {
+    std::lock_guard lk(brokers_mu_);
+    const auto now = std::chrono::steady_clock::now();
+    if (now - brokers_at_ > std::chrono::seconds(1)) {
+      if (auto b = catalog_.list_brokers(); b) brokers_cache_ = std::move(b).value();
+      brokers_at_ = now;
+    }
+    brokers = brokers_cache_;
+  }
+  return unavailable_reason(a, brokers);
+}
+
 Error BrokerRuntime::not_led_here(const StreamState& st, const StreamKey& key, std::uint32_t shard) const {
   NodeId leader{0};
+  const Assignment* cur = nullptr;
   for (const auto& a : st.assignments)
-    if (a.shard.value() == shard) leader = a.leader;
+    if (a.shard.value() == shard) {
+      leader = a.leader;
+      cur = &a;
+    }
   const std::string what = "shard " + std::to_string(shard) + " of " + key.to_string();
-  if (leader.value() == 0)
-    return Error(Errc::shard_unavailable, what + " has no leader", Outcome::transient);
+  if (leader.value() == 0) {
+    std::string why = cur ? leaderless_reason(*cur) : std::string();
+    return Error(Errc::shard_unavailable, what + " has no leader" + (why.empty() ? "" : ": " + why),
+                 Outcome::transient);
+  }
   if (leader == info_.node_id)
     return Error(Errc::unavailable, what + " is led by this broker but not open yet", Outcome::transient);
   return Error(Errc::not_leader, what + " is led by broker " + std::to_string(leader.value()) +
@@ -378,6 +399,7 @@ Result<std::vector<ShardStatus>> BrokerRuntime::shards(const StreamKey& key) {
         s.leader_epoch = a.leader_epoch;
         s.in_sync = a.in_sync;
         s.version = a.version;
+        if (a.leader.value() == 0 && a.replicas.size() > 1) s.unavailable_reason = leaderless_reason(a);
       }
     if (i < st->held.size() && st->held[i]) {
       s.stats = st->held[i]->stats();
@@ -409,6 +431,38 @@ Result<Assignment> BrokerRuntime::move_leader(const StreamKey& key, ShardIndex s
             "operator moved the leader of " + key.to_string() + " shard " + std::to_string(shard.value()) +
                 " to broker " + std::to_string(broker.value()) + " (epoch " +
                 std::to_string(r->leader_epoch.value()) + ", version " + std::to_string(r->version.value()) + ")");
+  return r;
+}
+
+Result<Assignment> BrokerRuntime::elect_leader(const StreamKey& key, ShardIndex shard, NodeId broker,
+                                               bool unclean) {
+  if (auto v = validate_stream_key(key); !v) return v.error();
+  if (!unclean)
+    return Error(Errc::invalid_argument,
+                 "only an unclean election can be asked for (\"unclean\": true): it may lose acknowledged "
+                 "records, and the controller elects eligible replicas by itself");
+  auto st = find(key);
+  if (!st) return Error(Errc::not_found, "stream " + key.to_string() + " does not exist");
+  if (!st->refused.empty()) return Error(Errc::conflict, st->refused);
+  const Assignment* cur = nullptr;
+  for (const auto& a : st->assignments)
+    if (a.shard == shard) cur = &a;
+  if (!cur)
+    return Error(Errc::not_found, "stream " + key.to_string() + " has " + std::to_string(st->info.spec.shards) +
+                                      " shards; shard " + std::to_string(shard.value()) + " does not exist");
+  auto brokers = catalog_.list_brokers();
+  if (!brokers) return brokers.error();
+  auto u = plan_unclean_election(*cur, broker, *brokers);
+  if (!u) return u.error();
+  const std::string before = unavailable_reason(*cur, *brokers);
+  auto r = catalog_.update_shard(*u);
+  if (!r) return r.error();
+  host_.log(LogLevel::warn, "broker",
+            "UNCLEAN election by an operator: broker " + std::to_string(broker.value()) + " leads " +
+                key.to_string() + " shard " + std::to_string(shard.value()) + " in epoch " +
+                std::to_string(r->leader_epoch.value()) + " with itself alone in sync" +
+                (before.empty() ? std::string() : " (" + before + ")") +
+                "; records acknowledged beyond its log end are lost");
   return r;
 }
 

@@ -98,6 +98,21 @@ std::string BrokerRuntime::metrics_text() {
   per_replica("sluice_shard_under_replicated",
               "1 if the shard's in-sync set is smaller than its replica list (catalog's view), else 0.",
               MetricType::gauge, [](const HeldRow& r) { return r.in_sync < r.replicas ? 1 : 0; });
+  // A shard without a leader, with the reason (the controller found no eligible replica).
+  w.family("sluice_shard_leaderless",
+           "1 for a replicated shard without a leader (no eligible in-sync replica), as this broker's catalog view has it; reason says why.",
+           MetricType::gauge);
+  for (auto& st : all)
+    for (const auto& a : st->assignments) {
+      if (a.leader.value() != 0 || a.replicas.size() <= 1) continue;  // every broker reports it
+      MetricLabels labels{{"tenant", st->info.key.tenant},
+                          {"namespace", st->info.key.ns},
+                          {"stream", st->info.key.name},
+                          {"shard", std::to_string(a.shard.value())},
+                          {"incarnation", std::to_string(st->info.incarnation.value())},
+                          {"reason", leaderless_reason(a)}};
+      w.sample("sluice_shard_leaderless", labels, std::uint64_t{1});
+    }
   // The leader's view of each replica.
   w.family("sluice_shard_replica_lag_records", "Records a replica's durable end is behind the leader's log end.",
            MetricType::gauge);

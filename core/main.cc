@@ -40,6 +40,7 @@
 #include "sluice/features.h"
 #include "sluice/log.h"
 #include "sluice/metadata.h"
+#include "controller.h"
 #include "sluice/node.h"
 #include "sluice/storage.h"
 #include "sluice/strings.h"
@@ -401,6 +402,11 @@ int main(int argc, char** argv) {
 
   if (auto r = metadata->start(); !r) die(1, "metadata: " + r.error().message);
   host.set_metadata(metadata.get());  // shard leaders shrink/grow their in-sync sets through it
+  // Every node runs the controller loop; it acts only while its store is the controller.
+  core::ControllerOptions copts;
+  copts.interval = std::chrono::milliseconds(cfg->get_int("controller.interval_ms", 500));
+  core::Controller controller(*metadata, host, copts);
+  controller.start();
   // From here on the metadata store may have acknowledged writes (a controller that joined
   // or bootstrapped counts toward commits): nothing it wrote is taken back any more.
   g_fresh = nullptr;
@@ -462,6 +468,7 @@ int main(int argc, char** argv) {
   if (transport) transport->stop();
   broker->stop();
   if (storage) storage->shutdown();
+  controller.stop();
   host.set_metadata(nullptr);
   metadata->stop();
   // Release in dependency order: storage may still hold callbacks whose code lives in the

@@ -35,6 +35,7 @@ Commands:
   stream create|list|get|delete   manage streams
   shards STREAM                   show a stream's shards (leader, replicas, in-sync set, ...)
   shards move-leader STREAM N B   make broker B lead shard N (an in-sync replica)
+  shards elect STREAM N --unclean --broker B [--yes]   repair a shard without an eligible leader
   publish STREAM                  publish lines from standard input, one record per line
   consume STREAM                  print records to standard output
   group consume|ack|positions     consumer groups: at-least-once delivery with acks
@@ -61,6 +62,7 @@ const std::map<std::string, Command>& commands() {
   static const std::map<std::string, Command> table{
       {"cluster", cmd_cluster},       {"tenant", cmd_tenant},         {"namespace", cmd_namespace},
       {"ns", cmd_namespace},          {"stream", cmd_stream},         {"shards", cmd_shards},
+      {"shard", cmd_shards},  // `sluice shard elect ...` as issue 11 spells it
       {"publish", cmd_publish},       {"consume", cmd_consume},       {"group", cmd_group},
       {"dead-letters", cmd_dead_letters}, {"feature", cmd_feature},   {"brokers", cmd_brokers},
       {"tombstones", cmd_tombstones}, {"members", cmd_members},

@@ -1,6 +1,7 @@
 // sluice tenant | namespace | stream | shards (docs/api.md, "Catalog").
 #include <boost/json.hpp>
 
+#include <optional>
 #include <string>
 
 #include "command_line.h"
@@ -29,11 +30,17 @@ create makes the tenant and namespace first if they do not exist, unless
 
 const Usage kShards{"shards", R"(Usage: sluice shards TENANT/NS/STREAM [--json]
        sluice shards move-leader TENANT/NS/STREAM SHARD BROKER
+       sluice shards elect TENANT/NS/STREAM SHARD --unclean --broker BROKER [--yes]
 
 The first form prints a table of the shards: leader, leader epoch, replicas, in-sync set,
 and the answering node's replica (high watermark, log end); where that node leads, one
 line per replica with its durable end, lag and directory. --json prints the API's answer. move-leader makes BROKER, an in-sync replica, lead SHARD in the next leader
 epoch; the old leader stops acknowledging at once (docs/replication.md).
+
+elect --unclean repairs a shard that has no eligible leader (every in-sync replica is down,
+or came back with a new disk): BROKER leads it with itself alone in sync. It first asks
+every live broker what it holds and prints the records the election would lose; without
+--yes it stops there. The election is logged by the broker that makes it.
 )"};
 
 // Creates tenant and namespace if missing (409 = already there).
@@ -119,7 +126,71 @@ int cmd_stream(Client& c, const Words& words) {
   return 0;
 }
 
+// `sluice shards elect`: what BROKER holds of the shard, against the highest high watermark
+// any live replica reports (records acknowledged there but missing on BROKER are lost).
+int elect(Client& c, const Words& words) {
+  Args a(kShards, rest(words), {.values = {"broker"}, .flags = {"unclean", "yes"}, .min_args = 2, .max_args = 2});
+  const StreamPath p = parse_stream(kShards, a.pos()[0]);
+  const auto shard = parse_u64(kShards, "SHARD", a.pos()[1]);
+  if (!a.has("unclean"))
+    a.error("only --unclean elections exist: the controller elects eligible replicas by itself");
+  if (!a.has("broker")) a.error("--broker is required");
+  const auto broker = a.get_u64("broker", 0);
+  const auto brokers = c.call_ok("GET", "/v1/brokers");
+  std::optional<std::uint64_t> end, start;
+  std::uint64_t best_hwm = 0;
+  std::uint64_t best_from = 0;
+  for (const auto& b : brokers.as_object().at("brokers").as_array()) {
+    const auto& bo = b.as_object();
+    const auto id = bo.at("id").to_number<std::uint64_t>();
+    if (const auto* live = bo.if_contains("live"); live && live->is_bool() && !live->get_bool()) continue;
+    const auto* addr = bo.if_contains("address");
+    if (!addr || !addr->is_string()) continue;
+    Client peer("http://" + std::string(addr->get_string()));
+    auto r = peer.call("GET", p.path() + "/shards");
+    if (r.status != 200) continue;
+    const auto v = boost::json::parse(r.body);
+    const auto& shards = v.as_object().at("shards").as_array();
+    if (shard >= shards.size()) continue;
+    const auto& so = shards[shard].as_object();
+    if (!so.if_contains("log_end")) continue;  // holds no replica
+    const auto hwm = so.at("high_watermark").to_number<std::uint64_t>();
+    if (hwm > best_hwm) {
+      best_hwm = hwm;
+      best_from = id;
+    }
+    if (id == broker) {
+      end = so.at("log_end").to_number<std::uint64_t>();
+      start = so.at("log_start").to_number<std::uint64_t>();
+    }
+  }
+  const std::string what = "shard " + std::to_string(shard) + " of " + p.tenant + "/" + p.ns + "/" + p.name;
+  if (!end) {
+    std::printf("broker %llu did not answer for %s (down, or it holds no replica): nothing is known of what it holds\n",
+                static_cast<unsigned long long>(broker), what.c_str());
+  } else {
+    std::printf("broker %llu holds offsets [%llu, %llu) of %s\n", static_cast<unsigned long long>(broker),
+                static_cast<unsigned long long>(*start), static_cast<unsigned long long>(*end), what.c_str());
+    if (best_hwm > *end)
+      std::printf("LOST: records [%llu, %llu) were acknowledged (broker %llu's high watermark) and are not on broker %llu\n",
+                  static_cast<unsigned long long>(*end), static_cast<unsigned long long>(best_hwm),
+                  static_cast<unsigned long long>(best_from), static_cast<unsigned long long>(broker));
+    else
+      std::printf("no live replica reports an acknowledged record beyond offset %llu; records only a lost replica "
+                  "acknowledged cannot be counted\n",
+                  static_cast<unsigned long long>(*end));
+  }
+  if (!a.has("yes")) {
+    std::fprintf(stderr, "sluice shards elect: refused without --yes (an unclean election may lose acknowledged records)\n");
+    return 1;
+  }
+  print_json(c.call_ok("POST", p.path() + "/shards/" + std::to_string(shard) + "/elect",
+                       boost::json::serialize(boost::json::object{{"broker", broker}, {"unclean", true}})));
+  return 0;
+}
+
 int cmd_shards(Client& c, const Words& words) {
+  if (!words.empty() && words.front() == "elect") return elect(c, words);
   if (!words.empty() && words.front() == "move-leader") {
     Args a(kShards, rest(words), {.min_args = 3, .max_args = 3});
     const StreamPath p = parse_stream(kShards, a.pos()[0]);
@@ -167,6 +238,8 @@ int cmd_shards(Client& c, const Words& words) {
                 u(o, "leader_epoch").c_str(), ids(o.if_contains("replicas"), nullptr).c_str(),
                 ids(o.if_contains("in_sync"), "broker").c_str(), u(o, "high_watermark").c_str(),
                 u(o, "log_end").c_str());
+    if (const auto* why = o.if_contains("unavailable_reason"); why && why->is_string())
+      std::printf("         NO LEADER: %s\n", std::string(why->get_string()).c_str());
     if (const auto* prog = o.if_contains("replica_progress"); prog && prog->is_array())
       for (const auto& p : prog->get_array()) {
         const auto& po = p.as_object();

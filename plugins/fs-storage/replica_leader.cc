@@ -285,7 +285,9 @@ void ReplicaManager::check_shard(const std::shared_ptr<Shard>& s, Clock::time_po
     auto it = s->followers.find(b);
     if (it == s->followers.end())
       return std::chrono::duration_cast<std::chrono::milliseconds>(now - s->leading_since);
-    if (it->second.durable_end >= leader_end) return 0ms;
+    // Kafka's rule: the time since it last fetched while caught up. A follower that stops
+    // fetching lags even when nothing new was written (a dead replica leaves the set).
+    if (it->second.last_caught_up >= now) return 0ms;
     return std::chrono::duration_cast<std::chrono::milliseconds>(now - it->second.last_caught_up);
   };
 
@@ -314,8 +316,10 @@ void ReplicaManager::check_shard(const std::shared_ptr<Shard>& s, Clock::time_po
     why = "a member lagged longer than replication.max_lag_ms";
   }
 
-  // Grow: a replica whose disk holds everything up to the high watermark joins, with the
-  // directory it fetched from (replacing a stale entry for that broker).
+  // Grow: a replica whose disk holds everything up to the high watermark, and everything
+  // written before this leadership began (KAFKA-7128: after a crash the leader's high
+  // watermark may understate what was acknowledged), joins with the directory it fetched
+  // from (replacing a stale entry for that broker).
   if (!changed) {
     for (NodeId b : s->ra.replicas) {
       if (b == self_) continue;
@@ -325,7 +329,8 @@ void ReplicaManager::check_shard(const std::shared_ptr<Shard>& s, Clock::time_po
       const bool member = std::any_of(next.begin(), next.end(), [&](const InSyncReplica& m) {
         return m.broker == b && m.directory_id == f.directory_id;
       });
-      if (member || f.durable_end < hwm || lag_of(b) > opts_.max_lag) continue;
+      if (member || f.durable_end < std::max(hwm, s->epoch_start) || lag_of(b) > opts_.max_lag)
+        continue;
       next.erase(std::remove_if(next.begin(), next.end(),
                                 [&](const InSyncReplica& m) { return m.broker == b; }),
                  next.end());

@@ -177,7 +177,21 @@ Result<void> ReplicaManager::assign(std::shared_ptr<ReplicaLog> log,
   s->log->set_in_sync(ra.in_sync.size(), ra.min_insync);
 
   Role want = Role::none;
-  if (ra.leader == self_)
+  // A replica is (broker, directory): this broker leads only with the directory the
+  // catalog recorded for it in the in-sync set. Back with an empty or replaced disk, it
+  // holds a new, empty replica that must never serve as the leader (seed kafka-15495),
+  // whatever the catalog's leader field still says.
+  const bool recorded = std::any_of(ra.in_sync.begin(), ra.in_sync.end(), [&](const InSyncReplica& m) {
+    return m.broker == self_ && m.directory_id == directory_id_;
+  });
+  if (ra.leader == self_ && !recorded) {
+    if (s->role != Role::none || s->epoch != ra.leader_epoch)
+      log_(LogLevel::error,
+           shard_name(ref, kind) + ": the catalog names this broker leader in epoch " +
+               std::to_string(ra.leader_epoch.value()) + ", but its in-sync set does not hold "
+               "this broker's directory " + directory_id_ +
+               " (a new or replaced disk): not leading; the controller elects another replica");
+  } else if (ra.leader == self_)
     want = Role::leader;
   else if (ra.leader.value() != 0 && holds(ra.replicas, self_))
     want = Role::follower;
@@ -207,6 +221,7 @@ Result<void> ReplicaManager::assign(std::shared_ptr<ReplicaLog> log,
       }
       s->role = Role::leader;
       s->leading_since = Clock::now();
+      s->epoch_start = s->log->durable_end();
       update_high_watermark(*s);
       log_(LogLevel::info, name + ": leading in epoch " + std::to_string(ra.leader_epoch.value()));
       return {};

@@ -61,6 +61,7 @@ struct ReplicaManager::Shard {
   };
   std::map<NodeId, Follower> followers;
   Clock::time_point leading_since;
+  Offset epoch_start;  // the log end when this leadership began
   std::vector<std::shared_ptr<Parked>> parked;
   bool in_sync_change_in_flight = false;
   // The catalog refused a change at this version: someone else moved the shard on, and

@@ -162,6 +162,7 @@ json::object shard_status_json(const ShardStatus& s) {
   o["leader_epoch"] = s.leader_epoch.value();
   o["version"] = s.version.value();
   o["in_sync"] = in_sync_json(s.in_sync);
+  if (!s.unavailable_reason.empty()) o["unavailable_reason"] = s.unavailable_reason;
   o["log_start"] = s.stats.log_start.value();
   o["high_watermark"] = s.stats.high_watermark.value();
   o["size_bytes"] = s.stats.size_bytes;

@@ -62,7 +62,7 @@ namespace {
 
 enum class Route {
   healthz, readyz, metrics, cluster, tenants, tenant, namespaces, namespace_, streams, stream,
-  records, shards, shard_records, shard_leader, fleet, groups, openapi, members, caches
+  records, shards, shard_records, shard_leader, shard_elect, fleet, groups, openapi, members, caches
 };
 
 struct RouteDef {
@@ -105,6 +105,8 @@ std::optional<RouteDef> match(const std::vector<std::string>& s) {
     return RouteDef{Route::shard_records, "{ns}/streams/{s}/shards/{n}/records", "GET"};
   if (n == 10 && s[7] == "shards" && s[9] == "leader")
     return RouteDef{Route::shard_leader, "{ns}/streams/{s}/shards/{n}/leader", "POST"};
+  if (n == 10 && s[7] == "shards" && s[9] == "elect")
+    return RouteDef{Route::shard_elect, "{ns}/streams/{s}/shards/{n}/elect", "POST"};
   if (s[7] != "groups") return std::nullopt;
   if (n == 8) return RouteDef{Route::groups, "{ns}/streams/{s}/groups", "GET"};
   if (n == 9) return RouteDef{Route::groups, "{ns}/streams/{s}/groups/{g}", "GET"};
@@ -246,6 +248,25 @@ Result<NodeId> leader_body(std::string_view body) {
   auto id = u32_field(*b, "broker", 1);
   if (!id) return id.error();
   return NodeId{*id};
+}
+
+// The election body: {"broker": N, "unclean": bool}, nothing else.
+Result<std::pair<NodeId, bool>> elect_body(std::string_view body) {
+  json::monotonic_resource mr;
+  json::value v(json::storage_ptr{&mr});
+  if (auto r = parse_json_object(body, v); !r) return r.error();
+  const auto& o = v.get_object();
+  if (auto r = check_fields(o, {"broker", "unclean"}, ""); !r) return r.error();
+  const auto* b = o.if_contains("broker");
+  if (!b) return Error(Errc::invalid_argument, "field \"broker\" is required");
+  auto id = u32_field(*b, "broker", 1);
+  if (!id) return id.error();
+  bool unclean = false;
+  if (const auto* u = o.if_contains("unclean")) {
+    if (!u->is_bool()) return Error(Errc::invalid_argument, "field \"unclean\" must be true or false");
+    unclean = u->get_bool();
+  }
+  return std::pair{NodeId{*id}, unclean};
 }
 
 Result<ShardIndex> shard_segment(const std::string& s) {
@@ -472,6 +493,17 @@ void Router::dispatch(const std::shared_ptr<Exchange>& ex) {
       if (!broker) return ex->respond(problem(broker.error()));
       respond_blocking(ex, [&node, key = StreamKey{seg[2], seg[4], seg[6]}, s = *shard, b = *broker]() -> HttpResponse {
         auto r = node.move_leader(key, s, b);
+        return r ? json_response(200, assignment_json(*r)) : problem(r.error());
+      });
+      return;
+    }
+    case Route::shard_elect: {
+      auto shard = shard_segment(seg[8]);
+      if (!shard) return ex->respond(problem(shard.error()));
+      auto body = elect_body(req.body);
+      if (!body) return ex->respond(problem(body.error()));
+      respond_blocking(ex, [&node, key = StreamKey{seg[2], seg[4], seg[6]}, s = *shard, b = *body]() -> HttpResponse {
+        auto r = node.elect_leader(key, s, b.first, b.second);
         return r ? json_response(200, assignment_json(*r)) : problem(r.error());
       });
       return;

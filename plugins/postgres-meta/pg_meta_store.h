@@ -69,6 +69,7 @@ class PgMetaStore final : public MetadataStore {
   Result<void> start() override;
   void stop() override;
   MetadataStatus status() override;
+  bool is_controller() override { return lease_held_.load(); }
 
   Result<TenantInfo> create_tenant(const std::string& name) override;
   Result<void> delete_tenant(const std::string& name) override;

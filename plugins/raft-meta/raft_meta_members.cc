@@ -273,6 +273,11 @@ Result<void> RaftMetaStore::remove_member(NodeId id) {
   return {};
 }
 
+bool RaftMetaStore::is_controller() {
+  auto n = node();
+  return ready_.load() && !starting_.load() && n && n->role() == RaftRole::leader && !held_error();
+}
+
 MetadataStatus RaftMetaStore::status() {
   MetadataStatus s;
   s.backend = "raft";

@@ -92,6 +92,7 @@ class RaftMetaStore final : public MetadataStore {
   Result<void> start() override;
   void stop() override;
   MetadataStatus status() override;
+  bool is_controller() override;
 
   Result<TenantInfo> create_tenant(const std::string& name) override;
   Result<void> delete_tenant(const std::string& name) override;

@@ -134,6 +134,126 @@ Result<void> check_spec_supported(const StreamSpec&) {
   return {};
 }
 
+namespace {
+const BrokerInfo* find_broker(const std::vector<BrokerInfo>& brokers, NodeId id) {
+  for (const auto& b : brokers)
+    if (b.id == id) return &b;
+  return nullptr;
+}
+std::string shard_what(const Assignment& a) {
+  return a.key.to_string() + " shard " + std::to_string(a.shard.value());
+}
+}  // namespace
+
+bool eligible(const InSyncReplica& m, const std::vector<BrokerInfo>& brokers) {
+  const BrokerInfo* b = find_broker(brokers, m.broker);
+  return b && b->live && b->directory_id == m.directory_id;
+}
+
+FailoverPlan plan_failover(const Assignment& a, std::uint32_t min_insync,
+                           const std::vector<BrokerInfo>& brokers) {
+  FailoverPlan out;
+  if (a.replicas.size() <= 1) return out;
+  const InSyncReplica* leader = nullptr;
+  for (const auto& m : a.in_sync)
+    if (a.leader.value() != 0 && m.broker == a.leader) leader = &m;
+  if (leader && eligible(*leader, brokers)) return out;
+
+  ShardUpdate u;
+  u.key = a.key;
+  u.shard = a.shard;
+  u.incarnation = a.incarnation;
+  u.expected_version = a.version;
+  u.leader_epoch = LeaderEpoch{a.leader_epoch.value() + 1};
+  u.in_sync = a.in_sync;
+  std::string was;
+  if (a.leader.value() != 0) {
+    const BrokerInfo* b = find_broker(brokers, a.leader);
+    was = "leader " + std::to_string(a.leader.value()) +
+          (!b ? " is not registered" : !b->live ? " is down"
+               : leader && b->directory_id != leader->directory_id
+                   ? " came back with a new directory"
+                   : " is not eligible");
+  }
+  for (NodeId r : a.replicas) {
+    if (r == a.leader) continue;
+    auto m = std::find_if(a.in_sync.begin(), a.in_sync.end(),
+                          [&](const InSyncReplica& x) { return x.broker == r; });
+    if (m == a.in_sync.end() || !eligible(*m, brokers)) continue;
+    u.leader = r;
+    if (a.leader.value() != 0 && u.in_sync.size() > std::max<std::uint32_t>(min_insync, 1))
+      std::erase_if(u.in_sync, [&](const InSyncReplica& x) { return x.broker == a.leader; });
+    out.change = true;
+    out.update = std::move(u);
+    out.why = (was.empty() ? std::string("no leader") : was) + ": elected in-sync broker " +
+              std::to_string(r.value()) + " in epoch " +
+              std::to_string(out.update.leader_epoch.value());
+    return out;
+  }
+  if (a.leader.value() == 0) return out;  // already leaderless; waiting for an eligible one
+  u.leader = NodeId{0};
+  out.change = true;
+  out.update = std::move(u);
+  out.why = was + "; no eligible in-sync replica: no leader from epoch " +
+            std::to_string(out.update.leader_epoch.value()) + " (" +
+            unavailable_reason([&] {
+              Assignment x = a;
+              x.leader = NodeId{0};
+              return x;
+            }(), brokers) + ")";
+  return out;
+}
+
+std::string unavailable_reason(const Assignment& a, const std::vector<BrokerInfo>& brokers) {
+  if (a.leader.value() != 0) return {};
+  if (a.in_sync.empty()) return "it has no in-sync replica";
+  auto state = [&](const InSyncReplica& m) -> std::string {
+    const BrokerInfo* b = find_broker(brokers, m.broker);
+    if (!b) return "is not registered";
+    if (b->directory_id != m.directory_id)
+      return "came back with a new directory (" + b->directory_id + ", recorded " +
+             m.directory_id + ")";
+    if (!b->live) return "is down";
+    return "is eligible (an election is pending)";
+  };
+  if (a.in_sync.size() == 1)
+    return "the only in-sync replica, broker " + std::to_string(a.in_sync[0].broker.value()) +
+           ", " + state(a.in_sync[0]);
+  std::string out = "no in-sync replica can lead:";
+  for (std::size_t i = 0; i < a.in_sync.size(); ++i)
+    out += (i ? "; broker " : " broker ") + std::to_string(a.in_sync[i].broker.value()) + " " +
+           state(a.in_sync[i]);
+  return out;
+}
+
+Result<ShardUpdate> plan_unclean_election(const Assignment& a, NodeId broker,
+                                          const std::vector<BrokerInfo>& brokers) {
+  const std::string what = shard_what(a);
+  if (a.replicas.size() <= 1)
+    return Error(Errc::invalid_argument, what + " has one replica: there is no other to elect");
+  if (std::find(a.replicas.begin(), a.replicas.end(), broker) == a.replicas.end())
+    return Error(Errc::invalid_argument, what + ": broker " + std::to_string(broker.value()) +
+                                             " is not one of its replicas");
+  for (const auto& m : a.in_sync)
+    if (a.leader.value() != 0 && m.broker == a.leader && eligible(m, brokers))
+      return Error(Errc::conflict, what + " has an eligible leader, broker " +
+                                       std::to_string(a.leader.value()) +
+                                       "; an unclean election is only for a shard without one");
+  const BrokerInfo* b = find_broker(brokers, broker);
+  if (!b || !b->live)
+    return Error(Errc::conflict, what + ": broker " + std::to_string(broker.value()) +
+                                     (b ? " is down" : " is not registered"));
+  ShardUpdate u;
+  u.key = a.key;
+  u.shard = a.shard;
+  u.incarnation = a.incarnation;
+  u.expected_version = a.version;
+  u.leader = broker;
+  u.leader_epoch = LeaderEpoch{a.leader_epoch.value() + 1};
+  u.in_sync = {InSyncReplica{broker, b->directory_id}};
+  return u;
+}
+
 Result<ShardUpdate> plan_leader_move(const Assignment& current, NodeId broker) {
   const std::string what =
       current.key.to_string() + " shard " + std::to_string(current.shard.value());

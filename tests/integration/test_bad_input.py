@@ -175,6 +175,30 @@ class BadInput(unittest.TestCase):
         status, body = self.curl("GET", shards)
         self.assertEqual(json.loads(body)["shards"][0], before)
 
+    def test_bad_elections_get_clear_errors_and_change_nothing(self):
+        shards = "/v1/tenants/t/namespaces/n/streams/ok/shards"
+        before = json.loads(self.curl("GET", shards)[1])["shards"][0]
+        path = shards + "/0/elect"
+        cases = (
+            ("{", 400, "malformed_body", None),
+            (json.dumps({"unclean": True}), 400, "invalid_argument", "broker"),
+            (json.dumps({"broker": 1, "unclean": True, "force": 1}), 400, "unknown_field", "force"),
+            (json.dumps({"broker": 1, "unclean": "yes"}), 400, "invalid_argument", "unclean"),
+            (json.dumps({"broker": 1}), 400, "invalid_argument", "unclean"),
+            (json.dumps({"broker": 1, "unclean": False}), 400, "invalid_argument", "unclean"),
+            # An unreplicated shard has nobody else to elect.
+            (json.dumps({"broker": 1, "unclean": True}), 400, "invalid_argument", "one replica"),
+        )
+        for data, want_status, want_code, detail in cases:
+            status, body = self.curl("POST", path, data)
+            with self.subTest(body=data):
+                self.assertProblem(status, body, want_status, want_code)
+                if detail:
+                    self.assertIn(detail, json.loads(body)["detail"])
+        status, body = self.curl("POST", shards + "/9/elect", json.dumps({"broker": 1, "unclean": True}))
+        self.assertProblem(status, body, 404, "not_found")
+        self.assertEqual(json.loads(self.curl("GET", shards)[1])["shards"][0], before)
+
     def test_fetch_beyond_end_waits_then_returns_empty(self):
         hwm = self.node.fetch("ok", 0, "latest")["next_offset"]
         t0 = time.monotonic()

@@ -18,7 +18,7 @@ import tempfile
 import time
 import unittest
 
-from harness import DEADLINE_S, HttpError, Node, poll, record_value
+from harness import DEADLINE_S, SLUICE_CLI, HttpError, Node, poll, record_value
 
 PG_URL = os.environ.get("SLUICE_TEST_PG_URL", "")
 CHECKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "check_replicas.py")
@@ -274,12 +274,15 @@ class Replication(unittest.TestCase):
              "the pending append to reach the old leader's log, unacknowledged")
         old.proc.send_signal(signal.SIGSTOP)
         try:
-            # An operator raises the epoch, moving leadership to an in-sync follower.
+            # An operator raises the epoch, moving leadership to an in-sync follower (unless
+            # the controller, seeing the stopped leader's heartbeats lapse, got there first).
             def move():
                 for i in self.nodes:
                     if i == old_id:
                         continue
                     info = self.shard(self.nodes[i])
+                    if info["leader"] not in (0, old_id) and info["leader_epoch"] >= 2:
+                        return info
                     target = next(m["broker"] for m in info["in_sync"] if m["broker"] != old_id)
                     st, body = self.nodes[i].request(
                         "POST", self.nodes[i].ns_path() + "/streams/r/shards/0/leader", {"broker": target}, raw=True)
@@ -559,6 +562,171 @@ class Replication(unittest.TestCase):
         self.wait_serving(first_id)
         check_on(first, 11)
         self.assertEqual(first.request("GET", base + q)["records"], [])
+        self.wait_caught_up()
+        self.check_replicas(acked)
+
+    # --- failover (the controller; docs/replication.md "The controller") ------------------
+    def two_replica_stream(self, min_insync):
+        self.start_all()
+        self.nodes[1].create_stream("r", shards=1, replication_factor=2, min_insync=min_insync)
+        poll(lambda: all(self.shard(n) for n in self.nodes.values()), "every broker to apply the create")
+        info = self.shard(self.nodes[1])
+        leader_id = info["leader"]
+        f_id = next(b for b in info["replicas"] if b != leader_id)
+        other_id = next(i for i in self.nodes if i not in info["replicas"])
+        self.wait_in_sync(info["replicas"])
+        acked = {}
+        for res in self.publish(self.nodes[leader_id], ["r-%d" % i for i in range(5)]):
+            acked[res["offset"]] = "r-%d" % res["offset"]
+        self.assertEqual(sorted(acked), [0, 1, 2, 3, 4])
+        return leader_id, f_id, other_id, acked
+
+    def wipe_and_restart(self, node_id):
+        n = self.nodes[node_id]
+        n.kill()
+        shutil.rmtree(n.data_dir)
+        n.start()
+
+    def cli(self, node, *args):
+        return subprocess.run([SLUICE_CLI, "--url", node.url] + list(args), capture_output=True, text=True,
+                              timeout=120)
+
+    def test_only_insync_replica_returns_with_empty_disk(self):
+        """Seed kafka-15495 step by step: RF 2, min_insync 1. The in-sync set shrinks to the
+        leader; the leader comes back with an empty disk. It must not lead, nobody is
+        elected, the shard says why; the follower keeps its 5 records until an operator
+        elects it uncleanly."""
+        leader_id, f_id, other_id, acked = self.two_replica_stream(min_insync=1)
+        self.nodes[f_id].kill()
+        self.wait_in_sync([leader_id])
+        self.wipe_and_restart(leader_id)
+        ask = self.nodes[other_id]
+
+        def leaderless():
+            s = self.shard(ask)
+            return s if s["leader"] == 0 and "unavailable_reason" in s else None
+        info = poll(leaderless, "the controller to leave the shard without a leader")
+        self.assertIn("the only in-sync replica, broker %d, came back with a new directory" % leader_id,
+                      info["unavailable_reason"])
+        self.assertGreaterEqual(info["leader_epoch"], 2, "the old leader's epoch is closed")
+        with self.assertRaises(HttpError) as e:
+            self.publish(ask, ["x"], timeout=30)
+        self.assertEqual((e.exception.status, e.exception.problem.get("code")), (503, "shard_unavailable"))
+        self.assertIn("came back with a new directory", e.exception.problem.get("detail"))
+        with self.assertRaises(HttpError) as e:
+            ask.fetch("r", 0, 0)
+        self.assertEqual(e.exception.problem.get("code"), "shard_unavailable")
+        _, body = ask.request("GET", "/metrics", raw=True)
+        self.assertIn('sluice_shard_leaderless{tenant="t",namespace="n",stream="r"', body.decode())
+        table = self.cli(ask, "shards", "t/n/r")
+        self.assertEqual(table.returncode, 0, table.stderr)
+        self.assertIn("NO LEADER: the only in-sync replica, broker %d" % leader_id, table.stdout)
+
+        # Bad elections: a broker that is down, a broker that is not a replica.
+        poll(lambda: not next(b for b in ask.request("GET", "/v1/brokers")["brokers"] if b["id"] == f_id)["live"],
+             "the killed follower's session to expire")
+        elect = ask.ns_path() + "/streams/r/shards/0/elect"
+        for body, want in (({"broker": f_id, "unclean": True}, (409, "conflict", "is down")),
+                           ({"broker": other_id, "unclean": True}, (400, "invalid_argument", "not one of its replicas"))):
+            with self.assertRaises(HttpError) as e:
+                ask.request("POST", elect, body)
+            self.assertEqual((e.exception.status, e.exception.problem.get("code")), want[:2])
+            self.assertIn(want[2], e.exception.problem.get("detail"))
+        self.assertEqual(self.shard(ask)["leader"], 0)
+
+        # The follower returns: it left the in-sync set, so it is not elected by itself.
+        f = self.nodes[f_id]
+        f.start()
+        poll(lambda: self.shard(f) and self.shard(f).get("log_end") == 5, "the follower to reopen its 5 records")
+        seen = ask.request("GET", "/v1/brokers")["brokers"]
+        self.assertTrue(all(b["live"] for b in seen), seen)
+        time.sleep(2)  # several controller passes (controller.interval_ms 500): not a sync point
+        info = self.shard(f)
+        self.assertEqual((info["leader"], info["log_end"]), (0, 5), info)
+
+        # An operator's unclean election: refused without --yes, naming what it holds.
+        refused = self.cli(ask, "shard", "elect", "t/n/r", "0", "--unclean", "--broker", str(f_id))
+        self.assertEqual(refused.returncode, 1, refused.stdout + refused.stderr)
+        self.assertIn("broker %d holds offsets [0, 5)" % f_id, refused.stdout)
+        self.assertIn("refused without --yes", refused.stderr)
+        self.assertEqual(self.shard(ask)["leader"], 0)
+        done = self.cli(ask, "shard", "elect", "t/n/r", "0", "--unclean", "--broker", str(f_id), "--yes")
+        self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
+        self.wait_serving(f_id)
+        values = [record_value(r).decode() for r in f.fetch_all("r", 0)]
+        self.assertEqual(values, ["r-%d" % i for i in range(5)])
+        logs = ""
+        for n in self.nodes.values():
+            with open(n.log_path) as fh:
+                logs += fh.read()
+        self.assertIn("UNCLEAN election", logs)
+
+    def test_default_min_insync_keeps_the_follower_eligible(self):
+        """The same steps with the default min_insync (2 of 2): the in-sync set never shrinks
+        to the leader, so when the wiped leader returns the follower is elected without an
+        operator and serves all 5 records."""
+        leader_id, f_id, other_id, acked = self.two_replica_stream(min_insync=2)
+        self.nodes[f_id].kill()
+        time.sleep(MAX_LAG_MS * 2 / 1000)  # past max_lag: a shrink would have happened
+        self.assertEqual(self.in_sync(), sorted([leader_id, f_id]), "shrunk below min_insync")
+        self.wipe_and_restart(leader_id)
+        self.nodes[f_id].start()
+        self.wait_serving(f_id)
+        # Its high watermark restarts low after a SIGKILL and rises once the in-sync set has
+        # reported: poll until the 5 records are visible.
+        poll(lambda: len(self.nodes[f_id].fetch_all("r", 0)) >= 5, "the 5 records to be visible on the new leader")
+        values = [record_value(r).decode() for r in self.nodes[f_id].fetch_all("r", 0)]
+        self.assertEqual(values, ["r-%d" % i for i in range(5)])
+        # The wiped broker catches up as a new replica and is recorded under its new directory.
+        new_dir = self.nodes[leader_id].request("GET", "/v1/cluster")["directory_id"]
+        poll(lambda: {m["broker"]: m["directory_id"] for m in self.shard(self.nodes[f_id])["in_sync"]}
+             .get(leader_id) == new_dir, "the wiped broker to rejoin under its new directory")
+        for res in self.publish(self.nodes[other_id], ["after"]):
+            acked[res["offset"]] = "after"
+
+    def test_a_killed_leader_is_replaced_and_no_acknowledged_record_is_lost(self):
+        """SIGKILL the leader of an RF 3 shard during ack=quorum publishes: the controller
+        elects an in-sync replica within the session timeout plus a few seconds; every
+        acknowledged record is there and publishing continues."""
+        self.start_all()
+        self.nodes[1].create_stream("r", shards=1, replication_factor=3, min_insync=2)
+        poll(lambda: all(self.shard(n) for n in self.nodes.values()), "every broker to apply the create")
+        self.wait_in_sync([1, 2, 3])
+        old_id = self.leader()
+        others = [i for i in self.nodes if i != old_id]
+        acked = {}
+        stop = threading.Event()
+        errors = []
+
+        def load():
+            i = 0
+            deadline = time.monotonic() + 120
+            while not stop.is_set() and time.monotonic() < deadline and i < 5000:
+                target = self.nodes[others[i % 2]]
+                try:
+                    for res in self.publish(target, ["k-%d" % i], timeout=30):
+                        acked[res["offset"]] = "k-%d" % i
+                except (HttpError, OSError) as e:
+                    errors.append(str(e)[:200])
+                    time.sleep(0.05)
+                i += 1
+        t = threading.Thread(target=load)
+        t.start()
+        poll(lambda: len(acked) >= 50, "some acknowledged publishes")
+        self.nodes[old_id].kill()
+        killed_at = time.monotonic()
+        poll(lambda: self.shard(self.nodes[others[0]])["leader"] in others, "a new leader", timeout=60)
+        elected_in = time.monotonic() - killed_at
+        self.assertLess(elected_in, 3.0 + 10.0, "session timeout 3 s plus a few seconds")
+        before = len(acked)
+        poll(lambda: len(acked) >= before + 50, "publishing to continue on the new leader")
+        stop.set()
+        t.join(timeout=120)
+        self.assertFalse(t.is_alive())
+        new_id = self.shard(self.nodes[others[0]])["leader"]
+        self.assertGreaterEqual(self.shard(self.nodes[new_id])["leader_epoch"], 2)
+        self.nodes[old_id].start()
+        self.wait_in_sync([1, 2, 3])
         self.wait_caught_up()
         self.check_replicas(acked)
 

@@ -601,6 +601,36 @@ TEST(ReplicaManager, AReplicaWithANewDirectoryCountsForNothingUntilRecorded) {
   EXPECT_TRUE(f.get());
 }
 
+// Seed kafka-15495: the catalog still names broker 1 leader, but broker 1 came back with
+// an empty disk (a new directory id). It must not lead: its empty log would become the truth.
+TEST(ReplicaManager, ABrokerBackWithANewDirectoryNeverLeadsOnTheCatalogsOldWord) {
+  Cluster c(2);
+  c.managers_[1]->stop();
+  c.transports_[1] = std::make_unique<FakeTransport>(c.net_, NodeId{1}, "dir-1-new");
+  c.raw_[1] = c.transports_[1].get();
+  c.transports_[1]->peers = &c.raw_;
+  c.dirs_[1] = "dir-1-new";
+  c.start_manager(1);
+  c.tell();
+  auto f = c.logs_[1]->append(1);
+  ASSERT_EQ(f.wait_for(30s), std::future_status::ready);
+  auto r = f.get();
+  ASSERT_FALSE(r) << "a leader with an unrecorded directory accepted an append";
+  // Recorded with its new directory (an operator's unclean election), it leads.
+  c.set_catalog([](ReplicaAssignment& a) {
+    a.leader_epoch = LeaderEpoch{2};
+    a.in_sync = {InSyncReplica{NodeId{1}, "dir-1-new"}};
+    a.min_insync = 1;
+  });
+  c.tell();
+  auto g = c.logs_[1]->append(1);
+  ASSERT_TRUE(eventually([&] {
+    c.managers_[1]->check_now();
+    return g.wait_for(0s) == std::future_status::ready;
+  }));
+  EXPECT_TRUE(g.get());
+}
+
 TEST(ReplicaManager, AFollowerTruncatesOnlyTheDivergentSuffix) {
   Cluster c(2);
   // The leader wrote 0..9 in epoch 1 and 10..12 in epoch 3; the follower holds 0..9 and an

@@ -536,3 +536,85 @@ TEST(CatalogRules, ALeaderMoveRaisesTheEpochAndNeedsAnInSyncTarget) {
   EXPECT_EQ(r.error().code, Errc::conflict);
   EXPECT_NE(r.error().message.find("in-sync"), std::string::npos);
 }
+
+namespace {
+std::vector<BrokerInfo> brokers_of(std::initializer_list<std::tuple<std::uint32_t, const char*, bool>> l) {
+  std::vector<BrokerInfo> out;
+  for (const auto& [id, dir, live] : l) {
+    BrokerInfo b;
+    b.id = NodeId{id};
+    b.directory_id = dir;
+    b.live = live;
+    out.push_back(b);
+  }
+  return out;
+}
+}  // namespace
+
+TEST(CatalogRules, FailoverKeepsAnEligibleLeaderAndElectsTheFirstEligibleInSyncReplica) {
+  auto cur = replicated_shard();
+  EXPECT_FALSE(plan_failover(cur, 2, brokers_of({{1, "d1", true}, {2, "d2", true}, {3, "d3", true}})).change);
+  // Leader 1 is down: broker 2 (first in the replica list after it) leads; 1 leaves the set.
+  auto p = plan_failover(cur, 2, brokers_of({{1, "d1", false}, {2, "d2", true}, {3, "d3", true}}));
+  ASSERT_TRUE(p.change);
+  EXPECT_EQ(p.update.leader, NodeId{2});
+  EXPECT_EQ(p.update.leader_epoch.value(), cur.leader_epoch.value() + 1);
+  EXPECT_EQ(p.update.expected_version, cur.version);
+  EXPECT_EQ(p.update.in_sync, (std::vector<InSyncReplica>{{NodeId{2}, "d2"}, {NodeId{3}, "d3"}}));
+  EXPECT_TRUE(check_shard_update(cur, p.update).ok()) << p.why;
+  // Never below min_insync: with min_insync 3 the dead leader stays recorded.
+  p = plan_failover(cur, 3, brokers_of({{1, "d1", false}, {2, "d2", true}, {3, "d3", true}}));
+  ASSERT_TRUE(p.change);
+  EXPECT_EQ(p.update.in_sync.size(), 3u);
+  // Seed kafka-15495: broker 2 is live but came back with a new directory: not eligible.
+  p = plan_failover(cur, 2, brokers_of({{1, "d1", false}, {2, "d2-new", true}, {3, "d3", true}}));
+  ASSERT_TRUE(p.change);
+  EXPECT_EQ(p.update.leader, NodeId{3});
+}
+
+TEST(CatalogRules, WithNoEligibleReplicaTheShardHasNoLeaderAndSaysWhy) {
+  auto cur = replicated_shard();
+  cur.in_sync = {{NodeId{1}, "d1"}};  // shrunk to the leader (min_insync 1)
+  // The leader came back with an empty disk: it must not lead, and nobody else may.
+  auto brokers = brokers_of({{1, "d1-new", true}, {2, "d2", true}, {3, "d3", true}});
+  auto p = plan_failover(cur, 1, brokers);
+  ASSERT_TRUE(p.change);
+  EXPECT_EQ(p.update.leader, NodeId{0});
+  EXPECT_EQ(p.update.leader_epoch.value(), cur.leader_epoch.value() + 1) << "a returning leader is fenced";
+  EXPECT_EQ(p.update.in_sync, cur.in_sync);
+  EXPECT_TRUE(check_shard_update(cur, p.update).ok());
+  Assignment after = cur;
+  after.leader = NodeId{0};
+  after.leader_epoch = p.update.leader_epoch;
+  const auto why = unavailable_reason(after, brokers);
+  EXPECT_NE(why.find("the only in-sync replica, broker 1, came back with a new directory"), std::string::npos) << why;
+  EXPECT_EQ(unavailable_reason(cur, brokers), "") << "a shard with a leader has no reason";
+  EXPECT_FALSE(plan_failover(after, 1, brokers).change) << "leaderless stays leaderless";
+  // The recorded replica returns with its own directory: it is elected.
+  p = plan_failover(after, 1, brokers_of({{1, "d1", true}, {2, "d2", true}}));
+  ASSERT_TRUE(p.change);
+  EXPECT_EQ(p.update.leader, NodeId{1});
+}
+
+TEST(CatalogRules, AnUncleanElectionNeedsALiveReplicaAndAShardWithoutAnEligibleLeader) {
+  auto cur = replicated_shard();
+  cur.leader = NodeId{0};
+  cur.in_sync = {{NodeId{1}, "d1"}};
+  auto brokers = brokers_of({{1, "d1-new", true}, {2, "d2", true}, {3, "d3", false}});
+  auto u = plan_unclean_election(cur, NodeId{2}, brokers);
+  ASSERT_TRUE(u.ok()) << u.error().message;
+  EXPECT_EQ(u->leader, NodeId{2});
+  EXPECT_EQ(u->in_sync, (std::vector<InSyncReplica>{{NodeId{2}, "d2"}}));
+  EXPECT_EQ(u->leader_epoch.value(), cur.leader_epoch.value() + 1);
+  EXPECT_TRUE(check_shard_update(cur, *u).ok());
+  auto r = plan_unclean_election(cur, NodeId{9}, brokers);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, Errc::invalid_argument) << "not a replica";
+  r = plan_unclean_election(cur, NodeId{3}, brokers);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, Errc::conflict) << "a dead broker";
+  auto healthy = replicated_shard();
+  r = plan_unclean_election(healthy, NodeId{2}, brokers_of({{1, "d1", true}, {2, "d2", true}}));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, Errc::conflict) << "a shard with an eligible leader";
+}

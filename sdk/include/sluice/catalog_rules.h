@@ -66,4 +66,39 @@ Result<void> start_replicated_shard(Assignment& a, const std::vector<BrokerInfo>
 // them, which is issue 11's unclean election, not a move).
 Result<ShardUpdate> plan_leader_move(const Assignment& current, NodeId broker);
 
+// --- the controller's rules (docs/replication.md "The controller") ----------------------
+// A replica is eligible to lead when its broker is registered and live and its current
+// directory.id equals the one the in-sync set recorded (seed kafka-15495).
+bool eligible(const InSyncReplica& member, const std::vector<BrokerInfo>& brokers);
+
+// The controller's decision for one replicated shard (an assignment with more than one
+// replica), from the registered brokers (live and current directory ids):
+//   * an eligible leader: nothing to do;
+//   * otherwise the first replica in the replica list that is an eligible in-sync member
+//     leads, in the next epoch; the old leader leaves the in-sync set unless that would
+//     take it below min_insync;
+//   * no eligible member: the shard has no leader (leader 0, next epoch, the in-sync set
+//     kept), so a returning old leader is fenced and nothing is served until an eligible
+//     replica returns or an operator elects one uncleanly.
+// `why` says what was decided and why, for the log.
+struct FailoverPlan {
+  bool change = false;
+  ShardUpdate update;
+  std::string why;
+};
+FailoverPlan plan_failover(const Assignment& current, std::uint32_t min_insync,
+                           const std::vector<BrokerInfo>& brokers);
+
+// Why a shard has no leader, naming each in-sync replica's state ("the only in-sync
+// replica, broker 11, came back with a new directory"); empty when it has one.
+std::string unavailable_reason(const Assignment& current, const std::vector<BrokerInfo>& brokers);
+
+// An operator's unclean election (`sluice shard elect --unclean`): `broker` leads in the
+// next epoch with an in-sync set of itself alone, under its current directory. It may lack
+// acknowledged records. invalid_argument if the shard has one replica or `broker` is not a
+// replica; conflict if the shard has
+// an eligible leader (nothing to repair), or the broker is not registered or not live.
+Result<ShardUpdate> plan_unclean_election(const Assignment& current, NodeId broker,
+                                          const std::vector<BrokerInfo>& brokers);
+
 }  // namespace sluice

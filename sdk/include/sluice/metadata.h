@@ -246,6 +246,10 @@ class MetadataStore {
   // The compare-and-set of ShardUpdate. Answers the assignment as stored after it, and
   // records a shard_changed change. Backends without it answer not_supported.
   virtual Result<Assignment> update_shard(const ShardUpdate& update);
+  // True while this instance should run the controller loop (core/controller.h):
+  // raft-meta on the Raft leader, postgres-meta on the holder of the controller lease.
+  // A deposed controller's late decision still fails: each is a compare-and-set.
+  virtual bool is_controller() { return false; }
 
   // --- caches (catalog entries; the cache data plane is the storage plugin's) ---------
   // Backends without caches answer not_supported.

@@ -61,6 +61,7 @@ struct ShardStatus {
   ShardVersion version;
   ShardStats stats;                    // this node's replica, if it holds one
   bool held = false;                   // this node holds a replica (stats are filled)
+  std::string unavailable_reason;      // why it has no leader (unavailable_reason); else empty
 };
 
 struct NodeInfo {
@@ -120,6 +121,12 @@ class Node {
   // An operator's leader move (plan_leader_move, catalog_rules.h) as one compare-and-set on
   // the catalog. Returns the shard's new state. Default: not_supported.
   virtual Result<Assignment> move_leader(const StreamKey& key, ShardIndex shard, NodeId broker);
+  // An operator's unclean election (plan_unclean_election, catalog_rules.h): `broker` leads
+  // a shard that has no eligible leader, with itself alone in sync; records acknowledged
+  // beyond its log end are lost. `unclean` must be true (invalid_argument otherwise).
+  // Default: not_supported.
+  virtual Result<Assignment> elect_leader(const StreamKey& key, ShardIndex shard, NodeId broker,
+                                          bool unclean);
 
   // --- consumer groups and dead letters (storage.h has the semantics) -----------------
   virtual Result<GroupDelivery> group_fetch(const StreamKey& key, ShardIndex shard,
