@@ -87,25 +87,36 @@ class PeerClient:
 
 
 class Replication(unittest.TestCase):
-    def setUp(self):
+    """Three brokers on one PostgreSQL (postgres-meta). test_replication_raft.py runs the same
+    tests on three raft-meta controllers."""
+
+    def metadata_config(self):
+        """The metadata keys of every broker (the raft subclass gives controllers instead)."""
         self.assertTrue(PG_URL, "SLUICE_TEST_PG_URL is not set: run through ctest (fixture sluice_pg)")
         self.schema = "rep_%08x" % random.getrandbits(32)
+        return {"metadata.backend": "postgres", "metadata.postgres.url": PG_URL,
+                "metadata.postgres.schema": self.schema}
+
+    def start_control_plane(self):
+        pass
+
+    def setUp(self):
         self.workdir = tempfile.mkdtemp(prefix="sluice-rep-")
         self.failpoints = {}
         self.nodes = {}
+        meta = self.metadata_config()
         # Peer addresses come from the catalog (each broker registers its transport.address,
         # which the harness gives a free port): no static transport.peers here.
         for i in (1, 2, 3):
             fp = os.path.join(self.workdir, "failpoints-%d" % i)
             open(fp, "w").close()
             self.failpoints[i] = fp
-            self.nodes[i] = Node(extra={
-                "node.id": str(i), "node.roles": "broker", "metadata.backend": "postgres",
-                "metadata.postgres.url": PG_URL, "metadata.postgres.schema": self.schema,
+            self.nodes[i] = Node(extra=dict(meta, **{
+                "node.id": str(i), "node.roles": "broker",
                 "broker.session_timeout_ms": "3000",
                 "transport.failpoint_file": fp,
                 "replication.max_lag_ms": str(MAX_LAG_MS),
-            })
+            }))
         self.peer_ports = {i: n.peer_port for i, n in self.nodes.items()}
 
     def tearDown(self):
@@ -114,6 +125,7 @@ class Replication(unittest.TestCase):
 
     # --- helpers ---------------------------------------------------------------------
     def start_all(self):
+        self.start_control_plane()
         for n in self.nodes.values():
             n.start()
         poll(lambda: len(self.nodes[1].request("GET", "/v1/brokers")["brokers"]) == 3, "three brokers registered")
