@@ -118,8 +118,8 @@ class BrokerRuntime final : public Node {
   std::string leader_address(const StreamKey& key, ShardIndex shard) override;
   bool serves_locally(const StreamKey& key, ShardIndex shard) override;
   Result<Assignment> move_leader(const StreamKey& key, ShardIndex shard, NodeId broker) override;
-  Result<Assignment> elect_leader(const StreamKey& key, ShardIndex shard, NodeId broker,
-                                  bool unclean) override;
+  Result<Assignment> elect_leader(const StreamKey& key, ShardIndex shard, Election kind,
+                                  NodeId broker) override;
   Result<GroupDelivery> group_fetch(const StreamKey& key, ShardIndex shard, const std::string& group,
                                     std::uint32_t max_records, const GroupOptions& opts) override;
   Result<void> group_ack(const StreamKey& key, ShardIndex shard, const std::string& group,

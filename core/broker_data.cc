@@ -434,13 +434,9 @@ Result<Assignment> BrokerRuntime::move_leader(const StreamKey& key, ShardIndex s
   return r;
 }
 
-Result<Assignment> BrokerRuntime::elect_leader(const StreamKey& key, ShardIndex shard, NodeId broker,
-                                               bool unclean) {
+Result<Assignment> BrokerRuntime::elect_leader(const StreamKey& key, ShardIndex shard, Election kind,
+                                               NodeId broker) {
   if (auto v = validate_stream_key(key); !v) return v.error();
-  if (!unclean)
-    return Error(Errc::invalid_argument,
-                 "only an unclean election can be asked for (\"unclean\": true): it may lose acknowledged "
-                 "records, and the controller elects eligible replicas by itself");
   auto st = find(key);
   if (!st) return Error(Errc::not_found, "stream " + key.to_string() + " does not exist");
   if (!st->refused.empty()) return Error(Errc::conflict, st->refused);
@@ -452,6 +448,17 @@ Result<Assignment> BrokerRuntime::elect_leader(const StreamKey& key, ShardIndex 
                                       " shards; shard " + std::to_string(shard.value()) + " does not exist");
   auto brokers = catalog_.list_brokers();
   if (!brokers) return brokers.error();
+  if (kind == Election::preferred) {
+    auto u = plan_preferred_election(*cur, *brokers);
+    if (!u) return u.error();
+    auto r = catalog_.update_shard(*u);
+    if (!r) return r.error();
+    host_.log(LogLevel::info, "broker",
+              "operator's preferred-leader election: broker " + std::to_string(r->leader.value()) + " leads " +
+                  key.to_string() + " shard " + std::to_string(shard.value()) + " in epoch " +
+                  std::to_string(r->leader_epoch.value()));
+    return r;
+  }
   auto u = plan_unclean_election(*cur, broker, *brokers);
   if (!u) return u.error();
   const std::string before = unavailable_reason(*cur, *brokers);

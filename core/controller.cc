@@ -60,11 +60,27 @@ std::uint64_t Controller::pass() {
   for (const auto& s : snap->streams)
     min_insync[{s.key, s.incarnation.value()}] = s.spec.min_insync;
   std::uint64_t written = 0;
+  const auto now = std::chrono::steady_clock::now();
+  bool preferred = false;
+  if (opts_.preferred_interval.count() > 0 && now >= next_preferred_) {
+    // Not at once on becoming the controller: a broker that just returned gets one interval.
+    preferred = next_preferred_ != std::chrono::steady_clock::time_point{};
+    next_preferred_ = now + opts_.preferred_interval;
+  }
   for (const auto& a : snap->assignments) {
     if (a.replicas.size() <= 1) continue;
     auto it = min_insync.find({a.key, a.incarnation.value()});
     if (it == min_insync.end()) continue;  // its stream is being deleted
     auto plan = plan_failover(a, it->second, snap->brokers);
+    if (!plan.change && preferred && !a.replicas.empty() && a.leader != a.replicas.front()) {
+      if (auto u = plan_preferred_election(a, snap->brokers); u) {
+        plan.change = true;
+        plan.update = std::move(u).value();
+        plan.why = "preferred replica " + std::to_string(a.replicas.front().value()) +
+                   " is in sync again: it leads in epoch " +
+                   std::to_string(plan.update.leader_epoch.value());
+      }
+    }
     if (!plan.change) continue;
     const std::string what = a.key.to_string() + " shard " + std::to_string(a.shard.value());
     auto r = store_.update_shard(plan.update);

@@ -4,6 +4,10 @@
 // postgres-meta instance holding the lease). A new controller simply starts from the
 // catalog as it finds it: the loop keeps no state of its own that a decision depends on.
 //
+// Every preferred_interval it also moves leadership back to each shard's first replica
+// (its preferred leader) once that replica is an eligible in-sync member
+// (plan_preferred_election): after a broker returns, leadership spreads as placed.
+//
 // Each pass reads one catalog snapshot (streams, assignments, brokers with their liveness
 // and current directory ids) and, for every replicated shard, applies plan_failover
 // (catalog_rules.h): elect an eligible in-sync replica when the leader is lost, or leave
@@ -26,6 +30,9 @@ namespace sluice::core {
 
 struct ControllerOptions {
   std::chrono::milliseconds interval{500};  // controller.interval_ms
+  // controller.preferred_leader_interval_ms: how often leadership is moved back to each
+  // shard's first replica once it is an eligible in-sync member (0: never).
+  std::chrono::milliseconds preferred_interval{300000};
 };
 
 class Controller {
@@ -50,6 +57,7 @@ class Controller {
   std::condition_variable cv_;
   bool stopping_ = false;
   bool was_controller_ = false;
+  std::chrono::steady_clock::time_point next_preferred_{};
   std::thread thread_;
 };
 

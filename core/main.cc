@@ -405,6 +405,8 @@ int main(int argc, char** argv) {
   // Every node runs the controller loop; it acts only while its store is the controller.
   core::ControllerOptions copts;
   copts.interval = std::chrono::milliseconds(cfg->get_int("controller.interval_ms", 500));
+  copts.preferred_interval =
+      std::chrono::milliseconds(cfg->get_int("controller.preferred_leader_interval_ms", 300000));
   core::Controller controller(*metadata, host, copts);
   controller.start();
   // From here on the metadata store may have acknowledged writes (a controller that joined

@@ -31,6 +31,7 @@ create makes the tenant and namespace first if they do not exist, unless
 const Usage kShards{"shards", R"(Usage: sluice shards TENANT/NS/STREAM [--json]
        sluice shards move-leader TENANT/NS/STREAM SHARD BROKER
        sluice shards elect TENANT/NS/STREAM SHARD --unclean --broker BROKER [--yes]
+       sluice shards elect TENANT/NS/STREAM SHARD --preferred
 
 The first form prints a table of the shards: leader, leader epoch, replicas, in-sync set,
 and the answering node's replica (high watermark, log end); where that node leads, one
@@ -40,7 +41,9 @@ epoch; the old leader stops acknowledging at once (docs/replication.md).
 elect --unclean repairs a shard that has no eligible leader (every in-sync replica is down,
 or came back with a new disk): BROKER leads it with itself alone in sync. It first asks
 every live broker what it holds and prints the records the election would lose; without
---yes it stops there. The election is logged by the broker that makes it.
+--yes it stops there. The election is logged by the broker that makes it. elect --preferred
+makes the shard's first replica lead again, once it is an eligible in-sync replica (the
+controller does the same every controller.preferred_leader_interval_ms).
 )"};
 
 // Creates tenant and namespace if missing (409 = already there).
@@ -129,11 +132,18 @@ int cmd_stream(Client& c, const Words& words) {
 // `sluice shards elect`: what BROKER holds of the shard, against the highest high watermark
 // any live replica reports (records acknowledged there but missing on BROKER are lost).
 int elect(Client& c, const Words& words) {
-  Args a(kShards, rest(words), {.values = {"broker"}, .flags = {"unclean", "yes"}, .min_args = 2, .max_args = 2});
+  Args a(kShards, rest(words),
+         {.values = {"broker"}, .flags = {"unclean", "yes", "preferred"}, .min_args = 2, .max_args = 2});
   const StreamPath p = parse_stream(kShards, a.pos()[0]);
   const auto shard = parse_u64(kShards, "SHARD", a.pos()[1]);
+  if (a.has("preferred")) {
+    if (a.has("unclean") || a.has("broker")) a.error("--preferred takes neither --unclean nor --broker");
+    print_json(c.call_ok("POST", p.path() + "/shards/" + std::to_string(shard) + "/elect",
+                         boost::json::serialize(boost::json::object{{"preferred", true}})));
+    return 0;
+  }
   if (!a.has("unclean"))
-    a.error("only --unclean elections exist: the controller elects eligible replicas by itself");
+    a.error("say --preferred, or --unclean --broker B (the controller elects eligible replicas by itself)");
   if (!a.has("broker")) a.error("--broker is required");
   const auto broker = a.get_u64("broker", 0);
   const auto brokers = c.call_ok("GET", "/v1/brokers");

@@ -250,23 +250,36 @@ Result<NodeId> leader_body(std::string_view body) {
   return NodeId{*id};
 }
 
-// The election body: {"broker": N, "unclean": bool}, nothing else.
-Result<std::pair<NodeId, bool>> elect_body(std::string_view body) {
+// The election body: {"preferred": true} or {"broker": N, "unclean": true}, nothing else.
+Result<std::pair<Node::Election, NodeId>> elect_body(std::string_view body) {
   json::monotonic_resource mr;
   json::value v(json::storage_ptr{&mr});
   if (auto r = parse_json_object(body, v); !r) return r.error();
   const auto& o = v.get_object();
-  if (auto r = check_fields(o, {"broker", "unclean"}, ""); !r) return r.error();
+  if (auto r = check_fields(o, {"broker", "unclean", "preferred"}, ""); !r) return r.error();
+  auto flag = [&](const char* name) -> Result<bool> {
+    const auto* f = o.if_contains(name);
+    if (!f) return false;
+    if (!f->is_bool()) return Error(Errc::invalid_argument, std::string("field \"") + name + "\" must be true or false");
+    return f->get_bool();
+  };
+  auto unclean = flag("unclean");
+  if (!unclean) return unclean.error();
+  auto preferred = flag("preferred");
+  if (!preferred) return preferred.error();
+  if (*preferred == *unclean)
+    return Error(Errc::invalid_argument,
+                 "an election is either {\"preferred\": true} or {\"broker\": N, \"unclean\": true}; an unclean "
+                 "one may lose acknowledged records, and the controller elects eligible replicas by itself");
   const auto* b = o.if_contains("broker");
+  if (*preferred) {
+    if (b) return Error(Errc::invalid_argument, "a preferred election names no broker (the first replica leads)");
+    return std::pair{Node::Election::preferred, NodeId{0}};
+  }
   if (!b) return Error(Errc::invalid_argument, "field \"broker\" is required");
   auto id = u32_field(*b, "broker", 1);
   if (!id) return id.error();
-  bool unclean = false;
-  if (const auto* u = o.if_contains("unclean")) {
-    if (!u->is_bool()) return Error(Errc::invalid_argument, "field \"unclean\" must be true or false");
-    unclean = u->get_bool();
-  }
-  return std::pair{NodeId{*id}, unclean};
+  return std::pair{Node::Election::unclean, NodeId{*id}};
 }
 
 Result<ShardIndex> shard_segment(const std::string& s) {

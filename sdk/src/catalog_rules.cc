@@ -254,6 +254,33 @@ Result<ShardUpdate> plan_unclean_election(const Assignment& a, NodeId broker,
   return u;
 }
 
+Result<ShardUpdate> plan_preferred_election(const Assignment& a,
+                                            const std::vector<BrokerInfo>& brokers) {
+  const std::string what = shard_what(a);
+  if (a.replicas.size() <= 1)
+    return Error(Errc::invalid_argument, what + " has one replica: there is no other to elect");
+  const NodeId preferred = a.replicas.front();
+  if (a.leader == preferred)
+    return Error(Errc::conflict, what + ": its preferred replica, broker " +
+                                     std::to_string(preferred.value()) + ", already leads it");
+  auto m = std::find_if(a.in_sync.begin(), a.in_sync.end(),
+                        [&](const InSyncReplica& x) { return x.broker == preferred; });
+  if (m == a.in_sync.end() || !eligible(*m, brokers))
+    return Error(Errc::conflict, what + ": its preferred replica, broker " +
+                                     std::to_string(preferred.value()) +
+                                     " is not an eligible in-sync replica yet (down, behind, or "
+                                     "back with a new directory)");
+  ShardUpdate u;
+  u.key = a.key;
+  u.shard = a.shard;
+  u.incarnation = a.incarnation;
+  u.expected_version = a.version;
+  u.leader = preferred;
+  u.leader_epoch = LeaderEpoch{a.leader_epoch.value() + 1};
+  u.in_sync = a.in_sync;
+  return u;
+}
+
 Result<ShardUpdate> plan_leader_move(const Assignment& current, NodeId broker) {
   const std::string what =
       current.key.to_string() + " shard " + std::to_string(current.shard.value());

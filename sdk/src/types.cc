@@ -77,7 +77,7 @@ bool Node::serves_locally(const StreamKey&, ShardIndex) { return true; }
 Result<Assignment> Node::move_leader(const StreamKey&, ShardIndex, NodeId) {
   return Error(Errc::not_supported, "this node does not move shard leaders");
 }
-Result<Assignment> Node::elect_leader(const StreamKey&, ShardIndex, NodeId, bool) {
+Result<Assignment> Node::elect_leader(const StreamKey&, ShardIndex, Election, NodeId) {
   return Error(Errc::not_supported, "this node does not elect shard leaders");
 }
 Result<void> StorageEngine::assign(const ShardRef& ref, const ReplicaAssignment& a) {

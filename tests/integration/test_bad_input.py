@@ -186,6 +186,9 @@ class BadInput(unittest.TestCase):
             (json.dumps({"broker": 1, "unclean": "yes"}), 400, "invalid_argument", "unclean"),
             (json.dumps({"broker": 1}), 400, "invalid_argument", "unclean"),
             (json.dumps({"broker": 1, "unclean": False}), 400, "invalid_argument", "unclean"),
+            (json.dumps({"preferred": True, "unclean": True, "broker": 1}), 400, "invalid_argument", "either"),
+            (json.dumps({"preferred": True, "broker": 1}), 400, "invalid_argument", "names no broker"),
+            (json.dumps({"preferred": True}), 400, "invalid_argument", "one replica"),
             # An unreplicated shard has nobody else to elect.
             (json.dumps({"broker": 1, "unclean": True}), 400, "invalid_argument", "one replica"),
         )

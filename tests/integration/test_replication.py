@@ -699,7 +699,10 @@ class Replication(unittest.TestCase):
     def test_a_killed_leader_is_replaced_and_no_acknowledged_record_is_lost(self):
         """SIGKILL the leader of an RF 3 shard during ack=quorum publishes: the controller
         elects an in-sync replica within the session timeout plus a few seconds; every
-        acknowledged record is there and publishing continues."""
+        acknowledged record is there and publishing continues. Once the old leader is back in
+        sync, the controller moves leadership back to the shard's first (preferred) replica."""
+        for n in list(self.nodes.values()) + getattr(self, "controllers", []):  # raft: the controllers
+            n.extra["controller.preferred_leader_interval_ms"] = "2000"
         self.start_all()
         self.nodes[1].create_stream("r", shards=1, replication_factor=3, min_insync=2)
         poll(lambda: all(self.shard(n) for n in self.nodes.values()), "every broker to apply the create")
@@ -739,6 +742,16 @@ class Replication(unittest.TestCase):
         self.assertGreaterEqual(self.shard(self.nodes[new_id])["leader_epoch"], 2)
         self.nodes[old_id].start()
         self.wait_in_sync([1, 2, 3])
+        preferred = self.shard(self.nodes[others[0]])["replicas"][0]
+        self.wait_serving(preferred)
+        elect = self.nodes[1].ns_path() + "/streams/r/shards/0/elect"
+        with self.assertRaises(HttpError) as e:
+            self.nodes[preferred].request("POST", elect, {"preferred": True})
+        self.assertEqual((e.exception.status, e.exception.problem.get("code")), (409, "conflict"))
+        self.assertIn("already leads", e.exception.problem.get("detail"))
+        with self.assertRaises(HttpError) as e:
+            self.nodes[preferred].request("POST", elect, {"preferred": True, "broker": preferred})
+        self.assertEqual(e.exception.status, 400)
         self.wait_caught_up()
         self.check_replicas(acked)
 

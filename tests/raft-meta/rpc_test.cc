@@ -251,6 +251,12 @@ TEST(ControllerRpc, RemoteWatchDestroyedFromItsOwnCallbackIsSafe) {
   auto other = remote.watch(ChangeSeq{0}, [&](const ChangeEvent&) { ++seen; }, [] {});
   ASSERT_TRUE(c.store.create_stream({"t", "n", "late"}, StreamSpec{}).ok());
   ASSERT_TRUE(eventually([&] { return seen.load() >= 8; }));
+  // The two watches deliver independently: under load the first may not have run its one
+  // callback yet when the second has seen everything. Wait for it, then check it stopped.
+  ASSERT_TRUE(eventually([&] {
+    std::lock_guard lk(mu);
+    return calls >= 1 && self == nullptr;
+  }));
   other.reset();
   std::lock_guard lk(mu);
   EXPECT_EQ(calls, 1);

@@ -618,3 +618,24 @@ TEST(CatalogRules, AnUncleanElectionNeedsALiveReplicaAndAShardWithoutAnEligibleL
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().code, Errc::conflict) << "a shard with an eligible leader";
 }
+
+TEST(CatalogRules, APreferredElectionNeedsTheFirstReplicaEligibleAndInSync) {
+  auto cur = replicated_shard();
+  cur.leader = NodeId{2};
+  auto all = brokers_of({{1, "d1", true}, {2, "d2", true}, {3, "d3", true}});
+  auto u = plan_preferred_election(cur, all);
+  ASSERT_TRUE(u.ok()) << u.error().message;
+  EXPECT_EQ(u->leader, NodeId{1});
+  EXPECT_EQ(u->in_sync, cur.in_sync);
+  EXPECT_TRUE(check_shard_update(cur, *u).ok());
+  auto r = plan_preferred_election(cur, brokers_of({{1, "d1-new", true}, {2, "d2", true}}));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, Errc::conflict) << "a new directory is not eligible";
+  cur.in_sync.erase(cur.in_sync.begin());
+  r = plan_preferred_election(cur, all);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, Errc::conflict) << "not in sync";
+  r = plan_preferred_election(replicated_shard(), all);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, Errc::conflict) << "already leads";
+}

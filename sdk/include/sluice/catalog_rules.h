@@ -101,4 +101,12 @@ std::string unavailable_reason(const Assignment& current, const std::vector<Brok
 Result<ShardUpdate> plan_unclean_election(const Assignment& current, NodeId broker,
                                           const std::vector<BrokerInfo>& brokers);
 
+// A preferred-leader election: the first replica in the list leads, in the next epoch, with
+// the in-sync set kept. conflict if it already leads, or is not an eligible in-sync member
+// (it would lack acknowledged records, or has a new disk); invalid_argument with one
+// replica. The controller runs it every controller.preferred_leader_interval_ms; an
+// operator on demand (sluice shard elect --preferred).
+Result<ShardUpdate> plan_preferred_election(const Assignment& current,
+                                            const std::vector<BrokerInfo>& brokers);
+
 }  // namespace sluice

@@ -121,12 +121,15 @@ class Node {
   // An operator's leader move (plan_leader_move, catalog_rules.h) as one compare-and-set on
   // the catalog. Returns the shard's new state. Default: not_supported.
   virtual Result<Assignment> move_leader(const StreamKey& key, ShardIndex shard, NodeId broker);
-  // An operator's unclean election (plan_unclean_election, catalog_rules.h): `broker` leads
-  // a shard that has no eligible leader, with itself alone in sync; records acknowledged
-  // beyond its log end are lost. `unclean` must be true (invalid_argument otherwise).
+  // An operator's election (catalog_rules.h), one compare-and-set:
+  //   unclean: `broker` leads a shard that has no eligible leader, with itself alone in
+  //            sync (plan_unclean_election); records acknowledged beyond its log end are lost;
+  //   preferred: the first replica in the list leads, if it is an eligible in-sync member
+  //            (plan_preferred_election); `broker` must be 0.
   // Default: not_supported.
-  virtual Result<Assignment> elect_leader(const StreamKey& key, ShardIndex shard, NodeId broker,
-                                          bool unclean);
+  enum class Election { unclean, preferred };
+  virtual Result<Assignment> elect_leader(const StreamKey& key, ShardIndex shard, Election kind,
+                                          NodeId broker);
 
   // --- consumer groups and dead letters (storage.h has the semantics) -----------------
   virtual Result<GroupDelivery> group_fetch(const StreamKey& key, ShardIndex shard,
