@@ -49,14 +49,23 @@ Result<std::shared_ptr<ShardLog>> BrokerRuntime::find_shard(const StreamKey& key
 
 std::string BrokerRuntime::leaderless_reason(const Assignment& a) const {
   std::vector<BrokerInfo> brokers;
+  bool refresh = false;
   {
     std::lock_guard lk(brokers_mu_);
     const auto now = std::chrono::steady_clock::now();
     if (now - brokers_at_ > std::chrono::seconds(1)) {
-      if (auto b = catalog_.list_brokers(); b) brokers_cache_ = std::move(b).value();
-      brokers_at_ = now;
+      brokers_at_ = now;  // one caller refreshes; the others use the last list meanwhile
+      refresh = true;
     }
     brokers = brokers_cache_;
+  }
+  if (refresh) {
+    // Not under brokers_mu_: a slow metadata store must not queue every caller behind it.
+    if (auto b = catalog_.list_brokers(); b) {
+      brokers = std::move(b).value();
+      std::lock_guard lk(brokers_mu_);
+      brokers_cache_ = brokers;
+    }
   }
   return unavailable_reason(a, brokers);
 }

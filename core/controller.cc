@@ -46,6 +46,7 @@ std::uint64_t Controller::pass() {
     if (was_controller_)
       host_.log(LogLevel::info, kComponent, "this node is no longer the controller");
     was_controller_ = false;
+    next_preferred_ = {};  // a new controllership waits a whole interval before moving leaders
     return 0;
   }
   if (!was_controller_)

@@ -54,6 +54,10 @@ Result<void> GroupOps::propose(std::string_view group, std::uint8_t type,
   log_->append(bb.finish(), AckMode::quorum,
                [p](Result<AppendResult> r) { p->set_value(std::move(r)); });
   auto r = f.get();
+  if (r && contiguous_ && r->base_offset.value() == call_end_)
+    call_end_ = r->base_offset.value() + r->count;
+  else
+    contiguous_ = false;
   if (!r) {
     Error e = r.error();
     e.message = "consumer group " + std::string(group) + ": the group log of shard " +
@@ -81,7 +85,11 @@ Result<void> GroupOps::catch_up(const std::function<Result<void>(const GroupOp&)
   while (at < end) {
     auto r = log_->read(Offset(at), 1000, kReadBytes);
     if (!r) return r.error();
-    if (r->batches.empty()) break;
+    if (r->batches.empty())
+      return Error(Errc::unavailable, "group log of shard " + log_->ref().to_string() +
+                                          ": nothing readable at " + std::to_string(at) +
+                                          " below its end " + std::to_string(end) +
+                                          " (its high watermark is behind); try again");
     for (const auto& b : r->batches) {
       BatchReader reader(b.data(), b.size());
       RecordView rv;
@@ -114,7 +122,15 @@ Result<void> GroupOps::catch_up(const std::function<Result<void>(const GroupOp&)
   return {};
 }
 
-void GroupOps::applied_to_end() { applied_ = log_->durable_end().value(); }
+void GroupOps::begin_call() {
+  call_end_ = applied_;
+  contiguous_ = true;
+}
+
+void GroupOps::finish_call() {
+  if (contiguous_) applied_ = call_end_;
+  contiguous_ = false;
+}
 
 void GroupOps::close() {
   log_->close();  // fails a pending proposal at once (unavailable); then the call ends

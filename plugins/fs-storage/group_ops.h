@@ -78,8 +78,11 @@ class GroupOps {
                        std::string_view extra = {});
   // Commits the unapplied tail (a NOOP if needed) and applies it, op by op, in log order.
   Result<void> catch_up(const std::function<Result<void>(const GroupOp&)>& apply);
-  // Everything in the log was applied (the caller applied its own committed ops).
-  void applied_to_end();
+  // Brackets one group call after catch_up(): finish_call() marks the call's own committed
+  // ops applied, and only if they directly follow what was applied (an op another leader
+  // wrote meanwhile, e.g. replicated here as a follower, is never skipped).
+  void begin_call();
+  void finish_call();
   // Writes the applied checkpoint (best effort) and closes the group log.
   void close();
 
@@ -90,6 +93,8 @@ class GroupOps {
   PluginHost& host_;
   std::mutex mu_;
   std::uint64_t applied_ = 0;
+  std::uint64_t call_end_ = 0;  // applied_ plus this call's own committed ops
+  bool contiguous_ = false;
 };
 
 }  // namespace sluice::fs_storage

@@ -38,6 +38,8 @@ Result<std::shared_ptr<ReplicaManager::Shard>> ReplicaManager::check_envelope(
                      " (directory " + env.directory_id + ") but the connection's hello named " +
                      std::to_string(from.node.value()) + " (directory " + from.directory_id + ")");
   auto s = find(env.ref.stream, env.ref.shard, env.log);
+  std::shared_ptr<Shard> group_log;
+  if (env.log == LogKind::data) group_log = find(env.ref.stream, env.ref.shard, LogKind::groups);
   const std::string me = "broker " + std::to_string(self_.value());
   if (!s)
     return Error(Errc::not_found, me + " holds no incarnation of " + env.ref.stream.to_string() +
@@ -69,7 +71,7 @@ Result<std::shared_ptr<ReplicaManager::Shard>> ReplicaManager::check_envelope(
       s->epoch = env.leader_epoch;
       if (auto r = s->log->fence(env.leader_epoch); !r)
         log_(LogLevel::error, shard_name(s->ref, s->kind) + ": fence: " + r.error().message);
-      if (s->kind == LogKind::data) fence_group_log(*s, env.leader_epoch);
+      if (group_log) fence_group_log(*s, group_log, env.leader_epoch);
     }
     return Error(Errc::not_leader, me + " does not lead " + shard_name(s->ref, s->kind) + " in epoch " +
                                        std::to_string(env.leader_epoch.value()));
@@ -271,6 +273,10 @@ void ReplicaManager::check_now() {
 }
 
 void ReplicaManager::check_shard(const std::shared_ptr<Shard>& s, Clock::time_point now) {
+  // The group log of a data log, looked up before any shard lock (lock order: the
+  // manager's mu_, then a data log's entry, then its group log's).
+  std::shared_ptr<Shard> g;
+  if (s->kind == LogKind::data) g = find(s->ref.stream, s->ref.shard, LogKind::groups);
   std::unique_lock lk(s->mu);
   if (s->role != Role::leader || s->removed) return;
   s->log->expire_quorum_waiters(now);
@@ -278,17 +284,40 @@ void ReplicaManager::check_shard(const std::shared_ptr<Shard>& s, Clock::time_po
   // The group op log follows the data log's in-sync set (assign, change_in_sync).
   if (s->kind != LogKind::data) return;
   if (s->in_sync_change_in_flight || s->refused_at == s->ra.version) return;
+  std::unique_lock<std::mutex> glk;
+  if (g) {
+    glk = std::unique_lock(g->mu);
+    if (g->ref.incarnation != s->ref.incarnation || g->removed) {
+      glk.unlock();
+      g.reset();
+    }
+  }
 
   const Offset leader_end = s->log->durable_end();
   const Offset hwm = s->log->high_watermark();
-  auto lag_of = [&](NodeId b) -> std::chrono::milliseconds {
-    auto it = s->followers.find(b);
-    if (it == s->followers.end())
-      return std::chrono::duration_cast<std::chrono::milliseconds>(now - s->leading_since);
-    // Kafka's rule: the time since it last fetched while caught up. A follower that stops
-    // fetching lags even when nothing new was written (a dead replica leaves the set).
+  // Kafka's rule: the time since it last fetched while caught up. A follower that stops
+  // fetching lags even when nothing new was written (a dead replica leaves the set).
+  auto lag_in = [&](const Shard& x, NodeId b) -> std::chrono::milliseconds {
+    auto it = x.followers.find(b);
+    if (it == x.followers.end())
+      return std::chrono::duration_cast<std::chrono::milliseconds>(now - x.leading_since);
     if (it->second.last_caught_up >= now) return 0ms;
     return std::chrono::duration_cast<std::chrono::milliseconds>(now - it->second.last_caught_up);
+  };
+  // A member must keep up with both logs: the group log's committed ops (acks, dead
+  // letters) are as much the shard's state as its records.
+  auto lag_of = [&](NodeId b) {
+    auto lag = lag_in(*s, b);
+    if (g && g->role == Role::leader) lag = std::max(lag, lag_in(*g, b));
+    return lag;
+  };
+  // Joining needs the group log caught up too, under the same directory.
+  auto group_caught_up = [&](NodeId b, const std::string& dir) {
+    if (!g) return true;
+    if (g->role != Role::leader) return false;
+    auto it = g->followers.find(b);
+    return it != g->followers.end() && it->second.reported && it->second.directory_id == dir &&
+           it->second.durable_end >= std::max(g->log->high_watermark(), g->epoch_start);
   };
 
   std::vector<InSyncReplica> next = s->ra.in_sync;
@@ -329,7 +358,8 @@ void ReplicaManager::check_shard(const std::shared_ptr<Shard>& s, Clock::time_po
       const bool member = std::any_of(next.begin(), next.end(), [&](const InSyncReplica& m) {
         return m.broker == b && m.directory_id == f.directory_id;
       });
-      if (member || f.durable_end < std::max(hwm, s->epoch_start) || lag_of(b) > opts_.max_lag)
+      if (member || f.durable_end < std::max(hwm, s->epoch_start) || lag_of(b) > opts_.max_lag ||
+          !group_caught_up(b, f.directory_id))
         continue;
       next.erase(std::remove_if(next.begin(), next.end(),
                                 [&](const InSyncReplica& m) { return m.broker == b; }),
@@ -341,12 +371,14 @@ void ReplicaManager::check_shard(const std::shared_ptr<Shard>& s, Clock::time_po
   }
   if (!changed) return;
   s->in_sync_change_in_flight = true;
+  if (glk.owns_lock()) glk.unlock();
   lk.unlock();
   change_in_sync(s, std::move(next), why);
 }
 
 void ReplicaManager::change_in_sync(const std::shared_ptr<Shard>& s,
                                     std::vector<InSyncReplica> in_sync, const char* why) {
+  auto g = find(s->ref.stream, s->ref.shard, LogKind::groups);  // before any shard lock
   ShardUpdate u;
   std::uint64_t gen = 0;
   std::size_t before = 0;
@@ -396,7 +428,7 @@ void ReplicaManager::change_in_sync(const std::shared_ptr<Shard>& s,
   s->log->set_in_sync(s->ra.in_sync.size(), s->ra.min_insync);
   update_high_watermark(*s);
   // Lock order: a data log's entry, then its group log's.
-  if (auto g = find(s->ref.stream, s->ref.shard, LogKind::groups)) {
+  if (g) {
     std::lock_guard glk(g->mu);
     if (g->ref.incarnation == s->ref.incarnation && g->log && r->version > g->ra.version) {
       g->ra.in_sync = r->in_sync;
@@ -407,10 +439,10 @@ void ReplicaManager::change_in_sync(const std::shared_ptr<Shard>& s,
   }
 }
 
-void ReplicaManager::fence_group_log(Shard& data, LeaderEpoch newer) {
-  // Called with data.mu held (lock order: data, then groups).
-  auto g = find(data.ref.stream, data.ref.shard, LogKind::groups);
-  if (!g) return;
+void ReplicaManager::fence_group_log(Shard& data, const std::shared_ptr<Shard>& g,
+                                     LeaderEpoch newer) {
+  // Called with data.mu held (lock order: the manager's mu_, data, then groups; `g` was
+  // looked up before data.mu was taken).
   std::lock_guard glk(g->mu);
   if (g->ref.incarnation != data.ref.incarnation || g->role != Role::leader) return;
   ++g->gen;

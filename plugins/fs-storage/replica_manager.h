@@ -168,7 +168,7 @@ class ReplicaManager {
   void change_in_sync(const std::shared_ptr<Shard>& s, std::vector<InSyncReplica> in_sync,
                       const char* why);
   // A data log's leader learned of a newer epoch: its group op log stops leading too.
-  void fence_group_log(Shard& data, LeaderEpoch newer);
+  void fence_group_log(Shard& data, const std::shared_ptr<Shard>& group_log, LeaderEpoch newer);
 
   // Follower side.
   void follow(const std::shared_ptr<Shard>& s, std::uint64_t gen);

@@ -543,15 +543,23 @@ ShardStats ShardLogImpl::stats() {
 }
 
 void ShardLogImpl::close() {
+  // Order matters: a group call may be waiting for a quorum (its group log op, or a replay's
+  // append to this log) while holding its group's mutex, or groups_mu_ while a group opens.
+  // Once the replication manager has let go of the shard nothing expires those waits, so
+  // both logs close first, failing them at once; then the groups, whose calls have ended.
+  groups_closing_.store(true);  // new group calls answer unavailable from here on
+  if (group_ops_) group_ops_->close();
+  close_log();
   std::map<std::string, std::shared_ptr<ConsumerGroup>> groups;
   {
     std::lock_guard lk(groups_mu_);
     groups_closed_ = true;
     groups.swap(groups_);
   }
-  // The group log first: a group call waiting for its quorum fails at once.
-  if (group_ops_) group_ops_->close();
   for (auto& [n, g] : groups) g->close();  // waits for a group call in progress
+}
+
+void ShardLogImpl::close_log() {
   std::vector<std::function<void()>> waiters;
   std::vector<QuorumWaiter> quorum;
   std::vector<DupWaiter> dups;
@@ -636,6 +644,8 @@ void ShardLogImpl::apply_retention(std::int64_t now_ms) {
 
 Result<std::shared_ptr<ConsumerGroup>> ShardLogImpl::group(const std::string& name, bool create) {
   if (auto r = validate_name(NameKind::group, name); !r) return r.error();
+  if (groups_closing_.load())
+    return Error(Errc::unavailable, "shard " + ref_.to_string() + " is closed");
   std::lock_guard lk(groups_mu_);
   if (groups_closed_) return Error(Errc::unavailable, "shard " + ref_.to_string() + " is closed");
   if (auto it = groups_.find(name); it != groups_.end()) return it->second;
@@ -662,10 +672,17 @@ template <typename T>
 Result<T> ShardLogImpl::with_group_ops(const std::function<Result<T>()>& call) {
   if (!group_ops_) return call();
   std::lock_guard lk(group_ops_->mu());
+  // Only the group log's leader applies and answers: a replica that is not (or no longer)
+  // leading it may be appending another leader's ops as a follower right now.
+  if (!group_ops_->log()->leading())
+    return Error(Errc::not_leader, "this broker does not lead the group log of shard " + ref_.to_string() +
+                                       " (a change of leader is under way); try again",
+                 Outcome::transient);
   if (auto r = group_ops_->catch_up([this](const GroupOp& op) { return apply_group_op(op); }); !r)
     return r.error();
+  group_ops_->begin_call();
   auto out = call();
-  if (out) group_ops_->applied_to_end();
+  if (out) group_ops_->finish_call();
   return out;
 }
 

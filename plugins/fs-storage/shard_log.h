@@ -214,6 +214,8 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   LeaderEpoch leader_epoch();
   // The leader this replica follows (0 unless a follower).
   NodeId leader();
+  // Leads (and is not switching roles): client appends are accepted.
+  bool leading();
 
   // KIP-279: the end of the largest epoch <= e in the history (the start offset of the
   // next higher entry, or durable_end() for the latest). An epoch below every entry
@@ -314,6 +316,8 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   Result<void> acquire_writer(std::unique_lock<std::mutex>& lk);
   void release_writer();
   Result<void> rebuild_producers(std::uint64_t end);
+  // close() without the consumer groups: fails waiters, checkpoints, drops segments.
+  void close_log();
   // Persists (current, entries) and `led` (default: unchanged), then adopts them.
   Result<void> save_history(LeaderEpoch current, std::vector<EpochEntry> entries,
                             std::optional<LeaderEpoch> led = std::nullopt);
@@ -366,6 +370,7 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   // --- consumer groups (groups_mu_; each group has its own mutex for its work) ---
   std::mutex groups_mu_;
   bool groups_closed_ = false;
+  std::atomic<bool> groups_closing_{false};  // set first by close(), without groups_mu_
   std::map<std::string, std::shared_ptr<ConsumerGroup>> groups_;
   std::unique_ptr<GroupOps> group_ops_;  // replicated shards only
   // With group_ops_: serializes the call, applies the committed ops it has not applied

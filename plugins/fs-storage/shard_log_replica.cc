@@ -263,6 +263,11 @@ LeaderEpoch ShardLogImpl::leader_epoch() {
   return epoch_;
 }
 
+bool ShardLogImpl::leading() {
+  std::lock_guard lk(mu_);
+  return role_ == Role::leader && !switching_;
+}
+
 NodeId ShardLogImpl::leader() {
   std::lock_guard lk(mu_);
   return leader_;

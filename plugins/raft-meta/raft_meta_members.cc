@@ -274,6 +274,9 @@ Result<void> RaftMetaStore::remove_member(NodeId id) {
 }
 
 bool RaftMetaStore::is_controller() {
+  // Notices a step-down (and a new leadership's grace period for broker liveness) even when
+  // no proposal passed through this member meanwhile.
+  note_leadership();
   auto n = node();
   return ready_.load() && !starting_.load() && n && n->role() == RaftRole::leader && !held_error();
 }

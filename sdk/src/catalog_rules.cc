@@ -239,6 +239,12 @@ Result<ShardUpdate> plan_unclean_election(const Assignment& a, NodeId broker,
       return Error(Errc::conflict, what + " has an eligible leader, broker " +
                                        std::to_string(a.leader.value()) +
                                        "; an unclean election is only for a shard without one");
+  for (const auto& m : a.in_sync)
+    if (eligible(m, brokers))
+      return Error(Errc::conflict, what + ": in-sync broker " + std::to_string(m.broker.value()) +
+                                       " is eligible, so the controller elects it without losing "
+                                       "anything; an unclean election is only for a shard with no "
+                                       "eligible in-sync replica");
   const BrokerInfo* b = find_broker(brokers, broker);
   if (!b || !b->live)
     return Error(Errc::conflict, what + ": broker " + std::to_string(broker.value()) +

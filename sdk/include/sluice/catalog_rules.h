@@ -96,7 +96,7 @@ std::string unavailable_reason(const Assignment& current, const std::vector<Brok
 // An operator's unclean election (`sluice shard elect --unclean`): `broker` leads in the
 // next epoch with an in-sync set of itself alone, under its current directory. It may lack
 // acknowledged records. invalid_argument if the shard has one replica or `broker` is not a
-// replica; conflict if the shard has
+// replica; conflict if any in-sync member is eligible (the controller elects it cleanly), if the shard has
 // an eligible leader (nothing to repair), or the broker is not registered or not live.
 Result<ShardUpdate> plan_unclean_election(const Assignment& current, NodeId broker,
                                           const std::vector<BrokerInfo>& brokers);
