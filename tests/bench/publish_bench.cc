@@ -457,7 +457,9 @@ int run_failover(const Options& o) {
               "broker.session_timeout_ms %d, controller.interval_ms 500)\n",
               o.failover_kills, o.session_timeout_ms);
   std::printf("  p50 %.0f ms   max %.0f ms   min %.0f ms\n", percentile(sorted, 0.5), sorted.back(), sorted.front());
-  std::printf("  p50 / session timeout  %.2f  (the session timeout is the floor: liveness comes from heartbeats)\n",
+  std::printf("  p50 / session timeout  %.2f  (a broker is dead session_timeout after its LAST heartbeat, and\n"
+              "                         heartbeats come every 2000 ms: expect between the timeout minus one heartbeat\n"
+              "                         interval and the timeout plus one controller pass and one catalog round trip)\n",
               percentile(sorted, 0.5) / o.session_timeout_ms);
   return 0;
 }
