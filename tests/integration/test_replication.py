@@ -200,7 +200,7 @@ class Replication(unittest.TestCase):
     def wait_caught_up(self, stream="r"):
         """Every replica's durable end reaches the leader's log end (the leader's view)."""
         def done():
-            s = self.shard(self.nodes[self.leader(stream)], stream)
+            s = self.shard(self.nodes[self.leader(stream)], stream) or {}
             prog = s.get("replica_progress", [])
             return len(prog) == 3 and all(p["durable_end"] == s["log_end"] for p in prog) and \
                 s["high_watermark"] == s["log_end"]
@@ -208,9 +208,12 @@ class Replication(unittest.TestCase):
         # Each replica's own high watermark and log end, in the listing: a follower learns
         # the leader's high watermark with its next fetch answer.
         def every_replica_knows():
+            # The leader read from broker 1's view may have moved by the time its own listing
+            # answers (then that listing has no replica_progress): poll again.
             s = self.shard(self.nodes[self.leader(stream)], stream)
-            return all(p["high_watermark"] == s["high_watermark"] and p["log_end"] == s["log_end"]
-                       for p in s["replica_progress"])
+            prog = (s or {}).get("replica_progress") or []
+            return len(prog) == 3 and all(
+                p["high_watermark"] == s["high_watermark"] and p["log_end"] == s["log_end"] for p in prog)
         poll(every_replica_knows, "every replica's high watermark to reach the leader's")
 
     # --- tests -----------------------------------------------------------------------
