@@ -37,6 +37,7 @@ namespace {
 
 constexpr std::size_t kHeaderLimit = 16 * 1024;
 constexpr std::size_t kDrainLimit = 4u << 20;  // bytes read and dropped on a lingering close
+constexpr std::size_t kReadChunk = 64 * 1024;  // socket read size (Beast reads up to the free capacity)
 constexpr std::chrono::milliseconds kDrainTime{2000};
 
 // Guards every post from a foreign thread (core, storage, admin pool). stop() closes it
@@ -102,6 +103,9 @@ class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket&& s, HttpServer::Impl& impl) : stream_(std::move(s)), impl_(impl) {
     impl_.metrics.connection_opened();
+    // Beast reads at most the buffer's free capacity (at least 512 bytes): without room a
+    // 64 KiB body took 128 reads, each with its own epoll and timer calls.
+    buffer_.reserve(kReadChunk);
   }
   ~Session() { impl_.metrics.connection_closed(); }
 
