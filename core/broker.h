@@ -120,6 +120,9 @@ class BrokerRuntime final : public Node {
   Result<Assignment> move_leader(const StreamKey& key, ShardIndex shard, NodeId broker) override;
   Result<Assignment> elect_leader(const StreamKey& key, ShardIndex shard, Election kind,
                                   NodeId broker) override;
+  Result<Assignment> reassign_shard(const StreamKey& key, ShardIndex shard,
+                                    const std::vector<NodeId>& target) override;
+  Result<DrainPlan> drain_broker(NodeId broker) override;
   Result<GroupDelivery> group_fetch(const StreamKey& key, ShardIndex shard, const std::string& group,
                                     std::uint32_t max_records, const GroupOptions& opts) override;
   Result<void> group_ack(const StreamKey& key, ShardIndex shard, const std::string& group,
@@ -210,6 +213,10 @@ class BrokerRuntime final : public Node {
   // Why a leaderless shard has no leader (unavailable_reason, catalog_rules.h), from the
   // registered brokers read at most once a second (every call to such a shard asks).
   std::string leaderless_reason(const Assignment& a) const;
+  void drop_replica(const ShardAction& d);
+  // The registered brokers with their liveness, refreshed from the catalog at most once a
+  // second (the reasons and progress the shards listing shows).
+  std::vector<BrokerInfo> known_brokers() const;
   mutable std::mutex brokers_mu_;
   mutable std::vector<BrokerInfo> brokers_cache_;
   mutable std::chrono::steady_clock::time_point brokers_at_{};

@@ -47,29 +47,6 @@ Result<std::shared_ptr<ShardLog>> BrokerRuntime::find_shard(const StreamKey& key
   return st->shards[shard.value()];
 }
 
-std::string BrokerRuntime::leaderless_reason(const Assignment& a) const {
-  std::vector<BrokerInfo> brokers;
-  bool refresh = false;
-  {
-    std::lock_guard lk(brokers_mu_);
-    const auto now = std::chrono::steady_clock::now();
-    if (now - brokers_at_ > std::chrono::seconds(1)) {
-      brokers_at_ = now;  // one caller refreshes; the others use the last list meanwhile
-      refresh = true;
-    }
-    brokers = brokers_cache_;
-  }
-  if (refresh) {
-    // Not under brokers_mu_: a slow metadata store must not queue every caller behind it.
-    if (auto b = catalog_.list_brokers(); b) {
-      brokers = std::move(b).value();
-      std::lock_guard lk(brokers_mu_);
-      brokers_cache_ = brokers;
-    }
-  }
-  return unavailable_reason(a, brokers);
-}
-
 Error BrokerRuntime::not_led_here(const StreamState& st, const StreamKey& key, std::uint32_t shard) const {
   NodeId leader{0};
   const Assignment* cur = nullptr;
@@ -389,97 +366,6 @@ void BrokerRuntime::cancel_notify(const StreamKey& key, ShardIndex shard, std::u
   // The shard may have closed (its waiters then fired) or been recreated: a handle of
   // another ShardLog object is unknown to it and ignored.
   if (auto log = find_shard(key, shard); log) log.value()->cancel_notify(handle);
-}
-
-Result<std::vector<ShardStatus>> BrokerRuntime::shards(const StreamKey& key) {
-  if (auto v = validate_stream_key(key); !v) return v.error();
-  auto st = find(key);
-  if (!st) return Error(Errc::not_found, "stream " + key.to_string() + " does not exist");
-  std::vector<ShardStatus> out;
-  for (std::uint32_t i = 0; i < st->shards.size(); ++i) {
-    ShardStatus s;
-    s.shard = ShardIndex{i};
-    s.incarnation = st->info.incarnation;
-    for (const auto& a : st->assignments)
-      if (a.shard.value() == i) {
-        s.generation = a.generation;
-        s.leader = a.leader;
-        s.replicas = a.replicas;
-        s.leader_epoch = a.leader_epoch;
-        s.in_sync = a.in_sync;
-        s.version = a.version;
-        if (a.leader.value() == 0 && a.replicas.size() > 1) s.unavailable_reason = leaderless_reason(a);
-      }
-    if (i < st->held.size() && st->held[i]) {
-      s.stats = st->held[i]->stats();
-      s.held = true;
-    }
-    out.push_back(std::move(s));
-  }
-  return out;
-}
-
-Result<Assignment> BrokerRuntime::move_leader(const StreamKey& key, ShardIndex shard, NodeId broker) {
-  if (auto v = validate_stream_key(key); !v) return v.error();
-  auto st = find(key);
-  if (!st) return Error(Errc::not_found, "stream " + key.to_string() + " does not exist");
-  if (!st->refused.empty()) return Error(Errc::conflict, st->refused);
-  const Assignment* cur = nullptr;
-  for (const auto& a : st->assignments)
-    if (a.shard == shard) cur = &a;
-  if (!cur)
-    return Error(Errc::not_found, "stream " + key.to_string() + " has " + std::to_string(st->info.spec.shards) +
-                                      " shards; shard " + std::to_string(shard.value()) + " does not exist");
-  // Decided against this node's view; the catalog's compare-and-set refuses it (conflict,
-  // naming the stored version) if the shard has moved on since.
-  auto u = plan_leader_move(*cur, broker);
-  if (!u) return u.error();
-  auto r = catalog_.update_shard(*u);
-  if (!r) return r.error();
-  host_.log(LogLevel::info, "broker",
-            "operator moved the leader of " + key.to_string() + " shard " + std::to_string(shard.value()) +
-                " to broker " + std::to_string(broker.value()) + " (epoch " +
-                std::to_string(r->leader_epoch.value()) + ", version " + std::to_string(r->version.value()) + ")");
-  return r;
-}
-
-Result<Assignment> BrokerRuntime::elect_leader(const StreamKey& key, ShardIndex shard, Election kind,
-                                               NodeId broker) {
-  if (auto v = validate_stream_key(key); !v) return v.error();
-  auto st = find(key);
-  if (!st) return Error(Errc::not_found, "stream " + key.to_string() + " does not exist");
-  if (!st->refused.empty()) return Error(Errc::conflict, st->refused);
-  const Assignment* cur = nullptr;
-  for (const auto& a : st->assignments)
-    if (a.shard == shard) cur = &a;
-  if (!cur)
-    return Error(Errc::not_found, "stream " + key.to_string() + " has " + std::to_string(st->info.spec.shards) +
-                                      " shards; shard " + std::to_string(shard.value()) + " does not exist");
-  auto brokers = catalog_.list_brokers();
-  if (!brokers) return brokers.error();
-  if (kind == Election::preferred) {
-    auto u = plan_preferred_election(*cur, *brokers);
-    if (!u) return u.error();
-    auto r = catalog_.update_shard(*u);
-    if (!r) return r.error();
-    host_.log(LogLevel::info, "broker",
-              "operator's preferred-leader election: broker " + std::to_string(r->leader.value()) + " leads " +
-                  key.to_string() + " shard " + std::to_string(shard.value()) + " in epoch " +
-                  std::to_string(r->leader_epoch.value()));
-    return r;
-  }
-  auto u = plan_unclean_election(*cur, broker, *brokers);
-  if (!u) return u.error();
-  const std::string before = unavailable_reason(*cur, *brokers);
-  auto r = catalog_.update_shard(*u);
-  if (!r) return r.error();
-  host_.log(LogLevel::warn, "broker",
-            "UNCLEAN election by an operator: broker " + std::to_string(broker.value()) + " leads " +
-                key.to_string() + " shard " + std::to_string(shard.value()) + " in epoch " +
-                std::to_string(r->leader_epoch.value()) + " with itself alone in sync" +
-                (before.empty() ? std::string() : " (" + before + ")") +
-                "; records acknowledged beyond its log end are lost");
-  return r;
 }
 
 namespace {

@@ -25,6 +25,21 @@ HeldStreams BrokerRuntime::held() {
   return out;
 }
 
+void BrokerRuntime::drop_replica(const ShardAction& d) {
+  if (!storage_) return;
+  auto r = storage_->remove_replica(d.ref);
+  if (!r) {
+    // The copy stays (an orphan the next full plan retries); nothing is served from it.
+    host_.log(LogLevel::warn, "broker",
+              "could not remove the copy of " + d.ref.to_string() + " that left this broker (" + d.reason +
+                  "): " + r.error().message);
+    return;
+  }
+  if (*r)
+    host_.log(LogLevel::info, "broker",
+              "removed the copy of " + d.ref.to_string() + ": no longer a replica here; " + d.reason);
+}
+
 void BrokerRuntime::close_shard(const ShardAction& c) {
   if (!storage_) return;
   storage_->close_shard(c.ref);
@@ -106,6 +121,7 @@ Result<void> BrokerRuntime::apply_plan(const ServingPlan& plan, Registration reg
   // 3. Delete, on the control plane's word only.
   for (const auto& d : plan.remove)
     if (auto r = delete_data(d); !r && at_start) return r;
+  for (const auto& d : plan.drop) drop_replica(d);
   // 4. Register before serving: a refusal stops the node.
   if (at_start && storage_ && !registered_)
     if (auto r = register_self(); !r) return r;

@@ -73,7 +73,11 @@ std::uint64_t Controller::pass() {
     auto it = min_insync.find({a.key, a.incarnation.value()});
     if (it == min_insync.end()) continue;  // its stream is being deleted
     auto plan = plan_failover(a, it->second, snap->brokers);
-    if (!plan.change && preferred && !a.replicas.empty() && a.leader != a.replicas.front()) {
+    // A running reassignment's next step (docs/replication.md "Reassignment"), once the
+    // shard has a live leader; the preferred-leader move waits until it is done.
+    if (!plan.change && !a.target_replicas.empty()) plan = plan_reassignment_step(a, snap->brokers);
+    if (!plan.change && preferred && a.target_replicas.empty() && !a.replicas.empty() &&
+        a.leader != a.replicas.front()) {
       if (auto u = plan_preferred_election(a, snap->brokers); u) {
         plan.change = true;
         plan.update = std::move(u).value();

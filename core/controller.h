@@ -11,7 +11,9 @@
 // Each pass reads one catalog snapshot (streams, assignments, brokers with their liveness
 // and current directory ids) and, for every replicated shard, applies plan_failover
 // (catalog_rules.h): elect an eligible in-sync replica when the leader is lost, or leave
-// the shard without a leader when none is eligible. Every decision is one update_shard
+// the shard without a leader when none is eligible. A shard with a running reassignment
+// then takes its next step (plan_reassignment_step): move leadership into the target once
+// every new replica is in sync, then drop the old replicas. Every decision is one update_shard
 // compare-and-set on the shard version, so a deposed controller's late write fails.
 //
 // Thread-safety: start() and stop() from one thread; pass() from the loop (or a test).

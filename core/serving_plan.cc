@@ -1,5 +1,7 @@
 #include "serving_plan.h"
 
+#include "sluice/catalog_rules.h"
+
 #include <algorithm>
 #include <set>
 
@@ -126,6 +128,9 @@ void plan_name(const CatalogImage& img, const ServingNode& node, const HeldStrea
           out.open.push_back({ref, leads ? "assigned to this broker" : "a replica on this broker"});
         if (!replica && is_open)
           out.close.push_back({ref, "assigned to broker " + std::to_string(eff[i]->leader.value())});
+        if (data && !replica && s->spec.replication_factor > 1 && !rs.empty() && (is_open || full))
+          out.drop.push_back({ref, "the replica list is " + replica_ids_text(rs) +
+                                       " (version " + std::to_string(eff[i]->version.value()) + ")"});
       }
       if (data && (!next.served || s->incarnation > *next.served)) next.served = s->incarnation;
     }

@@ -5,7 +5,7 @@
 //                                               what each name is served as}
 //
 // No I/O. The broker applies a plan in this order: persist the raised floors (fsync), close,
-// delete, (register, at start), open. Because the floors are durable before anything is
+// delete, drop, (register, at start), open. Because the floors are durable before anything is
 // acted on, a restart or a resync can never undo them.
 //
 // Rules, per name (tenant, namespace, stream):
@@ -29,6 +29,12 @@
 //                 replica list) are open; only those it leads are served to clients; the
 //                 rest are closed. A held incarnation other than I is closed (not deleted).
 //                 floor.served rises to I.
+//   dropped       a shard of a stream with replication_factor > 1 whose replica list (the
+//                 catalog's, after a reassignment) no longer names this node: its copy
+//                 here is removed (StorageEngine::remove_replica) when it was open, and on
+//                 every full plan (a node that was down when the reassignment finished).
+//                 The new replicas were in sync before the list changed, so this copy is
+//                 not needed (docs/replication.md "Reassignment").
 //   gone          a held name the image no longer has is closed and forgotten (its data
 //                 stays: deletes happen only on the control plane's word).
 //   no data role  (node.role == none): nothing is opened or deleted, no floor rises; the
@@ -97,6 +103,7 @@ struct ServingPlan {
   ServingFloors floors;                        // raised floors (only those that changed): persist first
   std::vector<ShardAction> close;
   std::vector<DataDelete> remove;
+  std::vector<ShardAction> drop;  // copies of replicated shards whose replica list left this node
   std::vector<ShardAction> open;
   std::map<StreamKey, StreamServing> streams;  // every in-scope name the image has
   std::vector<StreamKey> forget;               // in-scope held names the image no longer has

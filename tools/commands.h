@@ -3,6 +3,7 @@
 //   records.cc  publish, consume
 //   groups.cc   group, dead-letters
 //   fleet.cc    cluster, feature, brokers, tombstones, members
+//   reassign.cc stream reassign, broker drain
 // Each takes the words after its name, parses them (command_line.h) before it sends
 // anything, and returns the exit status (0; usage errors exit 2, failures exit 1).
 #pragma once
@@ -31,6 +32,8 @@ int cmd_feature(Client& c, const Words& words);
 int cmd_brokers(Client& c, const Words& words);
 int cmd_tombstones(Client& c, const Words& words);
 int cmd_members(Client& c, const Words& words);
+int cmd_broker(Client& c, const Words& words);    // reassign.cc: broker drain
+int reassign(Client& c, const Words& words);      // reassign.cc: stream reassign
 
 // One JSON value on one line of standard output.
 void print_json(const boost::json::value& v);

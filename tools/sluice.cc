@@ -36,6 +36,8 @@ Commands:
   shards STREAM                   show a stream's shards (leader, replicas, in-sync set, ...)
   shards move-leader STREAM N B   make broker B lead shard N (an in-sync replica)
   shards elect STREAM N --unclean --broker B [--yes]   repair a shard without an eligible leader
+  stream reassign STREAM --shard K --replicas B1,B2,..  move a shard's copies to other brokers
+  broker drain B                  move every shard copy off broker B
   publish STREAM                  publish lines from standard input, one record per line
   consume STREAM                  print records to standard output
   group consume|ack|positions     consumer groups: at-least-once delivery with acks
@@ -65,6 +67,7 @@ const std::map<std::string, Command>& commands() {
       {"shard", cmd_shards},  // `sluice shard elect ...` as issue 11 spells it
       {"publish", cmd_publish},       {"consume", cmd_consume},       {"group", cmd_group},
       {"dead-letters", cmd_dead_letters}, {"feature", cmd_feature},   {"brokers", cmd_brokers},
+      {"broker", cmd_broker},
       {"tombstones", cmd_tombstones}, {"members", cmd_members},
   };
   return table;

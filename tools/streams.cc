@@ -23,6 +23,7 @@ const Usage kStream{"stream", R"(Usage: sluice stream create TENANT/NS/STREAM [-
        sluice stream list TENANT/NS
        sluice stream get TENANT/NS/STREAM
        sluice stream delete TENANT/NS/STREAM
+       sluice stream reassign TENANT/NS/STREAM --shard K --replicas B1,B2,... (see --help of it)
 
 create makes the tenant and namespace first if they do not exist, unless
 --no-create-parents is given.
@@ -119,6 +120,8 @@ int cmd_stream(Client& c, const Words& words) {
     if (!ret.empty()) body["retention"] = ret;
     if (!a.has("no-create-parents")) ensure_parents(c, p);
     print_json(c.call_ok("POST", p.ns_path() + "/streams", json::serialize(body)));
+  } else if (op == "reassign") {
+    return reassign(c, words);
   } else if (op == "get" || op == "delete") {
     Args a(kStream, rest(words), {.min_args = 1, .max_args = 1});
     StreamPath p = parse_stream(kStream, a.pos()[0]);
@@ -250,6 +253,8 @@ int cmd_shards(Client& c, const Words& words) {
                 u(o, "log_end").c_str());
     if (const auto* why = o.if_contains("unavailable_reason"); why && why->is_string())
       std::printf("         NO LEADER: %s\n", std::string(why->get_string()).c_str());
+    if (const auto* re = o.if_contains("reassignment"); re && re->is_string())
+      std::printf("         REASSIGNING: %s\n", std::string(re->get_string()).c_str());
     if (const auto* prog = o.if_contains("replica_progress"); prog && prog->is_array())
       for (const auto& p : prog->get_array()) {
         const auto& po = p.as_object();

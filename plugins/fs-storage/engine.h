@@ -12,7 +12,7 @@
 // longer, after close they answer unavailable). `host` must outlive the engine; `fs` is
 // shared with every shard.
 //
-// Delete protocol (delete_incarnations, storage.h): under delete_mu_,
+// Delete protocol (delete_incarnations and remove_replica, storage.h): under delete_mu_,
 //   0. close the open shards of the doomed incarnations (and wait for any close_shard of
 //      them still draining); open_shard of them is refused (unavailable) while it runs
 //   1. <dir>/.delete-pending/<id>.marker: the relative dirs, written .tmp + fdatasync +
@@ -35,6 +35,7 @@
 #include <string_view>
 #include <vector>
 #include <map>
+#include <optional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -67,6 +68,8 @@ class FsStorageEngine final : public StorageEngine {
   std::shared_ptr<ShardLogImpl> replica(const ShardRef& ref);
   void shutdown() override;
   Result<std::uint32_t> delete_incarnations(const StreamKey& stream, Incarnation up_to) override;
+  // One shard's copy (storage.h), by the same protocol; stops its replication first.
+  Result<bool> remove_replica(const ShardRef& ref) override;
   Result<std::vector<ShardRef>> list_on_disk() override;
 
   // Test seam: called at each delete step (after the failpoint of the same name); returning
@@ -125,8 +128,20 @@ class FsStorageEngine final : public StorageEngine {
   std::condition_variable closed_cv_;
   std::size_t open_waiters_ = 0;  // open_shard calls waiting for a close (tests)
   bool shut_down_ = false;
-  // Streams with a delete in progress, and the incarnation bound: open_shard refuses them.
-  std::vector<std::pair<StreamKey, Incarnation>> deleting_;
+  // Deletes in progress: open_shard refuses the shards they cover.
+  struct Doomed {
+    StreamKey stream;
+    Incarnation up_to;                 // every incarnation <= up_to ...
+    std::optional<ShardIndex> shard;   // ... or only this shard of incarnation up_to
+    bool covers(const ShardRef& r) const {
+      if (r.stream != stream) return false;
+      return shard ? (r.shard == *shard && r.incarnation == up_to) : r.incarnation <= up_to;
+    }
+    bool covers_dir(ShardIndex s, Incarnation i) const { return covers(ShardRef{stream, s, i}); }
+  };
+  // Steps 0-4 of the delete protocol for what `d` covers; answers the directories moved.
+  Result<std::uint32_t> delete_doomed(const Doomed& d, const std::string& what);
+  std::vector<Doomed> deleting_;
 
   std::mutex delete_mu_;  // one delete at a time; never taken under mu_
   std::uint64_t delete_seq_ = 0;

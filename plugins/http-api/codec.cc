@@ -147,6 +147,11 @@ json::object assignment_json(const Assignment& a) {
   o["leader_epoch"] = a.leader_epoch.value();
   o["version"] = a.version.value();
   o["in_sync"] = in_sync_json(a.in_sync);
+  if (!a.target_replicas.empty()) {
+    json::array t;
+    for (auto& r : a.target_replicas) t.push_back(r.value());
+    o["target_replicas"] = std::move(t);
+  }
   return o;
 }
 
@@ -163,6 +168,12 @@ json::object shard_status_json(const ShardStatus& s) {
   o["version"] = s.version.value();
   o["in_sync"] = in_sync_json(s.in_sync);
   if (!s.unavailable_reason.empty()) o["unavailable_reason"] = s.unavailable_reason;
+  if (!s.target_replicas.empty()) {
+    json::array t;
+    for (auto& r : s.target_replicas) t.push_back(r.value());
+    o["target_replicas"] = std::move(t);
+    o["reassignment"] = s.reassignment;
+  }
   o["log_start"] = s.stats.log_start.value();
   o["high_watermark"] = s.stats.high_watermark.value();
   o["size_bytes"] = s.stats.size_bytes;

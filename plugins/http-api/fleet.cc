@@ -8,6 +8,8 @@
 //                                       "features","live","registered_seq"}]}
 //   GET  /v1/tombstones                {"tombstones":[{"tenant","namespace","name",
 //                                       "deleted_up_to","seq"}]}
+#include <algorithm>
+
 #include <boost/json/array.hpp>
 #include <boost/json/object.hpp>
 
@@ -99,10 +101,45 @@ void handle_fleet(Node& node, const std::shared_ptr<Exchange>& ex, const std::ve
       return r ? json_response(200, feature_json(*r)) : problem(r.error());
     });
   }
-  if (what == "brokers")
+  if (what == "brokers" && seg.size() == 2)
     return respond_blocking(ex, [&node] {
       return list_response(node.catalog().list_brokers(), "brokers", broker_json);
     });
+  if (what == "brokers" && seg.size() == 4) {
+    const std::string& id = seg[2];
+    if (id.empty() || id.size() > 10 || !std::all_of(id.begin(), id.end(), [](char c) { return c >= '0' && c <= '9'; }) ||
+        std::stoull(id) == 0 || std::stoull(id) > 0xffffffffULL)
+      return ex->respond(problem(Error(Errc::invalid_argument, "a broker id is an integer from 1 to 4294967295")));
+    const NodeId broker{static_cast<std::uint32_t>(std::stoull(id))};
+    return respond_blocking(ex, [&node, broker] {
+      auto r = node.drain_broker(broker);
+      if (!r) return problem(r.error());
+      json::object o;
+      o["broker"] = broker.value();
+      json::array moves;
+      std::size_t started = 0;
+      for (const auto& m : r->moves) {
+        json::object e;
+        e["stream"] = m.assignment.key.to_string();
+        e["shard"] = m.assignment.shard.value();
+        json::array from;
+        for (auto b : m.assignment.replicas) from.push_back(b.value());
+        e["replicas"] = std::move(from);
+        if (m.refused.empty()) {
+          json::array to;
+          for (auto b : m.target) to.push_back(b.value());
+          e["target_replicas"] = std::move(to);
+          ++started;
+        } else {
+          e["refused"] = m.refused;
+        }
+        moves.push_back(std::move(e));
+      }
+      o["moves"] = std::move(moves);
+      o["started"] = started;
+      return json_response(started ? 202 : 200, o);
+    });
+  }
   if (what == "tombstones")
     return respond_blocking(ex, [&node] {
       return list_response(node.catalog().list_tombstones(), "tombstones", tombstone_json);

@@ -62,7 +62,8 @@ namespace {
 
 enum class Route {
   healthz, readyz, metrics, cluster, tenants, tenant, namespaces, namespace_, streams, stream,
-  records, shards, shard_records, shard_leader, shard_elect, fleet, groups, openapi, members, caches
+  records, shards, shard_records, shard_leader, shard_elect, shard_reassign, fleet, groups, openapi,
+  members, caches
 };
 
 struct RouteDef {
@@ -83,6 +84,8 @@ std::optional<RouteDef> match(const std::vector<std::string>& s) {
   if (n == 4 && s[1] == "features" && s[3] == "finalize")
     return RouteDef{Route::fleet, "/v1/features/{f}/finalize", "POST"};
   if (n == 2 && s[1] == "brokers") return RouteDef{Route::fleet, "/v1/brokers", "GET"};
+  if (n == 4 && s[1] == "brokers" && s[3] == "drain")
+    return RouteDef{Route::fleet, "/v1/brokers/{id}/drain", "POST"};
   if (n == 2 && s[1] == "tombstones") return RouteDef{Route::fleet, "/v1/tombstones", "GET"};
   if (n == 3 && s[1] == "metadata" && s[2] == "members")
     return RouteDef{Route::members, "/v1/metadata/members", "GET, POST"};
@@ -107,6 +110,8 @@ std::optional<RouteDef> match(const std::vector<std::string>& s) {
     return RouteDef{Route::shard_leader, "{ns}/streams/{s}/shards/{n}/leader", "POST"};
   if (n == 10 && s[7] == "shards" && s[9] == "elect")
     return RouteDef{Route::shard_elect, "{ns}/streams/{s}/shards/{n}/elect", "POST"};
+  if (n == 10 && s[7] == "shards" && s[9] == "reassign")
+    return RouteDef{Route::shard_reassign, "{ns}/streams/{s}/shards/{n}/reassign", "POST"};
   if (s[7] != "groups") return std::nullopt;
   if (n == 8) return RouteDef{Route::groups, "{ns}/streams/{s}/groups", "GET"};
   if (n == 9) return RouteDef{Route::groups, "{ns}/streams/{s}/groups/{g}", "GET"};
@@ -280,6 +285,28 @@ Result<std::pair<Node::Election, NodeId>> elect_body(std::string_view body) {
   auto id = u32_field(*b, "broker", 1);
   if (!id) return id.error();
   return std::pair{Node::Election::unclean, NodeId{*id}};
+}
+
+// The reassignment body: {"replicas": [B, ...]}, broker ids, nothing else (the rules on the
+// list itself are plan_reassignment's).
+Result<std::vector<NodeId>> reassign_body(std::string_view body) {
+  json::monotonic_resource mr;
+  json::value v(json::storage_ptr{&mr});
+  if (auto r = parse_json_object(body, v); !r) return r.error();
+  const auto& o = v.get_object();
+  if (auto r = check_fields(o, {"replicas"}, ""); !r) return r.error();
+  const auto* reps = o.if_contains("replicas");
+  if (!reps) return Error(Errc::invalid_argument, "field \"replicas\" is required");
+  if (!reps->is_array() || reps->get_array().empty() || reps->get_array().size() > kMaxReplicationFactor)
+    return Error(Errc::invalid_argument, "field \"replicas\" must be an array of 1 to " +
+                                             std::to_string(kMaxReplicationFactor) + " broker ids");
+  std::vector<NodeId> out;
+  for (const auto& e : reps->get_array()) {
+    auto id = u32_field(e, "replicas", 1);
+    if (!id) return id.error();
+    out.push_back(NodeId{*id});
+  }
+  return out;
 }
 
 Result<ShardIndex> shard_segment(const std::string& s) {
@@ -518,6 +545,18 @@ void Router::dispatch(const std::shared_ptr<Exchange>& ex) {
       respond_blocking(ex, [&node, key = StreamKey{seg[2], seg[4], seg[6]}, s = *shard, b = *body]() -> HttpResponse {
         auto r = node.elect_leader(key, s, b.first, b.second);
         return r ? json_response(200, assignment_json(*r)) : problem(r.error());
+      });
+      return;
+    }
+    case Route::shard_reassign: {
+      auto shard = shard_segment(seg[8]);
+      if (!shard) return ex->respond(problem(shard.error()));
+      auto target = reassign_body(req.body);
+      if (!target) return ex->respond(problem(target.error()));
+      respond_blocking(ex, [&node, key = StreamKey{seg[2], seg[4], seg[6]}, s = *shard, t = *target]() -> HttpResponse {
+        auto r = node.reassign_shard(key, s, t);
+        // 202 while the controller moves the copies; 200 when only the order changed.
+        return r ? json_response(r->target_replicas.empty() ? 200 : 202, assignment_json(*r)) : problem(r.error());
       });
       return;
     }

@@ -267,11 +267,21 @@ Result<Assignment> PgMetaStore::update_shard(const ShardUpdate& u) {
                                      std::to_string(kReplicatedShardsLevel.value()) +
                                      "; this instance runs at level " +
                                      std::to_string(cfg_.level.value()));
+  if (u.replicas && cfg_.level < kShardReassignmentLevel)
+    return Error(Errc::conflict, "reassignment needs metadata level " +
+                                     std::to_string(kShardReassignmentLevel.value()) +
+                                     "; this instance runs at level " +
+                                     std::to_string(cfg_.level.value()));
   const std::string what = u.key.to_string() + " shard " + std::to_string(u.shard.value());
   return run<Assignment>(Mode::write, [&](pqxx::transaction_base& tx) -> Result<Assignment> {
-    if (!read_finalized(tx).count(kReplicatedShards))
+    const auto finalized = read_finalized(tx);
+    if (!finalized.count(kReplicatedShards))
       return Error(Errc::conflict,
                    "update_shard needs the fleet feature replicated_shards, which is not finalized");
+    if (u.replicas && !finalized.count(kShardReassignment))
+      return Error(Errc::conflict,
+                   "reassignment needs the fleet feature shard_reassignment, which is not "
+                   "finalized (POST /v1/features/shard_reassignment/finalize)");
     auto sr = tx.exec_params(std::string("SELECT ") + kStreamCols +
                                  " FROM streams WHERE tenant = $1 AND ns = $2 AND name = $3",
                              u.key.tenant, u.key.ns, u.key.name);
@@ -294,14 +304,20 @@ Result<Assignment> PgMetaStore::update_shard(const ShardUpdate& u) {
     a.leader_epoch = u.leader_epoch;
     a.in_sync = u.in_sync;
     a.version = ShardVersion{cur.version.value() + 1};
+    if (u.replicas) {
+      a.replicas = *u.replicas;
+      a.target_replicas = u.target_replicas;
+    }
     const std::uint64_t seq = next_seq(tx);
     auto done = tx.exec_params(
-        "UPDATE assignments SET leader = $1, leader_epoch = $2, in_sync = $3, version = $4"
+        "UPDATE assignments SET leader = $1, leader_epoch = $2, in_sync = $3, version = $4,"
+        " replicas = $10::bigint[], target_replicas = $11::bigint[]"
         " WHERE tenant = $5 AND ns = $6 AND name = $7 AND shard = $8 AND version = $9",
         static_cast<std::int64_t>(a.leader.value()), static_cast<std::int64_t>(a.leader_epoch.value()),
         encode_in_sync(a.in_sync), static_cast<std::int64_t>(a.version.value()), u.key.tenant,
         u.key.ns, u.key.name, static_cast<std::int64_t>(u.shard.value()),
-        static_cast<std::int64_t>(cur.version.value()));
+        static_cast<std::int64_t>(cur.version.value()), pg_array(a.replicas),
+        pg_array(a.target_replicas));
     if (done.affected_rows() != 1)
       return Error(Errc::internal, what + ": the locked row changed under the compare-and-set");
     record_change(tx, seq, ChangeEvent::Kind::shard_changed, shard_payload(a));

@@ -43,7 +43,7 @@ namespace sluice::postgres_meta {
 // stream incarnations (10). Level 14 (cache incarnations, the per-entry flag) is a
 // raft-meta concept; caches are not stored in postgres-meta yet (its cache calls answer
 // not_supported, and it never finalizes cache_incarnations). It runs at 8, 10 or 16.
-inline constexpr MetadataLevel kPostgresMetaLevel{16};
+inline constexpr MetadataLevel kPostgresMetaLevel{17};
 
 struct PgMetaConfig {
   std::string url;                                  // metadata.postgres.url (required)

@@ -72,7 +72,7 @@ inline StreamInfo read_stream(const pqxx::row& r) {
 
 constexpr const char* kAssignmentCols =
     "tenant, ns, name, shard, incarnation, generation, leader, array_to_string(replicas, ','), "
-    "leader_epoch, in_sync, version";
+    "leader_epoch, in_sync, version, array_to_string(target_replicas, ',')";
 
 inline Assignment read_assignment(const pqxx::row& r) {
   Assignment a;
@@ -86,6 +86,8 @@ inline Assignment read_assignment(const pqxx::row& r) {
   a.leader_epoch = LeaderEpoch{u64(r[8])};
   a.in_sync = decode_in_sync(r[9].is_null() ? "" : r[9].as<std::string>());
   a.version = ShardVersion{u64(r[10])};
+  for (auto& x : split_csv(r[11].is_null() ? "" : r[11].as<std::string>()))
+    a.target_replicas.push_back(NodeId{static_cast<std::uint32_t>(std::stoul(x))});
   return a;
 }
 

@@ -213,6 +213,14 @@ ALTER TABLE brokers
   ADD COLUMN peer_address text NOT NULL DEFAULT '';
 )SQL";
 
+// Version 5 (level 17, reassignment): a running reassignment's target replica list. The
+// default (empty: no reassignment) is what every older row meant, and instances from before
+// it read named columns, so they keep working on the same tables.
+constexpr std::string_view kV5 = R"SQL(
+ALTER TABLE assignments
+  ADD COLUMN target_replicas bigint[] NOT NULL DEFAULT '{}';
+)SQL";
+
 }  // namespace
 
 const std::vector<Migration>& migrations() {
@@ -221,6 +229,7 @@ const std::vector<Migration>& migrations() {
       {2, "incarnation rules and the pre-incarnation guard triggers", kV2},
       {3, "tombstone 0 after the finalize; no pre-incarnation deletes once finalized", kV3},
       {4, "replicated shards: replication factor, leader epoch, in-sync set, shard version, peer address", kV4},
+      {5, "reassignment: a shard's target replica list", kV5},
   };
   return m;
 }

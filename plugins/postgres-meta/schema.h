@@ -7,7 +7,7 @@
 namespace sluice::postgres_meta {
 
 // The schema version this build knows. A database at a higher version is refused at start.
-inline constexpr int kSchemaVersion = 4;
+inline constexpr int kSchemaVersion = 5;
 
 struct Migration {
   int version;

@@ -49,6 +49,11 @@ constexpr const char* kSchemaV4Columns =
     "ALTER TABLE assignments ADD COLUMN version INTEGER NOT NULL DEFAULT 0;"
     "ALTER TABLE brokers ADD COLUMN peer_address TEXT NOT NULL DEFAULT '';";
 
+// Column added by schema version 5 (level 17, reassignment): a running reassignment's
+// target replica list ('' when none, what every row written before meant).
+constexpr const char* kSchemaV5Columns =
+    "ALTER TABLE assignments ADD COLUMN target_replicas TEXT NOT NULL DEFAULT '';";
+
 }  // namespace
 
 CatalogFsm::CatalogFsm(std::size_t change_retention, MetadataLevel capability)
@@ -91,6 +96,7 @@ void CatalogFsm::create_schema() {
   exec(db_, kSchemaV2Tables);
   exec(db_, kSchemaV3Tables);
   exec(db_, kSchemaV4Columns);
+  exec(db_, kSchemaV5Columns);
   meta_set("schema_version", std::to_string(kCatalogSchemaVersion));
   meta_set("cluster_id", "");
   meta_set("applied_index", "0");
@@ -119,6 +125,11 @@ void CatalogFsm::upgrade_schema_2_to_3() {
 void CatalogFsm::upgrade_schema_3_to_4() {
   exec(db_, kSchemaV4Columns);
   meta_set("schema_version", "4");
+}
+
+void CatalogFsm::upgrade_schema_4_to_5() {
+  exec(db_, kSchemaV5Columns);
+  meta_set("schema_version", "5");
 }
 
 std::string CatalogFsm::meta_get(const char* key) const {
@@ -192,6 +203,12 @@ ApplyResult CatalogFsm::apply(std::uint64_t index, std::string_view entry) {
             std::to_string(kReplicatedShardsLevel.value()) + "); this member runs at level " +
             std::to_string(capability_.value());
       required = kReplicatedShardsLevel;
+    } else if (cmd.ok() && cmd->type == CommandType::reassign_shard &&
+               capability_ < kShardReassignmentLevel) {
+      why = "the entry changes a shard's replica list (metadata level " +
+            std::to_string(kShardReassignmentLevel.value()) + "); this member runs at level " +
+            std::to_string(capability_.value());
+      required = kShardReassignmentLevel;
     }
     if (!why.empty()) {
       held_ = Held{index, why + "; upgrade this member", required};
@@ -219,6 +236,10 @@ ApplyResult CatalogFsm::apply(std::uint64_t index, std::string_view entry) {
     // nothing, while a recorded member was below 16).
     if (r.ok() && cmd.ok() && needs_replicated_shards(*cmd) && level_floor() < kReplicatedShardsLevel)
       meta_set("level_floor", std::to_string(kReplicatedShardsLevel.value()));
+    // Likewise the first reassignment raises it to 17.
+    if (r.ok() && cmd.ok() && cmd->type == CommandType::reassign_shard &&
+        level_floor() < kShardReassignmentLevel)
+      meta_set("level_floor", std::to_string(kShardReassignmentLevel.value()));
     meta_set("applied_index", std::to_string(index));
     exec(db_, "RELEASE apply");
   } catch (const std::exception& e) {
@@ -327,8 +348,19 @@ ApplyResult CatalogFsm::apply_to_cluster(std::uint64_t index, const Command& c) 
                         : "replication_factor " + std::to_string(c.spec.replication_factor) +
                               " needs the fleet feature replicated_shards, which is not finalized");
   }
+  if (c.type == CommandType::reassign_shard) {
+    if (members_below(kShardReassignmentLevel) > 0)
+      return refuse(index, Errc::conflict,
+                    "a reassignment entry while a member is below level " +
+                        std::to_string(kShardReassignmentLevel.value()) +
+                        " (the proposer's view of the group was stale)");
+    if (!is_finalized(kShardReassignment))
+      return refuse(index, Errc::conflict,
+                    "reassignment needs the fleet feature shard_reassignment, which is not "
+                    "finalized");
+  }
   if (c.type == CommandType::create_stream || c.type == CommandType::delete_stream ||
-      c.type == CommandType::update_shard) {
+      c.type == CommandType::update_shard || c.type == CommandType::reassign_shard) {
     if (auto v = validate_name(NameKind::stream, c.name); !v.ok())
       return refuse(index, v.error().code, v.error().message);
   }
@@ -346,7 +378,8 @@ ApplyResult CatalogFsm::apply_to_cluster(std::uint64_t index, const Command& c) 
     case CommandType::delete_stream: return apply_delete_stream(index, c);
     case CommandType::create_cache: return apply_create_cache(index, c);
     case CommandType::delete_cache: return apply_delete_cache(index, c);
-    case CommandType::update_shard: return apply_update_shard(index, c);
+    case CommandType::update_shard:
+    case CommandType::reassign_shard: return apply_update_shard(index, c);
     case CommandType::init_cluster:
     case CommandType::register_broker:
     case CommandType::unregister_broker:
@@ -359,7 +392,7 @@ ApplyResult CatalogFsm::apply_to_cluster(std::uint64_t index, const Command& c) 
 }
 
 bool CatalogFsm::needs_replicated_shards(const Command& c) {
-  return c.type == CommandType::update_shard ||
+  return c.type == CommandType::update_shard || c.type == CommandType::reassign_shard ||
          (c.type == CommandType::create_stream && c.spec.replication_factor > 1);
 }
 

@@ -66,7 +66,9 @@ namespace sluice::raft_meta {
 // Version 4 (level 16) added streams.replication_factor/min_insync,
 // assignments.leader_epoch/in_sync/version and brokers.peer_address, with defaults that
 // mean what older rows meant (a version-3 image is upgraded).
-inline constexpr int kCatalogSchemaVersion = 4;
+// Version 5 (level 17) added assignments.target_replicas ('' for rows written before; a
+// version-4 image is upgraded).
+inline constexpr int kCatalogSchemaVersion = 5;
 // How many changes the change log keeps. Part of what apply computes, so it must be the
 // same on every member: only tests pass another value.
 inline constexpr std::size_t kDefaultChangeRetention = 10000;
@@ -189,6 +191,7 @@ class CatalogFsm {
   void upgrade_schema_1_to_2();
   void upgrade_schema_2_to_3();
   void upgrade_schema_3_to_4();
+  void upgrade_schema_4_to_5();
   void update_group_level();
   bool flagged_refused(const Command& c) const;
   // Level 16: an update_shard entry, or a create_stream with replication_factor > 1.

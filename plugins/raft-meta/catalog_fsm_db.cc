@@ -166,6 +166,7 @@ Assignment read_assignment(const Stmt& s) {
   a.leader_epoch = LeaderEpoch{static_cast<std::uint64_t>(s.i64(8))};
   a.in_sync = decode_in_sync(s.text(9));
   a.version = ShardVersion{static_cast<std::uint64_t>(s.i64(10))};
+  a.target_replicas = split_ids(s.text(11));
   return a;
 }
 

@@ -81,7 +81,7 @@ inline constexpr const char* kBrokerColumns =
     "id, address, directory_id, version, features, registered_seq, peer_address";
 inline constexpr const char* kAssignmentColumns =
     "tenant, ns, name, shard, incarnation, generation, leader, replicas, leader_epoch, in_sync, "
-    "version";
+    "version, target_replicas";
 inline constexpr const char* kCacheColumns = "tenant, ns, name, incarnation, default_ttl_ms, created_seq";
 StreamInfo read_stream(const Stmt& s);
 BrokerInfo read_broker(const Stmt& s);

@@ -49,13 +49,14 @@ Result<void> CatalogFsm::restore(std::string_view image) {
     version = meta_get("schema_version");
   } catch (const std::exception&) {
   }
-  if (version == "1" || version == "2" || version == "3") {
+  if (version == "1" || version == "2" || version == "3" || version == "4") {
     const std::string from = version;
     try {
       exec(db_, "SAVEPOINT upgrade");
       if (version == "1") upgrade_schema_1_to_2();
       if (version == "1" || version == "2") upgrade_schema_2_to_3();
-      upgrade_schema_3_to_4();
+      if (version != "4") upgrade_schema_3_to_4();
+      upgrade_schema_4_to_5();
       exec(db_, "RELEASE upgrade");
       version = meta_get("schema_version");
     } catch (const std::exception&) {

@@ -167,19 +167,31 @@ ApplyResult CatalogFsm::apply_update_shard(std::uint64_t index, const Command& c
                          "state to change");
   if (auto v = check_shard_update(*cur, u); !v.ok())
     return refuse(index, v.error().code, v.error().message);
+  // A reassignment step (level 17) comes as its own command type, so a member that does
+  // not know it holds instead of applying the in-sync part alone.
+  if (u.replicas.has_value() != (c.type == CommandType::reassign_shard))
+    return refuse(index, Errc::invalid_argument,
+                  what + ": a replica list change must be a reassign_shard entry");
   Assignment a = *cur;
   a.leader = u.leader;
   a.leader_epoch = u.leader_epoch;
   a.in_sync = u.in_sync;
   a.version = ShardVersion{cur->version.value() + 1};
-  Stmt s(db_, "UPDATE assignments SET leader = ?, leader_epoch = ?, in_sync = ?, version = ?"
+  if (u.replicas) {
+    a.replicas = *u.replicas;
+    a.target_replicas = u.target_replicas;
+  }
+  Stmt s(db_, "UPDATE assignments SET leader = ?, leader_epoch = ?, in_sync = ?, version = ?,"
+              " replicas = ?, target_replicas = ?"
               " WHERE tenant = ? AND ns = ? AND name = ? AND shard = ?");
   s.bind(1, static_cast<std::int64_t>(a.leader.value()))
       .bind(2, static_cast<std::int64_t>(a.leader_epoch.value()))
       .bind(3, encode_in_sync(a.in_sync))
       .bind(4, static_cast<std::int64_t>(a.version.value()))
-      .bind(5, u.key.tenant).bind(6, u.key.ns).bind(7, u.key.name)
-      .bind(8, static_cast<std::int64_t>(u.shard.value()));
+      .bind(5, join_ids(a.replicas))
+      .bind(6, join_ids(a.target_replicas))
+      .bind(7, u.key.tenant).bind(8, u.key.ns).bind(9, u.key.name)
+      .bind(10, static_cast<std::int64_t>(u.shard.value()));
   s.step();
   record_change(shard_change(index, a));
   r.stream = st.value();

@@ -27,6 +27,7 @@ std::string_view to_string(CommandType t) {
     case CommandType::join_member: return "join_member";
     case CommandType::leave_member: return "leave_member";
     case CommandType::update_shard: return "update_shard";
+    case CommandType::reassign_shard: return "reassign_shard";
   }
   return "unknown";
 }
@@ -38,7 +39,8 @@ static bool parse_type(std::string_view s, CommandType& out) {
                  CommandType::register_broker, CommandType::unregister_broker,
                  CommandType::finalize_feature, CommandType::create_cache,
                  CommandType::delete_cache, CommandType::join_member,
-                 CommandType::leave_member, CommandType::update_shard}) {
+                 CommandType::leave_member, CommandType::update_shard,
+                 CommandType::reassign_shard}) {
     if (to_string(t) == s) {
       out = t;
       return true;
@@ -120,7 +122,8 @@ Command Command::leave_member(NodeId id) {
   return c;
 }
 Command Command::update_shard(const ShardUpdate& u) {
-  Command c = about(CommandType::update_shard, u.key);
+  // A replica list change is its own op (level 17): see command.h.
+  Command c = about(u.replicas ? CommandType::reassign_shard : CommandType::update_shard, u.key);
   c.shard_update = u;
   return c;
 }
@@ -153,6 +156,7 @@ std::string encode_command(const Command& c) {
       o["member_id"] = c.member.id.value();
       break;
     case CommandType::update_shard:
+    case CommandType::reassign_shard:
       o["update"] = json::value_from(c.shard_update);
       break;
     case CommandType::create_tenant:
@@ -230,6 +234,7 @@ void decode_fields(const json::object& o, Command& c) {
       c.member.id = NodeId{u32(o, "member_id")};
       break;
     case CommandType::update_shard:
+    case CommandType::reassign_shard:
       c.shard_update = json::value_to<ShardUpdate>(required(o, "update"));
       c.tenant = c.shard_update.key.tenant;
       c.ns = c.shard_update.key.ns;

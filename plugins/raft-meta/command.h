@@ -31,6 +31,14 @@
 // recorded member is below 16 or `replicated_shards` is not finalized, and the first one
 // applied raises the group's level floor to 16.
 //
+// Addition for level 17 (reassignment; still format version 1):
+//   reassign_shard    "update": as update_shard, plus "replicas":[ids] and
+//                     "target_replicas":[ids] (docs/replication.md "Reassignment")
+// A member below level 17 holds at it (an older build does not know the op, so it can
+// never apply the in-sync part without the replica list); apply refuses it (conflict)
+// while a recorded member is below 17 or `shard_reassignment` is not finalized, and the
+// first one applied raises the group's level floor to 17.
+//
 // Every create and delete carries `proposed_incarnation` and `incarnations` from the start
 // (felix post-mortem: "apply decides only from fields a new proposer writes"). A level-8
 // proposer always writes 0 / false. `level` records the level the proposer wrote at; apply
@@ -73,6 +81,8 @@ enum class CommandType {
   leave_member,
   // Level 16: the compare-and-set of one shard's replica state (MetadataStore::update_shard).
   update_shard,
+  // Level 17: an update_shard that also changes the replica list (reassignment).
+  reassign_shard,
 };
 std::string_view to_string(CommandType);
 

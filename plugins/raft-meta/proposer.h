@@ -33,6 +33,7 @@ struct ProposerView {
   bool stream_incarnations_finalized = false;
   bool cache_incarnations_finalized = false;
   bool replicated_shards_finalized = false;
+  bool shard_reassignment_finalized = false;
   MetadataLevel effective() const { return std::min(own, group); }
 };
 
@@ -54,6 +55,25 @@ inline Result<void> check_replicated_shards(const ProposerView& v, std::string_v
     return Error(Errc::conflict, std::string(what) +
                                      " needs the fleet feature replicated_shards, which is not "
                                      "finalized (POST /v1/features/replicated_shards/finalize)");
+  return {};
+}
+
+// Level 17: whether this member may propose a reassignment step (an update_shard that
+// changes the replica list). Checked before forwarding, like the rule above.
+inline Result<void> check_shard_reassignment(const ProposerView& v) {
+  if (v.own < kShardReassignmentLevel)
+    return Error(Errc::conflict, "reassignment needs metadata level " +
+                                     std::to_string(kShardReassignmentLevel.value()) +
+                                     "; this member runs at level " + std::to_string(v.own.value()));
+  if (v.group < kShardReassignmentLevel)
+    return Error(Errc::conflict, "reassignment needs every metadata member at level " +
+                                     std::to_string(kShardReassignmentLevel.value()) +
+                                     "; the group is at level " + std::to_string(v.group.value()) +
+                                     " (upgrade every member first)");
+  if (!v.shard_reassignment_finalized)
+    return Error(Errc::conflict,
+                 "reassignment needs the fleet feature shard_reassignment, which is not finalized "
+                 "(POST /v1/features/shard_reassignment/finalize)");
   return {};
 }
 

@@ -223,6 +223,7 @@ Result<std::vector<std::vector<NodeId>>> RaftMetaStore::replica_placement(const 
 
 Result<Assignment> RaftMetaStore::update_shard(const ShardUpdate& u) {
   RAFT_META_TRY(check_replicated_shards(proposer_view(), "update_shard"));
+  if (u.replicas) RAFT_META_TRY(check_shard_reassignment(proposer_view()));
   if (auto f = leader_client()) return f->update_shard(u);
   RAFT_META_TRY(validate_stream_key(u.key));
   auto r = propose(Command::update_shard(u));

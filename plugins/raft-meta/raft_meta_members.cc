@@ -103,6 +103,7 @@ ProposerView RaftMetaStore::proposer_view() {
   v.stream_incarnations_finalized = fsm_.is_finalized(kStreamIncarnations);
   v.cache_incarnations_finalized = fsm_.is_finalized(kCacheIncarnations);
   v.replicated_shards_finalized = fsm_.is_finalized(kReplicatedShards);
+  v.shard_reassignment_finalized = fsm_.is_finalized(kShardReassignment);
   return v;
 }
 

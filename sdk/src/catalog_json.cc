@@ -161,13 +161,19 @@ Assignment tag_invoke(const json::value_to_tag<Assignment>&, const json::value& 
 }
 
 void tag_invoke(const json::value_from_tag&, json::value& jv, const ShardUpdate& u) {
-  jv = json::object{{"key", json::value_from(u.key)},
-                    {"shard", u.shard.value()},
-                    {"incarnation", u.incarnation.value()},
-                    {"expected_version", u.expected_version.value()},
-                    {"leader", u.leader.value()},
-                    {"leader_epoch", u.leader_epoch.value()},
-                    {"in_sync", in_sync_json(u.in_sync)}};
+  json::object o{{"key", json::value_from(u.key)},
+                 {"shard", u.shard.value()},
+                 {"incarnation", u.incarnation.value()},
+                 {"expected_version", u.expected_version.value()},
+                 {"leader", u.leader.value()},
+                 {"leader_epoch", u.leader_epoch.value()},
+                 {"in_sync", in_sync_json(u.in_sync)}};
+  // Only a reassignment step carries these (level 17): a level-16 update reads as before.
+  if (u.replicas) {
+    o["replicas"] = ids_json(*u.replicas);
+    o["target_replicas"] = ids_json(u.target_replicas);
+  }
+  jv = std::move(o);
 }
 ShardUpdate tag_invoke(const json::value_to_tag<ShardUpdate>&, const json::value& jv) {
   auto& o = as_object(jv, "shard update");
@@ -179,6 +185,10 @@ ShardUpdate tag_invoke(const json::value_to_tag<ShardUpdate>&, const json::value
   u.leader = NodeId{u32(o, "leader")};
   u.leader_epoch = LeaderEpoch{u64(o, "leader_epoch")};
   u.in_sync = in_sync_of(o, "in_sync");
+  if (o.contains("replicas")) {
+    u.replicas = node_ids(o, "replicas");
+    if (o.contains("target_replicas")) u.target_replicas = node_ids(o, "target_replicas");
+  }
   return u;
 }
 

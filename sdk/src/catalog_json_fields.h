@@ -136,11 +136,13 @@ inline void put_replica_state(json::object& o, const Assignment& a) {
   o["leader_epoch"] = a.leader_epoch.value();
   o["in_sync"] = in_sync_json(a.in_sync);
   o["version"] = a.version.value();
+  if (!a.target_replicas.empty()) o["target_replicas"] = ids_json(a.target_replicas);
 }
 inline void get_replica_state(const json::object& o, Assignment& a) {
   if (o.contains("leader_epoch")) a.leader_epoch = LeaderEpoch{u64(o, "leader_epoch")};
   if (o.contains("in_sync")) a.in_sync = in_sync_of(o, "in_sync");
   if (o.contains("version")) a.version = ShardVersion{u64(o, "version")};
+  if (o.contains("target_replicas")) a.target_replicas = node_ids(o, "target_replicas");
 }
 inline void put_replication(json::object& o, const StreamSpec& sp) {
   if (!has_replication(sp)) return;

@@ -96,6 +96,8 @@ std::string encode_change_payload(const ChangeEvent& e) {
     o["leader_epoch"] = x.leader_epoch.value();
     o["in_sync"] = in_sync_json(x.in_sync);
     o["version"] = x.version.value();
+    // Only while a reassignment runs (level 17): older payloads stay byte for byte the same.
+    if (!x.target_replicas.empty()) o["target_replicas"] = ids_json(x.target_replicas);
   } else {  // tenant and namespace events
     o["tenant"] = e.tenant;
     if (e.kind == K::namespace_created || e.kind == K::namespace_deleted) o["ns"] = e.ns;
@@ -177,6 +179,7 @@ Result<ChangeEvent> decode_change_payload(ChangeSeq seq, std::string_view kind,
       a.leader_epoch = LeaderEpoch{u64(o, "leader_epoch")};
       a.in_sync = in_sync_of(o, "in_sync");
       a.version = ShardVersion{u64(o, "version")};
+      if (o.contains("target_replicas")) a.target_replicas = node_ids(o, "target_replicas");
       ev.stream.key = a.key;
       ev.stream.incarnation = a.incarnation;
       ev.assignments.push_back(std::move(a));

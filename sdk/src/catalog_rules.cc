@@ -33,6 +33,28 @@ std::uint32_t default_min_insync(std::uint32_t replication_factor) {
   return replication_factor / 2 + 1;
 }
 
+namespace {
+// Broker ids of a replica list or a target: not empty, no 0, no broker twice, at most
+// 2 * kMaxReplicationFactor (the old and the new list while a reassignment runs).
+Result<void> check_replica_list(const std::string& what, const std::vector<NodeId>& ids,
+                                std::string_view name) {
+  if (ids.empty()) return Error(Errc::invalid_argument, what + ": the " + std::string(name) + " is empty");
+  if (ids.size() > 2 * kMaxReplicationFactor)
+    return Error(Errc::invalid_argument, what + ": the " + std::string(name) + " names " +
+                                             std::to_string(ids.size()) + " brokers, at most " +
+                                             std::to_string(2 * kMaxReplicationFactor));
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i].value() == 0)
+      return Error(Errc::invalid_argument, what + ": the " + std::string(name) + " names broker 0");
+    for (std::size_t j = 0; j < i; ++j)
+      if (ids[j] == ids[i])
+        return Error(Errc::invalid_argument, what + ": the " + std::string(name) + " names broker " +
+                                                 std::to_string(ids[i].value()) + " twice");
+  }
+  return {};
+}
+}  // namespace
+
 Result<void> check_shard_update(const Assignment& current, const ShardUpdate& u) {
   const std::string what = u.key.to_string() + " shard " + std::to_string(u.shard.value());
   if (u.incarnation != current.incarnation)
@@ -45,11 +67,24 @@ Result<void> check_shard_update(const Assignment& current, const ShardUpdate& u)
                                      std::to_string(u.expected_version.value()) +
                                      ", the catalog holds " +
                                      std::to_string(current.version.value()));
+  // A reassignment step replaces the replica list: the rules below hold for the new one.
+  const std::vector<NodeId>& replicas = u.replicas ? *u.replicas : current.replicas;
   auto is_replica = [&](NodeId b) {
-    for (auto r : current.replicas)
+    for (auto r : replicas)
       if (r == b) return true;
     return false;
   };
+  if (u.replicas) {
+    if (auto r = check_replica_list(what, *u.replicas, "replica list"); !r) return r;
+    if (auto r = check_replica_list(what, u.target_replicas, "target"); !r && !u.target_replicas.empty())
+      return r;
+    for (auto t : u.target_replicas)
+      if (!is_replica(t))
+        return Error(Errc::invalid_argument, what + ": target broker " + std::to_string(t.value()) +
+                                                 " is not in the replica list");
+  } else if (!u.target_replicas.empty()) {
+    return Error(Errc::invalid_argument, what + ": a target needs the replica list it belongs to");
+  }
   if (u.leader.value() != 0 && !is_replica(u.leader))
     return Error(Errc::invalid_argument, what + ": broker " + std::to_string(u.leader.value()) +
                                              " is not a replica, so it cannot lead");

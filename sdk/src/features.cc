@@ -15,6 +15,9 @@ constexpr FeatureSpec kKnown[] = {
     {kReplicatedShards, MetadataLevel{16},
      "streams may have replication_factor above 1: replica placement, leader epochs, in-sync "
      "sets and their compare-and-set (update_shard)"},
+    {kShardReassignment, MetadataLevel{17},
+     "a shard's replica list may change: reassignment to other brokers and broker drains; "
+     "a broker removed from a replica list removes its copy"},
 };
 
 std::string join_ids(const std::vector<NodeId>& ids) {

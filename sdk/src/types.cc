@@ -80,6 +80,16 @@ Result<Assignment> Node::move_leader(const StreamKey&, ShardIndex, NodeId) {
 Result<Assignment> Node::elect_leader(const StreamKey&, ShardIndex, Election, NodeId) {
   return Error(Errc::not_supported, "this node does not elect shard leaders");
 }
+Result<Assignment> Node::reassign_shard(const StreamKey&, ShardIndex, const std::vector<NodeId>&) {
+  return Error(Errc::not_supported, "this node does not reassign shards");
+}
+Result<DrainPlan> Node::drain_broker(NodeId) {
+  return Error(Errc::not_supported, "this node does not drain brokers");
+}
+Result<bool> StorageEngine::remove_replica(const ShardRef& ref) {
+  return Error(Errc::not_supported, "this storage engine does not remove replicas (" +
+                                        ref.to_string() + ")");
+}
 Result<void> StorageEngine::assign(const ShardRef& ref, const ReplicaAssignment& a) {
   if (a.replicas.size() <= 1) return ok_result();
   return Error(Errc::not_supported, "this storage engine keeps one copy of a shard; " +

@@ -90,6 +90,8 @@ class Replication(unittest.TestCase):
     """Three brokers on one PostgreSQL (postgres-meta). test_replication_raft.py runs the same
     tests on three raft-meta controllers."""
 
+    BROKERS = (1, 2, 3)  # test_reassign.py runs four
+
     def metadata_config(self):
         """The metadata keys of every broker (the raft subclass gives controllers instead)."""
         self.assertTrue(PG_URL, "SLUICE_TEST_PG_URL is not set: run through ctest (fixture sluice_pg)")
@@ -107,7 +109,7 @@ class Replication(unittest.TestCase):
         meta = self.metadata_config()
         # Peer addresses come from the catalog (each broker registers its transport.address,
         # which the harness gives a free port): no static transport.peers here.
-        for i in (1, 2, 3):
+        for i in self.BROKERS:
             fp = os.path.join(self.workdir, "failpoints-%d" % i)
             open(fp, "w").close()
             self.failpoints[i] = fp
@@ -128,7 +130,8 @@ class Replication(unittest.TestCase):
         self.start_control_plane()
         for n in self.nodes.values():
             n.start()
-        poll(lambda: len(self.nodes[1].request("GET", "/v1/brokers")["brokers"]) == 3, "three brokers registered")
+        poll(lambda: len(self.nodes[1].request("GET", "/v1/brokers")["brokers"]) == len(self.nodes),
+             "%d brokers registered" % len(self.nodes))
 
     def shard(self, node, stream="r", shard=0):
         st, body = node.request("GET", node.ns_path() + "/streams/%s/shards" % stream, raw=True)
@@ -160,14 +163,16 @@ class Replication(unittest.TestCase):
         return node.request("POST", node.ns_path() + "/streams/%s/records?ack=%s" % (stream, ack),
                             {"records": [{"value": v, "shard": 0} for v in values]}, timeout=timeout)["results"]
 
+    def shard_dir(self, node_id, info, stream="r"):
+        return os.path.join(self.nodes[node_id].data_dir, "shards", "t", "n", stream,
+                            "%d-%016x" % (info["shard"], info["incarnation"]))
+
     def check_replicas(self, acked, stream="r"):
+        """The replica checker over every replica's copy of shard 0 (the leader's list)."""
         leader = self.nodes[self.leader(stream)]
         info = self.shard(leader, stream)
         hwm = info["high_watermark"]
-        dirs = []
-        for n in self.nodes.values():
-            d = os.path.join(n.data_dir, "shards", "t", "n", stream, "0-%016x" % info["incarnation"])
-            dirs.append(d)
+        dirs = [self.shard_dir(i, info, stream) for i in info["replicas"]]
         ack_file = os.path.join(self.workdir, "acked")
         with open(ack_file, "wb") as f:
             for off, v in sorted(acked.items()):
@@ -202,7 +207,7 @@ class Replication(unittest.TestCase):
         def done():
             s = self.shard(self.nodes[self.leader(stream)], stream) or {}
             prog = s.get("replica_progress", [])
-            return len(prog) == 3 and all(p["durable_end"] == s["log_end"] for p in prog) and \
+            return len(prog) == len(s["replicas"]) and all(p["durable_end"] == s["log_end"] for p in prog) and \
                 s["high_watermark"] == s["log_end"]
         poll(done, "every replica to catch up")
         # Each replica's own high watermark and log end, in the listing: a follower learns
@@ -212,7 +217,7 @@ class Replication(unittest.TestCase):
             # answers (then that listing has no replica_progress): poll again.
             s = self.shard(self.nodes[self.leader(stream)], stream)
             prog = (s or {}).get("replica_progress") or []
-            return len(prog) == 3 and all(
+            return len(prog) == len(s["replicas"]) and all(
                 p["high_watermark"] == s["high_watermark"] and p["log_end"] == s["log_end"] for p in prog)
         poll(every_replica_knows, "every replica's high watermark to reach the leader's")
 

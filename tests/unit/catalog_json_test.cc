@@ -175,6 +175,42 @@ TEST(CatalogJson, ReplicatedShardStateRoundTrips) {
   expect_round_trip(sc);
 }
 
+// Level 17: a running reassignment's target travels in the assignment, the shard_changed
+// payload and the update; without one, nothing new is written (older payloads keep their bytes).
+TEST(CatalogJson, AReassignmentTargetSurvivesEveryEncoding) {
+  Assignment a = assignment(0);
+  a.replicas = {NodeId{1}, NodeId{2}, NodeId{3}, NodeId{4}};
+  a.leader_epoch = LeaderEpoch{2};
+  a.in_sync = {{NodeId{2}, "d2"}};
+  a.version = ShardVersion{3};
+  ChangeEvent sc{};
+  sc.kind = ChangeEvent::Kind::shard_changed;
+  sc.seq = ChangeSeq{31};
+  sc.tenant = "t";
+  sc.ns = "n";
+  sc.stream.key = key();
+  sc.assignments = {a};
+  const auto plain = encode_change_payload(sc);
+  EXPECT_EQ(plain.find("target_replicas"), std::string::npos) << plain;
+  a.target_replicas = {NodeId{4}, NodeId{2}, NodeId{3}};
+  expect_round_trip(a);
+  EXPECT_EQ(decode_json<Assignment>(json::value_from(a))->target_replicas, a.target_replicas);
+  sc.assignments = {a};
+  auto dec = decode_change_payload(sc.seq, "shard_changed", encode_change_payload(sc));
+  ASSERT_TRUE(dec.ok()) << dec.error().to_string();
+  EXPECT_EQ(dec->assignments.at(0).target_replicas, a.target_replicas);
+  ShardUpdate u{key(), ShardIndex{0}, a.incarnation, ShardVersion{3}, NodeId{2}, LeaderEpoch{2}, a.in_sync};
+  const auto level16 = json::serialize(json::value_from(u));
+  EXPECT_EQ(level16.find("replicas"), std::string::npos) << level16;
+  u.replicas = a.replicas;
+  u.target_replicas = a.target_replicas;
+  expect_round_trip(u);
+  auto ub = decode_json<ShardUpdate>(json::value_from(u));
+  ASSERT_TRUE(ub.ok());
+  EXPECT_EQ(ub->replicas, u.replicas);
+  EXPECT_EQ(ub->target_replicas, u.target_replicas);
+}
+
 TEST(CatalogJson, ValuesSurviveTheRoundTrip) {
   auto e = decode_json<ChangeEvent>(json::value_from(stream_event()));
   ASSERT_TRUE(e.ok());

@@ -241,11 +241,21 @@ TEST(CatalogRules, ReplicatedShardsIsAFleetFeatureAtLevel16) {
   const auto* f = find_feature(kReplicatedShards);
   ASSERT_NE(f, nullptr);
   EXPECT_EQ(f->required_level, kReplicatedShardsLevel);
-  EXPECT_EQ(kBuildMetadataLevel, MetadataLevel{16});
   auto g = check_finalize(kReplicatedShards, MetadataLevel{14}, {});
   ASSERT_FALSE(g.ok());
   EXPECT_EQ(g.error().code, Errc::conflict);
   EXPECT_TRUE(check_finalize(kReplicatedShards, MetadataLevel{16}, {}).ok());
+}
+
+TEST(CatalogRules, ShardReassignmentIsAFleetFeatureAtLevel17) {
+  const auto* f = find_feature(kShardReassignment);
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->required_level, kShardReassignmentLevel);
+  EXPECT_EQ(kBuildMetadataLevel, MetadataLevel{17});
+  auto g = check_finalize(kShardReassignment, MetadataLevel{16}, {});
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.error().code, Errc::conflict);
+  EXPECT_TRUE(check_finalize(kShardReassignment, MetadataLevel{17}, {}).ok());
 }
 
 TEST(RecordBatch, RoundTripAndCrc) {

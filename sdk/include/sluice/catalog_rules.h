@@ -109,4 +109,42 @@ Result<ShardUpdate> plan_unclean_election(const Assignment& current, NodeId brok
 Result<ShardUpdate> plan_preferred_election(const Assignment& current,
                                             const std::vector<BrokerInfo>& brokers);
 
+// --- reassignment (docs/replication.md "Reassignment", metadata level 17) ----------------
+// An operator's reassignment of one shard to `target` (its first member the new preferred
+// leader): the compare-and-set that starts it. invalid_argument: a replication factor of 1,
+// a target that is not `replication_factor` distinct broker ids, or names an unregistered
+// broker; conflict: a new broker that is not live, a reassignment already running, the
+// same list, or no leader to copy from. A target with the same brokers in another order
+// only reorders the list; otherwise `replicas` becomes the current list followed by the new
+// brokers, and `target_replicas` the target. Leader, epoch and in-sync set are kept.
+Result<ShardUpdate> plan_reassignment(const Assignment& current, const std::vector<NodeId>& target,
+                                      std::uint32_t replication_factor,
+                                      const std::vector<BrokerInfo>& brokers);
+
+// The controller's next step of a running reassignment: nothing while a target member is
+// not an eligible in-sync replica (or the shard has no leader); then, if the leader is not
+// in the target, the target's first member leads in the next epoch; then the replica list
+// becomes the target, the in-sync set keeps only target members, and the target empties.
+// `why` names the step taken, or what it waits for (the progress operators see).
+FailoverPlan plan_reassignment_step(const Assignment& current, const std::vector<BrokerInfo>& brokers);
+
+// A broker drain: for every shard with a copy on `broker`, the reassignment that replaces
+// it by the live broker holding the fewest copies (then the lowest id) outside the shard's
+// replica list. A shard it cannot move (replication factor 1, no candidate, a reassignment
+// that keeps the broker) is listed with `refused` set. Shards already moving off it are
+// skipped.
+struct DrainMove {
+  Assignment assignment;
+  std::vector<NodeId> target;  // empty when refused
+  std::string refused;
+};
+struct DrainPlan {
+  std::vector<DrainMove> moves;
+};
+DrainPlan plan_drain(NodeId broker, const std::vector<Assignment>& assignments,
+                     const std::vector<BrokerInfo>& brokers);
+
+// "[2,3,4]" (messages and the shards listing).
+std::string replica_ids_text(const std::vector<NodeId>& ids);
+
 }  // namespace sluice

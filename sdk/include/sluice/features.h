@@ -37,6 +37,10 @@ inline constexpr std::string_view kCacheIncarnations = "cache_incarnations";
 // Stream specs with replication_factor > 1 and update_shard (metadata level 16,
 // docs/replication.md). Until it is finalized, creates refuse replication factors above 1.
 inline constexpr std::string_view kReplicatedShards = "replicated_shards";
+// Shard compare-and-sets that change a shard's replica list: reassignment and broker
+// drains (metadata level 17, docs/replication.md "Reassignment"). Every serving broker must
+// report it, because a broker's storage has to follow a replica list that changes.
+inline constexpr std::string_view kShardReassignment = "shard_reassignment";
 
 struct FeatureSpec {
   std::string_view name;

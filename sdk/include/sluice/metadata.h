@@ -47,6 +47,12 @@ struct Tombstone {
 // first is the preferred leader); `leader` is 0 when the shard has no leader; `in_sync` is
 // the in-sync set as (broker, directory.id) pairs; `version` rises with every change to
 // leader, leader_epoch or in_sync, each a compare-and-set (update_shard).
+//
+// Reassignment (docs/replication.md "Reassignment", level 17): while `target_replicas` is
+// not empty the shard is moving to that replica list. `replicas` then holds the old list
+// followed by the new brokers, which follow the leader and join the in-sync set as they
+// catch up; the controller moves leadership into the target if needed, then makes
+// `replicas` the target (in its order) and empties `target_replicas`.
 struct Assignment {
   StreamKey key;
   ShardIndex shard;
@@ -57,6 +63,7 @@ struct Assignment {
   LeaderEpoch leader_epoch;
   std::vector<InSyncReplica> in_sync;
   ShardVersion version;
+  std::vector<NodeId> target_replicas;  // empty: no reassignment in progress
 };
 
 // A compare-and-set on one shard incarnation's replica state. Applied only when the stored
@@ -65,6 +72,11 @@ struct Assignment {
 // incarnation). The rules (catalog_rules.h check_shard_update) hold in both backends:
 // the leader is 0 or a replica; the leader epoch never falls, and rises when the leader
 // changes; in_sync is a set of replicas and holds the leader.
+//
+// With `replicas` set (a reassignment step, metadata level 17 and the fleet feature
+// shard_reassignment) the update also replaces the replica list and the target
+// (`target_replicas`, empty when the reassignment ends), and the rules above apply to the
+// new list. Without it the replica list and the target stay as stored.
 struct ShardUpdate {
   StreamKey key;
   ShardIndex shard;
@@ -73,6 +85,8 @@ struct ShardUpdate {
   NodeId leader;
   LeaderEpoch leader_epoch;
   std::vector<InSyncReplica> in_sync;
+  std::optional<std::vector<NodeId>> replicas;
+  std::vector<NodeId> target_replicas;  // only with `replicas`
 };
 
 // A cache (docs/api.md): keys with values and a TTL, known like a stream by

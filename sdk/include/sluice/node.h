@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "sluice/catalog_rules.h"
 #include "sluice/error.h"
 #include "sluice/metadata.h"
 #include "sluice/record_batch.h"
@@ -62,6 +63,8 @@ struct ShardStatus {
   ShardStats stats;                    // this node's replica, if it holds one
   bool held = false;                   // this node holds a replica (stats are filled)
   std::string unavailable_reason;      // why it has no leader (unavailable_reason); else empty
+  std::vector<NodeId> target_replicas; // a running reassignment's target; else empty
+  std::string reassignment;            // its progress (plan_reassignment_step); else empty
 };
 
 struct NodeInfo {
@@ -130,6 +133,16 @@ class Node {
   enum class Election { unclean, preferred };
   virtual Result<Assignment> elect_leader(const StreamKey& key, ShardIndex shard, Election kind,
                                           NodeId broker);
+
+  // Starts moving one shard to the replica list `target` (docs/replication.md
+  // "Reassignment"; plan_reassignment has the rules and errors). Answers the assignment as
+  // stored: the controller finishes the move. Default: not_supported.
+  virtual Result<Assignment> reassign_shard(const StreamKey& key, ShardIndex shard,
+                                            const std::vector<NodeId>& target);
+  // Starts moving every copy off `broker` (plan_drain): one reassignment per shard. Answers
+  // the plan with each shard's outcome in `refused` (empty when it started). Default:
+  // not_supported.
+  virtual Result<DrainPlan> drain_broker(NodeId broker);
 
   // --- consumer groups and dead letters (storage.h has the semantics) -----------------
   virtual Result<GroupDelivery> group_fetch(const StreamKey& key, ShardIndex shard,

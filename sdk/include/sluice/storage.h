@@ -190,6 +190,12 @@ class StorageEngine {
   // Stops serving the shard (pending appends complete first). Data stays on disk.
   virtual void close_shard(const ShardRef& ref) = 0;
 
+  // Removes this broker's copy of one shard incarnation, on the catalog's word: its replica
+  // list no longer names this broker (a finished reassignment, docs/replication.md
+  // "Reassignment"). Closes the shard first, then the same crash-safe protocol as
+  // delete_incarnations. Answers whether a copy was on disk. Default: not_supported.
+  virtual Result<bool> remove_replica(const ShardRef& ref);
+
   // Stops all background work; pending appends complete or fail before it returns.
   virtual void shutdown() = 0;
 

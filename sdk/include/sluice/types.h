@@ -54,9 +54,9 @@ using ShardVersion = Strong<struct ShardVersionTag>;
 // The metadata level this build implements (docs/metadata-levels.md). Level 8 is the
 // baseline (streams, caches, tenants, namespaces, fleet features; no incarnations); level
 // 10 lets `stream_incarnations` be finalized; level 14 adds `cache_incarnations` and the
-// per-entry `incarnations` flag; level 16 adds `replicated_shards`. A member may run lower
-// (`metadata.level`).
-inline constexpr MetadataLevel kBuildMetadataLevel{16};
+// per-entry `incarnations` flag; level 16 adds `replicated_shards`; level 17 adds
+// `shard_reassignment`. A member may run lower (`metadata.level`).
+inline constexpr MetadataLevel kBuildMetadataLevel{17};
 inline constexpr MetadataLevel kLowestMetadataLevel{8};
 // The level that lets `stream_incarnations` be finalized.
 inline constexpr MetadataLevel kStreamIncarnationsLevel{10};
@@ -67,6 +67,9 @@ inline constexpr MetadataLevel kFlaggedEntriesLevel{14};
 // The level of replicated shards (docs/metadata-levels.md): stream specs with a
 // replication factor above 1 and shard-state compare-and-set entries.
 inline constexpr MetadataLevel kReplicatedShardsLevel{16};
+// The level of shard reassignment (docs/metadata-levels.md): shard compare-and-sets that
+// change a shard's replica list (ShardUpdate::replicas).
+inline constexpr MetadataLevel kShardReassignmentLevel{17};
 
 // (tenant, namespace, name). Validated by sluice::validate_name (names.h) before it is
 // ever used in a path.

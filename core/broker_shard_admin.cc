@@ -1,0 +1,202 @@
+// The operator's shard calls of the broker runtime: the shards listing, leader moves,
+// elections, reassignment and drains (docs/replication.md "The controller",
+// "Reassignment"). Each decision is a pure rule of catalog_rules.h applied to this node's
+// view; the catalog's compare-and-set refuses it (conflict, naming the stored version) if
+// the shard has moved on since.
+#include <chrono>
+
+#include "broker.h"
+#include "sluice/catalog_rules.h"
+#include "sluice/names.h"
+
+namespace sluice::core {
+
+std::vector<BrokerInfo> BrokerRuntime::known_brokers() const {
+  std::vector<BrokerInfo> brokers;
+  bool refresh = false;
+  {
+    std::lock_guard lk(brokers_mu_);
+    const auto now = std::chrono::steady_clock::now();
+    if (now - brokers_at_ > std::chrono::seconds(1)) {
+      brokers_at_ = now;  // one caller refreshes; the others use the last list meanwhile
+      refresh = true;
+    }
+    brokers = brokers_cache_;
+  }
+  if (refresh) {
+    // Not under brokers_mu_: a slow metadata store must not queue every caller behind it.
+    if (auto b = catalog_.list_brokers(); b) {
+      brokers = std::move(b).value();
+      std::lock_guard lk(brokers_mu_);
+      brokers_cache_ = brokers;
+    }
+  }
+  return brokers;
+}
+
+std::string BrokerRuntime::leaderless_reason(const Assignment& a) const {
+  return unavailable_reason(a, known_brokers());
+}
+
+Result<std::vector<ShardStatus>> BrokerRuntime::shards(const StreamKey& key) {
+  if (auto v = validate_stream_key(key); !v) return v.error();
+  auto st = find(key);
+  if (!st) return Error(Errc::not_found, "stream " + key.to_string() + " does not exist");
+  std::vector<ShardStatus> out;
+  for (std::uint32_t i = 0; i < st->shards.size(); ++i) {
+    ShardStatus s;
+    s.shard = ShardIndex{i};
+    s.incarnation = st->info.incarnation;
+    for (const auto& a : st->assignments)
+      if (a.shard.value() == i) {
+        s.generation = a.generation;
+        s.leader = a.leader;
+        s.replicas = a.replicas;
+        s.leader_epoch = a.leader_epoch;
+        s.in_sync = a.in_sync;
+        s.version = a.version;
+        s.target_replicas = a.target_replicas;
+        if (a.leader.value() == 0 && a.replicas.size() > 1) s.unavailable_reason = leaderless_reason(a);
+        if (!a.target_replicas.empty()) {
+          auto step = plan_reassignment_step(a, known_brokers());
+          s.reassignment = step.change ? "moving to " + replica_ids_text(a.target_replicas) +
+                                             ": the controller's next step: " + step.why
+                                       : step.why;
+        }
+      }
+    if (i < st->held.size() && st->held[i]) {
+      s.stats = st->held[i]->stats();
+      s.held = true;
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+Result<Assignment> BrokerRuntime::move_leader(const StreamKey& key, ShardIndex shard, NodeId broker) {
+  if (auto v = validate_stream_key(key); !v) return v.error();
+  auto st = find(key);
+  if (!st) return Error(Errc::not_found, "stream " + key.to_string() + " does not exist");
+  if (!st->refused.empty()) return Error(Errc::conflict, st->refused);
+  const Assignment* cur = nullptr;
+  for (const auto& a : st->assignments)
+    if (a.shard == shard) cur = &a;
+  if (!cur)
+    return Error(Errc::not_found, "stream " + key.to_string() + " has " + std::to_string(st->info.spec.shards) +
+                                      " shards; shard " + std::to_string(shard.value()) + " does not exist");
+  // Decided against this node's view; the catalog's compare-and-set refuses it (conflict,
+  // naming the stored version) if the shard has moved on since.
+  auto u = plan_leader_move(*cur, broker);
+  if (!u) return u.error();
+  auto r = catalog_.update_shard(*u);
+  if (!r) return r.error();
+  host_.log(LogLevel::info, "broker",
+            "operator moved the leader of " + key.to_string() + " shard " + std::to_string(shard.value()) +
+                " to broker " + std::to_string(broker.value()) + " (epoch " +
+                std::to_string(r->leader_epoch.value()) + ", version " + std::to_string(r->version.value()) + ")");
+  return r;
+}
+
+Result<Assignment> BrokerRuntime::elect_leader(const StreamKey& key, ShardIndex shard, Election kind,
+                                               NodeId broker) {
+  if (auto v = validate_stream_key(key); !v) return v.error();
+  auto st = find(key);
+  if (!st) return Error(Errc::not_found, "stream " + key.to_string() + " does not exist");
+  if (!st->refused.empty()) return Error(Errc::conflict, st->refused);
+  const Assignment* cur = nullptr;
+  for (const auto& a : st->assignments)
+    if (a.shard == shard) cur = &a;
+  if (!cur)
+    return Error(Errc::not_found, "stream " + key.to_string() + " has " + std::to_string(st->info.spec.shards) +
+                                      " shards; shard " + std::to_string(shard.value()) + " does not exist");
+  auto brokers = catalog_.list_brokers();
+  if (!brokers) return brokers.error();
+  if (kind == Election::preferred) {
+    auto u = plan_preferred_election(*cur, *brokers);
+    if (!u) return u.error();
+    auto r = catalog_.update_shard(*u);
+    if (!r) return r.error();
+    host_.log(LogLevel::info, "broker",
+              "operator's preferred-leader election: broker " + std::to_string(r->leader.value()) + " leads " +
+                  key.to_string() + " shard " + std::to_string(shard.value()) + " in epoch " +
+                  std::to_string(r->leader_epoch.value()));
+    return r;
+  }
+  auto u = plan_unclean_election(*cur, broker, *brokers);
+  if (!u) return u.error();
+  const std::string before = unavailable_reason(*cur, *brokers);
+  auto r = catalog_.update_shard(*u);
+  if (!r) return r.error();
+  host_.log(LogLevel::warn, "broker",
+            "UNCLEAN election by an operator: broker " + std::to_string(broker.value()) + " leads " +
+                key.to_string() + " shard " + std::to_string(shard.value()) + " in epoch " +
+                std::to_string(r->leader_epoch.value()) + " with itself alone in sync" +
+                (before.empty() ? std::string() : " (" + before + ")") +
+                "; records acknowledged beyond its log end are lost");
+  return r;
+}
+
+Result<Assignment> BrokerRuntime::reassign_shard(const StreamKey& key, ShardIndex shard,
+                                                 const std::vector<NodeId>& target) {
+  if (auto v = validate_stream_key(key); !v) return v.error();
+  auto st = find(key);
+  if (!st) return Error(Errc::not_found, "stream " + key.to_string() + " does not exist");
+  if (!st->refused.empty()) return Error(Errc::conflict, st->refused);
+  const Assignment* cur = nullptr;
+  for (const auto& a : st->assignments)
+    if (a.shard == shard) cur = &a;
+  if (!cur)
+    return Error(Errc::not_found, "stream " + key.to_string() + " has " + std::to_string(st->info.spec.shards) +
+                                      " shards; shard " + std::to_string(shard.value()) + " does not exist");
+  auto brokers = catalog_.list_brokers();
+  if (!brokers) return brokers.error();
+  auto u = plan_reassignment(*cur, target, st->info.spec.replication_factor, *brokers);
+  if (!u) return u.error();
+  auto r = catalog_.update_shard(*u);
+  if (!r) return r.error();
+  host_.log(LogLevel::info, "broker",
+            "operator's reassignment of " + key.to_string() + " shard " + std::to_string(shard.value()) +
+                " from " + replica_ids_text(cur->replicas) + " to " + replica_ids_text(target) +
+                (r->target_replicas.empty() ? std::string(" (a new order only: done)")
+                                            : " started (version " + std::to_string(r->version.value()) + ")"));
+  return r;
+}
+
+Result<DrainPlan> BrokerRuntime::drain_broker(NodeId broker) {
+  if (broker.value() == 0) return Error(Errc::invalid_argument, "broker ids start at 1, not 0");
+  auto snap = catalog_.snapshot();
+  if (!snap) return snap.error();
+  auto brokers = catalog_.list_brokers();
+  if (!brokers) return brokers.error();
+  if (std::none_of(brokers->begin(), brokers->end(), [&](const BrokerInfo& b) { return b.id == broker; }))
+    return Error(Errc::not_found, "broker " + std::to_string(broker.value()) + " is not registered");
+  std::map<StreamKey, std::uint32_t> rf;
+  for (const auto& s : snap->streams) rf[s.key] = s.spec.replication_factor;
+  std::vector<Assignment> current;
+  for (const auto& a : snap->assignments)
+    if (rf.count(a.key)) current.push_back(a);
+  DrainPlan plan = plan_drain(broker, current, *brokers);
+  std::size_t started = 0;
+  for (auto& m : plan.moves) {
+    if (!m.refused.empty()) continue;
+    const std::string what = m.assignment.key.to_string() + " shard " + std::to_string(m.assignment.shard.value());
+    auto u = plan_reassignment(m.assignment, m.target, rf[m.assignment.key], *brokers);
+    if (u) {
+      auto r = catalog_.update_shard(*u);
+      if (r) {
+        ++started;
+        continue;
+      }
+      m.refused = r.error().message;
+    } else {
+      m.refused = u.error().message;
+    }
+    m.target.clear();
+  }
+  host_.log(LogLevel::info, "broker",
+            "operator's drain of broker " + std::to_string(broker.value()) + ": " + std::to_string(started) +
+                " reassignment(s) started, " + std::to_string(plan.moves.size() - started) + " refused");
+  return plan;
+}
+
+}  // namespace sluice::core
