@@ -38,6 +38,7 @@ constexpr unsigned kMaxMsecs = 120000;
 const std::string kStreamInc(kStreamIncarnations);
 const std::string kCacheInc(kCacheIncarnations);
 const std::string kRepl(kReplicatedShards);
+const std::string kReassign(kShardReassignment);
 
 class Group;
 
@@ -134,6 +135,7 @@ class Group {
     v.stream_incarnations_finalized = f.is_finalized(kStreamIncarnations);
     v.cache_incarnations_finalized = f.is_finalized(kCacheIncarnations);
     v.replicated_shards_finalized = f.is_finalized(kReplicatedShards);
+    v.shard_reassignment_finalized = f.is_finalized(kShardReassignment);
     return v;
   }
 
@@ -468,7 +470,7 @@ TEST(MixedLevels, FlaggedEntriesRaiseTheFloorAndAJoinBelowItIsRefused) {
 void register_three_brokers(Group& g) {
   for (std::uint32_t b = 1; b <= 3; ++b) {
     BrokerRegistration reg{NodeId{b}, "h:" + std::to_string(b), "dir-" + std::to_string(b), "v",
-                           {kCacheInc, kRepl, kStreamInc}, "peer:" + std::to_string(b)};
+                           {kCacheInc, kRepl, kReassign, kStreamInc}, "peer:" + std::to_string(b)};
     auto r = g.propose_raw(0, Command::register_broker(reg));
     ASSERT_TRUE(r.ok() && r->ok()) << g.tag();
   }
@@ -553,6 +555,64 @@ TEST(MixedLevels, BelowLevel16ReplicatedShardEntriesAreNeverApplied) {
   ASSERT_TRUE(g.fsm(1).held().has_value());
   EXPECT_EQ(g.fsm(1).held()->required, MetadataLevel{16});
   EXPECT_EQ(g.fsm(1).applied().value(), before) << "the level-14 member did not apply it";
+}
+
+// Level 17 (reassignment): all at 17, a reassign_shard entry changes the replica list alike
+// everywhere and raises the floor to 17; a member restarted on a level-16 build holds at it
+// (applying only the in-sync part of it would diverge).
+TEST(MixedLevels, ReassignmentEntriesApplyAt17AndHoldMembersBelowIt) {
+  Group g({17, 17, 17}, seed_for("17"));
+  g.start({kStreamInc, kCacheInc, kRepl, kReassign});
+  register_three_brokers(g);
+  auto c = g.propose(1, replicated_create("r"));
+  ASSERT_TRUE(c.ok() && c->ok());
+  const Assignment a = c->assignments.at(0);
+  EXPECT_EQ(g.fsm(0).level_floor(), MetadataLevel{16});
+  const std::uint64_t first17 = g.fsm(0).applied().value() + 1;
+  ShardUpdate u{a.key, a.shard, a.incarnation, a.version, a.leader, a.leader_epoch, a.in_sync};
+  u.replicas = std::vector<NodeId>{NodeId{2}, NodeId{3}, NodeId{1}, NodeId{4}};
+  u.target_replicas = {NodeId{4}, NodeId{3}, NodeId{1}};
+  EXPECT_EQ(Command::update_shard(u).type, CommandType::reassign_shard);
+  auto up = g.propose(2, Command::update_shard(u));
+  ASSERT_TRUE(up.ok());
+  ASSERT_TRUE(up->ok()) << up->error->to_string();
+  EXPECT_EQ(up->assignments.at(0).replicas, *u.replicas);
+  EXPECT_EQ(up->assignments.at(0).target_replicas, u.target_replicas);
+  EXPECT_EQ(g.fsm(0).level_floor(), MetadataLevel{17});
+  g.expect_converged();
+  g.expect_replay_at(MetadataLevel{17});
+  auto old = g.replay(MetadataLevel{16});
+  ASSERT_TRUE(old->held().has_value());
+  EXPECT_EQ(old->held()->index, first17);
+  EXPECT_EQ(old->held()->required, MetadataLevel{17});
+}
+
+// 17 + 16: shard_reassignment cannot be finalized, the 17 member refuses to propose, and an
+// entry proposed anyway is refused by the level-17 member and held by the level-16 one.
+TEST(MixedLevels, BelowLevel17ReassignmentEntriesAreNeverApplied) {
+  Group g({17, 16}, seed_for("17+16"));
+  g.start({kStreamInc, kCacheInc, kRepl});
+  register_three_brokers(g);
+  auto fin = g.finalize(0, kReassign);
+  ASSERT_FALSE(fin.ok());
+  EXPECT_EQ(fin.error().code, Errc::conflict);
+  EXPECT_FALSE(check_shard_reassignment(g.view(0)).ok());
+  auto c = g.propose(1, replicated_create("r"));
+  ASSERT_TRUE(c.ok() && c->ok());
+  g.expect_converged();
+  const Assignment a = c->assignments.at(0);
+  const std::uint64_t before = g.fsm(1).applied().value();
+  ShardUpdate u{a.key, a.shard, a.incarnation, a.version, a.leader, a.leader_epoch, a.in_sync};
+  u.replicas = std::vector<NodeId>{NodeId{2}, NodeId{3}, NodeId{1}};
+  g.lead(0);
+  auto r = g.propose_raw(0, Command::update_shard(u));
+  ASSERT_TRUE(r.ok());
+  ASSERT_FALSE(r->ok());
+  EXPECT_EQ(r->error->code, Errc::conflict) << r->error->message;
+  EXPECT_EQ(g.fsm(0).level_floor(), MetadataLevel{16});
+  ASSERT_TRUE(g.fsm(1).held().has_value());
+  EXPECT_EQ(g.fsm(1).held()->required, MetadataLevel{17});
+  EXPECT_EQ(g.fsm(1).applied().value(), before) << "the level-16 member did not apply it";
 }
 
 }  // namespace

@@ -84,6 +84,33 @@ TEST_F(DeleteTest, DeletesEveryShardOfIncarnationsUpToAndKeepsHigherOnes) {
   EXPECT_TRUE(host_.logged("deleted 4 shard directories of stream acme/orders/events"));
 }
 
+// A copy that left this broker's replica list (reassignment): only that shard of that
+// incarnation goes, by the same protocol; its other shards and incarnations stay.
+TEST_F(DeleteTest, RemovingAReplicaRemovesOnlyThatShardOfThatIncarnation) {
+  auto e = make_engine();
+  const auto k = test_ref().stream;
+  for (auto [shard, inc] : std::vector<std::pair<std::uint32_t, std::uint64_t>>{{0, 5}, {1, 5}, {0, 9}})
+    fill(*e, ref_of(k, shard, inc));
+  auto held = *e->open_shard(ref_of(k, 1, 5), StreamSpec{});
+  auto r = e->remove_replica(ref_of(k, 1, 5));
+  ASSERT_TRUE(r) << r.error().to_string();
+  EXPECT_TRUE(*r);
+  EXPECT_EQ(on_disk(*e), (std::vector<ShardRef>{ref_of(k, 0, 5), ref_of(k, 0, 9)}));
+  EXPECT_TRUE(entries(root_ + "/.delete-pending").empty()) << "no marker left";
+  EXPECT_TRUE(entries(root_ + "/.deleted").empty()) << "garbage removed";
+  auto a = append_wait(*held, make_batch("late", 1));
+  ASSERT_FALSE(a) << "the closed copy acknowledges nothing";
+  // Nothing left to remove: false, not an error. Bad names are refused before any path.
+  r = e->remove_replica(ref_of(k, 1, 5));
+  ASSERT_TRUE(r);
+  EXPECT_FALSE(*r);
+  EXPECT_FALSE(e->remove_replica(ShardRef{StreamKey{"acme", "..", "x"}, ShardIndex(0), Incarnation(1)}));
+  // It reopens empty if the catalog ever names this broker again.
+  auto again = e->open_shard(ref_of(k, 1, 5), StreamSpec{});
+  ASSERT_TRUE(again);
+  EXPECT_TRUE(read_all(**again).empty());
+}
+
 TEST_F(DeleteTest, DeletingIncarnationZeroRemovesTheLegacyDirectory) {
   auto e = make_engine();
   const auto k = test_ref().stream;

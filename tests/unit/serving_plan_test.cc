@@ -405,6 +405,34 @@ TEST(ServingPlan, AHigherShardVersionSupersedesTheHeldAssignment) {
   EXPECT_EQ(q.streams.at(K).assignments[0].version, ShardVersion{3});
 }
 
+// Reassignment (docs/replication.md "Reassignment"): once a replicated shard's list no
+// longer names this broker, its open copy is closed and dropped; a full plan (start,
+// resync) drops it too, for a broker that was down when the move finished. A stream with
+// replication factor 1 never drops: its only copy may have moved by generation.
+TEST(ServingPlan, ACopyThatLeftTheReplicaListIsDroppedOnlyForReplicatedStreams) {
+  auto s = stream(K, I1, 2);
+  s.spec.replication_factor = 3;
+  auto img = with_stream(CatalogImage{}, s, {PEER, PEER});
+  for (auto& a : img.assignments[K]) {
+    a.replicas = {PEER, NodeId{3}, NodeId{4}};
+    a.version = ShardVersion{5};
+  }
+  auto held = holding(K, I1, {true, false}, 5, PEER);
+  held[K].assignments[0].replicas = {PEER, NodeId{3}, ME};
+  const auto p = plan_serving(img, ServingNode{ME, DataRole::broker}, held, {}, K);
+  ASSERT_EQ(p.close.size(), 1u);
+  ASSERT_EQ(p.drop.size(), 1u) << "an event plan drops only what was open";
+  EXPECT_EQ(p.drop[0].ref, (ShardRef{K, ShardIndex{0}, Incarnation{I1}}));
+  EXPECT_NE(p.drop[0].reason.find("[2,3,4]"), std::string::npos) << p.drop[0].reason;
+  const auto full = plan_serving(img, ServingNode{ME, DataRole::broker}, {}, {});
+  EXPECT_EQ(full.drop.size(), 2u) << "a full plan drops every shard not listed here";
+  // Still a replica: nothing dropped; and a replication factor of 1 never drops.
+  EXPECT_TRUE(plan_serving(img, ServingNode{NodeId{3}, DataRole::broker}, {}, {}).drop.empty());
+  img.streams[K].spec.replication_factor = 1;
+  EXPECT_TRUE(plan_serving(img, ServingNode{ME, DataRole::broker}, held, {}, K).drop.empty());
+  EXPECT_TRUE(plan_serving(img, ServingNode{ME, DataRole::broker}, {}, {}).drop.empty());
+}
+
 TEST(CatalogImage, AShardChangeReplacesOnlyThatShardOfThatIncarnation) {
   auto img = with_stream(CatalogImage{}, stream(K, I1, 2), {ME, PEER});
   ChangeEvent ev = event(ChangeEvent::Kind::shard_changed, ChangeSeq{9});
