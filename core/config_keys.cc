@@ -16,7 +16,7 @@ constexpr ConfigKey kConfigKeys[] = {
     {"metadata.postgres.change_retention", "100000", "Change-feed rows kept; a watcher behind them resyncs from a snapshot."},
     {"metadata.postgres.poll_interval_ms", "1000", "Change-feed poll interval when no NOTIFY arrives (a safety net)."},
     {"metadata.plugin", "", "Override the metadata plugin name (default from metadata.backend)."},
-    {"metadata.level", "", "Metadata level this member runs at (default: the backend's highest, 16 for both). raft-meta takes 8, 10, 14 or 16, postgres-meta 8, 10 or 16. A lower level proposes and reports exactly as that older build would."},
+    {"metadata.level", "", "Metadata level this member runs at (default: the backend's highest, 17 for both). raft-meta takes 8, 10, 14, 16 or 17, postgres-meta 8, 10, 16 or 17. A lower level proposes and reports exactly as that older build would."},
     {"metadata.timeout_ms", "10000", "How long a catalog call waits before answering timeout (outcome uncertain)."},
     {"raft.address", "127.0.0.1:7800", "host:port this controller's Raft transport binds."},
     {"raft.port", "", "Overrides the port of raft.address."},
