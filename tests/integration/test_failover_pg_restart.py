@@ -74,6 +74,7 @@ class PgRestartDuringFailover(base.Replication):
         self.wait_in_sync([1, 2, 3])
         self.wait_caught_up()
         self.check_replicas(acked)
+        self.check_one_leader_per_epoch()
 
 
 def load_tests(loader, tests, pattern):

@@ -123,6 +123,7 @@ class ReassignTests:
         self.assertIn("0 move(s) started, 0 refused", p.stdout)
         self.wait_caught_up()
         self.check_replicas(acked)
+        self.check_one_leader_per_epoch()
 
     def test_bad_reassignments_are_refused_and_change_nothing(self):
         self.start_all()

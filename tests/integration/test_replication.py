@@ -7,6 +7,7 @@ acknowledged record."""
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -23,6 +24,8 @@ from harness import DEADLINE_S, SLUICE_CLI, HttpError, Node, poll, record_value
 PG_URL = os.environ.get("SLUICE_TEST_PG_URL", "")
 CHECKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "check_replicas.py")
 MAX_LAG_MS = 1500
+# What a broker logs when its storage takes the leader role (replica_manager.cc assign).
+LEADING = re.compile(rb"replication: (.*): leading in epoch (\d+)\s*$")
 
 ERRC = {1: "invalid_argument", 2: "malformed_body", 6: "not_found", 12: "fenced", 13: "stale_route", 14: "not_leader", 22: "not_supported"}
 
@@ -183,6 +186,21 @@ class Replication(unittest.TestCase):
         p = subprocess.run(args, capture_output=True, text=True, timeout=300)
         self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
         return hwm
+
+    def check_one_leader_per_epoch(self):
+        """Every broker's whole log (all its starts): no (shard log, epoch) was led by two
+        brokers. Returns {(shard log, epoch): {broker}}."""
+        leaders = {}
+        for i, n in self.nodes.items():
+            with open(n.log_path, "rb") as f:
+                for line in f:
+                    m = LEADING.search(line)
+                    if m:
+                        leaders.setdefault((m.group(1).decode(), int(m.group(2))), set()).add(i)
+        two = {k: v for k, v in leaders.items() if len(v) > 1}
+        self.assertFalse(two, "two leaders in one epoch: %s" % two)
+        self.assertTrue(leaders, "no broker logged leading a shard")
+        return leaders
 
     def metric(self, node, name, label=""):
         """The value of one per-shard sample of stream r (and `label`, if given) in /metrics."""
@@ -762,6 +780,7 @@ class Replication(unittest.TestCase):
         self.assertEqual(e.exception.status, 400)
         self.wait_caught_up()
         self.check_replicas(acked)
+        self.check_one_leader_per_epoch()
 
 
 if __name__ == "__main__":

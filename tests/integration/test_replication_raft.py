@@ -79,6 +79,7 @@ class RaftReplication(base.Replication):
         self.wait_in_sync([1, 2, 3])
         self.wait_caught_up()
         self.check_replicas(acked)
+        self.check_one_leader_per_epoch()
 
 
 if __name__ == "__main__":
