@@ -1,5 +1,7 @@
 // ShardLogImpl (shard_log.h): where the log starts. Retention deletes whole sealed segments
-// from the oldest, and the log start becomes the first remaining segment's base.
+// from the oldest, and the log start becomes the first remaining segment's base. On a
+// replicated shard the log start never passes the high watermark (Kafka's rule): whatever
+// retention removes was committed.
 #include "shard_log.h"
 
 namespace sluice::fs_storage {
@@ -23,10 +25,13 @@ void ShardLogImpl::apply_retention(std::int64_t now_ms) {
     for (auto& s : segments_) total += s->readable_size;
     std::size_t drop = 0;
     const std::uint64_t snap_end = snapshot_end_.load(std::memory_order_acquire);
+    const std::uint64_t hwm = hwm_.load(std::memory_order_acquire);
     while (drop + 1 < segments_.size()) {  // never the active segment
       const auto& s = segments_[drop];
       // Never beyond the producer snapshot: producer state must outlive the data.
       if (segments_[drop + 1]->base() > snap_end) break;
+      // Never beyond the high watermark: only committed records expire.
+      if (replicated_ && segments_[drop + 1]->base() > hwm) break;
       const bool by_size = retention_.max_bytes >= 0 &&
                            total > static_cast<std::uint64_t>(retention_.max_bytes);
       const bool by_age =
