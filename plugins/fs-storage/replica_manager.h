@@ -80,6 +80,11 @@ class ReplicaLog {
   // synced before it returns.
   virtual Result<void> append_replica(std::string_view chunk, Offset base, LeaderEpoch epoch) = 0;
   virtual Result<void> truncate_to(Offset end) = 0;
+  // Drops the whole log (which ends at or below `start`) and continues with an empty one
+  // starting at `start`, the leader's log start; crash-safe and durable when it returns.
+  // The one cut allowed below the high watermark (docs/replication.md "Below the leader's
+  // log start"). Refused on a leader, and when the log holds anything at or above `start`.
+  virtual Result<void> restart_at(Offset start) = 0;
   // `cb` once the log end exceeds `offset` or the log closes (inline then, returning 0).
   virtual std::uint64_t notify_when_end_beyond(Offset offset, std::function<void()> cb) = 0;
   virtual void cancel_end_notify(std::uint64_t handle) = 0;

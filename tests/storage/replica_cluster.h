@@ -33,16 +33,20 @@ inline bool eventually(const std::function<bool()>& pred,
   return pred();
 }
 
-// One entry per offset: (epoch, value). A chunk is 16 bytes per entry: epoch, value.
+// One entry per offset from the log start: (epoch, value). A chunk is 16 bytes per entry:
+// epoch, value.
 class ModelLog : public ReplicaLog {
  public:
   explicit ModelLog(ShardRef ref) : ref_(std::move(ref)) {}
 
   const ShardRef& ref() const override { return ref_; }
-  Offset log_start() override { return Offset{0}; }
+  Offset log_start() override {
+    std::lock_guard lk(mu_);
+    return Offset{start_};
+  }
   Offset durable_end() override {
     std::lock_guard lk(mu_);
-    return Offset{entries_.size()};
+    return Offset{end()};
   }
   Offset high_watermark() override {
     std::lock_guard lk(mu_);
@@ -58,16 +62,16 @@ class ModelLog : public ReplicaLog {
   }
   Result<EpochEnd> end_offset_for(LeaderEpoch e) override {
     std::lock_guard lk(mu_);
-    if (e >= epoch_) return EpochEnd{epoch_, Offset{entries_.size()}};
+    if (e >= epoch_) return EpochEnd{epoch_, Offset{end()}};
     LeaderEpoch best{0};
     bool found = false;
     for (auto& [ep, v] : entries_)
       if (ep <= e) best = std::max(best, ep), found = true;
-    if (!found) return EpochEnd{LeaderEpoch{0}, Offset{0}};
-    std::uint64_t end = 0;
+    if (!found) return EpochEnd{LeaderEpoch{0}, Offset{start_}};
+    std::uint64_t last = start_;
     for (std::size_t i = 0; i < entries_.size(); ++i)
-      if (entries_[i].first <= best) end = i + 1;
-    return EpochEnd{best, Offset{end}};
+      if (entries_[i].first <= best) last = start_ + i + 1;
+    return EpochEnd{best, Offset{last}};
   }
   Result<void> become_leader(LeaderEpoch e) override { return take_epoch(e, true); }
   Result<void> become_follower(LeaderEpoch e, NodeId) override { return take_epoch(e, false); }
@@ -86,7 +90,7 @@ class ModelLog : public ReplicaLog {
   }
   void advance_high_watermark(Offset hwm) override {
     std::lock_guard lk(mu_);
-    hwm = std::min(hwm, Offset{entries_.size()});
+    hwm = std::min(hwm, Offset{end()});
     if (hwm > hwm_) hwm_ = hwm;
     complete_waiters();
   }
@@ -103,8 +107,12 @@ class ModelLog : public ReplicaLog {
   }
   Result<ReplicaChunk> read_raw(Offset from, std::size_t max_bytes) override {
     std::lock_guard lk(mu_);
+    if (from.value() < start_)
+      return Error(Errc::offset_out_of_range, "offset " + std::to_string(from.value()) +
+                                                  " is before the log start " +
+                                                  std::to_string(start_));
     ReplicaChunk c;
-    std::uint64_t i = from.value();
+    std::uint64_t i = from.value() - start_;
     if (i < entries_.size()) c.epoch = entries_[i].first;
     // Like the real log: a chunk never spans two epochs.
     while (i < entries_.size() && entries_[i].first == c.epoch &&
@@ -113,14 +121,14 @@ class ModelLog : public ReplicaLog {
       put(c.bytes, entries_[i].second);
       ++i;
     }
-    c.next = Offset{i};
+    c.next = Offset{start_ + i};
     return c;
   }
   Result<void> append_replica(std::string_view chunk, Offset base, LeaderEpoch) override {
     std::lock_guard lk(mu_);
-    if (base.value() != entries_.size())
+    if (base.value() != end())
       return Error(Errc::conflict, "chunk at " + std::to_string(base.value()) + ", log end " +
-                                       std::to_string(entries_.size()));
+                                       std::to_string(end()));
     if (chunk.size() % 16 != 0) return Error(Errc::corrupt_data, "bad chunk");
     for (std::size_t i = 0; i < chunk.size(); i += 16)
       entries_.emplace_back(LeaderEpoch{get(chunk.data() + i)}, get(chunk.data() + i + 8));
@@ -130,13 +138,26 @@ class ModelLog : public ReplicaLog {
   Result<void> truncate_to(Offset end) override {
     std::lock_guard lk(mu_);
     if (end < hwm_) return Error(Errc::conflict, "below the high watermark");
-    if (end.value() < entries_.size()) entries_.resize(end.value());
+    if (end.value() < start_) return Error(Errc::offset_out_of_range, "below the log start");
+    if (end.value() < this->end()) entries_.resize(end.value() - start_);
     ++truncations_;
+    return {};
+  }
+  Result<void> restart_at(Offset start) override {
+    std::lock_guard lk(mu_);
+    if (leading_) return Error(Errc::conflict, "a leader never starts its log over");
+    if (start.value() < end()) return Error(Errc::conflict, "the log ends beyond " +
+                                                             std::to_string(start.value()));
+    entries_.clear();
+    start_ = start.value();
+    hwm_ = start;
+    ++restarts_;
+    fire();
     return {};
   }
   std::uint64_t notify_when_end_beyond(Offset off, std::function<void()> cb) override {
     std::unique_lock lk(mu_);
-    if (entries_.size() > off.value()) {
+    if (end() > off.value()) {
       lk.unlock();
       cb();
       return 0;
@@ -160,7 +181,7 @@ class ModelLog : public ReplicaLog {
       return f;
     }
     entries_.emplace_back(epoch_, value);
-    w.end = Offset{entries_.size()};
+    w.end = Offset{end()};
     w.deadline = Clock::now() + timeout;
     waiters_.push_back(std::move(w));
     fire();
@@ -177,6 +198,15 @@ class ModelLog : public ReplicaLog {
     std::lock_guard lk(mu_);
     hwm_ = o;
   }
+  // Retention: entries below `start` (which must not pass the high watermark) are gone.
+  void expire_below(Offset start) {
+    std::lock_guard lk(mu_);
+    ASSERT_LE(start, hwm_) << "retention never passes the high watermark";
+    ASSERT_LE(start.value(), end());
+    entries_.erase(entries_.begin(),
+                   entries_.begin() + static_cast<std::ptrdiff_t>(start.value() - start_));
+    start_ = start.value();
+  }
   std::vector<std::pair<LeaderEpoch, std::uint64_t>> entries() {
     std::lock_guard lk(mu_);
     return entries_;
@@ -185,6 +215,10 @@ class ModelLog : public ReplicaLog {
     std::lock_guard lk(mu_);
     return truncations_;
   }
+  int restarts() {
+    std::lock_guard lk(mu_);
+    return restarts_;
+  }
 
  private:
   struct Waiter {
@@ -192,6 +226,7 @@ class ModelLog : public ReplicaLog {
     Clock::time_point deadline;
     std::promise<Result<Offset>> done;
   };
+  std::uint64_t end() const { return start_ + entries_.size(); }  // mu_ held
   static void put(std::string& s, std::uint64_t v) { s.append(reinterpret_cast<char*>(&v), 8); }
   static std::uint64_t get(const char* p) {
     std::uint64_t v;
@@ -210,7 +245,7 @@ class ModelLog : public ReplicaLog {
   }
   void fire() {
     for (auto it = notifies_.begin(); it != notifies_.end();) {
-      if (entries_.size() > it->second.first.value()) {
+      if (end() > it->second.first.value()) {
         it->second.second();
         it = notifies_.erase(it);
       } else {
@@ -236,6 +271,7 @@ class ModelLog : public ReplicaLog {
 
   std::mutex mu_;
   ShardRef ref_;
+  std::uint64_t start_ = 0;
   std::vector<std::pair<LeaderEpoch, std::uint64_t>> entries_;
   Offset hwm_{0};
   LeaderEpoch epoch_{0};
@@ -246,6 +282,7 @@ class ModelLog : public ReplicaLog {
   std::map<std::uint64_t, std::pair<Offset, std::function<void()>>> notifies_;
   std::uint64_t next_handle_ = 0;
   int truncations_ = 0;
+  int restarts_ = 0;
 };
 
 // An in-process network of peer transports. Every delivery runs on the network's thread.
