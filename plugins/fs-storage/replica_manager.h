@@ -8,7 +8,10 @@
 //     compare-and-set (never below min_insync);
 //   * follower: truncates a divergent suffix found through the leader-epoch history (never
 //     below its high watermark), then fetches, writes and fsyncs chunks, and reports its
-//     durable end with the next fetch;
+//     durable end with the next fetch; when its whole log lies below the leader's log start
+//     (the leader answers such a fetch with its log start and no chunk), it drops the log
+//     and starts over there (restart_at: the one cut below the high watermark;
+//     docs/replication.md "Below the leader's log start");
 //   * neither (no leader, or another epoch than its own): serves nothing.
 //
 // It drives the log through the ReplicaLog seam, so the protocol is tested against a model
@@ -139,6 +142,7 @@ class ReplicaManager {
     std::uint64_t chunks_appended = 0;
     std::uint64_t bytes_appended = 0;
     std::uint64_t truncations = 0;
+    std::uint64_t log_restarts = 0;  // restart_at at a leader's log start
     std::uint64_t isr_shrinks = 0;
     std::uint64_t isr_expands = 0;
   };
