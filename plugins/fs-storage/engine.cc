@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "layout.h"
+#include "log_restart.h"
 #include "recovery.h"
 #include "shard_replica_log.h"
 #include "sluice/failpoint.h"
@@ -110,6 +111,15 @@ Result<std::shared_ptr<ShardLog>> FsStorageEngine::open_shard(const ShardRef& re
   }
   // Recovery may have cut a torn tail below an entry that was written before its data.
   if (replica.replicated) replica.history.forget_beyond(Offset(recovered->next_offset));
+  if (recovered->restarted_at)
+    if (auto r = finish_restart(*fs_, host_, "shard " + ref.to_string(), *dir, ldir,
+                                *recovered->restarted_at,
+                                replica.replicated ? &replica.history : nullptr);
+        !r) {
+      host_.log(LogLevel::error, kComponent,
+                "cannot open shard " + ref.to_string() + ": " + r.error().message);
+      return r.error();
+    }
   auto shard = std::make_shared<ShardLogImpl>(ref, spec.retention, *dir, opts_, fs_, host_, pool_,
                                               std::move(recovered).value(), std::move(replica));
   if (group_clock_) shard->set_group_clock(group_clock_);
@@ -148,6 +158,11 @@ Result<std::unique_ptr<GroupOps>> FsStorageEngine::open_group_log(const ShardRef
   auto recovered = recover_log(*fs_, host_, opts_, gdir + "/log", ref.incarnation);
   if (!recovered) return fail(recovered.error());
   replica.history.forget_beyond(Offset(recovered->next_offset));
+  if (recovered->restarted_at)
+    if (auto r = finish_restart(*fs_, host_, "the group log of shard " + ref.to_string(), gdir,
+                                gdir + "/log", *recovered->restarted_at, &replica.history);
+        !r)
+      return fail(r.error());
   auto log = std::make_shared<ShardLogImpl>(ref, RetentionPolicy{}, gdir, opts_, fs_, host_, pool_,
                                             std::move(recovered).value(), std::move(replica));
   return std::make_unique<GroupOps>(std::move(log), gdir, fs_, host_);

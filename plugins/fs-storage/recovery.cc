@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "layout.h"
+#include "log_restart.h"
 #include "sluice/record_batch.h"
 
 namespace sluice::fs_storage {
@@ -184,7 +185,15 @@ Result<RecoveredLog> recover_log_impl(FileSystem& fs, PluginHost& host, const Op
 
 Result<RecoveredLog> recover_log(FileSystem& fs, PluginHost& host, const Options& opts,
                                  const std::string& dir, Incarnation incarnation) {
-  return recover_log_impl(fs, host, opts, dir, incarnation, true);
+  auto restart = read_restart_marker(fs, dir);
+  if (!restart) return restart.error();
+  if (*restart) {
+    // A restart of the log at this offset was committed: redo its removals first.
+    if (auto r = drop_below(fs, dir, **restart); !r) return r.error();
+  }
+  auto out = recover_log_impl(fs, host, opts, dir, incarnation, true);
+  if (out) out->restarted_at = *restart;
+  return out;
 }
 
 namespace {

@@ -16,11 +16,16 @@
 //     valid snapshot, every batch is scanned and a new snapshot is written.
 //   storage.repair=true: instead of failing, the log is cut at the first corrupt batch
 //   (later segments deleted) and an ERROR line says how many bytes/segments went.
+//   a restart marker (log_restart.h), first of all: the log was being started over at
+//     the marker's offset; everything below it is removed before the scan
+//     (RecoveredLog::restarted_at; the caller finishes the restart). A corrupt marker is
+//     corrupt_data.
 //
 // Thread: runs on the open_shard caller, before the shard is visible to anyone.
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,6 +43,9 @@ struct RecoveredLog {
   std::uint64_t next_offset = 0;                   // = high watermark after recovery
   ProducerTable producers;                         // idempotent-producer state at next_offset
   std::uint64_t snapshot_end = 0;                  // end of the valid producer snapshot on disk
+  // A restart marker was found and the log rolled forward to start here: the caller must
+  // finish the restart (finish_restart, log_restart.h) before the log is used.
+  std::optional<Offset> restarted_at;
 };
 
 Result<RecoveredLog> recover_log(FileSystem& fs, PluginHost& host, const Options& opts,

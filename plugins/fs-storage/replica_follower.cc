@@ -1,5 +1,6 @@
-// The follower side of the replication manager: KIP-279 truncation and the fetch loop
-// (docs/replication.md "The replication manager").
+// The follower side of the replication manager: KIP-279 truncation, the fetch loop, and
+// starting over at the leader's log start (docs/replication.md "The replication manager",
+// "Below the leader's log start").
 #include "replica_manager_internal.h"
 
 #include <algorithm>
@@ -150,6 +151,26 @@ void ReplicaManager::fetch_step(const std::shared_ptr<Shard>& s, std::uint64_t g
                                                            std::to_string(resp->chunk_base.value()) +
                                                            " to a fetch at " +
                                                            std::to_string(base.value())));
+          if (resp->log_start > base) {
+            // The leader's log starts beyond everything this replica holds: retention
+            // removed the rest there, once committed. Kafka's rule: drop the whole log,
+            // below the high watermark too, and start over at the leader's log start
+            // (docs/replication.md "Below the leader's log start").
+            const std::string start = std::to_string(resp->log_start.value());
+            if (!resp->chunk.empty())
+              return retry(s, gen, Error(Errc::internal, "the leader sent a chunk at " +
+                                                             std::to_string(base.value()) +
+                                                             ", below its log start " + start));
+            const Offset held_from = log->log_start();
+            if (auto r = log->restart_at(resp->log_start); !r) return retry(s, gen, r.error());
+            log_(LogLevel::info, shard_name(s->ref, s->kind) + ": the leader's log starts at " +
+                                     start + ", beyond this replica's [" +
+                                     std::to_string(held_from.value()) + ", " +
+                                     std::to_string(base.value()) +
+                                     "): dropped it and started the log over there");
+            std::lock_guard clk(mu_);
+            ++counters_.log_restarts;
+          }
           if (!resp->chunk.empty()) {
             if (auto r = log->append_replica(resp->chunk, base, resp->chunk_epoch); !r)
               return retry(s, gen, r.error());

@@ -161,18 +161,15 @@ void ReplicaManager::serve_fetch(const std::shared_ptr<Shard>& s, FetchRequest r
   record_progress(*s, req.env.sender, req.env.directory_id, req.durable_end, Clock::now());
   update_high_watermark(*s);
   const Offset end = s->log->durable_end();
-  const Offset start = s->log->log_start();
-  if (req.fetch_offset < start)
-    return respond(Error(Errc::offset_out_of_range,
-                         "fetch offset " + std::to_string(req.fetch_offset.value()) +
-                             " is below the log start " + std::to_string(start.value()) +
-                             " of " + shard_name(s->ref, s->kind)));
   if (req.fetch_offset > end)
     return respond(Error(Errc::conflict, "fetch offset " +
                                              std::to_string(req.fetch_offset.value()) +
                                              " is beyond the leader's log end " +
                                              std::to_string(end.value()) + " of " +
                                              shard_name(s->ref, s->kind) + "; truncate first"));
+  // Anything below the end is answered at once, an offset below the log start included
+  // (the log start is never above the end): answer_fetch tells that follower where the log
+  // starts (docs/replication.md "Below the leader's log start").
   if (req.fetch_offset < end || req.wait_ms == 0) {
     lk.unlock();
     return answer_fetch(s, req, respond);
@@ -236,14 +233,23 @@ void ReplicaManager::answer_fetch(const std::shared_ptr<Shard>& s, const FetchRe
                             opts_.fetch_max_bytes);
   FetchResponse out;
   ReplicaChunk chunk;
-  if (req.fetch_offset < log->durable_end()) {
+  // A fetch below the log start (retention removed it here) gets no chunk, only the log
+  // start: the follower starts its log over there (replica_follower.cc).
+  Offset start = log->log_start();
+  if (req.fetch_offset >= start && req.fetch_offset < log->durable_end()) {
     auto c = log->read_raw(req.fetch_offset, max_bytes);
-    if (!c) return respond(c.error());
-    chunk = std::move(*c);
+    if (c) {
+      chunk = std::move(*c);
+    } else {
+      // Retention may have moved the log start past the offset since it was read.
+      start = log->log_start();
+      if (c.error().code != Errc::offset_out_of_range || req.fetch_offset >= start)
+        return respond(c.error());
+    }
   }
   out.leader_epoch = epoch;
   out.high_watermark = log->high_watermark();
-  out.log_start = log->log_start();
+  out.log_start = start;
   out.log_end = log->durable_end();
   out.chunk_base = req.fetch_offset;
   out.chunk_epoch = chunk.epoch;

@@ -8,7 +8,10 @@
 //     compare-and-set (never below min_insync);
 //   * follower: truncates a divergent suffix found through the leader-epoch history (never
 //     below its high watermark), then fetches, writes and fsyncs chunks, and reports its
-//     durable end with the next fetch;
+//     durable end with the next fetch; when its whole log lies below the leader's log start
+//     (the leader answers such a fetch with its log start and no chunk), it drops the log
+//     and starts over there (restart_at: the one cut below the high watermark;
+//     docs/replication.md "Below the leader's log start");
 //   * neither (no leader, or another epoch than its own): serves nothing.
 //
 // It drives the log through the ReplicaLog seam, so the protocol is tested against a model
@@ -80,6 +83,11 @@ class ReplicaLog {
   // synced before it returns.
   virtual Result<void> append_replica(std::string_view chunk, Offset base, LeaderEpoch epoch) = 0;
   virtual Result<void> truncate_to(Offset end) = 0;
+  // Drops the whole log (which ends at or below `start`) and continues with an empty one
+  // starting at `start`, the leader's log start; crash-safe and durable when it returns.
+  // The one cut allowed below the high watermark (docs/replication.md "Below the leader's
+  // log start"). Refused on a leader, and when the log holds anything at or above `start`.
+  virtual Result<void> restart_at(Offset start) = 0;
   // `cb` once the log end exceeds `offset` or the log closes (inline then, returning 0).
   virtual std::uint64_t notify_when_end_beyond(Offset offset, std::function<void()> cb) = 0;
   virtual void cancel_end_notify(std::uint64_t handle) = 0;
@@ -134,6 +142,7 @@ class ReplicaManager {
     std::uint64_t chunks_appended = 0;
     std::uint64_t bytes_appended = 0;
     std::uint64_t truncations = 0;
+    std::uint64_t log_restarts = 0;  // restart_at at a leader's log start
     std::uint64_t isr_shrinks = 0;
     std::uint64_t isr_expands = 0;
   };

@@ -59,10 +59,10 @@
 //     expire_quorum_waiters fails those past their deadline (set_quorum_timeout, taken at
 //     append); fence/become_follower fail them all with fenced. Duplicates of idempotent
 //     retries complete once the high watermark passes their original.
-//   * the follower path (append_replica, truncate_to) and role changes run on the caller's
-//     thread, serialized by repl_mu_. While one writes it holds the flusher's token
-//     (scheduled_ = true, after waiting for a running flush to drain), so the segment
-//     writer fields keep exactly one writer and close() waits for it.
+//   * the follower path (append_replica, truncate_to, restart_at) and role changes run on
+//     the caller's thread, serialized by repl_mu_. While one writes it holds the flusher's
+//     token (scheduled_ = true, after waiting for a running flush to drain), so the
+//     segment writer fields keep exactly one writer and close() waits for it.
 //   * the durable end (durable_end_) is the end of fdatasync'd data, published with the
 //     segment sizes; notify_when_end_beyond waiters fire when it passes their offset.
 //     read_raw serves whole stored batches up to it (the leader's unreplicated data
@@ -244,6 +244,17 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   // the high watermark (conflict naming both), below the log start (offset_out_of_range).
   // An `end` at or beyond the log end changes nothing.
   Result<void> truncate_to(Offset end);
+  // Drops the whole log and continues with an empty one that starts at `start` (a leader's
+  // log start above everything this replica holds; docs/replication.md "Below the leader's
+  // log start"): every segment, index and the producer snapshot go, producer state and the
+  // epoch history's entries are cleared, and the durable end, the high watermark and the
+  // log start all become `start` (below the old high watermark too: that is the one
+  // exception to truncate_to's rule). Crash-safe through a marker file (log_restart.h):
+  // after a crash the log is either the old one or the new empty one. Refused on a leader
+  // (conflict), and when the log holds anything at or above `start` (conflict naming
+  // both). An empty log that already starts at `start` changes nothing. A failure after
+  // the commit point fails the shard (storage_failure); reopening finishes the restart.
+  Result<void> restart_at(Offset start);
   // Calls `cb` once the DURABLE end (synced data) exceeds `offset`, or the shard closes
   // (inline, returning 0, if already true). Otherwise returns a handle for
   // cancel_end_notify (same contract as notify_when_beyond / cancel_notify).
@@ -382,7 +393,7 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   GroupStepHook group_step_hook_;
 
   const bool replicated_;
-  std::mutex repl_mu_;   // role changes, append_replica, truncate_to; history writes
+  std::mutex repl_mu_;   // role changes, append_replica, truncate_to, restart_at; history writes
   std::mutex epoch_mu_;  // history_ (readers copy under it; written under repl_mu_ too)
   EpochHistory history_;
 

@@ -47,6 +47,7 @@ class ShardReplicaLog final : public ReplicaLog {
     return log_->append_replica(chunk, base, epoch);
   }
   Result<void> truncate_to(Offset end) override { return log_->truncate_to(end); }
+  Result<void> restart_at(Offset start) override { return log_->restart_at(start); }
   std::uint64_t notify_when_end_beyond(Offset offset, std::function<void()> cb) override {
     return log_->notify_when_end_beyond(offset, std::move(cb));
   }

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <iostream>
+#include <optional>
 #include <mutex>
 #include <random>
 
@@ -103,6 +104,55 @@ TEST(CrashRecoveryTest, AcknowledgedRecordsSurviveCrashesThatDropTearOrGarbleUns
     if (host.logged("truncated torn tail")) saw_torn_tail = true;
   }
   EXPECT_TRUE(saw_torn_tail) << "some seed should have produced a torn tail";
+}
+
+// The fault file system's model of directory entries (fault_file_system.h): a power cut
+// undoes creations, removals and renames that no sync_dir made durable; crash_after cuts
+// before the n-th mutating operation.
+TEST(FaultFileSystemTest, APowerCutUndoesDirectoryEntriesNoSyncDirMadeDurable) {
+  TestHost host;
+  FaultFileSystem fs;
+  const std::string d = host.data_dir();
+  auto write = [&](const std::string& name, const std::string& bytes) {
+    auto f = fs.open(d + "/" + name, OpenMode::create_truncate);
+    ASSERT_TRUE(f);
+    ASSERT_TRUE((*f)->pwrite(bytes.data(), bytes.size(), 0));
+    ASSERT_TRUE((*f)->datasync());
+  };
+  auto read = [&](const std::string& name) -> std::optional<std::string> {
+    auto f = fs.open(d + "/" + name, OpenMode::read_write);
+    if (!f) return std::nullopt;
+    return read_whole_file(**f).value();
+  };
+  write("kept", "old");
+  write("gone", "x");
+  ASSERT_TRUE(fs.sync_dir(d));
+  // Created, removed and replaced, none of it made durable:
+  write("new", "n");
+  ASSERT_TRUE(fs.remove(d + "/gone"));
+  write("kept.tmp", "fresh");
+  ASSERT_TRUE(fs.rename(d + "/kept.tmp", d + "/kept"));
+  CrashOptions cut;
+  cut.lose_unsynced_entries = true;
+  fs.crash_after(1, 7, cut);
+  ASSERT_TRUE(fs.remove(d + "/new"));  // the one operation before the cut
+  EXPECT_FALSE(fs.sync_dir(d));        // the cut: fails, and makes nothing durable
+  EXPECT_TRUE(fs.crashed());
+  fs.restart();
+  EXPECT_EQ(read("kept"), "old");
+  EXPECT_EQ(read("gone"), "x");
+  EXPECT_EQ(read("new"), std::nullopt);
+  EXPECT_EQ(read("kept.tmp"), std::nullopt);
+
+  // Made durable by sync_dir, the same changes survive the cut.
+  write("kept.tmp", "fresh");
+  ASSERT_TRUE(fs.rename(d + "/kept.tmp", d + "/kept"));
+  ASSERT_TRUE(fs.remove(d + "/gone"));
+  ASSERT_TRUE(fs.sync_dir(d));
+  fs.crash(8, cut);
+  fs.restart();
+  EXPECT_EQ(read("kept"), "fresh");
+  EXPECT_EQ(read("gone"), std::nullopt);
 }
 
 }  // namespace

@@ -8,10 +8,16 @@
 // later operation fails with EIO until restart() (the "new process").
 //
 // Other faults: fail_syncs() makes datasync return EIO; block_syncs() parks every datasync
-// until unblock_syncs(), so a test can hold a group between write and sync.
+// until unblock_syncs(), so a test can hold a group between write and sync;
+// crash_after(n, ...) crashes just before the (n+1)-th mutating operation from now (open
+// that creates, pwritev, datasync, truncate, remove, rename, mkdir, sync_dir), which fails,
+// so a test can crash at every step of a protocol in turn.
 //
-// Simplifications: directory entries are durable immediately (creation, rename, remove);
-// the engine fsyncs directories anyway. Thread-safe; one mutex serializes all operations.
+// Directory entries: by default durable immediately (creation, rename, remove). With
+// CrashOptions::lose_unsynced_entries a crash also undoes, newest first, every entry
+// created, removed or renamed in a directory since that directory's last sync_dir (a
+// removed file comes back with its synced bytes, a renamed one under its old name, and
+// what a rename replaced comes back too). Thread-safe; one mutex serializes all operations.
 #pragma once
 
 #include <errno.h>
@@ -19,11 +25,16 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "file_system.h"
 
@@ -32,6 +43,7 @@ namespace sluice::fs_storage::testing {
 struct CrashOptions {
   bool keep_unsynced_prefix = false;  // keep a random prefix of never-synced bytes
   bool append_garbage = false;        // then append 1..64 random bytes
+  bool lose_unsynced_entries = false; // undo directory entries not yet fsynced (see above)
 };
 
 class FaultFileSystem final : public FileSystem {
@@ -62,42 +74,41 @@ class FaultFileSystem final : public FileSystem {
   // Drops unsynced bytes of every tracked file; returns how many files lost bytes.
   int crash(std::uint64_t seed, CrashOptions opt) {
     std::lock_guard lk(mu_);
-    crashed_ = true;
-    std::mt19937_64 rng(seed);
-    int touched = 0;
-    for (auto& [path, synced] : synced_) {
-      auto size = real_.file_size(path);
-      if (!size || *size <= synced) continue;
-      ++touched;
-      std::uint64_t keep = 0;
-      if (opt.keep_unsynced_prefix) keep = rng() % (*size - synced + 1);
-      if (::truncate(path.c_str(), static_cast<off_t>(synced + keep)) != 0) std::abort();
-      if (opt.append_garbage) {
-        std::string junk(1 + rng() % 64, '\0');
-        for (auto& c : junk) c = static_cast<char>(rng());
-        auto f = real_.open(path, OpenMode::read_write);
-        if (!f || !(*f)->pwrite(junk.data(), junk.size(), synced + keep)) std::abort();
-      }
-    }
-    return touched;
+    return crash_locked(seed, opt);
+  }
+  // Crashes (as crash(seed, opt)) right before the (ops + 1)-th mutating operation.
+  void crash_after(int ops, std::uint64_t seed, CrashOptions opt) {
+    std::lock_guard lk(mu_);
+    crash_countdown_ = ops;
+    crash_seed_ = seed;
+    crash_opts_ = opt;
+  }
+  bool crashed() {
+    std::lock_guard lk(mu_);
+    return crashed_;
   }
   void restart() {
     std::lock_guard lk(mu_);
     crashed_ = false;
     blocked_ = false;
     fail_syncs_ = false;
+    crash_countdown_.reset();
     synced_.clear();  // files found by the new process count as durable
+    entry_ops_.clear();
     cv_.notify_all();
   }
 
   // --- FileSystem ---
   Result<std::unique_ptr<File>> open(const std::string& path, OpenMode mode) override {
     std::lock_guard lk(mu_);
+    if (mode != OpenMode::read_write) tick();
     if (crashed_) return io_error("open", path, EIO);
+    const bool existed = std::filesystem::exists(path);
     auto f = real_.open(path, mode);
     if (!f) return f.error();
     if (mode != OpenMode::read_write) {
       synced_[path] = 0;
+      if (!existed) entry_ops_.push_back({EntryOp::created, parent(path), path, {}, {}});
     } else if (!synced_.count(path)) {
       auto sz = (*f)->size();
       synced_[path] = sz ? *sz : 0;
@@ -105,26 +116,47 @@ class FaultFileSystem final : public FileSystem {
     return std::unique_ptr<File>(std::make_unique<FaultFile>(*this, std::move(f).value()));
   }
   Result<bool> exists(const std::string& p) override { return guard("exists", p, [&] { return real_.exists(p); }); }
-  Result<bool> mkdir(const std::string& p) override { return guard("mkdir", p, [&] { return real_.mkdir(p); }); }
-  Result<void> sync_dir(const std::string& p) override { return guard("sync_dir", p, [&] { return real_.sync_dir(p); }); }
+  Result<bool> mkdir(const std::string& p) override {
+    return mutate("mkdir", p, [&]() -> Result<bool> {
+      auto r = real_.mkdir(p);
+      if (r && *r) entry_ops_.push_back({EntryOp::created, parent(p), p, {}, {}});
+      return r;
+    });
+  }
+  Result<void> sync_dir(const std::string& p) override {
+    return mutate("sync_dir", p, [&]() -> Result<void> {
+      auto r = real_.sync_dir(p);
+      if (r) std::erase_if(entry_ops_, [&](const EntryOp& e) { return e.dir == p; });
+      return r;
+    });
+  }
   Result<std::vector<std::string>> list(const std::string& p) override { return guard("list", p, [&] { return real_.list(p); }); }
   Result<std::uint64_t> file_size(const std::string& p) override { return guard("stat", p, [&] { return real_.file_size(p); }); }
   Result<void> remove(const std::string& p) override {
-    return guard("remove", p, [&] {
+    return mutate("remove", p, [&] {
+      if (std::filesystem::is_regular_file(p))
+        entry_ops_.push_back({EntryOp::removed, parent(p), p, {}, durable_bytes(p)});
       synced_.erase(p);
       return real_.remove(p);
     });
   }
   Result<void> remove_dir(const std::string& p) override {
-    return guard("rmdir", p, [&] { return real_.remove_dir(p); });
+    return mutate("rmdir", p, [&] {
+      if (std::filesystem::is_directory(p))
+        entry_ops_.push_back({EntryOp::removed_dir, parent(p), p, {}, {}});
+      return real_.remove_dir(p);
+    });
   }
   Result<bool> is_directory(const std::string& p) override {
     return guard("lstat", p, [&] { return real_.is_directory(p); });
   }
   Result<void> rename(const std::string& from, const std::string& to) override {
-    return guard("rename", from, [&]() -> Result<void> {
+    return mutate("rename", from, [&]() -> Result<void> {
+      std::optional<std::string> replaced;
+      if (std::filesystem::is_regular_file(to)) replaced = durable_bytes(to);
       auto r = real_.rename(from, to);
       if (r) {
+        entry_ops_.push_back({EntryOp::renamed, parent(to), to, from, std::move(replaced)});
         auto it = synced_.find(from);
         if (it != synced_.end()) {
           const std::uint64_t s = it->second;
@@ -143,6 +175,85 @@ class FaultFileSystem final : public FileSystem {
   }
 
  private:
+  // A directory entry changed since its directory's last sync_dir.
+  struct EntryOp {
+    enum Kind { created, removed, removed_dir, renamed } kind;
+    std::string dir;   // whose sync_dir makes it durable
+    std::string path;  // the entry (renamed: its new name)
+    std::string from;  // renamed: the old name
+    std::optional<std::string> bytes;  // removed: its synced bytes; renamed: what it replaced
+  };
+
+  static std::string parent(const std::string& p) {
+    const auto slash = p.find_last_of('/');
+    return slash == std::string::npos ? "." : p.substr(0, slash);
+  }
+  // The bytes of `p` a power cut would keep (mu_ held).
+  std::string durable_bytes(const std::string& p) {
+    std::ifstream in(p, std::ios::binary);
+    std::string b((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (auto it = synced_.find(p); it != synced_.end() && it->second < b.size())
+      b.resize(it->second);
+    return b;
+  }
+  static void write_file(const std::string& p, const std::string& bytes) {
+    std::ofstream(p, std::ios::binary | std::ios::trunc) << bytes;
+  }
+  // One mutating operation (mu_ held): crashes first if crash_after says so.
+  void tick() {
+    if (!crash_countdown_ || crashed_) return;
+    if (*crash_countdown_ == 0) {
+      crash_countdown_.reset();
+      crash_locked(crash_seed_, crash_opts_);
+      return;
+    }
+    --*crash_countdown_;
+  }
+  template <class F>
+  auto mutate(const char* op, const std::string& p, F f) -> decltype(f()) {
+    std::lock_guard lk(mu_);
+    tick();
+    if (crashed_) return io_error(op, p, EIO);
+    return f();
+  }
+
+  int crash_locked(std::uint64_t seed, CrashOptions opt) {
+    crashed_ = true;
+    std::mt19937_64 rng(seed);
+    int touched = 0;
+    for (auto& [path, synced] : synced_) {
+      auto size = real_.file_size(path);
+      if (!size || *size <= synced) continue;
+      ++touched;
+      std::uint64_t keep = 0;
+      if (opt.keep_unsynced_prefix) keep = rng() % (*size - synced + 1);
+      if (::truncate(path.c_str(), static_cast<off_t>(synced + keep)) != 0) std::abort();
+      if (opt.append_garbage) {
+        std::string junk(1 + rng() % 64, '\0');
+        for (auto& c : junk) c = static_cast<char>(rng());
+        auto f = real_.open(path, OpenMode::read_write);
+        if (!f || !(*f)->pwrite(junk.data(), junk.size(), synced + keep)) std::abort();
+      }
+    }
+    if (opt.lose_unsynced_entries) {
+      namespace fsys = std::filesystem;
+      for (auto e = entry_ops_.rbegin(); e != entry_ops_.rend(); ++e) {
+        switch (e->kind) {
+          case EntryOp::created: fsys::remove_all(e->path); break;
+          case EntryOp::removed: write_file(e->path, *e->bytes); break;
+          case EntryOp::removed_dir: fsys::create_directory(e->path); break;
+          case EntryOp::renamed:
+            if (fsys::exists(e->path)) fsys::rename(e->path, e->from);
+            if (e->bytes) write_file(e->path, *e->bytes);
+            break;
+        }
+        ++touched;
+      }
+    }
+    entry_ops_.clear();
+    return touched;
+  }
+
   class FaultFile final : public File {
    public:
     FaultFile(FaultFileSystem& fs, std::unique_ptr<File> real) : fs_(fs), real_(std::move(real)) {}
@@ -154,6 +265,7 @@ class FaultFileSystem final : public FileSystem {
     }
     Result<void> pwritev(const struct iovec* iov, int count, std::uint64_t off) override {
       std::lock_guard lk(fs_.mu_);
+      fs_.tick();
       if (fs_.crashed_) return io_error("pwritev", path(), EIO);
       return real_->pwritev(iov, count, off);
     }
@@ -162,6 +274,7 @@ class FaultFileSystem final : public FileSystem {
       ++fs_.waiting_;
       fs_.cv_.wait(lk, [&] { return !fs_.blocked_; });
       --fs_.waiting_;
+      fs_.tick();
       if (fs_.crashed_ || fs_.fail_syncs_) return io_error("fdatasync", path(), EIO);
       if (auto r = real_->datasync(); !r) return r;
       ++fs_.syncs_;
@@ -171,6 +284,7 @@ class FaultFileSystem final : public FileSystem {
     }
     Result<void> truncate(std::uint64_t len) override {
       std::lock_guard lk(fs_.mu_);
+      fs_.tick();
       if (fs_.crashed_) return io_error("ftruncate", path(), EIO);
       auto r = real_->truncate(len);
       auto it = fs_.synced_.find(path());
@@ -204,6 +318,10 @@ class FaultFileSystem final : public FileSystem {
   bool blocked_ = false;
   int waiting_ = 0;
   std::uint64_t syncs_ = 0;
+  std::vector<EntryOp> entry_ops_;  // oldest first
+  std::optional<int> crash_countdown_;
+  std::uint64_t crash_seed_ = 0;
+  CrashOptions crash_opts_;
 };
 
 }  // namespace sluice::fs_storage::testing
