@@ -299,7 +299,6 @@ void ReplicaManager::check_shard(const std::shared_ptr<Shard>& s, Clock::time_po
     }
   }
 
-  const Offset leader_end = s->log->durable_end();
   const Offset hwm = s->log->high_watermark();
   // Kafka's rule: the time since it last fetched while caught up. A follower that stops
   // fetching lags even when nothing new was written (a dead replica leaves the set).

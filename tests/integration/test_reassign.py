@@ -125,6 +125,42 @@ class ReassignTests:
         self.check_replicas(acked)
         self.check_one_leader_per_epoch()
 
+    def test_a_copy_on_a_broker_gone_for_good_moves_and_goes_when_it_returns(self):
+        """A follower's broker dies for good: its copy is reassigned to the broker outside,
+        from the live leader; when the dead broker comes back anyway, it removes its copy at
+        start (it is no longer in the list)."""
+        self.start_all()
+        self.nodes[1].create_stream("r", shards=1, replication_factor=3, min_insync=2)
+        poll(lambda: all(self.shard(n) for n in self.nodes.values()), "every broker to apply the create")
+        info = self.shard(self.nodes[1])
+        old = info["replicas"]
+        self.wait_in_sync(old)
+        leader = info["leader"]
+        gone = next(b for b in old if b != leader)
+        outside = next(i for i in self.BROKERS if i not in old)
+        acked = {}
+        vals = ["a-%d" % i for i in range(20)]
+        for res, v in zip(self.publish(self.nodes[leader], vals), vals):
+            acked[res["offset"]] = v
+        self.nodes[gone].kill()
+        n = self.nodes[leader]
+        poll(lambda: not next(b for b in n.request("GET", "/v1/brokers")["brokers"] if b["id"] == gone)["live"],
+             "broker %d to be seen dead" % gone)
+        target = [outside if b == gone else b for b in old]
+        st, body = n.request("POST", n.ns_path() + "/streams/r/shards/0/reassign", {"replicas": target}, raw=True)
+        self.assertEqual(st, 202, body)
+        poll(lambda: (lambda s: s["replicas"] == target and "target_replicas" not in s)(self.shard(n)),
+             "the move off dead broker %d to finish" % gone, timeout=120)
+        vals = ["b-%d" % i for i in range(20)]
+        for res, v in zip(self.publish(n, vals), vals):
+            acked[res["offset"]] = v
+        self.assertTrue(os.path.exists(self.shard_dir(gone, info)), "the dead broker's copy is still on its disk")
+        self.nodes[gone].start()
+        poll(lambda: not os.path.exists(self.shard_dir(gone, info)), "broker %d to remove its old copy" % gone)
+        self.wait_caught_up()
+        self.check_replicas(acked)
+        self.check_one_leader_per_epoch()
+
     def test_bad_reassignments_are_refused_and_change_nothing(self):
         self.start_all()
         n = self.nodes[1]
