@@ -42,7 +42,24 @@ Result<void> BrokerRuntime::start() {
   // Forwarded calls are answered `unavailable` (transient) until the first resync is done.
   start_forwarding();
   control_ = std::thread([this] { control_loop(); });
-  if (auto r = resync(); !r) return r;
+  // The first resync may meet a control plane between leaders (a raft-meta member that was
+  // just restarted while the others elect): transient answers are retried for up to the
+  // catalog timeout before the start gives up; anything else stops the start at once.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(opts_.catalog_timeout_ms);
+  for (bool logged = false;;) {
+    auto r = resync();
+    if (r) break;
+    const auto& e = r.error();
+    const bool transient = e.outcome == Outcome::transient || e.code == Errc::not_leader ||
+                           e.code == Errc::unavailable || e.code == Errc::timeout;
+    if (!transient || std::chrono::steady_clock::now() >= deadline) return r;
+    if (!logged)
+      host_.log(LogLevel::warn, "broker", "the catalog is not ready yet, retrying until " +
+                                              std::to_string(opts_.catalog_timeout_ms) + " ms have passed: " +
+                                              e.to_string());
+    logged = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
   started_ = true;
   if (storage_) heartbeat_ = std::thread([this] { heartbeat_loop(); });
   return {};

@@ -11,7 +11,9 @@
 #include <algorithm>
 
 #include <boost/json/array.hpp>
+#include <boost/json/monotonic_resource.hpp>
 #include <boost/json/object.hpp>
+#include <boost/json/value.hpp>
 
 #include "codec.h"
 #include "handlers.h"
@@ -84,7 +86,8 @@ bool plain_feature_name(const std::string& s) {
 
 }  // namespace
 
-void handle_fleet(Node& node, const std::shared_ptr<Exchange>& ex, const std::vector<std::string>& seg) {
+void handle_fleet(Node& node, const std::shared_ptr<Exchange>& ex, const std::vector<std::string>& seg,
+                  std::string_view body) {
   const std::string& what = seg[1];
   if (what == "features" && seg.size() == 2) {
     return respond_blocking(ex, [&node] {
@@ -111,6 +114,12 @@ void handle_fleet(Node& node, const std::shared_ptr<Exchange>& ex, const std::ve
         std::stoull(id) == 0 || std::stoull(id) > 0xffffffffULL)
       return ex->respond(problem(Error(Errc::invalid_argument, "a broker id is an integer from 1 to 4294967295")));
     const NodeId broker{static_cast<std::uint32_t>(std::stoull(id))};
+    if (!body.empty()) {  // nothing to say but `{}`: any field is one we do not know
+      json::monotonic_resource mr;
+      json::value v(json::storage_ptr{&mr});
+      if (auto r = parse_json_object(body, v); !r) return ex->respond(problem(r.error()));
+      if (auto r = check_fields(v.get_object(), {}, ""); !r) return ex->respond(problem(r.error()));
+    }
     return respond_blocking(ex, [&node, broker] {
       auto r = node.drain_broker(broker);
       if (!r) return problem(r.error());

@@ -54,7 +54,9 @@ void handle_caches(Node& node, const std::shared_ptr<Exchange>& ex, const std::v
 std::string_view openapi_document();
 
 // GET /v1/features, POST /v1/features/{f}/finalize, GET /v1/brokers, GET /v1/tombstones
-void handle_fleet(Node& node, const std::shared_ptr<Exchange>& ex, const std::vector<std::string>& seg);
+// `body`: the request body (a drain takes none, or `{}`).
+void handle_fleet(Node& node, const std::shared_ptr<Exchange>& ex, const std::vector<std::string>& seg,
+                  std::string_view body);
 
 // {ns}/streams/{s}/groups[/{g}[/shards/{n}/(records|ack|nack|dead-letters[/replay])]]
 void handle_groups(Node& node, const HttpConfig& cfg, const std::shared_ptr<Exchange>& ex,

@@ -561,7 +561,7 @@ void Router::dispatch(const std::shared_ptr<Exchange>& ex) {
       return;
     }
     case Route::fleet:
-      handle_fleet(node, ex, seg);
+      handle_fleet(node, ex, seg, req.body);
       return;
     case Route::groups:
       handle_groups(node, cfg_, ex, seg, *target);

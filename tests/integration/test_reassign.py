@@ -210,6 +210,11 @@ class ReassignTests:
             with self.assertRaises(HttpError, msg=b) as e:
                 n.request("POST", "/v1/brokers/%s/drain" % b, {})
             self.assertEqual(e.exception.status, status, b)
+        with self.assertRaises(HttpError) as e:
+            n.request("POST", "/v1/brokers/%d/drain" % outside, {"force": True})
+        self.assertEqual((e.exception.status, e.exception.problem.get("code")), (400, "unknown_field"))
+        st, _ = n.request("POST", "/v1/brokers/%d/drain" % outside, b"[1", raw=True)
+        self.assertEqual(st, 400)
         # The CLI: --replicas is required; a drain that cannot move an RF 1 copy exits 1.
         p = subprocess.run([base.SLUICE_CLI, "--url", n.url, "stream", "reassign", "t/n/r", "--shard", "0"],
                            capture_output=True, text=True, timeout=60)

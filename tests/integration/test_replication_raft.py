@@ -4,6 +4,7 @@ brokers (1-3) that reach them over the controller RPC. Also: the Raft leader is 
 during a leader failover; the failover completes under the next Raft leader and no shard
 ends with two leaders in one epoch.
 """
+import threading
 import time
 import unittest
 
@@ -80,6 +81,30 @@ class RaftReplication(base.Replication):
         self.wait_caught_up()
         self.check_replicas(acked)
         self.check_one_leader_per_epoch()
+
+    def test_a_broker_starting_while_the_controllers_elect_waits_for_them(self):
+        """A node whose start meets a control plane without a leader (two of three
+        controllers down) retries its first catalog read instead of exiting; it starts once a
+        leader is elected (nemesis seed 285976512 found a restarted controller exiting with
+        "member 12 is not the leader and knows no leader yet")."""
+        self.start_all()
+        self.nodes[3].stop()
+        leader = self.raft_leader()
+        down = [c for c in self.controllers if c is not leader][:1] + [leader]
+        for c in down:
+            c.kill()
+        started = []
+        t = threading.Thread(target=lambda: started.append(self.nodes[3].start()))
+        t.start()
+        poll(lambda: "the catalog is not ready yet" in self.nodes[3].current_log(),
+             "broker 3 to wait for the catalog")
+        down[0].start()
+        t.join(timeout=120)
+        self.assertFalse(t.is_alive())
+        self.assertEqual(len(started), 1, "broker 3 started")
+        poll(lambda: next(b for b in self.nodes[1].request("GET", "/v1/brokers")["brokers"]
+                          if b["id"] == 3)["live"], "broker 3 to be live again")
+        down[1].start()
 
 
 if __name__ == "__main__":
