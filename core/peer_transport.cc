@@ -57,6 +57,21 @@ std::string hex(std::uint64_t v, int width) {
 }
 }  // namespace
 
+OutFrame make_frame(const Header& h, std::string payload) {
+  OutFrame f;
+  auto* p = f.header.data();
+  p[0] = kMagic;
+  p[1] = static_cast<unsigned char>((kVersion << 4) | (h.flags & 0x0f));
+  const std::uint16_t type = h.type;
+  const std::uint64_t id = h.request_id;
+  const auto len = static_cast<std::uint32_t>(payload.size());
+  std::memcpy(p + 2, &type, 2);  // little-endian, as put_u16/u64/u32 (x86_64, aarch64)
+  std::memcpy(p + 4, &id, 8);
+  std::memcpy(p + 12, &len, 4);
+  f.payload = std::move(payload);
+  return f;
+}
+
 std::string encode_frame(const Header& h, std::string_view payload) {
   std::string out;
   out.reserve(kHeaderBytes + payload.size());
@@ -279,10 +294,10 @@ struct Conn : std::enable_shared_from_this<Conn> {
   PeerIdentity peer;
   unsigned char hdr[kHeaderBytes];
   std::string body;
-  std::deque<std::string> wq;
+  std::deque<OutFrame> wq;  // a frame's header and payload go out as two buffers (no copy)
   bool writing = false;
   std::map<std::uint64_t, Pending> pending;        // outgoing requests awaiting an answer
-  std::deque<std::pair<std::uint64_t, std::string>> unsent;  // queued until the hello
+  std::deque<std::pair<std::uint64_t, OutFrame>> unsent;  // queued until the hello
 
   // "peer N", or "the peer" for a probe (target 0: whoever answers at the address).
   std::string peer_name() const { return target.value() ? "peer " + std::to_string(target.value()) : "the peer"; }
@@ -306,7 +321,7 @@ struct Conn : std::enable_shared_from_this<Conn> {
     ::setsockopt(sock.native_handle(), IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
     ::setsockopt(sock.native_handle(), IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
     ::setsockopt(sock.native_handle(), IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
-    enqueue(encode_frame(Header{0, kHelloType, 0, 0}, encode_hello(t.own_hello())));
+    enqueue(make_frame(Header{0, kHelloType, 0, 0}, encode_hello(t.own_hello())));
     if (!outgoing) arm_setup_timer();  // an outgoing one armed it before connecting
     read_header();
   }
@@ -326,7 +341,7 @@ struct Conn : std::enable_shared_from_this<Conn> {
   }
 
   // A frame after the hello, through the failpoints (test-only) for its destination.
-  void send(std::string frame) {
+  void send(OutFrame frame) {
     const NodeId dest = outgoing ? target : peer.node;
     auto rule = t.failpoints.check(dest, [this](LogLevel l, const std::string& m) { t.log(l, m); });
     if (rule.drop) return;
@@ -340,7 +355,7 @@ struct Conn : std::enable_shared_from_this<Conn> {
     enqueue(std::move(frame));
   }
 
-  void enqueue(std::string frame) {
+  void enqueue(OutFrame frame) {
     if (state == State::closed) return;
     wq.push_back(std::move(frame));
     if (!writing) write_next();
@@ -348,7 +363,9 @@ struct Conn : std::enable_shared_from_this<Conn> {
 
   void write_next() {
     writing = true;
-    asio::async_write(sock, asio::buffer(wq.front()),
+    const auto& f = wq.front();
+    const std::array<asio::const_buffer, 2> bufs{asio::buffer(f.header), asio::buffer(f.payload)};
+    asio::async_write(sock, bufs,
                       [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
                         self->writing = false;
                         if (self->state == State::closed) return;
@@ -608,7 +625,7 @@ void AsioPeerTransport::Impl::do_request(NodeId peer, PeerMessageType type, std:
     pp.cb(Error(Errc::timeout, "peer " + std::to_string(peer.value()) + " did not answer a request of type " +
                                    type_name(type) + " within " + std::to_string(timeout.count()) + " ms"));
   });
-  std::string frame = encode_frame(Header{0, type, id, 0}, payload);
+  OutFrame frame = make_frame(Header{0, type, id, 0}, std::move(payload));
   if (c->state == Conn::State::ready) {
     p.sent = true;
     c->pending.emplace(id, std::move(p));
@@ -631,7 +648,7 @@ void AsioPeerTransport::Impl::serve(const std::shared_ptr<Conn>& c, const Header
   const std::uint64_t id = h.request_id;
   const PeerMessageType type = h.type;
   if (!entry) {
-    c->send(encode_frame(Header{kFlagResponse | kFlagError, type, id, 0},
+    c->send(make_frame(Header{kFlagResponse | kFlagError, type, id, 0},
                          encode_error(Error(Errc::not_supported, "node " + std::to_string(opts.self.value()) +
                                                                      " has no handler for peer message type " +
                                                                      type_name(type)))));
@@ -642,16 +659,16 @@ void AsioPeerTransport::Impl::serve(const std::shared_ptr<Conn>& c, const Header
   PeerResponder respond([wt, wc, id, type](Result<std::string> answer) {
     auto t = wt.lock();
     if (!t) return;
-    std::string frame;
+    OutFrame frame;
     if (answer.ok()) {
       if (answer.value().size() + kHeaderBytes > kMaxPeerFrameBytes)
         answer = Error(Errc::internal, "the answer of " + std::to_string(answer.value().size()) +
                                            " bytes is larger than the peer frame limit");
     }
     if (answer.ok())
-      frame = encode_frame(Header{kFlagResponse, type, id, 0}, answer.value());
+      frame = make_frame(Header{kFlagResponse, type, id, 0}, std::move(answer.value()));
     else
-      frame = encode_frame(Header{kFlagResponse | kFlagError, type, id, 0}, encode_error(answer.error()));
+      frame = make_frame(Header{kFlagResponse | kFlagError, type, id, 0}, encode_error(answer.error()));
     asio::post(t->io, [wc, f = std::move(frame)]() mutable {
       if (auto c = wc.lock(); c && c->state == Conn::State::ready) c->send(std::move(f));
     });

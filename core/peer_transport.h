@@ -22,6 +22,7 @@
 // Thread-safety: every public method may be called from any thread.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -61,7 +62,14 @@ struct Hello {
   std::string directory_id;
 };
 
-std::string encode_frame(const Header& h, std::string_view payload);  // sets payload_len
+// A frame to send: its header, and its payload as its own buffer (sent with one gathered
+// write, so a payload is never copied into a frame).
+struct OutFrame {
+  std::array<unsigned char, kHeaderBytes> header{};
+  std::string payload;
+};
+OutFrame make_frame(const Header& h, std::string payload);            // sets payload_len
+std::string encode_frame(const Header& h, std::string_view payload);  // the same, as one string
 // Checks magic, version, flags and length; invalid_argument naming what is wrong.
 Result<Header> decode_header(const unsigned char* p);
 std::string encode_hello(const Hello& h);

@@ -233,11 +233,14 @@ void ReplicaManager::answer_fetch(const std::shared_ptr<Shard>& s, const FetchRe
                             opts_.fetch_max_bytes);
   FetchResponse out;
   ReplicaChunk chunk;
+  // The chunk is read from disk straight behind room for the answer's header, which is
+  // written in place: the bytes are copied once from the page cache, then once into the
+  // socket (the transport sends its frame header as a separate buffer).
   // A fetch below the log start (retention removed it here) gets no chunk, only the log
   // start: the follower starts its log over there (replica_follower.cc).
   Offset start = log->log_start();
   if (req.fetch_offset >= start && req.fetch_offset < log->durable_end()) {
-    auto c = log->read_raw(req.fetch_offset, max_bytes);
+    auto c = log->read_raw(req.fetch_offset, max_bytes, kFetchResponseHeaderBytes);
     if (c) {
       chunk = std::move(*c);
     } else {
@@ -247,23 +250,25 @@ void ReplicaManager::answer_fetch(const std::shared_ptr<Shard>& s, const FetchRe
         return respond(c.error());
     }
   }
+  if (chunk.bytes.size() < kFetchResponseHeaderBytes) chunk.bytes.assign(kFetchResponseHeaderBytes, '\0');
+  const std::size_t chunk_size = chunk.bytes.size() - kFetchResponseHeaderBytes;
   out.leader_epoch = epoch;
   out.high_watermark = log->high_watermark();
   out.log_start = start;
   out.log_end = log->durable_end();
   out.chunk_base = req.fetch_offset;
   out.chunk_epoch = chunk.epoch;
-  out.chunk = chunk.bytes;
   {
     std::lock_guard lk(s->mu);
     if (auto it = s->followers.find(req.env.sender); it != s->followers.end())
       it->second.hwm_sent = std::max(it->second.hwm_sent, out.high_watermark);
   }
-  std::string payload = encode(out);
+  encode_fetch_response_header(out, chunk_size, chunk.bytes.data());
+  std::string payload = std::move(chunk.bytes);
   {
     std::lock_guard lk(mu_);
     ++counters_.fetches_served;
-    counters_.bytes_served += chunk.bytes.size();
+    counters_.bytes_served += chunk_size;
   }
   respond(std::move(payload));
 }

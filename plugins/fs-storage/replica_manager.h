@@ -49,7 +49,7 @@ namespace sluice::fs_storage {
 
 // read_raw's answer as the manager needs it.
 struct ReplicaChunk {
-  std::string bytes;   // whole stored batches, as on disk
+  std::string bytes;   // `headroom` bytes for the caller, then whole stored batches, as on disk
   Offset next;         // the offset after the last batch
   LeaderEpoch epoch;   // the epoch every batch was written in (a chunk never spans two)
 };
@@ -77,8 +77,10 @@ class ReplicaLog {
   virtual void set_in_sync(std::size_t members, std::uint32_t min_insync) = 0;
   virtual void advance_high_watermark(Offset hwm) = 0;
   virtual void expire_quorum_waiters(std::chrono::steady_clock::time_point now) = 0;
-  // Whole batches from `from` (a batch boundary) up to the log end, at least one if any.
-  virtual Result<ReplicaChunk> read_raw(Offset from, std::size_t max_bytes) = 0;
+  // Whole batches from `from` (a batch boundary) up to the log end, at least one if any,
+  // behind `headroom` bytes the caller fills in.
+  virtual Result<ReplicaChunk> read_raw(Offset from, std::size_t max_bytes,
+                                        std::size_t headroom = 0) = 0;
   // Appends a chunk read from the leader at `base` (== log end), written in `epoch`,
   // synced before it returns.
   virtual Result<void> append_replica(std::string_view chunk, Offset base, LeaderEpoch epoch) = 0;

@@ -133,16 +133,21 @@ std::string encode(const FetchRequest& m) {
   return w.take();
 }
 
+void encode_fetch_response_header(const FetchResponse& m, std::size_t chunk_size, char* out) {
+  const std::uint64_t fields[6] = {m.leader_epoch.value(), m.high_watermark.value(),
+                                   m.log_start.value(),    m.log_end.value(),
+                                   m.chunk_base.value(),   m.chunk_epoch.value()};
+  std::memcpy(out, fields, sizeof fields);
+  const auto n = static_cast<std::uint32_t>(chunk_size);
+  std::memcpy(out + sizeof fields, &n, sizeof n);
+  static_assert(sizeof fields + sizeof n == kFetchResponseHeaderBytes);
+}
+
 std::string encode(const FetchResponse& m) {
-  Writer w(52 + m.chunk.size());
-  w.u64(m.leader_epoch.value());
-  w.u64(m.high_watermark.value());
-  w.u64(m.log_start.value());
-  w.u64(m.log_end.value());
-  w.u64(m.chunk_base.value());
-  w.u64(m.chunk_epoch.value());
-  w.bytes(m.chunk);
-  return w.take();
+  std::string out(kFetchResponseHeaderBytes + m.chunk.size(), '\0');
+  encode_fetch_response_header(m, m.chunk.size(), out.data());
+  std::memcpy(out.data() + kFetchResponseHeaderBytes, m.chunk.data(), m.chunk.size());
+  return out;
 }
 
 std::string encode(const EpochEndRequest& m) {

@@ -66,6 +66,11 @@ struct EpochEndResponse {
 
 std::string encode(const FetchRequest&);
 std::string encode(const FetchResponse&);
+// A fetch answer is its fixed header, then the chunk. The leader reads the chunk from disk
+// straight behind room for the header and writes the header in place (no copy of the chunk).
+inline constexpr std::size_t kFetchResponseHeaderBytes = 52;
+// Writes the header of `m` for a chunk of `chunk_size` bytes (m.chunk is ignored) into `out`.
+void encode_fetch_response_header(const FetchResponse& m, std::size_t chunk_size, char* out);
 std::string encode(const EpochEndRequest&);
 std::string encode(const EpochEndResponse&);
 

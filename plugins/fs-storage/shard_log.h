@@ -108,7 +108,8 @@ struct ReplicaSetup {
 
 // read_raw's answer: whole stored batches, byte for byte as on disk.
 struct RawChunk {
-  std::string bytes;        // concatenated batches; empty when `from` is the durable end
+  std::string bytes;        // `headroom` bytes for the caller, then the concatenated batches
+                            // (none when `from` is the durable end)
   Offset next_offset;       // offset after the last batch (== from if empty)
   LeaderEpoch last_epoch;   // the epoch every batch in `bytes` was written in; for an empty
                             // chunk, the epoch of the batch ending at next_offset (0: none)
@@ -227,8 +228,10 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   // otherwise; offset_out_of_range below the log start or beyond the durable end) up to
   // about max_bytes (at least one batch if any), up to the durable end (not the high
   // watermark), within one segment and one epoch. One pread in the common case; no
-  // per-record work. CRCs are not checked here (append_replica checks them).
-  Result<RawChunk> read_raw(Offset from, std::size_t max_bytes);
+  // per-record work. CRCs are not checked here (append_replica checks them). The batches
+  // are read behind `headroom` bytes of unspecified content that the caller fills in (the
+  // fetch answer's header), so the answer goes out without another copy.
+  Result<RawChunk> read_raw(Offset from, std::size_t max_bytes, std::size_t headroom = 0);
   // Follower only (else conflict). Checks every batch (check_batch: header + CRC;
   // incarnation -> stale_route; contiguous offsets from expected_base, which must equal
   // the log end -> conflict naming both); `epoch` is the epoch all its batches were

@@ -316,7 +316,8 @@ void ShardLogImpl::release_writer() {
 
 // --- read_raw ----------------------------------------------------------------------------
 
-Result<RawChunk> ShardLogImpl::read_raw(Offset from_off, std::size_t max_bytes) {
+Result<RawChunk> ShardLogImpl::read_raw(Offset from_off, std::size_t max_bytes,
+                                       std::size_t headroom) {
   const std::uint64_t from = from_off.value();
   std::shared_ptr<Segment> seg;
   std::uint64_t size = 0, pos = 0, end;
@@ -349,6 +350,7 @@ Result<RawChunk> ShardLogImpl::read_raw(Offset from_off, std::size_t max_bytes) 
     std::lock_guard lk(epoch_mu_);
     if (from == end) {
       out.last_epoch = from == 0 ? LeaderEpoch(0) : history_.epoch_at(Offset(from - 1));
+      out.bytes.resize(headroom);
       return out;
     }
     out.last_epoch = history_.epoch_at(from_off);
@@ -379,28 +381,30 @@ Result<RawChunk> ShardLogImpl::read_raw(Offset from_off, std::size_t max_bytes) 
                        " holds " + std::to_string(h.record_count) + " records)");
     pos += h.length;
   }
-  // One pread of up to max_bytes; whole batches of it are the answer.
+  // One pread of up to max_bytes, behind `headroom` bytes the caller fills in (the fetch
+  // answer's header); whole batches of it are the answer.
   std::uint64_t want = std::min<std::uint64_t>(std::max<std::size_t>(max_bytes, kBatchHeaderSize),
                                                size - pos);
   for (int attempt = 0; attempt < 2; ++attempt) {
-    out.bytes.resize(want);
-    auto n = seg->file().pread(out.bytes.data(), want, pos);
+    out.bytes.resize(headroom + want);
+    char* const data = out.bytes.data() + headroom;
+    auto n = seg->file().pread(data, want, pos);
     if (!n) return n.error();
-    out.bytes.resize(*n);  // short only if a truncation raced this read
+    const std::uint64_t got = *n;  // short only if a truncation raced this read
     std::uint64_t at = 0, next = from;
     std::uint32_t first_len = 0;
-    while (at + kBatchHeaderSize <= out.bytes.size()) {
-      const BatchHeader h = BatchHeader::decode(out.bytes.data() + at);
+    while (at + kBatchHeaderSize <= got) {
+      const BatchHeader h = BatchHeader::decode(data + at);
       if (h.magic != kBatchMagic || h.length < kBatchHeaderSize || h.base_offset != next)
         return corrupt(pos + at, "bad header");
       if (limit && h.base_offset >= limit->value()) break;  // the next epoch starts here
       if (at == 0) first_len = h.length;
-      if (at + h.length > out.bytes.size()) break;
+      if (at + h.length > got) break;
       at += h.length;
       next = h.next_offset();
     }
     if (at > 0) {
-      out.bytes.resize(at);
+      out.bytes.resize(headroom + at);
       out.next_offset = Offset(next);
       return out;
     }

@@ -38,8 +38,9 @@ class ShardReplicaLog final : public ReplicaLog {
   void expire_quorum_waiters(std::chrono::steady_clock::time_point now) override {
     log_->expire_quorum_waiters(now);
   }
-  Result<ReplicaChunk> read_raw(Offset from, std::size_t max_bytes) override {
-    auto r = log_->read_raw(from, max_bytes);
+  Result<ReplicaChunk> read_raw(Offset from, std::size_t max_bytes,
+                                std::size_t headroom = 0) override {
+    auto r = log_->read_raw(from, max_bytes, headroom);
     if (!r) return r.error();
     return ReplicaChunk{std::move(r->bytes), r->next_offset, r->last_epoch};
   }

@@ -105,18 +105,20 @@ class ModelLog : public ReplicaLog {
       }
     }
   }
-  Result<ReplicaChunk> read_raw(Offset from, std::size_t max_bytes) override {
+  Result<ReplicaChunk> read_raw(Offset from, std::size_t max_bytes,
+                                std::size_t headroom = 0) override {
     std::lock_guard lk(mu_);
     if (from.value() < start_)
       return Error(Errc::offset_out_of_range, "offset " + std::to_string(from.value()) +
                                                   " is before the log start " +
                                                   std::to_string(start_));
     ReplicaChunk c;
+    c.bytes.assign(headroom, '\x5a');  // the caller's, like the real log's unspecified bytes
     std::uint64_t i = from.value() - start_;
     if (i < entries_.size()) c.epoch = entries_[i].first;
     // Like the real log: a chunk never spans two epochs.
     while (i < entries_.size() && entries_[i].first == c.epoch &&
-           (c.bytes.empty() || c.bytes.size() + 16 <= max_bytes)) {
+           (c.bytes.size() == headroom || c.bytes.size() - headroom + 16 <= max_bytes)) {
       put(c.bytes, entries_[i].first.value());
       put(c.bytes, entries_[i].second);
       ++i;

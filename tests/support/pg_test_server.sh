@@ -33,6 +33,12 @@ pg_start() {
 }
 
 pg_stop() {
+  # A server that died without cleaning up (a killed test run, a reboot) leaves a stale pid
+  # file: there is nothing to stop then.
+  if [ -f "$dir/data/postmaster.pid" ] &&
+    ! kill -0 "$(head -1 "$dir/data/postmaster.pid")" 2>/dev/null; then
+    rm -f "$dir/data/postmaster.pid"
+  fi
   if [ -f "$dir/data/postmaster.pid" ]; then
     as_pg "$PGBIN/pg_ctl" -D "$dir/data" -m fast -w -t 60 stop >/dev/null ||
       die "pg_ctl stop failed for $dir/data"
