@@ -264,6 +264,12 @@ Result<T> PgMetaStore::run(Mode mode, F&& fn) {
         } catch (const pqxx::broken_connection& e) {
           conn.reset();
           last = "connection lost: " + clean(e.what());
+        } catch (const pqxx::transaction_rollback& e) {
+          // 40001 / 40P01: not sql_errors in libpqxx 6.4 (they derive from pqxx::failure),
+          // so before this they reached the std::exception branch and answered internal.
+          // Nothing was committed: retry.
+          last = "serialization failure: " + clean(e.what());
+          rollback();
         } catch (const pqxx::sql_error& e) {
           const std::string& st = e.sqlstate();
           if (st == "40001" || st == "40P01") {

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <map>
+#include <optional>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -241,6 +242,38 @@ TEST(PostgresMetaPool, connections_killed_under_load_retry_or_answer_transient) 
   auto count = pgtest::sql(schema, "SELECT count(*) FROM streams")[0][0].as<std::size_t>();
   EXPECT_GE(count, ok_names.size() + 1);
   EXPECT_LE(count, ok_names.size() + uncertain_names.size() + 1);
+}
+
+// A write chosen as a deadlock victim (40P01) is retried, not answered as internal: libpqxx
+// 6.4 throws pqxx::deadlock_detected / serialization_failure, which are not sql_errors.
+// The cycle: this session holds brokers and then waits for counter, which the create holds
+// while it waits for brokers. This session's deadlock_timeout is long, so the create's
+// backend (1 s) is the one that detects the deadlock and is aborted.
+TEST(PostgresMetaPool, deadlock_victim_is_retried) {
+  auto schema = pgtest::fresh_schema(pgtest::current_test_name());
+  Node n(pool_config(schema, 2));
+  ASSERT_TRUE(n->create_tenant("acme").ok());
+  ASSERT_TRUE(n->create_namespace("acme", "prod").ok());
+  pqxx::connection c(pgtest::base_url());
+  pqxx::work tx(c);
+  tx.exec0("SET LOCAL search_path = " + tx.quote_name(schema));
+  tx.exec0("SET LOCAL deadlock_timeout = '600s'");
+  tx.exec0("LOCK TABLE brokers IN ACCESS EXCLUSIVE MODE");
+  std::optional<Result<StreamInfo>> r;
+  std::thread t([&] { r.emplace(n->create_stream(key("victim"), {})); });
+  // The create holds the counter lock and waits for brokers.
+  EXPECT_TRUE(pgtest::eventually([&] {
+    return !pgtest::sql(schema, "SELECT 1 FROM pg_locks l JOIN pg_class r ON r.oid = l.relation "
+                                "WHERE r.relname = 'brokers' AND r.relnamespace = '" + schema +
+                                    "'::regnamespace AND NOT l.granted")
+                .empty();
+  }));
+  tx.exec0("LOCK TABLE counter IN EXCLUSIVE MODE");  // granted once the create is aborted
+  tx.abort();
+  t.join();
+  ASSERT_TRUE(r.has_value());
+  EXPECT_TRUE(r->ok()) << r->error().to_string();
+  expect_gap_free(schema);
 }
 
 TEST(PostgresMetaPool, pool_size_is_validated) {
