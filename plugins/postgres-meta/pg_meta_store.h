@@ -15,12 +15,14 @@
 //     callbacks run here, one at a time, in ChangeSeq order, no lock held), holds the controller lease (a session
 //     advisory lock) and tracks readiness. Reconnects with backoff.
 //
-// Lock order: life_mu_ -> pool_mu_; watch_mu_ is never held with pool_mu_. No lock is held
-// while a pooled connection is in use (its slot belongs to the call that took it).
+// Lock order: life_mu_ -> pool_mu_; watch_mu_ is never held with pool_mu_; create_mu_ is
+// never held with another lock. No lock is held while a pooled connection is in use (its
+// slot belongs to the call that took it).
 //
 // Files: pg_meta_config.cc, pg_meta_bootstrap.cc (connect, migrate, start/stop),
-// pg_meta_transaction.cc and pg_meta_store_internal.h (the transaction runner and helpers),
-// pg_meta_pool.cc (the request pool, prepared statements, WriteBatch), pg_meta_catalog.cc,
+// pg_meta_transaction.cc and pg_meta_store_internal.h (the transaction runner, WriteBatch and
+// helpers),
+// pg_meta_pool.cc (the request pool, prepared statements), pg_meta_catalog.cc,
 // pg_meta_create.cc (stream creates), pg_meta_fleet.cc, pg_meta_feed.cc (feed thread, watches).
 #pragma once
 
