@@ -153,9 +153,16 @@ Result<void> PgMetaStore::start() {
   if (!id.ok()) return id.error();
   if (auto a = host_.adopt_cluster_id(id.value()); !a.ok())
     return Error(a.error().code, a.error().message + " (PostgreSQL " + target_ + ")");
+  // The migrating connection becomes the pool's first; the others open on demand.
+  if (auto p = prepare_statements(*c); !p.ok()) return p.error();
   {
-    std::lock_guard lk(req_mu_);
-    req_ = std::move(c);
+    std::lock_guard lk(pool_mu_);
+    slots_.clear();
+    slots_.resize(static_cast<std::size_t>(cfg_.pool_size));
+    free_.clear();
+    for (std::size_t i = slots_.size(); i-- > 0;) free_.push_back(i);  // slot 0 is taken first
+    slots_[0].conn = std::move(c);
+    slots_[0].quiet = std::make_unique<pqxx::quiet_errorhandler>(*slots_[0].conn);
   }
   cluster_id_ = id.value();
   feed_stop_ = false;
@@ -166,7 +173,8 @@ Result<void> PgMetaStore::start() {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   log(LogLevel::info, "ready: cluster " + cluster_id_ + " in " + target_ + " at metadata level " +
                           std::to_string(cfg_.level.value()) + ", schema version " +
-                          std::to_string(kSchemaVersion));
+                          std::to_string(kSchemaVersion) + ", up to " +
+                          std::to_string(cfg_.pool_size) + " pooled connections");
   return {};
 }
 
@@ -179,8 +187,7 @@ void PgMetaStore::stop() {
   started_ = false;
   feed_up_ = false;
   lease_held_ = false;
-  std::lock_guard lk(req_mu_);
-  req_.reset();
+  close_pool();
 }
 
 MetadataStatus PgMetaStore::status() {

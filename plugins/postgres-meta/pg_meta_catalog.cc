@@ -1,5 +1,5 @@
-// PgMetaStore catalog calls: tenants, namespaces, streams (the incarnation rules of
-// features.h in the write), snapshot and tombstones.
+// PgMetaStore catalog calls: tenants, namespaces, stream deletes, reads and update_shard,
+// snapshot and tombstones (stream creates: pg_meta_create.cc).
 #include "pg_meta_store.h"
 #include "pg_meta_store_internal.h"
 
@@ -111,109 +111,7 @@ Result<std::vector<NamespaceInfo>> PgMetaStore::list_namespaces(const std::strin
 
 // --- streams ---------------------------------------------------------------------------
 
-Result<StreamInfo> PgMetaStore::create_stream(const StreamKey& key, const StreamSpec& spec) {
-  PG_META_TRY(validate_stream_key(key));
-  PG_META_TRY(validate_stream_spec(spec));
-  const FeatureSpec* feature = find_feature(kStreamIncarnations);
-  // Below the feature's level this instance behaves as a build that never heard of
-  // incarnations: a plain insert at 0, no tombstone read, no level declared (the
-  // database's trigger refuses it once the feature is finalized).
-  const bool knows_incarnations = feature && cfg_.level >= feature->required_level;
-  const bool replicated = spec.replication_factor > 1;
-  // Below level 16 this instance behaves as a build without replicated shards.
-  if (replicated && cfg_.level < kReplicatedShardsLevel)
-    return Error(Errc::conflict, "replication_factor " + std::to_string(spec.replication_factor) +
-                                     " needs metadata level " +
-                                     std::to_string(kReplicatedShardsLevel.value()) +
-                                     "; this instance runs at level " +
-                                     std::to_string(cfg_.level.value()));
-  return run<StreamInfo>(Mode::write, [&](pqxx::transaction_base& tx) -> Result<StreamInfo> {
-    if (replicated && !read_finalized(tx).count(kReplicatedShards))
-      return Error(Errc::conflict,
-                   "replication_factor " + std::to_string(spec.replication_factor) +
-                       " needs the fleet feature replicated_shards, which is not finalized "
-                       "(POST /v1/features/replicated_shards/finalize)");
-    if (!exists(tx, "SELECT 1 FROM namespaces WHERE tenant = $1 AND name = $2", key.tenant, &key.ns))
-      return Error(Errc::not_found, "no namespace " + key.tenant + "/" + key.ns);
-    if (!tx.exec_params("SELECT 1 FROM streams WHERE tenant = $1 AND ns = $2 AND name = $3",
-                        key.tenant, key.ns, key.name)
-             .empty())
-      return Error(Errc::already_exists, "stream " + key.to_string() + " exists");
-    // The control plane clock is the database's (one clock for every instance).
-    const std::int64_t clock_us =
-        i64(tx.exec1("SELECT (extract(epoch FROM clock_timestamp()) * 1000000)::bigint")[0]);
-    StreamInfo info;
-    info.key = key;
-    info.spec = spec;
-    info.created_at_us = clock_us;
-    if (knows_incarnations) {
-      const bool finalized =
-          !tx.exec("SELECT 1 FROM features WHERE name = 'stream_incarnations'").empty();
-      std::optional<Incarnation> tomb;
-      auto t = tx.exec_params(
-          "SELECT deleted_up_to FROM tombstones WHERE tenant = $1 AND ns = $2 AND name = $3",
-          key.tenant, key.ns, key.name);
-      if (!t.empty()) tomb = Incarnation{u64(t[0][0])};
-      // The rules of features.h, decided inside this write.
-      const std::uint64_t proposed = propose_incarnation(finalized, clock_us);
-      info.incarnation = decide_create_incarnation(proposed, /*flagged=*/false, finalized, tomb);
-    }
-    // Placement: the shared rules (features.h place_shards; catalog_rules.h place_replicas
-    // for a replicated stream), as raft-meta's proposer, decided inside this write.
-    std::set<std::string, std::less<>> fin_set;
-    for (auto& [name, at] : read_finalized(tx)) fin_set.insert(name);
-    const std::vector<BrokerInfo> brokers = read_brokers(tx);
-    std::vector<std::vector<NodeId>> placed(spec.shards);
-    if (replicated) {
-      auto p = place_replicas(key, spec.shards, spec.replication_factor, brokers, fin_set);
-      if (!p.ok()) return p.error();
-      placed = std::move(p.value());
-    } else {
-      const auto leaders = place_shards(key, spec.shards, brokers, fin_set);
-      for (std::uint32_t i = 0; i < spec.shards; ++i)
-        if (leaders[i].value() != 0) placed[i] = {leaders[i]};
-    }
-    const std::uint64_t seq = next_seq(tx);
-    info.created_seq = ChangeSeq{seq};
-    tx.exec_params(std::string("INSERT INTO streams(") + kStreamCols +
-                       ") VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
-                   key.tenant, key.ns, key.name,
-                   static_cast<std::int64_t>(info.incarnation.value()),
-                   static_cast<std::int64_t>(spec.shards), spec.retention.max_bytes,
-                   spec.retention.max_age_ms, std::string(to_string(spec.default_ack)),
-                   static_cast<std::int64_t>(seq), clock_us,
-                   static_cast<std::int64_t>(spec.replication_factor),
-                   static_cast<std::int64_t>(spec.min_insync));
-    std::vector<Assignment> as;
-    for (std::uint32_t i = 0; i < spec.shards; ++i) {
-      Assignment a;
-      a.key = key;
-      a.shard = ShardIndex{i};
-      a.incarnation = info.incarnation;
-      a.generation = first_generation(ChangeSeq{seq});
-      if (!placed[i].empty()) {
-        a.leader = placed[i].front();
-        a.replicas = placed[i];
-      }
-      if (replicated) {
-        if (auto st = start_replicated_shard(a, brokers); !st.ok()) return st.error();
-      }
-      tx.exec_params("INSERT INTO assignments(tenant, ns, name, shard, incarnation, generation,"
-                     " leader, replicas, leader_epoch, in_sync, version)"
-                     " VALUES ($1, $2, $3, $4, $5, $6, $7, $8::bigint[], $9, $10, $11)",
-                     key.tenant, key.ns, key.name, static_cast<std::int64_t>(i),
-                     static_cast<std::int64_t>(a.incarnation.value()),
-                     static_cast<std::int64_t>(a.generation.value()),
-                     static_cast<std::int64_t>(a.leader.value()), pg_array(a.replicas),
-                     static_cast<std::int64_t>(a.leader_epoch.value()), encode_in_sync(a.in_sync),
-                     static_cast<std::int64_t>(a.version.value()));
-      as.push_back(std::move(a));
-    }
-    record_change(tx, seq, ChangeEvent::Kind::stream_created,
-                  stream_change_payload(info, as, std::nullopt));
-    return info;
-  });
-}
+// create_stream: pg_meta_create.cc.
 
 Result<StreamInfo> PgMetaStore::delete_stream(const StreamKey& key) {
   PG_META_TRY(validate_stream_key(key));

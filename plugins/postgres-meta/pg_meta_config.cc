@@ -77,6 +77,7 @@ PgMetaConfig PgMetaConfig::from_host(const PluginHost& host) {
   c.change_retention = checked(host, "metadata.postgres.change_retention", 100000, 1, 1LL << 40);
   c.poll_interval = std::chrono::milliseconds(
       checked(host, "metadata.postgres.poll_interval_ms", 1000, 10, 600000));
+  c.pool_size = static_cast<int>(checked(host, "metadata.postgres.pool_size", 8, 1, 64));
   return c;
 }
 

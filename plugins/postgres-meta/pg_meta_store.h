@@ -1,31 +1,41 @@
 // MetadataStore in PostgreSQL (docs/architecture.md "Metadata in PostgreSQL"; README.md in this directory).
 //
 // Thread model
-//   - callers (any thread): every catalog call runs one transaction on the request
-//     connection (req_mu_ serializes them). Writes are SERIALIZABLE and lock the single
-//     `counter` row's table first, so catalog writes are serial, the change sequence is
-//     gap-free and its order is commit order. Serialization failures and lost connections
-//     are retried with backoff until metadata.timeout_ms.
+//   - callers (any thread): every catalog call runs one transaction on a connection it
+//     takes from the request pool (metadata.postgres.pool_size connections, opened on
+//     demand, pg_meta_pool.cc), so independent calls run concurrently. Writes are
+//     SERIALIZABLE and lock the single `counter` row's table first, so catalog writes are
+//     serial, the change sequence is gap-free and its order is commit order. Serialization
+//     failures and lost connections are retried with backoff until metadata.timeout_ms; a
+//     pooled connection found dead before use is replaced. Concurrent stream creates on one
+//     instance are grouped into one write of two round trips (pg_meta_create.cc; WriteBatch,
+//     statements prepared once per connection).
 //   - feed thread (one per started store, its own connection): LISTENs for change
 //     notifications, pages the `changes` table for every watch (WatchRegistry::deliver:
 //     callbacks run here, one at a time, in ChangeSeq order, no lock held), holds the controller lease (a session
 //     advisory lock) and tracks readiness. Reconnects with backoff.
 //
-// Lock order: life_mu_ -> req_mu_; watch_mu_ is never held with req_mu_.
+// Lock order: life_mu_ -> pool_mu_; watch_mu_ is never held with pool_mu_; create_mu_ is
+// never held with another lock. No lock is held while a pooled connection is in use (its
+// slot belongs to the call that took it).
 //
 // Files: pg_meta_config.cc, pg_meta_bootstrap.cc (connect, migrate, start/stop),
-// pg_meta_transaction.cc and pg_meta_store_internal.h (the transaction runner and helpers),
-// pg_meta_catalog.cc, pg_meta_fleet.cc, pg_meta_feed.cc (feed thread, watches).
+// pg_meta_transaction.cc and pg_meta_store_internal.h (the transaction runner, WriteBatch and
+// helpers),
+// pg_meta_pool.cc (the request pool, prepared statements), pg_meta_catalog.cc,
+// pg_meta_create.cc (stream creates), pg_meta_fleet.cc, pg_meta_feed.cc (feed thread, watches).
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -38,6 +48,8 @@
 
 
 namespace sluice::postgres_meta {
+
+class WriteBatch;  // pg_meta_store_internal.h
 
 // The highest metadata level postgres-meta implements: replicated shards (16), on top of
 // stream incarnations (10). Level 14 (cache incarnations, the per-entry flag) is a
@@ -55,6 +67,7 @@ struct PgMetaConfig {
   std::chrono::milliseconds session_timeout{10000}; // broker.session_timeout_ms
   std::int64_t change_retention = 100000;           // metadata.postgres.change_retention
   std::chrono::milliseconds poll_interval{1000};    // metadata.postgres.poll_interval_ms
+  int pool_size = 8;                                // metadata.postgres.pool_size (1..64)
 
   // Throws std::invalid_argument on a missing or malformed value.
   static PgMetaConfig from_host(const PluginHost& host);
@@ -103,9 +116,38 @@ class PgMetaStore final : public MetadataStore {
 
  private:
   enum class Mode { write, read, plain };
+  // Runs fn(transaction_base&) in a transaction of `mode`, or fn(WriteBatch&) as one write
+  // in two round trips (the mode is then ignored); retries as described above.
   template <class T, class F>
   Result<T> run(Mode mode, F&& fn);
   Result<std::unique_ptr<pqxx::connection>> connect_once();
+
+  // The request pool (pg_meta_pool.cc).
+  struct Slot {
+    std::unique_ptr<pqxx::connection> conn;  // null: (re)connect before use
+    std::unique_ptr<pqxx::quiet_errorhandler> quiet;  // conn's notices are not printed
+  };
+  // A free slot's index, waiting while all are taken; nullopt once the deadline passes.
+  std::optional<std::size_t> acquire_slot(std::chrono::steady_clock::time_point deadline);
+  void release_slot(std::size_t i);
+  // The slot's connection, opened (and its statements prepared) if missing; a connection
+  // found dead (the server closed it while idle) is replaced first.
+  Result<pqxx::connection*> slot_connection(std::size_t i);
+  Result<void> prepare_statements(pqxx::connection& c);
+  std::string batch_lock_sql() const;  // the level declaration and the counter lock
+  std::string batch_head() const;      // BEGIN SERIALIZABLE and batch_lock_sql()
+  // For a WriteBatch: the statement that records one change, and the NOTIFY and prune
+  // that follow a write's last change.
+  std::string change_sql(pqxx::transaction_base& tx, std::uint64_t seq, ChangeEvent::Kind kind,
+                         const std::string& payload) const;
+  std::string notify_and_prune_sql(pqxx::transaction_base& tx, std::uint64_t last_seq) const;
+  void close_pool();  // waits for every slot to come back; life_mu_ held
+
+  // Stream creates (pg_meta_create.cc): the creates waiting on one instance are grouped
+  // into one write (one counter lock, two round trips, one commit, one NOTIFY); the caller
+  // that finds no batch running runs the next one.
+  struct PendingCreate;
+  void create_batch(const std::vector<PendingCreate*>& batch);
   Result<std::string> migrate(pqxx::connection& c);
   Result<void> check_started();
   void log(LogLevel level, const std::string& msg);
@@ -133,8 +175,15 @@ class PgMetaStore final : public MetadataStore {
   std::atomic<bool> started_{false};
   std::string cluster_id_;  // guarded by life_mu_ once started
 
-  std::mutex req_mu_;
-  std::unique_ptr<pqxx::connection> req_;  // guarded by req_mu_
+  std::mutex pool_mu_;
+  std::condition_variable pool_cv_;
+  std::vector<Slot> slots_;         // sized at start(); a taken slot belongs to its caller
+  std::vector<std::size_t> free_;   // indices of free slots, guarded by pool_mu_
+
+  std::mutex create_mu_;                      // never held across a database call
+  std::condition_variable create_cv_;
+  std::deque<PendingCreate*> create_queue_;   // create_mu_
+  bool create_running_ = false;               // create_mu_: a batch is in flight
 
   // Feed thread state.
   std::thread feed_;

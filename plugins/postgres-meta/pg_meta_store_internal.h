@@ -5,10 +5,13 @@
 #include <pqxx/pqxx>
 
 #include <algorithm>
+#include <cstring>
+#include <optional>
 #include <chrono>
 #include <map>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "codec.h"
@@ -139,81 +142,167 @@ inline Result<void> from_unit<void>(Result<Unit> r) {
     if (auto _v = (expr); !_v.ok()) return _v.error(); \
   } while (0)
 
+// One catalog write in two round trips on a pooled connection (pg_meta_pool.cc): first()
+// sends BEGIN, the level declaration, the counter lock and the write's reads as one
+// multi-statement query (LOCK TABLE still runs before the transaction's snapshot: the
+// snapshot is taken by the first statement that needs one); then() queues the write's
+// statements, which the runner sends with COMMIT. The counter lock is therefore held for
+// one client turn-around plus the write itself, not for a round trip per statement.
+// Values are quoted literals (lit()) into statements prepared once per connection
+// (PREPARE ... / EXECUTE, see prepare_statements).
+class WriteBatch {
+ public:
+  WriteBatch(pqxx::transaction_base& tx, std::string head) : tx_(tx), head_(std::move(head)) {}
+  pqxx::result first(const std::string& stmt) {
+    std::string q = std::move(head_) + stmt;
+    head_.clear();
+    return tx_.exec(q);
+  }
+  void then(const std::string& stmt) {
+    tail_ += stmt;
+    tail_ += ";\n";
+  }
+  std::string lit(const std::string& s) { return tx_.quote(s); }
+  pqxx::transaction_base& tx() { return tx_; }
+  // The queued statements and COMMIT in one round trip. A connection lost here leaves the
+  // outcome unknown: in_doubt_error (the runner answers timeout, outcome uncertain).
+  void commit() {
+    try {
+      tx_.exec(head_ + tail_ + "COMMIT");
+    } catch (const pqxx::broken_connection& e) {
+      throw pqxx::in_doubt_error(e.what());
+    } catch (const pqxx::sql_error& e) {
+      if (detail::is_connection_state(e.sqlstate())) throw pqxx::in_doubt_error(e.what());
+      throw;
+    }
+  }
+
+ private:
+  pqxx::transaction_base& tx_;
+  std::string head_;
+  std::string tail_;
+};
+
 template <class T, class F>
 Result<T> PgMetaStore::run(Mode mode, F&& fn) {
   using namespace detail;
+  constexpr bool kBatch = std::is_invocable_v<F&, WriteBatch&>;
   if (auto s = check_started(); !s.ok()) return s.error();
   const auto deadline = Clock::now() + cfg_.timeout;
   std::chrono::milliseconds backoff{5};
   std::string last;
-  std::unique_lock lk(req_mu_);
   for (int attempt = 1;; ++attempt) {
-    if (!req_) {
-      auto c = connect_once();
-      if (c.ok()) {
-        req_ = std::move(c.value());
-      } else {
+    // One attempt on one pooled connection; the slot goes back to the pool before a sleep.
+    {
+      auto slot = acquire_slot(deadline);
+      if (!slot) {
+        last = std::to_string(attempt) + " attempts: all " + std::to_string(cfg_.pool_size) +
+               " pooled connections stayed busy (metadata.postgres.pool_size)";
+        break;
+      }
+      struct Release {
+        PgMetaStore* s;
+        std::size_t i;
+        ~Release() { s->release_slot(i); }
+      } release{this, *slot};
+      std::unique_ptr<pqxx::connection>& conn = slots_[*slot].conn;
+      // A batched write leaves a failed transaction block open on an error: roll it back
+      // before the connection goes back to the pool (or drop the connection).
+      auto rollback = [&] {
+        if (!kBatch || !conn) return;
+        try {
+          pqxx::nontransaction r(*conn);
+          r.exec0("ROLLBACK");
+        } catch (const std::exception&) {
+          conn.reset();
+        }
+      };
+      auto c = slot_connection(*slot);
+      if (!c.ok()) {
         last = c.error().message;
-      }
-    }
-    if (req_) {
-      try {
-        std::optional<Result<T>> out;
-        if (mode == Mode::write) {
-          pqxx::transaction<pqxx::serializable> tx(*req_);
-          // Upgraded instances declare their level: the triggers let their creates through.
-          if (cfg_.level >= kStreamIncarnationsLevel)
-            tx.exec0("SET LOCAL sluice.writer_level = '" + std::to_string(cfg_.level.value()) + "'");
-          // Utility statement: taken before the transaction's snapshot, so writers are
-          // serial and each sees every earlier commit (seq order == commit order).
-          tx.exec0("LOCK TABLE counter IN EXCLUSIVE MODE");
-          out.emplace(fn(static_cast<pqxx::transaction_base&>(tx)));
-          if (!out->ok()) return std::move(*out);  // aborted by the destructor
-          tx.commit();
-        } else if (mode == Mode::read) {
-          pqxx::transaction<pqxx::repeatable_read, pqxx::read_only> tx(*req_);
-          out.emplace(fn(static_cast<pqxx::transaction_base&>(tx)));
-          tx.commit();
-        } else {
-          pqxx::work tx(*req_);
-          out.emplace(fn(static_cast<pqxx::transaction_base&>(tx)));
-          if (!out->ok()) return std::move(*out);
-          tx.commit();
-        }
-        return std::move(*out);
-      } catch (const pqxx::in_doubt_error& e) {
-        req_.reset();
-        return Error(Errc::timeout,
-                     "the database connection broke during commit; the change may or may not "
-                     "have been applied (" + clean(e.what()) + ")",
-                     Outcome::uncertain);
-      } catch (const pqxx::broken_connection& e) {
-        req_.reset();
-        last = "connection lost: " + clean(e.what());
-      } catch (const pqxx::sql_error& e) {
-        const std::string& st = e.sqlstate();
-        if (st == "40001" || st == "40P01") {
-          last = "serialization failure: " + clean(e.what());
-        } else if (is_connection_state(st)) {
-          req_.reset();
+      } else {
+        try {
+          std::optional<Result<T>> out;
+          if constexpr (kBatch) {
+            {
+              pqxx::nontransaction tx(*c.value());
+              WriteBatch b(tx, batch_head());
+              out.emplace(fn(b));
+              if (out->ok()) b.commit();
+            }
+            if (!out->ok()) rollback();
+            return std::move(*out);
+          } else {
+            if (mode == Mode::write) {
+              pqxx::transaction<pqxx::serializable> tx(*c.value());
+              // Upgraded instances declare their level (the triggers let their creates
+              // through); LOCK TABLE is a utility statement, taken before the transaction's
+              // snapshot, so writers are serial and each sees every earlier commit (seq
+              // order == commit order). One round trip for both.
+              tx.exec0(batch_lock_sql());
+              out.emplace(fn(static_cast<pqxx::transaction_base&>(tx)));
+              if (!out->ok()) return std::move(*out);  // aborted by the destructor
+              tx.commit();
+            } else if (mode == Mode::read) {
+              pqxx::transaction<pqxx::repeatable_read, pqxx::read_only> tx(*c.value());
+              out.emplace(fn(static_cast<pqxx::transaction_base&>(tx)));
+              tx.commit();
+            } else {
+              pqxx::work tx(*c.value());
+              out.emplace(fn(static_cast<pqxx::transaction_base&>(tx)));
+              if (!out->ok()) return std::move(*out);
+              tx.commit();
+            }
+            return std::move(*out);
+          }
+        } catch (const pqxx::in_doubt_error& e) {
+          conn.reset();
+          return Error(Errc::timeout,
+                       "the database connection broke during commit; the change may or may not "
+                       "have been applied (" + clean(e.what()) + ")",
+                       Outcome::uncertain);
+        } catch (const pqxx::broken_connection& e) {
+          conn.reset();
           last = "connection lost: " + clean(e.what());
-        } else {
-          return map_sql_error(st, e.what());
+        } catch (const pqxx::transaction_rollback& e) {
+          // 40001 / 40P01: not sql_errors in libpqxx 6.4 (they derive from pqxx::failure),
+          // so before this they reached the std::exception branch and answered internal.
+          // Nothing was committed: retry.
+          last = "serialization failure: " + clean(e.what());
+          rollback();
+        } catch (const pqxx::sql_error& e) {
+          const std::string& st = e.sqlstate();
+          if (st == "40001" || st == "40P01") {
+            last = "serialization failure: " + clean(e.what());
+            rollback();
+          } else if (is_connection_state(st) || st == "26000") {
+            // 26000: a prepared statement is missing (a connection libpqxx reopened by
+            // itself): start over on a fresh connection.
+            conn.reset();
+            last = "connection lost: " + clean(e.what());
+          } else {
+            rollback();
+            return map_sql_error(st, e.what());
+          }
+        } catch (const std::exception& e) {
+          conn.reset();
+          return Error(Errc::internal, "postgres-meta: " + clean(e.what()));
         }
-      } catch (const std::exception& e) {
-        req_.reset();
-        return Error(Errc::internal, "postgres-meta: " + clean(e.what()));
       }
     }
-    if (attempt >= kMaxAttempts || Clock::now() + backoff >= deadline)
-      return Error(Errc::unavailable, "PostgreSQL (" + target_ + ") did not answer within " +
-                                          std::to_string(cfg_.timeout.count()) + " ms after " +
-                                          std::to_string(attempt) + " attempts: " + last);
-    lk.unlock();
+    if (attempt >= kMaxAttempts || Clock::now() + backoff >= deadline) {
+      last = std::to_string(attempt) + " attempts: " + last;
+      break;
+    }
+    if (!started_.load()) {
+      last = std::to_string(attempt) + " attempts (postgres-meta is stopping): " + last;
+      break;
+    }
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, std::chrono::milliseconds(500));
-    lk.lock();
   }
+  return Error(Errc::unavailable, "PostgreSQL (" + target_ + ") did not answer within " +
+                                      std::to_string(cfg_.timeout.count()) + " ms after " + last);
 }
 
 }  // namespace sluice::postgres_meta

@@ -38,6 +38,7 @@ struct Options {
   int seconds = 5;
   int clients = 16;
   int instances = 3;
+  int pg_pool = 0;  // 0: postgres-meta's default metadata.postgres.pool_size
   std::string pg_url;
 };
 
@@ -52,6 +53,7 @@ struct Result_ {
   double creates_per_s = 0, create_p50 = 0, create_p99 = 0, feed_p50 = 0, feed_p99 = 0;
   std::uint64_t errors = 0;
   std::size_t feed_samples = 0;
+  std::string first_error;  // the first failed create's answer
 };
 
 // Runs `clients` threads creating streams through `stores` (round robin) for `seconds`.
@@ -79,6 +81,7 @@ Result_ run(std::vector<MetadataStore*> stores, int clients, int seconds, const 
   }
   std::atomic<bool> stop{false};
   std::atomic<std::uint64_t> done{0}, errors{0};
+  std::string first_error;  // mu
   std::vector<double> lat;
   std::vector<std::thread> ts;
   const auto t0 = Clock::now();
@@ -102,6 +105,8 @@ Result_ run(std::vector<MetadataStore*> stores, int clients, int seconds, const 
           done.fetch_add(1);
         } else {
           errors.fetch_add(1);
+          std::lock_guard lk(mu);
+          if (first_error.empty()) first_error = r.error().to_string();
         }
       }
       std::lock_guard lk(mu);
@@ -131,6 +136,7 @@ Result_ run(std::vector<MetadataStore*> stores, int clients, int seconds, const 
   r.feed_p99 = pct(feed, 0.99);
   r.feed_samples = feed.size();
   r.errors = errors.load();
+  r.first_error = first_error;
   return r;
 }
 
@@ -138,6 +144,7 @@ void print(const char* what, const Result_& r) {
   std::printf("  %-34s %8.0f creates/s  create p50 %6.2f ms p99 %6.2f ms  feed p50 %6.2f ms p99 %6.2f ms  (%zu feed samples, %llu errors)\n",
               what, r.creates_per_s, r.create_p50, r.create_p99, r.feed_p50, r.feed_p99, r.feed_samples,
               static_cast<unsigned long long>(r.errors));
+  if (!r.first_error.empty()) std::printf("    first error: %s\n", r.first_error.c_str());
   std::fflush(stdout);
 }
 
@@ -157,8 +164,9 @@ int main(int argc, char** argv) {
     else if (a == "--clients") o.clients = std::stoi(val());
     else if (a == "--instances") o.instances = std::stoi(val());
     else if (a == "--pg-url") o.pg_url = val();
+    else if (a == "--pg-pool") o.pg_pool = std::stoi(val());
     else {
-      std::puts("Usage: sluice-catalog-bench [--seconds S] [--clients N] [--instances K] [--pg-url URL]");
+      std::puts("Usage: sluice-catalog-bench [--seconds S] [--clients N] [--instances K] [--pg-url URL] [--pg-pool N]");
       return a == "--help" || a == "-h" ? 0 : 2;
     }
   }
@@ -203,8 +211,10 @@ int main(int argc, char** argv) {
     std::vector<std::unique_ptr<testing::TestHost>> hosts;
     std::vector<std::unique_ptr<postgres_meta::PgMetaStore>> stores;
     for (int i = 0; i < std::max(1, o.instances); ++i) {
-      hosts.push_back(std::make_unique<testing::TestHost>(
-          std::map<std::string, std::string>{{"metadata.postgres.url", url}, {"metadata.postgres.schema", schema}}));
+      std::map<std::string, std::string> cfg{{"metadata.postgres.url", url},
+                                             {"metadata.postgres.schema", schema}};
+      if (o.pg_pool > 0) cfg["metadata.postgres.pool_size"] = std::to_string(o.pg_pool);
+      hosts.push_back(std::make_unique<testing::TestHost>(cfg));
       stores.push_back(std::make_unique<postgres_meta::PgMetaStore>(*hosts.back()));
       if (auto r = stores.back()->start(); !r) {
         std::fprintf(stderr, "postgres-meta start failed: %s\n", r.error().to_string().c_str());

@@ -120,6 +120,16 @@ class PostgresBrokers(unittest.TestCase):
             import shutil
             shutil.rmtree(work, ignore_errors=True)
 
+    def test_bad_pool_size_is_refused_with_a_clear_message(self):
+        for value, says in (("0", "metadata.postgres.pool_size must be between 1 and 64, got 0"),
+                            ("65", "metadata.postgres.pool_size must be between 1 and 64, got 65"),
+                            ("lots", "metadata.postgres.pool_size")):
+            n = pg_node(1, self.schema, **{"metadata.postgres.pool_size": value})
+            self.nodes.append(n)
+            code, out = n.start_expect_failure()
+            self.assertNotEqual(code, 0, out)
+            self.assertIn(says, out)
+
     def test_controller_role_is_refused_with_postgres(self):
         n = pg_node(1, self.schema, **{"node.roles": "controller,broker"})
         self.nodes.append(n)

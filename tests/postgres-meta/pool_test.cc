@@ -1,0 +1,306 @@
+// postgres-meta's request pool (metadata.postgres.pool_size; plugins/postgres-meta/
+// pg_meta_pool.cc) against a real PostgreSQL 15 (ctest fixture sluice_pg). No timing
+// assertions: waits poll with generous deadlines, and what happens to a call whose
+// connection is killed is checked against every answer the contract allows.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <map>
+#include <optional>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "pg_test_util.h"
+
+namespace sluice::postgres_meta {
+namespace {
+
+using sluice::testing::TestHost;
+using namespace std::chrono_literals;
+
+struct Node {
+  TestHost host;
+  std::unique_ptr<PgMetaStore> store;
+  explicit Node(PgMetaConfig c) {
+    store = std::make_unique<PgMetaStore>(host, std::move(c));
+    auto r = store->start();
+    EXPECT_TRUE(r.ok()) << r.error().to_string();
+  }
+  PgMetaStore* operator->() { return store.get(); }
+};
+
+PgMetaConfig pool_config(const std::string& schema, int pool_size) {
+  auto c = pgtest::config(schema);
+  c.pool_size = pool_size;
+  return c;
+}
+
+StreamKey key(const std::string& name) { return StreamKey{"acme", "prod", name}; }
+
+// Every change after `after`, as the feed delivers them.
+struct Recorder {
+  std::mutex mu;
+  std::vector<ChangeEvent> events;
+  bool resynced = false;
+  std::unique_ptr<WatchHandle> handle;
+  Recorder(PgMetaStore& s, ChangeSeq after) {
+    handle = s.watch(
+        after,
+        [this](const ChangeEvent& e) {
+          std::lock_guard lk(mu);
+          events.push_back(e);
+        },
+        [this] {
+          std::lock_guard lk(mu);
+          resynced = true;
+        });
+  }
+  std::size_t size() {
+    std::lock_guard lk(mu);
+    return events.size();
+  }
+};
+
+// The backends of this test's instances (the test server runs one test at a time; the
+// fixture's connections are named by application_name, pg_meta_bootstrap.cc).
+std::vector<int> sluiced_backends(const std::string& schema) {
+  std::vector<int> pids;
+  for (const auto& r : pgtest::sql(schema, "SELECT pid FROM pg_stat_activity WHERE "
+                                           "application_name = 'sluiced node 1'"))
+    pids.push_back(r[0].as<int>());
+  return pids;
+}
+
+void terminate_and_wait(const std::string& schema, const std::vector<int>& pids) {
+  for (int pid : pids) pgtest::sql(schema, "SELECT pg_terminate_backend(" + std::to_string(pid) + ")");
+  // Gone from pg_stat_activity: the backend exited, so its socket is closed.
+  EXPECT_TRUE(pgtest::eventually([&] {
+    for (int pid : pids)
+      if (!pgtest::sql(schema, "SELECT 1 FROM pg_stat_activity WHERE pid = " + std::to_string(pid))
+               .empty())
+        return false;
+    return true;
+  }));
+}
+
+void expect_gap_free(const std::string& schema) {
+  auto seqs = pgtest::sql(schema, "SELECT count(*), min(seq), max(seq) FROM changes");
+  EXPECT_EQ(seqs[0][0].as<std::int64_t>(),
+            seqs[0][2].as<std::int64_t>() - seqs[0][1].as<std::int64_t>() + 1)
+      << "the change sequence has no holes";
+}
+
+TEST(PostgresMetaPool, concurrent_creates_keep_the_feed_gap_free_and_ordered) {
+  auto schema = pgtest::fresh_schema(pgtest::current_test_name());
+  Node n(pool_config(schema, 8));
+  ASSERT_TRUE(n->create_tenant("acme").ok());
+  ASSERT_TRUE(n->create_namespace("acme", "prod").ok());
+  auto snap = n->snapshot();
+  ASSERT_TRUE(snap.ok());
+  Recorder rec(*n.store, snap->seq);
+  constexpr int kThreads = 16, kEach = 25;
+  std::mutex mu;
+  std::map<std::string, std::uint64_t> created;  // name -> created_seq
+  std::vector<std::string> failures;
+  std::vector<std::thread> ts;
+  for (int t = 0; t < kThreads; ++t)
+    ts.emplace_back([&, t] {
+      for (int i = 0; i < kEach; ++i) {
+        const std::string name = "s" + std::to_string(t) + "_" + std::to_string(i);
+        StreamSpec spec;
+        spec.shards = 1 + static_cast<std::uint32_t>(i % 3);
+        auto r = n->create_stream(key(name), spec);
+        std::lock_guard lk(mu);
+        if (r.ok())
+          created[name] = r->created_seq.value();
+        else
+          failures.push_back(name + ": " + r.error().to_string());
+      }
+    });
+  for (auto& t : ts) t.join();
+  EXPECT_TRUE(failures.empty()) << failures.front();
+  const std::size_t total = static_cast<std::size_t>(kThreads * kEach);
+  ASSERT_EQ(created.size(), total);
+  ASSERT_TRUE(pgtest::eventually([&] { return rec.size() >= total; }));
+  std::lock_guard lk(rec.mu);
+  EXPECT_FALSE(rec.resynced);
+  ASSERT_EQ(rec.events.size(), total);
+  std::set<std::string> seen;
+  for (std::size_t i = 0; i < rec.events.size(); ++i) {
+    const auto& e = rec.events[i];
+    // Delivered in order, one step at a time: nothing skipped, nothing twice.
+    EXPECT_EQ(e.seq.value(), snap->seq.value() + 1 + i);
+    ASSERT_EQ(e.kind, ChangeEvent::Kind::stream_created);
+    EXPECT_EQ(created[e.stream.key.name], e.seq.value()) << e.stream.key.name;
+    EXPECT_TRUE(seen.insert(e.stream.key.name).second);
+    EXPECT_EQ(e.assignments.size(), e.stream.spec.shards);
+  }
+  expect_gap_free(schema);
+}
+
+TEST(PostgresMetaPool, one_connection_serves_many_callers) {
+  auto schema = pgtest::fresh_schema(pgtest::current_test_name());
+  Node n(pool_config(schema, 1));
+  ASSERT_TRUE(n->create_tenant("acme").ok());
+  ASSERT_TRUE(n->create_namespace("acme", "prod").ok());
+  std::atomic<int> ok{0};
+  std::vector<std::thread> ts;
+  for (int t = 0; t < 4; ++t)
+    ts.emplace_back([&, t] {
+      for (int i = 0; i < 10; ++i) {
+        auto r = n->create_stream(key("p" + std::to_string(t) + "_" + std::to_string(i)), {});
+        EXPECT_TRUE(r.ok()) << r.error().to_string();
+        ok += r.ok();
+        EXPECT_TRUE(n->list_streams("acme", "prod").ok());
+      }
+    });
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(ok.load(), 40);
+  expect_gap_free(schema);
+}
+
+// A pooled connection the server closed while it sat idle is found dead before use and
+// replaced: the next calls succeed without an error.
+TEST(PostgresMetaPool, connection_terminated_while_idle_is_replaced) {
+  auto schema = pgtest::fresh_schema(pgtest::current_test_name());
+  Node n(pool_config(schema, 2));
+  ASSERT_TRUE(n->create_tenant("acme").ok());
+  ASSERT_TRUE(n->create_namespace("acme", "prod").ok());
+  ASSERT_TRUE(n->create_stream(key("before"), {}).ok());
+  auto pids = sluiced_backends(schema);
+  ASSERT_FALSE(pids.empty());
+  terminate_and_wait(schema, pids);
+  for (int i = 0; i < 4; ++i) {
+    auto r = n->create_stream(key("after" + std::to_string(i)), {});
+    ASSERT_TRUE(r.ok()) << r.error().to_string();
+    auto g = n->get_stream(key("after" + std::to_string(i)));
+    ASSERT_TRUE(g.ok()) << g.error().to_string();
+    EXPECT_EQ(g->incarnation, r->incarnation);
+  }
+  // New backends serve the pool (and the feed reconnects: ready again).
+  for (int pid : sluiced_backends(schema))
+    EXPECT_EQ(std::count(pids.begin(), pids.end(), pid), 0) << "backend " << pid << " survived";
+  EXPECT_TRUE(pgtest::eventually([&] { return n->status().ready; }));
+  expect_gap_free(schema);
+}
+
+// Connections killed while calls run: each call succeeds (retried on a new connection),
+// or answers unavailable (transient), or, if the connection broke while its commit was in
+// flight, timeout with outcome uncertain. The sequence stays gap-free and every success is
+// in the catalog.
+TEST(PostgresMetaPool, connections_killed_under_load_retry_or_answer_transient) {
+  auto schema = pgtest::fresh_schema(pgtest::current_test_name());
+  Node n(pool_config(schema, 4));
+  ASSERT_TRUE(n->create_tenant("acme").ok());
+  ASSERT_TRUE(n->create_namespace("acme", "prod").ok());
+  std::atomic<bool> stop{false};
+  std::mutex mu;
+  std::vector<std::string> ok_names, uncertain_names, bad;
+  std::vector<std::thread> ts;
+  for (int t = 0; t < 6; ++t)
+    ts.emplace_back([&, t] {
+      for (int i = 0; !stop.load(); ++i) {
+        const std::string name = "k" + std::to_string(t) + "_" + std::to_string(i);
+        auto r = n->create_stream(key(name), {});
+        std::lock_guard lk(mu);
+        if (r.ok())
+          ok_names.push_back(name);
+        else if (r.error().code == Errc::timeout && r.error().outcome == Outcome::uncertain)
+          uncertain_names.push_back(name);
+        else if (r.error().code != Errc::unavailable)
+          bad.push_back(name + ": " + r.error().to_string());
+      }
+    });
+  std::size_t kills = 0;
+  for (int round = 0; round < 5; ++round) {
+    // Let some creates through between kills (no timing: wait for progress).
+    const std::size_t before = [&] { std::lock_guard lk(mu); return ok_names.size(); }();
+    ASSERT_TRUE(pgtest::eventually([&] {
+      std::lock_guard lk(mu);
+      return ok_names.size() >= before + 20;
+    })) << "no progress after kill round " << round;
+    auto pids = sluiced_backends(schema);
+    kills += pids.size();
+    terminate_and_wait(schema, pids);
+  }
+  stop = true;
+  for (auto& t : ts) t.join();
+  EXPECT_GT(kills, 0u);
+  EXPECT_TRUE(bad.empty()) << bad.front();
+  for (auto& name : ok_names) {
+    auto g = n->get_stream(key(name));
+    EXPECT_TRUE(g.ok()) << name << ": " << g.error().to_string();
+  }
+  auto after = n->create_stream(key("final"), {});
+  EXPECT_TRUE(after.ok()) << after.error().to_string();
+  expect_gap_free(schema);
+  // Every committed create is one change: successes plus those of the uncertain ones
+  // that did commit.
+  auto count = pgtest::sql(schema, "SELECT count(*) FROM streams")[0][0].as<std::size_t>();
+  EXPECT_GE(count, ok_names.size() + 1);
+  EXPECT_LE(count, ok_names.size() + uncertain_names.size() + 1);
+}
+
+// A write chosen as a deadlock victim (40P01) is retried, not answered as internal: libpqxx
+// 6.4 throws pqxx::deadlock_detected / serialization_failure, which are not sql_errors.
+// The cycle: this session holds brokers and then waits for counter, which the create holds
+// while it waits for brokers. This session's deadlock_timeout is long, so the create's
+// backend (1 s) is the one that detects the deadlock and is aborted.
+TEST(PostgresMetaPool, deadlock_victim_is_retried) {
+  auto schema = pgtest::fresh_schema(pgtest::current_test_name());
+  Node n(pool_config(schema, 2));
+  ASSERT_TRUE(n->create_tenant("acme").ok());
+  ASSERT_TRUE(n->create_namespace("acme", "prod").ok());
+  pqxx::connection c(pgtest::base_url());
+  pqxx::work tx(c);
+  tx.exec0("SET LOCAL search_path = " + tx.quote_name(schema));
+  tx.exec0("SET LOCAL deadlock_timeout = '600s'");
+  tx.exec0("LOCK TABLE brokers IN ACCESS EXCLUSIVE MODE");
+  std::optional<Result<StreamInfo>> r;
+  std::thread t([&] { r.emplace(n->create_stream(key("victim"), {})); });
+  // The create holds the counter lock and waits for brokers.
+  EXPECT_TRUE(pgtest::eventually([&] {
+    return !pgtest::sql(schema, "SELECT 1 FROM pg_locks l JOIN pg_class r ON r.oid = l.relation "
+                                "WHERE r.relname = 'brokers' AND r.relnamespace = '" + schema +
+                                    "'::regnamespace AND NOT l.granted")
+                .empty();
+  }));
+  tx.exec0("LOCK TABLE counter IN EXCLUSIVE MODE");  // granted once the create is aborted
+  tx.abort();
+  t.join();
+  ASSERT_TRUE(r.has_value());
+  EXPECT_TRUE(r->ok()) << r->error().to_string();
+  expect_gap_free(schema);
+}
+
+TEST(PostgresMetaPool, pool_size_is_validated) {
+  auto make = [](const std::string& v) {
+    TestHost host({{"metadata.postgres.url", "host=127.0.0.1 port=1 dbname=x"},
+                   {"metadata.postgres.pool_size", v}});
+    return PgMetaConfig::from_host(host);
+  };
+  for (const std::string bad : {"0", "-3", "65", "1000"}) {
+    try {
+      make(bad);
+      ADD_FAILURE() << "pool_size " << bad << " was accepted";
+    } catch (const std::invalid_argument& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("metadata.postgres.pool_size"), std::string::npos) << m;
+      EXPECT_NE(m.find("between 1 and 64"), std::string::npos) << m;
+      EXPECT_NE(m.find(bad), std::string::npos) << m;
+    }
+  }
+  // Not a number: refused too (sluiced's host names the key, tests/unit/core_test.cc).
+  EXPECT_THROW(make("eight"), std::invalid_argument);
+  EXPECT_EQ(make("1").pool_size, 1);
+  EXPECT_EQ(make("64").pool_size, 64);
+  TestHost plain(std::map<std::string, std::string>{
+      {"metadata.postgres.url", "host=127.0.0.1 port=1 dbname=x"}});
+  EXPECT_EQ(PgMetaConfig::from_host(plain).pool_size, 8);
+}
+
+}  // namespace
+}  // namespace sluice::postgres_meta
