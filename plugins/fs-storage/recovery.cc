@@ -121,6 +121,7 @@ std::string corrupt_message(const std::string& file, std::uint64_t pos, const st
 
 void publish_scan(Segment& seg, const Scan& s) {
   seg.readable_size = s.valid_end;
+  seg.written_size = s.valid_end;
   seg.next_offset = s.next_offset;
   seg.max_ts = s.max_ts;
   seg.index = s.index;
@@ -154,6 +155,7 @@ bool load_trusted_index(FileSystem& fs, Segment& seg) {
   auto size = seg.file().size();
   if (!size || c->base_offset != seg.base() || c->log_size != *size) return false;
   seg.readable_size = c->log_size;
+  seg.written_size = c->log_size;
   seg.next_offset = c->next_offset;
   seg.max_ts = c->max_ts;
   seg.index = std::move(c->entries);

@@ -116,7 +116,7 @@ void ReplicaManager::on_epoch_end(const PeerIdentity& from, std::string payload,
 
 void ReplicaManager::record_progress(Shard& s, NodeId follower, const std::string& dir,
                                      Offset durable_end, Clock::time_point now) {
-  const Offset leader_end = s.log->durable_end();
+  const Offset leader_end = s.log->written_end();
   auto [it, fresh] = s.followers.try_emplace(follower);
   auto& f = it->second;
   if (fresh || f.directory_id != dir) {
@@ -139,15 +139,29 @@ void ReplicaManager::record_progress(Shard& s, NodeId follower, const std::strin
 
 void ReplicaManager::update_high_watermark(Shard& s) {
   if (s.role != Role::leader) return;
-  Offset hwm = s.log->durable_end();
-  for (const auto& m : s.ra.in_sync) {
-    if (m.broker == self_) continue;
+  // The followers' lowest durable end; the log caps it at its own durable end, now and
+  // after each later sync (followers may sync what the leader shipped before the leader's
+  // own sync is done: docs/replication.md "Shipping before the leader's sync").
+  Offset hwm = s.log->written_end();
+  // While a change of the in-sync set is being written to the catalog, the members of
+  // both the current and the proposed set count (Kafka's "maximal ISR"): a replica that is
+  // joining holds the high watermark back from the moment it is proposed, so no record is
+  // acknowledged past it once the catalog names it a member.
+  auto member_position = [&](const InSyncReplica& m) -> std::optional<Offset> {
     auto it = s.followers.find(m.broker);
     // A member counts only with the directory the catalog recorded (seed kafka-15495).
     if (it == s.followers.end() || !it->second.reported ||
         it->second.directory_id != m.directory_id)
-      return;  // its position is unknown: the high watermark stays where it is
-    hwm = std::min(hwm, it->second.durable_end);
+      return std::nullopt;
+    return it->second.durable_end;
+  };
+  for (const auto* set : {&s.ra.in_sync, &s.proposed_in_sync}) {
+    for (const auto& m : *set) {
+      if (m.broker == self_) continue;
+      auto pos = member_position(m);
+      if (!pos) return;  // its position is unknown: the high watermark stays where it is
+      hwm = std::min(hwm, *pos);
+    }
   }
   s.log->advance_high_watermark(hwm);
 }
@@ -160,7 +174,7 @@ void ReplicaManager::serve_fetch(const std::shared_ptr<Shard>& s, FetchRequest r
                                                " no longer leads " + shard_name(s->ref, s->kind)));
   record_progress(*s, req.env.sender, req.env.directory_id, req.durable_end, Clock::now());
   update_high_watermark(*s);
-  const Offset end = s->log->durable_end();
+  const Offset end = s->log->written_end();
   if (req.fetch_offset > end)
     return respond(Error(Errc::conflict, "fetch offset " +
                                              std::to_string(req.fetch_offset.value()) +
@@ -239,7 +253,7 @@ void ReplicaManager::answer_fetch(const std::shared_ptr<Shard>& s, const FetchRe
   // A fetch below the log start (retention removed it here) gets no chunk, only the log
   // start: the follower starts its log over there (replica_follower.cc).
   Offset start = log->log_start();
-  if (req.fetch_offset >= start && req.fetch_offset < log->durable_end()) {
+  if (req.fetch_offset >= start && req.fetch_offset < log->written_end()) {
     auto c = log->read_raw(req.fetch_offset, max_bytes, kFetchResponseHeaderBytes);
     if (c) {
       chunk = std::move(*c);
@@ -255,7 +269,7 @@ void ReplicaManager::answer_fetch(const std::shared_ptr<Shard>& s, const FetchRe
   out.leader_epoch = epoch;
   out.high_watermark = log->high_watermark();
   out.log_start = start;
-  out.log_end = log->durable_end();
+  out.log_end = log->written_end();
   out.chunk_base = req.fetch_offset;
   out.chunk_epoch = chunk.epoch;
   {
@@ -381,6 +395,9 @@ void ReplicaManager::check_shard(const std::shared_ptr<Shard>& s, Clock::time_po
   }
   if (!changed) return;
   s->in_sync_change_in_flight = true;
+  // The proposed members hold the high watermark back while the change is written.
+  s->proposed_in_sync = next;
+  update_high_watermark(*s);
   if (glk.owns_lock()) glk.unlock();
   lk.unlock();
   change_in_sync(s, std::move(next), why);
@@ -415,6 +432,7 @@ void ReplicaManager::change_in_sync(const std::shared_ptr<Shard>& s,
   auto r = update_shard_(u);  // blocks for at most the metadata timeout; no lock held
   std::lock_guard lk(s->mu);
   s->in_sync_change_in_flight = false;
+  s->proposed_in_sync.clear();
   if (!r) {
     if (r.error().code == Errc::conflict || r.error().code == Errc::stale_route)
       s->refused_at = u.expected_version;
@@ -447,6 +465,40 @@ void ReplicaManager::change_in_sync(const std::shared_ptr<Shard>& s,
       update_high_watermark(*g);
     }
   }
+}
+
+void ReplicaManager::request_new_epoch(const std::shared_ptr<Shard>& s,
+                                       const ReplicaAssignment& ra) {
+  ShardUpdate u;
+  {
+    std::lock_guard lk(s->mu);
+    if (s->removed || s->ra.version != ra.version) return;  // the shard moved on meanwhile
+    u.key = s->ref.stream;
+    u.shard = s->ref.shard;
+    u.incarnation = s->ref.incarnation;
+  }
+  u.expected_version = ra.version;
+  u.leader = self_;
+  u.leader_epoch = LeaderEpoch{ra.leader_epoch.value() + 1};
+  u.in_sync = ra.in_sync;
+  auto r = update_shard_(u);  // blocks for at most the metadata timeout; no lock held
+  std::lock_guard lk(s->mu);
+  const auto name = shard_name(s->ref, s->kind);
+  if (!r) {
+    // A conflict: the data log and the group op log both ask, or the controller moved the
+    // shard; either way a newer assignment is on its way. Anything else (the catalog is
+    // unreachable) is retried while the assignment stays the same.
+    const bool conflict = r.error().code == Errc::conflict || r.error().code == Errc::stale_route;
+    log_(conflict ? LogLevel::info : LogLevel::warn,
+         name + ": asking for epoch " + std::to_string(u.leader_epoch.value()) + ": " +
+             r.error().message + (conflict ? "" : " (retrying)"));
+    if (!conflict && !s->removed)
+      after(opts_.retry_backoff, [this, s, ra] { post([this, s, ra] { request_new_epoch(s, ra); }); });
+    return;
+  }
+  log_(LogLevel::info, name + ": the catalog raised the epoch to " +
+                           std::to_string(r->leader_epoch.value()) + " (version " +
+                           std::to_string(r->version.value()) + ")");
 }
 
 void ReplicaManager::fence_group_log(Shard& data, const std::shared_ptr<Shard>& g,

@@ -213,6 +213,19 @@ Result<void> ReplicaManager::assign(std::shared_ptr<ReplicaLog> log,
 
   switch (want) {
     case Role::leader: {
+      // A restarted leader never continues its epoch (docs/replication.md "Shipping before
+      // the leader's sync"): it waits, leading nothing, for the next one.
+      if (s->log->led_before_reopen(ra.leader_epoch)) {
+        if (s->new_epoch_asked_at != ra.version) {
+          s->new_epoch_asked_at = ra.version;
+          log_(LogLevel::info, name + ": led epoch " + std::to_string(ra.leader_epoch.value()) +
+                                   " before this restart; asking the catalog for epoch " +
+                                   std::to_string(ra.leader_epoch.value() + 1));
+          auto self = s;
+          post([this, self, ra] { request_new_epoch(self, ra); });
+        }
+        return {};
+      }
       if (auto r = s->log->become_leader(ra.leader_epoch); !r) {
         log_(LogLevel::error, name + ": cannot lead in epoch " +
                                   std::to_string(ra.leader_epoch.value()) + ": " +

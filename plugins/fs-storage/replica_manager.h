@@ -63,6 +63,8 @@ class ReplicaLog {
   virtual Offset log_start() = 0;
   // End of what is synced on this disk (this replica's position for the high watermark).
   virtual Offset durable_end() = 0;
+  // End of what is written here, synced or not (a leader ships up to it).
+  virtual Offset written_end() = 0;
   virtual Offset high_watermark() = 0;
   // The highest epoch this replica has acted in (persisted).
   virtual LeaderEpoch leader_epoch() = 0;
@@ -71,6 +73,8 @@ class ReplicaLog {
   // KIP-279: the largest epoch <= `epoch` in the history and where it ends here.
   virtual Result<EpochEnd> end_offset_for(LeaderEpoch epoch) = 0;
   virtual Result<void> become_leader(LeaderEpoch epoch) = 0;
+  // It led `epoch` before it was reopened: it may not lead `epoch` again (a new one first).
+  virtual bool led_before_reopen(LeaderEpoch epoch) = 0;
   virtual Result<void> become_follower(LeaderEpoch epoch, NodeId leader) = 0;
   // Deposed: a newer epoch exists. Pending and later quorum appends fail with fenced.
   virtual Result<void> fence(LeaderEpoch newer) = 0;
@@ -178,6 +182,9 @@ class ReplicaManager {
   void check_shard(const std::shared_ptr<Shard>& s, Clock::time_point now);
   void change_in_sync(const std::shared_ptr<Shard>& s, std::vector<InSyncReplica> in_sync,
                       const char* why);
+  // The catalog names this replica leader in an epoch it led before it was reopened: ask
+  // for the next epoch (same leader, same in-sync set); the new assignment arrives as usual.
+  void request_new_epoch(const std::shared_ptr<Shard>& s, const ReplicaAssignment& ra);
   // A data log's leader learned of a newer epoch: its group op log stops leading too.
   void fence_group_log(Shard& data, const std::shared_ptr<Shard>& group_log, LeaderEpoch newer);
 

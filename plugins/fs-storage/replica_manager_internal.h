@@ -64,9 +64,13 @@ struct ReplicaManager::Shard {
   Offset epoch_start;  // the log end when this leadership began
   std::vector<std::shared_ptr<Parked>> parked;
   bool in_sync_change_in_flight = false;
+  std::vector<InSyncReplica> proposed_in_sync;  // while a change is in flight (leader)
   // The catalog refused a change at this version: someone else moved the shard on, and
   // their assignment is on its way. No further change is tried until it arrives.
   std::optional<ShardVersion> refused_at;
+  // The assignment version at which this replica asked the catalog for a new epoch
+  // because it led the current one before it was reopened (request_new_epoch).
+  std::optional<ShardVersion> new_epoch_asked_at;
 
   // Follower.
   bool truncated = false;  // the epoch-end truncation ran in this generation

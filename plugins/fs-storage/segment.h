@@ -55,6 +55,10 @@ class Segment {
 
   // --- published (segments mutex) ---
   std::uint64_t readable_size = 0;          // bytes that are durable and visible
+  // Bytes written (synced or not): what a leader may ship to followers before its own
+  // fdatasync finishes (docs/replication.md "Shipping before the leader's sync"). Equal to
+  // readable_size except on the active segment between a write and its sync.
+  std::uint64_t written_size = 0;
   std::uint64_t next_offset;                // offset after the last visible batch
   std::int64_t max_ts = kNoTimestamp;  // greatest max_timestamp of any visible batch (age
                                        // retention: a running max, never the last batch's)

@@ -31,7 +31,7 @@ ShardLogImpl::ShardLogImpl(ShardRef ref, RetentionPolicy retention, std::string 
       written_producers_(std::move(recovered.producers)),
       segments_(std::move(recovered.segments)), retention_(retention),
       replicated_(replica.replicated), history_(std::move(replica.history)),
-      hwm_(acked_end_), durable_end_(recovered.next_offset),
+      hwm_(acked_end_), durable_end_(recovered.next_offset), written_end_(recovered.next_offset),
       snapshot_end_(recovered.snapshot_end) {}
 
 ShardLogImpl::~ShardLogImpl() = default;
@@ -177,6 +177,10 @@ void ShardLogImpl::flush() {
       // high watermark at once (complete_quorum below covers a race with that too).
       wake_end_waiters();
       for (auto& [cb, r] : done) cb(std::move(r));
+      // Followers may have synced this data before this replica did: raise the high
+      // watermark toward what the manager last computed from them, now that it is durable
+      // here too (this also completes the quorum waiters it covers).
+      raise_high_watermark();
       complete_quorum();
     }
   }
@@ -273,6 +277,16 @@ Result<void> ShardLogImpl::write_group() {
 Result<void> ShardLogImpl::write_run(Segment& seg, std::uint64_t at) {
   auto r = seg.file().pwritev(iov_.data(), static_cast<int>(iov_.size()), at);
   iov_.clear();
+  if (!r || !replicated_) return r;
+  // A leader ships what it has written to its followers while its own fdatasync runs, so
+  // the two syncs overlap (docs/replication.md "Shipping before the leader's sync"). Only
+  // the durable end counts toward the high watermark.
+  {
+    std::lock_guard lk(seg_mu_);
+    seg.written_size = seg.write_pos;
+    written_end_.store(seg.pending_next_offset, std::memory_order_release);
+  }
+  wake_end_waiters();
   return r;
 }
 
@@ -283,11 +297,13 @@ Result<void> ShardLogImpl::sync_and_publish(Segment& seg) {
   }
   std::lock_guard lk(seg_mu_);
   seg.readable_size = seg.write_pos;
+  seg.written_size = seg.write_pos;
   seg.next_offset = seg.pending_next_offset;
   seg.max_ts = seg.pending_max_ts;
   seg.index.insert(seg.index.end(), seg.pending_index.begin(), seg.pending_index.end());
   seg.pending_index.clear();
   durable_end_.store(seg.next_offset, std::memory_order_release);
+  written_end_.store(seg.next_offset, std::memory_order_release);
   if (!replicated_) hwm_.store(seg.next_offset, std::memory_order_release);
   return {};
 }
@@ -384,7 +400,7 @@ void ShardLogImpl::wake_waiters() {
 }
 
 void ShardLogImpl::wake_end_waiters() {
-  const std::uint64_t end = durable_end_.load(std::memory_order_acquire);
+  const std::uint64_t end = written_end_.load(std::memory_order_acquire);
   std::vector<std::function<void()>> ready;
   {
     std::lock_guard lk(mu_);
@@ -420,7 +436,7 @@ std::uint64_t ShardLogImpl::notify_when_end_beyond(Offset offset, std::function<
   {
     std::lock_guard lk(mu_);
     if (state_ != State::closed &&
-        durable_end_.load(std::memory_order_acquire) <= offset.value()) {
+        written_end_.load(std::memory_order_acquire) <= offset.value()) {
       const std::uint64_t h = ++last_waiter_handle_;
       end_waiters_.add(h, offset.value(), std::move(cb));
       return h;

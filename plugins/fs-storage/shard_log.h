@@ -166,6 +166,12 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   // Applies one committed op of the group log to the group it names (created if new);
   // with_group_ops calls it for every op it catches up on. Public for tests.
   Result<void> apply_group_op(const GroupOp& op);
+  // Waits until no flush is queued or running (tests: the flusher's effects after a sync,
+  // such as registering quorum waiters, are done).
+  void wait_flushed() {
+    std::unique_lock lk(mu_);
+    drained_cv_.wait(lk, [&] { return !scheduled_; });
+  }
   // notify_when_beyond waiters registered and neither fired nor cancelled (tests).
   std::size_t waiter_count() {
     std::lock_guard lk(mu_);
@@ -179,6 +185,9 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   bool replicated() const { return replicated_; }
   // End of fdatasync'd data (every batch below it survives a crash).
   Offset durable_end() const { return Offset(durable_end_.load(std::memory_order_acquire)); }
+  // End of written data, synced or not (docs/replication.md "Shipping before the leader's
+  // sync"): a leader serves read_raw up to it. Never below durable_end().
+  Offset written_end() const { return Offset(written_end_.load(std::memory_order_acquire)); }
   // The first retained offset (0 once closed).
   Offset log_start();
   // The epoch of the last batch held (from the history; 0 with an empty log or RF=1).
@@ -186,7 +195,10 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   Offset high_watermark() const { return Offset(hwm_.load(std::memory_order_acquire)); }
   // Raises the high watermark to min(hwm, durable_end()) if that is higher; wakes readers
   // beyond it and completes quorum appends whose batch ends at or below it (if the in-sync
-  // set is large enough). Never lowers it.
+  // set is large enough). Never lowers it. `hwm` also becomes the target that each later
+  // sync of this replica raises the high watermark toward (replacing the previous target:
+  // a member that joined the in-sync set lowers it), so a leader whose followers synced
+  // first needs no further word from them once its own sync is done.
   void advance_high_watermark(Offset hwm);
   // The catalog's in-sync set size (this replica included) and min_insync. Starts at
   // (1, spec.min_insync). Completes quorum waiters that were held back only by it.
@@ -199,9 +211,12 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   void expire_quorum_waiters(std::chrono::steady_clock::time_point now);
 
   // Persists `e` (and the entry e -> log end) and leads in it. Refuses e below the current
-  // epoch, or equal to it when this replica followed or was fenced in it (fenced). Leading
-  // in the current epoch again (after a restart, or a repeat) is allowed.
+  // epoch, or equal to it unless this replica leads in it now (a repeat): a replica that
+  // led `e` before it was reopened needs a new epoch (led_before_reopen; fenced).
   Result<void> become_leader(LeaderEpoch e);
+  // This replica has not acted since it was opened, and it led in `e` before (so `e` is
+  // its current epoch): become_leader(e) refuses, and the catalog must raise the epoch.
+  bool led_before_reopen(LeaderEpoch e);
   // Persists `e` and follows `leader` in it. Refuses e below the current epoch, or equal to
   // it while leading in it (fenced). Pending quorum appends of an earlier leadership fail
   // with fenced.
@@ -225,9 +240,9 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   std::vector<EpochEntry> epoch_entries();
 
   // Whole stored batches from `from` (which must be a batch boundary: invalid_argument
-  // otherwise; offset_out_of_range below the log start or beyond the durable end) up to
-  // about max_bytes (at least one batch if any), up to the durable end (not the high
-  // watermark), within one segment and one epoch. One pread in the common case; no
+  // otherwise; offset_out_of_range below the log start or beyond the written end) up to
+  // about max_bytes (at least one batch if any), up to the written end (synced or not; not
+  // the high watermark), within one segment and one epoch. One pread in the common case; no
   // per-record work. CRCs are not checked here (append_replica checks them). The batches
   // are read behind `headroom` bytes of unspecified content that the caller fills in (the
   // fetch answer's header), so the answer goes out without another copy.
@@ -258,7 +273,7 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   // both). An empty log that already starts at `start` changes nothing. A failure after
   // the commit point fails the shard (storage_failure); reopening finishes the restart.
   Result<void> restart_at(Offset start);
-  // Calls `cb` once the DURABLE end (synced data) exceeds `offset`, or the shard closes
+  // Calls `cb` once the WRITTEN end (synced or not) exceeds `offset`, or the shard closes
   // (inline, returning 0, if already true). Otherwise returns a handle for
   // cancel_end_notify (same contract as notify_when_beyond / cancel_notify).
   std::uint64_t notify_when_end_beyond(Offset offset, std::function<void()> cb);
@@ -321,6 +336,8 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   void fail_dups(const Error& e, std::uint64_t inflight_begin, std::uint64_t inflight_end);
   void wake_waiters();
   void wake_end_waiters();
+  // Replicated: the high watermark becomes min(hwm_target_, durable end) if that is higher.
+  void raise_high_watermark();
   void complete_quorum();
   // Takes every quorum and duplicate waiter (mu_ held) for failing outside mu_.
   void take_replica_waiters(std::vector<QuorumWaiter>& q, std::vector<DupWaiter>& d);
@@ -402,6 +419,12 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
 
   std::atomic<std::uint64_t> hwm_;
   std::atomic<std::uint64_t> durable_end_;
+  // End of written data (synced or not; published under seg_mu_ after each pwritev of a
+  // replicated log, with the segment's written_size). == durable_end_ on a follower.
+  std::atomic<std::uint64_t> written_end_;
+  // The high watermark the replication manager computed from its followers; the log caps
+  // it at the durable end, now and after each later sync (set_high_watermark_target).
+  std::uint64_t hwm_target_ = 0;  // mu_
   std::atomic<std::uint64_t> snapshot_end_;  // retention keeps every segment at/after it
   std::atomic<std::uint64_t> appended_records_{0};
   std::atomic<std::uint64_t> syncs_{0};

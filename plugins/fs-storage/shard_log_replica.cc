@@ -50,11 +50,19 @@ void ShardLogImpl::take_replica_waiters(std::vector<QuorumWaiter>& q, std::vecto
 
 void ShardLogImpl::advance_high_watermark(Offset hwm) {
   if (!replicated_) return;
+  {
+    std::lock_guard lk(mu_);
+    hwm_target_ = hwm.value();
+  }
+  raise_high_watermark();
+}
+
+void ShardLogImpl::raise_high_watermark() {
   std::uint64_t now;
   {
     std::lock_guard lk(mu_);
     const std::uint64_t target =
-        std::min(hwm.value(), durable_end_.load(std::memory_order_acquire));
+        std::min(hwm_target_, durable_end_.load(std::memory_order_acquire));
     if (target <= hwm_.load(std::memory_order_relaxed)) return;
     hwm_.store(target, std::memory_order_release);
     now = target;
@@ -144,6 +152,11 @@ Result<void> ShardLogImpl::save_history(LeaderEpoch current, std::vector<EpochEn
   return {};
 }
 
+bool ShardLogImpl::led_before_reopen(LeaderEpoch e) {
+  std::lock_guard lk(mu_);
+  return replicated_ && role_ == Role::none && e.value() != 0 && e == epoch_ && led_epoch_ == e;
+}
+
 Result<void> ShardLogImpl::become_leader(LeaderEpoch e) {
   if (!replicated_)
     return Error(Errc::not_supported, "shard " + ref_.to_string() + " is not replicated");
@@ -154,14 +167,21 @@ Result<void> ShardLogImpl::become_leader(LeaderEpoch e) {
     if (state_ != State::open)
       return Error(Errc::unavailable, "shard " + ref_.to_string() + " is closed");
     if (e == epoch_ && role_ == Role::leader) return {};
-    // The current epoch again only if this replica led it (a restart); epoch 0 is a new
-    // shard's.
-    if (e < epoch_ ||
-        (e == epoch_ && e.value() != 0 && !(role_ == Role::none && led_epoch_ == e)))
+    // Never the current epoch again after a restart, not even one this replica led: it
+    // may have shipped a tail it had not synced, which a power cut then took from its own
+    // disk but not from its followers'; writing on in the same epoch would put other
+    // records at those offsets, a divergence the epoch history cannot see
+    // (docs/replication.md "Shipping before the leader's sync"). Epoch 0 is a new shard's.
+    if (e < epoch_ || (e == epoch_ && e.value() != 0)) {
+      if (role_ == Role::none && led_epoch_ == e)
+        return Error(Errc::fenced, "shard " + ref_.to_string() + ": cannot lead in epoch " +
+                                       epoch_str(e) + " again after a restart; a restarted "
+                                       "leader needs a new epoch");
       return Error(Errc::fenced, "shard " + ref_.to_string() + ": cannot lead in epoch " +
                                      epoch_str(e) + ", this replica already acted in epoch " +
                                      epoch_str(epoch_) +
                                      (e == epoch_ ? " as a follower or deposed leader" : ""));
+    }
     // Appends wait (not_leader) until the new epoch is durable; everything assigned so far
     // belongs to the previous epoch.
     switching_ = true;
@@ -177,6 +197,7 @@ Result<void> ShardLogImpl::become_leader(LeaderEpoch e) {
   role_ = Role::leader;
   epoch_ = e;
   led_epoch_ = e;
+  hwm_target_ = hwm_.load(std::memory_order_relaxed);  // nothing from an earlier role
   leader_ = NodeId(0);
   return {};
 }
@@ -274,7 +295,8 @@ NodeId ShardLogImpl::leader() {
 }
 
 Result<EpochEnd> ShardLogImpl::end_offset_for(LeaderEpoch e) {
-  const Offset end = durable_end();
+  // What this replica holds, synced or not: a leader may have shipped its unsynced tail.
+  const Offset end = written_end();
   std::lock_guard lk(epoch_mu_);
   return history_.end_offset_for(e, end);
 }
@@ -325,7 +347,7 @@ Result<RawChunk> ShardLogImpl::read_raw(Offset from_off, std::size_t max_bytes,
     std::lock_guard lk(seg_mu_);
     if (segments_.empty())
       return Error(Errc::unavailable, "shard " + ref_.to_string() + " is closed");
-    end = durable_end_.load(std::memory_order_acquire);
+    end = written_end_.load(std::memory_order_acquire);
     const std::uint64_t log_start = segments_.front()->base();
     if (from < log_start)
       return Error(Errc::offset_out_of_range,
@@ -333,13 +355,13 @@ Result<RawChunk> ShardLogImpl::read_raw(Offset from_off, std::size_t max_bytes,
                        std::to_string(log_start) + " of shard " + ref_.to_string());
     if (from > end)
       return Error(Errc::offset_out_of_range,
-                   "offset " + std::to_string(from) + " is beyond the durable end " +
+                   "offset " + std::to_string(from) + " is beyond the written end " +
                        std::to_string(end) + " of shard " + ref_.to_string());
     if (from < end) {
       auto it = std::upper_bound(segments_.begin(), segments_.end(), from,
                                  [](std::uint64_t o, const auto& s) { return o < s->base(); });
       seg = *std::prev(it);
-      size = seg->readable_size;
+      size = seg->written_size;
       pos = seg->lookup(from);
     }
   }
@@ -626,6 +648,7 @@ Result<void> ShardLogImpl::truncate_to(Offset end_off) {
                                        std::to_string(hwm));
     // Lowered first, so the high watermark can never pass the cut while it happens.
     durable_end_.store(cut, std::memory_order_release);
+    written_end_.store(cut, std::memory_order_release);
     next_offset_ = cut;
   }
 
@@ -638,6 +661,7 @@ Result<void> ShardLogImpl::truncate_to(Offset end_off) {
     segments_.resize(seg_index + 1);
     had_index = !doomed.empty();
     seg->readable_size = pos;
+    seg->written_size = pos;
     seg->next_offset = cut;
     auto keep = std::find_if(seg->index.begin(), seg->index.end(),
                              [&](const IndexEntry& e) { return e.position >= pos; });

@@ -129,6 +129,7 @@ Result<void> ShardLogImpl::restart_at(Offset start_off) {
     segments_.clear();
     segments_.push_back(std::move(seg));
     durable_end_.store(start, std::memory_order_release);
+    written_end_.store(start, std::memory_order_release);
     hwm_.store(start, std::memory_order_release);
   }
   written_producers_ = ProducerTable();

@@ -22,11 +22,13 @@ class ShardReplicaLog final : public ReplicaLog {
   const ShardRef& ref() const override { return log_->ref(); }
   Offset log_start() override { return log_->log_start(); }
   Offset durable_end() override { return log_->durable_end(); }
+  Offset written_end() override { return log_->written_end(); }
   Offset high_watermark() override { return log_->high_watermark(); }
   LeaderEpoch leader_epoch() override { return log_->leader_epoch(); }
   LeaderEpoch last_data_epoch() override { return log_->last_data_epoch(); }
   Result<EpochEnd> end_offset_for(LeaderEpoch e) override { return log_->end_offset_for(e); }
   Result<void> become_leader(LeaderEpoch e) override { return log_->become_leader(e); }
+  bool led_before_reopen(LeaderEpoch e) override { return log_->led_before_reopen(e); }
   Result<void> become_follower(LeaderEpoch e, NodeId leader) override {
     return log_->become_follower(e, leader);
   }

@@ -48,6 +48,7 @@ class ModelLog : public ReplicaLog {
     std::lock_guard lk(mu_);
     return Offset{end()};
   }
+  Offset written_end() override { return durable_end(); }  // the model syncs as it writes
   Offset high_watermark() override {
     std::lock_guard lk(mu_);
     return hwm_;
@@ -74,6 +75,7 @@ class ModelLog : public ReplicaLog {
     return EpochEnd{best, Offset{last}};
   }
   Result<void> become_leader(LeaderEpoch e) override { return take_epoch(e, true); }
+  bool led_before_reopen(LeaderEpoch) override { return false; }  // the model never reopens
   Result<void> become_follower(LeaderEpoch e, NodeId) override { return take_epoch(e, false); }
   Result<void> fence(LeaderEpoch e) override {
     std::lock_guard lk(mu_);

@@ -138,10 +138,15 @@ TEST(ReplicaLogTest, EpochIsDurableBeforeActingAndARestartRefusesOlderEpochs) {
   n.restart();
   EXPECT_EQ(n.log->leader_epoch(), LeaderEpoch(7));
   EXPECT_EQ(n.log->become_follower(LeaderEpoch(6), NodeId(2)).error().code, Errc::fenced);
-  // It led epoch 7: it may lead it again after a restart, but never follow in it.
+  // It led epoch 7 before the restart: it may neither follow in it nor lead it again (it
+  // may have shipped an unsynced tail that the restart lost); the next epoch is fine.
+  EXPECT_TRUE(n.log->led_before_reopen(LeaderEpoch(7)));
   EXPECT_EQ(n.log->become_follower(LeaderEpoch(7), NodeId(2)).error().code, Errc::fenced);
-  ASSERT_TRUE(n.log->become_leader(LeaderEpoch(7)));
-  EXPECT_EQ(n.log->epoch_entries().size(), 2u);
+  EXPECT_EQ(n.log->become_leader(LeaderEpoch(7)).error().code, Errc::fenced);
+  ASSERT_TRUE(n.log->become_leader(LeaderEpoch(8)));
+  EXPECT_FALSE(n.log->led_before_reopen(LeaderEpoch(8)));
+  ASSERT_TRUE(n.log->become_leader(LeaderEpoch(8)));  // a repeat while leading is fine
+  EXPECT_EQ(n.log->epoch_entries().size(), 3u);
 }
 
 TEST(ReplicaLogTest, FollowerRefusesClientAppendsNamingTheLeader) {

@@ -97,7 +97,11 @@ inline void wait_durable_beyond(ShardLogImpl& log, std::uint64_t offset) {
   auto f = p->get_future();
   log.notify_when_end_beyond(Offset(offset), [p] { p->set_value(); });
   ASSERT_EQ(f.wait_for(std::chrono::seconds(30)), std::future_status::ready)
-      << "durable end never passed " << offset;
+      << "written end never passed " << offset;
+  // The notification comes once the data is written (a leader ships it before its own
+  // sync); wait for that sync and what the flusher does after it.
+  log.wait_flushed();
+  ASSERT_GT(log.durable_end().value(), offset);
 }
 
 // Copies from `leader` to `follower` the way the manager does: read_raw at the follower's
