@@ -49,6 +49,8 @@
 #include <thread>
 #include <vector>
 
+#include "bench_measure.h"
+
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
@@ -66,6 +68,7 @@ struct Options {
   std::string dir;
   std::string ack = "leader";
   bool idempotence = true;
+  bool fetch = true;  // the publish + tail-fetch phase
   int brokers = 0;  // 0: the single-node run above; N >= 1: the issue-10 comparison
   int replication_factor = 1;
   int failover_kills = 0;         // --failover: kills of the shard leader (issue 11)
@@ -85,6 +88,8 @@ void usage() {
   --url URL           publish to a running node instead of starting one
   --sluiced PATH      sluiced binary (default: next to this program)
   --no-idempotence    skip the idempotent-producer comparison
+  --no-fetch          skip the phase with consumers fetching at the tail while producers
+                      publish (its fetch records/s is printed beside the publish figure)
   --brokers N         replicated run (issue 10), after the disk reference: the load
                       against one broker of its own (replication factor 1, ack leader),
                       then N brokers of its own on loopback (raft-meta: broker 1 is the
@@ -485,6 +490,7 @@ int main(int argc, char** argv) {
     else if (a == "--url") o.url = val();
     else if (a == "--sluiced") o.sluiced = val();
     else if (a == "--no-idempotence") o.idempotence = false;
+    else if (a == "--no-fetch") o.fetch = false;
     else if (a == "--brokers") o.brokers = std::stoi(val());
     else if (a == "--replication-factor") o.replication_factor = std::stoi(val());
     else if (a == "--failover") {
@@ -528,7 +534,7 @@ int main(int argc, char** argv) {
   }
 
   const bool replicated = o.brokers > 0;
-  const int nphases = replicated ? 3 : 4;
+  const int nphases = replicated ? 3 : 5;
   if (replicated)
     std::printf("sluice-bench: %d connections, %d-byte records, %d records/request, %d shards, %d s; "
                 "%d brokers, replication factor %d, ack quorum vs 1 broker, replication factor 1, ack leader\n",
@@ -544,6 +550,10 @@ int main(int argc, char** argv) {
   double disk_p50 = 0;
   const double disk_mbps = disk_sync_bandwidth(o.dir, o.chunk, o.seconds, &disk_p50);
   std::printf("      disk: %.1f MB/s (fdatasync p50 %.0f us)\n", disk_mbps, disk_p50);
+  // The honest reference: the disk's sequential bandwidth (dd bs=1M conv=fdatasync).
+  const double dd_mbps = sluice_bench::dd_bandwidth(o.dir, std::min(o.seconds, 5));
+  std::printf("      disk, sequential (1 MiB writes, one fdatasync at the end, like dd conv=fdatasync): "
+              "%.1f MB/s\n", dd_mbps);
 
   // Phase 1 (the issue-2 figure): keyless records, sticky shard per request.
   // Phase 2 and 3 (idempotence, issue 3): each connection is a producer with its own key,
@@ -563,6 +573,9 @@ int main(int argc, char** argv) {
   struct PhaseResult {
     double rps = 0, mbps = 0, p50 = 0, p99 = 0, p999 = 0;
     std::uint64_t errors = 0;
+    double cpu_us = -1;    // server CPU (user + system, every server process) per record
+    double fetch_rps = -1; // records/s fetched by the tail consumers (if any)
+    std::uint64_t fetch_errors = 0;
   };
   // One publishing connection: where it goes and what it sends.
   struct Conn {
@@ -582,11 +595,20 @@ int main(int argc, char** argv) {
     http(port, "POST", "/v1/tenants", R"({"name":"bench"})");
     http(port, "POST", "/v1/tenants/bench/namespaces", R"({"name":"b"})");
   };
-  auto run_load = [&](const char* title, const std::vector<Conn>& conns, bool idempotent) {
+  // `pids`: the server processes whose CPU time counts; `fetch_port`/`fetch_stream`: run
+  // tail consumers (one per shard) on that stream during the load.
+  auto run_load = [&](const char* title, const std::vector<Conn>& conns, bool idempotent,
+                      const std::vector<pid_t>& pids = {}, int fetch_port = 0,
+                      const std::string& fetch_stream = "") {
     std::printf("%s ...\n", title);
     std::fflush(stdout);
     progress("%s: %zu connections, %d s", title, conns.size(), o.seconds);
     std::atomic<bool> stop{false};
+    const double cpu0 = pids.empty() ? -1 : sluice_bench::cpu_seconds(pids);
+    std::unique_ptr<sluice_bench::TailFetchers> fetchers;
+    if (fetch_port > 0)
+      fetchers = std::make_unique<sluice_bench::TailFetchers>(
+          fetch_port, "/v1/tenants/bench/namespaces/b/streams/" + fetch_stream + "/shards/", o.shards, stop);
     std::atomic<std::uint64_t> records{0}, errors{0};
     std::mutex lat_mu;
     std::vector<double> lat_all;
@@ -638,8 +660,15 @@ int main(int argc, char** argv) {
     }
     stop = true;
     for (auto& t : threads) t.join();
+    if (fetchers) fetchers->join();
     const double secs = std::chrono::duration<double>(Clock::now() - t_start).count();
     PhaseResult r;
+    const double cpu1 = pids.empty() ? -1 : sluice_bench::cpu_seconds(pids);
+    if (cpu0 >= 0 && cpu1 >= 0 && records.load() > 0) r.cpu_us = (cpu1 - cpu0) * 1e6 / records.load();
+    if (fetchers) {
+      r.fetch_rps = fetchers->records() / secs;
+      r.fetch_errors = fetchers->errors();
+    }
     r.rps = records.load() / secs;
     r.mbps = r.rps * o.record_bytes / 1e6;
     r.p50 = percentile(lat_all, 0.50) / 1000;
@@ -651,8 +680,13 @@ int main(int argc, char** argv) {
     return r;
   };
   auto print = [&](const char* name, const PhaseResult& r) {
-    std::printf("  %-22s %9.0f rec/s %7.1f MB/s  p50 %6.2f ms  p99 %6.2f ms  p999 %6.2f ms  failed %llu\n",
+    std::printf("  %-22s %9.0f rec/s %7.1f MB/s  p50 %6.2f ms  p99 %6.2f ms  p999 %6.2f ms  failed %llu",
                 name, r.rps, r.mbps, r.p50, r.p99, r.p999, static_cast<unsigned long long>(r.errors));
+    if (r.cpu_us >= 0) std::printf("  server CPU %.2f us/record", r.cpu_us);
+    std::printf("\n");
+    if (r.fetch_rps >= 0)
+      std::printf("  %-22s %9.0f rec/s fetched at the tail beside it (fetch / publish %.2f, failed %llu)\n", "",
+                  r.fetch_rps, r.rps > 0 ? r.fetch_rps / r.rps : 0, static_cast<unsigned long long>(r.fetch_errors));
   };
   const std::string streams_path = "/v1/tenants/bench/namespaces/b/streams/";
   // The same shape for both issue-10 loads: connection c -> shard c % shards, one key
@@ -691,31 +725,40 @@ int main(int argc, char** argv) {
       }
     }
     ensure_ns(port);
-    auto phase = [&](const char* title, const std::string& stream, bool keyed, bool idempotent) {
+    const std::vector<pid_t> pids = child > 0 ? std::vector<pid_t>{child} : std::vector<pid_t>{};
+    auto phase = [&](const char* title, const std::string& stream, bool keyed, bool idempotent,
+                     bool fetch = false) {
       create_stream(port, stream, 0);
       std::vector<Conn> conns;
       for (int c = 0; c < o.connections; ++c) {
         const std::string key = "producer-" + std::to_string(c);
         conns.push_back({port, streams_path + stream + "/records?ack=" + o.ack, make_body(keyed ? &key : nullptr)});
       }
-      return run_load(title, conns, idempotent);
+      return run_load(title, conns, idempotent, pids, fetch ? port : 0, stream);
     };
-    const PhaseResult plain = phase("[2/4] keyless, sticky shards", "pub", false, false);
-    PhaseResult keyed, idem;
+    const PhaseResult plain = phase("[2/5] keyless, sticky shards", "pub", false, false);
+    PhaseResult keyed, idem, fetched;
     if (o.idempotence) {
-      keyed = phase("[3/4] one key per connection", "pub-keyed", true, false);
-      idem = phase("[4/4] the same, idempotent producers", "pub-idem", true, true);
+      keyed = phase("[3/5] one key per connection", "pub-keyed", true, false);
+      idem = phase("[4/5] the same, idempotent producers", "pub-idem", true, true);
     }
-    std::printf("\nresults (%d-byte records, ack %s, %d connections)\n", o.record_bytes, o.ack.c_str(),
-                o.connections);
+    if (o.fetch)
+      fetched = phase("[5/5] keyless, with one consumer per shard fetching at the tail", "pub-fetch", false,
+                      false, true);
+    std::printf("\nresults (%d-byte records, %d records/request, ack %s, %d connections)\n", o.record_bytes,
+                o.batch_records, o.ack.c_str(), o.connections);
     print("keyless", plain);
-    std::printf("  disk fdatasync         %.1f MB/s\n", disk_mbps);
-    std::printf("  ratio to disk          %.2f  (design goal >= 0.50)\n", disk_mbps > 0 ? plain.mbps / disk_mbps : 0);
+    std::printf("  disk, sequential       %.1f MB/s (dd bs=1M conv=fdatasync)\n", dd_mbps);
+    std::printf("  disk, fdatasync each   %.1f MB/s (%d-byte writes)\n", disk_mbps, o.chunk);
+    std::printf("  publish / sequential   %.2f  (target >= 0.60)\n", dd_mbps > 0 ? plain.mbps / dd_mbps : 0);
+    if (plain.cpu_us >= 0)
+      std::printf("  server CPU per record  %.2f us  (target <= 3)\n", plain.cpu_us);
     if (o.idempotence) {
       print("keyed", keyed);
       print("keyed, idempotent", idem);
       std::printf("  idempotent / plain     %.2f  (design goal >= 0.90)\n", keyed.rps > 0 ? idem.rps / keyed.rps : 0);
     }
+    if (o.fetch) print("keyless + tail fetch", fetched);
     if (child > 0) {
       progress("stopping sluiced");
       stop_children();
@@ -743,7 +786,7 @@ int main(int argc, char** argv) {
     ensure_ns(http_port);
     create_stream(http_port, "single", 1);
     single = run_load("[2/3] 1 broker, replication factor 1, ack leader",
-                      shard_conns("single", "leader", std::vector<int>(o.shards, http_port)), false);
+                      shard_conns("single", "leader", std::vector<int>(o.shards, http_port)), false, {pid});
     progress("phase 2: stopping the single broker");
     stop_child(pid);
     fs::remove_all(d + "/data", ec);
@@ -862,7 +905,9 @@ int main(int argc, char** argv) {
     }
     const std::string title = "[3/3] " + std::to_string(n) + " brokers, replication factor " +
                               std::to_string(o.replication_factor) + ", ack quorum, to each shard's leader";
-    rep = run_load(title.c_str(), shard_conns("rep", "quorum", port_of), false);
+    std::vector<pid_t> pids;
+    for (const auto& b : bs) pids.push_back(b.pid);
+    rep = run_load(title.c_str(), shard_conns("rep", "quorum", port_of), false, pids);
     progress("phase 3: stopping %d brokers", n);
     stop_children();
     for (auto& b : bs) {
@@ -876,8 +921,12 @@ int main(int argc, char** argv) {
   print("1 broker, RF 1, leader", single);
   const std::string name = std::to_string(o.brokers) + " brokers, RF " + std::to_string(o.replication_factor) + ", quorum";
   print(name.c_str(), rep);
-  std::printf("  disk fdatasync         %.1f MB/s\n", disk_mbps);
-  std::printf("  single / disk          %.2f\n", disk_mbps > 0 ? single.mbps / disk_mbps : 0);
+  std::printf("  disk, sequential       %.1f MB/s (dd bs=1M conv=fdatasync)\n", dd_mbps);
+  std::printf("  disk, fdatasync each   %.1f MB/s (%d-byte writes)\n", disk_mbps, o.chunk);
+  std::printf("  single / sequential    %.2f\n", dd_mbps > 0 ? single.mbps / dd_mbps : 0);
+  // All replicas share this machine's one disk: RF copies of every byte.
+  std::printf("  replicated x RF / sequential %.2f  (the disk's share the replicas use)\n",
+              dd_mbps > 0 ? rep.mbps * o.replication_factor / dd_mbps : 0);
   std::printf("  replicated / single    %.2f  (design goal >= 0.50)\n", single.rps > 0 ? rep.rps / single.rps : 0);
   return 0;
 }

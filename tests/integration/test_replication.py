@@ -584,6 +584,9 @@ class Replication(unittest.TestCase):
         moved = second.request("POST", second.ns_path() + "/streams/r/shards/0/leader", {"broker": second_id})
         self.assertEqual(moved["leader"], second_id)
         self.wait_serving(second_id)
+        # A new leader serves below its high watermark, which it learns from its followers'
+        # next fetches (the replayed record 10 included): wait for it, not for a race.
+        poll(lambda: self.shard(second)["high_watermark"] >= 11, "the new leader's high watermark to reach 11")
         check_on(second, 8)
         # Outstanding records (8, 9) are delivered again; the replayed dead letter (10) is
         # new; nothing acked or dead-lettered comes back.
