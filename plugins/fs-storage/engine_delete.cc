@@ -175,7 +175,18 @@ Result<std::uint32_t> FsStorageEngine::delete_doomed(const Doomed& doomed, const
       rel_dirs.push_back(rel_stream + "/" + n);
   }
   std::sort(rel_dirs.begin(), rel_dirs.end());
-  if (rel_dirs.empty()) return std::uint32_t{0};
+  // The name's directory goes too once it is empty, so deleted names leave nothing behind
+  // for list_on_disk (and a start with many tombstones) to walk. Under mu_, which open_shard
+  // holds while it creates the directories, so an open never finds its parent gone. Not
+  // synced: an empty directory that comes back after a crash is harmless.
+  const auto remove_if_empty = [&] {
+    std::lock_guard lk(mu_);
+    if (auto left = fs_->list(stream_dir); left && left->empty()) (void)fs_->remove_dir(stream_dir);
+  };
+  if (rel_dirs.empty()) {
+    remove_if_empty();
+    return std::uint32_t{0};
+  }
 
   // 1. The marker.
   const std::string id = unique_id();
@@ -198,6 +209,7 @@ Result<std::uint32_t> FsStorageEngine::delete_doomed(const Doomed& doomed, const
 
   // 2.-4.
   if (auto r = finish_marker(marker, id, rel_dirs); !r) return r.error();
+  remove_if_empty();
   host_.log(LogLevel::info, kComponent,
             "deleted " + std::to_string(rel_dirs.size()) + " shard director" +
                 (rel_dirs.size() == 1 ? "y" : "ies") + " of " + what);
