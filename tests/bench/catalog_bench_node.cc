@@ -86,7 +86,7 @@ int http(int port, const std::string& method, const std::string& path, const std
 
 struct Node {
   std::string sluiced, dir;
-  int http_port = 0, raft_port = 0, rpc_port = 0;
+  int http_port = 0, raft_port = 0, rpc_port = 0, transport_port = 0;
   pid_t pid = -1;
   int starts = 0;
 
@@ -97,7 +97,8 @@ struct Node {
                                   "--set", "data.dir=" + dir + "/data",
                                   "--set", "http.port=" + std::to_string(http_port),
                                   "--set", "raft.address=127.0.0.1:" + std::to_string(raft_port),
-                                  "--set", "metadata.rpc_address=127.0.0.1:" + std::to_string(rpc_port)};
+                                  "--set", "metadata.rpc_address=127.0.0.1:" + std::to_string(rpc_port),
+                                  "--set", "transport.address=127.0.0.1:" + std::to_string(transport_port)};
     const auto t0 = Clock::now();
     pid = ::fork();
     if (pid == 0) {
@@ -226,7 +227,7 @@ int run_node_bench(const NodeBenchOptions& opt) {
     made_dir = true;
   }
   fs::create_directories(o.dir);
-  Node n{o.sluiced, o.dir, free_port(), free_port(), free_port()};
+  Node n{o.sluiced, o.dir, free_port(), free_port(), free_port(), free_port()};
   std::printf("sluice-catalog-bench --tombstones %ld: embedded node (%s, data in %s), %d HTTP clients\n",
               o.tombstones, o.sluiced.c_str(), o.dir.c_str(), o.clients);
   std::fflush(stdout);
