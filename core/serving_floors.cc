@@ -74,7 +74,7 @@ Result<ServingFloors> load_floors(const std::string& path, FloorsFileState* stat
   st.torn_tail = end != text.size();
   for (std::size_t pos = 0; pos < end;) {
     const std::size_t nl = text.find('\n', pos);
-    const std::string line = text.substr(pos, nl - pos);
+    const std::string_view line = std::string_view(text).substr(pos, nl - pos);
     pos = nl + 1;
     ++n;
     if (n == 1) {
@@ -82,13 +82,24 @@ Result<ServingFloors> load_floors(const std::string& path, FloorsFileState* stat
       continue;
     }
     if (line.empty()) continue;
-    std::vector<std::string> f;
-    std::stringstream ss(line);
-    for (std::string part; std::getline(ss, part, '\t');) f.push_back(part);
-    if (f.size() != 5) return bad("expected 5 tab-separated fields");
+    // Five tab-separated fields (a start with 100,000 names reads every line: no streams).
+    std::string_view rest = line;
+    std::string_view f[5];
+    std::size_t count = 0;
+    for (; count < 5; ++count) {
+      const auto tab = rest.find('\t');
+      f[count] = rest.substr(0, tab);
+      if (tab == std::string_view::npos) {
+        ++count;
+        break;
+      }
+      rest = rest.substr(tab + 1);
+    }
+    if (count != 5 || f[4].find('\t') != std::string_view::npos) return bad("expected 5 tab-separated fields");
     ServingFloor fl;
-    if (!parse_field(f[3], fl.served) || !parse_field(f[4], fl.deleted)) return bad("bad incarnation");
-    out[StreamKey{f[0], f[1], f[2]}] = fl;
+    if (!parse_field(std::string(f[3]), fl.served) || !parse_field(std::string(f[4]), fl.deleted))
+      return bad("bad incarnation");
+    out.insert_or_assign(StreamKey{std::string(f[0]), std::string(f[1]), std::string(f[2])}, fl);
     ++st.lines;
   }
   // Not even a whole header: a file whose first write was torn is refused (store_floors
