@@ -24,6 +24,8 @@
 // NUL bytes where the kernel had not written the data). Its fdatasync never returned, so no
 // plan acted on it: load_floors ignores it and reports `torn_tail`, and the broker rewrites
 // the file before it appends again. A bad line followed by a good one is corruption.
+// Downgrades: an older build reads an appended file alike (last line wins) but refuses a
+// torn tail as corrupt_data; after a crash, start this build once before going back.
 //
 // Errors are definite: storage_failure (I/O, naming the path) or corrupt_data (a line that
 // does not parse, naming the line). Thread-safety: none; the broker's control thread calls.
