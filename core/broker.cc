@@ -10,6 +10,12 @@
 
 namespace sluice::core {
 
+namespace {
+// At most this many queued changes are applied as one batch (bounds the plan and the wait
+// of the first of them).
+constexpr std::size_t kMaxChangeBatch = 256;
+}  // namespace
+
 BrokerRuntime::BrokerRuntime(NodeInfo info, MetadataStore& catalog, StorageEngine* storage,
                              BrokerOptions opts, PluginHost& host)
     : info_(std::move(info)),
@@ -35,9 +41,16 @@ Result<void> BrokerRuntime::start() {
   if (storage_) {
     // The durable guard first: nothing is opened before the floors are known.
     floors_path_ = floors_path(host_.data_dir());
-    auto f = load_floors(floors_path_);
+    FloorsFileState state;
+    auto f = load_floors(floors_path_, &state);
     if (!f) return f.error();
     floors_ = std::move(f.value());
+    floors_appendable_ = state.exists && !state.torn_tail;
+    floors_lines_ = state.lines;
+    if (state.torn_tail)
+      host_.log(LogLevel::warn, "broker",
+                floors_path_ + " ends in an unfinished append (a crash while it was written); it is "
+                               "ignored and the file is rewritten before the next change");
   }
   // Forwarded calls are answered `unavailable` (transient) until the first resync is done.
   start_forwarding();
@@ -145,12 +158,22 @@ void BrokerRuntime::enqueue(Task t) {
 void BrokerRuntime::control_loop() {
   for (;;) {
     Task t;
+    // Every change queued behind the first one, up to the next resync: applied as one
+    // batch (concurrent creates and deletes share one floors sync and one plan).
+    std::vector<ChangeEvent> changes;
     {
       std::unique_lock lk(tasks_mu_);
       tasks_cv_.wait(lk, [&] { return stopping_ || !tasks_.empty(); });
       if (stopping_) return;
       t = std::move(tasks_.front());
       tasks_.pop_front();
+      if (t.kind == Task::Kind::change) {
+        changes.push_back(std::move(t.event));
+        while (!tasks_.empty() && tasks_.front().kind == Task::Kind::change && changes.size() < kMaxChangeBatch) {
+          changes.push_back(std::move(tasks_.front().event));
+          tasks_.pop_front();
+        }
+      }
     }
     if (t.kind == Task::Kind::resync) {
       host_.log(LogLevel::warn, "broker", "resyncing from a catalog snapshot");
@@ -162,7 +185,7 @@ void BrokerRuntime::control_loop() {
         tasks_.push_front({Task::Kind::resync, {}});
       }
     } else {
-      apply(t.event);
+      apply_changes(changes);
     }
   }
 }

@@ -204,9 +204,18 @@ class BrokerRuntime final : public Node {
   // acted on) or, only with Registration::at_start, if registration or an open fails.
   enum class Registration { at_start, done };
   Result<void> apply_plan(const ServingPlan& plan, Registration registration);
+  // Makes the raised floors durable (an append, or a rewrite when the file is missing, torn
+  // or mostly superseded lines) and then takes them into floors_; unchanged on failure.
+  Result<void> persist_floors(const ServingFloors& raised);
+  // A full plan (start, resync) names every delete word; only names with data on disk need
+  // the storage engine's delete (one listing instead of a call per tombstone).
+  void skip_removes_without_data(ServingPlan& plan);
   void close_shard(const ShardAction& c);
   Result<void> delete_data(const DataDelete& d);
-  void apply(const ChangeEvent& ev);
+  // Applies changes queued together, in order: each is replayed into the image, then the
+  // names they touch are planned once and the merged plan is applied (one floors sync for
+  // all of them). Marks the last one applied.
+  void apply_changes(const std::vector<ChangeEvent>& events);
   Result<void> resync();
   Result<void> register_self();
   void control_loop();
@@ -240,6 +249,8 @@ class BrokerRuntime final : public Node {
   CatalogImage image_;
   ServingFloors floors_;
   std::string floors_path_;  // empty without the broker role
+  bool floors_appendable_ = false;  // the file exists whole: appends may follow (serving_floors.h)
+  std::size_t floors_lines_ = 0;    // name lines in the file
   ChangeSeq snapshot_seq_;   // the last snapshot's: changes up to it are in image_
   // Control thread only. Set when a change could not be carried out (floors not saved, a
   // shard not opened): later changes wait for the resync it queued, and none is marked

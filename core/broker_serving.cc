@@ -70,14 +70,11 @@ Result<void> BrokerRuntime::apply_plan(const ServingPlan& plan, Registration reg
   // 1. The floors are durable before anything is acted on: a crash or a restored control
   //    plane afterwards cannot undo them.
   if (!plan.floors.empty() && storage_) {
-    ServingFloors next = floors_;
-    for (const auto& [k, f] : plan.floors) next[k] = f;
-    if (auto r = store_floors(floors_path_, next); !r) {
+    if (auto r = persist_floors(plan.floors); !r) {
       note_failure("cannot persist the broker's floors, so the catalog change is not applied: " +
                    r.error().message);
       return r.error();
     }
-    floors_ = std::move(next);
     if (!plan.remove.empty()) failpoint("broker.delete.after_floors");  // crash tests
   }
   // 2. Close: take the names out of service first, so no call reaches a closing shard.
@@ -201,6 +198,48 @@ Result<void> BrokerRuntime::apply_plan(const ServingPlan& plan, Registration reg
   return {};
 }
 
+Result<void> BrokerRuntime::persist_floors(const ServingFloors& raised) {
+  // Rewrite when appending is not safe (no file yet, a torn or failed append) or when most
+  // lines are superseded; otherwise append the raised floors (serving_floors.h).
+  const bool rewrite = !floors_appendable_ || floors_lines_ + raised.size() > 2 * (floors_.size() + raised.size()) + 1024;
+  std::vector<std::pair<StreamKey, std::optional<ServingFloor>>> before;
+  before.reserve(raised.size());
+  for (const auto& [k, f] : raised) {
+    auto it = floors_.find(k);
+    before.emplace_back(k, it == floors_.end() ? std::nullopt : std::optional<ServingFloor>(it->second));
+    floors_[k] = f;
+  }
+  auto r = rewrite ? store_floors(floors_path_, floors_) : append_floors(floors_path_, raised);
+  if (!r) {
+    // Not durable: the floors stay as they were, and the next write rewrites the file (an
+    // append may have left part of a line behind).
+    for (auto& [k, f] : before) {
+      if (f) floors_[k] = *f;
+      else floors_.erase(k);
+    }
+    floors_appendable_ = false;
+    return r.error();
+  }
+  floors_appendable_ = true;
+  floors_lines_ = rewrite ? floors_.size() : floors_lines_ + raised.size();
+  return {};
+}
+
+void BrokerRuntime::skip_removes_without_data(ServingPlan& plan) {
+  if (!storage_ || plan.remove.empty()) return;
+  auto disk = storage_->list_on_disk();
+  if (!disk) return;  // delete every word, as before
+  std::map<StreamKey, Incarnation> lowest;  // per name, the lowest incarnation on disk
+  for (const auto& ref : *disk) {
+    auto [it, fresh] = lowest.emplace(ref.stream, ref.incarnation);
+    if (!fresh && ref.incarnation < it->second) it->second = ref.incarnation;
+  }
+  std::erase_if(plan.remove, [&](const DataDelete& d) {
+    auto it = lowest.find(d.key);
+    return it == lowest.end() || it->second > d.up_to;
+  });
+}
+
 Result<void> BrokerRuntime::resync() {
   watch_.reset();
   auto snap = catalog_.snapshot();
@@ -213,7 +252,8 @@ Result<void> BrokerRuntime::resync() {
   snapshot_seq_ = snap->seq;
   // The whole catalog against what is held and the floors: nothing is dropped before it is
   // planned, so the guard holds across a resync (a lower incarnation is refused, not served).
-  const auto plan = plan_serving(image_, serving_node(), held(), floors_);
+  auto plan = plan_serving(image_, serving_node(), held(), floors_);
+  skip_removes_without_data(plan);
   const auto registration = started_ ? Registration::done : Registration::at_start;
   if (auto r = apply_plan(plan, registration); !r) {
     if (!started_) return r;
@@ -227,40 +267,62 @@ Result<void> BrokerRuntime::resync() {
   return {};
 }
 
-void BrokerRuntime::apply(const ChangeEvent& ev) {
-  // A change the snapshot already holds (queued by the previous watch before a resync).
-  if (ev.seq <= snapshot_seq_) return;
-  // The peer directory follows broker registrations (it holds no shard data, so it needs
-  // no plan and may run ahead of a pending resync, which replaces it anyway).
-  if (opts_.peers && ev.kind == ChangeEvent::Kind::broker_registered) opts_.peers->learn(ev.broker);
-  if (opts_.peers && ev.kind == ChangeEvent::Kind::broker_unregistered) opts_.peers->forget(ev.broker.id);
-  if (resync_pending_) return;  // the queued resync covers it
-  replay(image_, ev);
-  switch (ev.kind) {
-    case ChangeEvent::Kind::stream_created:
-    case ChangeEvent::Kind::stream_deleted:
-    case ChangeEvent::Kind::shard_changed:
-      if (auto r = apply_plan(plan_serving(image_, serving_node(), held(), floors_,
-                                           ev.kind == ChangeEvent::Kind::shard_changed && !ev.assignments.empty()
-                                               ? ev.assignments.front().key
-                                               : ev.stream.key),
-                              Registration::done);
-          !r) {
-        // Not carried out (apply_plan logged why): nothing after it is marked applied until
-        // a resync has planned the whole catalog again.
-        resync_pending_ = true;
-        enqueue({Task::Kind::resync, {}});
-        return;
-      }
-      break;
-    case ChangeEvent::Kind::feature_finalized:
-      // Changes only later decisions (what a delete removes; which creates are refused).
-      host_.log(LogLevel::info, "broker", "feature " + ev.feature + " is finalized");
-      break;
-    default:
-      break;  // tenants, namespaces, brokers and caches hold no shard data here
+void BrokerRuntime::apply_changes(const std::vector<ChangeEvent>& events) {
+  std::set<StreamKey> touched;
+  ChangeSeq last{0};
+  for (const auto& ev : events) {
+    // A change the snapshot already holds (queued by the previous watch before a resync).
+    if (ev.seq <= snapshot_seq_) continue;
+    // The peer directory follows broker registrations (it holds no shard data, so it needs
+    // no plan and may run ahead of a pending resync, which replaces it anyway).
+    if (opts_.peers && ev.kind == ChangeEvent::Kind::broker_registered) opts_.peers->learn(ev.broker);
+    if (opts_.peers && ev.kind == ChangeEvent::Kind::broker_unregistered) opts_.peers->forget(ev.broker.id);
+    if (resync_pending_) continue;  // the queued resync covers it
+    replay(image_, ev);
+    switch (ev.kind) {
+      case ChangeEvent::Kind::stream_created:
+      case ChangeEvent::Kind::stream_deleted:
+        touched.insert(ev.stream.key);
+        break;
+      case ChangeEvent::Kind::shard_changed:
+        touched.insert(!ev.assignments.empty() ? ev.assignments.front().key : ev.stream.key);
+        break;
+      case ChangeEvent::Kind::feature_finalized:
+        // Changes only later decisions (what a delete removes; which creates are refused).
+        host_.log(LogLevel::info, "broker", "feature " + ev.feature + " is finalized");
+        break;
+      default:
+        break;  // tenants, namespaces, brokers and caches hold no shard data here
+    }
+    last = ev.seq;
   }
-  mark_applied(ev.seq);
+  if (resync_pending_ || last.value() == 0) return;
+  if (!touched.empty()) {
+    // One plan per touched name, against the image after the whole batch (each name's plan
+    // reads only that name; a name created and deleted in one batch is planned once, as
+    // deleted), merged into one plan: one floors sync for the batch.
+    const HeldStreams now_held = held();
+    ServingPlan merged;
+    for (const auto& key : touched) {
+      ServingPlan p = plan_serving(image_, serving_node(), now_held, floors_, key);
+      merged.floors.merge(p.floors);
+      for (auto* v : {&p.close, &p.drop, &p.open}) {
+        auto& into = v == &p.close ? merged.close : v == &p.drop ? merged.drop : merged.open;
+        into.insert(into.end(), std::make_move_iterator(v->begin()), std::make_move_iterator(v->end()));
+      }
+      merged.remove.insert(merged.remove.end(), p.remove.begin(), p.remove.end());
+      merged.streams.merge(p.streams);
+      merged.forget.insert(merged.forget.end(), p.forget.begin(), p.forget.end());
+    }
+    if (auto r = apply_plan(merged, Registration::done); !r) {
+      // Not carried out (apply_plan logged why): nothing after it is marked applied until
+      // a resync has planned the whole catalog again.
+      resync_pending_ = true;
+      enqueue({Task::Kind::resync, {}});
+      return;
+    }
+  }
+  mark_applied(last);
 }
 
 ServingNode BrokerRuntime::serving_node() const {

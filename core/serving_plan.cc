@@ -3,6 +3,7 @@
 #include "sluice/catalog_rules.h"
 
 #include <algorithm>
+#include <iterator>
 #include <set>
 
 namespace sluice::core {
@@ -144,15 +145,28 @@ void plan_name(const CatalogImage& img, const ServingNode& node, const HeldStrea
 ServingPlan plan_serving(const CatalogImage& image, const ServingNode& node, const HeldStreams& held,
                          const ServingFloors& floors, const std::optional<StreamKey>& only) {
   ServingPlan out;
-  std::set<StreamKey> scope;
+  std::vector<StreamKey> scope;
   if (only) {
-    scope.insert(*only);
+    scope.push_back(*only);
   } else {
-    for (const auto& [k, v] : image.streams) scope.insert(k);
-    for (const auto& [k, v] : image.tombstones) scope.insert(k);
-    for (const auto& [k, v] : image.untombstoned_deletes) scope.insert(k);
-    for (const auto& [k, v] : held) scope.insert(k);
-    for (const auto& [k, v] : floors) scope.insert(k);
+    // Every name of five sorted maps, in order, each once: merged rather than inserted into
+    // a set (a start with 100,000 tombstones spent a tenth of its time in that set).
+    const auto add = [&scope](const auto& sorted_map) {
+      std::vector<StreamKey> keys;
+      keys.reserve(sorted_map.size());
+      for (const auto& [k, v] : sorted_map) keys.push_back(k);
+      std::vector<StreamKey> merged;
+      merged.reserve(scope.size() + keys.size());
+      std::set_union(std::make_move_iterator(scope.begin()), std::make_move_iterator(scope.end()),
+                     std::make_move_iterator(keys.begin()), std::make_move_iterator(keys.end()),
+                     std::back_inserter(merged));
+      scope = std::move(merged);
+    };
+    add(image.streams);
+    add(image.tombstones);
+    add(image.untombstoned_deletes);
+    add(held);
+    add(floors);
   }
   for (const auto& key : scope)
     plan_name(image, node, lookup(held, key), lookup(floors, key), key, !only, out);

@@ -17,10 +17,11 @@
 //      them still draining); open_shard of them is refused (unavailable) while it runs
 //   1. <dir>/.delete-pending/<id>.marker: the relative dirs, written .tmp + fdatasync +
 //      rename + directory fsync                      failpoint storage.delete.after_marker
-//   2. rename each dir to <dir>/.deleted/<id>/<same relative path>, fsync the source and
-//      destination parents                           failpoint storage.delete.after_move
+//   2. rename each dir to <dir>/.deleted/<id>/<its position in the marker>, fsync the
+//      source parents and .deleted/<id>/             failpoint storage.delete.after_move
 //   3. remove the marker, fsync .delete-pending/      failpoint storage.delete.after_unmark
-//   4. remove .deleted/<id>/ (garbage; a failure here is only logged)
+//   4. remove .deleted/<id>/ (garbage, not synced; a failure here is only logged)
+//   and, under mu_, the name's directory if it is now empty (not synced)
 // At construction, before any shard can open, every marker is finished (its listed dirs
 // that still exist are moved, then the marker is removed) and .deleted/ is emptied.
 //

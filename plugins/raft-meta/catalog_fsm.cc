@@ -63,18 +63,18 @@ CatalogFsm::CatalogFsm(std::size_t change_retention, MetadataLevel capability)
   try {
     create_schema();
   } catch (...) {
-    sqlite3_close(db_);
+    close_db(db_);
     throw;
   }
 }
 
-CatalogFsm::~CatalogFsm() { sqlite3_close(db_); }
+CatalogFsm::~CatalogFsm() { close_db(db_); }
 
 void CatalogFsm::reset() {
   held_.reset();
   sqlite3* fresh = open_memory_db();
   std::swap(db_, fresh);
-  sqlite3_close(fresh);
+  close_db(fresh);
   create_schema();
 }
 

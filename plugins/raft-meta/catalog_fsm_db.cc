@@ -2,6 +2,9 @@
 
 #include <boost/json.hpp>
 
+#include <mutex>
+#include <unordered_map>
+
 #include "sluice/catalog_json.h"
 
 namespace sluice::raft_meta::catalog_db {
@@ -15,6 +18,15 @@ void exec(sqlite3* db, const char* sql) {
   }
 }
 
+namespace {
+// The idle prepared statements of each open database, by SQL text.
+struct StatementCache {
+  std::unordered_map<std::string, std::vector<sqlite3_stmt*>> idle;
+};
+std::mutex g_caches_mu;
+std::unordered_map<sqlite3*, StatementCache> g_caches;  // guarded by g_caches_mu
+}  // namespace
+
 sqlite3* open_memory_db() {
   sqlite3* db = nullptr;
   if (sqlite3_open_v2(":memory:", &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr) !=
@@ -22,7 +34,56 @@ sqlite3* open_memory_db() {
     sqlite3_close(db);
     throw std::runtime_error("cannot open in-memory sqlite database");
   }
+  std::lock_guard lk(g_caches_mu);
+  g_caches[db];
   return db;
+}
+
+sqlite3_stmt* borrow_statement(sqlite3* db, const char* sql) {
+  {
+    std::lock_guard lk(g_caches_mu);
+    if (auto c = g_caches.find(db); c != g_caches.end())
+      if (auto it = c->second.idle.find(sql); it != c->second.idle.end() && !it->second.empty()) {
+        sqlite3_stmt* s = it->second.back();
+        it->second.pop_back();
+        return s;
+      }
+  }
+  sqlite3_stmt* s = nullptr;
+  if (sqlite3_prepare_v3(db, sql, -1, SQLITE_PREPARE_PERSISTENT, &s, nullptr) != SQLITE_OK) {
+    sqlite3_finalize(s);
+    throw std::runtime_error(std::string("sqlite prepare failed: ") + sqlite3_errmsg(db) + " in " + sql);
+  }
+  return s;
+}
+
+void return_statement(sqlite3_stmt* s) {
+  if (!s) return;
+  sqlite3_reset(s);
+  sqlite3_clear_bindings(s);
+  {
+    std::lock_guard lk(g_caches_mu);
+    if (auto c = g_caches.find(sqlite3_db_handle(s)); c != g_caches.end()) {
+      c->second.idle[sqlite3_sql(s)].push_back(s);
+      return;
+    }
+  }
+  sqlite3_finalize(s);
+}
+
+void close_db(sqlite3* db) {
+  if (!db) return;
+  StatementCache cache;
+  {
+    std::lock_guard lk(g_caches_mu);
+    if (auto c = g_caches.find(db); c != g_caches.end()) {
+      cache = std::move(c->second);
+      g_caches.erase(c);
+    }
+  }
+  for (auto& [sql, v] : cache.idle)
+    for (auto* s : v) sqlite3_finalize(s);
+  sqlite3_close(db);
 }
 
 // The change a catalog op records (stored with sluice/catalog_json.h's payload encoding).

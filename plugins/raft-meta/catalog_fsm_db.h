@@ -19,16 +19,23 @@
 
 namespace sluice::raft_meta::catalog_db {
 
-// A prepared statement; finalized on destruction.
+// Prepared statements are kept per database: open_memory_db registers the database,
+// close_db finalizes its statements and closes it (use it instead of sqlite3_close). A Stmt
+// borrows the statement for its SQL text and gives it back reset, so a statement is parsed
+// once per database, not on every apply (sqlite3Parser and the prepare path were a visible
+// share of an apply's CPU: docs/benchmarks.md "sluice-raft-bench"). Nested Stmts of the
+// same text each get their own. Thread-safety: the registry is locked; a database's
+// statements are used by its owner only (CatalogFsm: one caller at a time).
+// borrow_statement throws std::runtime_error when the SQL does not prepare.
+sqlite3_stmt* borrow_statement(sqlite3* db, const char* sql);
+void return_statement(sqlite3_stmt* s);
+void close_db(sqlite3* db);
+
+// A prepared statement, borrowed for the Stmt's lifetime.
 class Stmt {
  public:
-  Stmt(sqlite3* db, const char* sql) {
-    if (sqlite3_prepare_v2(db, sql, -1, &s_, nullptr) != SQLITE_OK) {
-      std::string msg = std::string("sqlite prepare failed: ") + sqlite3_errmsg(db) + " in " + sql;
-      throw std::runtime_error(msg);
-    }
-  }
-  ~Stmt() { sqlite3_finalize(s_); }
+  Stmt(sqlite3* db, const char* sql) : s_(borrow_statement(db, sql)) {}
+  ~Stmt() { return_statement(s_); }
   Stmt(const Stmt&) = delete;
   Stmt& operator=(const Stmt&) = delete;
 

@@ -201,6 +201,7 @@ std::size_t CatalogFsm::members_below(MetadataLevel level) const {
 
 std::vector<Tombstone> CatalogFsm::list_tombstones() const {
   std::vector<Tombstone> out;
+  out.reserve(tombstone_count());  // a start reads them all: no regrowth copies
   Stmt s(db_, "SELECT tenant, ns, name, deleted_up_to, seq FROM tombstones"
               " ORDER BY tenant, ns, name");
   while (s.step()) out.push_back(read_tombstone(s));

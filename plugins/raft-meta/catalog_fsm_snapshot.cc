@@ -31,7 +31,7 @@ Result<void> CatalogFsm::restore(std::string_view image) {
   }
   auto* buf = static_cast<unsigned char*>(sqlite3_malloc64(image.size()));
   if (!buf) {
-    sqlite3_close(fresh);
+    close_db(fresh);
     return Error(Errc::internal, "out of memory restoring the catalog snapshot");
   }
   std::memcpy(buf, image.data(), image.size());
@@ -39,7 +39,7 @@ Result<void> CatalogFsm::restore(std::string_view image) {
                                static_cast<sqlite3_int64>(image.size()),
                                SQLITE_DESERIALIZE_FREEONCLOSE | SQLITE_DESERIALIZE_RESIZEABLE);
   if (rc != SQLITE_OK) {  // sqlite frees buf on failure with FREEONCLOSE
-    sqlite3_close(fresh);
+    close_db(fresh);
     return Error(Errc::corrupt_data, "catalog snapshot is not a SQLite database");
   }
   sqlite3* old = db_;
@@ -65,12 +65,12 @@ Result<void> CatalogFsm::restore(std::string_view image) {
   }
   if (version != std::to_string(kCatalogSchemaVersion)) {
     db_ = old;
-    sqlite3_close(fresh);
+    close_db(fresh);
     return Error(Errc::corrupt_data,
                  "catalog snapshot has schema version '" + version + "', this build reads " +
                      std::to_string(kCatalogSchemaVersion));
   }
-  sqlite3_close(old);
+  close_db(old);
   held_.reset();
   // A snapshot of a group whose floor is above this member's level holds it: its state
   // may hold results of entries this member cannot decide.

@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "catalog_bench_node.h"
 #include "pg_meta_store.h"
 #include "raft_meta_store.h"
 #include "support/test_host.h"
@@ -157,6 +158,8 @@ void prepare(MetadataStore& s) {
 
 int main(int argc, char** argv) {
   Options o;
+  bench::NodeBenchOptions node;
+  bool node_mode = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto val = [&] { return i + 1 < argc ? std::string(argv[++i]) : std::string(); };
@@ -165,10 +168,22 @@ int main(int argc, char** argv) {
     else if (a == "--instances") o.instances = std::stoi(val());
     else if (a == "--pg-url") o.pg_url = val();
     else if (a == "--pg-pool") o.pg_pool = std::stoi(val());
+    else if (a == "--tombstones") node_mode = true, node.tombstones = std::stol(val());
+    else if (a == "--sluiced") node.sluiced = val();
+    else if (a == "--dir") node.dir = val();
+    else if (a == "--keep") node.keep = true;
     else {
-      std::puts("Usage: sluice-catalog-bench [--seconds S] [--clients N] [--instances K] [--pg-url URL] [--pg-pool N]");
+      std::puts("Usage: sluice-catalog-bench [--seconds S] [--clients N] [--instances K] [--pg-url URL] [--pg-pool N]\n"
+                "       sluice-catalog-bench --tombstones N [--clients C] [--sluiced PATH] [--dir DIR] [--keep]\n"
+                "  --tombstones N: a real sluiced (embedded node) over HTTP: C clients create and delete\n"
+                "  N streams (pairs/s), then the node is stopped and started twice (time to /readyz\n"
+                "  with N tombstones). docs/benchmarks.md \"sluice-catalog-bench\".");
       return a == "--help" || a == "-h" ? 0 : 2;
     }
+  }
+  if (node_mode) {
+    node.clients = o.clients;
+    return bench::run_node_bench(node);
   }
   std::printf("sluice-catalog-bench: %d s per phase, %d concurrent clients, %d postgres instances\n",
               o.seconds, o.clients, o.instances);
