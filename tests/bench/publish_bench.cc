@@ -582,6 +582,7 @@ int main(int argc, char** argv) {
     int port = 0;
     std::string path;  // without producer_id/sequence
     std::string body;
+    int records = 0;   // records per request (0: --batch)
   };
   auto create_stream = [&](int port, const std::string& stream, int rf) {
     std::string out;
@@ -640,7 +641,7 @@ int main(int argc, char** argv) {
           if (st == 200) {
             ++seq;
             lat.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
-            records.fetch_add(o.batch_records, std::memory_order_relaxed);
+            records.fetch_add(cn.records ? cn.records : o.batch_records, std::memory_order_relaxed);
           } else {
             if (errors.fetch_add(1, std::memory_order_relaxed) == 0) {
               std::lock_guard lk(lat_mu);
@@ -745,6 +746,19 @@ int main(int argc, char** argv) {
     if (o.fetch)
       fetched = phase("[5/5] keyless, with one consumer per shard fetching at the tail", "pub-fetch", false,
                       false, true);
+    // Low load: one connection, one record per request, against the disk's smallest
+    // durable write (4 KiB + fdatasync), both measured now.
+    const double sync_p99_ms = sluice_bench::small_sync_p99_us(o.dir, std::min(o.seconds, 5)) / 1000;
+    PhaseResult low;
+    {
+      create_stream(port, "pub-one", 0);
+      std::string one;
+      const std::uint32_t kl = 0xffffffffu, vl = static_cast<std::uint32_t>(o.record_bytes);
+      one.append(reinterpret_cast<const char*>(&kl), 4).append(reinterpret_cast<const char*>(&vl), 4);
+      one.append(o.record_bytes, 'o');
+      low = run_load("[low load] 1 connection, 1 record per request",
+                     {Conn{port, streams_path + "pub-one/records?ack=" + o.ack, one, 1}}, false, pids);
+    }
     std::printf("\nresults (%d-byte records, %d records/request, ack %s, %d connections)\n", o.record_bytes,
                 o.batch_records, o.ack.c_str(), o.connections);
     print("keyless", plain);
@@ -759,6 +773,9 @@ int main(int argc, char** argv) {
       std::printf("  idempotent / plain     %.2f  (design goal >= 0.90)\n", keyed.rps > 0 ? idem.rps / keyed.rps : 0);
     }
     if (o.fetch) print("keyless + tail fetch", fetched);
+    print("1 record per request", low);
+    std::printf("  disk, 4 KiB + fdatasync p99 %.2f ms; low-load p99 / that %.2f  (target <= 1.5)\n", sync_p99_ms,
+                sync_p99_ms > 0 ? low.p99 / sync_p99_ms : 0);
     if (child > 0) {
       progress("stopping sluiced");
       stop_children();
