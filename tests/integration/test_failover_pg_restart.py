@@ -64,6 +64,11 @@ class PgRestartDuringFailover(base.Replication):
         poll(lambda: self.shard(self.nodes[others[0]])["leader"] in others, "a new shard leader", timeout=120)
         new_id = self.shard(self.nodes[others[0]])["leader"]
         self.wait_serving(new_id)
+        # Each broker learns of the decision through its own change feed, which reconnects
+        # after the restart: they agree once both have applied it.
+        poll(lambda: len({(v["leader_epoch"], v["leader"]) for v in
+                          [self.shard(self.nodes[i]) for i in others]}) == 1,
+             "both surviving brokers to see the same leader and epoch")
         views = [self.shard(self.nodes[i]) for i in others]
         self.assertEqual(len({(v["leader_epoch"], v["leader"]) for v in views}), 1, views)
         self.assertGreater(views[0]["leader_epoch"], before["leader_epoch"])
