@@ -713,7 +713,8 @@ int main(int argc, char** argv) {
       child = spawn_sluiced(o.sluiced, o.dir + "/sluiced.log",
                             {"data.dir=" + o.dir + "/data", "http.port=" + std::to_string(http_port),
                              "raft.address=127.0.0.1:" + std::to_string(raft),
-                             "metadata.rpc_address=127.0.0.1:" + std::to_string(rpc), "http.threads=2"});
+                             "metadata.rpc_address=127.0.0.1:" + std::to_string(rpc), "http.threads=2",
+                               "transport.address=127.0.0.1:" + std::to_string(free_port())});
       wait_ready("sluiced", child, port, o.dir + "/sluiced.log", 60);
     } else {
       const HttpTarget t = parse_url(o.url);
@@ -798,7 +799,8 @@ int main(int argc, char** argv) {
     pid_t pid = spawn_sluiced(o.sluiced, d + "/sluiced.log",
                               {"data.dir=" + d + "/data", "http.port=" + std::to_string(http_port),
                                "raft.address=127.0.0.1:" + std::to_string(raft),
-                               "metadata.rpc_address=127.0.0.1:" + std::to_string(rpc), "http.threads=2"});
+                               "metadata.rpc_address=127.0.0.1:" + std::to_string(rpc), "http.threads=2",
+                               "transport.address=127.0.0.1:" + std::to_string(free_port())});
     wait_ready("sluiced (single)", pid, http_port, d + "/sluiced.log", 60);
     ensure_ns(http_port);
     create_stream(http_port, "single", 1);
