@@ -99,6 +99,10 @@ void usage() {
                       which forwards it), then restart it and wait until it is in sync
                       again; prints p50 and max
   --session-timeout-ms MS  broker.session_timeout_ms of that run (default 3000)
+  --restart GB        restart time instead (issue 12, restart_bench.cc): fill a node with
+                      GB GiB, time start -> /readyz after a clean stop and after SIGKILL;
+                      takes --dir --sluiced --connections --shards --batch --record-bytes,
+                      --streams N (default 2) and --seconds (publishing before the kill)
 
 Everything it starts is stopped at the end, also on failure or Ctrl-C (SIGTERM, then
 SIGKILL after 20 s; 10 s on a signal). Progress goes to stderr, figures to stdout.
@@ -464,7 +468,11 @@ int run_failover(const Options& o) {
   return 0;
 }
 
+int run_restart_bench(int argc, char** argv);  // restart_bench.cc
+
 int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--restart") return run_restart_bench(argc, argv);
   Options o;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
