@@ -6,6 +6,7 @@
 
 #include "layout.h"
 #include "log_restart.h"
+#include "recovery_point.h"
 #include "sluice/record_batch.h"
 
 namespace sluice::fs_storage {
@@ -30,14 +31,24 @@ struct Scan {
   std::optional<Bad> bad;
 };
 
+// Below `trusted_end` (a recovery point's position: whole batches, synced) only the headers
+// are read: no CRC; offsets and incarnation are still checked.
 Scan scan_segment(std::string_view data, std::uint64_t base, Incarnation inc,
-                  std::uint64_t interval, ProducerTable* producers, std::uint64_t producers_from) {
+                  std::uint64_t interval, ProducerTable* producers, std::uint64_t producers_from,
+                  std::uint64_t trusted_end = 0) {
   Scan s;
   s.next_offset = base;
   std::uint64_t pos = 0;
   while (pos < data.size()) {
     BatchHeader h;
-    BatchCheck c = check_batch(data.data() + pos, data.size() - pos, &h);
+    BatchCheck c = BatchCheck::ok;
+    if (pos + kBatchHeaderSize <= trusted_end) {
+      h = BatchHeader::decode(data.data() + pos);
+      if (h.magic != kBatchMagic || h.length < kBatchHeaderSize || h.length > trusted_end - pos)
+        c = check_batch(data.data() + pos, data.size() - pos, &h);  // not what the point says
+    } else {
+      c = check_batch(data.data() + pos, data.size() - pos, &h);
+    }
     if (c != BatchCheck::ok) {
       s.bad = Bad{pos, std::string(to_string(c)), true};
       break;
@@ -181,19 +192,19 @@ std::optional<std::pair<ProducerTable, std::uint64_t>> load_producer_snapshot(
 
 Result<RecoveredLog> recover_log_impl(FileSystem& fs, PluginHost& host, const Options& opts,
                                       const std::string& dir, Incarnation incarnation,
-                                      bool use_snapshot);
+                                      bool use_snapshot, bool clean);
 
 }  // namespace
 
 Result<RecoveredLog> recover_log(FileSystem& fs, PluginHost& host, const Options& opts,
-                                 const std::string& dir, Incarnation incarnation) {
+                                 const std::string& dir, Incarnation incarnation, bool clean) {
   auto restart = read_restart_marker(fs, dir);
   if (!restart) return restart.error();
   if (*restart) {
     // A restart of the log at this offset was committed: redo its removals first.
     if (auto r = drop_below(fs, dir, **restart); !r) return r.error();
   }
-  auto out = recover_log_impl(fs, host, opts, dir, incarnation, true);
+  auto out = recover_log_impl(fs, host, opts, dir, incarnation, true, clean && !*restart);
   if (out) out->restarted_at = *restart;
   return out;
 }
@@ -202,7 +213,7 @@ namespace {
 
 Result<RecoveredLog> recover_log_impl(FileSystem& fs, PluginHost& host, const Options& opts,
                                       const std::string& dir, Incarnation incarnation,
-                                      bool use_snapshot) {
+                                      bool use_snapshot, bool clean) {
   auto names = fs.list(dir);
   if (!names) return names.error();
   std::vector<std::uint64_t> bases;
@@ -211,6 +222,23 @@ Result<RecoveredLog> recover_log_impl(FileSystem& fs, PluginHost& host, const Op
     if (auto b = parse_offset_file_name(n, ".log")) bases.push_back(*b);
     else if (auto i = parse_offset_file_name(n, ".idx")) index_bases.push_back(*i);
     else if (n.size() > 4 && n.substr(n.size() - 4) == ".tmp") (void)fs.remove(dir + "/" + n);
+  }
+  const bool trust_sealed = opts.verify_on_start != VerifyOnStart::all;
+  std::optional<RecoveryPoint> rp;
+  if (opts.verify_on_start == VerifyOnStart::checkpoint && use_snapshot) {
+    rp = read_recovery_point(fs, dir);
+    const bool had = rp.has_value();
+    if (rp) {
+      auto sz = fs.file_size(dir + "/" + segment_file_name(rp->segment_base));
+      if (!sz || *sz < rp->position) rp.reset();
+    }
+    if (!rp) {
+      auto ex = fs.exists(dir + "/" + std::string(kRecoveryPointName));
+      if (had || (ex && *ex))
+        host.log(LogLevel::warn, kComponent,
+                 "ignoring " + dir + "/" + std::string(kRecoveryPointName) +
+                     " (torn, corrupt, or beyond the log); checking every batch");
+    }
   }
   const std::string snap_path = dir + "/" + std::string(kProducerSnapshotName);
   std::optional<std::pair<ProducerTable, std::uint64_t>> snap;
@@ -248,13 +276,25 @@ Result<RecoveredLog> recover_log_impl(FileSystem& fs, PluginHost& host, const Op
     const std::optional<std::uint64_t> prev_next =
         out.segments.empty() ? std::nullopt : std::optional(out.segments.back()->next_offset);
 
-    if (!last && opts.verify_on_start == VerifyOnStart::tail && snap &&
+    if (!last && trust_sealed && snap &&
         load_trusted_index(fs, *seg) && seg->next_offset <= producers_from &&
         prev_next.value_or(seg->base()) == seg->base()) {
       init_writer_fields(*seg);
       out.segments.push_back(std::move(seg));
       continue;
     }
+    // After a clean shutdown the active segment's .idx, the producer snapshot and the
+    // recovery point all describe its whole content: nothing to read.
+    if (last && clean && rp && rp->segment_base == seg->base() && snap &&
+        load_trusted_index(fs, *seg) && seg->readable_size == rp->position &&
+        seg->next_offset == rp->next_offset && producers_from == rp->next_offset &&
+        prev_next.value_or(seg->base()) == seg->base()) {
+      (void)fs.remove(seg->index_path());  // an active segment has no valid cache
+      init_writer_fields(*seg);
+      out.segments.push_back(std::move(seg));
+      continue;
+    }
+    const std::uint64_t trusted_end = rp && rp->segment_base == seg->base() ? rp->position : 0;
 
     auto data = read_whole_file(seg->file());
     if (!data) return data.error();
@@ -266,7 +306,7 @@ Result<RecoveredLog> recover_log_impl(FileSystem& fs, PluginHost& host, const Op
                          std::to_string(*prev_next), false};
     } else {
       s = scan_segment(*data, seg->base(), incarnation, opts.index_interval_bytes, &out.producers,
-                       producers_from);
+                       producers_from, trusted_end);
     }
 
     std::optional<std::uint64_t> follows;
@@ -302,6 +342,7 @@ Result<RecoveredLog> recover_log_impl(FileSystem& fs, PluginHost& host, const Op
       std::uint64_t dropped_bytes = data->size() - s.bad->pos;
       std::size_t dropped_segments = 0;
       const bool drop_this = s.bad->pos == 0 && !out.segments.empty();
+      if (auto r = remove_recovery_point(fs, dir); !r) return r.error();  // before the cut
       for (std::size_t j = i + 1; j < bases.size(); ++j) {
         const std::string p = dir + "/" + segment_file_name(bases[j]);
         auto sz = fs.file_size(p);
@@ -367,7 +408,7 @@ Result<RecoveredLog> recover_log_impl(FileSystem& fs, PluginHost& host, const Op
                  ", outside the recovered log [" + std::to_string(out.segments.front()->base()) +
                  ", " + std::to_string(out.next_offset) + "); rebuilding producer state");
     out.segments.clear();  // close the files before scanning again
-    return recover_log_impl(fs, host, opts, dir, incarnation, false);
+    return recover_log_impl(fs, host, opts, dir, incarnation, false, false);
   }
   if (snap) {
     out.snapshot_end = producers_from;

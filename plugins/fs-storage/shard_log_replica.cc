@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "layout.h"
+#include "recovery_point.h"
 #include "shard_log.h"
 #include "sluice/record_batch.h"
 
@@ -639,6 +640,8 @@ Result<void> ShardLogImpl::truncate_to(Offset end_off) {
     pos += h.length;
     cut = h.next_offset();
   }
+  // A recovery point may lie beyond the cut: it goes (durably) before anything is cut.
+  if (auto r = remove_recovery_point(*fs_, log_dir()); !r) return r;
   {
     std::lock_guard lk(mu_);
     const std::uint64_t hwm = hwm_.load(std::memory_order_acquire);

@@ -6,6 +6,7 @@
 // leader's log start").
 #include "layout.h"
 #include "log_restart.h"
+#include "recovery_point.h"
 #include "shard_log.h"
 
 namespace sluice::fs_storage {
@@ -93,6 +94,8 @@ Result<void> ShardLogImpl::restart_at(Offset start_off) {
   if (start == end && old_start == start) return {};  // already empty, starting there
 
   const std::string dir = log_dir();
+  // The recovery point names segments that go: it goes (durably) first.
+  if (auto r = remove_recovery_point(*fs_, dir); !r) return r;
   // The commit point (log_restart.h): until the marker is durable the old log stands.
   if (auto r = write_restart_marker(*fs_, dir, start_off); !r) {
     Error e = r.error();

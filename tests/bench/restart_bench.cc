@@ -212,8 +212,9 @@ std::uint64_t publish(const Node& n, const RestartOptions& o, std::uint64_t byte
     if (Clock::now() - last >= std::chrono::seconds(2)) {
       last = Clock::now();
       const double gib = double(records.load()) * o.record_bytes / (1 << 30);
-      say("fill: %.2f GiB of %.2f, %.0f MB/s", gib, double(bytes) / (1 << 30),
-          double(records.load()) * o.record_bytes / 1e6 / el);
+      if (bytes) say("fill: %.2f GiB of %.2f, %.0f MB/s", gib, double(bytes) / (1 << 30),
+                     double(records.load()) * o.record_bytes / 1e6 / el);
+      else say("publishing: %.2f GiB, %.0f MB/s", gib, double(records.load()) * o.record_bytes / 1e6 / el);
     }
   }
   for (auto& t : threads) t.join();
