@@ -31,24 +31,19 @@ struct Scan {
   std::optional<Bad> bad;
 };
 
-// Below `trusted_end` (a recovery point's position: whole batches, synced) only the headers
-// are read: no CRC; offsets and incarnation are still checked.
+// Checks batches of `data`, a window of the segment file starting at file position `win`
+// (a multiple of 4096), from file position `init.valid_end` on, continuing `init` (the
+// header walk below a recovery point) or from the segment start. Positions are file positions.
 Scan scan_segment(std::string_view data, std::uint64_t base, Incarnation inc,
                   std::uint64_t interval, ProducerTable* producers, std::uint64_t producers_from,
-                  std::uint64_t trusted_end = 0) {
+                  const Scan* init = nullptr, std::uint64_t win = 0) {
   Scan s;
   s.next_offset = base;
-  std::uint64_t pos = 0;
-  while (pos < data.size()) {
+  if (init) s = *init;
+  std::uint64_t pos = s.valid_end;
+  while (pos - win < data.size()) {
     BatchHeader h;
-    BatchCheck c = BatchCheck::ok;
-    if (pos + kBatchHeaderSize <= trusted_end) {
-      h = BatchHeader::decode(data.data() + pos);
-      if (h.magic != kBatchMagic || h.length < kBatchHeaderSize || h.length > trusted_end - pos)
-        c = check_batch(data.data() + pos, data.size() - pos, &h);  // not what the point says
-    } else {
-      c = check_batch(data.data() + pos, data.size() - pos, &h);
-    }
+    const BatchCheck c = check_batch(data.data() + (pos - win), data.size() - (pos - win), &h);
     if (c != BatchCheck::ok) {
       s.bad = Bad{pos, std::string(to_string(c)), true};
       break;
@@ -76,6 +71,50 @@ Scan scan_segment(std::string_view data, std::uint64_t base, Incarnation inc,
   }
   s.valid_end = pos;
   return s;
+}
+
+// Below a recovery point (whole, synced batches): only the batch headers are read (one
+// pread each), checking magic, length, offset contiguity and incarnation but no CRC, to
+// rebuild the sparse index, max_ts and producer state. nullopt if anything disagrees with
+// what the point claims (the caller then checks the whole segment).
+std::optional<Scan> walk_headers(File& f, std::uint64_t base, Incarnation inc, std::uint64_t interval,
+                                 std::uint64_t trusted_end, ProducerTable* producers,
+                                 std::uint64_t producers_from) {
+  Scan s;
+  s.next_offset = base;
+  std::vector<BatchHeader> seen;  // producer batches, recorded only if the walk succeeds
+  std::uint64_t pos = 0;
+  while (pos < trusted_end) {
+    char hdr[kBatchHeaderSize];
+    auto n = f.pread(hdr, sizeof hdr, pos);
+    if (!n || *n != sizeof hdr) return std::nullopt;
+    const BatchHeader h = BatchHeader::decode(hdr);
+    if (h.magic != kBatchMagic || h.length < kBatchHeaderSize || h.length > trusted_end - pos ||
+        h.base_offset != s.next_offset || h.incarnation != inc.value())
+      return std::nullopt;
+    if (wants_index_entry(pos, s.last_index_pos, interval)) {
+      s.index.push_back({static_cast<std::uint32_t>(h.base_offset - base), static_cast<std::uint32_t>(pos)});
+      s.last_index_pos = pos;
+    }
+    if (h.producer_id != 0 && h.base_offset >= producers_from) seen.push_back(h);
+    s.next_offset = h.next_offset();
+    s.max_ts = std::max(s.max_ts, h.max_timestamp_ms);
+    pos += h.length;
+  }
+  for (const auto& h : seen) producers->record(h.producer_id, h.producer_seq, h.base_offset, h.record_count);
+  s.valid_end = pos;
+  return s;
+}
+
+// Bytes [from, end of file) of `f`.
+Result<std::string> read_from(File& f, std::uint64_t from) {
+  auto sz = f.size();
+  if (!sz) return sz.error();
+  std::string data(*sz > from ? *sz - from : 0, '\0');
+  auto n = f.pread(data.data(), data.size(), from);
+  if (!n) return n.error();
+  data.resize(*n);
+  return data;
 }
 
 // Torn-tail test of the active segment. `bad` is where the scan stopped on a batch that
@@ -296,7 +335,17 @@ Result<RecoveredLog> recover_log_impl(FileSystem& fs, PluginHost& host, const Op
     }
     const std::uint64_t trusted_end = rp && rp->segment_base == seg->base() ? rp->position : 0;
 
-    auto data = read_whole_file(seg->file());
+    // Below a recovery point only headers are read; the bytes from there on are checked.
+    std::optional<Scan> walked;
+    if (trusted_end > 0 && !(prev_next && *prev_next != seg->base()))
+      walked = walk_headers(seg->file(), seg->base(), incarnation, opts.index_interval_bytes,
+                            trusted_end, &out.producers, producers_from);
+    if (trusted_end > 0 && !walked)
+      host.log(LogLevel::warn, kComponent,
+               "the recovery point of " + dir + " does not match " + seg->log_path() +
+                   "; checking every batch");
+    const std::uint64_t win = walked ? walked->valid_end / 4096 * 4096 : 0;  // sector-aligned
+    auto data = walked ? read_from(seg->file(), win) : read_whole_file(seg->file());
     if (!data) return data.error();
     Scan s;
     if (prev_next && *prev_next != seg->base()) {
@@ -306,23 +355,24 @@ Result<RecoveredLog> recover_log_impl(FileSystem& fs, PluginHost& host, const Op
                          std::to_string(*prev_next), false};
     } else {
       s = scan_segment(*data, seg->base(), incarnation, opts.index_interval_bytes, &out.producers,
-                       producers_from, trusted_end);
+                       producers_from, walked ? &*walked : nullptr, win);
     }
 
     std::optional<std::uint64_t> follows;
     bool torn_group = false;
     if (s.bad && last && s.bad->batch_invalid) {
-      follows = next_sequenced_batch(*data, s.bad->pos, s.next_offset, incarnation);
+      follows = next_sequenced_batch(*data, s.bad->pos - win, s.next_offset, incarnation);
       // A group commit is one pwritev of batches k..m then one fdatasync; power loss before
       // the sync can persist batch k+1 but not (all of) batch k. None of it was acknowledged.
       // Told apart from corruption of written data by an unwritten (all-zero) sector in the
       // bad region.
-      torn_group = follows && has_zero_sector(*data, s.bad->pos, *follows);
+      torn_group = follows && has_zero_sector(*data, s.bad->pos - win, *follows);
+      if (follows) *follows += win;  // a file position from here on
     }
     if (s.bad && last && s.bad->batch_invalid && (!follows || torn_group)) {
       // Torn tail: bytes of a write that never completed its fdatasync, so no append
       // covering them was ever acknowledged.
-      const std::uint64_t dropped = data->size() - s.bad->pos;
+      const std::uint64_t dropped = win + data->size() - s.bad->pos;
       if (torn_group)
         s.bad->reason += "; a torn group commit: unwritten sector before a later batch at byte " +
                          std::to_string(*follows);
@@ -339,7 +389,7 @@ Result<RecoveredLog> recover_log_impl(FileSystem& fs, PluginHost& host, const Op
       const std::string msg = corrupt_message(seg->log_path(), s.bad->pos, s.bad->reason);
       if (!opts.repair) return Error(Errc::corrupt_data, msg);
       // Operator-requested repair: cut the log at the first corrupt batch.
-      std::uint64_t dropped_bytes = data->size() - s.bad->pos;
+      std::uint64_t dropped_bytes = win + data->size() - s.bad->pos;
       std::size_t dropped_segments = 0;
       const bool drop_this = s.bad->pos == 0 && !out.segments.empty();
       if (auto r = remove_recovery_point(fs, dir); !r) return r.error();  // before the cut

@@ -642,6 +642,7 @@ Result<void> ShardLogImpl::truncate_to(Offset end_off) {
   }
   // A recovery point may lie beyond the cut: it goes (durably) before anything is cut.
   if (auto r = remove_recovery_point(*fs_, log_dir()); !r) return r;
+  rp_end_ = ~0ull;  // we hold the flusher's token: the next sync writes a new point
   {
     std::lock_guard lk(mu_);
     const std::uint64_t hwm = hwm_.load(std::memory_order_acquire);

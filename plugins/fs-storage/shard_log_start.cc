@@ -96,6 +96,7 @@ Result<void> ShardLogImpl::restart_at(Offset start_off) {
   const std::string dir = log_dir();
   // The recovery point names segments that go: it goes (durably) first.
   if (auto r = remove_recovery_point(*fs_, dir); !r) return r;
+  rp_end_ = ~0ull;  // we hold the flusher's token: the next sync writes a new point
   // The commit point (log_restart.h): until the marker is durable the old log stands.
   if (auto r = write_restart_marker(*fs_, dir, start_off); !r) {
     Error e = r.error();
