@@ -36,7 +36,7 @@ FsStorageEngine::FsStorageEngine(PluginHost& host, std::shared_ptr<FileSystem> f
   if (opts_.fsync == FsyncPolicy::never)
     host_.log(LogLevel::warn, kComponent,
               "storage.fsync=never: acknowledgements do NOT imply durability (benchmarks only)");
-  // Before anything is written (docs/storage.md "Restart"): the marker of the last clean
+  // Before anything is written (docs/architecture.md "Restart"): the marker of the last clean
   // shutdown is taken durably, so a crash from here on never finds a stale one.
   auto clean = take_clean_marker(*fs_, opts_.dir);
   if (!clean)

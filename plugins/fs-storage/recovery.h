@@ -16,7 +16,7 @@
 //     valid snapshot, every batch is scanned and a new snapshot is written.
 //   storage.repair=true: instead of failing, the log is cut at the first corrupt batch
 //   (later segments deleted) and an ERROR line says how many bytes/segments went.
-//   verify_on_start=checkpoint (recovery_point.h; docs/storage.md "Restart"): sealed segments
+//   verify_on_start=checkpoint (recovery_point.h; docs/architecture.md "Restart"): sealed segments
 //     as for tail; the segment of a valid recovery point is walked by batch headers only
 //     (no CRC) below the point's position and checked as above beyond it. With `clean` (the
 //     engine took a clean-shutdown marker) and the point at the end of the active segment,

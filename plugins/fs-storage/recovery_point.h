@@ -1,4 +1,4 @@
-// The per-log recovery point and the engine's clean-shutdown marker (docs/storage.md
+// The per-log recovery point and the engine's clean-shutdown marker (docs/architecture.md
 // "Restart: recovery point and clean-shutdown marker").
 //
 //   <log dir>/recovery-point   (48 bytes, little-endian)

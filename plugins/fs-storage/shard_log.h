@@ -351,7 +351,7 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   Result<void> rebuild_producers(std::uint64_t end);
   // close() without the consumer groups: fails waiters, checkpoints, drops segments.
   void close_log();
-  // Recovery point (recovery_point.h, docs/storage.md "Restart"): the flusher writes one
+  // Recovery point (recovery_point.h, docs/architecture.md "Restart"): the flusher writes one
   // about once a second after a sync (storage.verify_on_start=checkpoint, fsync=always);
   // close_log writes the clean state (write_clean_state: segment synced, active .idx,
   // producer snapshot and recovery point at the log end, directory fsynced).

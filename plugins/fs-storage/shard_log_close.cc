@@ -1,5 +1,5 @@
 // ShardLogImpl: close, and the recovery point written while open and at close
-// (recovery_point.h; docs/storage.md "Restart: recovery point and clean-shutdown marker").
+// (recovery_point.h; docs/architecture.md "Restart").
 #include <chrono>
 
 #include "recovery_point.h"

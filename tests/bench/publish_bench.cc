@@ -102,7 +102,8 @@ void usage() {
   --restart GB        restart time instead (issue 12, restart_bench.cc): fill a node with
                       GB GiB, time start -> /readyz after a clean stop and after SIGKILL;
                       takes --dir --sluiced --connections --shards --batch --record-bytes,
-                      --streams N (default 2) and --seconds (publishing before the kill)
+                      --streams N (default 2), --seconds (publishing before the kill) and
+                      --verify MODE (storage.verify_on_start, default checkpoint)
 
 Everything it starts is stopped at the end, also on failure or Ctrl-C (SIGTERM, then
 SIGKILL after 20 s; 10 s on a signal). Progress goes to stderr, figures to stdout.

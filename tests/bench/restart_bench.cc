@@ -1,7 +1,8 @@
 // sluice-bench --restart GB: restart time of a node holding GB GiB (issue 12, "Restart").
 //
 // It is a program, not a test: it prints figures. In one run it
-//   1. checks the free space of --dir (GB * 1.1 + 1 GiB needed) and starts a sluiced of its own;
+//   1. checks the free space of --dir (GB * 1.1 + 1 GiB needed) and starts a sluiced of its own
+//      with storage.verify_on_start=--verify (default checkpoint; docs/architecture.md "Restart");
 //   2. fills it with GB GiB: --record-bytes records (default 1 KiB), --batch per binary request
 //      (default 64), ack=leader, --streams streams of --shards shards each, from
 //      --connections connections; a progress line on stderr about every 2 s;
@@ -48,6 +49,7 @@ struct RestartOptions {
   int shards = 4;
   int streams = 2;
   int seconds = 5;  // publishing after the clean restart, before the SIGKILL
+  std::string verify = "checkpoint";  // storage.verify_on_start of the node
   std::string dir, sluiced;
 };
 
@@ -118,7 +120,7 @@ int once(int port, const std::string& method, const std::string& path, const std
 
 struct Node {
   int http = 0, raft = 0, rpc = 0;
-  std::string dir, log, sluiced;
+  std::string dir, log, sluiced, verify;
 };
 
 void start(const Node& n) {
@@ -127,7 +129,8 @@ void start(const Node& n) {
                                 "--set", "http.port=" + std::to_string(n.http),
                                 "--set", "raft.address=127.0.0.1:" + std::to_string(n.raft),
                                 "--set", "metadata.rpc_address=127.0.0.1:" + std::to_string(n.rpc),
-                                "--set", "http.threads=2"};
+                                "--set", "http.threads=2",
+                                "--set", "storage.verify_on_start=" + n.verify};
   const pid_t pid = fork();
   if (pid < 0) die("fork failed");
   if (pid == 0) {
@@ -253,6 +256,7 @@ int run_restart_bench(int argc, char** argv) {
     else if (a == "--streams") o.streams = std::stoi(val());
     else if (a == "--seconds") o.seconds = std::stoi(val());
     else if (a == "--dir") o.dir = val();
+    else if (a == "--verify") o.verify = val();
     else if (a == "--sluiced") o.sluiced = val();
     else die("--restart does not take " + a);
   }
@@ -277,10 +281,11 @@ int run_restart_bench(int argc, char** argv) {
   ::signal(SIGTERM, on_restart_signal);
   ::signal(SIGPIPE, SIG_IGN);
 
-  Node n{any_port(), any_port(), any_port(), o.dir, o.dir + "/sluiced.log", o.sluiced};
+  Node n{any_port(), any_port(), any_port(), o.dir, o.dir + "/sluiced.log", o.sluiced, o.verify};
   std::printf("sluice-bench --restart: %.2f GiB, %d streams x %d shards, %d-byte records, %d per request, "
-              "ack leader, %d connections, data in %s (%.0f GiB free)\n",
-              o.gib, o.streams, o.shards, o.record_bytes, o.batch, o.connections, o.dir.c_str(), free_gib);
+              "ack leader, %d connections, storage.verify_on_start=%s, data in %s (%.0f GiB free)\n",
+              o.gib, o.streams, o.shards, o.record_bytes, o.batch, o.connections, o.verify.c_str(), o.dir.c_str(),
+              free_gib);
   std::fflush(stdout);
   start(n);
   (void)time_to_ready(n, 120);

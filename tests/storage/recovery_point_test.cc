@@ -1,4 +1,4 @@
-// Restart with storage.verify_on_start=checkpoint (recovery_point.h; docs/storage.md
+// Restart with storage.verify_on_start=checkpoint (recovery_point.h; docs/architecture.md
 // "Restart: recovery point and clean-shutdown marker"): the clean-shutdown marker is taken
 // durably at start, only what lies beyond a log's recovery point is checked, a torn tail
 // beyond it is cut, and a torn or corrupt recovery point is ignored (everything is checked).
