@@ -357,6 +357,9 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   // producer snapshot and recovery point at the log end, directory fsynced).
   void maybe_write_recovery_point();
   bool write_clean_state();
+  // Before a cut of the log (truncate_to, restart_at; the caller holds the flusher's token):
+  // removes the recovery point durably, and the next sync writes a new one.
+  Result<void> drop_recovery_point();
   // Persists (current, entries) and `led` (default: unchanged), then adopts them.
   Result<void> save_history(LeaderEpoch current, std::vector<EpochEntry> entries,
                             std::optional<LeaderEpoch> led = std::nullopt);

@@ -34,6 +34,12 @@ void ShardLogImpl::maybe_write_recovery_point() {
   rp_end_ = rp.next_offset;
 }
 
+Result<void> ShardLogImpl::drop_recovery_point() {
+  if (auto r = remove_recovery_point(*fs_, log_dir()); !r) return r;
+  rp_end_ = ~0ull;
+  return {};
+}
+
 // close_log, after the queue drained (no flusher, no replica writer): everything written is
 // synced, then described at the log end, so the next start after a clean shutdown reads
 // nothing. Any failure leaves the active .idx absent (the next start scans instead).

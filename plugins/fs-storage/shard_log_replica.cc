@@ -2,7 +2,6 @@
 #include <algorithm>
 
 #include "layout.h"
-#include "recovery_point.h"
 #include "shard_log.h"
 #include "sluice/record_batch.h"
 
@@ -640,9 +639,7 @@ Result<void> ShardLogImpl::truncate_to(Offset end_off) {
     pos += h.length;
     cut = h.next_offset();
   }
-  // A recovery point may lie beyond the cut: it goes (durably) before anything is cut.
-  if (auto r = remove_recovery_point(*fs_, log_dir()); !r) return r;
-  rp_end_ = ~0ull;  // we hold the flusher's token: the next sync writes a new point
+  if (auto r = drop_recovery_point(); !r) return r;  // it may lie beyond the cut
   {
     std::lock_guard lk(mu_);
     const std::uint64_t hwm = hwm_.load(std::memory_order_acquire);

@@ -6,7 +6,6 @@
 // leader's log start").
 #include "layout.h"
 #include "log_restart.h"
-#include "recovery_point.h"
 #include "shard_log.h"
 
 namespace sluice::fs_storage {
@@ -94,9 +93,7 @@ Result<void> ShardLogImpl::restart_at(Offset start_off) {
   if (start == end && old_start == start) return {};  // already empty, starting there
 
   const std::string dir = log_dir();
-  // The recovery point names segments that go: it goes (durably) first.
-  if (auto r = remove_recovery_point(*fs_, dir); !r) return r;
-  rp_end_ = ~0ull;  // we hold the flusher's token: the next sync writes a new point
+  if (auto r = drop_recovery_point(); !r) return r;  // it names segments that go
   // The commit point (log_restart.h): until the marker is durable the old log stands.
   if (auto r = write_restart_marker(*fs_, dir, start_off); !r) {
     Error e = r.error();

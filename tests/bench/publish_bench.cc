@@ -99,11 +99,8 @@ void usage() {
                       which forwards it), then restart it and wait until it is in sync
                       again; prints p50 and max
   --session-timeout-ms MS  broker.session_timeout_ms of that run (default 3000)
-  --restart GB        restart time instead (issue 12, restart_bench.cc): fill a node with
-                      GB GiB, time start -> /readyz after a clean stop and after SIGKILL;
-                      takes --dir --sluiced --connections --shards --batch --record-bytes,
-                      --streams N (default 2), --seconds (publishing before the kill) and
-                      --verify MODE (storage.verify_on_start, default checkpoint)
+  --restart GB        restart time to /readyz after a clean stop and after SIGKILL of a
+                      node holding GB GiB instead (issue 12; sluice-bench --restart 1 --help)
 
 Everything it starts is stopped at the end, also on failure or Ctrl-C (SIGTERM, then
 SIGKILL after 20 s; 10 s on a signal). Progress goes to stderr, figures to stdout.

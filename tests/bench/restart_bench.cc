@@ -257,6 +257,17 @@ int run_restart_bench(int argc, char** argv) {
     else if (a == "--seconds") o.seconds = std::stoi(val());
     else if (a == "--dir") o.dir = val();
     else if (a == "--verify") o.verify = val();
+    else if (a == "-h" || a == "--help") {
+      std::printf("usage: sluice-bench --restart GB [options]   (GB GiB, default 1)\n"
+                  "  --verify MODE       storage.verify_on_start of the node (default checkpoint)\n"
+                  "  --streams N         streams (default 2), --shards N shards each (default 4)\n"
+                  "  --connections N     publishing connections (default 4)\n"
+                  "  --record-bytes B    value size (default 1024), --batch N per request (default 64)\n"
+                  "  --seconds S         publishing after the clean restart, before SIGKILL (default 5)\n"
+                  "  --dir DIR           data directory (default: a temp dir; needs GB*1.1+1 GiB free)\n"
+                  "  --sluiced PATH      sluiced binary (default: next to this program)\n");
+      return 0;
+    }
     else if (a == "--sluiced") o.sluiced = val();
     else die("--restart does not take " + a);
   }
