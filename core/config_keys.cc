@@ -32,7 +32,7 @@ constexpr ConfigKey kConfigKeys[] = {
     {"storage.segment_bytes", "67108864", "Roll the active segment beyond this size."},
     {"storage.index_interval_bytes", "4096", "Bytes of log between sparse index entries."},
     {"storage.fsync", "always", "always: acks wait for fdatasync (group commit). never: benchmarks only, acks do not imply durability."},
-    {"storage.verify_on_start", "all", "all: CRC-check every segment at start; tail: only the active segment."},
+    {"storage.verify_on_start", "all", "all: CRC-check every segment at start; tail: only the active segment; checkpoint: only the active segment beyond its recovery point, nothing after a clean shutdown (fast restarts; docs/architecture.md \"Restart\")."},
     {"storage.repair", "false", "Operator flag: truncate at the first corrupt batch instead of refusing to start."},
     {"storage.retention_interval_ms", "30000", "How often retention by size and age runs (0 disables it)."},
     {"storage.flush_threads", "1", "Group-commit flusher threads serving all shards (1..8)."},

@@ -9,6 +9,7 @@
 #include "layout.h"
 #include "log_restart.h"
 #include "recovery.h"
+#include "recovery_point.h"
 #include "shard_replica_log.h"
 #include "sluice/failpoint.h"
 #include "sluice/names.h"
@@ -35,6 +36,16 @@ FsStorageEngine::FsStorageEngine(PluginHost& host, std::shared_ptr<FileSystem> f
   if (opts_.fsync == FsyncPolicy::never)
     host_.log(LogLevel::warn, kComponent,
               "storage.fsync=never: acknowledgements do NOT imply durability (benchmarks only)");
+  // Before anything is written (docs/architecture.md "Restart"): the marker of the last clean
+  // shutdown is taken durably, so a crash from here on never finds a stale one.
+  auto clean = take_clean_marker(*fs_, opts_.dir);
+  if (!clean)
+    throw std::runtime_error("cannot remove the clean-shutdown marker in " + opts_.dir + ": " +
+                             clean.error().message);
+  clean_start_ = *clean && opts_.verify_on_start == VerifyOnStart::checkpoint;
+  if (clean_start_)
+    host_.log(LogLevel::info, kComponent,
+              "clean shutdown: shards open from their recovery points without reading segments");
   recover_deletes();  // before any shard can open
   if (opts_.retention_interval_ms > 0)
     retention_thread_ = std::thread([this] { retention_loop(); });
@@ -103,7 +114,7 @@ Result<std::shared_ptr<ShardLog>> FsStorageEngine::open_shard(const ShardRef& re
     replica.history = std::move(history).value();
     replica.hwm_checkpoint = read_hwm_checkpoint(*fs_, *dir).value_or(Offset(0));
   }
-  auto recovered = recover_log(*fs_, host_, opts_, ldir, ref.incarnation);
+  auto recovered = recover_log(*fs_, host_, opts_, ldir, ref.incarnation, clean_start_);
   if (!recovered) {
     host_.log(LogLevel::error, kComponent,
               "cannot open shard " + ref.to_string() + ": " + recovered.error().message);
@@ -155,7 +166,7 @@ Result<std::unique_ptr<GroupOps>> FsStorageEngine::open_group_log(const ShardRef
   replica.min_insync = min_insync;
   replica.history = std::move(history).value();
   replica.hwm_checkpoint = read_hwm_checkpoint(*fs_, gdir).value_or(Offset(0));
-  auto recovered = recover_log(*fs_, host_, opts_, gdir + "/log", ref.incarnation);
+  auto recovered = recover_log(*fs_, host_, opts_, gdir + "/log", ref.incarnation, clean_start_);
   if (!recovered) return fail(recovered.error());
   replica.history.forget_beyond(Offset(recovered->next_offset));
   if (recovered->restarted_at)
@@ -257,8 +268,11 @@ void FsStorageEngine::shutdown() {
   }
   if (retention_thread_.joinable()) retention_thread_.join();
   std::vector<std::shared_ptr<ShardLogImpl>> shards;
+  bool clean = true;  // every shard closes here, and each writes its clean state
   {
     std::lock_guard lk(mu_);
+    if (shut_down_) clean = false;  // a second call: the first one decided
+    if (!closing_.empty()) clean = false;
     shut_down_ = true;
     for (auto& [ref, shard] : shards_) {
       closing_.emplace(ref, shard);
@@ -273,6 +287,14 @@ void FsStorageEngine::shutdown() {
     closed_cv_.wait(lk, [&] { return closing_.empty(); });
   }
   pool_.stop();
+  for (const auto& sh : shards) clean = clean && sh->closed_clean();
+  if (clean && opts_.verify_on_start == VerifyOnStart::checkpoint) {
+    // Only now: every segment, .idx, producer snapshot and recovery point is synced.
+    auto root = fs_->is_directory(opts_.dir);
+    if (root && *root)
+      if (auto r = write_clean_marker(*fs_, opts_.dir); !r)
+        host_.log(LogLevel::warn, kComponent, "no clean-shutdown marker: " + r.error().message);
+  }
 }
 
 // --- delete protocol -----------------------------------------------------------------

@@ -92,6 +92,8 @@ class FsStorageEngine final : public StorageEngine {
   }
 
   const Options& options() const { return opts_; }
+  // Whether this engine started after a clean shutdown (it took the marker; tests).
+  bool clean_start() const { return clean_start_; }
   // Clock of consumer-group deadlines for shards opened from now on (tests).
   void set_group_clock(GroupClock c) { group_clock_ = std::move(c); }
   // Crash-point seam of consumer groups (group.h) for shards opened from now on (tests).
@@ -150,6 +152,9 @@ class FsStorageEngine final : public StorageEngine {
   GroupClock group_clock_;
   GroupStepHook group_step_hook_;
   bool recovering_ = false;  // constructor only: finishing interrupted deletes
+  // The constructor took a clean-shutdown marker (storage.verify_on_start=checkpoint):
+  // recovery may trust each log's clean state (recovery_point.h).
+  bool clean_start_ = false;
 
   // The replication manager, created by the first replicated assign(); stopped first at
   // shutdown. Guarded by manager_mu_ (never taken under mu_).

@@ -28,7 +28,9 @@ Options Options::from_host(const PluginHost& host) {
   const std::string verify = host.config_string("storage.verify_on_start", "all");
   if (verify == "all") o.verify_on_start = VerifyOnStart::all;
   else if (verify == "tail") o.verify_on_start = VerifyOnStart::tail;
-  else throw std::invalid_argument("storage.verify_on_start must be \"all\" or \"tail\", got \"" + verify + "\"");
+  else if (verify == "checkpoint") o.verify_on_start = VerifyOnStart::checkpoint;
+  else throw std::invalid_argument("storage.verify_on_start must be \"all\", \"tail\" or \"checkpoint\", got \"" +
+                                   verify + "\"");
 
   o.repair = host.config_bool("storage.repair", false);
   o.retention_interval_ms = host.config_int("storage.retention_interval_ms", 30000);

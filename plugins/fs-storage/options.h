@@ -19,6 +19,9 @@ enum class FsyncPolicy {
 enum class VerifyOnStart {
   all,   // CRC-verify every batch of every segment (default)
   tail,  // verify the active segment; sealed segments trust a valid .idx
+  // as tail, and the active segment is verified only beyond its recovery point; after a
+  // clean shutdown nothing is read (docs/architecture.md "Restart")
+  checkpoint,
 };
 
 struct Options {

@@ -6,6 +6,7 @@
 
 #include "layout.h"
 #include "log_restart.h"
+#include "recovery_point.h"
 #include "sluice/record_batch.h"
 
 namespace sluice::fs_storage {
@@ -30,14 +31,19 @@ struct Scan {
   std::optional<Bad> bad;
 };
 
+// Checks batches of `data`, a window of the segment file starting at file position `win`
+// (a multiple of 4096), from file position `init.valid_end` on, continuing `init` (the
+// header walk below a recovery point) or from the segment start. Positions are file positions.
 Scan scan_segment(std::string_view data, std::uint64_t base, Incarnation inc,
-                  std::uint64_t interval, ProducerTable* producers, std::uint64_t producers_from) {
+                  std::uint64_t interval, ProducerTable* producers, std::uint64_t producers_from,
+                  const Scan* init = nullptr, std::uint64_t win = 0) {
   Scan s;
   s.next_offset = base;
-  std::uint64_t pos = 0;
-  while (pos < data.size()) {
+  if (init) s = *init;
+  std::uint64_t pos = s.valid_end;
+  while (pos - win < data.size()) {
     BatchHeader h;
-    BatchCheck c = check_batch(data.data() + pos, data.size() - pos, &h);
+    const BatchCheck c = check_batch(data.data() + (pos - win), data.size() - (pos - win), &h);
     if (c != BatchCheck::ok) {
       s.bad = Bad{pos, std::string(to_string(c)), true};
       break;
@@ -65,6 +71,50 @@ Scan scan_segment(std::string_view data, std::uint64_t base, Incarnation inc,
   }
   s.valid_end = pos;
   return s;
+}
+
+// Below a recovery point (whole, synced batches): only the batch headers are read (one
+// pread each), checking magic, length, offset contiguity and incarnation but no CRC, to
+// rebuild the sparse index, max_ts and producer state. nullopt if anything disagrees with
+// what the point claims (the caller then checks the whole segment).
+std::optional<Scan> walk_headers(File& f, std::uint64_t base, Incarnation inc, std::uint64_t interval,
+                                 std::uint64_t trusted_end, ProducerTable* producers,
+                                 std::uint64_t producers_from) {
+  Scan s;
+  s.next_offset = base;
+  std::vector<BatchHeader> seen;  // producer batches, recorded only if the walk succeeds
+  std::uint64_t pos = 0;
+  while (pos < trusted_end) {
+    char hdr[kBatchHeaderSize];
+    auto n = f.pread(hdr, sizeof hdr, pos);
+    if (!n || *n != sizeof hdr) return std::nullopt;
+    const BatchHeader h = BatchHeader::decode(hdr);
+    if (h.magic != kBatchMagic || h.length < kBatchHeaderSize || h.length > trusted_end - pos ||
+        h.base_offset != s.next_offset || h.incarnation != inc.value())
+      return std::nullopt;
+    if (wants_index_entry(pos, s.last_index_pos, interval)) {
+      s.index.push_back({static_cast<std::uint32_t>(h.base_offset - base), static_cast<std::uint32_t>(pos)});
+      s.last_index_pos = pos;
+    }
+    if (h.producer_id != 0 && h.base_offset >= producers_from) seen.push_back(h);
+    s.next_offset = h.next_offset();
+    s.max_ts = std::max(s.max_ts, h.max_timestamp_ms);
+    pos += h.length;
+  }
+  for (const auto& h : seen) producers->record(h.producer_id, h.producer_seq, h.base_offset, h.record_count);
+  s.valid_end = pos;
+  return s;
+}
+
+// Bytes [from, end of file) of `f`.
+Result<std::string> read_from(File& f, std::uint64_t from) {
+  auto sz = f.size();
+  if (!sz) return sz.error();
+  std::string data(*sz > from ? *sz - from : 0, '\0');
+  auto n = f.pread(data.data(), data.size(), from);
+  if (!n) return n.error();
+  data.resize(*n);
+  return data;
 }
 
 // Torn-tail test of the active segment. `bad` is where the scan stopped on a batch that
@@ -181,19 +231,19 @@ std::optional<std::pair<ProducerTable, std::uint64_t>> load_producer_snapshot(
 
 Result<RecoveredLog> recover_log_impl(FileSystem& fs, PluginHost& host, const Options& opts,
                                       const std::string& dir, Incarnation incarnation,
-                                      bool use_snapshot);
+                                      bool use_snapshot, bool clean);
 
 }  // namespace
 
 Result<RecoveredLog> recover_log(FileSystem& fs, PluginHost& host, const Options& opts,
-                                 const std::string& dir, Incarnation incarnation) {
+                                 const std::string& dir, Incarnation incarnation, bool clean) {
   auto restart = read_restart_marker(fs, dir);
   if (!restart) return restart.error();
   if (*restart) {
     // A restart of the log at this offset was committed: redo its removals first.
     if (auto r = drop_below(fs, dir, **restart); !r) return r.error();
   }
-  auto out = recover_log_impl(fs, host, opts, dir, incarnation, true);
+  auto out = recover_log_impl(fs, host, opts, dir, incarnation, true, clean && !*restart);
   if (out) out->restarted_at = *restart;
   return out;
 }
@@ -202,7 +252,7 @@ namespace {
 
 Result<RecoveredLog> recover_log_impl(FileSystem& fs, PluginHost& host, const Options& opts,
                                       const std::string& dir, Incarnation incarnation,
-                                      bool use_snapshot) {
+                                      bool use_snapshot, bool clean) {
   auto names = fs.list(dir);
   if (!names) return names.error();
   std::vector<std::uint64_t> bases;
@@ -211,6 +261,23 @@ Result<RecoveredLog> recover_log_impl(FileSystem& fs, PluginHost& host, const Op
     if (auto b = parse_offset_file_name(n, ".log")) bases.push_back(*b);
     else if (auto i = parse_offset_file_name(n, ".idx")) index_bases.push_back(*i);
     else if (n.size() > 4 && n.substr(n.size() - 4) == ".tmp") (void)fs.remove(dir + "/" + n);
+  }
+  const bool trust_sealed = opts.verify_on_start != VerifyOnStart::all;
+  std::optional<RecoveryPoint> rp;
+  if (opts.verify_on_start == VerifyOnStart::checkpoint && use_snapshot) {
+    rp = read_recovery_point(fs, dir);
+    const bool had = rp.has_value();
+    if (rp) {
+      auto sz = fs.file_size(dir + "/" + segment_file_name(rp->segment_base));
+      if (!sz || *sz < rp->position) rp.reset();
+    }
+    if (!rp) {
+      auto ex = fs.exists(dir + "/" + std::string(kRecoveryPointName));
+      if (had || (ex && *ex))
+        host.log(LogLevel::warn, kComponent,
+                 "ignoring " + dir + "/" + std::string(kRecoveryPointName) +
+                     " (torn, corrupt, or beyond the log); checking every batch");
+    }
   }
   const std::string snap_path = dir + "/" + std::string(kProducerSnapshotName);
   std::optional<std::pair<ProducerTable, std::uint64_t>> snap;
@@ -248,15 +315,37 @@ Result<RecoveredLog> recover_log_impl(FileSystem& fs, PluginHost& host, const Op
     const std::optional<std::uint64_t> prev_next =
         out.segments.empty() ? std::nullopt : std::optional(out.segments.back()->next_offset);
 
-    if (!last && opts.verify_on_start == VerifyOnStart::tail && snap &&
+    if (!last && trust_sealed && snap &&
         load_trusted_index(fs, *seg) && seg->next_offset <= producers_from &&
         prev_next.value_or(seg->base()) == seg->base()) {
       init_writer_fields(*seg);
       out.segments.push_back(std::move(seg));
       continue;
     }
+    // After a clean shutdown the active segment's .idx, the producer snapshot and the
+    // recovery point all describe its whole content: nothing to read.
+    if (last && clean && rp && rp->segment_base == seg->base() && snap &&
+        load_trusted_index(fs, *seg) && seg->readable_size == rp->position &&
+        seg->next_offset == rp->next_offset && producers_from == rp->next_offset &&
+        prev_next.value_or(seg->base()) == seg->base()) {
+      (void)fs.remove(seg->index_path());  // an active segment has no valid cache
+      init_writer_fields(*seg);
+      out.segments.push_back(std::move(seg));
+      continue;
+    }
+    const std::uint64_t trusted_end = rp && rp->segment_base == seg->base() ? rp->position : 0;
 
-    auto data = read_whole_file(seg->file());
+    // Below a recovery point only headers are read; the bytes from there on are checked.
+    std::optional<Scan> walked;
+    if (trusted_end > 0 && !(prev_next && *prev_next != seg->base()))
+      walked = walk_headers(seg->file(), seg->base(), incarnation, opts.index_interval_bytes,
+                            trusted_end, &out.producers, producers_from);
+    if (trusted_end > 0 && !walked)
+      host.log(LogLevel::warn, kComponent,
+               "the recovery point of " + dir + " does not match " + seg->log_path() +
+                   "; checking every batch");
+    const std::uint64_t win = walked ? walked->valid_end / 4096 * 4096 : 0;  // sector-aligned
+    auto data = walked ? read_from(seg->file(), win) : read_whole_file(seg->file());
     if (!data) return data.error();
     Scan s;
     if (prev_next && *prev_next != seg->base()) {
@@ -266,23 +355,24 @@ Result<RecoveredLog> recover_log_impl(FileSystem& fs, PluginHost& host, const Op
                          std::to_string(*prev_next), false};
     } else {
       s = scan_segment(*data, seg->base(), incarnation, opts.index_interval_bytes, &out.producers,
-                       producers_from);
+                       producers_from, walked ? &*walked : nullptr, win);
     }
 
     std::optional<std::uint64_t> follows;
     bool torn_group = false;
     if (s.bad && last && s.bad->batch_invalid) {
-      follows = next_sequenced_batch(*data, s.bad->pos, s.next_offset, incarnation);
+      follows = next_sequenced_batch(*data, s.bad->pos - win, s.next_offset, incarnation);
       // A group commit is one pwritev of batches k..m then one fdatasync; power loss before
       // the sync can persist batch k+1 but not (all of) batch k. None of it was acknowledged.
       // Told apart from corruption of written data by an unwritten (all-zero) sector in the
       // bad region.
-      torn_group = follows && has_zero_sector(*data, s.bad->pos, *follows);
+      torn_group = follows && has_zero_sector(*data, s.bad->pos - win, *follows);
+      if (follows) *follows += win;  // a file position from here on
     }
     if (s.bad && last && s.bad->batch_invalid && (!follows || torn_group)) {
       // Torn tail: bytes of a write that never completed its fdatasync, so no append
       // covering them was ever acknowledged.
-      const std::uint64_t dropped = data->size() - s.bad->pos;
+      const std::uint64_t dropped = win + data->size() - s.bad->pos;
       if (torn_group)
         s.bad->reason += "; a torn group commit: unwritten sector before a later batch at byte " +
                          std::to_string(*follows);
@@ -299,9 +389,10 @@ Result<RecoveredLog> recover_log_impl(FileSystem& fs, PluginHost& host, const Op
       const std::string msg = corrupt_message(seg->log_path(), s.bad->pos, s.bad->reason);
       if (!opts.repair) return Error(Errc::corrupt_data, msg);
       // Operator-requested repair: cut the log at the first corrupt batch.
-      std::uint64_t dropped_bytes = data->size() - s.bad->pos;
+      std::uint64_t dropped_bytes = win + data->size() - s.bad->pos;
       std::size_t dropped_segments = 0;
       const bool drop_this = s.bad->pos == 0 && !out.segments.empty();
+      if (auto r = remove_recovery_point(fs, dir); !r) return r.error();  // before the cut
       for (std::size_t j = i + 1; j < bases.size(); ++j) {
         const std::string p = dir + "/" + segment_file_name(bases[j]);
         auto sz = fs.file_size(p);
@@ -367,7 +458,7 @@ Result<RecoveredLog> recover_log_impl(FileSystem& fs, PluginHost& host, const Op
                  ", outside the recovered log [" + std::to_string(out.segments.front()->base()) +
                  ", " + std::to_string(out.next_offset) + "); rebuilding producer state");
     out.segments.clear();  // close the files before scanning again
-    return recover_log_impl(fs, host, opts, dir, incarnation, false);
+    return recover_log_impl(fs, host, opts, dir, incarnation, false, false);
   }
   if (snap) {
     out.snapshot_end = producers_from;

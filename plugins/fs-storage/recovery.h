@@ -16,6 +16,13 @@
 //     valid snapshot, every batch is scanned and a new snapshot is written.
 //   storage.repair=true: instead of failing, the log is cut at the first corrupt batch
 //   (later segments deleted) and an ERROR line says how many bytes/segments went.
+//   verify_on_start=checkpoint (recovery_point.h; docs/architecture.md "Restart"): sealed segments
+//     as for tail; the segment of a valid recovery point is walked by batch headers only
+//     (no CRC) below the point's position and checked as above beyond it. With `clean` (the
+//     engine took a clean-shutdown marker) and the point at the end of the active segment,
+//     whose .idx and the producer snapshot end there too, nothing is read. A recovery point
+//     that is torn, corrupt, or names a segment that is gone or shorter than its position is
+//     ignored (a full check, with a WARN line).
 //   a restart marker (log_restart.h), first of all: the log was being started over at
 //     the marker's offset; everything below it is removed before the scan
 //     (RecoveredLog::restarted_at; the caller finishes the restart). A corrupt marker is
@@ -49,6 +56,7 @@ struct RecoveredLog {
 };
 
 Result<RecoveredLog> recover_log(FileSystem& fs, PluginHost& host, const Options& opts,
-                                 const std::string& log_dir, Incarnation incarnation);
+                                 const std::string& log_dir, Incarnation incarnation,
+                                 bool clean = false);
 
 }  // namespace sluice::fs_storage

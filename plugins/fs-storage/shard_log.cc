@@ -185,6 +185,7 @@ void ShardLogImpl::flush() {
     }
   }
   flushing_.clear();
+  if (r) maybe_write_recovery_point();
 
   bool again = false;
   {
@@ -556,55 +557,6 @@ ShardStats ShardLogImpl::stats() {
   }
   if (progress && st.leading) st.replicas = progress();
   return st;
-}
-
-void ShardLogImpl::close() {
-  // Order matters: a group call may be waiting for a quorum (its group log op, or a replay's
-  // append to this log) while holding its group's mutex, or groups_mu_ while a group opens.
-  // Once the replication manager has let go of the shard nothing expires those waits, so
-  // both logs close first, failing them at once; then the groups, whose calls have ended.
-  groups_closing_.store(true);  // new group calls answer unavailable from here on
-  if (group_ops_) group_ops_->close();
-  close_log();
-  std::map<std::string, std::shared_ptr<ConsumerGroup>> groups;
-  {
-    std::lock_guard lk(groups_mu_);
-    groups_closed_ = true;
-    groups.swap(groups_);
-  }
-  for (auto& [n, g] : groups) g->close();  // waits for a group call in progress
-}
-
-void ShardLogImpl::close_log() {
-  std::vector<std::function<void()>> waiters;
-  std::vector<QuorumWaiter> quorum;
-  std::vector<DupWaiter> dups;
-  {
-    std::unique_lock lk(mu_);
-    if (state_ == State::closed) return;
-    state_ = State::closing;
-    drained_cv_.wait(lk, [&] { return !scheduled_; });
-    state_ = State::closed;
-    waiters_.take_all(waiters);
-    end_waiters_.take_all(waiters);
-    take_replica_waiters(quorum, dups);
-  }
-  if (replicated_) {  // a hint for the next open; losing it only costs visibility
-    if (auto r = write_hwm_checkpoint(*fs_, dir_, high_watermark()); !r)
-      host_.log(LogLevel::warn, kComponent,
-                "shard " + ref_.to_string() + ": no high-watermark checkpoint: " +
-                    r.error().message);
-  }
-  for (auto& cb : waiters) cb();  // in registration order
-  // Replicated shards only: durable here, not known to be replicated.
-  const std::string why = "shard " + ref_.to_string() + " closed before the high watermark reached the batch";
-  for (auto& q : quorum) q.cb(Error(Errc::unavailable, why, Outcome::uncertain));
-  for (auto& d : dups) d.cb(Error(Errc::unavailable, why, Outcome::uncertain));
-  std::vector<std::shared_ptr<Segment>> segs;
-  {
-    std::lock_guard lk(seg_mu_);
-    segs.swap(segments_);  // files close once in-flight readers drop their references
-  }
 }
 
 }  // namespace sluice::fs_storage

@@ -151,6 +151,8 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   void flush();
   // Drains pending appends, then closes. Idempotent. Not from a callback.
   void close();
+  // close() wrote the clean state (the engine's clean-shutdown marker needs every shard's).
+  bool closed_clean() const { return closed_clean_.load(); }
   // Deletes whole sealed segments, oldest first, per the retention policy. Any thread.
   void apply_retention(std::int64_t now_ms);
   void set_retention(RetentionPolicy r);
@@ -349,6 +351,15 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   Result<void> rebuild_producers(std::uint64_t end);
   // close() without the consumer groups: fails waiters, checkpoints, drops segments.
   void close_log();
+  // Recovery point (recovery_point.h, docs/architecture.md "Restart"): the flusher writes one
+  // about once a second after a sync (storage.verify_on_start=checkpoint, fsync=always);
+  // close_log writes the clean state (write_clean_state: segment synced, active .idx,
+  // producer snapshot and recovery point at the log end, directory fsynced).
+  void maybe_write_recovery_point();
+  bool write_clean_state();
+  // Before a cut of the log (truncate_to, restart_at; the caller holds the flusher's token):
+  // removes the recovery point durably, and the next sync writes a new one.
+  Result<void> drop_recovery_point();
   // Persists (current, entries) and `led` (default: unchanged), then adopts them.
   Result<void> save_history(LeaderEpoch current, std::vector<EpochEntry> entries,
                             std::optional<LeaderEpoch> led = std::nullopt);
@@ -428,6 +439,9 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   std::atomic<std::uint64_t> snapshot_end_;  // retention keeps every segment at/after it
   std::atomic<std::uint64_t> appended_records_{0};
   std::atomic<std::uint64_t> syncs_{0};
+  std::chrono::steady_clock::time_point rp_written_{};  // flusher: when the last point was written
+  std::uint64_t rp_end_ = ~0ull;                         // flusher: its next_offset
+  std::atomic<bool> closed_clean_{false};
 };
 
 }  // namespace sluice::fs_storage

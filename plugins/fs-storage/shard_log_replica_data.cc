@@ -317,6 +317,7 @@ Result<void> ShardLogImpl::truncate_to(Offset end_off) {
     pos += h.length;
     cut = h.next_offset();
   }
+  if (auto r = drop_recovery_point(); !r) return r;  // it may lie beyond the cut
   {
     std::lock_guard lk(mu_);
     const std::uint64_t hwm = hwm_.load(std::memory_order_acquire);

@@ -104,6 +104,8 @@ void usage() {
                       which forwards it), then restart it and wait until it is in sync
                       again; prints p50 and max
   --session-timeout-ms MS  broker.session_timeout_ms of that run (default 3000)
+  --restart GB        restart time to /readyz after a clean stop and after SIGKILL of a
+                      node holding GB GiB instead (issue 12; sluice-bench --restart 1 --help)
 
 Everything it starts is stopped at the end, also on failure or Ctrl-C (SIGTERM, then
 SIGKILL after 20 s; 10 s on a signal). Progress goes to stderr, figures to stdout.
@@ -469,7 +471,11 @@ int run_failover(const Options& o) {
   return 0;
 }
 
+int run_restart_bench(int argc, char** argv);  // restart_bench.cc
+
 int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--restart") return run_restart_bench(argc, argv);
   Options o;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];

@@ -1,0 +1,133 @@
+// ShardLogImpl: close, and the recovery point written while open and at close
+// (recovery_point.h; docs/architecture.md "Restart").
+#include <chrono>
+
+#include "recovery_point.h"
+#include "shard_log.h"
+
+namespace sluice::fs_storage {
+
+namespace {
+constexpr std::string_view kComponent = "fs-storage";
+constexpr auto kRecoveryPointPeriod = std::chrono::seconds(1);
+}  // namespace
+
+// Flusher thread, after a successful group: the published fields are what was synced.
+void ShardLogImpl::maybe_write_recovery_point() {
+  if (opts_.verify_on_start != VerifyOnStart::checkpoint || opts_.fsync != FsyncPolicy::always) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (now - rp_written_ < kRecoveryPointPeriod) return;
+  RecoveryPoint rp;
+  {
+    std::lock_guard lk(seg_mu_);
+    if (segments_.empty()) return;
+    const auto& seg = *segments_.back();
+    rp = RecoveryPoint{seg.base(), seg.readable_size, seg.next_offset, seg.max_ts};
+  }
+  if (rp.next_offset == rp_end_) return;
+  rp_written_ = now;
+  if (auto r = write_recovery_point(*fs_, log_dir(), rp); !r) {
+    host_.log(LogLevel::warn, kComponent,
+              "shard " + ref_.to_string() + ": no recovery point: " + r.error().message);
+    return;
+  }
+  rp_end_ = rp.next_offset;
+}
+
+Result<void> ShardLogImpl::drop_recovery_point() {
+  if (auto r = remove_recovery_point(*fs_, log_dir()); !r) return r;
+  rp_end_ = ~0ull;
+  return {};
+}
+
+// close_log, after the queue drained (no flusher, no replica writer): everything written is
+// synced, then described at the log end, so the next start after a clean shutdown reads
+// nothing. Any failure leaves the active .idx absent (the next start scans instead).
+bool ShardLogImpl::write_clean_state() {
+  if (opts_.verify_on_start != VerifyOnStart::checkpoint) return false;
+  std::shared_ptr<Segment> seg;
+  RecoveryPoint rp;
+  IndexFileContents c;
+  {
+    std::lock_guard lk(seg_mu_);
+    if (segments_.empty()) return false;
+    seg = segments_.back();
+    if (seg->write_pos != seg->readable_size) return false;  // written, never published
+    rp = RecoveryPoint{seg->base(), seg->readable_size, seg->next_offset, seg->max_ts};
+    c = IndexFileContents{seg->base(), seg->readable_size, seg->next_offset, seg->max_ts, seg->index};
+  }
+  const std::string dir = log_dir();
+  auto fail = [&](const Error& e) {
+    (void)fs_->remove(seg->index_path());
+    host_.log(LogLevel::warn, kComponent,
+              "shard " + ref_.to_string() + ": no clean-shutdown state: " + e.message);
+    return false;
+  };
+  if (auto r = seg->file().datasync(); !r) return fail(r.error());
+  if (auto r = write_index_file(*fs_, seg->index_path(), c); !r) return fail(r.error());
+  if (auto r = write_producer_snapshot(*fs_, dir + "/" + std::string(kProducerSnapshotName),
+                                       written_producers_, rp.next_offset);
+      !r)
+    return fail(r.error());
+  snapshot_end_.store(rp.next_offset, std::memory_order_release);
+  if (auto r = write_recovery_point(*fs_, dir, rp); !r) return fail(r.error());
+  if (auto r = fs_->sync_dir(dir); !r) return fail(r.error());
+  return true;
+}
+
+void ShardLogImpl::close() {
+  // Order matters: a group call may be waiting for a quorum (its group log op, or a replay's
+  // append to this log) while holding its group's mutex, or groups_mu_ while a group opens.
+  // Once the replication manager has let go of the shard nothing expires those waits, so
+  // both logs close first, failing them at once; then the groups, whose calls have ended.
+  groups_closing_.store(true);  // new group calls answer unavailable from here on
+  if (group_ops_) group_ops_->close();
+  close_log();
+  std::map<std::string, std::shared_ptr<ConsumerGroup>> groups;
+  {
+    std::lock_guard lk(groups_mu_);
+    groups_closed_ = true;
+    groups.swap(groups_);
+  }
+  for (auto& [n, g] : groups) g->close();  // waits for a group call in progress
+}
+
+void ShardLogImpl::close_log() {
+  std::vector<std::function<void()>> waiters;
+  std::vector<QuorumWaiter> quorum;
+  std::vector<DupWaiter> dups;
+  {
+    std::unique_lock lk(mu_);
+    if (state_ == State::closed) return;
+    state_ = State::closing;
+    drained_cv_.wait(lk, [&] { return !scheduled_; });
+    state_ = State::closed;
+    waiters_.take_all(waiters);
+    end_waiters_.take_all(waiters);
+    take_replica_waiters(quorum, dups);
+  }
+  if (replicated_) {  // a hint for the next open; losing it only costs visibility
+    if (auto r = write_hwm_checkpoint(*fs_, dir_, high_watermark()); !r)
+      host_.log(LogLevel::warn, kComponent,
+                "shard " + ref_.to_string() + ": no high-watermark checkpoint: " +
+                    r.error().message);
+  }
+  for (auto& cb : waiters) cb();  // in registration order
+  // Replicated shards only: durable here, not known to be replicated.
+  const std::string why = "shard " + ref_.to_string() + " closed before the high watermark reached the batch";
+  for (auto& q : quorum) q.cb(Error(Errc::unavailable, why, Outcome::uncertain));
+  for (auto& d : dups) d.cb(Error(Errc::unavailable, why, Outcome::uncertain));
+  bool failed;
+  {
+    std::lock_guard lk(mu_);
+    failed = !failure_.empty();
+  }
+  if (!failed) closed_clean_.store(write_clean_state());
+  std::vector<std::shared_ptr<Segment>> segs;
+  {
+    std::lock_guard lk(seg_mu_);
+    segs.swap(segments_);  // files close once in-flight readers drop their references
+  }
+}
+
+}  // namespace sluice::fs_storage

@@ -1,0 +1,231 @@
+// Restart with storage.verify_on_start=checkpoint (recovery_point.h; docs/architecture.md
+// "Restart: recovery point and clean-shutdown marker"): the clean-shutdown marker is taken
+// durably at start, only what lies beyond a log's recovery point is checked, a torn tail
+// beyond it is cut, and a torn or corrupt recovery point is ignored (everything is checked).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "fault_file_system.h"
+#include "layout.h"
+#include "recovery_point.h"
+#include "storage_test_util.h"
+
+namespace sluice::fs_storage::testing {
+namespace {
+
+using sluice::testing::TestHost;
+namespace fsys = std::filesystem;
+
+void flip_byte(const std::string& path, std::uint64_t pos) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  ASSERT_TRUE(f.good()) << path;
+  f.seekg(static_cast<std::streamoff>(pos));
+  char c;
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ 0x40);
+  f.seekp(static_cast<std::streamoff>(pos));
+  f.write(&c, 1);
+}
+
+class RecoveryPointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    host_.set("storage.retention_interval_ms", "0");
+    host_.set("storage.index_interval_bytes", "256");
+    host_.set("storage.segment_bytes", "1048576");
+    host_.set("storage.verify_on_start", "checkpoint");
+  }
+  std::string marker() const { return host_.data_dir() + "/shards/" + std::string(kCleanShutdownName); }
+  // Appends `n` batches of 3 records ("<tag><i>#k"), remembering what was acknowledged.
+  void append(ShardLog& s, const std::string& tag, int n) {
+    for (int i = 0; i < n; ++i) {
+      auto r = append_wait(s, make_batch(tag + std::to_string(i), 3, 1000, 30));
+      ASSERT_TRUE(r) << r.error().to_string();
+      for (std::uint32_t k = 0; k < 3; ++k)
+        acked_[r->base_offset.value() + k] = tag + std::to_string(i) + "#" + std::to_string(k);
+    }
+  }
+  void expect_acked(ShardLog& s) {
+    auto all = read_all(s);
+    for (auto& [off, v] : acked_) {
+      auto it = all.find(off);
+      ASSERT_NE(it, all.end()) << "acknowledged offset " << off << " lost";
+      EXPECT_EQ(it->second.substr(0, v.size()), v) << "offset " << off;  // then padding
+    }
+    std::uint64_t expect = 0;
+    for (auto& [off, v] : all) ASSERT_EQ(off, expect++);
+  }
+  TestHost host_;
+  std::map<std::uint64_t, std::string> acked_;
+};
+
+TEST_F(RecoveryPointTest, CleanShutdownWritesTheMarkerLastAndTheNextStartTakesIt) {
+  std::string log_dir;
+  {
+    FsStorageEngine e(host_, std::make_shared<PosixFileSystem>());
+    EXPECT_FALSE(e.clean_start());
+    auto s = e.open_shard(test_ref(), StreamSpec{});
+    ASSERT_TRUE(s);
+    append(**s, "a", 10);
+    log_dir = e.shard_directory(test_ref()).value() + "/log";
+    EXPECT_FALSE(fsys::exists(marker()));  // only at shutdown
+  }
+  EXPECT_TRUE(fsys::exists(marker()));
+  auto rp = read_recovery_point(*std::make_shared<PosixFileSystem>(), log_dir);
+  ASSERT_TRUE(rp);
+  EXPECT_EQ(rp->segment_base, 0u);
+  EXPECT_EQ(rp->next_offset, 30u);
+  EXPECT_EQ(rp->position, fsys::file_size(log_dir + "/" + segment_file_name(0)));
+  FsStorageEngine e(host_, std::make_shared<PosixFileSystem>());
+  EXPECT_TRUE(e.clean_start());
+  EXPECT_FALSE(fsys::exists(marker()));  // taken before anything is written
+  auto s = e.open_shard(test_ref(), StreamSpec{});
+  ASSERT_TRUE(s);
+  expect_acked(**s);
+  append(**s, "b", 2);  // appends continue at the end
+  expect_acked(**s);
+}
+
+// A crash right after a start from a clean shutdown: the marker the start took must not
+// come back (it was removed and its directory fsynced before anything was written).
+TEST_F(RecoveryPointTest, CrashRightAfterStartNeverFindsTheStaleMarker) {
+  auto fs = std::make_shared<FaultFileSystem>();
+  {
+    FsStorageEngine e(host_, fs);
+    auto s = e.open_shard(test_ref(), StreamSpec{});
+    ASSERT_TRUE(s);
+    append(**s, "a", 10);
+  }
+  ASSERT_TRUE(fsys::exists(marker()));
+  {
+    FsStorageEngine e(host_, fs);
+    ASSERT_TRUE(e.clean_start());
+    auto s = e.open_shard(test_ref(), StreamSpec{});
+    ASSERT_TRUE(s);
+    append(**s, "b", 3);
+    CrashOptions cut;
+    cut.lose_unsynced_entries = true;  // a power cut: unsynced directory entries are undone
+    fs->crash(11, cut);
+    s->reset();
+    e.shutdown();  // fails against the crashed file system: writes nothing
+    fs->restart();
+  }
+  EXPECT_FALSE(fsys::exists(marker()));
+  FsStorageEngine e(host_, fs);
+  EXPECT_FALSE(e.clean_start()) << "a stale clean-shutdown marker was trusted after a crash";
+  auto s = e.open_shard(test_ref(), StreamSpec{});
+  ASSERT_TRUE(s) << s.error().to_string();
+  expect_acked(**s);
+}
+
+// After SIGKILL or a power cut, recovery checks what lies beyond the recovery point and
+// cuts a torn tail there; every acknowledged record stays.
+TEST_F(RecoveryPointTest, TornTailBeyondTheRecoveryPointIsCut) {
+  for (std::uint64_t seed = 1; seed <= 6; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    TestHost host;
+    for (auto [k, v] : std::vector<std::pair<std::string, std::string>>{
+             {"storage.retention_interval_ms", "0"}, {"storage.index_interval_bytes", "256"},
+             {"storage.segment_bytes", "1048576"}, {"storage.verify_on_start", "checkpoint"}})
+      host.set(k, v);
+    acked_.clear();
+    auto fs = std::make_shared<FaultFileSystem>();
+    {
+      FsStorageEngine e(host, fs);
+      auto s = e.open_shard(test_ref(), StreamSpec{});
+      ASSERT_TRUE(s);
+      append(**s, "a", 10);
+    }  // clean: the recovery point is at the end of these 10 batches
+    {
+      FsStorageEngine e(host, fs);
+      auto s = e.open_shard(test_ref(), StreamSpec{});
+      ASSERT_TRUE(s);
+      append(**s, "b", 4);
+      fs->block_syncs();  // written, never synced: never acknowledged
+      std::atomic<int> done{0};
+      for (int i = 0; i < 3; ++i)
+        (*s)->append(make_batch("u" + std::to_string(i), 3, 1000, 30), AckMode::leader,
+                     [&](Result<AppendResult>) { ++done; });
+      ASSERT_TRUE(eventually([&] { return fs->blocked_sync_waiters() >= 1; }));
+      CrashOptions torn;
+      torn.keep_unsynced_prefix = true;
+      torn.append_garbage = true;  // at least one torn byte beyond the synced end
+      fs->crash(seed, torn);
+      fs->unblock_syncs();
+      ASSERT_TRUE(eventually([&] { return done.load() == 3; }));
+      s->reset();
+      e.shutdown();
+      fs->restart();
+    }
+    FsStorageEngine e(host, fs);
+    EXPECT_FALSE(e.clean_start());
+    auto s = e.open_shard(test_ref(), StreamSpec{});
+    ASSERT_TRUE(s) << s.error().to_string();
+    expect_acked(**s);
+    EXPECT_TRUE(host.logged("truncated torn tail"));
+    append(**s, "c", 1);  // and the log goes on from the cut
+    expect_acked(**s);
+  }
+}
+
+// Without a clean-shutdown marker (SIGKILL), bytes below a valid recovery point are not
+// read again: a byte flipped there goes unnoticed at open, which a full check would refuse.
+TEST_F(RecoveryPointTest, OnlyWhatLiesBeyondTheRecoveryPointIsChecked) {
+  std::string seg;
+  {
+    FsStorageEngine e(host_, std::make_shared<PosixFileSystem>());
+    auto s = e.open_shard(test_ref(), StreamSpec{});
+    ASSERT_TRUE(s);
+    append(**s, "a", 10);
+    seg = segment_path(e, test_ref(), 0);
+  }
+  fsys::remove(marker());
+  const auto len = make_batch("a0", 3, 1000, 30).size();
+  flip_byte(seg, len * 2 + 100);  // inside batch 2, below the recovery point
+  {
+    FsStorageEngine e(host_, std::make_shared<PosixFileSystem>());
+    auto s = e.open_shard(test_ref(), StreamSpec{});
+    ASSERT_TRUE(s) << s.error().to_string();
+    EXPECT_EQ((*s)->stats().high_watermark.value(), 30u);
+  }
+  fsys::remove(marker());
+  host_.set("storage.verify_on_start", "all");
+  FsStorageEngine e(host_, std::make_shared<PosixFileSystem>());
+  auto s = e.open_shard(test_ref(), StreamSpec{});
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.error().code, Errc::corrupt_data);
+}
+
+// A recovery point that is torn or fails its CRC is ignored: every batch is checked again
+// (here that finds a corrupt batch below where the point claimed).
+TEST_F(RecoveryPointTest, TornOrCorruptRecoveryPointIsIgnoredAndEverythingIsChecked) {
+  for (const std::string how : {"crc", "torn"}) {
+    SCOPED_TRACE(how);
+    fsys::remove_all(host_.data_dir() + "/shards");
+    std::string seg, rp_path;
+    {
+      FsStorageEngine e(host_, std::make_shared<PosixFileSystem>());
+      auto s = e.open_shard(test_ref(), StreamSpec{});
+      ASSERT_TRUE(s);
+      append(**s, "a", 10);
+      seg = segment_path(e, test_ref(), 0);
+      rp_path = e.shard_directory(test_ref()).value() + "/log/" + std::string(kRecoveryPointName);
+    }
+    fsys::remove(marker());
+    ASSERT_TRUE(fsys::exists(rp_path));
+    if (how == "crc") flip_byte(rp_path, 45);           // the CRC field
+    else fsys::resize_file(rp_path, 20);                 // a torn write
+    const auto len = make_batch("a0", 3, 1000, 30).size();
+    flip_byte(seg, len * 2 + 100);
+    FsStorageEngine e(host_, std::make_shared<PosixFileSystem>());
+    auto s = e.open_shard(test_ref(), StreamSpec{});
+    ASSERT_FALSE(s) << "a " << how << " recovery point was trusted";
+    EXPECT_EQ(s.error().code, Errc::corrupt_data);
+    EXPECT_TRUE(host_.logged("ignoring"));
+  }
+}
+
+}  // namespace
+}  // namespace sluice::fs_storage::testing
