@@ -171,7 +171,7 @@ TEST_P(Conformance, IncarnationsStrictlyIncreaseAcrossDeleteAndRecreate) {
     ASSERT_TRUE(d.ok()) << d.error().to_string();
     EXPECT_EQ(d->incarnation, c->incarnation);
     auto ts = s.list_tombstones();
-    ASSERT_TRUE(ts.ok());
+    ASSERT_TRUE(ts.ok()) << ts.error().to_string();
     ASSERT_EQ(ts->size(), 1u) << "one tombstone per name, overwritten";
     EXPECT_EQ(ts->front().key, kKey);
     EXPECT_EQ(ts->front().deleted_up_to, c->incarnation);
