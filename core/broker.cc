@@ -3,6 +3,7 @@
 // runtime"). What the control thread applies is in broker_serving.cc.
 #include "broker.h"
 
+#include <pthread.h>
 #include <chrono>
 
 #include "broker_catalog_facade.h"
@@ -54,7 +55,10 @@ Result<void> BrokerRuntime::start() {
   }
   // Forwarded calls are answered `unavailable` (transient) until the first resync is done.
   start_forwarding();
-  control_ = std::thread([this] { control_loop(); });
+  control_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "broker-control");
+    control_loop();
+  });
   // The first resync may meet a control plane between leaders (a raft-meta member that was
   // just restarted while the others elect): transient answers are retried for up to the
   // catalog timeout before the start gives up; anything else stops the start at once.
@@ -74,7 +78,10 @@ Result<void> BrokerRuntime::start() {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   started_ = true;
-  if (storage_) heartbeat_ = std::thread([this] { heartbeat_loop(); });
+  if (storage_) heartbeat_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "heartbeat");
+    heartbeat_loop();
+  });
   return {};
 }
 

@@ -1,5 +1,6 @@
 #include "controller.h"
 
+#include <pthread.h>
 #include <map>
 #include <utility>
 
@@ -19,7 +20,10 @@ Controller::~Controller() { stop(); }
 void Controller::start() {
   if (thread_.joinable()) return;
   stopping_ = false;
-  thread_ = std::thread([this] { loop(); });
+  thread_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "controller");
+    loop();
+  });
 }
 
 void Controller::stop() {

@@ -1,5 +1,7 @@
 #include "forwarding.h"
 
+#include <pthread.h>
+
 namespace sluice::core::fwd {
 
 namespace {
@@ -199,6 +201,7 @@ void Timers::loop() {
 Workers::Workers(int n) {
   for (int i = 0; i < n; ++i)
     threads_.emplace_back([this] {
+      pthread_setname_np(pthread_self(), "fwd-worker");
       std::unique_lock lk(mu_);
       for (;;) {
         cv_.wait(lk, [&] { return stop_ || !q_.empty(); });

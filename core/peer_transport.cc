@@ -5,6 +5,7 @@
 // request/stop (which post to it) and responders (which post to it).
 #include "peer_transport.h"
 
+#include <pthread.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -730,6 +731,7 @@ Result<std::unique_ptr<AsioPeerTransport>> AsioPeerTransport::start(PeerTranspor
   // The core answers pings itself (sluiced probe-peer).
   (void)t->handle(kPeerPing, [](const PeerIdentity&, std::string, PeerResponder r) { r(std::string("pong")); });
   impl->thread = std::thread([impl = impl.get()] {
+    pthread_setname_np(pthread_self(), "peer-io");
     impl->io_thread = std::this_thread::get_id();
     for (;;) {
       try {

@@ -1,5 +1,6 @@
 #include "engine.h"
 
+#include <pthread.h>
 #include <algorithm>
 #include <chrono>
 #include <cinttypes>
@@ -48,7 +49,10 @@ FsStorageEngine::FsStorageEngine(PluginHost& host, std::shared_ptr<FileSystem> f
               "clean shutdown: shards open from their recovery points without reading segments");
   recover_deletes();  // before any shard can open
   if (opts_.retention_interval_ms > 0)
-    retention_thread_ = std::thread([this] { retention_loop(); });
+    retention_thread_ = std::thread([this] {
+      pthread_setname_np(pthread_self(), "retention");
+      retention_loop();
+    });
 }
 
 FsStorageEngine::~FsStorageEngine() { shutdown(); }

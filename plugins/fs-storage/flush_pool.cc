@@ -1,11 +1,18 @@
 #include "flush_pool.h"
 
+#include "replica_manager.h"
 #include "shard_log.h"
+
+#include <pthread.h>
 
 namespace sluice::fs_storage {
 
 FlushPool::FlushPool(unsigned threads) {
-  for (unsigned i = 0; i < threads; ++i) threads_.emplace_back([this] { run(); });
+  for (unsigned i = 0; i < threads; ++i) threads_.emplace_back([this] {
+      pthread_setname_np(pthread_self(), "flusher");
+      t_notifier_holds_no_manager_lock = true;
+      run();
+    });
 }
 
 FlushPool::~FlushPool() { stop(); }

@@ -86,12 +86,30 @@ void ReplicaManager::on_fetch(const PeerIdentity& from, std::string payload,
                               PeerResponder respond) {
   auto req = decode_fetch_request(payload);
   if (!req) return respond(req.error());
+  // The steady state, a follower of this leader's epoch fetching at or above the high
+  // watermark, is served on the transport's thread: it is parked, or answered from what was
+  // just written (in the page cache). Handing it to a worker would cost a wake-up per fetch.
+  // Anything that may block on the disk goes to a worker: a catch-up read, and a fetch in a
+  // newer epoch, which fences this replica (an fsync of its epoch file).
+  if (fetch_at_tail(req->env, req->fetch_offset)) {
+    auto s = check_envelope(from, req->env, true);
+    if (!s) return respond(s.error());
+    return serve_fetch(*s, std::move(*req), std::move(respond));
+  }
   auto rp = std::make_shared<PeerResponder>(std::move(respond));
   post([this, from, req = std::move(*req), rp]() mutable {
     auto s = check_envelope(from, req.env, true);
     if (!s) return (*rp)(s.error());
     serve_fetch(*s, std::move(req), std::move(*rp));
   });
+}
+
+bool ReplicaManager::fetch_at_tail(const Incarnated& env, Offset fetch_offset) {
+  auto s = find(env.ref.stream, env.ref.shard, env.log);
+  if (!s) return true;  // answered at once: holds no incarnation
+  std::lock_guard lk(s->mu);
+  return s->role == Role::leader && s->epoch == env.leader_epoch &&
+         s->ref.incarnation == env.ref.incarnation && fetch_offset >= s->log->high_watermark();
 }
 
 void ReplicaManager::on_epoch_end(const PeerIdentity& from, std::string payload,
@@ -196,8 +214,13 @@ void ReplicaManager::serve_fetch(const std::shared_ptr<Shard>& s, FetchRequest r
   s->parked.push_back(p);
   auto exec = exec_;
   const auto wait = std::chrono::milliseconds(p->req.wait_ms);
-  const auto handle = s->log->notify_when_end_beyond(
-      p->req.fetch_offset, [this, exec, p] { exec->post([this, p] { finish_parked(p); }); });
+  // The notification comes from the log's flusher right after it wrote (before its sync):
+  // answered there when possible, so the follower gets the data without a worker's
+  // wake-up (try_finish_parked_here), else by a worker.
+  const auto handle = s->log->notify_when_end_beyond(p->req.fetch_offset, [this, exec, p] {
+    if (t_notifier_holds_no_manager_lock && try_finish_parked_here(p)) return;
+    exec->post([this, p] { finish_parked(p); });
+  });
   {
     std::lock_guard plk(p->mu);
     p->notify = handle;
@@ -205,6 +228,47 @@ void ReplicaManager::serve_fetch(const std::shared_ptr<Shard>& s, FetchRequest r
   lk.unlock();
   if (handle == 0) post([this, p] { finish_parked(p); });
   after(wait, [this, p] { finish_parked(p); });
+}
+
+bool ReplicaManager::try_finish_parked_here(const std::shared_ptr<Parked>& p) {
+  auto s = p->shard.lock();
+  if (!s) return false;
+  // Never wait for the shard's lock here: its holder may be waiting for this very flush
+  // (the log's writer token). A worker answers instead.
+  std::unique_lock lk(s->mu, std::try_to_lock);
+  if (!lk.owns_lock()) return false;
+  PeerResponder respond;
+  {
+    std::lock_guard plk(p->mu);
+    if (p->done) return true;
+    p->done = true;
+    respond = std::move(p->respond);
+  }
+  auto& v = s->parked;
+  v.erase(std::remove(v.begin(), v.end(), p), v.end());
+  // The notification fired, so there is nothing to cancel.
+  if (s->role != Role::leader || s->epoch != p->req.env.leader_epoch) {
+    lk.unlock();
+    respond(Error(Errc::not_leader, "broker " + std::to_string(self_.value()) +
+                                        " no longer leads " + shard_name(s->ref, s->kind)));
+    return true;
+  }
+  auto log = s->log;
+  const LeaderEpoch epoch = s->epoch;
+  std::size_t chunk_size = 0;
+  auto answer = read_fetch_answer(*log, epoch, p->req, chunk_size);
+  if (answer) {
+    if (auto it = s->followers.find(p->req.env.sender); it != s->followers.end())
+      it->second.hwm_sent = std::max(it->second.hwm_sent, answer->second);
+  }
+  lk.unlock();
+  if (!answer) {
+    respond(answer.error());
+    return true;
+  }
+  count_fetch_served(chunk_size);
+  respond(std::move(answer->first));
+  return true;
 }
 
 void ReplicaManager::finish_parked(const std::shared_ptr<Parked>& p) {
@@ -242,6 +306,20 @@ void ReplicaManager::answer_fetch(const std::shared_ptr<Shard>& s, const FetchRe
     log = s->log;
     epoch = s->epoch;
   }
+  std::size_t chunk_size = 0;
+  auto answer = read_fetch_answer(*log, epoch, req, chunk_size);
+  if (!answer) return respond(answer.error());
+  {
+    std::lock_guard lk(s->mu);
+    if (auto it = s->followers.find(req.env.sender); it != s->followers.end())
+      it->second.hwm_sent = std::max(it->second.hwm_sent, answer->second);
+  }
+  count_fetch_served(chunk_size);
+  respond(std::move(answer->first));
+}
+
+Result<std::pair<std::string, Offset>> ReplicaManager::read_fetch_answer(
+    ReplicaLog& log, LeaderEpoch epoch, const FetchRequest& req, std::size_t& chunk_size) {
   const std::size_t max_bytes =
       std::min<std::size_t>(req.max_bytes ? req.max_bytes : opts_.fetch_max_bytes,
                             opts_.fetch_max_bytes);
@@ -252,39 +330,34 @@ void ReplicaManager::answer_fetch(const std::shared_ptr<Shard>& s, const FetchRe
   // socket (the transport sends its frame header as a separate buffer).
   // A fetch below the log start (retention removed it here) gets no chunk, only the log
   // start: the follower starts its log over there (replica_follower.cc).
-  Offset start = log->log_start();
-  if (req.fetch_offset >= start && req.fetch_offset < log->written_end()) {
-    auto c = log->read_raw(req.fetch_offset, max_bytes, kFetchResponseHeaderBytes);
+  Offset start = log.log_start();
+  if (req.fetch_offset >= start && req.fetch_offset < log.written_end()) {
+    auto c = log.read_raw(req.fetch_offset, max_bytes, kFetchResponseHeaderBytes);
     if (c) {
       chunk = std::move(*c);
     } else {
       // Retention may have moved the log start past the offset since it was read.
-      start = log->log_start();
+      start = log.log_start();
       if (c.error().code != Errc::offset_out_of_range || req.fetch_offset >= start)
-        return respond(c.error());
+        return c.error();
     }
   }
   if (chunk.bytes.size() < kFetchResponseHeaderBytes) chunk.bytes.assign(kFetchResponseHeaderBytes, '\0');
-  const std::size_t chunk_size = chunk.bytes.size() - kFetchResponseHeaderBytes;
+  chunk_size = chunk.bytes.size() - kFetchResponseHeaderBytes;
   out.leader_epoch = epoch;
-  out.high_watermark = log->high_watermark();
+  out.high_watermark = log.high_watermark();
   out.log_start = start;
-  out.log_end = log->written_end();
+  out.log_end = log.written_end();
   out.chunk_base = req.fetch_offset;
   out.chunk_epoch = chunk.epoch;
-  {
-    std::lock_guard lk(s->mu);
-    if (auto it = s->followers.find(req.env.sender); it != s->followers.end())
-      it->second.hwm_sent = std::max(it->second.hwm_sent, out.high_watermark);
-  }
   encode_fetch_response_header(out, chunk_size, chunk.bytes.data());
-  std::string payload = std::move(chunk.bytes);
-  {
-    std::lock_guard lk(mu_);
-    ++counters_.fetches_served;
-    counters_.bytes_served += chunk_size;
-  }
-  respond(std::move(payload));
+  return std::pair<std::string, Offset>(std::move(chunk.bytes), out.high_watermark);
+}
+
+void ReplicaManager::count_fetch_served(std::size_t chunk_size) {
+  std::lock_guard lk(mu_);
+  ++counters_.fetches_served;
+  counters_.bytes_served += chunk_size;
 }
 
 void ReplicaManager::check_now() {

@@ -1,5 +1,6 @@
 #include "replica_manager_internal.h"
 
+#include <pthread.h>
 #include <algorithm>
 #include <optional>
 #include <utility>
@@ -39,8 +40,14 @@ Result<void> ReplicaManager::start() {
     return r.error();
   }
   started_ = true;
-  for (unsigned i = 0; i < opts_.workers; ++i) workers_.emplace_back([this] { worker_loop(); });
-  timer_ = std::thread([this] { timer_loop(); });
+  for (unsigned i = 0; i < opts_.workers; ++i) workers_.emplace_back([this] {
+      pthread_setname_np(pthread_self(), "repl-worker");
+      worker_loop();
+    });
+  timer_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "repl-timer");
+    timer_loop();
+  });
   return {};
 }
 
@@ -83,12 +90,17 @@ void ReplicaManager::stop() {
 void ReplicaManager::post(std::function<void()> fn) { exec_->post(std::move(fn)); }
 
 void ReplicaManager::after(std::chrono::milliseconds delay, std::function<void()> fn) {
+  bool earliest = false;
   {
     std::lock_guard lk(exec_->mu);
     if (exec_->stopping) return;
-    exec_->timers.emplace(Clock::now() + delay, std::move(fn));
+    const auto it = exec_->timers.emplace(Clock::now() + delay, std::move(fn));
+    earliest = it == exec_->timers.begin();
   }
-  exec_->timer_cv.notify_one();
+  // The timer thread sleeps until the earliest timer (or the next check): only a new
+  // earliest one needs to wake it. Every parked fetch adds a timer, so this saves a
+  // wake-up per fetch.
+  if (earliest) exec_->timer_cv.notify_one();
 }
 
 void ReplicaManager::worker_loop() {

@@ -15,9 +15,13 @@
 //   * neither (no leader, or another epoch than its own): serves nothing.
 //
 // It drives the log through the ReplicaLog seam, so the protocol is tested against a model
-// log and the real one alike. Threads: a few workers (disk work: fetch answers, replica
-// appends, catalog calls) and one timer thread (long-poll deadlines, retry backoff, lag
-// checks). Transport handlers and callbacks only hand work to the workers.
+// log and the real one alike. Threads: a few workers (disk work: catch-up fetch answers,
+// replica appends, catalog calls) and one timer thread (long-poll deadlines, retry backoff,
+// lag checks). Transport handlers and callbacks hand work to the workers, except on the
+// steady-state path, where every hand-off is a thread wake-up (a context switch costs ~10 us
+// in this VM, more than the work): a follower's fetch at the tail is parked or answered on
+// the transport's thread, and a parked fetch is answered from the log's end notification
+// (docs/replication.md "Fewer wake-ups on the data path").
 #pragma once
 
 #include <chrono>
@@ -95,6 +99,8 @@ class ReplicaLog {
   // log start"). Refused on a leader, and when the log holds anything at or above `start`.
   virtual Result<void> restart_at(Offset start) = 0;
   // `cb` once the log end exceeds `offset` or the log closes (inline then, returning 0).
+  // It runs on any thread (the real log's flusher), with no lock of the log held: it may
+  // call back into the log. It must not block on anything a flush waits for.
   virtual std::uint64_t notify_when_end_beyond(Offset offset, std::function<void()> cb) = 0;
   virtual void cancel_end_notify(std::uint64_t handle) = 0;
 };
@@ -110,6 +116,11 @@ struct ReplicaOptions {
   // How often the leader checks lag and quorum deadlines; 0: only when told (tests).
   std::chrono::milliseconds check_interval{-1};     // -1: max_lag / 4, at most 1 s
 };
+
+// Set on the threads that never hold a lock of a ReplicaManager when a log's end
+// notification runs on them (fs-storage's flusher threads, flush_pool.cc): a parked fetch
+// is answered right there (ReplicaManager::try_finish_parked_here).
+inline thread_local bool t_notifier_holds_no_manager_lock = false;
 
 class ReplicaManager {
  public:
@@ -166,6 +177,7 @@ class ReplicaManager {
   void worker_loop();
   void timer_loop();
   void finish_parked(const std::shared_ptr<Parked>& p);
+  bool try_finish_parked_here(const std::shared_ptr<Parked>& p);
   void drop_parked(Shard& s);
 
   // Leader side.
@@ -176,6 +188,12 @@ class ReplicaManager {
   void serve_fetch(const std::shared_ptr<Shard>& s, FetchRequest req, PeerResponder respond);
   void answer_fetch(const std::shared_ptr<Shard>& s, const FetchRequest& req,
                     PeerResponder& respond);
+  bool fetch_at_tail(const Incarnated& env, Offset fetch_offset);
+  // The encoded answer and the high watermark it tells; needs no lock of the manager.
+  Result<std::pair<std::string, Offset>> read_fetch_answer(ReplicaLog& log, LeaderEpoch epoch,
+                                                           const FetchRequest& req,
+                                                           std::size_t& chunk_size);
+  void count_fetch_served(std::size_t chunk_size);
   void record_progress(Shard& s, NodeId follower, const std::string& dir, Offset durable_end,
                        Clock::time_point now);
   void update_high_watermark(Shard& s);

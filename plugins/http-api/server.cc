@@ -2,6 +2,7 @@
 // io/admin thread pools. Everything about routes and JSON lives in Beast-free files.
 #include "server.h"
 
+#include <pthread.h>
 #include <atomic>
 #include <mutex>
 #include <optional>
@@ -410,6 +411,7 @@ Result<void> HttpServer::start(Node& node) {
     m.do_accept();
     for (unsigned i = 0; i < m.cfg.threads; ++i) {
       m.threads.emplace_back([&m] {
+        pthread_setname_np(pthread_self(), "http-io");
         for (;;) {
           try {
             m.ioc->run();

@@ -3,6 +3,7 @@
 #include "pg_meta_store.h"
 #include "pg_meta_store_internal.h"
 
+#include <pthread.h>
 #include <pqxx/pqxx>
 
 #include <algorithm>
@@ -167,7 +168,10 @@ Result<void> PgMetaStore::start() {
   cluster_id_ = id.value();
   feed_stop_ = false;
   started_ = true;
-  feed_ = std::thread([this] { feed_main(); });
+  feed_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "pg-feed");
+    feed_main();
+  });
   // Ready once the feed connection is up (normally at once).
   while (!feed_up_.load() && Clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(5));

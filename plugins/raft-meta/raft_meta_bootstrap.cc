@@ -9,6 +9,7 @@
 #include "sluice/uuid.h"
 #include "sluice/strings.h"
 
+#include <pthread.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -42,7 +43,10 @@ RaftMetaStore::RaftMetaStore(PluginHost& host) : RaftMetaStore(host, RaftMetaCon
 
 RaftMetaStore::RaftMetaStore(PluginHost& host, RaftMetaConfig config)
     : host_(host), cfg_(std::move(config)), fsm_(cfg_.change_retention, cfg_.level) {
-  delivery_ = std::thread([this] { delivery_main(); });
+  delivery_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "meta-delivery");
+    delivery_main();
+  });
 }
 
 RaftMetaStore::~RaftMetaStore() {

@@ -2,6 +2,7 @@
 
 #include "cluster_transport.h"
 
+#include <pthread.h>
 #include <uv.h>
 
 #include <cstring>
@@ -438,7 +439,10 @@ Result<void> RaftNode::start() {
   if (started_.exchange(true)) return Error(Errc::internal, "raft node started twice");
   std::promise<Result<void>> ready;
   auto fut = ready.get_future();
-  thread_ = std::thread([this, &ready] { thread_main(&ready); });
+  thread_ = std::thread([this, &ready] {
+    pthread_setname_np(pthread_self(), "raft");
+    thread_main(&ready);
+  });
   Result<void> r = fut.get();
   if (!r.ok()) {
     thread_.join();  // the loop finished closing whatever was opened

@@ -7,6 +7,7 @@
 // and joins the thread. Destroyed from inside its own callback, it cannot join itself: it
 // hands the thread to the store (joined by the next watch() or the store's destructor),
 // and from then on the thread touches only the RemoteFeed it co-owns, never the handle.
+#include <pthread.h>
 #include <sys/socket.h>
 
 #include <boost/json.hpp>
@@ -85,7 +86,10 @@ class RemoteWatch final : public WatchHandle {
               std::function<void(const ChangeEvent&)> on_change, std::function<void()> resync)
       : feed_(std::make_shared<RemoteFeed>(store)) {
     watch_ = feed_->registry.add(after, std::move(on_change), std::move(resync));
-    thread_ = std::thread([feed = feed_] { feed->run(); });
+    thread_ = std::thread([feed = feed_] {
+      pthread_setname_np(pthread_self(), "meta-watch");
+      feed->run();
+    });
   }
 
   ~RemoteWatch() override {

@@ -1,6 +1,7 @@
 // The controller RPC server (rpc.h): acceptor, one thread per connection, dispatch.
 #include "rpc.h"
 
+#include <pthread.h>
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -86,7 +87,10 @@ Result<void> RpcServer::start() {
     return Error(Errc::internal, "pipe2 failed");
   }
   stopping_ = false;
-  acceptor_ = std::thread([this] { accept_main(); });
+  acceptor_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "meta-rpc-accept");
+    accept_main();
+  });
   host_.log(LogLevel::info, kComponent, "serving the catalog on " + ip + ":" + std::to_string(port_));
   return {};
 }
@@ -125,7 +129,10 @@ void RpcServer::accept_main() {
     // Reap finished connection threads.
     for (auto& t : finished_) t.join();
     finished_.clear();
-    conns_[fd] = std::thread([this, fd] { serve(fd); });
+    conns_[fd] = std::thread([this, fd] {
+      pthread_setname_np(pthread_self(), "meta-rpc-conn");
+      serve(fd);
+    });
   }
 }
 

@@ -87,6 +87,8 @@ void usage() {
   --dir DIR           where the node's data and the disk probe live (default: a temp dir)
   --url URL           publish to a running node instead of starting one
   --sluiced PATH      sluiced binary (default: next to this program)
+  --node-set KEY=VAL  a configuration key for every sluiced this program starts (the
+                      single and the replicated runs alike); repeatable
   --no-idempotence    skip the idempotent-producer comparison
   --no-fetch          skip the phase with consumers fetching at the tail while producers
                       publish (its fetch records/s is printed beside the publish figure)
@@ -205,15 +207,22 @@ extern "C" void on_signal(int) {
   _exit(130);
 }
 
+// --node-set KEY=VALUE: given to every sluiced this program starts, after its own settings.
+std::vector<std::string> g_node_settings;
+
 // Starts sluiced with --set key=value for each setting, output to log.
 pid_t spawn_sluiced(const std::string& sluiced, const std::string& log,
                     const std::vector<std::string>& settings) {
   if (g_nchildren.load() >= kMaxChildren) fail("too many processes");
   std::vector<std::string> args{"sluiced"};
-  for (const auto& kv : settings) {
-    args.push_back("--set");
-    args.push_back(kv);
-  }
+  auto add = [&](const std::vector<std::string>& list) {
+    for (const auto& kv : list) {
+      args.push_back("--set");
+      args.push_back(kv);
+    }
+  };
+  add(settings);
+  add(g_node_settings);
   pid_t pid = fork();
   if (pid < 0) fail("fork failed");
   if (pid == 0) {
@@ -504,6 +513,7 @@ int main(int argc, char** argv) {
       if (i + 1 < argc && argv[i + 1][0] != '-') o.failover_kills = std::stoi(argv[++i]);
     }
     else if (a == "--session-timeout-ms") o.session_timeout_ms = std::stoi(val());
+    else if (a == "--node-set") g_node_settings.push_back(val());
     else if (a == "-h" || a == "--help") { usage(); return 0; }
     else { usage(); return 2; }
   }

@@ -129,14 +129,16 @@ class ModelLog : public ReplicaLog {
     return c;
   }
   Result<void> append_replica(std::string_view chunk, Offset base, LeaderEpoch) override {
-    std::lock_guard lk(mu_);
+    std::unique_lock lk(mu_);
     if (base.value() != end())
       return Error(Errc::conflict, "chunk at " + std::to_string(base.value()) + ", log end " +
                                        std::to_string(end()));
     if (chunk.size() % 16 != 0) return Error(Errc::corrupt_data, "bad chunk");
     for (std::size_t i = 0; i < chunk.size(); i += 16)
       entries_.emplace_back(LeaderEpoch{get(chunk.data() + i)}, get(chunk.data() + i + 8));
-    fire();
+    auto ready = take_fired();
+    lk.unlock();
+    for (auto& cb : ready) cb();
     return {};
   }
   Result<void> truncate_to(Offset end) override {
@@ -148,7 +150,7 @@ class ModelLog : public ReplicaLog {
     return {};
   }
   Result<void> restart_at(Offset start) override {
-    std::lock_guard lk(mu_);
+    std::unique_lock lk(mu_);
     if (leading_) return Error(Errc::conflict, "a leader never starts its log over");
     if (start.value() < end()) return Error(Errc::conflict, "the log ends beyond " +
                                                              std::to_string(start.value()));
@@ -156,7 +158,9 @@ class ModelLog : public ReplicaLog {
     start_ = start.value();
     hwm_ = start;
     ++restarts_;
-    fire();
+    auto ready = take_fired();
+    lk.unlock();
+    for (auto& cb : ready) cb();
     return {};
   }
   std::uint64_t notify_when_end_beyond(Offset off, std::function<void()> cb) override {
@@ -177,7 +181,7 @@ class ModelLog : public ReplicaLog {
   // A client append on the leader. Returns a future that completes like ack=quorum.
   std::future<Result<Offset>> append(std::uint64_t value,
                                      std::chrono::milliseconds timeout = 30s) {
-    std::lock_guard lk(mu_);
+    std::unique_lock lk(mu_);
     Waiter w;
     auto f = w.done.get_future();
     if (!leading_) {
@@ -188,8 +192,10 @@ class ModelLog : public ReplicaLog {
     w.end = Offset{end()};
     w.deadline = Clock::now() + timeout;
     waiters_.push_back(std::move(w));
-    fire();
     complete_waiters();
+    auto ready = take_fired();
+    lk.unlock();
+    for (auto& cb : ready) cb();
     return f;
   }
   // Writes entries directly (history set-up for truncation tests).
@@ -247,15 +253,19 @@ class ModelLog : public ReplicaLog {
     leading_ = lead;
     return {};
   }
-  void fire() {
+  // Like the real log, end notifications run with no lock of the log held (the manager may
+  // answer a parked fetch from inside one, reading this log): taken under mu_, run after.
+  std::vector<std::function<void()>> take_fired() {
+    std::vector<std::function<void()>> ready;
     for (auto it = notifies_.begin(); it != notifies_.end();) {
       if (end() > it->second.first.value()) {
-        it->second.second();
+        ready.push_back(std::move(it->second.second));
         it = notifies_.erase(it);
       } else {
         ++it;
       }
     }
+    return ready;
   }
   void complete_waiters() {
     if (members_ < min_insync_) return;
