@@ -7,7 +7,8 @@
 //      --record-bytes records with ack leader over the binary batch API from
 //      --connections concurrent connections for --seconds;
 //   3. prints records/s, MB/s, ack latency p50/p99/p999 and the ratio to the disk figure;
-//   4. unless --no-idempotence: the same load with one key per connection, without and
+//   4. unless --no-json: the keyless load as JSON publishes and the ratio JSON / binary;
+//   5. unless --no-idempotence: the same load with one key per connection, without and
 //      then with idempotent producers (producer_id + sequence), and their ratio.
 // With --brokers N --replication-factor R (issue 10) the run is instead
 //   1. the disk reference, as above;
@@ -50,6 +51,7 @@
 #include <vector>
 
 #include "bench_measure.h"
+#include "json_phase.h"
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
@@ -69,6 +71,7 @@ struct Options {
   std::string ack = "leader";
   bool idempotence = true;
   bool fetch = true;  // the publish + tail-fetch phase
+  bool json = true;   // the keyless load again, as JSON publishes
   int brokers = 0;  // 0: the single-node run above; N >= 1: the issue-10 comparison
   int replication_factor = 1;
   int failover_kills = 0;         // --failover: kills of the shard leader (issue 11)
@@ -89,6 +92,8 @@ void usage() {
   --sluiced PATH      sluiced binary (default: next to this program)
   --node-set KEY=VAL  a configuration key for every sluiced this program starts (the
                       single and the replicated runs alike); repeatable
+  --no-json           skip the JSON phase: the keyless load as JSON publishes (values as
+                      plain strings), printed beside it with the ratio JSON / binary
   --no-idempotence    skip the idempotent-producer comparison
   --no-fetch          skip the phase with consumers fetching at the tail while producers
                       publish (its fetch records/s is printed beside the publish figure)
@@ -97,7 +102,7 @@ void usage() {
                       then N brokers of its own on loopback (raft-meta: broker 1 is the
                       controller, 2..N join it) with ack quorum to each shard's leader;
                       prints both and the ratio replicated / single. Replaces the
-                      keyless/keyed/idempotent phases (and ignores --ack, --url)
+                      keyless/JSON/keyed/idempotent phases (ignores --ack, --url)
   --replication-factor R   replication factor of the replicated stream (default: N)
   --failover [N]      failover time (issue 11) instead of throughput: one controller and
                       three brokers of its own, a stream with replication factor 3; N times
@@ -506,6 +511,7 @@ int main(int argc, char** argv) {
     else if (a == "--sluiced") o.sluiced = val();
     else if (a == "--no-idempotence") o.idempotence = false;
     else if (a == "--no-fetch") o.fetch = false;
+    else if (a == "--no-json") o.json = false;
     else if (a == "--brokers") o.brokers = std::stoi(val());
     else if (a == "--replication-factor") o.replication_factor = std::stoi(val());
     else if (a == "--failover") {
@@ -550,7 +556,7 @@ int main(int argc, char** argv) {
   }
 
   const bool replicated = o.brokers > 0;
-  const int nphases = replicated ? 3 : 5;
+  const int nphases = replicated ? 3 : 6;
   if (replicated)
     std::printf("sluice-bench: %d connections, %d-byte records, %d records/request, %d shards, %d s; "
                 "%d brokers, replication factor %d, ack quorum vs 1 broker, replication factor 1, ack leader\n",
@@ -571,20 +577,11 @@ int main(int argc, char** argv) {
   std::printf("      disk, sequential (1 MiB writes, one fdatasync at the end, like dd conv=fdatasync): "
               "%.1f MB/s\n", dd_mbps);
 
-  // Phase 1 (the issue-2 figure): keyless records, sticky shard per request.
-  // Phase 2 and 3 (idempotence, issue 3): each connection is a producer with its own key,
-  // so each request is one batch on one shard; the same shape with and without
-  // producer_id/sequence, side by side.
+  // Keyless records, sticky shard per request (issue 2), also as JSON (issue 12); keyed and
+  // idempotent (issue 3): each connection a producer with its own key, so each request is
+  // one batch on one shard, with and without producer_id/sequence, side by side.
   auto make_body = [&](const std::string* key) {
-    std::string body;
-    for (int i = 0; i < o.batch_records; ++i) {
-      std::uint32_t kl = key ? static_cast<std::uint32_t>(key->size()) : 0xffffffffu;
-      std::uint32_t vl = static_cast<std::uint32_t>(o.record_bytes);
-      body.append(reinterpret_cast<char*>(&kl), 4).append(reinterpret_cast<char*>(&vl), 4);
-      if (key) body += *key;
-      body.append(o.record_bytes, static_cast<char>('a' + i % 26));
-    }
-    return body;
+    return sluice_bench::binary_body(o.batch_records, o.record_bytes, key);
   };
   struct PhaseResult {
     double rps = 0, mbps = 0, p50 = 0, p99 = 0, p999 = 0;
@@ -599,6 +596,7 @@ int main(int argc, char** argv) {
     std::string path;  // without producer_id/sequence
     std::string body;
     int records = 0;   // records per request (0: --batch)
+    const char* media = sluice_bench::kBatchMedia;
   };
   auto create_stream = [&](int port, const std::string& stream, int rf) {
     std::string out;
@@ -649,7 +647,7 @@ int main(int argc, char** argv) {
           int st = 0;
           std::string out;
           try {
-            st = call(s, "POST", p, cn.body, "application/vnd.sluice.batch", &out);
+            st = call(s, "POST", p, cn.body, cn.media, &out);
           } catch (const std::exception& e) {
             out = e.what();
             s.reset();
@@ -745,40 +743,42 @@ int main(int argc, char** argv) {
     ensure_ns(port);
     const std::vector<pid_t> pids = child > 0 ? std::vector<pid_t>{child} : std::vector<pid_t>{};
     auto phase = [&](const char* title, const std::string& stream, bool keyed, bool idempotent,
-                     bool fetch = false) {
+                     bool fetch = false, bool json = false) {
       create_stream(port, stream, 0);
       std::vector<Conn> conns;
       for (int c = 0; c < o.connections; ++c) {
         const std::string key = "producer-" + std::to_string(c);
-        conns.push_back({port, streams_path + stream + "/records?ack=" + o.ack, make_body(keyed ? &key : nullptr)});
+        conns.push_back({port, streams_path + stream + "/records?ack=" + o.ack,
+                         json ? sluice_bench::json_body(o.batch_records, o.record_bytes) : make_body(keyed ? &key : nullptr),
+                         0, json ? sluice_bench::kJsonMedia : sluice_bench::kBatchMedia});
       }
       return run_load(title, conns, idempotent, pids, fetch ? port : 0, stream);
     };
-    const PhaseResult plain = phase("[2/5] keyless, sticky shards", "pub", false, false);
-    PhaseResult keyed, idem, fetched;
+    const PhaseResult plain = phase("[2/6] keyless, sticky shards", "pub", false, false);
+    PhaseResult js, keyed, idem, fetched;
+    if (o.json) js = phase("[3/6] the same keyless load as JSON publishes", "pub-json", false, false, false, true);
     if (o.idempotence) {
-      keyed = phase("[3/5] one key per connection", "pub-keyed", true, false);
-      idem = phase("[4/5] the same, idempotent producers", "pub-idem", true, true);
+      keyed = phase("[4/6] one key per connection", "pub-keyed", true, false);
+      idem = phase("[5/6] the same, idempotent producers", "pub-idem", true, true);
     }
     if (o.fetch)
-      fetched = phase("[5/5] keyless, with one consumer per shard fetching at the tail", "pub-fetch", false,
+      fetched = phase("[6/6] keyless, with one consumer per shard fetching at the tail", "pub-fetch", false,
                       false, true);
     // Low load: one connection, one record per request, against the disk's smallest
     // durable write (4 KiB + fdatasync), both measured now.
     const double sync_p99_ms = sluice_bench::small_sync_p99_us(o.dir, std::min(o.seconds, 5)) / 1000;
-    PhaseResult low;
-    {
-      create_stream(port, "pub-one", 0);
-      std::string one;
-      const std::uint32_t kl = 0xffffffffu, vl = static_cast<std::uint32_t>(o.record_bytes);
-      one.append(reinterpret_cast<const char*>(&kl), 4).append(reinterpret_cast<const char*>(&vl), 4);
-      one.append(o.record_bytes, 'o');
-      low = run_load("[low load] 1 connection, 1 record per request",
-                     {Conn{port, streams_path + "pub-one/records?ack=" + o.ack, one, 1}}, false, pids);
-    }
+    create_stream(port, "pub-one", 0);
+    const PhaseResult low = run_load("[low load] 1 connection, 1 record per request",
+                                     {Conn{port, streams_path + "pub-one/records?ack=" + o.ack,
+                                           sluice_bench::binary_body(1, o.record_bytes, nullptr), 1}}, false, pids);
     std::printf("\nresults (%d-byte records, %d records/request, ack %s, %d connections)\n", o.record_bytes,
                 o.batch_records, o.ack.c_str(), o.connections);
     print("keyless", plain);
+    if (o.json) {
+      print("keyless, JSON", js);
+      sluice_bench::print_json_vs_binary({plain.rps, plain.mbps, plain.p50, plain.p99, plain.cpu_us},
+                                         {js.rps, js.mbps, js.p50, js.p99, js.cpu_us});
+    }
     std::printf("  disk, sequential       %.1f MB/s (dd bs=1M conv=fdatasync)\n", dd_mbps);
     std::printf("  disk, fdatasync each   %.1f MB/s (%d-byte writes)\n", disk_mbps, o.chunk);
     std::printf("  publish / sequential   %.2f  (target >= 0.60)\n", dd_mbps > 0 ? plain.mbps / dd_mbps : 0);
