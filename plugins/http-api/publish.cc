@@ -177,18 +177,30 @@ Result<void> parse_json(std::string_view body, std::size_t limit, json::value& d
   return {};
 }
 
+// {"results":[{"shard":S,"offset":O},...]}, written straight into one reserved string: a
+// json::object per record cost a few allocations each, a tenth of the server's CPU on a
+// 64-record publish (docs/benchmarks.md "Measured here (issue 12)").
 HttpResponse render_results(const std::vector<PublishedRecord>& rs) {
-  json::array a;
-  a.reserve(rs.size());
-  for (auto& r : rs) {
-    json::object o;
-    o["shard"] = r.shard.value();
-    o["offset"] = r.offset.value();
-    a.push_back(std::move(o));
+  HttpResponse r;
+  r.status = 200;
+  r.content_type = "application/json";
+  std::string& b = r.body;
+  b.reserve(16 + rs.size() * 48);
+  b += "{\"results\":[";
+  char num[24];
+  auto put = [&](std::uint64_t v) {
+    auto res = std::to_chars(num, num + sizeof num, v);
+    b.append(num, res.ptr);
+  };
+  for (std::size_t i = 0; i < rs.size(); ++i) {
+    b += i == 0 ? "{\"shard\":" : ",{\"shard\":";
+    put(rs[i].shard.value());
+    b += ",\"offset\":";
+    put(rs[i].offset.value());
+    b += '}';
   }
-  json::object out;
-  out["results"] = std::move(a);
-  return json_response(200, out);
+  b += "]}";
+  return r;
 }
 
 }  // namespace
