@@ -13,6 +13,8 @@ namespace sluice::postgres_meta {
 std::string names_payload(const std::string& tenant, const std::string* ns);
 std::string stream_change_payload(const StreamInfo& s, const std::vector<Assignment>& as,
                                   const std::optional<Tombstone>& t);
+// cache_created / cache_deleted: the cache and, for a delete, the cache tombstone written.
+std::string cache_change_payload(const CacheInfo& c, const std::optional<Tombstone>& t);
 std::string broker_payload(const BrokerInfo& b);
 std::string feature_payload(const std::string& name);
 // shard_changed: the one assignment as an update_shard left it.

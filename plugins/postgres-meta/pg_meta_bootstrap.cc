@@ -112,7 +112,6 @@ Result<std::string> PgMetaStore::migrate(pqxx::connection& c) {
       // back (a level-8 instance finalizes none). No change event, as raft-meta's init.
       for (auto& f : known_features()) {
         if (f.required_level > cfg_.level) continue;
-        if (f.name == kCacheIncarnations) continue;  // no caches in postgres-meta
         if (std::find(cfg_.bootstrap_hold_back.begin(), cfg_.bootstrap_hold_back.end(), f.name) !=
             cfg_.bootstrap_hold_back.end())
           continue;

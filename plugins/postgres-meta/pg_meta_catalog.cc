@@ -1,5 +1,5 @@
 // PgMetaStore catalog calls: tenants, namespaces, stream deletes, reads and update_shard,
-// snapshot and tombstones (stream creates: pg_meta_create.cc).
+// snapshot and tombstones (stream creates: pg_meta_create.cc; caches: pg_meta_caches.cc).
 #include "pg_meta_store.h"
 #include "pg_meta_store_internal.h"
 
@@ -85,8 +85,11 @@ Result<void> PgMetaStore::delete_namespace(const std::string& tenant, const std:
   return from_unit<void>(run<Unit>(Mode::write, [&](pqxx::transaction_base& tx) -> Result<Unit> {
     if (!exists(tx, "SELECT 1 FROM namespaces WHERE tenant = $1 AND name = $2", tenant, &name))
       return Error(Errc::not_found, "no namespace " + tenant + "/" + name);
-    if (exists(tx, "SELECT 1 FROM streams WHERE tenant = $1 AND ns = $2 LIMIT 1", tenant, &name))
-      return Error(Errc::conflict, "namespace " + tenant + "/" + name + " still has streams");
+    if (exists(tx, "SELECT 1 FROM streams WHERE tenant = $1 AND ns = $2"
+                   " UNION ALL SELECT 1 FROM caches WHERE tenant = $1 AND ns = $2 LIMIT 1",
+               tenant, &name))
+      return Error(Errc::conflict,
+                   "namespace " + tenant + "/" + name + " still has streams or caches");
     auto seq = next_seq(tx);
     tx.exec_params("DELETE FROM namespaces WHERE tenant = $1 AND name = $2", tenant, name);
     record_change(tx, seq, ChangeEvent::Kind::namespace_deleted, names_payload(tenant, &name));
@@ -284,6 +287,8 @@ Result<CatalogSnapshot> PgMetaStore::snapshot() {
     for (const auto& r : tx.exec("SELECT name FROM features ORDER BY name"))
       s.finalized_features.push_back(r[0].as<std::string>());
     s.brokers = read_brokers(tx);
+    s.caches = read_caches(tx);
+    s.cache_tombstones = read_cache_tombstones(tx);
     return s;
   });
 }

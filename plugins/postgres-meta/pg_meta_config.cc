@@ -59,12 +59,13 @@ PgMetaConfig PgMetaConfig::from_host(const PluginHost& host) {
   c.level = MetadataLevel{static_cast<std::uint32_t>(
       checked(host, "metadata.level", kPostgresMetaLevel.value(), kLowestMetadataLevel.value(),
               kPostgresMetaLevel.value()))};
-  // postgres-meta's levels: 8 (baseline), 10 (stream incarnations), 16 (replicated shards),
-  // 17 (reassignment).
-  if (c.level.value() != 8 && c.level.value() != 10 && c.level.value() != 16 &&
-      c.level.value() != 17)
-    throw std::invalid_argument("metadata.level must be 8, 10, 16 or 17 with postgres-meta, got " +
-                                std::to_string(c.level.value()));
+  // postgres-meta's levels: 8 (baseline), 10 (stream incarnations), 14 (cache
+  // incarnations), 16 (replicated shards), 17 (reassignment).
+  if (c.level.value() != 8 && c.level.value() != 10 && c.level.value() != 14 &&
+      c.level.value() != 16 && c.level.value() != 17)
+    throw std::invalid_argument(
+        "metadata.level must be 8, 10, 14, 16 or 17 with postgres-meta, got " +
+        std::to_string(c.level.value()));
   c.bootstrap_hold_back = split_list(host.config_string("metadata.bootstrap_hold_back", ""));
   for (auto& f : c.bootstrap_hold_back)
     if (!find_feature(f))

@@ -115,9 +115,6 @@ Result<FeatureInfo> PgMetaStore::finalize_feature(const std::string& name) {
     auto fin = read_finalized(tx);
     if (fin.count(name)) return describe_feature(name, fin, serving);  // idempotent
     if (!find_feature(name)) return Error(Errc::not_found, "unknown feature '" + name + "'");
-    if (name == kCacheIncarnations)
-      return Error(Errc::conflict, "cannot finalize " + name +
-                                       ": postgres-meta stores no caches (use the raft backend)");
     // The group's level: this instance's (a pre-incarnation instance does not know the
     // gate exists; the database's triggers refuse what it writes afterwards).
     if (auto g = check_finalize(name, cfg_.level, serving); !g.ok()) return g.error();

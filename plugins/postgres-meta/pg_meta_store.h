@@ -23,7 +23,8 @@
 // pg_meta_transaction.cc and pg_meta_store_internal.h (the transaction runner, WriteBatch and
 // helpers),
 // pg_meta_pool.cc (the request pool, prepared statements), pg_meta_catalog.cc,
-// pg_meta_create.cc (stream creates), pg_meta_fleet.cc, pg_meta_feed.cc (feed thread, watches).
+// pg_meta_create.cc (stream creates), pg_meta_caches.cc, pg_meta_fleet.cc, pg_meta_feed.cc
+// (feed thread, watches).
 #pragma once
 
 #include <atomic>
@@ -51,16 +52,18 @@ namespace sluice::postgres_meta {
 
 class WriteBatch;  // pg_meta_store_internal.h
 
-// The highest metadata level postgres-meta implements: replicated shards (16), on top of
-// stream incarnations (10). Level 14 (cache incarnations, the per-entry flag) is a
-// raft-meta concept; caches are not stored in postgres-meta yet (its cache calls answer
-// not_supported, and it never finalizes cache_incarnations). It runs at 8, 10 or 16.
+// The highest metadata level postgres-meta implements: reassignment (17), on top of
+// replicated shards (16), cache incarnations (14) and stream incarnations (10). Level 14's
+// per-entry flag is raft-meta's; here a writer at 14 or above decides a cache's
+// incarnation inside its own transaction and the database refuses what a writer below 14
+// would write once cache_incarnations is finalized (docs/metadata-levels.md). It runs at
+// 8, 10, 14, 16 or 17.
 inline constexpr MetadataLevel kPostgresMetaLevel{17};
 
 struct PgMetaConfig {
   std::string url;                                  // metadata.postgres.url (required)
   std::string schema = "sluice";                    // metadata.postgres.schema
-  MetadataLevel level = kPostgresMetaLevel;         // metadata.level (8, 10 or 16)
+  MetadataLevel level = kPostgresMetaLevel;         // metadata.level (8, 10, 14, 16 or 17)
   std::vector<std::string> bootstrap_hold_back;     // metadata.bootstrap_hold_back
   std::chrono::milliseconds timeout{10000};         // metadata.timeout_ms
   std::chrono::milliseconds start_timeout{30000};   // metadata.start_timeout_ms
@@ -96,6 +99,12 @@ class PgMetaStore final : public MetadataStore {
   Result<std::vector<StreamInfo>> list_streams(const std::string& tenant,
                                                const std::string& ns) override;
   Result<CatalogSnapshot> snapshot() override;
+
+  Result<CacheInfo> create_cache(const StreamKey& key, const CacheSpec& spec) override;
+  Result<CacheInfo> delete_cache(const StreamKey& key) override;
+  Result<CacheInfo> get_cache(const StreamKey& key) override;
+  Result<std::vector<CacheInfo>> list_caches(const std::string& tenant,
+                                             const std::string& ns) override;
 
   Result<BrokerInfo> register_broker(const BrokerRegistration& reg) override;
   Result<void> heartbeat_broker(NodeId id) override;

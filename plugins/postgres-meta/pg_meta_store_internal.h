@@ -127,6 +127,10 @@ inline std::vector<BrokerInfo> serving_of(const std::vector<BrokerInfo>& all) {
     if (b.live) out.push_back(b);
   return out;
 }
+// pg_meta_caches.cc: every cache and every cache tombstone, in key order (the snapshot).
+std::vector<CacheInfo> read_caches(pqxx::transaction_base& tx);
+std::vector<Tombstone> read_cache_tombstones(pqxx::transaction_base& tx);
+
 template <class T>
 Result<T> from_unit(Result<Unit> r);
 template <>

@@ -28,7 +28,9 @@ using namespace detail;
 Error PgMetaStore::map_sql_error(const std::string& st, const std::string& what) const {
   std::string m = clean(what);
   if (st == kStateOldInstanceCreate || st == kStateOldInstanceDelete ||
-      st == kStateIncarnationRepeat || st == kStateTombstoneKept)
+      st == kStateIncarnationRepeat || st == kStateTombstoneKept ||
+      st == kStateOldInstanceCacheCreate || st == kStateOldInstanceCacheDelete ||
+      st == kStateCacheIncarnationRepeat || st == kStateCacheTombstoneKept)
     return Error(Errc::conflict, m);
   if (st == "23505") return Error(Errc::already_exists, m);
   if (st == "23503") return Error(Errc::not_found, m);

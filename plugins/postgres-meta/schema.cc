@@ -221,6 +221,95 @@ ALTER TABLE assignments
   ADD COLUMN target_replicas bigint[] NOT NULL DEFAULT '{}';
 )SQL";
 
+// Version 6 (level 14 for caches): caches, their incarnations and their tombstones, with
+// the rules of streams under `cache_incarnations` (docs/metadata-levels.md). The triggers
+// mirror v2/v3 one to one (SL005..SL008 for SL001..SL004): a writer below level 14 (which
+// includes every build from before caches were stored here; it never sets
+// sluice.writer_level to 14 or more) is refused a cache create once cache_incarnations is
+// finalized, and any cache delete once finalized or of an incarnated cache (it would write
+// no tombstone); a create is never at or below its name's cache tombstone; cache
+// tombstones are only raised and kept forever.
+constexpr std::string_view kV6 = R"SQL(
+CREATE TABLE caches (
+  tenant text NOT NULL,
+  ns text NOT NULL,
+  name text NOT NULL,
+  incarnation bigint NOT NULL DEFAULT 0 CHECK (incarnation >= 0),
+  default_ttl_ms bigint NOT NULL CHECK (default_ttl_ms = -1 OR default_ttl_ms > 0),
+  created_seq bigint NOT NULL,
+  created_at_us bigint NOT NULL,
+  PRIMARY KEY (tenant, ns, name),
+  FOREIGN KEY (tenant, ns) REFERENCES namespaces(tenant, name)
+);
+CREATE TABLE cache_tombstones (
+  tenant text NOT NULL,
+  ns text NOT NULL,
+  name text NOT NULL,
+  deleted_up_to bigint NOT NULL,
+  seq bigint NOT NULL,
+  PRIMARY KEY (tenant, ns, name)
+);
+
+CREATE FUNCTION caches_guard_insert() RETURNS trigger
+  LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+  tomb bigint;
+BEGIN
+  IF EXISTS (SELECT 1 FROM features WHERE name = 'cache_incarnations') THEN
+    IF writer_level() < 14 THEN
+      RAISE EXCEPTION USING
+        ERRCODE = 'SL005',
+        MESSAGE = format('cache_incarnations is finalized: this instance predates cache '
+                         'incarnations (writer level %s); upgrade it (refused create of cache %s/%s/%s)',
+                         writer_level(), NEW.tenant, NEW.ns, NEW.name),
+        HINT = 'every instance must run metadata level 14 or higher once cache_incarnations is finalized';
+    END IF;
+    SELECT deleted_up_to INTO tomb FROM cache_tombstones
+      WHERE tenant = NEW.tenant AND ns = NEW.ns AND name = NEW.name;
+    IF tomb IS NOT NULL AND NEW.incarnation <= tomb THEN
+      RAISE EXCEPTION USING
+        ERRCODE = 'SL006',
+        MESSAGE = format('incarnation %s of cache %s/%s/%s is not above its tombstone %s',
+                         NEW.incarnation, NEW.tenant, NEW.ns, NEW.name, tomb);
+    END IF;
+  END IF;
+  RETURN NEW;
+END $$;
+CREATE TRIGGER caches_guard_insert BEFORE INSERT ON caches
+  FOR EACH ROW EXECUTE FUNCTION caches_guard_insert();
+
+CREATE FUNCTION caches_guard_delete() RETURNS trigger
+  LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+  IF writer_level() < 14 AND
+     (OLD.incarnation > 0 OR EXISTS (SELECT 1 FROM features WHERE name = 'cache_incarnations')) THEN
+    RAISE EXCEPTION USING
+      ERRCODE = 'SL007',
+      MESSAGE = format('cache %s/%s/%s (incarnation %s): this instance predates cache incarnations '
+                       '(writer level %s) and cannot delete it without a tombstone once '
+                       'cache_incarnations is finalized; upgrade it',
+                       OLD.tenant, OLD.ns, OLD.name, OLD.incarnation, writer_level());
+  END IF;
+  RETURN OLD;
+END $$;
+CREATE TRIGGER caches_guard_delete BEFORE DELETE ON caches
+  FOR EACH ROW EXECUTE FUNCTION caches_guard_delete();
+
+CREATE FUNCTION cache_tombstones_guard() RETURNS trigger
+  LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+  IF TG_OP = 'DELETE' THEN
+    RAISE EXCEPTION USING
+      ERRCODE = 'SL008',
+      MESSAGE = format('tombstone of cache %s/%s/%s is kept forever', OLD.tenant, OLD.ns, OLD.name);
+  END IF;
+  NEW.deleted_up_to := GREATEST(NEW.deleted_up_to, OLD.deleted_up_to);
+  RETURN NEW;
+END $$;
+CREATE TRIGGER cache_tombstones_guard BEFORE UPDATE OR DELETE ON cache_tombstones
+  FOR EACH ROW EXECUTE FUNCTION cache_tombstones_guard();
+)SQL";
+
 }  // namespace
 
 const std::vector<Migration>& migrations() {
@@ -230,6 +319,7 @@ const std::vector<Migration>& migrations() {
       {3, "tombstone 0 after the finalize; no pre-incarnation deletes once finalized", kV3},
       {4, "replicated shards: replication factor, leader epoch, in-sync set, shard version, peer address", kV4},
       {5, "reassignment: a shard's target replica list", kV5},
+      {6, "caches, cache incarnations and cache tombstones, with their guard triggers", kV6},
   };
   return m;
 }

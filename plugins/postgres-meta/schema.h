@@ -7,7 +7,7 @@
 namespace sluice::postgres_meta {
 
 // The schema version this build knows. A database at a higher version is refused at start.
-inline constexpr int kSchemaVersion = 5;
+inline constexpr int kSchemaVersion = 6;
 
 struct Migration {
   int version;
@@ -18,10 +18,15 @@ struct Migration {
 // Every migration, in version order (1..kSchemaVersion).
 const std::vector<Migration>& migrations();
 
-// SQLSTATEs raised by the rules inside the database (migrations 2 and 3).
+// SQLSTATEs raised by the rules inside the database (migrations 2 and 3 for streams,
+// migration 6 for caches: SL005..SL008 are SL001..SL004 under cache_incarnations).
 inline constexpr std::string_view kStateOldInstanceCreate = "SL001";   // pre-incarnation create
 inline constexpr std::string_view kStateIncarnationRepeat = "SL002";   // not above the tombstone
 inline constexpr std::string_view kStateOldInstanceDelete = "SL003";   // pre-incarnation delete (v3: any, once finalized)
 inline constexpr std::string_view kStateTombstoneKept = "SL004";       // tombstones are forever
+inline constexpr std::string_view kStateOldInstanceCacheCreate = "SL005";  // pre-level-14 cache create
+inline constexpr std::string_view kStateCacheIncarnationRepeat = "SL006";  // not above the cache tombstone
+inline constexpr std::string_view kStateOldInstanceCacheDelete = "SL007";  // pre-level-14 cache delete
+inline constexpr std::string_view kStateCacheTombstoneKept = "SL008";      // cache tombstones are forever
 
 }  // namespace sluice::postgres_meta

@@ -714,7 +714,8 @@ namespace sluice::testing {
 namespace {
 
 // Metadata members and caches: bad input is refused before the catalog is asked (the fake
-// catalog answers not_supported, as postgres-meta does, so reaching it shows as 501).
+// catalog answers not_supported, as a backend without them does -- postgres-meta for
+// members -- so reaching it shows as 501).
 TEST_F(HttpApiTest, MembersRoutesRefuseBadInputAndPassTheRestToTheCatalog) {
   expect_problem(req("GET", "/v1/metadata/members"), 501, "not_supported");
   expect_problem(req("POST", "/v1/metadata/members", R"({"id":2,"raft_address":"127.0.0.1:7800",)"

@@ -71,6 +71,38 @@ class PostgresBrokers(unittest.TestCase):
         poll(lambda: a.stream_dirs("t", "n", "shared") == [] and b.stream_dirs("t", "n", "shared") == [],
              "both brokers to delete their shards")
 
+    def test_caches_are_stored_and_an_older_instance_is_refused_after_the_finalize(self):
+        """postgres-meta at level 14 (issue 13): caches through the REST API of two brokers on
+        one catalog, incarnations that never repeat, and the database refusing a cache create
+        by an instance below 14 once cache_incarnations is finalized (SL005 -> 409)."""
+        a = self.start(1)
+        b = self.start(2)
+        a.ensure_ns()
+        feats = {f["name"]: f for f in a.request("GET", "/v1/features")["features"]}
+        self.assertTrue(feats["cache_incarnations"]["finalized"], "finalized at bootstrap")
+        caches = a.ns_path() + "/caches"
+        first = a.request("POST", caches, {"name": "sessions", "default_ttl_ms": 60000})
+        self.assertGreater(first["incarnation"], 0)
+        self.assertEqual(first["default_ttl_ms"], 60000)
+        seen = b.request("GET", b.ns_path() + "/caches/sessions")
+        self.assertEqual(seen["incarnation"], first["incarnation"], "one catalog")
+        b.request("DELETE", b.ns_path() + "/caches/sessions")
+        st, _ = a.request("GET", caches + "/sessions", raw=True)
+        self.assertEqual(st, 404)
+        again = a.request("POST", caches, {"name": "sessions"})
+        self.assertGreater(again["incarnation"], first["incarnation"], "never reused")
+        self.assertEqual([c["name"] for c in b.request("GET", b.ns_path() + "/caches")["caches"]],
+                         ["sessions"])
+        # An instance run at level 10 (as a build from before cache incarnations would) is
+        # refused by the database itself.
+        old = self.start(3, **{"metadata.level": "10"})
+        st, body = old.request("POST", old.ns_path() + "/caches", {"name": "legacy"}, raw=True)
+        self.assertEqual(st, 409, body)
+        self.assertIn("cache_incarnations is finalized", body.decode() if isinstance(body, bytes) else body)
+        st, body = old.request("DELETE", old.ns_path() + "/caches/sessions", raw=True)
+        self.assertEqual(st, 409, body)
+        self.assertEqual(a.request("GET", caches + "/sessions")["incarnation"], again["incarnation"])
+
     def _shards(self, node, stream):
         st, body = node.request("GET", node.ns_path() + "/streams/%s/shards" % stream, raw=True)
         return json.loads(body)["shards"] if st == 200 else None

@@ -19,6 +19,7 @@ namespace {
 using sluice::testing::TestHost;
 using namespace std::chrono_literals;
 const std::string kInc(kStreamIncarnations);
+const std::string kCacheInc(kCacheIncarnations);
 const StreamKey kKey{"acme", "prod", "orders"};
 
 StreamSpec spec(std::uint32_t shards = 1) {
@@ -227,6 +228,203 @@ TEST(PostgresMeta, old_instance_create_refused_after_finalize) {
   auto legacy = upgraded->delete_stream({"acme", "prod", "legacy"});
   ASSERT_TRUE(legacy.ok());
   EXPECT_EQ(legacy->incarnation.value(), 0u);
+}
+
+// --- caches (migration 6: SL005..SL008 mirror SL001..SL004 under cache_incarnations) -------
+
+const StreamKey kCache{"acme", "prod", "sessions"};
+
+// The SQLSTATE a raw statement raises ("" if it succeeds).
+std::string sqlstate_of(const std::string& schema, const std::string& q) {
+  try {
+    pgtest::sql(schema, q);
+    return "";
+  } catch (const pqxx::sql_error& e) {
+    return e.sqlstate();
+  }
+}
+
+// The seed's rollout rule for caches: once cache_incarnations is finalized, an instance
+// from before cache incarnations (below level 14) must not store a cache without the rules.
+// raft-meta keeps such an entry at 0 (apply must not diverge); here the database refuses it
+// (SL005), as SL001 refuses a pre-incarnation stream create.
+TEST(PostgresMeta, old_instance_cache_create_refused_after_finalize) {
+  auto schema = test_schema();
+  auto c14 = pgtest::config(schema);
+  c14.bootstrap_hold_back = {kCacheInc};
+  Node upgraded(c14);
+  auto c10 = pgtest::config(schema);
+  c10.level = MetadataLevel{10};
+  Node old(c10);
+  ASSERT_TRUE(upgraded->create_tenant("acme").ok());
+  ASSERT_TRUE(upgraded->create_namespace("acme", "prod").ok());
+
+  // Before the finalize: the level-10 create succeeds and stores 0.
+  auto before = old->create_cache({"acme", "prod", "legacy"}, CacheSpec{});
+  ASSERT_TRUE(before.ok()) << before.error().to_string();
+  EXPECT_EQ(before->incarnation.value(), 0u);
+  EXPECT_EQ(pgtest::sql(schema, "SELECT incarnation FROM caches WHERE name = 'legacy'")[0][0]
+                .as<std::int64_t>(),
+            0);
+  // A level-10 instance does not finalize it (its level is below 14).
+  auto not_here = old->finalize_feature(kCacheInc);
+  ASSERT_FALSE(not_here.ok());
+  EXPECT_EQ(not_here.error().code, Errc::conflict);
+
+  ASSERT_TRUE(upgraded->finalize_feature(kCacheInc).ok());
+
+  // After it: the database refuses the level-10 create, with a clear message.
+  auto refused = old->create_cache(kCache, CacheSpec{});
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code, Errc::conflict);
+  EXPECT_NE(refused.error().message.find("cache_incarnations is finalized"), std::string::npos)
+      << refused.error().message;
+  EXPECT_NE(refused.error().message.find("upgrade"), std::string::npos);
+  EXPECT_EQ(old->get_cache(kCache).error().code, Errc::not_found) << "nothing was written";
+  // Even a raw INSERT as a build that never declares its level would write it: SL005.
+  EXPECT_EQ(sqlstate_of(schema, "INSERT INTO caches(tenant, ns, name, default_ttl_ms, created_seq,"
+                                " created_at_us) VALUES ('acme', 'prod', 'raw', -1, 0, 0)"),
+            std::string(kStateOldInstanceCacheCreate));
+  // So is one that declares a level below 14, and one at 14 is let through.
+  EXPECT_EQ(sqlstate_of(schema, "SET LOCAL sluice.writer_level = '10';"
+                                " INSERT INTO caches(tenant, ns, name, default_ttl_ms, created_seq,"
+                                " created_at_us) VALUES ('acme', 'prod', 'raw', -1, 0, 0)"),
+            std::string(kStateOldInstanceCacheCreate));
+  EXPECT_EQ(sqlstate_of(schema, "SET LOCAL sluice.writer_level = '14';"
+                                " INSERT INTO caches(tenant, ns, name, incarnation, default_ttl_ms,"
+                                " created_seq, created_at_us) VALUES ('acme', 'prod', 'raw', 5, -1, 0, 0)"),
+            "");
+
+  // Upgraded instances still create, incarnated.
+  auto up = upgraded->create_cache(kCache, CacheSpec{});
+  ASSERT_TRUE(up.ok()) << up.error().to_string();
+  EXPECT_GT(up->incarnation.value(), 0u);
+  // The old instance cannot delete it (it would write no tombstone): SL007.
+  auto del = old->delete_cache(kCache);
+  ASSERT_FALSE(del.ok());
+  EXPECT_EQ(del.error().code, Errc::conflict);
+  EXPECT_NE(del.error().message.find("upgrade"), std::string::npos) << del.error().message;
+  ASSERT_TRUE(upgraded->get_cache(kCache).ok()) << "nothing was deleted";
+  ASSERT_TRUE(upgraded->delete_cache(kCache).ok());
+  auto snap = upgraded->snapshot();
+  ASSERT_TRUE(snap.ok());
+  ASSERT_EQ(snap->cache_tombstones.size(), 1u);
+  EXPECT_EQ(snap->cache_tombstones[0].deleted_up_to, up->incarnation);
+  // Its pre-finalize cache at 0 is still readable and deletable by the upgraded instance,
+  // which records "incarnation 0 deleted".
+  auto legacy = upgraded->delete_cache({"acme", "prod", "legacy"});
+  ASSERT_TRUE(legacy.ok()) << legacy.error().to_string();
+  EXPECT_EQ(legacy->incarnation.value(), 0u);
+  EXPECT_EQ(upgraded->snapshot()->cache_tombstones.size(), 2u);
+  // Streams are not concerned: stream_incarnations was finalized at bootstrap and the
+  // level-10 instance creates streams as before.
+  ASSERT_TRUE(old->create_stream(kKey, spec()).ok());
+}
+
+// Before the finalize a level-10 instance deletes legacy caches as it always did (no
+// tombstone); once finalized, any of its cache deletes is refused (SL007), as SL003 does.
+TEST(PostgresMeta, old_instance_legacy_cache_delete_refused_after_finalize) {
+  auto schema = test_schema();
+  auto c14 = pgtest::config(schema);
+  c14.bootstrap_hold_back = {kCacheInc};
+  Node upgraded(c14);
+  auto c10 = pgtest::config(schema);
+  c10.level = MetadataLevel{10};
+  Node old(c10);
+  ASSERT_TRUE(upgraded->create_tenant("acme").ok());
+  ASSERT_TRUE(upgraded->create_namespace("acme", "prod").ok());
+  ASSERT_TRUE(old->create_cache({"acme", "prod", "before"}, CacheSpec{}).ok());
+  ASSERT_TRUE(old->delete_cache({"acme", "prod", "before"}).ok());
+  EXPECT_TRUE(upgraded->snapshot()->cache_tombstones.empty());
+  ASSERT_TRUE(old->create_cache(kCache, CacheSpec{}).ok());
+  ASSERT_TRUE(upgraded->finalize_feature(kCacheInc).ok());
+  auto refused = old->delete_cache(kCache);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code, Errc::conflict);
+  EXPECT_NE(refused.error().message.find("upgrade"), std::string::npos) << refused.error().message;
+  EXPECT_EQ(sqlstate_of(schema, "DELETE FROM caches WHERE name = 'sessions'"),
+            std::string(kStateOldInstanceCacheDelete));
+  ASSERT_TRUE(upgraded->get_cache(kCache).ok()) << "nothing was deleted";
+  ASSERT_TRUE(upgraded->delete_cache(kCache).ok());
+  auto snap = upgraded->snapshot();
+  ASSERT_TRUE(snap.ok());
+  ASSERT_EQ(snap->cache_tombstones.size(), 1u);
+  EXPECT_EQ(snap->cache_tombstones[0].deleted_up_to, Incarnation{0});
+}
+
+// The database re-checks the rules the C++ writer decides: a cache incarnation at or below
+// its tombstone (SL006), and cache tombstones only raised and kept forever (SL008).
+TEST(PostgresMeta, cache_tombstones_are_kept_forever_and_never_reused) {
+  auto schema = test_schema();
+  Node n(pgtest::config(schema));
+  ASSERT_TRUE(n->create_tenant("acme").ok());
+  ASSERT_TRUE(n->create_namespace("acme", "prod").ok());
+  auto c = n->create_cache(kCache, CacheSpec{});
+  ASSERT_TRUE(c.ok()) << c.error().to_string();
+  ASSERT_TRUE(n->delete_cache(kCache).ok());
+  const std::string inc = std::to_string(c->incarnation.value());
+  const std::string insert_at =
+      "SET LOCAL sluice.writer_level = '17'; INSERT INTO caches(tenant, ns, name, incarnation,"
+      " default_ttl_ms, created_seq, created_at_us) VALUES ('acme', 'prod', 'sessions', ";
+  EXPECT_EQ(sqlstate_of(schema, insert_at + inc + ", -1, 0, 0)"),
+            std::string(kStateCacheIncarnationRepeat));
+  EXPECT_EQ(sqlstate_of(schema, insert_at + "1, -1, 0, 0)"), std::string(kStateCacheIncarnationRepeat));
+  EXPECT_EQ(sqlstate_of(schema, "DELETE FROM cache_tombstones"), std::string(kStateCacheTombstoneKept));
+  // An update never lowers it.
+  pgtest::sql(schema, "UPDATE cache_tombstones SET deleted_up_to = 0");
+  auto snap = n->snapshot();
+  ASSERT_TRUE(snap.ok());
+  ASSERT_EQ(snap->cache_tombstones.size(), 1u);
+  EXPECT_EQ(snap->cache_tombstones[0].deleted_up_to, c->incarnation);
+  // The stream tables are untouched by any of it.
+  EXPECT_TRUE(snap->tombstones.empty());
+  auto again = n->create_cache(kCache, CacheSpec{});
+  ASSERT_TRUE(again.ok());
+  EXPECT_GT(again->incarnation, c->incarnation);
+}
+
+// A cluster bootstrapped by a schema-5 build (no caches, cache_incarnations never
+// finalized) is migrated to 6 at start: caches are stored, legacy at 0 until the operator
+// finalizes cache_incarnations, incarnated after it.
+TEST(PostgresMeta, upgrade_from_schema_5_stores_caches_and_finalizes_cache_incarnations) {
+  auto schema = test_schema();
+  {
+    std::string q = "CREATE SCHEMA " + schema + ";"
+                    " CREATE TABLE sluice_schema_version (version integer PRIMARY KEY,"
+                    " description text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now());";
+    for (auto& m : migrations()) {
+      if (m.version > 5) continue;
+      q += std::string(m.sql) + ";\nINSERT INTO sluice_schema_version(version, description) VALUES (" +
+           std::to_string(m.version) + ", 'test');\n";
+    }
+    q += "UPDATE counter SET last_seq = 1; INSERT INTO cluster(id) VALUES ('schema-5-cluster');"
+         " INSERT INTO features(name, finalized_seq) VALUES ('stream_incarnations', 1),"
+         " ('replicated_shards', 1), ('shard_reassignment', 1);";
+    pgtest::sql(schema, q);
+  }
+  Node n(pgtest::config(schema));
+  EXPECT_EQ(pgtest::sql(schema, "SELECT max(version) FROM sluice_schema_version")[0][0].as<int>(),
+            kSchemaVersion);
+  auto fs = n->list_features();
+  ASSERT_TRUE(fs.ok());
+  auto it = std::find_if(fs->begin(), fs->end(), [](auto& f) { return f.name == kCacheInc; });
+  ASSERT_NE(it, fs->end());
+  EXPECT_FALSE(it->finalized) << "migrating does not finalize it";
+  ASSERT_TRUE(n->create_tenant("acme").ok());
+  ASSERT_TRUE(n->create_namespace("acme", "prod").ok());
+  auto legacy = n->create_cache(kCache, CacheSpec{});
+  ASSERT_TRUE(legacy.ok()) << legacy.error().to_string();
+  EXPECT_EQ(legacy->incarnation.value(), 0u);
+  auto f = n->finalize_feature(kCacheInc);
+  ASSERT_TRUE(f.ok()) << f.error().to_string();
+  ASSERT_TRUE(n->delete_cache(kCache).ok());
+  auto c = n->create_cache(kCache, CacheSpec{});
+  ASSERT_TRUE(c.ok()) << c.error().to_string();
+  EXPECT_GT(c->incarnation.value(), 0u);
+  auto snap = n->snapshot();
+  ASSERT_TRUE(snap.ok());
+  ASSERT_EQ(snap->cache_tombstones.size(), 1u);
+  EXPECT_EQ(snap->cache_tombstones[0].deleted_up_to, Incarnation{0});
 }
 
 TEST(PostgresMeta, concurrent_create_of_one_name) {
