@@ -58,7 +58,10 @@ Result<std::unique_ptr<pqxx::connection>> PgMetaStore::connect_once() {
     auto c = std::make_unique<pqxx::connection>(cfg_.url);
     // Remembered by libpqxx and restored if it ever reactivates the connection.
     c->set_variable("search_path", c->quote_name(cfg_.schema));
-    c->set_variable("application_name", "'sluiced node " + std::to_string(host_.node_id().value()) + "'");
+    // "sluiced node N <schema>": an operator (and a test sharing one server with others)
+    // can tell which node of which cluster a backend serves. PostgreSQL keeps 63 bytes.
+    c->set_variable("application_name",
+                    c->quote(application_name(host_.node_id(), cfg_.schema)));
     return c;
   } catch (const std::exception& e) {
     std::string m = clean(e.what());

@@ -76,6 +76,14 @@ struct PgMetaConfig {
   static PgMetaConfig from_host(const PluginHost& host);
 };
 
+// The application_name of every connection of node `node` on `schema`: "sluiced node N
+// <schema>", cut to the 63 bytes PostgreSQL keeps (pg_stat_activity shows it).
+inline std::string application_name(NodeId node, const std::string& schema) {
+  std::string n = "sluiced node " + std::to_string(node.value()) + " " + schema;
+  if (n.size() > 63) n.resize(63);
+  return n;
+}
+
 class PgMetaStore final : public MetadataStore {
  public:
   explicit PgMetaStore(PluginHost& host);  // may throw std::invalid_argument

@@ -64,12 +64,16 @@ struct Recorder {
   }
 };
 
-// The backends of this test's instances (the test server runs one test at a time; the
-// fixture's connections are named by application_name, pg_meta_bootstrap.cc).
+// The backends of this test's instance, and only those: ctest runs other tests against the
+// same server at the same time, and terminating their connections failed them at random
+// (a migration "not connected", a conformance list_tombstones). A node's connections carry
+// its schema in their application_name (pg_meta_bootstrap.cc).
 std::vector<int> sluiced_backends(const std::string& schema) {
   std::vector<int> pids;
-  for (const auto& r : pgtest::sql(schema, "SELECT pid FROM pg_stat_activity WHERE "
-                                           "application_name = 'sluiced node 1'"))
+  pqxx::connection c(sluice::pgtest::base_url());
+  pqxx::work tx(c);
+  for (const auto& r : tx.exec_params("SELECT pid FROM pg_stat_activity WHERE application_name = $1",
+                                      sluice::postgres_meta::application_name(sluice::NodeId{1}, schema)))
     pids.push_back(r[0].as<int>());
   return pids;
 }
