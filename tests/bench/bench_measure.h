@@ -54,32 +54,6 @@ inline double dd_bandwidth(const std::string& dir, int seconds, int max_mib = 81
   return bytes / 1e6 / secs;
 }
 
-// 4 KiB writes, each followed by fdatasync, for about `seconds`: the p99 latency (us) of
-// the smallest durable write, the reference of the one-record-per-request phase.
-inline double small_sync_p99_us(const std::string& dir, int seconds) {
-  const std::string path = dir + "/sync-probe.bin";
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    std::perror(("open " + path).c_str());
-    std::exit(1);
-  }
-  std::string block(4096, 's');
-  std::vector<double> lat;
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-  while (std::chrono::steady_clock::now() < until && lat.size() < 100000) {
-    const auto t0 = std::chrono::steady_clock::now();
-    if (::write(fd, block.data(), block.size()) != static_cast<ssize_t>(block.size()) || ::fdatasync(fd) != 0) {
-      std::perror("sync probe write");
-      std::exit(1);
-    }
-    lat.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
-  }
-  ::close(fd);
-  ::unlink(path.c_str());
-  std::sort(lat.begin(), lat.end());
-  return lat.empty() ? 0 : lat[std::min(lat.size() - 1, static_cast<std::size_t>(0.99 * lat.size()))];
-}
-
 // User + system CPU seconds a process has used so far (/proc/<pid>/stat fields 14 and 15);
 // -1 if it cannot be read.
 inline double cpu_seconds(pid_t pid) {
