@@ -75,6 +75,7 @@ struct Options {
   bool json = true;   // the keyless load again, as JSON publishes
   int brokers = 0;  // 0: the single-node run above; N >= 1: the issue-10 comparison
   int replication_factor = 1;
+  int rounds = 5;                 // --rounds: the replicated run's alternating slices
   int failover_kills = 0;         // --failover: kills of the shard leader (issue 11)
   int session_timeout_ms = 3000;  // --session-timeout-ms, for --failover
 };
@@ -105,6 +106,10 @@ void usage() {
                       prints both and the ratio replicated / single. Replaces the
                       keyless/JSON/keyed/idempotent phases (ignores --ack, --url)
   --replication-factor R   replication factor of the replicated stream (default: N)
+  --rounds N          the replicated run alternates its two loads (one broker, N brokers)
+                      in N slices of --seconds/N each (default 5), so that the disk's and
+                      the machine's drift hits both sides of the ratio; prints each
+                      round's figures and ratio, then the totals
   --failover [N]      failover time (issue 11) instead of throughput: one controller and
                       three brokers of its own, a stream with replication factor 3; N times
                       (default 20) SIGKILL the shard's leader and time the kill to the
@@ -166,23 +171,6 @@ void stop_children(int timeout_s = 20) {
     ::waitpid(p, nullptr, 0);
   }
   for (int i = 0; i < n; ++i) g_children[i] = 0;
-}
-
-// Stops one child (SIGTERM, SIGKILL after timeout_s) and forgets it.
-void stop_child(pid_t pid, int timeout_s = 20) {
-  ::kill(pid, SIGTERM);
-  const auto deadline = Clock::now() + std::chrono::seconds(timeout_s);
-  while (::waitpid(pid, nullptr, WNOHANG) == 0) {
-    if (Clock::now() > deadline) {
-      progress("pid %d ignored SIGTERM for %d s: SIGKILL", static_cast<int>(pid), timeout_s);
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  for (int i = 0; i < g_nchildren.load(); ++i)
-    if (g_children[i] == pid) g_children[i] = 0;
 }
 
 [[noreturn]] void fail(const std::string& msg) {
@@ -515,6 +503,7 @@ int main(int argc, char** argv) {
     else if (a == "--no-json") o.json = false;
     else if (a == "--brokers") o.brokers = std::stoi(val());
     else if (a == "--replication-factor") o.replication_factor = std::stoi(val());
+    else if (a == "--rounds") o.rounds = std::stoi(val());
     else if (a == "--failover") {
       o.failover_kills = 20;
       if (i + 1 < argc && argv[i + 1][0] != '-') o.failover_kills = std::stoi(argv[++i]);
@@ -530,9 +519,9 @@ int main(int argc, char** argv) {
   if (o.brokers < 0 || o.brokers > 16 || o.replication_factor < 1 ||
       (o.brokers > 0 && o.replication_factor > o.brokers) || o.connections < 1 || o.connections > 256 ||
       o.seconds < 1 || o.seconds > 3600 || o.shards < 1 || o.shards > 256 || o.batch_records < 1 ||
-      o.record_bytes < 0) {
+      o.record_bytes < 0 || o.rounds < 1 || o.rounds > o.seconds) {
     std::fprintf(stderr, "sluice-bench: out of range (brokers 1..16, 1 <= replication factor <= brokers, "
-                         "connections 1..256, seconds 1..3600, shards 1..256)\n");
+                         "connections 1..256, seconds 1..3600, shards 1..256, rounds 1..seconds)\n");
     return 2;
   }
   if (o.dir.empty()) {
@@ -611,14 +600,19 @@ int main(int argc, char** argv) {
     http(port, "POST", "/v1/tenants", R"({"name":"bench"})");
     http(port, "POST", "/v1/tenants/bench/namespaces", R"({"name":"b"})");
   };
-  // `pids`: the server processes whose CPU time counts; `fetch_port`/`fetch_stream`: run
-  // tail consumers (one per shard) on that stream during the load.
-  auto run_load = [&](const char* title, const std::vector<Conn>& conns, bool idempotent,
-                      const std::vector<pid_t>& pids = {}, int fetch_port = 0,
-                      const std::string& fetch_stream = "") {
-    std::printf("%s ...\n", title);
-    std::fflush(stdout);
-    progress("%s: %zu connections, %d s", title, conns.size(), o.seconds);
+  // One timed load: `pids` are the server processes whose CPU time counts;
+  // `fetch_port`/`fetch_stream`: run tail consumers (one per shard) on that stream meanwhile.
+  struct Slice {
+    std::uint64_t records = 0, errors = 0, fetched = 0, fetch_errors = 0;
+    double secs = 0, cpu_s = -1;  // cpu_s: server CPU seconds (-1: no pids)
+    bool fetching = false;
+    std::vector<double> lat;  // µs per acknowledged request
+    std::string first_error;
+  };
+  auto run_slice = [&](const char* title, const std::vector<Conn>& conns, bool idempotent,
+                       const std::vector<pid_t>& pids, int seconds, int fetch_port = 0,
+                       const std::string& fetch_stream = "") {
+    progress("%s: %zu connections, %d s", title, conns.size(), seconds);
     std::atomic<bool> stop{false};
     const double cpu0 = pids.empty() ? -1 : sluice_bench::cpu_seconds(pids);
     std::unique_ptr<sluice_bench::TailFetchers> fetchers;
@@ -627,8 +621,7 @@ int main(int argc, char** argv) {
           fetch_port, "/v1/tenants/bench/namespaces/b/streams/" + fetch_stream + "/shards/", o.shards, stop);
     std::atomic<std::uint64_t> records{0}, errors{0};
     std::mutex lat_mu;
-    std::vector<double> lat_all;
-    std::string first_error;
+    Slice r;
     std::vector<std::thread> threads;
     const auto t_start = Clock::now();
     for (std::size_t c = 0; c < conns.size(); ++c) {
@@ -660,16 +653,16 @@ int main(int argc, char** argv) {
           } else {
             if (errors.fetch_add(1, std::memory_order_relaxed) == 0) {
               std::lock_guard lk(lat_mu);
-              first_error = std::to_string(st) + " " + out.substr(0, 300);
+              r.first_error = std::to_string(st) + " " + out.substr(0, 300);
             }
             std::this_thread::sleep_for(std::chrono::milliseconds(10));  // no hot loop on errors
           }
         }
         std::lock_guard lk(lat_mu);
-        lat_all.insert(lat_all.end(), lat.begin(), lat.end());
+        r.lat.insert(r.lat.end(), lat.begin(), lat.end());
       });
     }
-    for (int sec = 1; sec <= o.seconds; ++sec) {
+    for (int sec = 1; sec <= seconds; ++sec) {
       std::this_thread::sleep_for(std::chrono::seconds(1));
       std::printf("      %2d s: %llu records\n", sec, static_cast<unsigned long long>(records.load()));
       std::fflush(stdout);
@@ -677,23 +670,55 @@ int main(int argc, char** argv) {
     stop = true;
     for (auto& t : threads) t.join();
     if (fetchers) fetchers->join();
-    const double secs = std::chrono::duration<double>(Clock::now() - t_start).count();
-    PhaseResult r;
+    r.secs = std::chrono::duration<double>(Clock::now() - t_start).count();
     const double cpu1 = pids.empty() ? -1 : sluice_bench::cpu_seconds(pids);
-    if (cpu0 >= 0 && cpu1 >= 0 && records.load() > 0) r.cpu_us = (cpu1 - cpu0) * 1e6 / records.load();
+    if (cpu0 >= 0 && cpu1 >= 0) r.cpu_s = cpu1 - cpu0;
     if (fetchers) {
-      r.fetch_rps = fetchers->records() / secs;
+      r.fetching = true;
+      r.fetched = fetchers->records();
       r.fetch_errors = fetchers->errors();
     }
-    r.rps = records.load() / secs;
-    r.mbps = r.rps * o.record_bytes / 1e6;
-    r.p50 = percentile(lat_all, 0.50) / 1000;
-    r.p99 = percentile(lat_all, 0.99) / 1000;
-    r.p999 = percentile(lat_all, 0.999) / 1000;
+    r.records = records.load();
     r.errors = errors.load();
+    return r;
+  };
+  // The figures of one or more slices of the same load, taken together.
+  auto summarize = [&](const char* title, const std::vector<Slice>& slices) {
+    PhaseResult r;
+    double secs = 0, cpu_s = 0;
+    bool cpu_known = true, fetching = false;
+    std::uint64_t records = 0, fetched = 0;
+    std::vector<double> lat;
+    std::string first_error;
+    for (const Slice& sl : slices) {
+      secs += sl.secs;
+      records += sl.records;
+      r.errors += sl.errors;
+      cpu_known &= sl.cpu_s >= 0;
+      cpu_s += sl.cpu_s;
+      fetching |= sl.fetching;
+      fetched += sl.fetched;
+      r.fetch_errors += sl.fetch_errors;
+      lat.insert(lat.end(), sl.lat.begin(), sl.lat.end());
+      if (first_error.empty()) first_error = sl.first_error;
+    }
+    if (cpu_known && records > 0) r.cpu_us = cpu_s * 1e6 / records;
+    if (fetching) r.fetch_rps = fetched / secs;
+    r.rps = records / secs;
+    r.mbps = r.rps * o.record_bytes / 1e6;
+    r.p50 = percentile(lat, 0.50) / 1000;
+    r.p99 = percentile(lat, 0.99) / 1000;
+    r.p999 = percentile(lat, 0.999) / 1000;
     if (r.errors) progress("%s: %llu failed requests, the first: %s", title,
                            static_cast<unsigned long long>(r.errors), first_error.c_str());
     return r;
+  };
+  auto run_load = [&](const char* title, const std::vector<Conn>& conns, bool idempotent,
+                      const std::vector<pid_t>& pids = {}, int fetch_port = 0,
+                      const std::string& fetch_stream = "") {
+    std::printf("%s ...\n", title);
+    std::fflush(stdout);
+    return summarize(title, {run_slice(title, conns, idempotent, pids, o.seconds, fetch_port, fetch_stream)});
   };
   auto print = [&](const char* name, const PhaseResult& r) {
     std::printf("  %-22s %9.0f rec/s %7.1f MB/s  p50 %6.2f ms  p99 %6.2f ms  p999 %6.2f ms  failed %llu",
@@ -809,11 +834,14 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  // --- issue 10: one broker with RF 1, then N brokers with RF R ------------------------
+  // --- issue 10: one broker with RF 1 against N brokers with RF R ----------------------
+  // Both sets run side by side; their loads alternate in --rounds slices (after phase 3).
   // Phase 2: the single-broker reference (default roles: its own one-member raft-meta).
-  PhaseResult single;
+  const std::string single_dir = o.dir + "/single";
+  pid_t single_pid = -1;
+  std::vector<Conn> single_conns;
   {
-    const std::string d = o.dir + "/single";
+    const std::string& d = single_dir;
     std::error_code ec;
     fs::remove_all(d, ec);
     fs::create_directories(d);
@@ -827,16 +855,13 @@ int main(int argc, char** argv) {
     wait_ready("sluiced (single)", pid, http_port, d + "/sluiced.log", 60);
     ensure_ns(http_port);
     create_stream(http_port, "single", 1);
-    single = run_load("[2/3] 1 broker, replication factor 1, ack leader",
-                      shard_conns("single", "leader", std::vector<int>(o.shards, http_port)), false, {pid});
-    progress("phase 2: stopping the single broker");
-    stop_child(pid);
-    fs::remove_all(d + "/data", ec);
+    single_pid = pid;
+    single_conns = shard_conns("single", "leader", std::vector<int>(o.shards, http_port));
   }
 
   // Phase 3: N brokers. Metadata: raft-meta, broker 1 its only controller (default roles),
   // brokers 2..N broker-only nodes with metadata.controllers = broker 1's metadata RPC.
-  PhaseResult rep;
+  PhaseResult single, rep;
   {
     const int n = o.brokers;
     struct B {
@@ -949,17 +974,37 @@ int main(int argc, char** argv) {
                               std::to_string(o.replication_factor) + ", ack quorum, to each shard's leader";
     std::vector<pid_t> pids;
     for (const auto& b : bs) pids.push_back(b.pid);
-    rep = run_load(title.c_str(), shard_conns("rep", "quorum", port_of), false, pids);
-    progress("phase 3: stopping %d brokers", n);
-    stop_children();
-    for (auto& b : bs) {
-      std::error_code ec;
-      fs::remove_all(b.dir + "/data", ec);
+    const auto rep_conns = shard_conns("rep", "quorum", port_of);
+    const char* single_title = "[2/3] 1 broker, replication factor 1, ack leader";
+    const int slice = o.seconds / o.rounds;
+    std::vector<Slice> singles, reps;
+    std::vector<std::string> round_lines;
+    for (int r = 1; r <= o.rounds; ++r) {
+      std::printf("round %d/%d: %s ...\n", r, o.rounds, single_title);
+      std::fflush(stdout);
+      singles.push_back(run_slice(single_title, single_conns, false, {single_pid}, slice));
+      std::printf("round %d/%d: %s ...\n", r, o.rounds, title.c_str());
+      std::fflush(stdout);
+      reps.push_back(run_slice(title.c_str(), rep_conns, false, pids, slice));
+      const double a = singles.back().records / singles.back().secs, b = reps.back().records / reps.back().secs;
+      char line[160];
+      std::snprintf(line, sizeof line, "  round %2d: 1 broker %9.0f rec/s, %d brokers %9.0f rec/s, ratio %.2f", r, a,
+                    n, b, a > 0 ? b / a : 0);
+      round_lines.push_back(line);
     }
+    single = summarize(single_title, singles);
+    rep = summarize(title.c_str(), reps);
+    std::printf("\nrounds (%d s of each load per round, alternating)\n", slice);
+    for (const auto& l : round_lines) std::printf("%s\n", l.c_str());
+    progress("stopping the single broker and %d brokers", n);
+    stop_children();
+    std::error_code ec;
+    fs::remove_all(single_dir + "/data", ec);
+    for (auto& b : bs) fs::remove_all(b.dir + "/data", ec);
   }
 
-  std::printf("\nresults (%d-byte records, %d records/request, %d connections, %d shards, %d s each)\n",
-              o.record_bytes, o.batch_records, o.connections, o.shards, o.seconds);
+  std::printf("\nresults (%d-byte records, %d records/request, %d connections, %d shards, %d s each in %d rounds)\n",
+              o.record_bytes, o.batch_records, o.connections, o.shards, (o.seconds / o.rounds) * o.rounds, o.rounds);
   print("1 broker, RF 1, leader", single);
   const std::string name = std::to_string(o.brokers) + " brokers, RF " + std::to_string(o.replication_factor) + ", quorum";
   print(name.c_str(), rep);
