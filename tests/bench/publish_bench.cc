@@ -17,7 +17,9 @@
 //      controller, brokers 2..N join it as broker-only nodes, metadata.controllers), a
 //      stream with replication factor R, ack quorum, each connection publishing to the
 //      LEADER of its shard (GET .../shards, GET /v1/brokers);
-//   4. both figures and the ratio replicated / single.
+//   4. the two loads alternate in --rounds slices (both sets of processes stay up), so
+//      drift of the disk or the machine hits both sides;
+//   5. each round's figures and ratio, then both totals and the ratio replicated / single.
 // Both loads have the same shape: connection c publishes to shard c % shards, every
 // request one key that hashes to that shard (binary records carry no explicit shard).
 // Design goals: at 1 KiB records, at least half the disk's fdatasync bandwidth (issue 2);
