@@ -53,34 +53,16 @@
 #include <vector>
 
 #include "bench_measure.h"
+#include "bench_process.h"
+#include "publish_bench.h"
 #include "json_phase.h"
 #include "low_load.h"
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
+using namespace sluice_bench;
 
 namespace {
-
-struct Options {
-  std::string url;
-  std::string sluiced;
-  int connections = 8;
-  int seconds = 10;
-  int record_bytes = 1024;
-  int batch_records = 64;
-  int shards = 4;
-  int chunk = 0;  // disk reference chunk; default = one request's payload
-  std::string dir;
-  std::string ack = "leader";
-  bool idempotence = true;
-  bool fetch = true;  // the publish + tail-fetch phase
-  bool json = true;   // the keyless load again, as JSON publishes
-  int brokers = 0;  // 0: the single-node run above; N >= 1: the issue-10 comparison
-  int replication_factor = 1;
-  int rounds = 5;                 // --rounds: the replicated run's alternating slices
-  int failover_kills = 0;         // --failover: kills of the shard leader (issue 11)
-  int session_timeout_ms = 3000;  // --session-timeout-ms, for --failover
-};
 
 void usage() {
   std::puts(R"(Usage: sluice-bench [options]
@@ -127,122 +109,6 @@ SIGKILL after 20 s; 10 s on a signal). Progress goes to stderr, figures to stdou
 )");
 }
 
-int free_port() {
-  int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
-  int p = ntohs(a.sin_port);
-  ::close(s);
-  return p;
-}
-
-// Every process this program started; stopped at the end, on failure and on SIGINT/SIGTERM.
-constexpr int kMaxChildren = 64;
-pid_t g_children[kMaxChildren];
-std::atomic<int> g_nchildren{0};
-
-void progress(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-void progress(const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  std::fputs("sluice-bench: ", stderr);
-  std::vfprintf(stderr, fmt, ap);
-  std::fputc('\n', stderr);
-  va_end(ap);
-}
-
-// SIGTERM to every live child, SIGKILL to those still there after timeout_s; reaps all.
-void stop_children(int timeout_s = 20) {
-  const int n = g_nchildren.load();
-  std::vector<pid_t> alive;
-  for (int i = 0; i < n; ++i)
-    if (g_children[i] > 0) alive.push_back(g_children[i]);
-  for (pid_t p : alive) ::kill(p, SIGTERM);
-  const auto deadline = Clock::now() + std::chrono::seconds(timeout_s);
-  while (!alive.empty() && Clock::now() < deadline) {
-    std::erase_if(alive, [](pid_t p) { return ::waitpid(p, nullptr, WNOHANG) != 0; });
-    if (!alive.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  for (pid_t p : alive) {
-    progress("pid %d ignored SIGTERM for %d s: SIGKILL", static_cast<int>(p), timeout_s);
-    ::kill(p, SIGKILL);
-    ::waitpid(p, nullptr, 0);
-  }
-  for (int i = 0; i < n; ++i) g_children[i] = 0;
-}
-
-[[noreturn]] void fail(const std::string& msg) {
-  progress("FAILED: %s", msg.c_str());
-  stop_children();
-  std::exit(1);
-}
-
-// Ctrl-C / SIGTERM: SIGTERM to every child, SIGKILL to those left after 10 s (only
-// async-signal-safe calls: kill, waitpid, nanosleep).
-extern "C" void on_signal(int) {
-  const int n = g_nchildren.load();
-  for (int i = 0; i < n; ++i)
-    if (g_children[i] > 0) ::kill(g_children[i], SIGTERM);
-  for (int round = 0; round < 200; ++round) {
-    bool left = false;
-    for (int i = 0; i < n; ++i)
-      if (g_children[i] > 0) {
-        if (::waitpid(g_children[i], nullptr, WNOHANG) != 0) g_children[i] = 0;
-        else left = true;
-      }
-    if (!left) _exit(130);
-    timespec ts{0, 50 * 1000 * 1000};
-    ::nanosleep(&ts, nullptr);
-  }
-  for (int i = 0; i < n; ++i)
-    if (g_children[i] > 0) ::kill(g_children[i], SIGKILL);
-  _exit(130);
-}
-
-// --node-set KEY=VALUE: given to every sluiced this program starts, after its own settings.
-std::vector<std::string> g_node_settings;
-
-// Starts sluiced with --set key=value for each setting, output to log.
-pid_t spawn_sluiced(const std::string& sluiced, const std::string& log,
-                    const std::vector<std::string>& settings) {
-  if (g_nchildren.load() >= kMaxChildren) fail("too many processes");
-  std::vector<std::string> args{"sluiced"};
-  auto add = [&](const std::vector<std::string>& list) {
-    for (const auto& kv : list) {
-      args.push_back("--set");
-      args.push_back(kv);
-    }
-  };
-  add(settings);
-  add(g_node_settings);
-  pid_t pid = fork();
-  if (pid < 0) fail("fork failed");
-  if (pid == 0) {
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the benchmark
-    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(sluiced.c_str(), argv.data());
-    _exit(127);
-  }
-  g_children[g_nchildren.fetch_add(1)] = pid;
-  return pid;
-}
-
-double percentile(std::vector<double>& v, double p) {
-  if (v.empty()) return 0;
-  std::size_t i = std::min(v.size() - 1, static_cast<std::size_t>(p * v.size()));
-  std::nth_element(v.begin(), v.begin() + i, v.end());
-  return v[i];
-}
-
 // Sequential chunk writes, each followed by fdatasync: the bandwidth a durable log gets.
 double disk_sync_bandwidth(const std::string& dir, int chunk, int seconds, double* p50_us) {
   const std::string path = dir + "/disk-probe.bin";
@@ -281,200 +147,7 @@ HttpTarget parse_url(const std::string& url) {
   return {rest.substr(0, colon), std::stoi(rest.substr(colon + 1))};
 }
 
-int call(Poco::Net::HTTPClientSession& s, const std::string& method, const std::string& path,
-         const std::string& body, const std::string& ctype, std::string* out = nullptr) {
-  Poco::Net::HTTPRequest req(method, path, Poco::Net::HTTPMessage::HTTP_1_1);
-  req.setKeepAlive(true);
-  req.setContentType(ctype);
-  req.setContentLength(static_cast<std::streamsize>(body.size()));
-  s.sendRequest(req).write(body.data(), static_cast<std::streamsize>(body.size()));
-  Poco::Net::HTTPResponse res;
-  std::istream& is = s.receiveResponse(res);
-  std::ostringstream ss;
-  ss << is.rdbuf();
-  if (out) *out = ss.str();
-  return res.getStatus();
-}
-
-// One request on a fresh connection; 0 when it could not be made (refused, timed out).
-int http(int port, const std::string& method, const std::string& path, const std::string& body = "",
-         std::string* out = nullptr) {
-  try {
-    Poco::Net::HTTPClientSession s("127.0.0.1", port);
-    s.setTimeout(Poco::Timespan(30, 0));
-    return call(s, method, path, body, "application/json", out);
-  } catch (...) {
-    return 0;
-  }
-}
-
-// Every integer value of "key": in a JSON text, in order (enough for our own answers).
-std::vector<long long> ints_of(const std::string& j, const std::string& key) {
-  std::vector<long long> v;
-  const std::string pat = "\"" + key + "\":";
-  for (auto at = j.find(pat); at != std::string::npos; at = j.find(pat, at + 1))
-    v.push_back(std::atoll(j.c_str() + at + pat.size()));
-  return v;
-}
-std::vector<std::string> strings_of(const std::string& j, const std::string& key) {
-  std::vector<std::string> v;
-  const std::string pat = "\"" + key + "\":\"";
-  for (auto at = j.find(pat); at != std::string::npos; at = j.find(pat, at + 1)) {
-    const auto b = at + pat.size();
-    v.push_back(j.substr(b, j.find('"', b) - b));
-  }
-  return v;
-}
-
-// FNV-1a 64, as sdk/include/sluice/hash.h (the key partitioner: fnv1a64(key) % shards).
-std::uint64_t fnv1a64(std::string_view s) {
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
-std::string key_for_shard(int conn, int shard, int shards) {
-  for (int j = 0;; ++j) {
-    std::string k = "producer-" + std::to_string(conn) + "-" + std::to_string(j);
-    if (static_cast<int>(fnv1a64(k) % static_cast<std::uint64_t>(shards)) == shard) return k;
-  }
-}
-
-// Polls GET /readyz until 200; fails if the process exits or after timeout_s.
-void wait_ready(const char* name, pid_t pid, int port, const std::string& log, int timeout_s) {
-  const auto deadline = Clock::now() + std::chrono::seconds(timeout_s);
-  for (;;) {
-    if (http(port, "GET", "/readyz") == 200) return;
-    int status = 0;
-    if (::waitpid(pid, &status, WNOHANG) == pid) {
-      for (int i = 0; i < g_nchildren.load(); ++i)
-        if (g_children[i] == pid) g_children[i] = 0;
-      fail(std::string(name) + " exited (status " + std::to_string(status) + "); log: " + log);
-    }
-    if (Clock::now() > deadline)
-      fail(std::string(name) + " not ready after " + std::to_string(timeout_s) + " s; log: " + log);
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-}
-
 }  // namespace
-
-// --failover: kill the leader of a replication-factor-3 shard N times; each time, the time
-// from the SIGKILL to the first publish acknowledged with ack=quorum.
-int run_failover(const Options& o) {
-  struct B {
-    int id, http, peer;
-    std::string dir;
-    pid_t pid = -1;
-    int starts = 0;
-  };
-  const std::string base = o.dir + "/failover";
-  std::error_code ec;
-  fs::remove_all(base, ec);
-  fs::create_directories(base + "/controller");
-  const int c_http = free_port(), c_raft = free_port(), c_rpc = free_port();
-  const std::string st = std::to_string(o.session_timeout_ms);
-  progress("failover: starting the controller (node 100, log %s/controller/sluiced.log)", base.c_str());
-  pid_t cpid = spawn_sluiced(o.sluiced, base + "/controller/sluiced.log",
-                             {"node.id=100", "node.roles=controller", "data.dir=" + base + "/controller/data",
-                              "http.port=" + std::to_string(c_http), "raft.address=127.0.0.1:" + std::to_string(c_raft),
-                              "metadata.rpc_address=127.0.0.1:" + std::to_string(c_rpc),
-                              "broker.session_timeout_ms=" + st});
-  wait_ready("controller", cpid, c_http, base + "/controller/sluiced.log", 60);
-  std::vector<B> bs;
-  for (int i = 1; i <= 3; ++i) bs.push_back(B{i, free_port(), free_port(), base + "/broker-" + std::to_string(i)});
-  auto start = [&](B& b) {
-    fs::create_directories(b.dir);
-    const std::string log = b.dir + "/sluiced-" + std::to_string(b.starts++) + ".log";
-    b.pid = spawn_sluiced(o.sluiced, log,
-                          {"node.id=" + std::to_string(b.id), "node.roles=broker", "data.dir=" + b.dir + "/data",
-                           "http.port=" + std::to_string(b.http), "transport.address=127.0.0.1:" + std::to_string(b.peer),
-                           "metadata.controllers=127.0.0.1:" + std::to_string(c_rpc), "http.threads=2",
-                           "broker.session_timeout_ms=" + st, "replication.max_lag_ms=" + st,
-                           "metadata.timeout_ms=15000"});
-    wait_ready(("broker " + std::to_string(b.id)).c_str(), b.pid, b.http, log, 60);
-  };
-  for (auto& b : bs) start(b);
-  http(c_http, "POST", "/v1/tenants", R"({"name":"bench"})");
-  http(c_http, "POST", "/v1/tenants/bench/namespaces", R"({"name":"b"})");
-  const std::string path = "/v1/tenants/bench/namespaces/b/streams/failover";
-  {
-    const auto deadline = Clock::now() + std::chrono::seconds(60);
-    std::string out;
-    while (http(bs[0].http, "POST", "/v1/tenants/bench/namespaces/b/streams",
-                R"({"name":"failover","shards":1,"replication_factor":3,"min_insync":2})", &out) != 201) {
-      if (Clock::now() > deadline) fail("cannot create the stream: " + out);
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    }
-  }
-  const std::string record = R"({"records":[{"value":"x","shard":0}]})";
-  // The shard's state as broker `port` sees it: leader and in-sync size.
-  auto state = [&](int port, long long* leader, std::size_t* in_sync) {
-    std::string out;
-    if (http(port, "GET", path + "/shards", "", &out) != 200) return false;
-    auto l = ints_of(out, "leader");
-    if (l.empty()) return false;
-    *leader = l[0];
-    *in_sync = 0;
-    const auto at = out.find("\"in_sync\":[");
-    if (at == std::string::npos) return false;
-    const auto end = out.find(']', at);
-    for (auto b = out.find("\"broker\"", at); b != std::string::npos && b < end; b = out.find("\"broker\"", b + 1))
-      ++*in_sync;
-    return true;
-  };
-  auto wait_healthy = [&](const char* what) {
-    const auto deadline = Clock::now() + std::chrono::seconds(120);
-    for (;;) {
-      long long leader = 0;
-      std::size_t n = 0;
-      if (state(bs[0].http, &leader, &n) && leader > 0 && n == 3 &&
-          http(bs[leader - 1].http, "POST", path + "/records?ack=quorum", record) == 200)
-        return leader;
-      if (Clock::now() > deadline) fail(std::string("the shard did not become healthy ") + what);
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-  };
-  std::vector<double> times_ms;
-  for (int k = 1; k <= o.failover_kills; ++k) {
-    const long long leader = wait_healthy("before a kill");
-    B& victim = bs[leader - 1];
-    ::kill(victim.pid, SIGKILL);
-    const auto killed = Clock::now();
-    ::waitpid(victim.pid, nullptr, 0);
-    for (int i = 0; i < g_nchildren.load(); ++i)
-      if (g_children[i] == victim.pid) g_children[i] = 0;
-    // Publish through the surviving brokers, in turn, until one is acknowledged.
-    int turn = 0;
-    for (;;) {
-      const B& via = bs[(leader + turn++) % 3];
-      if (via.id != victim.id && http(via.http, "POST", path + "/records?ack=quorum", record) == 200) break;
-      if (Clock::now() - killed > std::chrono::seconds(120)) fail("no quorum publish within 120 s of a kill");
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - killed).count();
-    times_ms.push_back(ms);
-    std::printf("  kill %2d/%d: broker %lld killed, first quorum ack after %.0f ms\n", k, o.failover_kills, leader, ms);
-    std::fflush(stdout);
-    start(victim);
-  }
-  wait_healthy("after the last kill");
-  stop_children();
-  fs::remove_all(base, ec);
-  std::vector<double> sorted = times_ms;
-  std::sort(sorted.begin(), sorted.end());
-  std::printf("\nfailover (SIGKILL of the leader to the first ack=quorum publish; %d kills, "
-              "broker.session_timeout_ms %d, controller.interval_ms 500)\n",
-              o.failover_kills, o.session_timeout_ms);
-  std::printf("  p50 %.0f ms   max %.0f ms   min %.0f ms\n", percentile(sorted, 0.5), sorted.back(), sorted.front());
-  std::printf("  p50 / session timeout  %.2f  (a broker is dead session_timeout after its LAST heartbeat, and\n"
-              "                         heartbeats come every 2000 ms: expect between the timeout minus one heartbeat\n"
-              "                         interval and the timeout plus one controller pass and one catalog round trip)\n",
-              percentile(sorted, 0.5) / o.session_timeout_ms);
-  return 0;
-}
 
 int run_restart_bench(int argc, char** argv);  // restart_bench.cc
 
@@ -511,7 +184,7 @@ int main(int argc, char** argv) {
       if (i + 1 < argc && argv[i + 1][0] != '-') o.failover_kills = std::stoi(argv[++i]);
     }
     else if (a == "--session-timeout-ms") o.session_timeout_ms = std::stoi(val());
-    else if (a == "--node-set") g_node_settings.push_back(val());
+    else if (a == "--node-set") node_settings().push_back(val());
     else if (a == "-h" || a == "--help") { usage(); return 0; }
     else { usage(); return 2; }
   }
