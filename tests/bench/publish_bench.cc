@@ -191,10 +191,13 @@ int main(int argc, char** argv) {
   bool rf_given = false;
   for (int i = 1; i < argc; ++i) rf_given |= std::string(argv[i]) == "--replication-factor";
   if (o.brokers > 0 && !rf_given) o.replication_factor = o.brokers;
+  bool rounds_given = false;
+  for (int i = 1; i < argc; ++i) rounds_given |= std::string(argv[i]) == "--rounds";
+  if (!rounds_given) o.rounds = std::min(o.rounds, o.seconds);
   if (o.brokers < 0 || o.brokers > 16 || o.replication_factor < 1 ||
       (o.brokers > 0 && o.replication_factor > o.brokers) || o.connections < 1 || o.connections > 256 ||
       o.seconds < 1 || o.seconds > 3600 || o.shards < 1 || o.shards > 256 || o.batch_records < 1 ||
-      o.record_bytes < 0 || o.rounds < 1 || o.rounds > o.seconds) {
+      o.record_bytes < 0 || o.rounds < 1 || (o.brokers > 0 && o.rounds > o.seconds)) {
     std::fprintf(stderr, "sluice-bench: out of range (brokers 1..16, 1 <= replication factor <= brokers, "
                          "connections 1..256, seconds 1..3600, shards 1..256, rounds 1..seconds)\n");
     return 2;
