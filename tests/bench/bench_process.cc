@@ -17,6 +17,10 @@
 #include <chrono>
 #include <cstdarg>
 #include <cstdio>
+#include <deque>
+#include <fstream>
+#include <mutex>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -25,16 +29,23 @@ namespace sluice_bench {
 using Clock = std::chrono::steady_clock;
 
 int free_port() {
-  int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
-  int p = ntohs(a.sin_port);
-  ::close(s);
-  return p;
+  // A port is released before its user binds it, so the kernel may hand the same one out
+  // again: never return a port twice in one run (two of a broker's listeners would clash).
+  static std::mutex mu;
+  static std::set<int> given;
+  std::lock_guard lk(mu);
+  for (int attempt = 0;; ++attempt) {
+    int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    socklen_t len = sizeof a;
+    ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
+    const int p = ntohs(a.sin_port);
+    ::close(s);
+    if (given.insert(p).second || attempt >= 100) return p;
+  }
 }
 
 // Every process this program started; stopped at the end, on failure and on SIGINT/SIGTERM.
@@ -213,6 +224,21 @@ std::string key_for_shard(int conn, int shard, int shards) {
   }
 }
 
+namespace {
+// The last `lines` lines of a log, for a failure message (the log may live in a temp dir).
+std::string log_tail(const std::string& path, std::size_t lines) {
+  std::ifstream in(path);
+  std::deque<std::string> tail;
+  for (std::string l; std::getline(in, l);) {
+    tail.push_back(std::move(l));
+    if (tail.size() > lines) tail.pop_front();
+  }
+  std::string out;
+  for (const auto& l : tail) out += "\n  | " + l;
+  return out;
+}
+}  // namespace
+
 // Polls GET /readyz until 200; fails if the process exits or after timeout_s.
 void wait_ready(const char* name, pid_t pid, int port, const std::string& log, int timeout_s) {
   const auto deadline = Clock::now() + std::chrono::seconds(timeout_s);
@@ -221,10 +247,11 @@ void wait_ready(const char* name, pid_t pid, int port, const std::string& log, i
     int status = 0;
     if (::waitpid(pid, &status, WNOHANG) == pid) {
       forget_child(pid);
-      fail(std::string(name) + " exited (status " + std::to_string(status) + "); log: " + log);
+      fail(std::string(name) + " exited (status " + std::to_string(status) + "); log: " + log + log_tail(log, 15));
     }
     if (Clock::now() > deadline)
-      fail(std::string(name) + " not ready after " + std::to_string(timeout_s) + " s; log: " + log);
+      fail(std::string(name) + " not ready after " + std::to_string(timeout_s) + " s; log: " + log +
+           log_tail(log, 15));
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
 }
