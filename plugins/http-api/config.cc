@@ -30,6 +30,12 @@ HttpConfig HttpConfig::from_host(const PluginHost& h) {
   c.max_wait = std::chrono::milliseconds(ranged(h, "http.max_wait_ms", 30000, 0, 3600000));
   c.idle_timeout =
       std::chrono::milliseconds(ranged(h, "http.idle_timeout_ms", 60000, 1, 86400000));
+  c.request_timeout =
+      std::chrono::milliseconds(ranged(h, "http.request_timeout_ms", 30000, 100, 3600000));
+  c.max_header_bytes =
+      static_cast<std::size_t>(ranged(h, "http.max_header_bytes", 16 * 1024, 1024, 1 << 20));
+  c.max_connections =
+      static_cast<std::size_t>(ranged(h, "http.max_connections", 1024, 1, 1'000'000));
   c.fetch_max_bytes = static_cast<std::size_t>(
       ranged(h, "http.fetch_max_bytes", 1 << 20, 1024, std::int64_t{1} << 30));
   // The broker's limit, checked while parsing so that an oversized request costs nothing.

@@ -20,6 +20,14 @@ struct HttpConfig {
   std::size_t max_body_bytes = 8u << 20;
   std::chrono::milliseconds max_wait{30000};       // long-poll cap
   std::chrono::milliseconds idle_timeout{60000};   // keep-alive idle timeout
+  // From a request's first byte to its last (header and body): a client that trickles a
+  // request (slow-loris) is cut off after this long.
+  std::chrono::milliseconds request_timeout{30000};
+  std::size_t max_header_bytes = 16 * 1024;
+  // Open connections per listener. At the limit a new connection evicts the connection
+  // that has waited or read longest without a request in progress; if every connection is
+  // busy with a request, the new one is answered 503 and closed.
+  std::size_t max_connections = 1024;
   std::size_t fetch_max_bytes = 1u << 20;          // max_bytes passed to Node::fetch
   std::size_t max_records = 100000;                // broker.max_records_per_publish
   // stream.default_replication_factor: what a create body without "replication_factor"

@@ -19,6 +19,16 @@ std::string HttpMetrics::render() const {
   }
   w.single("sluice_http_requests_in_flight", "HTTP requests being served.", MetricType::gauge, in_flight_.load());
   w.single("sluice_http_connections", "Open HTTP connections.", MetricType::gauge, connections_.load());
+  w.single("sluice_http_connections_evicted_total",
+           "Connections closed to make room for a new one at http.max_connections (the longest idle or "
+           "reading, none with a request in progress).",
+           MetricType::counter, evicted_.load());
+  w.single("sluice_http_connections_refused_total",
+           "Connections answered 503 at http.max_connections because every open one had a request in progress.",
+           MetricType::counter, refused_.load());
+  w.single("sluice_http_request_timeouts_total",
+           "Connections closed because a request did not arrive whole within http.request_timeout_ms.",
+           MetricType::counter, timed_out_.load());
   w.single("sluice_http_received_bytes_total", "Request bytes read (headers and body).", MetricType::counter,
            bytes_in_.load());
   w.single("sluice_http_sent_bytes_total", "Response bytes written (headers and body).", MetricType::counter,

@@ -20,6 +20,9 @@ class HttpMetrics {
   void dec_in_flight() { in_flight_.fetch_sub(1, std::memory_order_relaxed); }
   void connection_opened() { connections_.fetch_add(1, std::memory_order_relaxed); }
   void connection_closed() { connections_.fetch_sub(1, std::memory_order_relaxed); }
+  void connection_evicted() { evicted_.fetch_add(1, std::memory_order_relaxed); }
+  void connection_refused() { refused_.fetch_add(1, std::memory_order_relaxed); }
+  void request_timed_out() { timed_out_.fetch_add(1, std::memory_order_relaxed); }
 
   // Prometheus text format (version 0.0.4).
   std::string render() const;
@@ -31,6 +34,7 @@ class HttpMetrics {
   std::atomic<std::int64_t> connections_{0};
   std::atomic<std::uint64_t> bytes_in_{0};
   std::atomic<std::uint64_t> bytes_out_{0};
+  std::atomic<std::uint64_t> evicted_{0}, refused_{0}, timed_out_{0};
 };
 
 }  // namespace sluice::http_api

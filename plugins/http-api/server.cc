@@ -4,10 +4,12 @@
 
 #include <pthread.h>
 #include <atomic>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include <boost/asio/bind_executor.hpp>
@@ -36,7 +38,6 @@ using tcp = net::ip::tcp;
 
 namespace {
 
-constexpr std::size_t kHeaderLimit = 16 * 1024;
 constexpr std::size_t kDrainLimit = 4u << 20;  // bytes read and dropped on a lingering close
 constexpr std::size_t kReadChunk = 64 * 1024;  // socket read size (Beast reads up to the free capacity)
 constexpr std::chrono::milliseconds kDrainTime{2000};
@@ -94,7 +95,16 @@ struct HttpServer::Impl {
       parked.erase(it);
     }
   }
+  // Every open session, for http.max_connections. A session registers in its constructor
+  // and leaves in its destructor.
+  std::mutex conns_mu;
+  std::unordered_set<Session*> conns;
+  std::atomic<std::int64_t> last_limit_log_ns{0};
+
   void do_accept();
+  bool evict_one();
+  void refuse(tcp::socket s);
+  void log_limit(const std::string& msg);
   void teardown();
 };
 
@@ -102,13 +112,41 @@ namespace {
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
+  // Where a connection is, for eviction at http.max_connections: waiting for a request
+  // and reading one may be evicted (oldest first); a request in progress or a closing
+  // connection may not.
+  enum Phase : int { kWaiting, kReading, kBusy, kClosing };
+
   Session(tcp::socket&& s, HttpServer::Impl& impl) : stream_(std::move(s)), impl_(impl) {
     impl_.metrics.connection_opened();
     // Beast reads at most the buffer's free capacity (at least 512 bytes): without room a
     // 64 KiB body took 128 reads, each with its own epoll and timer calls.
     buffer_.reserve(kReadChunk);
+    std::lock_guard lk(impl_.conns_mu);
+    impl_.conns.insert(this);
   }
-  ~Session() { impl_.metrics.connection_closed(); }
+  ~Session() {
+    {
+      std::lock_guard lk(impl_.conns_mu);
+      impl_.conns.erase(this);
+    }
+    impl_.metrics.connection_closed();
+  }
+
+  // Under impl.conns_mu (eviction's choice).
+  int phase() const { return phase_.load(std::memory_order_relaxed); }
+  std::int64_t phase_since() const { return phase_since_.load(std::memory_order_relaxed); }
+  bool mark_evicting() {
+    int expected = phase();
+    while (expected == kWaiting || expected == kReading)
+      if (phase_.compare_exchange_weak(expected, kClosing)) return true;
+    return false;
+  }
+  // Strand only: closes a connection chosen for eviction; its pending read then fails.
+  void evicted() {
+    impl_.metrics.connection_evicted();
+    hard_close();
+  }
 
   net::any_io_executor executor() { return stream_.get_executor(); }
   HttpServer::Impl& impl() { return impl_; }
@@ -127,11 +165,41 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
  private:
+  static std::int64_t now_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+  // False if the connection was chosen for eviction meanwhile (it stays closing).
+  bool set_phase(int p) {
+    int cur = phase();
+    do {
+      if (cur == kClosing) return false;
+    } while (!phase_.compare_exchange_weak(cur, p));
+    phase_since_.store(now_ns(), std::memory_order_relaxed);
+    return true;
+  }
+
+  // Waits up to http.idle_timeout_ms for the next request's first bytes, then gives the
+  // whole request http.request_timeout_ms.
   void do_read() {
+    if (!set_phase(kWaiting)) return hard_close();
+    if (buffer_.size() > 0) return begin_request();  // pipelined: already here
+    stream_.expires_after(impl_.cfg.idle_timeout);
+    stream_.async_read_some(buffer_.prepare(kReadChunk),
+                            [self = shared_from_this()](beast::error_code ec, std::size_t n) {
+                              if (ec) return self->hard_close();  // idle timeout, EOF, reset, evicted
+                              self->buffer_.commit(n);
+                              self->begin_request();
+                            });
+  }
+
+  void begin_request() {
+    if (!set_phase(kReading)) return hard_close();
     parser_.emplace();
     parser_->body_limit(impl_.cfg.max_body_bytes);
-    parser_->header_limit(kHeaderLimit);
-    stream_.expires_after(impl_.cfg.idle_timeout);
+    parser_->header_limit(impl_.cfg.max_header_bytes);
+    stream_.expires_after(impl_.cfg.request_timeout);
     // Header first: the body limit trips here when Content-Length is too large, and a
     // client that sent "Expect: 100-continue" (curl does for larger bodies) is told to go
     // on instead of waiting for its own timeout.
@@ -194,6 +262,7 @@ class Session : public std::enable_shared_from_this<Session> {
   // Half-closes, then reads and drops what the client still sends (e.g. the rest of an
   // oversized body) for a bounded time, so our response is not lost to a TCP reset.
   void lingering_close() {
+    phase_.store(kClosing, std::memory_order_relaxed);
     beast::error_code ec;
     stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
     if (ec) return hard_close();
@@ -222,6 +291,8 @@ class Session : public std::enable_shared_from_this<Session> {
   unsigned version_ = 11;
   std::size_t drained_ = 0;
   char drain_buf_[4096];
+  std::atomic<int> phase_{kWaiting};
+  std::atomic<std::int64_t> phase_since_{now_ns()};
 };
 
 class ConnExchange final : public Exchange {
@@ -288,11 +359,19 @@ void Session::on_read(beast::error_code ec, std::size_t n) {
                               "request body exceeds http.max_body_bytes (" +
                                   std::to_string(impl_.cfg.max_body_bytes) + " bytes)"));
   if (ec == http::error::header_limit)
-    return fail_request(Error(Errc::malformed_body, "request headers exceed " +
-                                                        std::to_string(kHeaderLimit) + " bytes"));
+    return fail_request(Error(Errc::malformed_body, "request headers exceed http.max_header_bytes (" +
+                                                        std::to_string(impl_.cfg.max_header_bytes) +
+                                                        " bytes)"));
   if (ec && ec.category() == http::make_error_code(http::error::bad_target).category())
     return fail_request(Error(Errc::malformed_body, "malformed HTTP request: " + ec.message()));
-  if (ec) return hard_close();  // timeout (idle), reset, ...
+  if (ec == beast::error::timeout) {
+    impl_.metrics.request_timed_out();
+    impl_.log_limit("closed a connection whose request did not arrive whole within http.request_timeout_ms (" +
+                    std::to_string(impl_.cfg.request_timeout.count()) + " ms)");
+    return hard_close();
+  }
+  if (ec) return hard_close();  // reset, evicted, ...
+  if (!set_phase(kBusy)) return hard_close();
 
   auto& req = parser_->get();
   keep_alive_ = req.keep_alive();
@@ -327,9 +406,97 @@ void HttpServer::Impl::do_accept() {
     }
     beast::error_code ignored;
     s.set_option(tcp::no_delay(true), ignored);  // small responses, often pipelined
-    std::make_shared<Session>(std::move(s), *this)->run();
+    std::size_t open;
+    {
+      std::lock_guard lk(conns_mu);
+      open = conns.size();
+    }
+    if (open >= cfg.max_connections && !evict_one()) {
+      refuse(std::move(s));
+    } else {
+      std::make_shared<Session>(std::move(s), *this)->run();
+    }
     do_accept();
   });
+}
+
+bool HttpServer::Impl::evict_one() {
+  std::shared_ptr<Session> victim;
+  {
+    std::lock_guard lk(conns_mu);
+    Session* best = nullptr;
+    for (Session* c : conns) {
+      const int p = c->phase();
+      if (p != Session::kWaiting && p != Session::kReading) continue;
+      if (!best || c->phase_since() < best->phase_since()) best = c;
+    }
+    // A session whose destructor is waiting for conns_mu has no owner left: lock() is empty.
+    if (best) victim = best->weak_from_this().lock();
+    if (victim && !victim->mark_evicting()) victim.reset();
+  }
+  if (!victim) return false;
+  log_limit("at http.max_connections (" + std::to_string(cfg.max_connections) +
+            "): closing the connection idle or reading longest to admit a new one");
+  net::post(victim->executor(), [victim] { victim->evicted(); });
+  return true;
+}
+
+// Every connection has a request in progress: answer 503 and close, after reading (and
+// dropping) for a moment what the client sent, so the answer is not lost to a reset.
+void HttpServer::Impl::refuse(tcp::socket s) {
+  metrics.connection_refused();
+  log_limit("at http.max_connections (" + std::to_string(cfg.max_connections) +
+            ") with a request in progress on every connection: refused a new connection with 503");
+  HttpResponse p = problem(Error(Errc::unavailable, "too many connections: every one of the " +
+                                                        std::to_string(cfg.max_connections) +
+                                                        " allowed (http.max_connections) has a request in progress"));
+  struct Refused {
+    tcp::socket sock;
+    net::steady_timer timer;
+    std::string out;
+    char sink[1024];
+  };
+  auto ex = s.get_executor();
+  auto r = std::make_shared<Refused>(Refused{std::move(s), net::steady_timer(ex), {}, {}});
+  r->out = "HTTP/1.1 " + std::to_string(p.status) + " Service Unavailable\r\nServer: sluice\r\nContent-Type: " +
+           p.content_type + "\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: " +
+           std::to_string(p.body.size()) + "\r\n\r\n" + p.body;
+  net::async_write(r->sock, net::buffer(r->out), [r](beast::error_code ec, std::size_t) {
+    beast::error_code ignored;
+    if (ec) {
+      r->sock.close(ignored);
+      return;
+    }
+    r->sock.shutdown(tcp::socket::shutdown_send, ignored);
+    r->timer.expires_after(std::chrono::seconds(1));
+    r->timer.async_wait([r](beast::error_code) {
+      beast::error_code ignored;
+      r->sock.close(ignored);
+    });
+    auto drain = std::make_shared<std::function<void()>>();
+    *drain = [r, drain] {
+      r->sock.async_read_some(net::buffer(r->sink), [r, drain](beast::error_code ec, std::size_t) {
+        if (ec) {
+          r->timer.cancel();
+          *drain = nullptr;  // break the cycle
+          return;
+        }
+        (*drain)();
+      });
+    };
+    (*drain)();
+  });
+}
+
+// Limit events are logged at most once per 10 s (a flood must not flood the log too).
+void HttpServer::Impl::log_limit(const std::string& msg) {
+  const auto now = std::chrono::steady_clock::now().time_since_epoch();
+  const std::int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(now).count();
+  std::int64_t last = last_limit_log_ns.load(std::memory_order_relaxed);
+  if (last != 0 && now_ns - last < 10'000'000'000) return;
+  if (!last_limit_log_ns.compare_exchange_strong(last, now_ns)) return;
+  log(LogLevel::warn, msg + " (sluice_http_connections_evicted_total, _refused_total and "
+                            "sluice_http_request_timeouts_total count every case)");
 }
 
 void HttpServer::Impl::teardown() {

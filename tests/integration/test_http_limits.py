@@ -1,0 +1,196 @@
+"""HTTP limits against abuse (issue 14, "Limits"; plugins/http-api/README.md "Limits"):
+http.max_connections with eviction of the connection idle or reading longest,
+http.request_timeout_ms against trickled requests (slow-loris), http.max_header_bytes.
+Every load loop is bounded in count and time; nothing depends on timing except generous
+deadlines."""
+import json
+import re
+import socket
+import threading
+import time
+import unittest
+import urllib.request
+
+from harness import Node, poll
+
+REQUEST_START = b"GET /v1/tenants HTTP/1.1\r\nHost: sluice\r\n"
+
+
+def metric(node, name):
+    with urllib.request.urlopen(node.url + "/metrics", timeout=30) as r:
+        m = re.search(r"^%s (\S+)$" % name, r.read().decode(), re.M)
+    return float(m.group(1))
+
+
+def raw_get(port, path, timeout=10):
+    """One GET on a fresh connection: (status, headers text, body)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        s.sendall(("GET %s HTTP/1.1\r\nHost: sluice\r\nConnection: close\r\n\r\n" % path).encode())
+        data = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    status = int(head.split(b" ")[1]) if head else 0
+    return status, head.decode(errors="replace"), body
+
+
+class Limits(unittest.TestCase):
+    def tearDown(self):
+        if getattr(self, "node", None):
+            self.node.cleanup()
+
+    def start(self, **extra):
+        self.node = Node(extra={k.replace("_", ".", 1): str(v) for k, v in extra.items()}).start()
+        return self.node
+
+    def test_slow_loris_flood_leaves_an_honest_client_served(self):
+        n = self.start(http_max_connections=16, http_request_timeout_ms=3000)
+        stop = threading.Event()
+        opened = [0]
+
+        def attacker():
+            # 48 connections that never finish a request, reopened when the server closes
+            # them: at most 2,000 connects and 8 s.
+            socks = []
+            deadline = time.time() + 8
+            while time.time() < deadline and opened[0] < 2000 and not stop.is_set():
+                while len(socks) < 48 and opened[0] < 2000:
+                    try:
+                        s = socket.create_connection(("127.0.0.1", n.http_port), timeout=2)
+                        s.sendall(REQUEST_START)
+                        socks.append(s)
+                        opened[0] += 1
+                    except OSError:
+                        break
+                alive = []
+                for s in socks:
+                    try:
+                        s.sendall(b"X-Slow: 1\r\n")  # one more header line, never the end
+                        alive.append(s)
+                    except OSError:
+                        s.close()
+                socks = alive
+                time.sleep(0.2)
+            for s in socks:
+                s.close()
+
+        t = threading.Thread(target=attacker)
+        t.start()
+        try:
+            # Wait until the flood has pushed the node to its limit, then ask honestly.
+            poll(lambda: opened[0] >= 48, "the attacker to open its connections")
+            answered = 0
+            deadline = time.time() + 6
+            while time.time() < deadline and answered < 60:
+                status, _, body = raw_get(n.http_port, "/readyz")
+                self.assertEqual(status, 200, body)
+                answered += 1
+                time.sleep(0.05)
+            self.assertGreater(answered, 5)
+        finally:
+            stop.set()
+            t.join(30)
+        self.assertGreater(metric(n, "sluice_http_connections_evicted_total"), 0)
+        self.assertEqual(metric(n, "sluice_http_connections_refused_total"), 0)
+        self.assertIn("http.max_connections", n.log_tail(200))
+
+    def test_a_trickled_request_is_cut_off_at_request_timeout(self):
+        n = self.start(http_request_timeout_ms=1000)
+        s = socket.create_connection(("127.0.0.1", n.http_port), timeout=30)
+        s.settimeout(0.2)
+        start = time.time()
+        closed = False
+        try:
+            while time.time() - start < 20 and not closed:
+                try:
+                    s.sendall(b"X")  # a header that never ends, one byte at a time
+                    if s.recv(1) == b"":
+                        closed = True
+                except socket.timeout:
+                    pass
+                except OSError:
+                    closed = True
+        finally:
+            s.close()
+        self.assertTrue(closed, "the server kept a trickled request open for 20 s")
+        self.assertGreaterEqual(time.time() - start, 0.9)
+        self.assertEqual(metric(n, "sluice_http_request_timeouts_total"), 1)
+        # An honest request on a new connection is served.
+        self.assertEqual(raw_get(n.http_port, "/readyz")[0], 200)
+
+    def test_every_connection_busy_refuses_a_new_one_with_503(self):
+        n = self.start(http_max_connections=3, http_max_wait_ms=4000)
+        n.create_stream("lp", shards=1)
+        path = n.ns_path() + "/streams/lp/shards/0/records?offset=0&wait_ms=4000"
+        stop = threading.Event()
+
+        def long_poller():
+            # Long polls at the tail keep a connection busy; one that our probe evicted
+            # before its request arrived just asks again. At most 50 requests.
+            for _ in range(50):
+                if stop.is_set():
+                    return
+                try:
+                    raw_get(n.http_port, path, timeout=30)
+                except OSError:
+                    pass
+
+        pollers = [threading.Thread(target=long_poller) for _ in range(3)]
+        for t in pollers:
+            t.start()
+        try:
+            seen = {}
+
+            def refused():
+                status, head, body = raw_get(n.http_port, "/readyz")
+                if status == 503:
+                    seen["head"], seen["body"] = head, body
+                    return True
+                return False
+
+            poll(refused, "a 503 while every connection has a long poll in progress", interval=0.1)
+            problem = json.loads(seen["body"])
+            self.assertEqual(problem["code"], "unavailable")
+            self.assertIn("http.max_connections", problem["detail"])
+            self.assertIn("Retry-After: 1", seen["head"])
+        finally:
+            stop.set()
+            for t in pollers:
+                t.join(60)
+        # Once the long polls are over, the node answers again.
+        poll(lambda: raw_get(n.http_port, "/readyz")[0] == 200, "the node to answer after the long polls")
+        self.assertGreater(metric(n, "sluice_http_connections_refused_total"), 0)
+
+    def test_headers_over_max_header_bytes_get_400_naming_the_key(self):
+        n = self.start(http_max_header_bytes=2048)
+        with socket.create_connection(("127.0.0.1", n.http_port), timeout=30) as s:
+            s.sendall(REQUEST_START + b"X-Big: " + b"a" * 4096 + b"\r\n\r\n")
+            data = b""
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        self.assertIn(b" 400 ", head.split(b"\r\n")[0])
+        problem = json.loads(body)
+        self.assertEqual(problem["code"], "malformed_body")
+        self.assertIn("http.max_header_bytes (2048 bytes)", problem["detail"])
+
+    def test_out_of_range_limits_refuse_to_start_naming_the_key(self):
+        for key, value in (("http.max_connections", "0"), ("http.request_timeout_ms", "5"),
+                           ("http.max_header_bytes", "100")):
+            node = Node(extra={key: value})
+            try:
+                code, out = node.start_expect_failure()
+                self.assertNotEqual(code, 0)
+                self.assertIn(key, out)
+            finally:
+                node.cleanup()
+
+
+if __name__ == "__main__":
+    unittest.main()
