@@ -13,7 +13,6 @@
 // Group calls may sync to disk (acks, dead letters), so they run on the blocking pool.
 // Answers about one shard carry Sluice-Leader (the leader's HTTP address) when known; a
 // shard another broker leads is served through it (the core forwards the call).
-#include <charconv>
 
 #include <boost/json/array.hpp>
 #include <boost/json/object.hpp>
@@ -32,24 +31,6 @@ namespace {
 
 constexpr std::uint32_t kDefaultMax = 100;
 constexpr std::uint32_t kMaxMax = 10000;
-
-std::optional<std::uint64_t> parse_u64(std::string_view s) {
-  std::uint64_t v = 0;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || p != s.data() + s.size() || s.empty()) return std::nullopt;
-  return v;
-}
-
-Result<std::uint64_t> u64_param(const Target& t, const char* name, std::uint64_t def,
-                                std::uint64_t lo, std::uint64_t hi) {
-  auto p = t.param(name);
-  if (!p) return def;
-  auto v = parse_u64(*p);
-  if (!v || *v < lo || *v > hi)
-    return Error(Errc::invalid_argument, std::string(name) + " must be an integer between " +
-                                             std::to_string(lo) + " and " + std::to_string(hi));
-  return *v;
-}
 
 Result<ShardIndex> shard_of(const std::string& s) {
   auto v = parse_u64(s);

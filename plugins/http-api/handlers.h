@@ -38,6 +38,21 @@ HttpResponse with_leader(HttpResponse r, Node& node, const StreamKey& key, Shard
 // headers/headers_base64, timestamp. `scratch` is reused between calls.
 boost::json::object record_json(const RecordView& rv, std::vector<Header>& scratch);
 
+// The fetch answer's body for the records of `r` at or after `from`, at most `max`:
+// {"records":[...],"next_offset","high_watermark"}. `count` is how many records it holds.
+struct RecordsPage {
+  boost::json::object body;
+  std::size_t count = 0;
+  Offset next_offset{0};
+};
+Result<RecordsPage> render_records(const FetchResult& r, Offset from, std::uint32_t max);
+
+// The `offset` query parameter: a number, or nullopt for earliest/latest;
+// invalid_argument otherwise.
+Result<std::optional<Offset>> parse_offset_param(std::string_view off);
+// Resolves it against the shard (earliest = log start, latest = high watermark).
+Result<Offset> resolve_offset(Node& node, const StreamKey& key, ShardIndex shard, std::string_view off);
+
 // Runs `fn` (returning an HttpResponse) on the blocking pool and answers with its result;
 // an exception becomes a 500 problem.
 template <class Fn>

@@ -13,6 +13,7 @@
 #include "handlers.h"
 #include "path.h"
 #include "problem.h"
+#include "subscribe.h"
 #include "sluice/catalog_rules.h"
 #include "sluice/names.h"
 
@@ -62,7 +63,7 @@ namespace {
 
 enum class Route {
   healthz, readyz, metrics, cluster, tenants, tenant, namespaces, namespace_, streams, stream,
-  records, shards, shard_records, shard_leader, shard_elect, shard_reassign, fleet, groups, openapi,
+  records, shards, shard_records, shard_subscribe, shard_leader, shard_elect, shard_reassign, fleet, groups, openapi,
   members, caches
 };
 
@@ -106,6 +107,8 @@ std::optional<RouteDef> match(const std::vector<std::string>& s) {
   if (n == 8 && s[7] == "shards") return RouteDef{Route::shards, "{ns}/streams/{s}/shards", "GET"};
   if (n == 10 && s[7] == "shards" && s[9] == "records")
     return RouteDef{Route::shard_records, "{ns}/streams/{s}/shards/{n}/records", "GET"};
+  if (n == 10 && s[7] == "shards" && s[9] == "subscribe")
+    return RouteDef{Route::shard_subscribe, "{ns}/streams/{s}/shards/{n}/subscribe", "GET"};
   if (n == 10 && s[7] == "shards" && s[9] == "leader")
     return RouteDef{Route::shard_leader, "{ns}/streams/{s}/shards/{n}/leader", "POST"};
   if (n == 10 && s[7] == "shards" && s[9] == "elect")
@@ -524,6 +527,12 @@ void Router::dispatch(const std::shared_ptr<Exchange>& ex) {
       auto shard = shard_segment(seg[8]);
       if (!shard) return ex->respond(problem(shard.error()));
       handle_fetch(node, cfg_, ex, StreamKey{seg[2], seg[4], seg[6]}, *shard, *target);
+      return;
+    }
+    case Route::shard_subscribe: {
+      auto shard = shard_segment(seg[8]);
+      if (!shard) return ex->respond(problem(shard.error()));
+      handle_subscribe(node, ex, StreamKey{seg[2], seg[4], seg[6]}, *shard, *target);
       return;
     }
     case Route::shard_leader: {
