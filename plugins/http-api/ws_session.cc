@@ -128,12 +128,13 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
   }
 
   // ---- reading the shard ----
-  bool visible() const { return beyond_ || next_.value() < hwm_.value(); }
+  // Records beyond next_ are known to be visible.
+  bool records_wait() const { return beyond_ || (hwm_known_ && next_.value() < hwm_.value()); }
 
   void pump() {
     if (closing_ || reading_) return;
     if (queued_bytes_ >= ctx_.cfg->ws_send_buffer_bytes) return;  // on_write pumps again
-    if (!visible()) return await_records();
+    if (credit_ <= 0 && !records_wait()) return await_records();
     if (credit_ <= 0) {
       if (!starved_) {
         starved_ = true;
@@ -142,6 +143,8 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
       }
       return;
     }
+    // Before the first read the high watermark is unknown: read (an empty answer tells it).
+    if (hwm_known_ && !records_wait()) return await_records();
     read();
   }
 
@@ -164,6 +167,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     if (closing_) return;
     if (!r) return close_error(r.error());
     hwm_ = r->high_watermark;
+    hwm_known_ = true;
     beyond_ = false;
     if (sub_.binary) {
       for (auto& b : r->batches) {
@@ -338,7 +342,8 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
 
   Offset next_;            // the next offset to deliver
   Offset hwm_{0};          // the high watermark the last read saw
-  bool beyond_ = true;     // records beyond next_ may be visible (read before waiting)
+  bool hwm_known_ = false; // a read has happened
+  bool beyond_ = false;    // the Node said records beyond next_ are visible
   std::int64_t credit_;    // records the client still accepts
   bool reading_ = false;
   bool notify_armed_ = false;
