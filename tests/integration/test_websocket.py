@@ -97,48 +97,42 @@ class WebSocketSubscribe(unittest.TestCase):
         for p, ns in per_publisher.items():
             self.assertEqual(ns, list(range(REQUESTS * PER_REQUEST)), "publisher %s in its order" % p)
 
-    def test_subscriber_sees_every_published_record_in_order(self):
-        self.node.create_stream("live")
+    def subscribe_while_publishing(self, stream, query, decode):
+        """Subscribes, publishes concurrently, and returns every (offset, value) received;
+        decode(frame) gives one frame's records. Grants credit for each frame."""
+        self.node.create_stream(stream)
         total = PUBLISHERS * REQUESTS * PER_REQUEST
 
         async def consume():
             got = []
-            async with websockets.connect(self.ws_url("live", query="offset=0&credit=50")) as ws:
-                threads, errors = self.publish_concurrently("live")
+            async with websockets.connect(self.ws_url(stream, query=query)) as ws:
+                threads, errors = self.publish_concurrently(stream)
                 while len(got) < total:
-                    frame = json.loads(await asyncio.wait_for(ws.recv(), DEADLINE_S))
-                    recs = frame["records"]
-                    self.assertTrue(0 < len(recs) <= 50, "a frame holds at most the credit")
-                    got += [(r["offset"], r["value"].encode()) for r in recs]
-                    self.assertEqual(frame["next_offset"], got[-1][0] + 1)
-                    await ws.send(json.dumps({"credit": len(recs)}))
-                for t in threads:
-                    t.join()
-                self.assertEqual(errors, [])
-            return got
-        self.check_delivery(asyncio.run(consume()))
-        poll(lambda: metric(self.node, "sluice_http_ws_subscriptions") == 0, "the subscription to end")
-        self.assertEqual(metric(self.node, "sluice_http_ws_closes_total", '{reason="client_closed"}'), 1)
-
-    def test_binary_frames_are_the_stored_batches(self):
-        self.node.create_stream("bin")
-        total = PUBLISHERS * REQUESTS * PER_REQUEST
-
-        async def consume():
-            got = []
-            async with websockets.connect(self.ws_url("bin", query="offset=0&format=binary")) as ws:
-                threads, errors = self.publish_concurrently("bin")
-                while len(got) < total:
-                    frame = await asyncio.wait_for(ws.recv(), DEADLINE_S)
-                    self.assertIsInstance(frame, bytes)
-                    recs = parse_batches(frame)
+                    recs = decode(await asyncio.wait_for(ws.recv(), DEADLINE_S))
                     got += recs
                     await ws.send(json.dumps({"credit": len(recs)}))
                 for t in threads:
                     t.join()
                 self.assertEqual(errors, [])
             return got
-        self.check_delivery(asyncio.run(consume()))
+        return asyncio.run(consume())
+
+    def test_subscriber_sees_every_published_record_in_order(self):
+        def decode(frame):
+            page = json.loads(frame)
+            recs = [(r["offset"], r["value"].encode()) for r in page["records"]]
+            self.assertTrue(0 < len(recs) <= 50, "a frame holds at most the credit")
+            self.assertEqual(page["next_offset"], recs[-1][0] + 1)
+            return recs
+        self.check_delivery(self.subscribe_while_publishing("live", "offset=0&credit=50", decode))
+        poll(lambda: metric(self.node, "sluice_http_ws_subscriptions") == 0, "the subscription to end")
+        self.assertEqual(metric(self.node, "sluice_http_ws_closes_total", '{reason="client_closed"}'), 1)
+
+    def test_binary_frames_are_the_stored_batches(self):
+        def decode(frame):
+            self.assertIsInstance(frame, bytes)
+            return parse_batches(frame)
+        self.check_delivery(self.subscribe_while_publishing("bin", "offset=0&format=binary", decode))
 
     def test_a_subscription_in_the_middle_of_a_batch_skips_nothing_after_it(self):
         self.node.create_stream("mid")
