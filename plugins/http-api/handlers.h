@@ -73,6 +73,15 @@ std::string_view openapi_document();
 void handle_fleet(Node& node, const std::shared_ptr<Exchange>& ex, const std::vector<std::string>& seg,
                   std::string_view body);
 
+// Consumer groups (groups.cc), shared with the group subscription (subscribe.cc).
+inline constexpr std::size_t kMaxGroupOffsets = 10000;  // per ack or nack
+// `arr` (the field `name`) as a non-empty array of at most kMaxGroupOffsets offsets.
+Result<std::vector<Offset>> offsets_array(const boost::json::value* arr, std::string_view name);
+// {"records":[{...record, "delivery"}]}: the group fetch's answer.
+boost::json::object delivery_json(const GroupDelivery& d);
+// max_deliveries (1..1000, default 5) and ack_timeout_ms (1..86400000, default 30000).
+Result<GroupOptions> group_options(const Target& target);
+
 // {ns}/streams/{s}/groups[/{g}[/shards/{n}/(records|ack|nack|dead-letters[/replay])]]
 void handle_groups(Node& node, const HttpConfig& cfg, const std::shared_ptr<Exchange>& ex,
                    const std::vector<std::string>& seg, const Target& target);

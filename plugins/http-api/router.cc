@@ -121,6 +121,8 @@ std::optional<RouteDef> match(const std::vector<std::string>& s) {
   if (n < 12 || s[9] != "shards") return std::nullopt;
   if (n == 12 && s[11] == "records")
     return RouteDef{Route::groups, "{ns}/streams/{s}/groups/{g}/shards/{n}/records", "GET"};
+  if (n == 12 && s[11] == "subscribe")
+    return RouteDef{Route::groups, "{ns}/streams/{s}/groups/{g}/shards/{n}/subscribe", "GET"};
   if (n == 12 && s[11] == "ack")
     return RouteDef{Route::groups, "{ns}/streams/{s}/groups/{g}/shards/{n}/ack", "POST"};
   if (n == 12 && s[11] == "nack")

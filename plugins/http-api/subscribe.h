@@ -22,6 +22,8 @@ struct Subscription {
   bool binary = false;        // format=binary: one stored batch per binary frame
   std::int64_t credit = 0;    // initial credit, in records (`credit` query parameter)
   bool remote = false;        // another broker leads the shard: reads run on the blocking pool
+  std::string group;          // a group subscription when not empty
+  GroupOptions opts;          // the group's max_deliveries and ack_timeout_ms
 };
 
 // Limits of the credit protocol.
@@ -42,8 +44,18 @@ inline constexpr std::uint16_t kCloseErrorBase = 4000;     // + the HTTP status 
 void handle_subscribe(Node& node, const std::shared_ptr<Exchange>& ex, const StreamKey& key,
                       ShardIndex shard, const Target& target);
 
-// One text message from the subscriber: {"credit": N}, N in 1..kMaxCreditGrant. The error
-// says what is wrong (sent as the close reason).
-Result<std::uint64_t> parse_credit_message(std::string_view text);
+// GET {ns}/streams/{s}/groups/{g}/shards/{n}/subscribe?credit=&max_deliveries=&ack_timeout_ms=
+// The group's records (JSON frames only), acked and nacked on the same socket.
+void handle_group_subscribe(Node& node, const std::shared_ptr<Exchange>& ex, const StreamKey& key,
+                            ShardIndex shard, const std::string& group, const Target& target);
+
+// One text message from the subscriber. A shard subscription takes {"credit": N}; a group
+// subscription any of {"credit": N, "ack": [offsets], "nack": [offsets]}, at least one.
+// N is in 1..kMaxCreditGrant. The error says what is wrong (sent as the close reason).
+struct ClientMessage {
+  std::uint64_t credit = 0;
+  std::vector<Offset> ack, nack;
+};
+Result<ClientMessage> parse_client_message(std::string_view text, bool group);
 
 }  // namespace sluice::http_api

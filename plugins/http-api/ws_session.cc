@@ -29,6 +29,7 @@
 #include <boost/json/serialize.hpp>
 
 #include "handlers.h"
+#include "problem.h"
 
 namespace sluice::http_api {
 
@@ -67,6 +68,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
         next_(sub_.from),
         credit_(sub_.credit),
         watchdog_(strand_),
+        redelivery_(strand_),
         close_timer_(strand_) {
     ctx_.metrics->connection_opened();
     ctx_.metrics->ws_opened();
@@ -118,13 +120,48 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     }
     if (closing_) return do_read();  // drained until the client's close frame arrives
     if (!ws_.got_text()) return close_with(kCloseBadMessage, "bad_message", "binary messages are not accepted");
-    auto grant = parse_credit_message(
-        std::string_view(static_cast<const char*>(in_.cdata().data()), in_.size()));
-    if (!grant) return close_with(kCloseBadMessage, "bad_message", grant.error().message);
-    credit_ = std::min<std::int64_t>(kMaxCredit, credit_ + static_cast<std::int64_t>(*grant));
+    auto msg = parse_client_message(std::string_view(static_cast<const char*>(in_.cdata().data()), in_.size()),
+                                    group());
+    if (!msg) return close_with(kCloseBadMessage, "bad_message", msg.error().message);
+    credit_ = std::min<std::int64_t>(kMaxCredit, credit_ + static_cast<std::int64_t>(msg->credit));
     if (credit_ > 0) starved_ = false;
-    do_read();
     pump();
+    if (msg->ack.empty() && msg->nack.empty()) return do_read();
+    settle(std::move(msg->ack), std::move(msg->nack));
+  }
+
+  // A group's acks, then nacks, as the REST calls make them (on the blocking pool; they
+  // sync). Each answers with a text frame: {"acked": [...]} / {"nacked": [...]}, or the
+  // REST call's problem details {"ack"|"nack": [...], "problem": {...}}; a failed ack
+  // changes nothing and keeps the subscription. The next client message is read after the
+  // answers are queued, so a client cannot pile up calls.
+  void settle(std::vector<Offset> ack, std::vector<Offset> nack) {
+    ctx_.run_blocking([self = shared_from_this(), ack = std::move(ack), nack = std::move(nack)] {
+      Node& n = *self->ctx_.node;
+      const Subscription& s = self->sub_;
+      std::vector<std::string> answers;
+      bool nacked = false;
+      for (const bool is_ack : {true, false}) {
+        const auto& offs = is_ack ? ack : nack;
+        if (offs.empty()) continue;
+        auto r = is_ack ? n.group_ack(s.key, s.shard, s.group, offs) : n.group_nack(s.key, s.shard, s.group, offs);
+        boost::json::array a;
+        for (auto o : offs) a.push_back(o.value());
+        const std::string list = boost::json::serialize(a);
+        if (r) answers.push_back(std::string("{\"") + (is_ack ? "acked" : "nacked") + "\":" + list + "}");
+        else answers.push_back(std::string("{\"") + (is_ack ? "ack" : "nack") + "\":" + list +
+                               ",\"problem\":" + problem(r.error()).body + "}");
+        nacked = nacked || (!is_ack && r);
+      }
+      self->post([self, answers = std::move(answers), nacked]() mutable {
+        if (self->closing_ || self->ended_) return;
+        for (auto& a : answers) self->enqueue(Frame{std::move(a), false});
+        if (nacked) self->beyond_ = true;  // nacked records are delivered again
+        self->do_write();
+        self->pump();
+        self->do_read();
+      });
+    });
   }
 
   // ---- reading the shard ----
@@ -148,8 +185,11 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     read();
   }
 
+  bool group() const { return !sub_.group.empty(); }
+
   void read() {
     reading_ = true;
+    if (group()) return read_group();
     const Offset from = next_;
     const auto max = static_cast<std::uint32_t>(std::min<std::int64_t>(credit_, kMaxRecordsPerFrame));
     const std::size_t room = ctx_.cfg->ws_send_buffer_bytes - queued_bytes_;
@@ -194,6 +234,54 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
       return close_error(Error(Errc::internal, "a read below the high watermark returned no record"));
     do_write();
     pump();
+  }
+
+  // A group delivery (on the blocking pool: it may sync). The high watermark is taken
+  // first, so a record published meanwhile is either delivered or beyond it.
+  void read_group() {
+    const auto max = static_cast<std::uint32_t>(std::min<std::int64_t>(credit_, kMaxRecordsPerFrame));
+    ctx_.run_blocking([self = shared_from_this(), max] {
+      Node& n = *self->ctx_.node;
+      const Subscription& s = self->sub_;
+      auto st = n.shard_stats(s.key, s.shard);
+      Result<GroupDelivery> r = st ? n.group_fetch(s.key, s.shard, s.group, max, s.opts) : Result<GroupDelivery>(st.error());
+      const Offset hwm = st ? st->high_watermark : Offset{0};
+      self->post([self, max, hwm, r = std::move(r)]() mutable { self->on_group_fetched(max, hwm, std::move(r)); });
+    });
+  }
+
+  void on_group_fetched(std::uint32_t max, Offset hwm, Result<GroupDelivery> r) {
+    reading_ = false;
+    if (closing_) return;
+    if (!r) return close_error(r.error());
+    const std::size_t n = r->records.size();
+    if (n) {
+      credit_ -= static_cast<std::int64_t>(n);
+      enqueue(Frame{boost::json::serialize(delivery_json(*r)), false});
+    }
+    // A full read may have left more; a short one delivered all there was below `hwm`:
+    // then wait for a record beyond it, a nack, or the redelivery of an expired one.
+    beyond_ = n >= max;
+    hwm_known_ = true;
+    hwm_ = hwm;
+    next_ = hwm;
+    if (!beyond_) arm_redelivery();
+    do_write();
+    pump();
+  }
+
+  // Deliveries not acked within ack_timeout_ms are due again; nothing announces them, so an
+  // idle group subscription reads once per ack timeout.
+  void arm_redelivery() {
+    if (redelivery_armed_) return;
+    redelivery_armed_ = true;
+    redelivery_.expires_after(std::chrono::milliseconds(sub_.opts.ack_timeout_ms));
+    redelivery_.async_wait([self = shared_from_this()](beast::error_code ec) {
+      self->redelivery_armed_ = false;
+      if (ec || self->closing_) return;
+      self->beyond_ = true;
+      self->pump();
+    });
   }
 
   // Caught up: the long-poll fetch's wait, until a record beyond next_ is visible.
@@ -301,6 +389,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     counted_ = true;
     cancel_notify();
     watchdog_.cancel();
+    redelivery_.cancel();
     // Only the frame in flight stays: a closing subscriber holds no more memory than that.
     while (queue_.size() > (writing_ ? 1u : 0u)) {
       queued_bytes_ -= queue_.back().data.size();
@@ -320,6 +409,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
   void hard_close() {
     close_timer_.cancel();
     watchdog_.cancel();
+    redelivery_.cancel();
     beast::get_lowest_layer(ws_).close();
   }
 
@@ -358,6 +448,8 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
 
   net::steady_timer watchdog_;
   bool watchdog_armed_ = false;
+  net::steady_timer redelivery_;  // group subscriptions only
+  bool redelivery_armed_ = false;
   net::steady_timer close_timer_;
   bool closing_ = false;  // our close frame is queued
   bool ended_ = false;

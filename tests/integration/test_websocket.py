@@ -196,6 +196,74 @@ class WebSocketSubscribe(unittest.TestCase):
         self.assertEqual(closed.code, 4408)
         self.assertIn("no credit", closed.reason)
 
+    # ---- group subscription --------------------------------------------------------------
+    def test_group_subscriber_acks_and_nacks_as_the_rest_calls_do(self):
+        n = self.node
+        n.create_stream("work")
+        n.publish_binary("work", [(None, b"v%d" % i) for i in range(5)])
+        group = n.ns_path() + "/streams/work/groups/workers"
+        url = "ws://127.0.0.1:%d%s/shards/0/subscribe?ack_timeout_ms=600000" % (n.http_port, group)
+
+        def position():
+            p = n.request("GET", group)["positions"][0]
+            return p["committed"], p["outstanding"]
+
+        async def run():
+            async with websockets.connect(url) as ws:
+                async def frame():
+                    return json.loads(await asyncio.wait_for(ws.recv(), DEADLINE_S))
+                got = []
+                while len(got) < 5:
+                    got += (await frame())["records"]
+                self.assertEqual([(r["offset"], r["value"], r["delivery"]) for r in got],
+                                 [(i, "v%d" % i, 1) for i in range(5)])
+                self.assertEqual(await asyncio.to_thread(position), (0, 5))
+
+                await ws.send(json.dumps({"ack": [0, 1, 2]}))
+                self.assertEqual(await frame(), {"acked": [0, 1, 2]})
+                self.assertEqual(await asyncio.to_thread(position), (3, 2))
+
+                # Acked already: the REST ack's problem, and nothing changes.
+                await ws.send(json.dumps({"ack": [1]}))
+                refused = await frame()
+                rest_status, rest_body = await asyncio.to_thread(
+                    n.request, "POST", group + "/shards/0/ack", {"offsets": [1]}, raw=True)
+                self.assertEqual(refused["ack"], [1])
+                self.assertEqual((refused["problem"]["status"], refused["problem"]["code"]), (400, "invalid_argument"))
+                self.assertEqual(rest_status, 400)
+                self.assertEqual(json.loads(rest_body)["detail"], refused["problem"]["detail"])
+                self.assertEqual(await asyncio.to_thread(position), (3, 2))
+
+                # A nack delivers the record again, with its delivery count.
+                await ws.send(json.dumps({"nack": [3]}))
+                self.assertEqual(await frame(), {"nacked": [3]})
+                again = (await frame())["records"]
+                self.assertEqual([(r["offset"], r["delivery"]) for r in again], [(3, 2)])
+
+                await ws.send(json.dumps({"ack": [3, 4], "credit": 1}))
+                self.assertEqual(await frame(), {"acked": [3, 4]})
+                self.assertEqual(await asyncio.to_thread(position), (5, 0))
+
+                # New records arrive as they are published.
+                await asyncio.to_thread(n.publish_binary, "work", [(None, b"late")])
+                late = (await frame())["records"]
+                self.assertEqual([(r["offset"], r["value"], r["delivery"]) for r in late], [(5, "late", 1)])
+            return True
+        self.assertTrue(asyncio.run(run()))
+
+        async def close_after(message):
+            async with websockets.connect(url) as ws:
+                await ws.send(message)
+                with self.assertRaises(websockets.ConnectionClosed) as closed:
+                    while True:
+                        await asyncio.wait_for(ws.recv(), DEADLINE_S)
+                return closed.exception
+        for bad, why in (('{"ack": []}', "non-empty array"), ('{"nack": [-1]}', "non-negative"),
+                         ('{"ack": "3"}', "array"), ("{}", "credit")):
+            closed = asyncio.run(close_after(bad))
+            self.assertEqual(closed.code, 4400, bad)
+            self.assertIn(why, closed.reason, bad)
+
     # ---- bad input after the upgrade -------------------------------------------------
     def close_after(self, message):
         async def run():
@@ -211,11 +279,11 @@ class WebSocketSubscribe(unittest.TestCase):
         for message, why in (("not json", "not valid JSON"), ('{"credit": 0}', "credit"),
                              ('{"credit": -5}', "credit"), ('{"credit": "7"}', "credit"),
                              ('{"colour": 1}', 'unknown field "colour"'), ("[1]", "object"),
-                             (b"\x00\x01", "binary")):
+                             ('{"ack": [1]}', 'unknown field "ack"'), (b"\x00\x01", "binary")):
             closed = self.close_after(message)
             self.assertEqual(closed.code, 4400, message)
             self.assertIn(why, closed.reason, message)
-        self.assertEqual(metric(self.node, "sluice_http_ws_closes_total", '{reason="bad_message"}'), 7)
+        self.assertEqual(metric(self.node, "sluice_http_ws_closes_total", '{reason="bad_message"}'), 8)
 
     def test_an_oversized_message_closes_with_1009(self):
         self.node.create_stream("bad")
@@ -292,6 +360,12 @@ class WebSocketSubscribe(unittest.TestCase):
             ("%s/streams/ok/shards/0/subscribe?offset=soon" % ns, 400, "invalid_argument", "offset"),
             ("%s/streams/ok/shards/0/subscribe?format=xml" % ns, 400, "invalid_argument", "format"),
             ("%s/streams/ok/shards/0/subscribe?credit=-1" % ns, 400, "invalid_argument", "credit"),
+            ("%s/streams/missing/groups/g/shards/0/subscribe" % ns, 404, "not_found", "missing"),
+            ("%s/streams/ok/groups/g/shards/7/subscribe" % ns, 404, "not_found", "shard"),
+            ("%s/streams/ok/groups/a%%00b/shards/0/subscribe" % ns, 400, "invalid_name", ""),
+            ("%s/streams/ok/groups/g/shards/0/subscribe?format=binary" % ns, 400, "invalid_argument", "JSON"),
+            ("%s/streams/ok/groups/g/shards/0/subscribe?max_deliveries=0" % ns, 400, "invalid_argument",
+             "max_deliveries"),
         ]
         for path, status, code, detail in cases:
             got, _, problem = self.upgrade(path)
@@ -306,6 +380,8 @@ class WebSocketSubscribe(unittest.TestCase):
         status, headers, problem = self.upgrade("%s/streams/ok/shards/0/subscribe" % ns, websocket=False)
         self.assertEqual((status, problem["code"]), (426, "upgrade_required"))
         self.assertEqual(headers.get("Upgrade"), "websocket")
+        status, _, problem = self.upgrade("%s/streams/ok/groups/g/shards/0/subscribe" % ns, websocket=False)
+        self.assertEqual((status, problem["code"]), (426, "upgrade_required"))
         # Other methods: 405.
         conn = http.client.HTTPConnection("127.0.0.1", n.http_port, timeout=DEADLINE_S)
         conn.request("POST", "%s/streams/ok/shards/0/subscribe" % ns, body=b"{}")
