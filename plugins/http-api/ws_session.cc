@@ -13,6 +13,10 @@
 //   writes:  one async_write at a time, from a queue bounded by http.ws_send_buffer_bytes
 //            (plus the one read that filled it).
 //   reads:   the client's {"credit": N} messages; anything else closes with 4400.
+//   groups:  a group subscription reads with Node::group_fetch (on the blocking pool: it may
+//            sync), takes {"ack"|"nack": [...]} too (the REST calls, answered in a frame),
+//            and after a short read waits for a record beyond the high watermark, a nack,
+//            or its ack timeout (expired deliveries are due again).
 //   watchdog: one timer, armed only while a write is pending or the subscriber has no
 //            credit while records wait; either for http.ws_stall_timeout_ms closes 4408.
 // A closing session drops its queue at once, keeps only the frame in flight, and gives the
@@ -417,6 +421,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
   void end(const char* reason) {
     if (ended_) return;
     ended_ = true;
+    closing_ = true;  // a read or an ack still on the pool finds the session over
     if (!counted_) ctx_.metrics->ws_close_reason(reason);
     counted_ = true;
     cancel_notify();
