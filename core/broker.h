@@ -43,6 +43,7 @@
 // Thread-safety: every public method may be called from any thread.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -59,6 +60,7 @@
 
 #include "catalog_image.h"
 #include "forwarding.h"
+#include "latency_histogram.h"
 #include "peer_directory.h"
 #include "serving_plan.h"
 #include "sluice/host.h"
@@ -297,6 +299,8 @@ class BrokerRuntime final : public Node {
   std::atomic<std::uint64_t> m_publish_requests_{0}, m_publish_records_{0}, m_publish_bytes_{0},
       m_publish_errors_{0}, m_publish_duplicates_{0}, m_fetch_requests_{0}, m_fetch_errors_{0},
       m_deleted_dirs_{0};
+  // Publish requests from arrival to answer, per ack mode (indexed by AckMode), successes only.
+  std::array<LatencyHistogram, 3> m_publish_seconds_;
 };
 
 }  // namespace sluice::core

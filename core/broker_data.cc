@@ -141,6 +141,8 @@ struct PublishGather {
   std::optional<Error> error;
   std::atomic<int> succeeded{0};
   PublishCallback cb;
+  LatencyHistogram* latency = nullptr;  // observed on success
+  std::chrono::steady_clock::time_point start;
 
   void done() {
     if (error) {
@@ -157,6 +159,7 @@ struct PublishGather {
     std::vector<PublishedRecord> out(shard_of.size());
     for (std::size_t i = 0; i < shard_of.size(); ++i)
       out[i] = {ShardIndex{shard_of[i]}, Offset{base[shard_of[i]].value() + index_in[i]}};
+    latency->observe(std::chrono::steady_clock::now() - start);
     cb(std::move(out));
   }
 };
@@ -164,6 +167,7 @@ struct PublishGather {
 
 void BrokerRuntime::publish(const StreamKey& key, const std::vector<PublishRecord>& records,
                             const PublishOptions& opts, PublishCallback cb) {
+  const auto start = std::chrono::steady_clock::now();
   m_publish_requests_.fetch_add(1, std::memory_order_relaxed);
   auto fail = [&](Error e) {
     m_publish_errors_.fetch_add(1, std::memory_order_relaxed);
@@ -246,6 +250,8 @@ void BrokerRuntime::publish(const StreamKey& key, const std::vector<PublishRecor
   m_publish_records_.fetch_add(records.size(), std::memory_order_relaxed);
   m_publish_bytes_.fetch_add(total_bytes, std::memory_order_relaxed);
   g->cb = std::move(cb);
+  g->latency = &m_publish_seconds_[static_cast<std::size_t>(opts.ack) % m_publish_seconds_.size()];
+  g->start = start;
   g->remaining.store(static_cast<int>(builders.size()));
   auto complete = [this, g](std::uint32_t s, Result<AppendResult> r) {
     if (r) {

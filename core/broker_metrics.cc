@@ -19,6 +19,12 @@ std::string BrokerRuntime::metrics_text() {
   counter("sluice_fetch_errors_total", "Fetch requests that failed.", m_fetch_errors_.load());
   counter("sluice_deleted_shard_dirs_total", "Shard incarnation directories deleted on the control plane's word.",
           m_deleted_dirs_.load());
+  LatencyHistogram::family(w, "sluice_publish_seconds",
+                           "Publish requests from arrival at this broker to the answer, successes only, by ack mode "
+                           "(forwarded ones included: the time covers the leader's work).");
+  for (AckMode a : {AckMode::none, AckMode::leader, AckMode::quorum})
+    m_publish_seconds_[static_cast<std::size_t>(a)].render(w, "sluice_publish_seconds",
+                                                           {{"ack", std::string(to_string(a))}});
   {
     std::lock_guard lk(applied_mu_);
     w.single("sluice_catalog_applied_seq", "Highest catalog change applied by this node.", MetricType::gauge,

@@ -31,6 +31,7 @@
 #include <string>
 
 #include "peer_directory.h"
+#include "peer_wire.h"
 #include "sluice/host.h"
 #include "sluice/transport.h"
 
@@ -39,44 +40,7 @@ namespace sluice::core {
 // The core's own message types (kPeerCoreTypesFirst..Last).
 inline constexpr PeerMessageType kPeerPing = 0x0001;  // answered "pong" by the core
 
-// The frame codec, exposed for tests and the probe.
-namespace peerwire {
-inline constexpr std::uint8_t kMagic = 0xC5;
-inline constexpr std::uint8_t kVersion = 1;
-inline constexpr std::uint8_t kFlagResponse = 0x1;
-inline constexpr std::uint8_t kFlagError = 0x2;
-inline constexpr std::size_t kHeaderBytes = 16;
-inline constexpr PeerMessageType kHelloType = 0;
-inline constexpr char kHelloMagic[] = "SLUICEPT";
-inline constexpr std::uint16_t kHelloVersion = 1;
-
-struct Header {
-  std::uint8_t flags = 0;
-  PeerMessageType type = 0;
-  std::uint64_t request_id = 0;
-  std::uint32_t payload_len = 0;
-};
-struct Hello {
-  NodeId node;
-  std::string cluster_id;
-  std::string directory_id;
-};
-
-// A frame to send: its header, and its payload as its own buffer (sent with one gathered
-// write, so a payload is never copied into a frame).
-struct OutFrame {
-  std::array<unsigned char, kHeaderBytes> header{};
-  std::string payload;
-};
-OutFrame make_frame(const Header& h, std::string payload);            // sets payload_len
-std::string encode_frame(const Header& h, std::string_view payload);  // the same, as one string
-// Checks magic, version, flags and length; invalid_argument naming what is wrong.
-Result<Header> decode_header(const unsigned char* p);
-std::string encode_hello(const Hello& h);
-Result<Hello> decode_hello(std::string_view payload);
-std::string encode_error(const Error& e);
-Error decode_error(std::string_view payload);
-}  // namespace peerwire
+// The frame codec (peerwire::) is in peer_wire.h.
 
 struct PeerTransportOptions {
   NodeId self;

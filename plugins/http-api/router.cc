@@ -13,6 +13,7 @@
 #include "handlers.h"
 #include "path.h"
 #include "problem.h"
+#include "routes.h"
 #include "subscribe.h"
 #include "sluice/catalog_rules.h"
 #include "sluice/names.h"
@@ -21,130 +22,12 @@ namespace sluice::http_api {
 
 namespace json = boost::json;
 
-// ---- JSON body helpers (declared in handlers.h) ----
-
-Result<void> parse_json_object(std::string_view body, json::value& out) {
-  boost::system::error_code ec;
-  // Same storage as `out`, so the assignment moves instead of copying out of the arena.
-  out = json::parse(body, ec, out.storage());
-  if (ec) return Error(Errc::malformed_body, "request body is not valid JSON: " + ec.message());
-  if (!out.is_object()) return Error(Errc::invalid_argument, "request body must be a JSON object");
-  return {};
-}
-
-Result<void> check_fields(const json::object& o, std::initializer_list<std::string_view> allowed,
-                          std::string_view where) {
-  for (auto& kv : o) {
-    const std::string_view k(kv.key().data(), kv.key().size());
-    if (std::find(allowed.begin(), allowed.end(), k) == allowed.end()) {
-      std::string shown = valid_utf8(k) ? std::string(k) : "(non-UTF-8 name)";
-      return Error(Errc::unknown_field,
-                   "unknown field \"" + std::string(where) + shown + "\"");
-    }
-  }
-  return {};
-}
-
-std::string media_type(std::string_view ct) {
-  if (auto semi = ct.find(';'); semi != std::string_view::npos) ct = ct.substr(0, semi);
-  while (!ct.empty() && (ct.front() == ' ' || ct.front() == '\t')) ct.remove_prefix(1);
-  while (!ct.empty() && (ct.back() == ' ' || ct.back() == '\t')) ct.remove_suffix(1);
-  std::string out(ct);
-  for (auto& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
 HttpResponse with_leader(HttpResponse r, Node& node, const StreamKey& key, ShardIndex shard) {
   if (auto a = node.leader_address(key, shard); !a.empty()) r.headers.emplace_back("Sluice-Leader", std::move(a));
   return r;
 }
 
 namespace {
-
-enum class Route {
-  healthz, readyz, metrics, cluster, tenants, tenant, namespaces, namespace_, streams, stream,
-  records, shards, shard_records, shard_subscribe, shard_leader, shard_elect, shard_reassign, fleet, groups, openapi,
-  members, caches
-};
-
-struct RouteDef {
-  Route route;
-  std::string_view label;  // route template, for metrics
-  std::string_view allow;  // "GET, POST"
-};
-
-std::optional<RouteDef> match(const std::vector<std::string>& s) {
-  const std::size_t n = s.size();
-  if (n == 1 && s[0] == "healthz") return RouteDef{Route::healthz, "/healthz", "GET"};
-  if (n == 1 && s[0] == "readyz") return RouteDef{Route::readyz, "/readyz", "GET"};
-  if (n == 1 && s[0] == "metrics") return RouteDef{Route::metrics, "/metrics", "GET"};
-  if (n == 1 && s[0] == "openapi.yaml") return RouteDef{Route::openapi, "/openapi.yaml", "GET"};
-  if (n < 2 || s[0] != "v1") return std::nullopt;
-  if (n == 2 && s[1] == "cluster") return RouteDef{Route::cluster, "/v1/cluster", "GET"};
-  if (n == 2 && s[1] == "features") return RouteDef{Route::fleet, "/v1/features", "GET"};
-  if (n == 4 && s[1] == "features" && s[3] == "finalize")
-    return RouteDef{Route::fleet, "/v1/features/{f}/finalize", "POST"};
-  if (n == 2 && s[1] == "brokers") return RouteDef{Route::fleet, "/v1/brokers", "GET"};
-  if (n == 4 && s[1] == "brokers" && s[3] == "drain")
-    return RouteDef{Route::fleet, "/v1/brokers/{id}/drain", "POST"};
-  if (n == 2 && s[1] == "tombstones") return RouteDef{Route::fleet, "/v1/tombstones", "GET"};
-  if (n == 3 && s[1] == "metadata" && s[2] == "members")
-    return RouteDef{Route::members, "/v1/metadata/members", "GET, POST"};
-  if (n == 4 && s[1] == "metadata" && s[2] == "members")
-    return RouteDef{Route::members, "/v1/metadata/members/{id}", "DELETE"};
-  if (s[1] != "tenants") return std::nullopt;
-  if (n == 2) return RouteDef{Route::tenants, "/v1/tenants", "GET, POST"};
-  if (n == 3) return RouteDef{Route::tenant, "/v1/tenants/{t}", "GET, DELETE"};
-  if (s[3] != "namespaces") return std::nullopt;
-  if (n == 4) return RouteDef{Route::namespaces, "/v1/tenants/{t}/namespaces", "GET, POST"};
-  if (n == 5) return RouteDef{Route::namespace_, "{ns}", "GET, DELETE"};
-  if (n == 6 && s[5] == "caches") return RouteDef{Route::caches, "{ns}/caches", "GET, POST"};
-  if (n == 7 && s[5] == "caches") return RouteDef{Route::caches, "{ns}/caches/{c}", "GET, DELETE"};
-  if (s[5] != "streams") return std::nullopt;
-  if (n == 6) return RouteDef{Route::streams, "{ns}/streams", "GET, POST"};
-  if (n == 7) return RouteDef{Route::stream, "{ns}/streams/{s}", "GET, DELETE"};
-  if (n == 8 && s[7] == "records") return RouteDef{Route::records, "{ns}/streams/{s}/records", "POST"};
-  if (n == 8 && s[7] == "shards") return RouteDef{Route::shards, "{ns}/streams/{s}/shards", "GET"};
-  if (n == 10 && s[7] == "shards" && s[9] == "records")
-    return RouteDef{Route::shard_records, "{ns}/streams/{s}/shards/{n}/records", "GET"};
-  if (n == 10 && s[7] == "shards" && s[9] == "subscribe")
-    return RouteDef{Route::shard_subscribe, "{ns}/streams/{s}/shards/{n}/subscribe", "GET"};
-  if (n == 10 && s[7] == "shards" && s[9] == "leader")
-    return RouteDef{Route::shard_leader, "{ns}/streams/{s}/shards/{n}/leader", "POST"};
-  if (n == 10 && s[7] == "shards" && s[9] == "elect")
-    return RouteDef{Route::shard_elect, "{ns}/streams/{s}/shards/{n}/elect", "POST"};
-  if (n == 10 && s[7] == "shards" && s[9] == "reassign")
-    return RouteDef{Route::shard_reassign, "{ns}/streams/{s}/shards/{n}/reassign", "POST"};
-  if (s[7] != "groups") return std::nullopt;
-  if (n == 8) return RouteDef{Route::groups, "{ns}/streams/{s}/groups", "GET"};
-  if (n == 9) return RouteDef{Route::groups, "{ns}/streams/{s}/groups/{g}", "GET"};
-  if (n < 12 || s[9] != "shards") return std::nullopt;
-  if (n == 12 && s[11] == "records")
-    return RouteDef{Route::groups, "{ns}/streams/{s}/groups/{g}/shards/{n}/records", "GET"};
-  if (n == 12 && s[11] == "subscribe")
-    return RouteDef{Route::groups, "{ns}/streams/{s}/groups/{g}/shards/{n}/subscribe", "GET"};
-  if (n == 12 && s[11] == "ack")
-    return RouteDef{Route::groups, "{ns}/streams/{s}/groups/{g}/shards/{n}/ack", "POST"};
-  if (n == 12 && s[11] == "nack")
-    return RouteDef{Route::groups, "{ns}/streams/{s}/groups/{g}/shards/{n}/nack", "POST"};
-  if (n == 12 && s[11] == "dead-letters")
-    return RouteDef{Route::groups, "{ns}/streams/{s}/groups/{g}/shards/{n}/dead-letters", "GET"};
-  if (n == 13 && s[11] == "dead-letters" && s[12] == "replay")
-    return RouteDef{Route::groups, "{ns}/streams/{s}/groups/{g}/shards/{n}/dead-letters/replay", "POST"};
-  return std::nullopt;
-}
-
-bool method_allowed(std::string_view allow, std::string_view method) {
-  while (!allow.empty()) {
-    auto comma = allow.find(',');
-    auto m = allow.substr(0, comma);
-    while (!m.empty() && m.front() == ' ') m.remove_prefix(1);
-    if (m == method) return true;
-    if (comma == std::string_view::npos) break;
-    allow.remove_prefix(comma + 1);
-  }
-  return false;
-}
 
 HttpResponse empty_response(int status) {
   HttpResponse r;
@@ -344,7 +227,7 @@ void Router::dispatch(const std::shared_ptr<Exchange>& ex) {
     return;
   }
   const auto& seg = target->segments;
-  auto def = match(seg);
+  auto def = match_route(seg);
   if (!def) {
     ex->respond(problem(Error(Errc::not_found, "no such route")));
     return;

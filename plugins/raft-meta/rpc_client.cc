@@ -113,9 +113,7 @@ Result<std::string> RemoteMetadataStore::call_on(Conn& c, const std::string& met
   }
   if (cid.empty() && method != "hello")
     return Error(Errc::unavailable, "not connected to a controller yet (start() first)");
-  json::object req{{"cluster_id", cid}, {"method", method}, {"params", json::parse(params_json)}};
-  if (cfg_.forwarded) req["forwarded"] = true;
-  const std::string body = json::serialize(req);
+  const std::string body = encode_request(Request{cid, method, json::parse(params_json), cfg_.forwarded});
   std::string why;
   // One retry on a fresh connection: the old one may have been closed by the controller.
   // A request that changes the catalog and is not idempotent is re-sent only if it never
@@ -144,22 +142,10 @@ Result<std::string> RemoteMetadataStore::call_on(Conn& c, const std::string& met
                    Outcome::uncertain);
     }
     ready_ = true;
-    boost::system::error_code ec;
-    json::value v = json::parse(resp, ec);
-    if (ec || !v.is_object()) {
-      c.close();
-      return Error(Errc::internal, "controller sent a malformed response");
-    }
-    auto& o = v.as_object();
-    try {
-      if (o.at("ok").as_bool()) return json::serialize(o.at("result"));
-      Error e = error_from(o.at("error"));
-      if (e.code == Errc::cluster_id_mismatch) c.close();
-      return e;
-    } catch (const std::exception& ex) {
-      c.close();
-      return Error(Errc::internal, std::string("controller response: ") + ex.what());
-    }
+    bool malformed = false;
+    auto answer = decode_response(resp, &malformed);
+    if (malformed || (!answer && answer.error().code == Errc::cluster_id_mismatch)) c.close();
+    return answer;
   }
   ready_ = false;
   {

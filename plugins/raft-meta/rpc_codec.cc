@@ -54,6 +54,64 @@ Error error_from(const json::value& v) {
   return Error(c, s(o, "message"), oc);
 }
 
+std::array<unsigned char, 4> encode_frame_header(std::uint32_t n) {
+  std::array<unsigned char, 4> h{};
+  for (int k = 0; k < 4; ++k) h[k] = static_cast<unsigned char>(n >> (8 * k));
+  return h;
+}
+
+std::optional<std::uint32_t> decode_frame_header(const unsigned char* h, std::string* why) {
+  std::uint32_t n = 0;
+  for (int k = 0; k < 4; ++k) n |= static_cast<std::uint32_t>(h[k]) << (8 * k);
+  if (n > kMaxFrame) {
+    if (why) *why = "oversized frame (" + std::to_string(n) + " bytes, max " + std::to_string(kMaxFrame) + ")";
+    return std::nullopt;
+  }
+  return n;
+}
+
+std::string encode_request(const Request& r) {
+  json::object o{{"cluster_id", r.cluster_id}, {"method", r.method}, {"params", r.params}};
+  if (r.forwarded) o["forwarded"] = true;
+  return json::serialize(o);
+}
+
+Result<Request> decode_request(std::string_view body) {
+  boost::system::error_code ec;
+  json::value v = json::parse(body, ec);
+  if (ec || !v.is_object()) return Error(Errc::malformed_body, "request is not a JSON object");
+  auto& o = v.as_object();
+  Request r;
+  for (auto [k, out] : {std::pair{"method", &r.method}, std::pair{"cluster_id", &r.cluster_id}}) {
+    const auto* f = o.if_contains(k);
+    if (!f || !f->is_string())
+      return Error(Errc::malformed_body, std::string("malformed request: field \"") + k + "\" must be a string");
+    *out = std::string(f->get_string());
+  }
+  if (auto* p = o.if_contains("params")) r.params = std::move(*p);
+  // Only `true` counts: anything else is a request as the client wrote it.
+  if (auto* f = o.if_contains("forwarded"); f && f->is_bool() && f->as_bool()) r.forwarded = true;
+  return r;
+}
+
+Result<std::string> decode_response(std::string_view body, bool* malformed) {
+  *malformed = false;
+  boost::system::error_code ec;
+  json::value v = json::parse(body, ec);
+  if (ec || !v.is_object()) {
+    *malformed = true;
+    return Error(Errc::internal, "controller sent a malformed response");
+  }
+  auto& o = v.as_object();
+  try {
+    if (o.at("ok").as_bool()) return json::serialize(o.at("result"));
+    return error_from(o.at("error"));
+  } catch (const std::exception& ex) {
+    *malformed = true;
+    return Error(Errc::internal, std::string("controller response: ") + ex.what());
+  }
+}
+
 namespace {
 bool write_all(int fd, const char* p, std::size_t n, std::string* why) {
   while (n > 0) {
@@ -90,24 +148,18 @@ bool write_frame(int fd, const std::string& body, std::string* why) {
     if (why) *why = "frame too large";
     return false;
   }
-  unsigned char h[4];
-  auto n = static_cast<std::uint32_t>(body.size());
-  for (int k = 0; k < 4; ++k) h[k] = static_cast<unsigned char>(n >> (8 * k));
-  return write_all(fd, reinterpret_cast<const char*>(h), 4, why) &&
+  const auto h = encode_frame_header(static_cast<std::uint32_t>(body.size()));
+  return write_all(fd, reinterpret_cast<const char*>(h.data()), 4, why) &&
          write_all(fd, body.data(), body.size(), why);
 }
 
 bool read_frame(int fd, std::string& out, std::string* why) {
   unsigned char h[4];
   if (!read_all(fd, reinterpret_cast<char*>(h), 4, why, true)) return false;
-  std::uint32_t n = 0;
-  for (int k = 0; k < 4; ++k) n |= static_cast<std::uint32_t>(h[k]) << (8 * k);
-  if (n > kMaxFrame) {
-    if (why) *why = "oversized frame (" + std::to_string(n) + " bytes, max " + std::to_string(kMaxFrame) + ")";
-    return false;
-  }
-  out.resize(n);
-  if (!read_all(fd, out.data(), n, why, false)) {
+  const auto n = decode_frame_header(h, why);
+  if (!n) return false;
+  out.resize(*n);
+  if (!read_all(fd, out.data(), *n, why, false)) {
     if (why && *why == "closed") *why = "truncated frame";
     return false;
   }

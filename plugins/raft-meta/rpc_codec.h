@@ -4,9 +4,12 @@
 // Thread-safety: pure functions.
 #pragma once
 
+#include <array>
 #include <boost/json.hpp>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "sluice/catalog_json.h"
 #include "sluice/metadata.h"
@@ -50,6 +53,26 @@ inline MembersView members_from(const boost::json::value& v) { return boost::jso
 inline JoinRequest join_from(const boost::json::value& v) { return boost::json::value_to<JoinRequest>(v); }
 MetadataStatus status_from(const boost::json::value&);
 Error error_from(const boost::json::value&);
+
+// The frame header, pure (read_frame and write_frame use these; so does the fuzz target in
+// tests/fuzz/). encode: 4 bytes, the body length little-endian. decode: the length `h`
+// (4 bytes) announces, or nullopt with `why` when it is above kMaxFrame.
+std::array<unsigned char, 4> encode_frame_header(std::uint32_t body_len);
+std::optional<std::uint32_t> decode_frame_header(const unsigned char* h, std::string* why);
+
+// A request's envelope (rpc.h): {"cluster_id", "method", "params"?, "forwarded"?}.
+struct Request {
+  std::string cluster_id;
+  std::string method;
+  boost::json::value params = boost::json::object{};  // {} when absent; not checked here
+  bool forwarded = false;
+};
+std::string encode_request(const Request& r);
+// malformed_body when `body` is not a JSON object or lacks the string fields.
+Result<Request> decode_request(std::string_view body);
+// A response: {"ok": true, "result": ...} -> the result, serialized; {"ok": false, "error":
+// {...}} -> that error. Anything else sets `*malformed` and answers internal.
+Result<std::string> decode_response(std::string_view body, bool* malformed);
 
 // Frame I/O on a blocking socket. false: closed, error or timeout; `why` says which.
 bool write_frame(int fd, const std::string& json, std::string* why);

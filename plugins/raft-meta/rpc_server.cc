@@ -161,19 +161,16 @@ void RpcServer::serve(int fd) {
 }
 
 std::string RpcServer::handle(const std::string& request, bool& close_after) {
-  boost::system::error_code ec;
-  json::value v = json::parse(request, ec);
-  if (ec || !v.is_object()) {
+  auto req = decode_request(request);
+  if (!req) {
     close_after = true;
-    host_.log(LogLevel::warn, kComponent, "closing connection: request is not a JSON object");
-    return error_response(Error(Errc::malformed_body, "request is not a JSON object"));
+    host_.log(LogLevel::warn, kComponent, "closing connection: " + req.error().message);
+    return error_response(req.error());
   }
   try {
-    auto& o = v.as_object();
-    std::string method(o.at("method").as_string());
-    std::string cid(o.at("cluster_id").as_string());
-    const json::value empty = json::object{};
-    const json::value& p = o.contains("params") ? o.at("params") : empty;
+    const std::string& method = req->method;
+    const std::string& cid = req->cluster_id;
+    const json::value& p = req->params;
     const std::string mine = host_.cluster_id();
     if (method == "hello" && cid.empty()) return ok_response(json::object{{"cluster_id", mine}});
     if (cid != mine) {
@@ -187,7 +184,7 @@ std::string RpcServer::handle(const std::string& request, bool& close_after) {
     auto& po = p.as_object();
     // A request a member forwarded is answered here, never forwarded again.
     std::optional<RaftMetaStore::NoForward> no_forward;
-    if (auto* f = o.if_contains("forwarded"); f && f->is_bool() && f->as_bool()) no_forward.emplace();
+    if (req->forwarded) no_forward.emplace();
     auto str = [&](const char* k) { return std::string(po.at(k).as_string()); };
     auto node = [&] { return NodeId{po.at("id").to_number<std::uint32_t>()}; };
     if (method == "hello") return ok_response(json::object{{"cluster_id", mine}});

@@ -1,5 +1,6 @@
 // sluice-catalog-bench --tombstones N (catalog_bench_node.h).
 #include "catalog_bench_node.h"
+#include "bench_process.h"
 
 #include <Poco/Net/HTTPClientSession.h>
 #include <Poco/Net/HTTPRequest.h>
@@ -29,24 +30,13 @@ namespace sluice::bench {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
+using sluice_bench::free_port;
+
 namespace {
 
 constexpr double kPairsTarget = 500;             // pairs/s with 16 clients (issue 12)
 constexpr double kTombstoneStartTarget = 1.0;    // s for 100,000 tombstones (issue 12)
 constexpr long kTombstoneTargetCount = 100000;
-
-int free_port() {
-  int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
-  const int p = ntohs(a.sin_port);
-  ::close(s);
-  return p;
-}
 
 double pct(std::vector<double> v, double p) {
   if (v.empty()) return 0;
@@ -57,19 +47,7 @@ double pct(std::vector<double> v, double p) {
 
 int call(Poco::Net::HTTPClientSession& s, const std::string& method, const std::string& path,
          const std::string& body, std::string* out = nullptr) {
-  Poco::Net::HTTPRequest req(method, path, Poco::Net::HTTPMessage::HTTP_1_1);
-  req.setKeepAlive(true);
-  if (!body.empty()) {
-    req.setContentType("application/json");
-    req.setContentLength(static_cast<std::streamsize>(body.size()));
-  }
-  s.sendRequest(req).write(body.data(), static_cast<std::streamsize>(body.size()));
-  Poco::Net::HTTPResponse res;
-  std::istream& is = s.receiveResponse(res);
-  std::ostringstream ss;
-  ss << is.rdbuf();
-  if (out) *out = ss.str();
-  return res.getStatus();
+  return sluice_bench::call(s, method, path, body, "application/json", out);
 }
 
 // One request on a fresh connection; 0 when it could not be made.

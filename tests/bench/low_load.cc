@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "bench_measure.h"
+#include "bench_process.h"
 
 namespace sluice_bench {
 namespace {
@@ -68,18 +69,7 @@ LowLoadResult run_low_load(int port, const std::string& path, const std::string&
       int status = 0;
       std::string out;
       try {
-        Poco::Net::HTTPRequest req(Poco::Net::HTTPRequest::HTTP_POST, path,
-                                   Poco::Net::HTTPMessage::HTTP_1_1);
-        req.setKeepAlive(true);
-        req.setContentType(media);
-        req.setContentLength(static_cast<std::streamsize>(body.size()));
-        s.sendRequest(req).write(body.data(), static_cast<std::streamsize>(body.size()));
-        Poco::Net::HTTPResponse res;
-        std::istream& is = s.receiveResponse(res);
-        std::ostringstream ss;
-        ss << is.rdbuf();
-        out = ss.str();
-        status = res.getStatus();
+        status = call(s, "POST", path, body, media, &out);
       } catch (const std::exception& e) {
         out = e.what();
         s.reset();

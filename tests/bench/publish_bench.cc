@@ -17,7 +17,9 @@
 //      controller, brokers 2..N join it as broker-only nodes, metadata.controllers), a
 //      stream with replication factor R, ack quorum, each connection publishing to the
 //      LEADER of its shard (GET .../shards, GET /v1/brokers);
-//   4. both figures and the ratio replicated / single.
+//   4. the two loads alternate in --rounds slices (both sets of processes stay up), so
+//      drift of the disk or the machine hits both sides;
+//   5. each round's figures and ratio, then both totals and the ratio replicated / single.
 // Both loads have the same shape: connection c publishes to shard c % shards, every
 // request one key that hashes to that shard (binary records carry no explicit shard).
 // Design goals: at 1 KiB records, at least half the disk's fdatasync bandwidth (issue 2);
@@ -51,33 +53,16 @@
 #include <vector>
 
 #include "bench_measure.h"
+#include "bench_process.h"
+#include "publish_bench.h"
 #include "json_phase.h"
 #include "low_load.h"
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
+using namespace sluice_bench;
 
 namespace {
-
-struct Options {
-  std::string url;
-  std::string sluiced;
-  int connections = 8;
-  int seconds = 10;
-  int record_bytes = 1024;
-  int batch_records = 64;
-  int shards = 4;
-  int chunk = 0;  // disk reference chunk; default = one request's payload
-  std::string dir;
-  std::string ack = "leader";
-  bool idempotence = true;
-  bool fetch = true;  // the publish + tail-fetch phase
-  bool json = true;   // the keyless load again, as JSON publishes
-  int brokers = 0;  // 0: the single-node run above; N >= 1: the issue-10 comparison
-  int replication_factor = 1;
-  int failover_kills = 0;         // --failover: kills of the shard leader (issue 11)
-  int session_timeout_ms = 3000;  // --session-timeout-ms, for --failover
-};
 
 void usage() {
   std::puts(R"(Usage: sluice-bench [options]
@@ -105,6 +90,10 @@ void usage() {
                       prints both and the ratio replicated / single. Replaces the
                       keyless/JSON/keyed/idempotent phases (ignores --ack, --url)
   --replication-factor R   replication factor of the replicated stream (default: N)
+  --rounds N          the replicated run alternates its two loads (one broker, N brokers)
+                      in N slices of --seconds/N each (default 5), so that the disk's and
+                      the machine's drift hits both sides of the ratio; prints each
+                      round's figures and ratio, then the totals
   --failover [N]      failover time (issue 11) instead of throughput: one controller and
                       three brokers of its own, a stream with replication factor 3; N times
                       (default 20) SIGKILL the shard's leader and time the kill to the
@@ -118,139 +107,6 @@ void usage() {
 Everything it starts is stopped at the end, also on failure or Ctrl-C (SIGTERM, then
 SIGKILL after 20 s; 10 s on a signal). Progress goes to stderr, figures to stdout.
 )");
-}
-
-int free_port() {
-  int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
-  int p = ntohs(a.sin_port);
-  ::close(s);
-  return p;
-}
-
-// Every process this program started; stopped at the end, on failure and on SIGINT/SIGTERM.
-constexpr int kMaxChildren = 64;
-pid_t g_children[kMaxChildren];
-std::atomic<int> g_nchildren{0};
-
-void progress(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-void progress(const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  std::fputs("sluice-bench: ", stderr);
-  std::vfprintf(stderr, fmt, ap);
-  std::fputc('\n', stderr);
-  va_end(ap);
-}
-
-// SIGTERM to every live child, SIGKILL to those still there after timeout_s; reaps all.
-void stop_children(int timeout_s = 20) {
-  const int n = g_nchildren.load();
-  std::vector<pid_t> alive;
-  for (int i = 0; i < n; ++i)
-    if (g_children[i] > 0) alive.push_back(g_children[i]);
-  for (pid_t p : alive) ::kill(p, SIGTERM);
-  const auto deadline = Clock::now() + std::chrono::seconds(timeout_s);
-  while (!alive.empty() && Clock::now() < deadline) {
-    std::erase_if(alive, [](pid_t p) { return ::waitpid(p, nullptr, WNOHANG) != 0; });
-    if (!alive.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  for (pid_t p : alive) {
-    progress("pid %d ignored SIGTERM for %d s: SIGKILL", static_cast<int>(p), timeout_s);
-    ::kill(p, SIGKILL);
-    ::waitpid(p, nullptr, 0);
-  }
-  for (int i = 0; i < n; ++i) g_children[i] = 0;
-}
-
-// Stops one child (SIGTERM, SIGKILL after timeout_s) and forgets it.
-void stop_child(pid_t pid, int timeout_s = 20) {
-  ::kill(pid, SIGTERM);
-  const auto deadline = Clock::now() + std::chrono::seconds(timeout_s);
-  while (::waitpid(pid, nullptr, WNOHANG) == 0) {
-    if (Clock::now() > deadline) {
-      progress("pid %d ignored SIGTERM for %d s: SIGKILL", static_cast<int>(pid), timeout_s);
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, nullptr, 0);
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  for (int i = 0; i < g_nchildren.load(); ++i)
-    if (g_children[i] == pid) g_children[i] = 0;
-}
-
-[[noreturn]] void fail(const std::string& msg) {
-  progress("FAILED: %s", msg.c_str());
-  stop_children();
-  std::exit(1);
-}
-
-// Ctrl-C / SIGTERM: SIGTERM to every child, SIGKILL to those left after 10 s (only
-// async-signal-safe calls: kill, waitpid, nanosleep).
-extern "C" void on_signal(int) {
-  const int n = g_nchildren.load();
-  for (int i = 0; i < n; ++i)
-    if (g_children[i] > 0) ::kill(g_children[i], SIGTERM);
-  for (int round = 0; round < 200; ++round) {
-    bool left = false;
-    for (int i = 0; i < n; ++i)
-      if (g_children[i] > 0) {
-        if (::waitpid(g_children[i], nullptr, WNOHANG) != 0) g_children[i] = 0;
-        else left = true;
-      }
-    if (!left) _exit(130);
-    timespec ts{0, 50 * 1000 * 1000};
-    ::nanosleep(&ts, nullptr);
-  }
-  for (int i = 0; i < n; ++i)
-    if (g_children[i] > 0) ::kill(g_children[i], SIGKILL);
-  _exit(130);
-}
-
-// --node-set KEY=VALUE: given to every sluiced this program starts, after its own settings.
-std::vector<std::string> g_node_settings;
-
-// Starts sluiced with --set key=value for each setting, output to log.
-pid_t spawn_sluiced(const std::string& sluiced, const std::string& log,
-                    const std::vector<std::string>& settings) {
-  if (g_nchildren.load() >= kMaxChildren) fail("too many processes");
-  std::vector<std::string> args{"sluiced"};
-  auto add = [&](const std::vector<std::string>& list) {
-    for (const auto& kv : list) {
-      args.push_back("--set");
-      args.push_back(kv);
-    }
-  };
-  add(settings);
-  add(g_node_settings);
-  pid_t pid = fork();
-  if (pid < 0) fail("fork failed");
-  if (pid == 0) {
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the benchmark
-    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    execv(sluiced.c_str(), argv.data());
-    _exit(127);
-  }
-  g_children[g_nchildren.fetch_add(1)] = pid;
-  return pid;
-}
-
-double percentile(std::vector<double>& v, double p) {
-  if (v.empty()) return 0;
-  std::size_t i = std::min(v.size() - 1, static_cast<std::size_t>(p * v.size()));
-  std::nth_element(v.begin(), v.begin() + i, v.end());
-  return v[i];
 }
 
 // Sequential chunk writes, each followed by fdatasync: the bandwidth a durable log gets.
@@ -291,200 +147,7 @@ HttpTarget parse_url(const std::string& url) {
   return {rest.substr(0, colon), std::stoi(rest.substr(colon + 1))};
 }
 
-int call(Poco::Net::HTTPClientSession& s, const std::string& method, const std::string& path,
-         const std::string& body, const std::string& ctype, std::string* out = nullptr) {
-  Poco::Net::HTTPRequest req(method, path, Poco::Net::HTTPMessage::HTTP_1_1);
-  req.setKeepAlive(true);
-  req.setContentType(ctype);
-  req.setContentLength(static_cast<std::streamsize>(body.size()));
-  s.sendRequest(req).write(body.data(), static_cast<std::streamsize>(body.size()));
-  Poco::Net::HTTPResponse res;
-  std::istream& is = s.receiveResponse(res);
-  std::ostringstream ss;
-  ss << is.rdbuf();
-  if (out) *out = ss.str();
-  return res.getStatus();
-}
-
-// One request on a fresh connection; 0 when it could not be made (refused, timed out).
-int http(int port, const std::string& method, const std::string& path, const std::string& body = "",
-         std::string* out = nullptr) {
-  try {
-    Poco::Net::HTTPClientSession s("127.0.0.1", port);
-    s.setTimeout(Poco::Timespan(30, 0));
-    return call(s, method, path, body, "application/json", out);
-  } catch (...) {
-    return 0;
-  }
-}
-
-// Every integer value of "key": in a JSON text, in order (enough for our own answers).
-std::vector<long long> ints_of(const std::string& j, const std::string& key) {
-  std::vector<long long> v;
-  const std::string pat = "\"" + key + "\":";
-  for (auto at = j.find(pat); at != std::string::npos; at = j.find(pat, at + 1))
-    v.push_back(std::atoll(j.c_str() + at + pat.size()));
-  return v;
-}
-std::vector<std::string> strings_of(const std::string& j, const std::string& key) {
-  std::vector<std::string> v;
-  const std::string pat = "\"" + key + "\":\"";
-  for (auto at = j.find(pat); at != std::string::npos; at = j.find(pat, at + 1)) {
-    const auto b = at + pat.size();
-    v.push_back(j.substr(b, j.find('"', b) - b));
-  }
-  return v;
-}
-
-// FNV-1a 64, as sdk/include/sluice/hash.h (the key partitioner: fnv1a64(key) % shards).
-std::uint64_t fnv1a64(std::string_view s) {
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
-std::string key_for_shard(int conn, int shard, int shards) {
-  for (int j = 0;; ++j) {
-    std::string k = "producer-" + std::to_string(conn) + "-" + std::to_string(j);
-    if (static_cast<int>(fnv1a64(k) % static_cast<std::uint64_t>(shards)) == shard) return k;
-  }
-}
-
-// Polls GET /readyz until 200; fails if the process exits or after timeout_s.
-void wait_ready(const char* name, pid_t pid, int port, const std::string& log, int timeout_s) {
-  const auto deadline = Clock::now() + std::chrono::seconds(timeout_s);
-  for (;;) {
-    if (http(port, "GET", "/readyz") == 200) return;
-    int status = 0;
-    if (::waitpid(pid, &status, WNOHANG) == pid) {
-      for (int i = 0; i < g_nchildren.load(); ++i)
-        if (g_children[i] == pid) g_children[i] = 0;
-      fail(std::string(name) + " exited (status " + std::to_string(status) + "); log: " + log);
-    }
-    if (Clock::now() > deadline)
-      fail(std::string(name) + " not ready after " + std::to_string(timeout_s) + " s; log: " + log);
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-}
-
 }  // namespace
-
-// --failover: kill the leader of a replication-factor-3 shard N times; each time, the time
-// from the SIGKILL to the first publish acknowledged with ack=quorum.
-int run_failover(const Options& o) {
-  struct B {
-    int id, http, peer;
-    std::string dir;
-    pid_t pid = -1;
-    int starts = 0;
-  };
-  const std::string base = o.dir + "/failover";
-  std::error_code ec;
-  fs::remove_all(base, ec);
-  fs::create_directories(base + "/controller");
-  const int c_http = free_port(), c_raft = free_port(), c_rpc = free_port();
-  const std::string st = std::to_string(o.session_timeout_ms);
-  progress("failover: starting the controller (node 100, log %s/controller/sluiced.log)", base.c_str());
-  pid_t cpid = spawn_sluiced(o.sluiced, base + "/controller/sluiced.log",
-                             {"node.id=100", "node.roles=controller", "data.dir=" + base + "/controller/data",
-                              "http.port=" + std::to_string(c_http), "raft.address=127.0.0.1:" + std::to_string(c_raft),
-                              "metadata.rpc_address=127.0.0.1:" + std::to_string(c_rpc),
-                              "broker.session_timeout_ms=" + st});
-  wait_ready("controller", cpid, c_http, base + "/controller/sluiced.log", 60);
-  std::vector<B> bs;
-  for (int i = 1; i <= 3; ++i) bs.push_back(B{i, free_port(), free_port(), base + "/broker-" + std::to_string(i)});
-  auto start = [&](B& b) {
-    fs::create_directories(b.dir);
-    const std::string log = b.dir + "/sluiced-" + std::to_string(b.starts++) + ".log";
-    b.pid = spawn_sluiced(o.sluiced, log,
-                          {"node.id=" + std::to_string(b.id), "node.roles=broker", "data.dir=" + b.dir + "/data",
-                           "http.port=" + std::to_string(b.http), "transport.address=127.0.0.1:" + std::to_string(b.peer),
-                           "metadata.controllers=127.0.0.1:" + std::to_string(c_rpc), "http.threads=2",
-                           "broker.session_timeout_ms=" + st, "replication.max_lag_ms=" + st,
-                           "metadata.timeout_ms=15000"});
-    wait_ready(("broker " + std::to_string(b.id)).c_str(), b.pid, b.http, log, 60);
-  };
-  for (auto& b : bs) start(b);
-  http(c_http, "POST", "/v1/tenants", R"({"name":"bench"})");
-  http(c_http, "POST", "/v1/tenants/bench/namespaces", R"({"name":"b"})");
-  const std::string path = "/v1/tenants/bench/namespaces/b/streams/failover";
-  {
-    const auto deadline = Clock::now() + std::chrono::seconds(60);
-    std::string out;
-    while (http(bs[0].http, "POST", "/v1/tenants/bench/namespaces/b/streams",
-                R"({"name":"failover","shards":1,"replication_factor":3,"min_insync":2})", &out) != 201) {
-      if (Clock::now() > deadline) fail("cannot create the stream: " + out);
-      std::this_thread::sleep_for(std::chrono::milliseconds(200));
-    }
-  }
-  const std::string record = R"({"records":[{"value":"x","shard":0}]})";
-  // The shard's state as broker `port` sees it: leader and in-sync size.
-  auto state = [&](int port, long long* leader, std::size_t* in_sync) {
-    std::string out;
-    if (http(port, "GET", path + "/shards", "", &out) != 200) return false;
-    auto l = ints_of(out, "leader");
-    if (l.empty()) return false;
-    *leader = l[0];
-    *in_sync = 0;
-    const auto at = out.find("\"in_sync\":[");
-    if (at == std::string::npos) return false;
-    const auto end = out.find(']', at);
-    for (auto b = out.find("\"broker\"", at); b != std::string::npos && b < end; b = out.find("\"broker\"", b + 1))
-      ++*in_sync;
-    return true;
-  };
-  auto wait_healthy = [&](const char* what) {
-    const auto deadline = Clock::now() + std::chrono::seconds(120);
-    for (;;) {
-      long long leader = 0;
-      std::size_t n = 0;
-      if (state(bs[0].http, &leader, &n) && leader > 0 && n == 3 &&
-          http(bs[leader - 1].http, "POST", path + "/records?ack=quorum", record) == 200)
-        return leader;
-      if (Clock::now() > deadline) fail(std::string("the shard did not become healthy ") + what);
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-  };
-  std::vector<double> times_ms;
-  for (int k = 1; k <= o.failover_kills; ++k) {
-    const long long leader = wait_healthy("before a kill");
-    B& victim = bs[leader - 1];
-    ::kill(victim.pid, SIGKILL);
-    const auto killed = Clock::now();
-    ::waitpid(victim.pid, nullptr, 0);
-    for (int i = 0; i < g_nchildren.load(); ++i)
-      if (g_children[i] == victim.pid) g_children[i] = 0;
-    // Publish through the surviving brokers, in turn, until one is acknowledged.
-    int turn = 0;
-    for (;;) {
-      const B& via = bs[(leader + turn++) % 3];
-      if (via.id != victim.id && http(via.http, "POST", path + "/records?ack=quorum", record) == 200) break;
-      if (Clock::now() - killed > std::chrono::seconds(120)) fail("no quorum publish within 120 s of a kill");
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    const double ms = std::chrono::duration<double, std::milli>(Clock::now() - killed).count();
-    times_ms.push_back(ms);
-    std::printf("  kill %2d/%d: broker %lld killed, first quorum ack after %.0f ms\n", k, o.failover_kills, leader, ms);
-    std::fflush(stdout);
-    start(victim);
-  }
-  wait_healthy("after the last kill");
-  stop_children();
-  fs::remove_all(base, ec);
-  std::vector<double> sorted = times_ms;
-  std::sort(sorted.begin(), sorted.end());
-  std::printf("\nfailover (SIGKILL of the leader to the first ack=quorum publish; %d kills, "
-              "broker.session_timeout_ms %d, controller.interval_ms 500)\n",
-              o.failover_kills, o.session_timeout_ms);
-  std::printf("  p50 %.0f ms   max %.0f ms   min %.0f ms\n", percentile(sorted, 0.5), sorted.back(), sorted.front());
-  std::printf("  p50 / session timeout  %.2f  (a broker is dead session_timeout after its LAST heartbeat, and\n"
-              "                         heartbeats come every 2000 ms: expect between the timeout minus one heartbeat\n"
-              "                         interval and the timeout plus one controller pass and one catalog round trip)\n",
-              percentile(sorted, 0.5) / o.session_timeout_ms);
-  return 0;
-}
 
 int run_restart_bench(int argc, char** argv);  // restart_bench.cc
 
@@ -515,24 +178,28 @@ int main(int argc, char** argv) {
     else if (a == "--no-json") o.json = false;
     else if (a == "--brokers") o.brokers = std::stoi(val());
     else if (a == "--replication-factor") o.replication_factor = std::stoi(val());
+    else if (a == "--rounds") o.rounds = std::stoi(val());
     else if (a == "--failover") {
       o.failover_kills = 20;
       if (i + 1 < argc && argv[i + 1][0] != '-') o.failover_kills = std::stoi(argv[++i]);
     }
     else if (a == "--session-timeout-ms") o.session_timeout_ms = std::stoi(val());
-    else if (a == "--node-set") g_node_settings.push_back(val());
+    else if (a == "--node-set") node_settings().push_back(val());
     else if (a == "-h" || a == "--help") { usage(); return 0; }
     else { usage(); return 2; }
   }
   bool rf_given = false;
   for (int i = 1; i < argc; ++i) rf_given |= std::string(argv[i]) == "--replication-factor";
   if (o.brokers > 0 && !rf_given) o.replication_factor = o.brokers;
+  bool rounds_given = false;
+  for (int i = 1; i < argc; ++i) rounds_given |= std::string(argv[i]) == "--rounds";
+  if (!rounds_given) o.rounds = std::min(o.rounds, o.seconds);
   if (o.brokers < 0 || o.brokers > 16 || o.replication_factor < 1 ||
       (o.brokers > 0 && o.replication_factor > o.brokers) || o.connections < 1 || o.connections > 256 ||
       o.seconds < 1 || o.seconds > 3600 || o.shards < 1 || o.shards > 256 || o.batch_records < 1 ||
-      o.record_bytes < 0) {
+      o.record_bytes < 0 || o.rounds < 1 || (o.brokers > 0 && o.rounds > o.seconds)) {
     std::fprintf(stderr, "sluice-bench: out of range (brokers 1..16, 1 <= replication factor <= brokers, "
-                         "connections 1..256, seconds 1..3600, shards 1..256)\n");
+                         "connections 1..256, seconds 1..3600, shards 1..256, rounds 1..seconds)\n");
     return 2;
   }
   if (o.dir.empty()) {
@@ -611,14 +278,19 @@ int main(int argc, char** argv) {
     http(port, "POST", "/v1/tenants", R"({"name":"bench"})");
     http(port, "POST", "/v1/tenants/bench/namespaces", R"({"name":"b"})");
   };
-  // `pids`: the server processes whose CPU time counts; `fetch_port`/`fetch_stream`: run
-  // tail consumers (one per shard) on that stream during the load.
-  auto run_load = [&](const char* title, const std::vector<Conn>& conns, bool idempotent,
-                      const std::vector<pid_t>& pids = {}, int fetch_port = 0,
-                      const std::string& fetch_stream = "") {
-    std::printf("%s ...\n", title);
-    std::fflush(stdout);
-    progress("%s: %zu connections, %d s", title, conns.size(), o.seconds);
+  // One timed load: `pids` are the server processes whose CPU time counts;
+  // `fetch_port`/`fetch_stream`: run tail consumers (one per shard) on that stream meanwhile.
+  struct Slice {
+    std::uint64_t records = 0, errors = 0, fetched = 0, fetch_errors = 0;
+    double secs = 0, cpu_s = -1;  // cpu_s: server CPU seconds (-1: no pids)
+    bool fetching = false;
+    std::vector<double> lat;  // µs per acknowledged request
+    std::string first_error;
+  };
+  auto run_slice = [&](const char* title, const std::vector<Conn>& conns, bool idempotent,
+                       const std::vector<pid_t>& pids, int seconds, int fetch_port = 0,
+                       const std::string& fetch_stream = "") {
+    progress("%s: %zu connections, %d s", title, conns.size(), seconds);
     std::atomic<bool> stop{false};
     const double cpu0 = pids.empty() ? -1 : sluice_bench::cpu_seconds(pids);
     std::unique_ptr<sluice_bench::TailFetchers> fetchers;
@@ -627,8 +299,7 @@ int main(int argc, char** argv) {
           fetch_port, "/v1/tenants/bench/namespaces/b/streams/" + fetch_stream + "/shards/", o.shards, stop);
     std::atomic<std::uint64_t> records{0}, errors{0};
     std::mutex lat_mu;
-    std::vector<double> lat_all;
-    std::string first_error;
+    Slice r;
     std::vector<std::thread> threads;
     const auto t_start = Clock::now();
     for (std::size_t c = 0; c < conns.size(); ++c) {
@@ -660,16 +331,16 @@ int main(int argc, char** argv) {
           } else {
             if (errors.fetch_add(1, std::memory_order_relaxed) == 0) {
               std::lock_guard lk(lat_mu);
-              first_error = std::to_string(st) + " " + out.substr(0, 300);
+              r.first_error = std::to_string(st) + " " + out.substr(0, 300);
             }
             std::this_thread::sleep_for(std::chrono::milliseconds(10));  // no hot loop on errors
           }
         }
         std::lock_guard lk(lat_mu);
-        lat_all.insert(lat_all.end(), lat.begin(), lat.end());
+        r.lat.insert(r.lat.end(), lat.begin(), lat.end());
       });
     }
-    for (int sec = 1; sec <= o.seconds; ++sec) {
+    for (int sec = 1; sec <= seconds; ++sec) {
       std::this_thread::sleep_for(std::chrono::seconds(1));
       std::printf("      %2d s: %llu records\n", sec, static_cast<unsigned long long>(records.load()));
       std::fflush(stdout);
@@ -677,23 +348,55 @@ int main(int argc, char** argv) {
     stop = true;
     for (auto& t : threads) t.join();
     if (fetchers) fetchers->join();
-    const double secs = std::chrono::duration<double>(Clock::now() - t_start).count();
-    PhaseResult r;
+    r.secs = std::chrono::duration<double>(Clock::now() - t_start).count();
     const double cpu1 = pids.empty() ? -1 : sluice_bench::cpu_seconds(pids);
-    if (cpu0 >= 0 && cpu1 >= 0 && records.load() > 0) r.cpu_us = (cpu1 - cpu0) * 1e6 / records.load();
+    if (cpu0 >= 0 && cpu1 >= 0) r.cpu_s = cpu1 - cpu0;
     if (fetchers) {
-      r.fetch_rps = fetchers->records() / secs;
+      r.fetching = true;
+      r.fetched = fetchers->records();
       r.fetch_errors = fetchers->errors();
     }
-    r.rps = records.load() / secs;
-    r.mbps = r.rps * o.record_bytes / 1e6;
-    r.p50 = percentile(lat_all, 0.50) / 1000;
-    r.p99 = percentile(lat_all, 0.99) / 1000;
-    r.p999 = percentile(lat_all, 0.999) / 1000;
+    r.records = records.load();
     r.errors = errors.load();
+    return r;
+  };
+  // The figures of one or more slices of the same load, taken together.
+  auto summarize = [&](const char* title, const std::vector<Slice>& slices) {
+    PhaseResult r;
+    double secs = 0, cpu_s = 0;
+    bool cpu_known = true, fetching = false;
+    std::uint64_t records = 0, fetched = 0;
+    std::vector<double> lat;
+    std::string first_error;
+    for (const Slice& sl : slices) {
+      secs += sl.secs;
+      records += sl.records;
+      r.errors += sl.errors;
+      cpu_known &= sl.cpu_s >= 0;
+      cpu_s += sl.cpu_s;
+      fetching |= sl.fetching;
+      fetched += sl.fetched;
+      r.fetch_errors += sl.fetch_errors;
+      lat.insert(lat.end(), sl.lat.begin(), sl.lat.end());
+      if (first_error.empty()) first_error = sl.first_error;
+    }
+    if (cpu_known && records > 0) r.cpu_us = cpu_s * 1e6 / records;
+    if (fetching) r.fetch_rps = fetched / secs;
+    r.rps = records / secs;
+    r.mbps = r.rps * o.record_bytes / 1e6;
+    r.p50 = percentile(lat, 0.50) / 1000;
+    r.p99 = percentile(lat, 0.99) / 1000;
+    r.p999 = percentile(lat, 0.999) / 1000;
     if (r.errors) progress("%s: %llu failed requests, the first: %s", title,
                            static_cast<unsigned long long>(r.errors), first_error.c_str());
     return r;
+  };
+  auto run_load = [&](const char* title, const std::vector<Conn>& conns, bool idempotent,
+                      const std::vector<pid_t>& pids = {}, int fetch_port = 0,
+                      const std::string& fetch_stream = "") {
+    std::printf("%s ...\n", title);
+    std::fflush(stdout);
+    return summarize(title, {run_slice(title, conns, idempotent, pids, o.seconds, fetch_port, fetch_stream)});
   };
   auto print = [&](const char* name, const PhaseResult& r) {
     std::printf("  %-22s %9.0f rec/s %7.1f MB/s  p50 %6.2f ms  p99 %6.2f ms  p999 %6.2f ms  failed %llu",
@@ -809,11 +512,14 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  // --- issue 10: one broker with RF 1, then N brokers with RF R ------------------------
+  // --- issue 10: one broker with RF 1 against N brokers with RF R ----------------------
+  // Both sets run side by side; their loads alternate in --rounds slices (after phase 3).
   // Phase 2: the single-broker reference (default roles: its own one-member raft-meta).
-  PhaseResult single;
+  const std::string single_dir = o.dir + "/single";
+  pid_t single_pid = -1;
+  std::vector<Conn> single_conns;
   {
-    const std::string d = o.dir + "/single";
+    const std::string& d = single_dir;
     std::error_code ec;
     fs::remove_all(d, ec);
     fs::create_directories(d);
@@ -827,16 +533,13 @@ int main(int argc, char** argv) {
     wait_ready("sluiced (single)", pid, http_port, d + "/sluiced.log", 60);
     ensure_ns(http_port);
     create_stream(http_port, "single", 1);
-    single = run_load("[2/3] 1 broker, replication factor 1, ack leader",
-                      shard_conns("single", "leader", std::vector<int>(o.shards, http_port)), false, {pid});
-    progress("phase 2: stopping the single broker");
-    stop_child(pid);
-    fs::remove_all(d + "/data", ec);
+    single_pid = pid;
+    single_conns = shard_conns("single", "leader", std::vector<int>(o.shards, http_port));
   }
 
   // Phase 3: N brokers. Metadata: raft-meta, broker 1 its only controller (default roles),
   // brokers 2..N broker-only nodes with metadata.controllers = broker 1's metadata RPC.
-  PhaseResult rep;
+  PhaseResult single, rep;
   {
     const int n = o.brokers;
     struct B {
@@ -949,17 +652,37 @@ int main(int argc, char** argv) {
                               std::to_string(o.replication_factor) + ", ack quorum, to each shard's leader";
     std::vector<pid_t> pids;
     for (const auto& b : bs) pids.push_back(b.pid);
-    rep = run_load(title.c_str(), shard_conns("rep", "quorum", port_of), false, pids);
-    progress("phase 3: stopping %d brokers", n);
-    stop_children();
-    for (auto& b : bs) {
-      std::error_code ec;
-      fs::remove_all(b.dir + "/data", ec);
+    const auto rep_conns = shard_conns("rep", "quorum", port_of);
+    const char* single_title = "[2/3] 1 broker, replication factor 1, ack leader";
+    const int slice = o.seconds / o.rounds;
+    std::vector<Slice> singles, reps;
+    std::vector<std::string> round_lines;
+    for (int r = 1; r <= o.rounds; ++r) {
+      std::printf("round %d/%d: %s ...\n", r, o.rounds, single_title);
+      std::fflush(stdout);
+      singles.push_back(run_slice(single_title, single_conns, false, {single_pid}, slice));
+      std::printf("round %d/%d: %s ...\n", r, o.rounds, title.c_str());
+      std::fflush(stdout);
+      reps.push_back(run_slice(title.c_str(), rep_conns, false, pids, slice));
+      const double a = singles.back().records / singles.back().secs, b = reps.back().records / reps.back().secs;
+      char line[160];
+      std::snprintf(line, sizeof line, "  round %2d: 1 broker %9.0f rec/s, %d brokers %9.0f rec/s, ratio %.2f", r, a,
+                    n, b, a > 0 ? b / a : 0);
+      round_lines.push_back(line);
     }
+    single = summarize(single_title, singles);
+    rep = summarize(title.c_str(), reps);
+    std::printf("\nrounds (%d s of each load per round, alternating)\n", slice);
+    for (const auto& l : round_lines) std::printf("%s\n", l.c_str());
+    progress("stopping the single broker and %d brokers", n);
+    stop_children();
+    std::error_code ec;
+    fs::remove_all(single_dir + "/data", ec);
+    for (auto& b : bs) fs::remove_all(b.dir + "/data", ec);
   }
 
-  std::printf("\nresults (%d-byte records, %d records/request, %d connections, %d shards, %d s each)\n",
-              o.record_bytes, o.batch_records, o.connections, o.shards, o.seconds);
+  std::printf("\nresults (%d-byte records, %d records/request, %d connections, %d shards, %d s each in %d rounds)\n",
+              o.record_bytes, o.batch_records, o.connections, o.shards, (o.seconds / o.rounds) * o.rounds, o.rounds);
   print("1 broker, RF 1, leader", single);
   const std::string name = std::to_string(o.brokers) + " brokers, RF " + std::to_string(o.replication_factor) + ", quorum";
   print(name.c_str(), rep);

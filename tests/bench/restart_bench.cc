@@ -36,8 +36,15 @@
 #include <thread>
 #include <vector>
 
+#include "bench_process.h"
+
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
+
+using sluice_bench::call;
+using sluice_bench::free_port;
+using sluice_bench::http;
+using sluice_bench::progress;
 
 namespace {
 
@@ -53,20 +60,10 @@ struct RestartOptions {
   std::string dir, sluiced;
 };
 
-void say(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-void say(const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  std::fputs("sluice-bench: ", stderr);
-  std::vfprintf(stderr, fmt, ap);
-  std::fputc('\n', stderr);
-  va_end(ap);
-}
-
 pid_t g_child = -1;
 
 [[noreturn]] void die(const std::string& msg) {
-  say("FAILED: %s", msg.c_str());
+  progress("FAILED: %s", msg.c_str());
   if (g_child > 0) {
     ::kill(g_child, SIGKILL);
     ::waitpid(g_child, nullptr, 0);
@@ -77,45 +74,6 @@ pid_t g_child = -1;
 extern "C" void on_restart_signal(int) {
   if (g_child > 0) ::kill(g_child, SIGKILL);
   _exit(130);
-}
-
-int any_port() {
-  int s = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &len);
-  const int p = ntohs(a.sin_port);
-  ::close(s);
-  return p;
-}
-
-int request(Poco::Net::HTTPClientSession& s, const std::string& method, const std::string& path,
-            const std::string& body, const std::string& ctype, std::string* out = nullptr) {
-  Poco::Net::HTTPRequest req(method, path, Poco::Net::HTTPMessage::HTTP_1_1);
-  req.setKeepAlive(true);
-  req.setContentType(ctype);
-  req.setContentLength(static_cast<std::streamsize>(body.size()));
-  s.sendRequest(req).write(body.data(), static_cast<std::streamsize>(body.size()));
-  Poco::Net::HTTPResponse res;
-  std::istream& is = s.receiveResponse(res);
-  std::ostringstream ss;
-  ss << is.rdbuf();
-  if (out) *out = ss.str();
-  return res.getStatus();
-}
-
-int once(int port, const std::string& method, const std::string& path, const std::string& body = "",
-         std::string* out = nullptr) {
-  try {
-    Poco::Net::HTTPClientSession s("127.0.0.1", port);
-    s.setTimeout(Poco::Timespan(30, 0));
-    return request(s, method, path, body, "application/json", out);
-  } catch (...) {
-    return 0;
-  }
 }
 
 struct Node {
@@ -151,7 +109,7 @@ void start(const Node& n) {
 double time_to_ready(const Node& n, int timeout_s) {
   const auto t0 = Clock::now();
   for (;;) {
-    if (once(n.http, "GET", "/readyz") == 200)
+    if (http(n.http, "GET", "/readyz") == 200)
       return std::chrono::duration<double>(Clock::now() - t0).count();
     int status = 0;
     if (::waitpid(g_child, &status, WNOHANG) == g_child) {
@@ -196,7 +154,7 @@ std::uint64_t publish(const Node& n, const RestartOptions& o, std::uint64_t byte
       while (!stop_now.load()) {
         int st = 0;
         try {
-          st = request(s, "POST", path, body, "application/vnd.sluice.batch");
+          st = call(s, "POST", path, body, "application/vnd.sluice.batch");
         } catch (...) {
           s.reset();
         }
@@ -215,9 +173,9 @@ std::uint64_t publish(const Node& n, const RestartOptions& o, std::uint64_t byte
     if (Clock::now() - last >= std::chrono::seconds(2)) {
       last = Clock::now();
       const double gib = double(records.load()) * o.record_bytes / (1 << 30);
-      if (bytes) say("fill: %.2f GiB of %.2f, %.0f MB/s", gib, double(bytes) / (1 << 30),
+      if (bytes) progress("fill: %.2f GiB of %.2f, %.0f MB/s", gib, double(bytes) / (1 << 30),
                      double(records.load()) * o.record_bytes / 1e6 / el);
-      else say("publishing: %.2f GiB, %.0f MB/s", gib, double(records.load()) * o.record_bytes / 1e6 / el);
+      else progress("publishing: %.2f GiB, %.0f MB/s", gib, double(records.load()) * o.record_bytes / 1e6 / el);
     }
   }
   for (auto& t : threads) t.join();
@@ -230,7 +188,7 @@ std::uint64_t stored_records(const Node& n, const RestartOptions& o) {
   std::uint64_t sum = 0;
   for (int i = 0; i < o.streams; ++i) {
     std::string out;
-    if (once(n.http, "GET", kStreams + stream_name(i) + "/shards", "", &out) != 200) die("GET shards: " + out);
+    if (http(n.http, "GET", kStreams + stream_name(i) + "/shards", "", &out) != 200) die("GET shards: " + out);
     const std::string pat = "\"high_watermark\":";
     for (auto at = out.find(pat); at != std::string::npos; at = out.find(pat, at + 1))
       sum += std::strtoull(out.c_str() + at + pat.size(), nullptr, 10);
@@ -292,7 +250,7 @@ int run_restart_bench(int argc, char** argv) {
   ::signal(SIGTERM, on_restart_signal);
   ::signal(SIGPIPE, SIG_IGN);
 
-  Node n{any_port(), any_port(), any_port(), o.dir, o.dir + "/sluiced.log", o.sluiced, o.verify};
+  Node n{free_port(), free_port(), free_port(), o.dir, o.dir + "/sluiced.log", o.sluiced, o.verify};
   std::printf("sluice-bench --restart: %.2f GiB, %d streams x %d shards, %d-byte records, %d per request, "
               "ack leader, %d connections, storage.verify_on_start=%s, data in %s (%.0f GiB free)\n",
               o.gib, o.streams, o.shards, o.record_bytes, o.batch, o.connections, o.verify.c_str(), o.dir.c_str(),
@@ -300,21 +258,21 @@ int run_restart_bench(int argc, char** argv) {
   std::fflush(stdout);
   start(n);
   (void)time_to_ready(n, 120);
-  once(n.http, "POST", "/v1/tenants", R"({"name":"bench"})");
-  once(n.http, "POST", "/v1/tenants/bench/namespaces", R"({"name":"b"})");
+  http(n.http, "POST", "/v1/tenants", R"({"name":"bench"})");
+  http(n.http, "POST", "/v1/tenants/bench/namespaces", R"({"name":"b"})");
   for (int i = 0; i < o.streams; ++i) {
     std::string out;
-    const int st = once(n.http, "POST", "/v1/tenants/bench/namespaces/b/streams",
+    const int st = http(n.http, "POST", "/v1/tenants/bench/namespaces/b/streams",
                         R"({"name":")" + stream_name(i) + R"(","shards":)" + std::to_string(o.shards) + "}", &out);
     if (st != 201 && st != 409) die("create stream: " + std::to_string(st) + " " + out);
   }
-  say("filling %.2f GiB", o.gib);
+  progress("filling %.2f GiB", o.gib);
   const auto f0 = Clock::now();
   std::uint64_t acked = publish(n, o, bytes, 0);
   const double fill_s = std::chrono::duration<double>(Clock::now() - f0).count();
   std::printf("  filled: %.2f GiB of record values in %.0f s\n", double(acked) * o.record_bytes / (1 << 30), fill_s);
 
-  say("clean stop (SIGTERM)");
+  progress("clean stop (SIGTERM)");
   const auto s0 = Clock::now();
   stop(SIGTERM);
   const double stop_s = std::chrono::duration<double>(Clock::now() - s0).count();
@@ -323,7 +281,7 @@ int run_restart_bench(int argc, char** argv) {
   std::printf("  clean stop took %.2f s; start -> /readyz after a clean stop: %.2f s\n", stop_s, clean_s);
   std::fflush(stdout);
 
-  say("publishing %d s more, then SIGKILL", o.seconds);
+  progress("publishing %d s more, then SIGKILL", o.seconds);
   acked += publish(n, o, 0, o.seconds);
   stop(SIGKILL);
   start(n);

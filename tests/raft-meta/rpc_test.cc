@@ -326,6 +326,45 @@ TEST(ControllerRpc, AGarbageFrameClosesOnlyThatConnection) {
   EXPECT_TRUE(eventually([&] { return c.host.logged("not a JSON object"); }));
 }
 
+// The pure codecs the server, the client and the fuzz target (tests/fuzz/) share.
+TEST(ControllerRpcCodec, FramesAndEnvelopesDecodeWithoutASocket) {
+  const auto h = rpc::encode_frame_header(0x00010203);
+  std::string why;
+  EXPECT_EQ(rpc::decode_frame_header(h.data(), &why), 0x00010203u);
+  const auto big = rpc::encode_frame_header(rpc::kMaxFrame + 1);
+  EXPECT_FALSE(rpc::decode_frame_header(big.data(), &why).has_value());
+  EXPECT_NE(why.find("oversized frame"), std::string::npos);
+
+  rpc::Request req{"cid", "get_stream", json::object{{"key", 1}}, true};
+  auto back = rpc::decode_request(rpc::encode_request(req));
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(back->cluster_id, "cid");
+  EXPECT_EQ(back->method, "get_stream");
+  EXPECT_TRUE(back->forwarded);
+  EXPECT_EQ(json::serialize(back->params), R"({"key":1})");
+  for (const char* bad : {"[]", "{", R"({"method":"hello"})", R"({"method":1,"cluster_id":""})"}) {
+    auto r = rpc::decode_request(bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.error().code, Errc::malformed_body) << bad;
+  }
+
+  bool malformed = true;
+  auto ok = rpc::decode_response(R"({"ok":true,"result":{"a":[1]}})", &malformed);
+  ASSERT_TRUE(ok.ok());
+  EXPECT_FALSE(malformed);
+  EXPECT_EQ(*ok, R"({"a":[1]})");
+  auto err = rpc::decode_response(
+      R"({"ok":false,"error":{"code":"not_found","message":"m","outcome":"definite"}})", &malformed);
+  ASSERT_FALSE(err.ok());
+  EXPECT_FALSE(malformed);
+  EXPECT_EQ(err.error().code, Errc::not_found);
+  for (const char* bad : {"nope", R"({"ok":1})", R"({"ok":false,"error":7})"}) {
+    auto r = rpc::decode_response(bad, &malformed);
+    EXPECT_TRUE(malformed) << bad;
+    EXPECT_EQ(r.error().code, Errc::internal) << bad;
+  }
+}
+
 TEST(ControllerRpc, UnreachableControllerMeansNotReady) {
   TestHost bh(broker_config("127.0.0.1:1"));
   RemoteMetadataStore remote(bh);

@@ -1,0 +1,32 @@
+// sluice-bench's options, shared by its modes (publish_bench.cc, failover_bench.cc).
+#pragma once
+
+#include <string>
+
+namespace sluice_bench {
+
+struct Options {
+  std::string url;
+  std::string sluiced;
+  int connections = 8;
+  int seconds = 10;
+  int record_bytes = 1024;
+  int batch_records = 64;
+  int shards = 4;
+  int chunk = 0;  // disk reference chunk; default = one request's payload
+  std::string dir;
+  std::string ack = "leader";
+  bool idempotence = true;
+  bool fetch = true;  // the publish + tail-fetch phase
+  bool json = true;   // the keyless load again, as JSON publishes
+  int brokers = 0;  // 0: the single-node run above; N >= 1: the issue-10 comparison
+  int replication_factor = 1;
+  int rounds = 5;                 // --rounds: the replicated run's alternating slices
+  int failover_kills = 0;         // --failover: kills of the shard leader (issue 11)
+  int session_timeout_ms = 3000;  // --session-timeout-ms, for --failover
+};
+
+// --failover: kill the leader of a replication-factor-3 shard N times (failover_bench.cc).
+int run_failover(const Options& o);
+
+}  // namespace sluice_bench
