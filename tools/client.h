@@ -52,6 +52,9 @@ class Client {
                              const std::string& content_type = "application/json",
                              Replay replay = Replay::by_method);
 
+  // The node's URL (a subscription opens its own connection to it).
+  const Poco::URI& uri() const { return uri_; }
+
   // Prints "sluice: <status> <code>: <detail>" from a problem-details answer, exits 1.
   [[noreturn]] static void fail(const Response& r);
 

@@ -1,14 +1,24 @@
 // sluice publish | consume (docs/api.md, "Records" and "Idempotent producers").
 #include <boost/json.hpp>
 
+#include <Poco/Buffer.h>
+#include <Poco/Net/HTTPClientSession.h>
+#include <Poco/Net/HTTPRequest.h>
+#include <Poco/Net/HTTPResponse.h>
+#include <Poco/Net/NetException.h>
+#include <Poco/Net/WebSocket.h>
+
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "command_line.h"
@@ -40,8 +50,15 @@ const Usage kConsume{"consume", R"(Usage: sluice consume TENANT/NS/STREAM [--sha
                       [--follow] [--max N] [--offsets]
 
 Prints each record's value on its own line. Without --shard, reads every shard in turn.
---from defaults to earliest. --follow keeps waiting for new records (long poll) until
-interrupted. --max stops after N records. --offsets prefixes "shard offset " to each line.
+--from defaults to earliest. --max stops after N records. --offsets prefixes
+"shard offset " to each line.
+
+--follow keeps printing new records until interrupted (Ctrl-C) or --max: it subscribes
+to each shard over a WebSocket (GET .../shards/N/subscribe, docs/api.md "Subscribe"), so
+records arrive as soon as they are visible, in offset order per shard, and it grants the
+server credit for each batch it has printed. If the server closes a subscription (the
+shard's stream deleted, a slow consumer, ...) it prints the close code and reason and
+exits 1.
 )"};
 
 volatile std::sig_atomic_t g_stop = 0;
@@ -104,6 +121,101 @@ int cmd_publish(Client& c, const Words& words) {
   return 0;
 }
 
+namespace {
+
+// One record as consume prints it.
+void print_record(std::ostream& out, std::uint32_t shard, const json::object& r, bool offsets) {
+  if (offsets) out << shard << " " << r.at("offset").to_number<std::uint64_t>() << " ";
+  if (auto* v = r.if_contains("value")) out << json::value_to<std::string>(*v);
+  else if (auto* b = r.if_contains("value_base64")) out << "base64:" << json::value_to<std::string>(*b);
+  out << "\n";
+}
+
+// What the subscriptions of one `consume --follow` share.
+struct Follow {
+  std::mutex mu;  // stdout and `printed`
+  std::uint64_t printed = 0;
+  std::uint64_t max = UINT64_MAX;
+  bool offsets = false;
+  std::atomic<int> failed{0};
+  bool done() {
+    std::lock_guard lk(mu);
+    return printed >= max || g_stop || failed;
+  }
+};
+
+// Follows one shard over a WebSocket subscription until interrupted or --max. A refused
+// upgrade is explained by the same GET without the upgrade: its problem details.
+void follow_shard(const std::string& url, const std::string& shard_path, std::uint32_t shard,
+                  const std::string& from, Follow& f) {
+  namespace pn = Poco::Net;
+  const Poco::URI uri(url);
+  const std::string target = shard_path + "/subscribe?format=json&credit=1000&offset=" + from;
+  pn::HTTPClientSession session(uri.getHost(), uri.getPort());
+  pn::HTTPRequest req(pn::HTTPRequest::HTTP_GET, target, pn::HTTPMessage::HTTP_1_1);
+  pn::HTTPResponse res;
+  std::unique_ptr<pn::WebSocket> ws;
+  try {
+    ws = std::make_unique<pn::WebSocket>(session, req, res);
+  } catch (const Poco::Exception& e) {
+    Client plain(url);
+    Response r = plain.call("GET", target);
+    if (r.status >= 300) Client::fail(r);
+    std::fprintf(stderr, "sluice: shard %u: cannot subscribe: %s\n", shard, e.displayText().c_str());
+    std::exit(1);
+  }
+  ws->setReceiveTimeout(Poco::Timespan(120, 0));  // a frame that started arrives whole
+  Poco::Buffer<char> buf(0);
+  while (!f.done()) {
+    if (!ws->poll(Poco::Timespan(0, 300000), pn::Socket::SELECT_READ)) continue;
+    int flags = 0;
+    buf.resize(0);
+    int n = 0;
+    try {
+      n = ws->receiveFrame(buf, flags);
+    } catch (const Poco::Exception& e) {
+      std::fprintf(stderr, "sluice: shard %u: subscription lost: %s\n", shard, e.displayText().c_str());
+      f.failed = 1;
+      return;
+    }
+    const int op = flags & pn::WebSocket::FRAME_OP_BITMASK;
+    if (op == pn::WebSocket::FRAME_OP_PING) {
+      ws->sendFrame(buf.begin(), n, static_cast<int>(pn::WebSocket::FRAME_FLAG_FIN) | static_cast<int>(pn::WebSocket::FRAME_OP_PONG));
+      continue;
+    }
+    if (op == pn::WebSocket::FRAME_OP_CLOSE || (n == 0 && flags == 0)) {
+      const unsigned code = n >= 2 ? (static_cast<unsigned char>(buf[0]) << 8) | static_cast<unsigned char>(buf[1]) : 1005;
+      const std::string reason = n > 2 ? std::string(buf.begin() + 2, n - 2) : "";
+      std::fprintf(stderr, "sluice: shard %u: the server closed the subscription: %u %s\n", shard, code, reason.c_str());
+      f.failed = 1;
+      return;
+    }
+    if (op != pn::WebSocket::FRAME_OP_TEXT) continue;
+    auto page = json::parse(std::string_view(buf.begin(), static_cast<std::size_t>(n))).as_object();
+    std::uint64_t got = 0;
+    {
+      std::lock_guard lk(f.mu);
+      for (auto& rv : page.at("records").as_array()) {
+        if (f.printed >= f.max) break;
+        print_record(std::cout, shard, rv.as_object(), f.offsets);
+        ++f.printed;
+        ++got;
+      }
+      std::cout.flush();
+    }
+    if (got) {
+      const std::string credit = "{\"credit\": " + std::to_string(got) + "}";
+      ws->sendFrame(credit.data(), static_cast<int>(credit.size()), pn::WebSocket::FRAME_TEXT);
+    }
+  }
+  try {
+    ws->shutdown();  // close 1000
+  } catch (const Poco::Exception&) {
+  }
+}
+
+}  // namespace
+
 int cmd_consume(Client& c, const Words& words) {
   Args a(kConsume, words,
          {.values = {"shard", "from", "max"}, .flags = {"follow", "offsets"}, .min_args = 1, .max_args = 1});
@@ -121,29 +233,34 @@ int cmd_consume(Client& c, const Words& words) {
     for (std::uint32_t i = 0; i < n; ++i) shard_list.push_back(i);
   }
   std::signal(SIGINT, [](int) { g_stop = 1; });
+  if (follow) {
+    Follow f;
+    f.max = max;
+    f.offsets = offsets;
+    std::vector<std::thread> threads;
+    const std::string url = c.uri().toString();
+    for (auto s : shard_list)
+      threads.emplace_back(follow_shard, url, p.path() + "/shards/" + std::to_string(s), s, from, std::ref(f));
+    for (auto& t : threads) t.join();
+    return f.failed ? 1 : 0;
+  }
   std::vector<std::string> pos(shard_list.size(), from);
   std::uint64_t printed = 0;
-  const int wait_ms = shard_list.size() == 1 ? 10000 : 500;
   while (!g_stop && printed < max) {
     bool any = false;
     for (std::size_t i = 0; i < shard_list.size() && printed < max && !g_stop; ++i) {
       std::string q = p.path() + "/shards/" + std::to_string(shard_list[i]) + "/records?offset=" + pos[i] +
-                      "&max=" + std::to_string(std::min<std::uint64_t>(1000, max - printed)) +
-                      (follow ? "&wait_ms=" + std::to_string(wait_ms) : "");
+                      "&max=" + std::to_string(std::min<std::uint64_t>(1000, max - printed));
       auto res = c.call_ok("GET", q).as_object();
       for (auto& rv : res.at("records").as_array()) {
-        auto& r = rv.as_object();
-        if (offsets) std::cout << shard_list[i] << " " << r.at("offset").to_number<std::uint64_t>() << " ";
-        if (auto* v = r.if_contains("value")) std::cout << json::value_to<std::string>(*v);
-        else if (auto* b = r.if_contains("value_base64")) std::cout << "base64:" << json::value_to<std::string>(*b);
-        std::cout << "\n";
+        print_record(std::cout, shard_list[i], rv.as_object(), offsets);
         ++printed;
         any = true;
       }
       pos[i] = std::to_string(res.at("next_offset").to_number<std::uint64_t>());
     }
     std::cout.flush();
-    if (!follow && !any) break;
+    if (!any) break;
   }
   return 0;
 }

@@ -43,6 +43,12 @@ HttpConfig HttpConfig::from_host(const PluginHost& h) {
       ranged(h, "broker.max_records_per_publish", 100000, 1, 10'000'000));
   c.default_replication_factor = static_cast<std::uint32_t>(
       ranged(h, "stream.default_replication_factor", 1, 1, kMaxReplicationFactor));
+  c.ws_idle_timeout =
+      std::chrono::milliseconds(ranged(h, "http.ws_idle_timeout_ms", 60000, 1000, 86400000));
+  c.ws_stall_timeout =
+      std::chrono::milliseconds(ranged(h, "http.ws_stall_timeout_ms", 30000, 100, 3600000));
+  c.ws_send_buffer_bytes = static_cast<std::size_t>(
+      ranged(h, "http.ws_send_buffer_bytes", 1 << 20, 4096, std::int64_t{1} << 30));
   return c;
 }
 

@@ -33,6 +33,10 @@ struct HttpConfig {
   // stream.default_replication_factor: what a create body without "replication_factor"
   // asks for (1..kMaxReplicationFactor). Its min_insync default follows it.
   std::uint32_t default_replication_factor = 1;
+  // WebSocket subscriptions (docs/api.md "Subscribe").
+  std::chrono::milliseconds ws_idle_timeout{60000};   // nothing received (not even a pong)
+  std::chrono::milliseconds ws_stall_timeout{30000};  // no credit / a write pending this long
+  std::size_t ws_send_buffer_bytes = 1u << 20;        // frames queued per subscription
 
   // Reads the http.* keys. Throws std::invalid_argument on a bad value (only called from
   // create(), a configuration boundary).

@@ -10,7 +10,6 @@
 // answers; a timeout answers 200 with no records. The notify callback runs on a storage
 // thread and holds only a weak_ptr to the poll, so a poll that already answered costs the
 // node nothing but an empty std::function until it fires.
-#include <charconv>
 
 #include <boost/json/array.hpp>
 #include <boost/json/object.hpp>
@@ -57,16 +56,57 @@ json::object record_json(const RecordView& rv, std::vector<Header>& headers) {
 }
 
 namespace {
-
 constexpr std::uint32_t kDefaultMax = 100;
 constexpr std::uint32_t kMaxMax = 10000;
+}  // namespace
 
-std::optional<std::uint64_t> parse_u64(std::string_view s) {
-  std::uint64_t v = 0;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || p != s.data() + s.size() || s.empty()) return std::nullopt;
-  return v;
+Result<RecordsPage> render_records(const FetchResult& r, Offset from, std::uint32_t max) {
+  RecordsPage page;
+  json::array recs;
+  std::uint64_t next = std::max(from.value(), r.next_offset.value());
+  std::vector<Header> headers;
+  bool full = false;
+  for (const auto& b : r.batches) {
+    if (full) break;
+    // Storage hands out whole, CRC-checked batches (storage.h): no second CRC pass here.
+    if (b.size() < kBatchHeaderSize) return Error(Errc::corrupt_data, "fetch returned a truncated batch");
+    BatchReader reader(b.data(), b.size());
+    RecordView rv;
+    while (reader.next(rv)) {
+      if (rv.offset < from.value()) continue;  // the first batch may start before `from`
+      if (recs.size() >= max) {
+        full = true;
+        break;
+      }
+      recs.push_back(record_json(rv, headers));
+      next = rv.offset + 1;
+    }
+  }
+  page.count = recs.size();
+  page.next_offset = Offset{next};
+  page.body["records"] = std::move(recs);
+  page.body["next_offset"] = next;
+  page.body["high_watermark"] = r.high_watermark.value();
+  return page;
 }
+
+Result<std::optional<Offset>> parse_offset_param(std::string_view off) {
+  if (off == "earliest" || off == "latest") return std::optional<Offset>{};
+  auto v = parse_u64(off);
+  if (!v) return Error(Errc::invalid_argument, "offset must be a non-negative integer, earliest or latest");
+  return std::optional<Offset>{Offset{*v}};
+}
+
+Result<Offset> resolve_offset(Node& node, const StreamKey& key, ShardIndex shard, std::string_view off) {
+  auto p = parse_offset_param(off);
+  if (!p) return p.error();
+  if (*p) return **p;
+  auto st = node.shard_stats(key, shard);
+  if (!st) return st.error();
+  return off == "earliest" ? st->log_start : st->high_watermark;
+}
+
+namespace {
 
 // One read; renders the response. `empty` is true when no record was returned.
 struct ReadOutcome {
@@ -78,34 +118,9 @@ ReadOutcome read_once(Node& node, const HttpConfig& cfg, const StreamKey& key, S
                       Offset from, std::uint32_t max) {
   auto r = node.fetch(key, shard, from, max, cfg.fetch_max_bytes);
   if (!r) return {false, problem(r.error())};
-  json::array recs;
-  std::uint64_t next = std::max(from.value(), r->next_offset.value());
-  std::vector<Header> headers;
-  bool full = false;
-  for (const auto& b : r->batches) {
-    if (full) break;
-    // Storage hands out whole, CRC-checked batches (storage.h): no second CRC pass here.
-    if (b.size() < kBatchHeaderSize)
-      return {false, problem(Error(Errc::corrupt_data, "fetch returned a truncated batch"))};
-    BatchReader reader(b.data(), b.size());
-    RecordView rv;
-    while (reader.next(rv)) {
-      if (rv.offset < from.value()) continue;  // the first batch may start before `from`
-      if (recs.size() >= max) {
-        full = true;
-        break;
-      }
-      json::object o = record_json(rv, headers);
-      recs.push_back(std::move(o));
-      next = rv.offset + 1;
-    }
-  }
-  json::object out;
-  const bool empty = recs.empty();
-  out["records"] = std::move(recs);
-  out["next_offset"] = next;
-  out["high_watermark"] = r->high_watermark.value();
-  return {empty, json_response(200, out)};
+  auto page = render_records(*r, from, max);
+  if (!page) return {false, problem(page.error())};
+  return {page->count == 0, json_response(200, page->body)};
 }
 
 struct Poll {
@@ -160,18 +175,10 @@ void park(Node& node, const HttpConfig& cfg, const std::shared_ptr<Exchange>& ex
 void first_read(Node& node, const HttpConfig& cfg, const std::shared_ptr<Exchange>& ex, const StreamKey& key,
                 ShardIndex shard, std::string_view off, std::uint32_t max, std::chrono::milliseconds wait,
                 bool remote) {
-  Offset from{0};
-  if (off == "earliest" || off == "latest") {
-    auto st = node.shard_stats(key, shard);
-    if (!st) return ex->respond(with_leader(problem(st.error()), node, key, shard));
-    from = off == "earliest" ? st->log_start : st->high_watermark;
-  } else {
-    auto v = parse_u64(off);
-    if (!v)
-      return ex->respond(problem(Error(
-          Errc::invalid_argument, "offset must be a non-negative integer, earliest or latest")));
-    from = Offset{*v};
-  }
+  if (auto p = parse_offset_param(off); !p) return ex->respond(problem(p.error()));
+  auto resolved = resolve_offset(node, key, shard, off);
+  if (!resolved) return ex->respond(with_leader(problem(resolved.error()), node, key, shard));
+  const Offset from = *resolved;
 
   ReadOutcome first = read_once(node, cfg, key, shard, from, max);
   if (!first.empty || wait.count() == 0)

@@ -13,7 +13,6 @@
 // Group calls may sync to disk (acks, dead letters), so they run on the blocking pool.
 // Answers about one shard carry Sluice-Leader (the leader's HTTP address) when known; a
 // shard another broker leads is served through it (the core forwards the call).
-#include <charconv>
 
 #include <boost/json/array.hpp>
 #include <boost/json/object.hpp>
@@ -23,33 +22,65 @@
 #include "handlers.h"
 #include "problem.h"
 #include "sluice/names.h"
+#include "subscribe.h"
 
 namespace sluice::http_api {
 
 namespace json = boost::json;
 
+Result<std::vector<Offset>> offsets_array(const json::value* arr, std::string_view name) {
+  const std::string n(name);
+  if (!arr || !arr->is_array() || arr->as_array().empty())
+    return Error(Errc::invalid_argument, n + " must be a non-empty array of offsets");
+  if (arr->as_array().size() > kMaxGroupOffsets)
+    return Error(Errc::invalid_argument, "at most " + std::to_string(kMaxGroupOffsets) + " offsets per call");
+  std::vector<Offset> out;
+  out.reserve(arr->as_array().size());
+  for (const auto& x : arr->as_array()) {
+    if (x.is_uint64()) out.push_back(Offset{x.as_uint64()});
+    else if (x.is_int64() && x.as_int64() >= 0) out.push_back(Offset{static_cast<std::uint64_t>(x.as_int64())});
+    else return Error(Errc::invalid_argument, n + " must be non-negative integers");
+  }
+  return out;
+}
+
+json::object delivery_json(const GroupDelivery& d) {
+  json::array recs;
+  std::vector<Header> scratch;
+  std::size_t next = 0;  // d.records is in offset order; batches are in offset order
+  for (const auto& b : d.batches) {
+    BatchReader reader(b.data(), b.size());
+    RecordView rv;
+    while (reader.next(rv) && next < d.records.size()) {
+      while (next < d.records.size() && d.records[next].offset.value() < rv.offset) ++next;
+      if (next < d.records.size() && d.records[next].offset.value() == rv.offset) {
+        json::object o = record_json(rv, scratch);
+        o["delivery"] = d.records[next].delivery;
+        recs.push_back(std::move(o));
+        ++next;
+      }
+    }
+  }
+  json::object out;
+  out["records"] = std::move(recs);
+  return out;
+}
+
+Result<GroupOptions> group_options(const Target& target) {
+  auto maxd = u64_param(target, "max_deliveries", 5, 1, 1000);
+  if (!maxd) return maxd.error();
+  auto tmo = u64_param(target, "ack_timeout_ms", 30000, 1, 86'400'000);
+  if (!tmo) return tmo.error();
+  GroupOptions opts;
+  opts.max_deliveries = static_cast<std::uint32_t>(*maxd);
+  opts.ack_timeout_ms = static_cast<std::int64_t>(*tmo);
+  return opts;
+}
+
 namespace {
 
 constexpr std::uint32_t kDefaultMax = 100;
 constexpr std::uint32_t kMaxMax = 10000;
-
-std::optional<std::uint64_t> parse_u64(std::string_view s) {
-  std::uint64_t v = 0;
-  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc() || p != s.data() + s.size() || s.empty()) return std::nullopt;
-  return v;
-}
-
-Result<std::uint64_t> u64_param(const Target& t, const char* name, std::uint64_t def,
-                                std::uint64_t lo, std::uint64_t hi) {
-  auto p = t.param(name);
-  if (!p) return def;
-  auto v = parse_u64(*p);
-  if (!v || *v < lo || *v > hi)
-    return Error(Errc::invalid_argument, std::string(name) + " must be an integer between " +
-                                             std::to_string(lo) + " and " + std::to_string(hi));
-  return *v;
-}
 
 Result<ShardIndex> shard_of(const std::string& s) {
   auto v = parse_u64(s);
@@ -72,19 +103,7 @@ Result<std::vector<Offset>> offsets_body(std::string_view body) {
   if (auto r = parse_json_object(body, v); !r) return r.error();
   const auto& o = v.as_object();
   if (auto r = check_fields(o, {"offsets"}, ""); !r) return r.error();
-  const auto* arr = o.if_contains("offsets");
-  if (!arr || !arr->is_array() || arr->as_array().empty())
-    return Error(Errc::invalid_argument, "offsets must be a non-empty array of offsets");
-  if (arr->as_array().size() > kMaxMax)
-    return Error(Errc::invalid_argument, "at most " + std::to_string(kMaxMax) + " offsets per call");
-  std::vector<Offset> out;
-  out.reserve(arr->as_array().size());
-  for (const auto& x : arr->as_array()) {
-    if (x.is_uint64()) out.push_back(Offset{x.as_uint64()});
-    else if (x.is_int64() && x.as_int64() >= 0) out.push_back(Offset{static_cast<std::uint64_t>(x.as_int64())});
-    else return Error(Errc::invalid_argument, "offsets must be non-negative integers");
-  }
-  return out;
+  return offsets_array(o.if_contains("offsets"), "offsets");
 }
 
 Result<std::pair<Offset, Offset>> range_body(std::string_view body) {
@@ -106,27 +125,7 @@ Result<std::pair<Offset, Offset>> range_body(std::string_view body) {
   return std::make_pair(Offset{*from}, Offset{*to});
 }
 
-HttpResponse render_delivery(const GroupDelivery& d) {
-  json::array recs;
-  std::vector<Header> scratch;
-  std::size_t next = 0;  // d.records is in offset order; batches are in offset order
-  for (const auto& b : d.batches) {
-    BatchReader reader(b.data(), b.size());
-    RecordView rv;
-    while (reader.next(rv) && next < d.records.size()) {
-      while (next < d.records.size() && d.records[next].offset.value() < rv.offset) ++next;
-      if (next < d.records.size() && d.records[next].offset.value() == rv.offset) {
-        json::object o = record_json(rv, scratch);
-        o["delivery"] = d.records[next].delivery;
-        recs.push_back(std::move(o));
-        ++next;
-      }
-    }
-  }
-  json::object out;
-  out["records"] = std::move(recs);
-  return json_response(200, out);
-}
+HttpResponse render_delivery(const GroupDelivery& d) { return json_response(200, delivery_json(d)); }
 
 HttpResponse render_dead_letters(const FetchResult& r, Offset from, std::uint32_t max) {
   json::array recs;
@@ -227,13 +226,11 @@ void handle_groups(Node& node, const HttpConfig& cfg, const std::shared_ptr<Exch
   if (op == "records") {
     auto max = u64_param(target, "max", kDefaultMax, 1, kMaxMax);
     auto wait = u64_param(target, "wait_ms", 0, 0, static_cast<std::uint64_t>(cfg.max_wait.count()));
-    auto maxd = u64_param(target, "max_deliveries", 5, 1, 1000);
-    auto tmo = u64_param(target, "ack_timeout_ms", 30000, 1, 86'400'000);
-    for (auto* r : {&max, &wait, &maxd, &tmo})
+    for (auto* r : {&max, &wait})
       if (!*r) return ex->respond(problem(r->error()));
-    GroupOptions opts;
-    opts.max_deliveries = static_cast<std::uint32_t>(*maxd);
-    opts.ack_timeout_ms = static_cast<std::int64_t>(*tmo);
+    auto group_opts = group_options(target);
+    if (!group_opts) return ex->respond(problem(group_opts.error()));
+    const GroupOptions opts = *group_opts;
     const auto m = static_cast<std::uint32_t>(*max);
     const auto w = std::chrono::milliseconds(*wait);
     Node* n = &node;
@@ -258,6 +255,7 @@ void handle_groups(Node& node, const HttpConfig& cfg, const std::shared_ptr<Exch
     });
     return;
   }
+  if (op == "subscribe") return handle_group_subscribe(node, ex, key, *shard, group, target);
   if (op == "ack" || op == "nack") {
     auto offsets = offsets_body(req.body);
     if (!offsets) return ex->respond(problem(offsets.error()));

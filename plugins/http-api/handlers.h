@@ -38,6 +38,21 @@ HttpResponse with_leader(HttpResponse r, Node& node, const StreamKey& key, Shard
 // headers/headers_base64, timestamp. `scratch` is reused between calls.
 boost::json::object record_json(const RecordView& rv, std::vector<Header>& scratch);
 
+// The fetch answer's body for the records of `r` at or after `from`, at most `max`:
+// {"records":[...],"next_offset","high_watermark"}. `count` is how many records it holds.
+struct RecordsPage {
+  boost::json::object body;
+  std::size_t count = 0;
+  Offset next_offset{0};
+};
+Result<RecordsPage> render_records(const FetchResult& r, Offset from, std::uint32_t max);
+
+// The `offset` query parameter: a number, or nullopt for earliest/latest;
+// invalid_argument otherwise.
+Result<std::optional<Offset>> parse_offset_param(std::string_view off);
+// Resolves it against the shard (earliest = log start, latest = high watermark).
+Result<Offset> resolve_offset(Node& node, const StreamKey& key, ShardIndex shard, std::string_view off);
+
 // Runs `fn` (returning an HttpResponse) on the blocking pool and answers with its result;
 // an exception becomes a 500 problem.
 template <class Fn>
@@ -57,6 +72,15 @@ std::string_view openapi_document();
 // `body`: the request body (a drain takes none, or `{}`).
 void handle_fleet(Node& node, const std::shared_ptr<Exchange>& ex, const std::vector<std::string>& seg,
                   std::string_view body);
+
+// Consumer groups (groups.cc), shared with the group subscription (subscribe.cc).
+inline constexpr std::size_t kMaxGroupOffsets = 10000;  // per ack or nack
+// `arr` (the field `name`) as a non-empty array of at most kMaxGroupOffsets offsets.
+Result<std::vector<Offset>> offsets_array(const boost::json::value* arr, std::string_view name);
+// {"records":[{...record, "delivery"}]}: the group fetch's answer.
+boost::json::object delivery_json(const GroupDelivery& d);
+// max_deliveries (1..1000, default 5) and ack_timeout_ms (1..86400000, default 30000).
+Result<GroupOptions> group_options(const Target& target);
 
 // {ns}/streams/{s}/groups[/{g}[/shards/{n}/(records|ack|nack|dead-letters[/replay])]]
 void handle_groups(Node& node, const HttpConfig& cfg, const std::shared_ptr<Exchange>& ex,

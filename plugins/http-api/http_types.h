@@ -11,11 +11,14 @@
 
 namespace sluice::http_api {
 
+struct Subscription;  // subscribe.h
+
 struct HttpRequest {
   std::string method;        // "GET", "POST", ...
   std::string target;        // raw request-target, still percent-encoded
   std::string content_type;  // raw Content-Type header ("" if absent)
   std::string body;          // owned; publish builds views into it
+  bool websocket = false;    // a WebSocket upgrade request (RFC 6455 handshake headers)
 };
 
 struct HttpResponse {
@@ -29,8 +32,8 @@ struct HttpResponse {
 // One request in flight, as the router sees it. Implemented by the connection (server.cc).
 //
 // Threading: request() and start_timer() are for the connection's strand (the thread the
-// router's handle() is called on, or a function given to post()). respond(), post() and
-// run_blocking() may be called from any thread (core, storage or admin-pool threads).
+// router's handle() is called on, or a function given to post()). respond(), upgrade(), post()
+// and run_blocking() may be called from any thread (core, storage or admin-pool threads).
 // After stop() they silently drop their argument.
 class Exchange {
  public:
@@ -40,6 +43,10 @@ class Exchange {
   virtual void set_route(std::string route) = 0;
   // Sends the response on the connection's strand. Only the first call counts.
   virtual void respond(HttpResponse r) = 0;
+  // Instead of respond(): accepts the WebSocket upgrade of request() and hands the
+  // connection to a subscription session (ws_session.cc). Only the first respond() or
+  // upgrade() counts.
+  virtual void upgrade(Subscription sub) = 0;
   // Runs `fn` on the connection's strand.
   virtual void post(std::function<void()> fn) = 0;
   // Runs `fn` on the small admin thread pool (for calls that may block, e.g. the catalog).

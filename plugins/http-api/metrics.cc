@@ -9,6 +9,11 @@ void HttpMetrics::request_done(const std::string& route, int status) {
   ++requests_[{route, status}];
 }
 
+void HttpMetrics::ws_close_reason(const std::string& reason) {
+  std::lock_guard lk(mu_);
+  ++ws_closes_[reason];
+}
+
 std::string HttpMetrics::render() const {
   MetricsWriter w;
   w.family("sluice_http_requests_total", "HTTP requests answered, by route and status.", MetricType::counter);
@@ -33,6 +38,16 @@ std::string HttpMetrics::render() const {
            bytes_in_.load());
   w.single("sluice_http_sent_bytes_total", "Response bytes written (headers and body).", MetricType::counter,
            bytes_out_.load());
+  w.single("sluice_http_ws_subscriptions", "Open WebSocket subscriptions.", MetricType::gauge, ws_open_.load());
+  w.single("sluice_http_ws_frames_sent_total", "Frames WebSocket subscriptions sent (records and batches).",
+           MetricType::counter, ws_frames_.load());
+  w.single("sluice_http_ws_buffered_bytes", "Frame bytes WebSocket subscriptions hold queued for their sockets.",
+           MetricType::gauge, ws_buffered_.load());
+  w.family("sluice_http_ws_closes_total", "WebSocket subscriptions ended, by reason.", MetricType::counter);
+  {
+    std::lock_guard lk(mu_);
+    for (auto& [reason, n] : ws_closes_) w.sample("sluice_http_ws_closes_total", {{"reason", reason}}, n);
+  }
   return std::move(w).str();
 }
 

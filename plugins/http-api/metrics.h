@@ -24,6 +24,15 @@ class HttpMetrics {
   void connection_refused() { refused_.fetch_add(1, std::memory_order_relaxed); }
   void request_timed_out() { timed_out_.fetch_add(1, std::memory_order_relaxed); }
 
+  // WebSocket subscriptions: open ones, the frames they sent, the bytes they hold queued,
+  // and why they closed (docs/api.md "Subscribe", close reasons).
+  void ws_opened() { ws_open_.fetch_add(1, std::memory_order_relaxed); }
+  void ws_closed() { ws_open_.fetch_sub(1, std::memory_order_relaxed); }
+  std::int64_t ws_open() const { return ws_open_.load(std::memory_order_relaxed); }
+  void ws_frame_sent() { ws_frames_.fetch_add(1, std::memory_order_relaxed); }
+  void ws_buffered(std::int64_t delta) { ws_buffered_.fetch_add(delta, std::memory_order_relaxed); }
+  void ws_close_reason(const std::string& reason);
+
   // Prometheus text format (version 0.0.4).
   std::string render() const;
 
@@ -35,6 +44,10 @@ class HttpMetrics {
   std::atomic<std::uint64_t> bytes_in_{0};
   std::atomic<std::uint64_t> bytes_out_{0};
   std::atomic<std::uint64_t> evicted_{0}, refused_{0}, timed_out_{0};
+  std::map<std::string, std::uint64_t> ws_closes_;  // under mu_
+  std::atomic<std::int64_t> ws_open_{0};
+  std::atomic<std::uint64_t> ws_frames_{0};
+  std::atomic<std::int64_t> ws_buffered_{0};
 };
 
 }  // namespace sluice::http_api

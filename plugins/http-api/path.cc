@@ -1,5 +1,8 @@
 #include "path.h"
 
+#include <charconv>
+#include <string>
+
 namespace sluice::http_api {
 
 namespace {
@@ -74,6 +77,24 @@ std::optional<Target> parse_target(std::string_view target) {
     query.remove_prefix(amp + 1);
   }
   return t;
+}
+
+std::optional<std::uint64_t> parse_u64(std::string_view s) {
+  std::uint64_t v = 0;
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || p != s.data() + s.size() || s.empty()) return std::nullopt;
+  return v;
+}
+
+Result<std::uint64_t> u64_param(const Target& t, const char* name, std::uint64_t def,
+                                std::uint64_t lo, std::uint64_t hi) {
+  auto p = t.param(name);
+  if (!p) return def;
+  auto v = parse_u64(*p);
+  if (!v || *v < lo || *v > hi)
+    return Error(Errc::invalid_argument, std::string(name) + " must be an integer between " +
+                                             std::to_string(lo) + " and " + std::to_string(hi));
+  return *v;
 }
 
 }  // namespace sluice::http_api

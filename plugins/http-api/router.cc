@@ -14,6 +14,7 @@
 #include "path.h"
 #include "problem.h"
 #include "routes.h"
+#include "subscribe.h"
 #include "sluice/catalog_rules.h"
 #include "sluice/names.h"
 
@@ -411,6 +412,12 @@ void Router::dispatch(const std::shared_ptr<Exchange>& ex) {
       auto shard = shard_segment(seg[8]);
       if (!shard) return ex->respond(problem(shard.error()));
       handle_fetch(node, cfg_, ex, StreamKey{seg[2], seg[4], seg[6]}, *shard, *target);
+      return;
+    }
+    case Route::shard_subscribe: {
+      auto shard = shard_segment(seg[8]);
+      if (!shard) return ex->respond(problem(shard.error()));
+      handle_subscribe(node, ex, StreamKey{seg[2], seg[4], seg[6]}, *shard, *target);
       return;
     }
     case Route::shard_leader: {

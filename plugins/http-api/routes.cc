@@ -36,6 +36,8 @@ std::optional<RouteDef> match_route(const std::vector<std::string>& s) {
   if (n == 8 && s[7] == "shards") return RouteDef{Route::shards, "{ns}/streams/{s}/shards", "GET"};
   if (n == 10 && s[7] == "shards" && s[9] == "records")
     return RouteDef{Route::shard_records, "{ns}/streams/{s}/shards/{n}/records", "GET"};
+  if (n == 10 && s[7] == "shards" && s[9] == "subscribe")
+    return RouteDef{Route::shard_subscribe, "{ns}/streams/{s}/shards/{n}/subscribe", "GET"};
   if (n == 10 && s[7] == "shards" && s[9] == "leader")
     return RouteDef{Route::shard_leader, "{ns}/streams/{s}/shards/{n}/leader", "POST"};
   if (n == 10 && s[7] == "shards" && s[9] == "elect")
@@ -48,6 +50,8 @@ std::optional<RouteDef> match_route(const std::vector<std::string>& s) {
   if (n < 12 || s[9] != "shards") return std::nullopt;
   if (n == 12 && s[11] == "records")
     return RouteDef{Route::groups, "{ns}/streams/{s}/groups/{g}/shards/{n}/records", "GET"};
+  if (n == 12 && s[11] == "subscribe")
+    return RouteDef{Route::groups, "{ns}/streams/{s}/groups/{g}/shards/{n}/subscribe", "GET"};
   if (n == 12 && s[11] == "ack")
     return RouteDef{Route::groups, "{ns}/streams/{s}/groups/{g}/shards/{n}/ack", "POST"};
   if (n == 12 && s[11] == "nack")

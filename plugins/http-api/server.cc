@@ -3,6 +3,7 @@
 #include "server.h"
 
 #include <pthread.h>
+#include <algorithm>
 #include <atomic>
 #include <functional>
 #include <mutex>
@@ -24,10 +25,13 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 
+#include "gate.h"
 #include "http_types.h"
 #include "metrics.h"
 #include "problem.h"
 #include "router.h"
+#include "subscribe.h"
+#include "ws_session.h"
 
 namespace sluice::http_api {
 
@@ -42,13 +46,6 @@ constexpr std::size_t kDrainLimit = 4u << 20;  // bytes read and dropped on a li
 constexpr std::size_t kReadChunk = 64 * 1024;  // socket read size (Beast reads up to the free capacity)
 constexpr std::chrono::milliseconds kDrainTime{2000};
 
-// Guards every post from a foreign thread (core, storage, admin pool). stop() closes it
-// before it tears the io_context and the pool down.
-struct Gate {
-  std::mutex mu;
-  bool open = true;
-};
-
 class Session;
 
 }  // namespace
@@ -56,6 +53,7 @@ class Session;
 struct HttpServer::Impl {
   HttpConfig cfg;
   PluginHost* host;
+  Node* node = nullptr;
   // Declared before the io_context: sessions destroyed with it still count connections.
   HttpMetrics metrics;
   std::unique_ptr<Router> router;
@@ -106,6 +104,12 @@ struct HttpServer::Impl {
   void refuse(tcp::socket s);
   void log_limit(const std::string& msg);
   void teardown();
+  WsContext ws_context() {
+    return WsContext{node, &cfg, &metrics, gate, [gate = gate, pool = &*pool](std::function<void()> fn) {
+                       std::lock_guard lk(gate->mu);  // the pool lives while the gate is open
+                       if (gate->open) net::post(*pool, std::move(fn));
+                     }};
+  }
 };
 
 namespace {
@@ -162,6 +166,18 @@ class Session : public std::enable_shared_from_this<Session> {
     impl_.metrics.dec_in_flight();
     impl_.metrics.request_done(route, r.status);
     send(std::move(r));
+  }
+
+  // Strand only: the router accepted a subscription; the socket leaves this session for a
+  // WebSocket one (ws_session.cc), which completes the handshake with the kept request.
+  void upgrade(Subscription sub, const std::string& route) {
+    impl_.unpark(this);
+    impl_.metrics.dec_in_flight();
+    impl_.metrics.request_done(route, 101);
+    if (!upgrade_req_) return hard_close();
+    start_websocket(beast::tcp_stream(stream_.release_socket()), std::move(*upgrade_req_), std::move(sub),
+                    impl_.ws_context());
+    upgrade_req_.reset();
   }
 
  private:
@@ -287,6 +303,7 @@ class Session : public std::enable_shared_from_this<Session> {
   HttpServer::Impl& impl_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
+  std::optional<UpgradeRequest> upgrade_req_;  // a WebSocket upgrade's request, until upgrade()
   bool keep_alive_ = true;
   unsigned version_ = 11;
   std::size_t drained_ = 0;
@@ -308,6 +325,10 @@ class ConnExchange final : public Exchange {
     on_session([r = std::move(r), route = route_](Session& s) mutable {
       s.answer(std::move(r), route);
     });
+  }
+  void upgrade(Subscription sub) override {
+    if (responded_.exchange(true)) return;
+    on_session([sub = std::move(sub), route = route_](Session& s) mutable { s.upgrade(std::move(sub), route); });
   }
   void post(std::function<void()> fn) override {
     on_session([fn = std::move(fn)](Session&) { fn(); });
@@ -381,6 +402,8 @@ void Session::on_read(beast::error_code ec, std::size_t n) {
   r.target = std::string(req.target());
   r.content_type = std::string(req[http::field::content_type]);
   r.body = std::move(req.body());
+  r.websocket = is_websocket_upgrade(req);
+  if (r.websocket) upgrade_req_.emplace(std::move(req));
   parser_.reset();
 
   auto ex = std::make_shared<ConnExchange>(impl_, weak_from_this(), std::move(r));
@@ -406,10 +429,11 @@ void HttpServer::Impl::do_accept() {
     }
     beast::error_code ignored;
     s.set_option(tcp::no_delay(true), ignored);  // small responses, often pipelined
-    std::size_t open;
+    // WebSocket subscriptions count too, as connections that are never evicted.
+    std::size_t open = static_cast<std::size_t>(std::max<std::int64_t>(0, metrics.ws_open()));
     {
       std::lock_guard lk(conns_mu);
-      open = conns.size();
+      open += conns.size();
     }
     if (open >= cfg.max_connections && !evict_one()) {
       refuse(std::move(s));
@@ -545,6 +569,7 @@ Result<void> HttpServer::start(Node& node) {
   if (m.started || m.stopped) return Error(Errc::internal, "http-api: start() called twice");
   m.started = true;
   try {
+    m.node = &node;
     m.router = std::make_unique<Router>(node, m.metrics, m.cfg);
     m.ioc.emplace(static_cast<int>(m.cfg.threads));
     m.work.emplace(m.ioc->get_executor());

@@ -14,6 +14,7 @@
 #include "fake_node.h"
 #include "http_client.h"
 #include "server.h"
+#include "subscribe.h"
 #include "test_host.h"
 
 namespace sluice::testing {
@@ -763,3 +764,32 @@ TEST_F(HttpApiTest, CacheRoutesRefuseBadInputAndPassTheRestToTheCatalog) {
 
 }  // namespace
 }  // namespace sluice::testing
+
+// The subscriber's messages (docs/api.md "Subscribe"): a shard subscription takes only
+// credit; a group one credit, ack and nack. Every refusal says what is wrong.
+TEST(HttpApiSubscribe, ClientMessages) {
+  using sluice::http_api::parse_client_message;
+  auto m = parse_client_message(R"({"credit": 7})", false);
+  ASSERT_TRUE(m) << m.error().message;
+  EXPECT_EQ(m->credit, 7u);
+  EXPECT_TRUE(parse_client_message(R"({"credit": 1000000})", false));
+  for (const char* bad : {R"({"credit": 0})", R"({"credit": 1000001})", R"({"credit": 1.5})", R"({"credit": "1"})",
+                          R"({})", R"([1])", "credit", R"({"ack": [1]})"}) {
+    auto r = parse_client_message(bad, false);
+    EXPECT_FALSE(r) << bad;
+  }
+  EXPECT_NE(parse_client_message("{", false).error().message.find("message is not valid JSON"), std::string::npos);
+  EXPECT_NE(parse_client_message(R"({"colour": 1})", false).error().message.find("colour"), std::string::npos);
+
+  auto g = parse_client_message(R"({"ack": [1, 2], "nack": [3], "credit": 2})", true);
+  ASSERT_TRUE(g) << g.error().message;
+  EXPECT_EQ(g->credit, 2u);
+  ASSERT_EQ(g->ack.size(), 2u);
+  EXPECT_EQ(g->ack[1].value(), 2u);
+  ASSERT_EQ(g->nack.size(), 1u);
+  EXPECT_EQ(g->nack[0].value(), 3u);
+  for (const char* bad : {R"({})", R"({"ack": []})", R"({"ack": [-1]})", R"({"nack": "3"})", R"({"ack": [1], "x": 1})"}) {
+    auto r = parse_client_message(bad, true);
+    EXPECT_FALSE(r) << bad;
+  }
+}

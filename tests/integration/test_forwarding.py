@@ -1,6 +1,7 @@
 """Forwarding to the shard's leader (issue 10, "Clients"; docs/replication.md "Forwarding"):
 two brokers on one PostgreSQL catalog, a stream with one shard on each; every call for the
 shard broker B leads is made through broker A. Needs the `sluice_pg` ctest fixture."""
+import asyncio
 import json
 import os
 import random
@@ -9,6 +10,8 @@ import time
 import unittest
 import urllib.error
 import urllib.request
+
+import websockets
 
 from harness import Node, poll
 
@@ -131,6 +134,36 @@ class Forwarding(unittest.TestCase):
         self.assertEqual(pos["positions"][self.shard_b]["committed"], 2)
         st, _, pos_b = call(self.b, "GET", g)
         self.assertEqual(pos_b["positions"][self.shard_b]["committed"], 2)
+
+    def test_subscriptions_through_a_read_bs_shard(self):
+        """WebSocket subscribe (docs/api.md "Subscribe") on A for B's shard: A reads and waits
+        through B; a group subscription's acks reach B's group."""
+        self.assertEqual(self.publish(self.a, self.shard_b, ["w0", "w1"])[0], 200)
+        ws_base = "ws://127.0.0.1:%d%s" % (self.a.http_port, self.base)
+
+        async def run():
+            async def take(ws, n):
+                got = []
+                while len(got) < n:
+                    got += json.loads(await asyncio.wait_for(ws.recv(), 60))["records"]
+                return got
+            async with websockets.connect("%s/shards/%d/subscribe?offset=0" % (ws_base, self.shard_b)) as ws:
+                got = await take(ws, 2)
+                # Caught up: the wait is B's; a record published on B arrives.
+                await asyncio.to_thread(self.publish, self.b, self.shard_b, ["w2"])
+                got += await take(ws, 1)
+            async with websockets.connect("%s/groups/g/shards/%d/subscribe" % (ws_base, self.shard_b)) as ws:
+                delivered = await take(ws, 3)
+                await ws.send(json.dumps({"ack": [r["offset"] for r in delivered]}))
+                acked = json.loads(await asyncio.wait_for(ws.recv(), 60))
+            return got, delivered, acked
+        got, delivered, acked = asyncio.run(run())
+        self.assertEqual([(r["offset"], r["value"]) for r in got], [(0, "w0"), (1, "w1"), (2, "w2")])
+        self.assertEqual([r["value"] for r in delivered], ["w0", "w1", "w2"])
+        self.assertEqual(acked, {"acked": [0, 1, 2]})
+        st, _, body = call(self.b, "GET", self.base + "/groups/g")
+        self.assertEqual(st, 200)
+        self.assertEqual(body["positions"][self.shard_b]["committed"], 3)
 
     def test_bad_input_answers_as_on_the_leader(self):
         for path in (self.base + "/shards/7/records?offset=0",
