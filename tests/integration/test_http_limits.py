@@ -22,16 +22,20 @@ def metric(node, name):
     return float(m.group(1))
 
 
+def read_to_eof(s):
+    data = b""
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            return data
+        data += chunk
+
+
 def raw_get(port, path, timeout=10):
     """One GET on a fresh connection: (status, headers text, body)."""
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
         s.sendall(("GET %s HTTP/1.1\r\nHost: sluice\r\nConnection: close\r\n\r\n" % path).encode())
-        data = b""
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
+        data = read_to_eof(s)
     head, _, body = data.partition(b"\r\n\r\n")
     status = int(head.split(b" ")[1]) if head else 0
     return status, head.decode(errors="replace"), body
@@ -168,12 +172,7 @@ class Limits(unittest.TestCase):
         n = self.start(http_max_header_bytes=2048)
         with socket.create_connection(("127.0.0.1", n.http_port), timeout=30) as s:
             s.sendall(REQUEST_START + b"X-Big: " + b"a" * 4096 + b"\r\n\r\n")
-            data = b""
-            while True:
-                chunk = s.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
+            data = read_to_eof(s)
         head, _, body = data.partition(b"\r\n\r\n")
         self.assertIn(b" 400 ", head.split(b"\r\n")[0])
         problem = json.loads(body)
