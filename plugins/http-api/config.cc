@@ -36,6 +36,8 @@ HttpConfig HttpConfig::from_host(const PluginHost& h) {
       static_cast<std::size_t>(ranged(h, "http.max_header_bytes", 16 * 1024, 1024, 1 << 20));
   c.max_connections =
       static_cast<std::size_t>(ranged(h, "http.max_connections", 1024, 1, 1'000'000));
+  c.max_waiters_per_shard =
+      static_cast<std::size_t>(ranged(h, "http.max_waiters_per_shard", 1000, 1, 1'000'000));
   c.fetch_max_bytes = static_cast<std::size_t>(
       ranged(h, "http.fetch_max_bytes", 1 << 20, 1024, std::int64_t{1} << 30));
   // The broker's limit, checked while parsing so that an oversized request costs nothing.

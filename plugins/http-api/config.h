@@ -28,6 +28,8 @@ struct HttpConfig {
   // that has waited or read longest without a request in progress; if every connection is
   // busy with a request, the new one is answered 503 and closed.
   std::size_t max_connections = 1024;
+  // Long polls (fetches with wait_ms) parked on one shard at a time; more get 503.
+  std::size_t max_waiters_per_shard = 1000;
   std::size_t fetch_max_bytes = 1u << 20;          // max_bytes passed to Node::fetch
   std::size_t max_records = 100000;                // broker.max_records_per_publish
   // stream.default_replication_factor: what a create body without "replication_factor"

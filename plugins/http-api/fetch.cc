@@ -17,6 +17,7 @@
 #include "codec.h"
 #include "handlers.h"
 #include "problem.h"
+#include "waiters.h"
 
 namespace sluice::http_api {
 
@@ -127,6 +128,7 @@ struct Poll {
   std::shared_ptr<Exchange> ex;
   Node* node;
   const HttpConfig* cfg;
+  ShardWaiters* waiters;  // counted in park(), released once in finish()
   StreamKey key;
   ShardIndex shard;
   Offset from;
@@ -140,6 +142,7 @@ struct Poll {
   void finish() {
     if (done) return;
     done = true;
+    waiters->remove(key, shard);
     if (cancel_timer) std::exchange(cancel_timer, nullptr)();
     // A timed-out poll drops its waiter, so idle shards do not accumulate them.
     if (notify_handle) node->cancel_notify(key, shard, std::exchange(notify_handle, 0));
@@ -152,9 +155,19 @@ struct Poll {
 };
 
 // Strand only: nothing to read yet; wait for data beyond `from` or the timeout.
-void park(Node& node, const HttpConfig& cfg, const std::shared_ptr<Exchange>& ex, const StreamKey& key,
-          ShardIndex shard, Offset from, std::uint32_t max, std::chrono::milliseconds wait, bool remote) {
-  auto poll = std::make_shared<Poll>(Poll{ex, &node, &cfg, key, shard, from, max, remote, false, {}, 0});
+void park(Node& node, const HttpConfig& cfg, ShardWaiters& waiters, const std::shared_ptr<Exchange>& ex,
+          const StreamKey& key, ShardIndex shard, Offset from, std::uint32_t max, std::chrono::milliseconds wait,
+          bool remote) {
+  if (!waiters.try_add(key, shard)) {
+    HttpResponse r = problem(Error(Errc::unavailable,
+                                   "too many long polls waiting on shard " + std::to_string(shard.value()) +
+                                       " of stream " + key.to_string() + ": http.max_waiters_per_shard is " +
+                                       std::to_string(waiters.max()) + "; retry, or fetch without wait_ms"));
+    r.headers.emplace_back("Retry-After", "1");
+    return ex->respond(with_leader(std::move(r), node, key, shard));
+  }
+  auto poll =
+      std::make_shared<Poll>(Poll{ex, &node, &cfg, &waiters, key, shard, from, max, remote, false, {}, 0});
   poll->cancel_timer = ex->start_timer(wait, [poll] { poll->finish(); });
   auto r = node.notify_when_beyond(key, shard, from, [w = std::weak_ptr<Poll>(poll)] {
     if (auto p = w.lock()) {
@@ -163,6 +176,7 @@ void park(Node& node, const HttpConfig& cfg, const std::shared_ptr<Exchange>& ex
   });
   if (!r) {
     poll->done = true;
+    waiters.remove(key, shard);
     if (poll->cancel_timer) std::exchange(poll->cancel_timer, nullptr)();
     ex->respond(with_leader(problem(r.error()), node, key, shard));
     return;
@@ -172,9 +186,9 @@ void park(Node& node, const HttpConfig& cfg, const std::shared_ptr<Exchange>& ex
 
 // Resolves the offset, reads once, answers or parks. On the strand for a shard served here;
 // on the blocking pool for one another broker leads (each read is a round trip to it).
-void first_read(Node& node, const HttpConfig& cfg, const std::shared_ptr<Exchange>& ex, const StreamKey& key,
-                ShardIndex shard, std::string_view off, std::uint32_t max, std::chrono::milliseconds wait,
-                bool remote) {
+void first_read(Node& node, const HttpConfig& cfg, ShardWaiters& waiters, const std::shared_ptr<Exchange>& ex,
+                const StreamKey& key, ShardIndex shard, std::string_view off, std::uint32_t max,
+                std::chrono::milliseconds wait, bool remote) {
   if (auto p = parse_offset_param(off); !p) return ex->respond(problem(p.error()));
   auto resolved = resolve_offset(node, key, shard, off);
   if (!resolved) return ex->respond(with_leader(problem(resolved.error()), node, key, shard));
@@ -183,13 +197,15 @@ void first_read(Node& node, const HttpConfig& cfg, const std::shared_ptr<Exchang
   ReadOutcome first = read_once(node, cfg, key, shard, from, max);
   if (!first.empty || wait.count() == 0)
     return ex->respond(with_leader(std::move(first.response), node, key, shard));
-  if (!remote) return park(node, cfg, ex, key, shard, from, max, wait, false);
-  ex->post([&node, &cfg, ex, key, shard, from, max, wait] { park(node, cfg, ex, key, shard, from, max, wait, true); });
+  if (!remote) return park(node, cfg, waiters, ex, key, shard, from, max, wait, false);
+  ex->post([&node, &cfg, &waiters, ex, key, shard, from, max, wait] {
+    park(node, cfg, waiters, ex, key, shard, from, max, wait, true);
+  });
 }
 
 }  // namespace
 
-void handle_fetch(Node& node, const HttpConfig& cfg, const std::shared_ptr<Exchange>& ex,
+void handle_fetch(Node& node, const HttpConfig& cfg, ShardWaiters& waiters, const std::shared_ptr<Exchange>& ex,
                   const StreamKey& key, ShardIndex shard, const Target& target) {
   std::uint32_t max = kDefaultMax;
   if (auto m = target.param("max")) {
@@ -208,11 +224,12 @@ void handle_fetch(Node& node, const HttpConfig& cfg, const std::shared_ptr<Excha
         std::chrono::milliseconds(std::min<std::uint64_t>(*v, 86400000)), cfg.max_wait);
   }
   const std::string_view off = target.param("offset").value_or("earliest");
-  if (node.serves_locally(key, shard)) return first_read(node, cfg, ex, key, shard, off, max, wait, false);
+  if (node.serves_locally(key, shard))
+    return first_read(node, cfg, waiters, ex, key, shard, off, max, wait, false);
   // Another broker leads the shard: every read is a round trip to it, which must not hold
   // an HTTP I/O thread.
-  ex->run_blocking([&node, &cfg, ex, key, shard, off = std::string(off), max, wait] {
-    first_read(node, cfg, ex, key, shard, off, max, wait, true);
+  ex->run_blocking([&node, &cfg, &waiters, ex, key, shard, off = std::string(off), max, wait] {
+    first_read(node, cfg, waiters, ex, key, shard, off, max, wait, true);
   });
 }
 

@@ -90,7 +90,9 @@ void handle_groups(Node& node, const HttpConfig& cfg, const std::shared_ptr<Exch
 void handle_publish(Node& node, const HttpConfig& cfg, const std::shared_ptr<Exchange>& ex, const StreamKey& key,
                     const Target& target);
 // GET {ns}/streams/{s}/shards/{n}/records
-void handle_fetch(Node& node, const HttpConfig& cfg, const std::shared_ptr<Exchange>& ex,
+// `waiters` bounds the long polls parked per shard (http.max_waiters_per_shard).
+class ShardWaiters;
+void handle_fetch(Node& node, const HttpConfig& cfg, ShardWaiters& waiters, const std::shared_ptr<Exchange>& ex,
                   const StreamKey& key, ShardIndex shard, const Target& target);
 
 }  // namespace sluice::http_api

@@ -411,7 +411,7 @@ void Router::dispatch(const std::shared_ptr<Exchange>& ex) {
     case Route::shard_records: {
       auto shard = shard_segment(seg[8]);
       if (!shard) return ex->respond(problem(shard.error()));
-      handle_fetch(node, cfg_, ex, StreamKey{seg[2], seg[4], seg[6]}, *shard, *target);
+      handle_fetch(node, cfg_, waiters_, ex, StreamKey{seg[2], seg[4], seg[6]}, *shard, *target);
       return;
     }
     case Route::shard_subscribe: {

@@ -18,13 +18,14 @@
 #include "http_types.h"
 #include "metrics.h"
 #include "sluice/node.h"
+#include "waiters.h"
 
 namespace sluice::http_api {
 
 class Router {
  public:
   Router(Node& node, HttpMetrics& metrics, const HttpConfig& cfg)
-      : node_(node), metrics_(metrics), cfg_(cfg) {}
+      : node_(node), metrics_(metrics), cfg_(cfg), waiters_(cfg.max_waiters_per_shard) {}
   // Answers through ex->respond(), exactly once (unless the server stops first).
   void handle(const std::shared_ptr<Exchange>& ex);
 
@@ -34,6 +35,7 @@ class Router {
   Node& node_;
   HttpMetrics& metrics_;
   const HttpConfig& cfg_;
+  ShardWaiters waiters_;
 };
 
 }  // namespace sluice::http_api

@@ -168,6 +168,60 @@ class Limits(unittest.TestCase):
         poll(lambda: raw_get(n.http_port, "/readyz")[0] == 200, "the node to answer after the long polls")
         self.assertGreater(metric(n, "sluice_http_connections_refused_total"), 0)
 
+    def test_long_polls_beyond_max_waiters_per_shard_get_503_and_others_are_served(self):
+        n = self.start(http_max_waiters_per_shard=2, http_max_wait_ms=20000)
+        n.create_stream("w", shards=2)
+        base = n.ns_path() + "/streams/w/shards/%d/records?offset=0"
+        results = []
+
+        def waiter():
+            # Refused only while the probe below holds a slot for a moment: ask again.
+            for _ in range(200):
+                r = raw_get(n.http_port, base % 0 + "&wait_ms=20000", timeout=60)
+                if r[0] != 503:
+                    results.append(r)
+                    return
+                time.sleep(0.05)
+
+        waiters = [threading.Thread(target=waiter) for _ in range(2)]
+        for t in waiters:
+            t.start()
+        try:
+            seen = {}
+
+            def third_refused():
+                # A short wait: before both waiters are parked, the probe itself parks briefly.
+                status, head, body = raw_get(n.http_port, base % 0 + "&wait_ms=300")
+                if status == 503:
+                    seen["head"], seen["body"] = head, body
+                    return True
+                return False
+
+            poll(third_refused, "a third long poll on shard 0 to be refused", interval=0.1)
+            problem = json.loads(seen["body"])
+            self.assertEqual(problem["code"], "unavailable")
+            self.assertIn("http.max_waiters_per_shard is 2", problem["detail"])
+            self.assertIn("Retry-After: 1", seen["head"])
+            # Another shard, and a fetch that does not wait, are served meanwhile.
+            status, _, body = raw_get(n.http_port, base % 1 + "&wait_ms=200")
+            self.assertEqual(status, 200, body)
+            status, _, body = raw_get(n.http_port, base % 0)
+            self.assertEqual(status, 200, body)
+            # A record on shard 0 releases both waiters with it.
+            n.request("POST", n.ns_path() + "/streams/w/records",
+                      {"records": [{"value": "v", "shard": 0}]})
+        finally:
+            for t in waiters:
+                t.join(60)
+        self.assertEqual(len(results), 2)
+        for status, _, body in results:
+            self.assertEqual(status, 200, body)
+            self.assertEqual(len(json.loads(body)["records"]), 1)
+        # The count is released: a new long poll on shard 0 parks (and times out empty).
+        status, _, body = raw_get(n.http_port, (base % 0).replace("offset=0", "offset=1") + "&wait_ms=200")
+        self.assertEqual(status, 200, body)
+        self.assertEqual(json.loads(body)["records"], [])
+
     def test_headers_over_max_header_bytes_get_400_naming_the_key(self):
         n = self.start(http_max_header_bytes=2048)
         with socket.create_connection(("127.0.0.1", n.http_port), timeout=30) as s:
@@ -181,7 +235,7 @@ class Limits(unittest.TestCase):
 
     def test_out_of_range_limits_refuse_to_start_naming_the_key(self):
         for key, value in (("http.max_connections", "0"), ("http.request_timeout_ms", "5"),
-                           ("http.max_header_bytes", "100")):
+                           ("http.max_header_bytes", "100"), ("http.max_waiters_per_shard", "0")):
             node = Node(extra={key: value})
             try:
                 code, out = node.start_expect_failure()
