@@ -38,6 +38,8 @@ HttpConfig HttpConfig::from_host(const PluginHost& h) {
       static_cast<std::size_t>(ranged(h, "http.max_connections", 1024, 1, 1'000'000));
   c.max_waiters_per_shard =
       static_cast<std::size_t>(ranged(h, "http.max_waiters_per_shard", 1000, 1, 1'000'000));
+  c.publish_bytes_per_s = static_cast<std::uint64_t>(
+      ranged(h, "quota.publish_bytes_per_s", 0, 0, std::int64_t{1} << 40));
   c.fetch_max_bytes = static_cast<std::size_t>(
       ranged(h, "http.fetch_max_bytes", 1 << 20, 1024, std::int64_t{1} << 30));
   // The broker's limit, checked while parsing so that an oversized request costs nothing.

@@ -30,6 +30,9 @@ struct HttpConfig {
   std::size_t max_connections = 1024;
   // Long polls (fetches with wait_ms) parked on one shard at a time; more get 503.
   std::size_t max_waiters_per_shard = 1000;
+  // quota.publish_bytes_per_s: request-body bytes per second each tenant may publish through
+  // this broker (0: no quota).
+  std::uint64_t publish_bytes_per_s = 0;
   std::size_t fetch_max_bytes = 1u << 20;          // max_bytes passed to Node::fetch
   std::size_t max_records = 100000;                // broker.max_records_per_publish
   // stream.default_replication_factor: what a create body without "replication_factor"

@@ -87,8 +87,10 @@ void handle_groups(Node& node, const HttpConfig& cfg, const std::shared_ptr<Exch
                    const std::vector<std::string>& seg, const Target& target);
 
 // POST {ns}/streams/{s}/records
-void handle_publish(Node& node, const HttpConfig& cfg, const std::shared_ptr<Exchange>& ex, const StreamKey& key,
-                    const Target& target);
+// `quotas`: the tenant's publish quota (quota.publish_bytes_per_s), charged before parsing.
+class PublishQuotas;
+void handle_publish(Node& node, const HttpConfig& cfg, PublishQuotas& quotas, const std::shared_ptr<Exchange>& ex,
+                    const StreamKey& key, const Target& target);
 // GET {ns}/streams/{s}/shards/{n}/records
 // `waiters` bounds the long polls parked per shard (http.max_waiters_per_shard).
 class ShardWaiters;

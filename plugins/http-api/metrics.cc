@@ -1,5 +1,6 @@
 #include "metrics.h"
 
+#include "quotas.h"
 #include "sluice/metrics_text.h"
 
 namespace sluice::http_api {
@@ -34,6 +35,9 @@ std::string HttpMetrics::render() const {
   w.single("sluice_http_request_timeouts_total",
            "Connections closed because a request did not arrive whole within http.request_timeout_ms.",
            MetricType::counter, timed_out_.load());
+  w.single("sluice_http_quota_rejections_total",
+           "Publishes answered 429 quota_exceeded (quota.publish_bytes_per_s, per tenant on this broker).",
+           MetricType::counter, quotas_ ? quotas_->rejections() : 0);
   w.single("sluice_http_received_bytes_total", "Request bytes read (headers and body).", MetricType::counter,
            bytes_in_.load());
   w.single("sluice_http_sent_bytes_total", "Response bytes written (headers and body).", MetricType::counter,

@@ -11,6 +11,8 @@
 
 namespace sluice::http_api {
 
+class PublishQuotas;
+
 class HttpMetrics {
  public:
   void request_done(const std::string& route, int status);
@@ -33,6 +35,9 @@ class HttpMetrics {
   void ws_buffered(std::int64_t delta) { ws_buffered_.fetch_add(delta, std::memory_order_relaxed); }
   void ws_close_reason(const std::string& reason);
 
+  // Publish quota refusals are counted by the quotas themselves (set once, at start).
+  void set_quotas(const PublishQuotas* q) { quotas_ = q; }
+
   // Prometheus text format (version 0.0.4).
   std::string render() const;
 
@@ -44,6 +49,7 @@ class HttpMetrics {
   std::atomic<std::uint64_t> bytes_in_{0};
   std::atomic<std::uint64_t> bytes_out_{0};
   std::atomic<std::uint64_t> evicted_{0}, refused_{0}, timed_out_{0};
+  const PublishQuotas* quotas_ = nullptr;
   std::map<std::string, std::uint64_t> ws_closes_;  // under mu_
   std::atomic<std::int64_t> ws_open_{0};
   std::atomic<std::uint64_t> ws_frames_{0};

@@ -10,6 +10,7 @@
 #include "codec.h"
 #include "handlers.h"
 #include "problem.h"
+#include "quotas.h"
 #include "publish_parse.h"
 
 namespace sluice::http_api {
@@ -46,8 +47,8 @@ HttpResponse render_results(const std::vector<PublishedRecord>& rs) {
 
 }  // namespace
 
-void handle_publish(Node& node, const HttpConfig& cfg, const std::shared_ptr<Exchange>& ex, const StreamKey& key,
-                    const Target& target) {
+void handle_publish(Node& node, const HttpConfig& cfg, PublishQuotas& quotas, const std::shared_ptr<Exchange>& ex,
+                    const StreamKey& key, const Target& target) {
   const HttpRequest& req = ex->request();
   const std::string media = media_type(req.content_type);
   const bool binary = media == kBatchMedia;
@@ -56,6 +57,15 @@ void handle_publish(Node& node, const HttpConfig& cfg, const std::shared_ptr<Exc
                               "publish takes application/json or " + std::string(kBatchMedia) +
                                   ", not '" + (media.empty() ? "(none)" : media) + "'")));
     return;
+  }
+  if (const std::uint32_t wait = quotas.charge(key.tenant, req.body.size())) {
+    HttpResponse r = problem(429, "quota_exceeded", "Quota exceeded",
+                             "tenant '" + key.tenant + "' is over its publish quota of " +
+                                 std::to_string(quotas.rate()) +
+                                 " bytes/s on this broker (quota.publish_bytes_per_s); retry after " +
+                                 std::to_string(wait) + " s");
+    r.headers.emplace_back("Retry-After", std::to_string(wait));
+    return ex->respond(std::move(r));
   }
   std::optional<AckMode> ack;
   if (auto a = target.param("ack")) {

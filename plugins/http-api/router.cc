@@ -396,7 +396,7 @@ void Router::dispatch(const std::shared_ptr<Exchange>& ex) {
       return;
     }
     case Route::records:
-      handle_publish(node, cfg_, ex, StreamKey{seg[2], seg[4], seg[6]}, *target);
+      handle_publish(node, cfg_, quotas_, ex, StreamKey{seg[2], seg[4], seg[6]}, *target);
       return;
     case Route::shards: {
       auto r = node.shards(StreamKey{seg[2], seg[4], seg[6]});

@@ -18,6 +18,7 @@
 #include "http_types.h"
 #include "metrics.h"
 #include "sluice/node.h"
+#include "quotas.h"
 #include "waiters.h"
 
 namespace sluice::http_api {
@@ -25,7 +26,13 @@ namespace sluice::http_api {
 class Router {
  public:
   Router(Node& node, HttpMetrics& metrics, const HttpConfig& cfg)
-      : node_(node), metrics_(metrics), cfg_(cfg), waiters_(cfg.max_waiters_per_shard) {}
+      : node_(node),
+        metrics_(metrics),
+        cfg_(cfg),
+        waiters_(cfg.max_waiters_per_shard),
+        quotas_(cfg.publish_bytes_per_s) {
+    metrics_.set_quotas(&quotas_);
+  }
   // Answers through ex->respond(), exactly once (unless the server stops first).
   void handle(const std::shared_ptr<Exchange>& ex);
 
@@ -36,6 +43,7 @@ class Router {
   HttpMetrics& metrics_;
   const HttpConfig& cfg_;
   ShardWaiters waiters_;
+  PublishQuotas quotas_;
 };
 
 }  // namespace sluice::http_api

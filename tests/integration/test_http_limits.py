@@ -11,7 +11,7 @@ import time
 import unittest
 import urllib.request
 
-from harness import Node, poll
+from harness import Node, encode_binary_batch, poll
 
 REQUEST_START = b"GET /v1/tenants HTTP/1.1\r\nHost: sluice\r\n"
 
@@ -221,6 +221,45 @@ class Limits(unittest.TestCase):
         status, _, body = raw_get(n.http_port, (base % 0).replace("offset=0", "offset=1") + "&wait_ms=200")
         self.assertEqual(status, 200, body)
         self.assertEqual(json.loads(body)["records"], [])
+
+    def test_a_tenant_over_its_publish_quota_gets_429_and_loses_nothing(self):
+        n = self.start(quota_publish_bytes_per_s=100000)
+        n.create_stream("q", shards=1, tenant="a")
+        n.create_stream("q", shards=1, tenant="b")
+        body = encode_binary_batch([(None, b"x" * 1000)] * 64)  # about 66 KB
+        path = lambda tenant: n.ns_path(tenant) + "/streams/q/records?ack=leader"
+
+        def publish(tenant):
+            return n.request("POST", path(tenant), body, content_type="application/vnd.sluice.batch", raw=True)
+
+        admitted = 0
+        refusal = None
+        for _ in range(20):  # a full bucket holds 100 KB: the second or third must be refused
+            status, payload = publish("a")
+            if status == 429:
+                refusal = payload
+                break
+            self.assertEqual(status, 200, payload)
+            admitted += 1
+        self.assertIsNotNone(refusal, "20 publishes of 66 KB within a 100 KB/s quota were all admitted")
+        self.assertGreaterEqual(admitted, 1)
+        problem = json.loads(refusal)
+        self.assertEqual(problem["code"], "quota_exceeded")
+        self.assertIn("tenant 'a'", problem["detail"])
+        self.assertIn("quota.publish_bytes_per_s", problem["detail"])
+        # Another tenant is not held back by a's debt.
+        self.assertEqual(publish("b")[0], 200)
+        # Once the debt is paid (at most a few seconds), a is admitted again.
+        def admitted_again():
+            status, payload = publish("a")
+            self.assertIn(status, (200, 429), payload)
+            return status == 200
+        poll(admitted_again, "tenant a to be admitted again", interval=0.25)
+        admitted += 1
+        # Nothing refused was written; everything admitted was.
+        records = n.fetch_all("q", 0, tenant="a")
+        self.assertEqual(len(records), 64 * admitted)
+        self.assertGreater(metric(n, "sluice_http_quota_rejections_total"), 0)
 
     def test_headers_over_max_header_bytes_get_400_naming_the_key(self):
         n = self.start(http_max_header_bytes=2048)
