@@ -57,6 +57,7 @@
 #include "publish_bench.h"
 #include "json_phase.h"
 #include "low_load.h"
+#include "ws_latency.h"
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
@@ -81,6 +82,9 @@ void usage() {
   --no-json           skip the JSON phase: the keyless load as JSON publishes (values as
                       plain strings), printed beside it with the ratio JSON / binary
   --no-idempotence    skip the idempotent-producer comparison
+  --no-websocket      skip the WebSocket phase: one subscriber on a one-shard stream while
+                      one connection publishes one record at a time; prints the delivery
+                      latency (publish sent -> frame received) p50/p99
   --no-fetch          skip the phase with consumers fetching at the tail while producers
                       publish (its fetch records/s is printed beside the publish figure)
   --brokers N         replicated run (issue 10), after the disk reference: the load
@@ -176,6 +180,7 @@ int main(int argc, char** argv) {
     else if (a == "--no-idempotence") o.idempotence = false;
     else if (a == "--no-fetch") o.fetch = false;
     else if (a == "--no-json") o.json = false;
+    else if (a == "--no-websocket") o.websocket = false;
     else if (a == "--brokers") o.brokers = std::stoi(val());
     else if (a == "--replication-factor") o.replication_factor = std::stoi(val());
     else if (a == "--rounds") o.rounds = std::stoi(val());
@@ -478,6 +483,20 @@ int main(int argc, char** argv) {
         sluice_bench::kBatchMedia, o.dir, std::min(o.seconds, 10), pids);
     if (low.errors) progress("[low load]: %llu failed requests, the first: %s",
                              static_cast<unsigned long long>(low.errors), low.first_error.c_str());
+    sluice_bench::WsLatencyResult wsl;
+    if (o.websocket) {
+      // One shard, so the one subscriber sees every record.
+      std::string out;
+      const int st = http(port, "POST", "/v1/tenants/bench/namespaces/b/streams", R"({"name":"pub-ws","shards":1})", &out);
+      if (st != 201 && st != 409) fail("create stream pub-ws: " + std::to_string(st) + " " + out);
+      std::printf("[websocket] 1 subscriber, 1 publisher of 1 record per request (JSON, ack %s) ...\n", o.ack.c_str());
+      std::fflush(stdout);
+      wsl = sluice_bench::run_ws_latency(port, streams_path + "pub-ws/shards/0",
+                                         streams_path + "pub-ws/records?ack=" + o.ack, std::min(o.seconds, 5));
+      if (wsl.errors || !wsl.first_error.empty())
+        progress("[websocket]: %llu failed publishes; %s", static_cast<unsigned long long>(wsl.errors),
+                 wsl.first_error.c_str());
+    }
     std::printf("\nresults (%d-byte records, %d records/request, ack %s, %d connections)\n", o.record_bytes,
                 o.batch_records, o.ack.c_str(), o.connections);
     print("keyless", plain);
@@ -503,6 +522,11 @@ int main(int argc, char** argv) {
     std::printf("\n  disk, 4 KiB + fdatasync p50 %.2f ms, p99 %.2f ms (in the same slices); low-load p99 / that %.2f"
                 "  (target <= 1.5)\n",
                 low.probe_p50, low.probe_p99, low.probe_p99 > 0 ? low.p99 / low.probe_p99 : 0);
+    if (o.websocket)
+      std::printf("  websocket delivery     p50 %6.2f ms  p99 %6.2f ms  max %6.2f ms  (%llu of %llu published records "
+                  "received; publish sent -> frame received)\n",
+                  wsl.p50, wsl.p99, wsl.max, static_cast<unsigned long long>(wsl.delivered),
+                  static_cast<unsigned long long>(wsl.published));
     if (child > 0) {
       progress("stopping sluiced");
       stop_children();

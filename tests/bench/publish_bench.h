@@ -19,6 +19,7 @@ struct Options {
   bool idempotence = true;
   bool fetch = true;  // the publish + tail-fetch phase
   bool json = true;   // the keyless load again, as JSON publishes
+  bool websocket = true;  // WebSocket delivery latency (issue 13)
   int brokers = 0;  // 0: the single-node run above; N >= 1: the issue-10 comparison
   int replication_factor = 1;
   int rounds = 5;                 // --rounds: the replicated run's alternating slices

@@ -1,4 +1,4 @@
-"""sluice-bench --brokers still runs end to end: the replicated comparison starts one broker
+"""sluice-bench still runs end to end. --brokers: the replicated comparison starts one broker
 and three brokers of its own, alternates the two loads in rounds, and reports every figure
 with no failed request (docs/benchmarks.md "Replicated publish"). Figures are not asserted:
 this machine's speed is not a test condition; that the run completes cleanly is."""
@@ -36,6 +36,19 @@ class BenchSmoke(unittest.TestCase):
             left = subprocess.run(["pgrep", "-f", "data.dir=" + d], stdout=subprocess.PIPE, text=True)
             self.assertEqual(left.stdout.strip(), "", "sluiced processes left running")
 
+    def test_single_node_run_reports_websocket_delivery_of_every_record(self):
+        with tempfile.TemporaryDirectory(prefix="sluice-bench-smoke-") as d:
+            p = subprocess.run([BENCH, "--seconds", "1", "--connections", "2", "--no-fetch", "--no-json",
+                                "--no-idempotence", "--dir", d],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600)
+            out = p.stdout
+            self.assertEqual(p.returncode, 0, out[-3000:] + p.stderr[-3000:])
+            self.assertRegex(out, r"keyless .* failed 0")
+            m = re.search(r"websocket delivery +p50 +([\d.]+) ms +p99 +([\d.]+) ms .*\((\d+) of (\d+) published", out)
+            self.assertIsNotNone(m, out)
+            self.assertGreater(int(m.group(4)), 0, out)
+            self.assertEqual(m.group(3), m.group(4), "every published record reaches the subscriber: " + out)
+            self.assertLessEqual(float(m.group(1)), float(m.group(2)))
 
 if __name__ == "__main__":
     unittest.main()
