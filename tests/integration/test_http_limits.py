@@ -46,6 +46,23 @@ class Limits(unittest.TestCase):
         if getattr(self, "node", None):
             self.node.cleanup()
 
+    def wait_for_503(self, n, path, what):
+        """Polls GET path until it is answered 503; checks the answer, returns its problem."""
+        seen = {}
+
+        def refused():
+            status, head, body = raw_get(n.http_port, path)
+            if status == 503:
+                seen["head"], seen["body"] = head, body
+                return True
+            return False
+
+        poll(refused, what, interval=0.1)
+        problem = json.loads(seen["body"])
+        self.assertEqual(problem["code"], "unavailable")
+        self.assertIn("Retry-After: 1", seen["head"])
+        return problem
+
     def start(self, **extra):
         self.node = Node(extra={k.replace("_", ".", 1): str(v) for k, v in extra.items()}).start()
         return self.node
@@ -146,20 +163,8 @@ class Limits(unittest.TestCase):
         for t in pollers:
             t.start()
         try:
-            seen = {}
-
-            def refused():
-                status, head, body = raw_get(n.http_port, "/readyz")
-                if status == 503:
-                    seen["head"], seen["body"] = head, body
-                    return True
-                return False
-
-            poll(refused, "a 503 while every connection has a long poll in progress", interval=0.1)
-            problem = json.loads(seen["body"])
-            self.assertEqual(problem["code"], "unavailable")
+            problem = self.wait_for_503(n, "/readyz", "a 503 while every connection has a long poll in progress")
             self.assertIn("http.max_connections", problem["detail"])
-            self.assertIn("Retry-After: 1", seen["head"])
         finally:
             stop.set()
             for t in pollers:
@@ -187,21 +192,9 @@ class Limits(unittest.TestCase):
         for t in waiters:
             t.start()
         try:
-            seen = {}
-
-            def third_refused():
-                # A short wait: before both waiters are parked, the probe itself parks briefly.
-                status, head, body = raw_get(n.http_port, base % 0 + "&wait_ms=300")
-                if status == 503:
-                    seen["head"], seen["body"] = head, body
-                    return True
-                return False
-
-            poll(third_refused, "a third long poll on shard 0 to be refused", interval=0.1)
-            problem = json.loads(seen["body"])
-            self.assertEqual(problem["code"], "unavailable")
+            # A short wait: before both waiters are parked, the probe itself parks briefly.
+            problem = self.wait_for_503(n, base % 0 + "&wait_ms=300", "a third long poll on shard 0 to be refused")
             self.assertIn("http.max_waiters_per_shard is 2", problem["detail"])
-            self.assertIn("Retry-After: 1", seen["head"])
             # Another shard, and a fetch that does not wait, are served meanwhile.
             status, _, body = raw_get(n.http_port, base % 1 + "&wait_ms=200")
             self.assertEqual(status, 200, body)
