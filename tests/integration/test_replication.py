@@ -218,7 +218,19 @@ class Replication(unittest.TestCase):
              "broker %d to lead and serve the shard" % node_id)
 
     def wait_in_sync(self, brokers, stream="r"):
-        poll(lambda: self.in_sync(stream) == sorted(brokers), "the in-sync set to be %s" % sorted(brokers))
+        try:
+            poll(lambda: self.in_sync(stream) == sorted(brokers), "the in-sync set to be %s" % sorted(brokers))
+        except AssertionError as e:
+            # What each broker said about the in-sync set, to tell a stuck leader from a slow one.
+            said = []
+            for i, n in sorted(self.nodes.items()):
+                lines = [l for l in n.log_tail(4000).splitlines() if "in-sync" in l or "epoch" in l]
+                said.append("broker %d:\n%s" % (i, "\n".join(lines[-15:])))
+            try:
+                catalog = self.in_sync(stream)
+            except Exception as ex:  # noqa: BLE001 - a diagnostic only
+                catalog = "unknown (%s)" % ex
+            raise AssertionError("%s; the catalog says %s\n%s" % (e, catalog, "\n".join(said)))
 
     def wait_caught_up(self, stream="r"):
         """Every replica's durable end reaches the leader's log end (the leader's view)."""
