@@ -9,6 +9,7 @@
 //   6. API bound; "ready" logged
 //   5b. (brokers) the peer transport binds transport.address                exit 1
 // SIGTERM/SIGINT shut down in reverse order: API, peer transport, broker, storage, metadata.
+// SIGHUP reloads (ApiServer::reload(): the tokens file, docs/security.md) and keeps running.
 #include <fcntl.h>
 #include <malloc.h>
 #include <signal.h>
@@ -382,12 +383,13 @@ int main(int argc, char** argv) {
   core::PluginLoader loader(plugins_dir);
   if (!admin.empty()) return run_admin(admin, *cfg, host, loader);
 
-  // Block the shutdown signals before any plugin starts a thread, so that only sigwait
-  // below receives them.
+  // Block the shutdown and reload signals before any plugin starts a thread, so that only
+  // sigwait below receives them.
   sigset_t sigs;
   sigemptyset(&sigs);
   sigaddset(&sigs, SIGINT);
   sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
@@ -468,8 +470,20 @@ int main(int argc, char** argv) {
   g_fresh = nullptr;  // started: what it created is the node's now
   fresh.forget();
 
+  // SIGHUP reloads what the API server can reload without a restart (the tokens file,
+  // docs/security.md); a failed reload keeps the previous state and is logged. SIGINT and
+  // SIGTERM stop the node.
   int sig = 0;
-  sigwait(&sigs, &sig);
+  for (;;) {
+    sig = 0;
+    if (sigwait(&sigs, &sig) != 0) continue;
+    if (sig != SIGHUP) break;
+    log_line(LogLevel::info, "sluiced", "SIGHUP: reloading");
+    if (auto r = api->reload(); !r)
+      log_line(LogLevel::error, "sluiced", "reload failed, the previous state stays in force: " + r.error().message);
+    else
+      log_line(LogLevel::info, "sluiced", "reload done");
+  }
   log_line(LogLevel::info, "sluiced", std::string("shutting down on ") + strsignal(sig));
   api->stop();
   // No peer request is served or sent once shards start closing; requests after this fail

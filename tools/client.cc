@@ -42,7 +42,7 @@ class Connection : public Poco::Net::HTTPClientSession {
   }
 };
 
-Client::Client(const std::string& url) : uri_(url) {
+Client::Client(const std::string& url, std::string token) : uri_(url), token_(std::move(token)) {
   if (uri_.getScheme() != "http") usage_error("sluice", "only http:// URLs are supported, got " + url);
 }
 
@@ -64,6 +64,7 @@ Response Client::call(const std::string& method, const std::string& path, const 
     try {
       Poco::Net::HTTPRequest req(method, path, Poco::Net::HTTPMessage::HTTP_1_1);
       req.setKeepAlive(true);
+      if (!token_.empty()) req.setCredentials("Bearer", token_);
       if (!body.empty() || method == "POST") {
         req.setContentType(content_type);
         req.setContentLength(static_cast<std::streamsize>(body.size()));

@@ -23,10 +23,12 @@ using namespace sluice::cli;
 
 namespace {
 
-constexpr const char* kMainHelp = R"(Usage: sluice [--url URL] COMMAND [ARGS]
+constexpr const char* kMainHelp = R"(Usage: sluice [--url URL] [--token TOKEN] COMMAND [ARGS]
 
 Talks to a Sluice node over HTTP. URL defaults to $SLUICE_URL, else http://127.0.0.1:8080.
-A stream is named TENANT/NAMESPACE/STREAM.
+TOKEN defaults to $SLUICE_TOKEN: every request then carries "Authorization: Bearer TOKEN",
+which a node with auth.enabled requires (docs/security.md). Prefer $SLUICE_TOKEN: a command
+line is visible to other users of the machine. A stream is named TENANT/NAMESPACE/STREAM.
 
 Commands:
   cluster                         show the cluster id, backend, node and roles
@@ -46,12 +48,13 @@ Commands:
   brokers                         registered brokers and their features
   tombstones                      deleted names and the incarnations they cover
   members list|remove ID          metadata members (raft-meta): role, level, held, state
+  token hash --roles R [TOKEN|-]  print a tokens-file line for TOKEN (or a new random one)
 
 Run `sluice COMMAND --help` for a command's options. An unknown option or argument is
 refused (exit 2); options are never abbreviated.
 )";
 
-constexpr const char* kMainUsageLine = "Usage: sluice [--url URL] COMMAND [ARGS]\n";
+constexpr const char* kMainUsageLine = "Usage: sluice [--url URL] [--token TOKEN] COMMAND [ARGS]\n";
 
 [[noreturn]] void main_usage_error(const std::string& msg) {
   std::fprintf(stderr, "sluice: %s\n%s", msg.c_str(), kMainUsageLine);
@@ -82,10 +85,13 @@ void print_json(const boost::json::value& v) { std::cout << boost::json::seriali
 int main(int argc, char** argv) {
   // The global options end at the first word that is not an option: the command.
   int cmd_at = 1;
-  while (cmd_at < argc && argv[cmd_at][0] == '-') cmd_at += std::string(argv[cmd_at]) == "--url" ? 2 : 1;
+  while (cmd_at < argc && argv[cmd_at][0] == '-')
+    cmd_at += std::string(argv[cmd_at]) == "--url" || std::string(argv[cmd_at]) == "--token" ? 2 : 1;
   std::string url = std::getenv("SLUICE_URL") ? std::getenv("SLUICE_URL") : "http://127.0.0.1:8080";
+  std::string token = std::getenv("SLUICE_TOKEN") ? std::getenv("SLUICE_TOKEN") : "";
   po::options_description global;
-  global.add_options()("help,h", "")("url", po::value<std::string>(&url), "");
+  global.add_options()("help,h", "")("url", po::value<std::string>(&url), "")(
+      "token", po::value<std::string>(&token), "");
   po::variables_map vm;
   try {
     const std::vector<std::string> words(argv + 1, argv + std::min(cmd_at, argc));
@@ -106,10 +112,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string cmd = argv[cmd_at];
+  const Words words(argv + cmd_at + 1, argv + argc);
+  if (cmd == "token") return cmd_token(words);  // offline: talks to no node
   auto it = commands().find(cmd);
   if (it == commands().end()) main_usage_error("unknown command '" + cmd + "'");
-  const Words words(argv + cmd_at + 1, argv + argc);
-  Client c(url);
+  Client c(url, token);
   try {
     return it->second(c, words);
   } catch (const std::exception& e) {

@@ -56,6 +56,8 @@ struct HttpServer::Impl {
   Node* node = nullptr;
   // Declared before the io_context: sessions destroyed with it still count connections.
   HttpMetrics metrics;
+  std::unique_ptr<TokenStore> tokens;  // auth.enabled only
+  std::mutex reload_mu;                // reload() is not concurrent with itself
   std::unique_ptr<Router> router;
   std::shared_ptr<Gate> gate = std::make_shared<Gate>();
 
@@ -401,6 +403,7 @@ void Session::on_read(beast::error_code ec, std::size_t n) {
   r.method = std::string(req.method_string());
   r.target = std::string(req.target());
   r.content_type = std::string(req[http::field::content_type]);
+  r.authorization = std::string(req[http::field::authorization]);
   r.body = std::move(req.body());
   r.websocket = is_websocket_upgrade(req);
   if (r.websocket) upgrade_req_.emplace(std::move(req));
@@ -570,7 +573,20 @@ Result<void> HttpServer::start(Node& node) {
   m.started = true;
   try {
     m.node = &node;
-    m.router = std::make_unique<Router>(node, m.metrics, m.cfg);
+    if (m.cfg.auth_enabled) {
+      m.tokens = std::make_unique<TokenStore>(m.cfg.tokens_file);
+      auto n = m.tokens->reload();
+      if (!n) {
+        m.teardown();
+        m.stopped = true;
+        return Error(Errc::invalid_argument, "http-api: " + n.error().message);
+      }
+      m.log(LogLevel::info, "auth: " + std::to_string(*n) + " tokens from " + m.cfg.tokens_file);
+    } else {
+      m.log(LogLevel::warn, "auth.enabled = false: every client that reaches " + m.cfg.address +
+                                " may do anything, including delete every tenant (docs/security.md)");
+    }
+    m.router = std::make_unique<Router>(node, m.metrics, m.cfg, m.tokens.get());
     m.ioc.emplace(static_cast<int>(m.cfg.threads));
     m.work.emplace(m.ioc->get_executor());
     m.pool.emplace(m.cfg.admin_threads);
@@ -622,6 +638,19 @@ Result<void> HttpServer::start(Node& node) {
     m.stopped = true;
     return Error(Errc::internal, std::string("http-api: start failed: ") + e.what());
   }
+}
+
+Result<void> HttpServer::reload() {
+  Impl& m = *impl_;
+  std::lock_guard lk(m.reload_mu);
+  if (!m.tokens) return {};  // auth.enabled = false: nothing to reload yet
+  auto n = m.tokens->reload();
+  if (!n) {
+    m.log(LogLevel::error, "reload: kept the previous tokens: " + n.error().message);
+    return n.error();
+  }
+  m.log(LogLevel::info, "reload: " + std::to_string(*n) + " tokens from " + m.cfg.tokens_file);
+  return {};
 }
 
 void HttpServer::stop() {

@@ -32,6 +32,9 @@ class HttpServer final : public ApiServer {
   Result<void> start(Node& node) override;
   std::uint16_t port() const override;
   void stop() override;
+  // Re-reads auth.tokens_file (docs/security.md); a bad file keeps the previous tokens and
+  // is logged. TLS certificates are meant to reload here too.
+  Result<void> reload() override;
 
   struct Impl;  // server.cc only (public so that file's connection classes can name it)
 

@@ -91,6 +91,7 @@ class Node:
         self.proc = None
         self.log_path = os.path.join(self.workdir, "sluiced.log")
         self.starts = 0
+        self.token = None  # sent as "Authorization: Bearer <token>" by request() when set
 
     # --- process control -------------------------------------------------------------
     def args(self):
@@ -188,6 +189,8 @@ class Node:
         if body is not None:
             data = body if isinstance(body, (bytes, bytearray)) else json.dumps(body).encode()
             headers["Content-Type"] = content_type
+        if self.token:
+            headers["Authorization"] = "Bearer " + self.token
         req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
         try:
             with urllib.request.urlopen(req, timeout=timeout) as r:
