@@ -160,10 +160,30 @@ class Node:
                 raise AssertionError("sluiced ignored SIGTERM; log:\n" + self.log_tail())
         return self.proc.returncode if self.proc else None
 
+    def secrets(self):
+        """What must never appear in this node's log: its bearer token and the password of
+        every database URL it was given (docs/security.md)."""
+        out = [self.token] if self.token else []
+        urls = [v for k, v in self.extra.items() if k.endswith(".url")]
+        urls.append(os.environ.get("SLUICE_TEST_PG_URL", ""))
+        for u in urls:
+            out += re.findall(r"password=([^\s&]+)", u) + re.findall(r"://[^:/@\s]+:([^@\s]+)@", u)
+        return [s for s in out if len(s) >= 6]
+
     def cleanup(self):
         self.kill()
+        leaks = []
+        try:
+            with open(self.log_path, "rb") as f:
+                text = f.read().decode(errors="replace")
+            leaks = [s[:4] + "..." for s in self.secrets() if s in text]
+        except OSError:
+            pass
         if self.own_workdir and not os.environ.get("SLUICE_IT_KEEP"):  # keep logs to debug
             shutil.rmtree(self.workdir, ignore_errors=True)
+        if leaks:
+            raise AssertionError("secrets in the log of node %s (%s): %s" % (
+                self.extra.get("node.id", "1"), self.log_path, leaks))
 
     def log_tail(self, n=40):
         try:
