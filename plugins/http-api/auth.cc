@@ -4,6 +4,7 @@
 #include <openssl/sha.h>
 
 #include <cctype>
+#include <cstring>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -117,7 +118,6 @@ std::string to_hex(const TokenHash& h) {
 
 Result<TokenTable> TokenTable::parse(std::string_view text) {
   TokenTable t;
-  std::set<TokenHash> hashes;
   std::set<std::string, std::less<>> names;
   std::size_t line_no = 0;
   while (!text.empty()) {
@@ -162,7 +162,8 @@ Result<TokenTable> TokenTable::parse(std::string_view text) {
       if (!g) return bad_line(line_no, g.error().message);
       e.grants.push_back(std::move(*g));
     }
-    if (!hashes.insert(e.hash).second) return bad_line(line_no, "the same token hash appears twice");
+    if (!t.index_.emplace(e.hash, t.entries_.size()).second)
+      return bad_line(line_no, "the same token hash appears twice");
     if (!names.insert(e.name).second) return bad_line(line_no, "the name '" + e.name + "' appears twice");
     t.entries_.push_back(std::move(e));
   }
@@ -185,12 +186,19 @@ Result<TokenTable> TokenTable::load(const std::string& path) {
   return t;
 }
 
+std::size_t TokenTable::HashOf::operator()(const TokenHash& h) const noexcept {
+  std::size_t v;
+  std::memcpy(&v, h.data(), sizeof v);  // already uniformly distributed
+  return v;
+}
+
+bool TokenTable::SameHash::operator()(const TokenHash& a, const TokenHash& b) const noexcept {
+  return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
 const TokenEntry* TokenTable::find(std::string_view token) const {
-  const TokenHash h = sha256(token);
-  const TokenEntry* found = nullptr;
-  for (const auto& e : entries_)
-    if (CRYPTO_memcmp(e.hash.data(), h.data(), h.size()) == 0) found = &e;
-  return found;
+  const auto it = index_.find(sha256(token));
+  return it == index_.end() ? nullptr : &entries_[it->second];
 }
 
 Need required(Route route, const std::vector<std::string>& s, std::string_view method, bool metrics_open) {
