@@ -208,8 +208,9 @@ Result<ShardIndex> shard_segment(const std::string& s) {
 }
 
 
-// 401, with the challenge RFC 6750 asks for. The detail says what was wrong with the
-// header, never what it carried.
+// 401, with the challenge RFC 6750 asks for (error="invalid_token" only when a bearer token
+// was sent but is not known). The detail says what was wrong with the header, never what it
+// carried.
 HttpResponse unauthorized(const std::string& detail, bool invalid_token) {
   HttpResponse r = problem(401, "unauthorized", "Unauthorized", detail);
   r.headers.emplace_back("WWW-Authenticate",
@@ -264,7 +265,7 @@ void Router::dispatch(const std::shared_ptr<Exchange>& ex) {
       !(def && required(def->route, seg, req.method, cfg_.metrics_open).kind == Need::open)) {
     if (def) ex->set_route(std::string(def->label));
     auto tok = bearer_token(req.authorization);
-    if (!tok) return ex->respond(unauthorized(tok.error().message, !req.authorization.empty()));
+    if (!tok) return ex->respond(unauthorized(tok.error().message, false));
     table = tokens_->current();
     who = table ? table->find(*tok) : nullptr;
     if (!who) return ex->respond(unauthorized("the bearer token is not valid", true));

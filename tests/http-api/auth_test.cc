@@ -304,6 +304,10 @@ TEST_F(AuthServerTest, ChallengesRefusesAndReloads) {
   EXPECT_EQ(r.status, 401);
   EXPECT_EQ(r.header("www-authenticate"), "Bearer realm=\"sluice\", error=\"invalid_token\"");
   EXPECT_EQ(r.body.find("nope"), std::string::npos);
+  r = req("GET", "/v1/tenants", "Basic YWRtOg==");
+  EXPECT_EQ(r.status, 401);
+  EXPECT_EQ(r.header("www-authenticate"), "Bearer realm=\"sluice\"");
+  EXPECT_NE(r.body.find("not Bearer"), std::string::npos) << r.body;
   EXPECT_EQ(req("GET", "/healthz", "").status, 200);
   EXPECT_EQ(req("GET", "/nosuch", "").status, 401);
   EXPECT_EQ(req("GET", "/nosuch", "Bearer adm").status, 404);

@@ -253,7 +253,10 @@ class Node:
     def stream_dirs(self, tenant, ns, stream):
         """Shard incarnation directories of a stream on disk."""
         d = os.path.join(self.data_dir, "shards", tenant, ns, stream)
-        return sorted(os.listdir(d)) if os.path.isdir(d) else []
+        try:
+            return sorted(os.listdir(d))
+        except FileNotFoundError:  # never created, or the broker removed it just now
+            return []
 
     def fetch(self, stream, shard, offset, max_records=1000, wait_ms=0, tenant="t", ns="n"):
         q = "%s/streams/%s/shards/%d/records?offset=%s&max=%d" % (
