@@ -645,10 +645,7 @@ Result<void> HttpServer::reload() {
   std::lock_guard lk(m.reload_mu);
   if (!m.tokens) return {};  // auth.enabled = false: nothing to reload yet
   auto n = m.tokens->reload();
-  if (!n) {
-    m.log(LogLevel::error, "reload: kept the previous tokens: " + n.error().message);
-    return n.error();
-  }
+  if (!n) return n.error();  // the caller logs it (sluiced: "reload failed, ...")
   m.log(LogLevel::info, "reload: " + std::to_string(*n) + " tokens from " + m.cfg.tokens_file);
   return {};
 }
