@@ -126,6 +126,8 @@ Result<void> RaftMetaStore::start() {
   o.heartbeat_timeout_ms = cfg_.heartbeat_timeout_ms;
   o.bootstrap = cfg_.join.empty();
   o.cluster_id = [this] { return host_.cluster_id(); };
+  o.cluster_secret = cfg_.cluster_secret;
+  o.require_auth = cfg_.require_auth;
   o.log = [this](LogLevel l, const std::string& m) { log(l, m); };
   auto n = std::make_shared<RaftNode>(std::move(o), adapter_);
   // Start failures are returned, not logged: the host prints the one ERROR line.
