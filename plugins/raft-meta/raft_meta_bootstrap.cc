@@ -102,6 +102,7 @@ Result<void> RaftMetaStore::start() {
     RemoteConfig rc;
     rc.controllers = cfg_.join;
     rc.timeout = cfg_.timeout;
+    rc.tls = cfg_.rpc_tls;
     // The members may be starting too (systemd starts them together): retry until
     // metadata.start_timeout, but give up at once on another cluster's id.
     const auto give_up = std::chrono::steady_clock::now() + cfg_.start_timeout;
@@ -154,7 +155,7 @@ Result<void> RaftMetaStore::start() {
   // The controller RPC serves from here on (joins, forwarding, member status); requests
   // that need the catalog answer `unavailable` until ready.
   if (!cfg_.rpc_address.empty()) {
-    auto srv = std::make_unique<RpcServer>(*this, host_, cfg_.rpc_address);
+    auto srv = std::make_unique<RpcServer>(*this, host_, cfg_.rpc_address, cfg_.rpc_tls);
     if (auto r = srv->start(); !r.ok()) return fail(r.error());
     rpc_port_ = srv->port();
     rpc_ = std::move(srv);

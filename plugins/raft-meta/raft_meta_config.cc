@@ -1,5 +1,6 @@
 // RaftMetaConfig::from_host (raft_meta_store.h; the keys are documented in README.md).
 #include "cluster_auth.h"
+#include "rpc_tls.h"
 #include "raft_meta_store.h"
 #include "raft_meta_store_internal.h"
 
@@ -86,6 +87,7 @@ RaftMetaConfig RaftMetaConfig::from_host(const PluginHost& host) {
     c.cluster_secret = std::move(*secret);
   }
   c.require_auth = host.config_bool("raft.require_auth", false);
+  c.rpc_tls = RpcTls::from_host(host);
   if (c.require_auth && c.cluster_secret.empty())
     throw std::invalid_argument("raft.require_auth=true needs raft.cluster_secret_file");
   return c;
