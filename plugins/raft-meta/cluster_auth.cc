@@ -38,11 +38,8 @@ Result<std::string> load_cluster_secret(const std::string& path) {
   return secret;
 }
 
-AuthNonce random_nonce() {
-  AuthNonce n{};
-  if (RAND_bytes(n.data(), static_cast<int>(n.size())) != 1)
-    throw std::runtime_error("RAND_bytes failed: no randomness for the raft handshake");
-  return n;
+bool random_nonce(AuthNonce& out) {
+  return RAND_bytes(out.data(), static_cast<int>(out.size())) == 1;
 }
 
 namespace {
@@ -54,24 +51,24 @@ void put_u64(std::string& out, std::uint64_t v) {
 }
 }  // namespace
 
-AuthProof auth_proof(std::string_view secret, ProofSide side, std::string_view cluster_id,
-                     std::uint64_t connector_id, std::string_view connector_address,
-                     const AuthNonce& nc, const AuthNonce& na) {
+bool auth_proof(std::string_view secret, ProofSide side, const ProofInput& in, AuthProof& out) {
+  if (!in.nc || !in.na) return false;
   std::string msg(side == ProofSide::acceptor ? "sluice raft accept v2" : "sluice raft connect v2");
-  put_u32(msg, static_cast<std::uint32_t>(cluster_id.size()));
-  msg.append(cluster_id);
-  put_u64(msg, connector_id);
-  put_u32(msg, static_cast<std::uint32_t>(connector_address.size()));
-  msg.append(connector_address);
-  msg.append(reinterpret_cast<const char*>(nc.data()), nc.size());
-  msg.append(reinterpret_cast<const char*>(na.data()), na.size());
-  AuthProof out{};
+  put_u32(msg, static_cast<std::uint32_t>(in.cluster_id.size()));
+  msg.append(in.cluster_id);
+  put_u64(msg, in.connector_id);
+  put_u32(msg, static_cast<std::uint32_t>(in.connector_address.size()));
+  msg.append(in.connector_address);
+  put_u64(msg, in.acceptor_id);
+  put_u32(msg, static_cast<std::uint32_t>(in.acceptor_address.size()));
+  msg.append(in.acceptor_address);
+  msg.append(reinterpret_cast<const char*>(in.nc->data()), in.nc->size());
+  msg.append(reinterpret_cast<const char*>(in.na->data()), in.na->size());
   unsigned int len = 0;
-  if (!HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
-            reinterpret_cast<const unsigned char*>(msg.data()), msg.size(), out.data(), &len) ||
-      len != out.size())
-    throw std::runtime_error("HMAC-SHA256 failed");
-  return out;
+  return HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
+              reinterpret_cast<const unsigned char*>(msg.data()), msg.size(), out.data(),
+              &len) != nullptr &&
+         len == out.size();
 }
 
 bool proof_equal(const AuthProof& a, const AuthProof& b) {

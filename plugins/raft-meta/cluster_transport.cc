@@ -154,6 +154,14 @@ int tr_connect(struct raft_uv_transport* transport, struct raft_uv_connect* req,
     set_errmsg(transport, msg);
     return RAFT_NOCONNECTION;
   }
+  AuthNonce nonce{};
+  if (!t->opts.secret.empty() && !random_nonce(nonce)) {
+    t->log_limited(LogLevel::error, "no-random", "not connecting to raft server " +
+                                                     std::to_string(id) +
+                                                     ": no randomness for the handshake's nonce");
+    set_errmsg(transport, "no randomness for the handshake's nonce");
+    return RAFT_NOCONNECTION;
+  }
   auto* h = new (std::nothrow) Handshake();
   auto* tcp = static_cast<uv_tcp_t*>(raft_malloc(sizeof(uv_tcp_t)));
   if (!h || !tcp) {
@@ -172,7 +180,7 @@ int tr_connect(struct raft_uv_transport* transport, struct raft_uv_connect* req,
   h->peer = target;
   h->local_cluster_id = local;
   if (!t->opts.secret.empty()) {
-    h->connector_nonce = random_nonce();
+    h->connector_nonce = nonce;
     h->out = encode_cluster_hello(local, t->id, t->address, &h->connector_nonce);
     h->answer = AnswerReader(2);
   } else {

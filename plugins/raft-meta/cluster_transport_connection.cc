@@ -227,9 +227,17 @@ void send_answer(Handshake* h, HandshakeStatus status, const std::string& local)
     const std::string& secret = h->t->opts.secret;
     if (status == HandshakeStatus::ok && !secret.empty()) {
       AnswerAuth auth;
-      auth.nonce = random_nonce();
-      auth.proof = auth_proof(secret, ProofSide::acceptor, local, h->hello.server_id(),
-                              h->hello.address(), h->hello.nonce(), auth.nonce);
+      const AuthNonce& nc = h->hello.nonce();
+      if (!random_nonce(auth.nonce) ||
+          !auth_proof(secret, ProofSide::acceptor,
+                      ProofInput{local, h->hello.server_id(), h->hello.address(), h->t->id,
+                                 h->t->address, &nc, &auth.nonce},
+                      auth.proof)) {
+        h->t->log_limited(LogLevel::error, "no-random", "refused raft connection (" + describe(h) +
+                                                            "): no randomness or HMAC failed");
+        fail(h, RAFT_NOCONNECTION);
+        return;
+      }
       h->acceptor_nonce = auth.nonce;
       h->awaiting_proof = true;
       h->out = encode_cluster_answer_v2(status, local, &auth);
@@ -301,10 +309,14 @@ void incoming_proof_complete(Handshake* h) {
   uv_read_stop(reinterpret_cast<uv_stream_t*>(h->tcp));
   h->read_done = true;
   const std::string local = t->cluster_id ? t->cluster_id() : std::string();
-  const AuthProof expected =
-      auth_proof(t->opts.secret, ProofSide::connector, local, h->hello.server_id(),
-                 h->hello.address(), h->hello.nonce(), h->acceptor_nonce);
-  if (!proof_equal(expected, h->proof.proof())) {
+  const AuthNonce& nc = h->hello.nonce();
+  AuthProof expected{};
+  const bool computed =
+      auth_proof(t->opts.secret, ProofSide::connector,
+                 ProofInput{local, h->hello.server_id(), h->hello.address(), t->id, t->address,
+                            &nc, &h->acceptor_nonce},
+                 expected);
+  if (!computed || !proof_equal(expected, h->proof.proof())) {
     t->log_limited(LogLevel::warn, "auth-wrong|in|" + host_part(h->peer),
                    "refused raft connection (" + describe(h) +
                        "): the peer did not prove the cluster secret (its proof is wrong: "
@@ -434,8 +446,15 @@ void on_proof_written(uv_write_t* w, int status) {
 // The acceptor proved the secret: prove it back, then hand the stream over.
 void write_proof(Handshake* h) {
   Transport* t = h->t;
-  const AuthProof p = auth_proof(t->opts.secret, ProofSide::connector, h->local_cluster_id, t->id,
-                                 t->address, h->connector_nonce, h->answer.auth().nonce);
+  AuthProof p{};
+  if (!auth_proof(t->opts.secret, ProofSide::connector,
+                  ProofInput{h->local_cluster_id, t->id, t->address, h->target_id,
+                             h->target_address, &h->connector_nonce, &h->answer.auth().nonce},
+                  p)) {
+    t->log(LogLevel::error, "raft connection (" + describe(h) + "): HMAC failed");
+    fail(h, RAFT_NOCONNECTION);
+    return;
+  }
   h->proof_pending = false;
   h->proof_out.assign(reinterpret_cast<const char*>(p.data()), p.size());
   uv_buf_t buf = uv_buf_init(h->proof_out.data(), static_cast<unsigned>(h->proof_out.size()));
@@ -463,10 +482,15 @@ void outgoing_complete(Handshake* h) {
   switch (judge_answer(h->answer.status(), h->answer.cluster_id(), ours)) {
     case AnswerVerdict::accept:
       if (h->answer.version() == 2 && h->answer.authenticated()) {
-        const AuthProof expected =
-            auth_proof(t->opts.secret, ProofSide::acceptor, ours, t->id, t->address,
-                       h->connector_nonce, h->answer.auth().nonce);
-        if (!proof_equal(expected, h->answer.auth().proof)) {
+        // The proof must name the server this member dialled: one relayed from another
+        // member names that one.
+        AuthProof expected{};
+        const bool computed = auth_proof(
+            t->opts.secret, ProofSide::acceptor,
+            ProofInput{ours, t->id, t->address, h->target_id, h->target_address,
+                       &h->connector_nonce, &h->answer.auth().nonce},
+            expected);
+        if (!computed || !proof_equal(expected, h->answer.auth().proof)) {
           t->log_limited(LogLevel::warn, "auth-wrong|out|" + h->target_address,
                          "refused raft connection (" + describe(h) +
                              "): the peer did not prove the cluster secret (its proof is "

@@ -180,7 +180,8 @@ Result<MembersView> RaftMetaStore::list_members() {
       m.joined_seq = rec.joined_seq;
     } else {
       m.role = "unreachable";
-      auto st = probe_member_status(rec.rpc_address, host_, std::chrono::milliseconds(1000));
+      auto st = probe_member_status(rec.rpc_address, host_, std::chrono::milliseconds(1000),
+                                    cfg_.rpc_tls);
       if (st.ok()) {
         m.role = st->role;
         m.held = st->held;

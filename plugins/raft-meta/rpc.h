@@ -57,6 +57,8 @@ class RpcServer {
   int port() const { return port_; }
 
  private:
+  // Connections served at once (each has a thread); more are closed at once, logged.
+  static constexpr std::size_t kMaxConnections = 1024;
   void accept_main();
   void serve(int fd, const std::string& from);  // `from`: the peer's ip:port
   std::string handle(const std::string& request, bool& close_after);
@@ -167,6 +169,7 @@ class RemoteMetadataStore final : public MetadataStore {
 
 // Asks the member at `rpc_address` for its own status (one short-lived connection).
 Result<MemberInfo> probe_member_status(const std::string& rpc_address, PluginHost& host,
-                                       std::chrono::milliseconds timeout);
+                                       std::chrono::milliseconds timeout,
+                                       std::shared_ptr<RpcTls> tls);
 
 }  // namespace sluice::raft_meta

@@ -87,15 +87,13 @@ bool RemoteMetadataStore::connect(Conn& c, std::string& why) {
       set_timeouts(fd, cfg_.timeout + std::chrono::milliseconds(kMaxWaitMs));
       if (cfg_.tls) {
         // The handshake waits at most metadata.timeout_ms.
-        set_timeouts(fd, cfg_.timeout);
-        auto s = cfg_.tls->connect(fd);
+        auto s = cfg_.tls->connect(fd, cfg_.timeout);
         if (!s) {
           why = "controller RPC " + a + ": " + s.error().message;
           host_.log(LogLevel::warn, "raft-meta-remote", why);
           ::close(fd);
           continue;
         }
-        set_timeouts(fd, cfg_.timeout + std::chrono::milliseconds(kMaxWaitMs));
         c.io = std::move(*s);
       } else {
         c.io = std::make_unique<rpc::PlainStream>(fd);
@@ -365,10 +363,12 @@ Result<MemberInfo> RemoteMetadataStore::member_status() {
 }
 
 Result<MemberInfo> probe_member_status(const std::string& rpc_address, PluginHost& host,
-                                       std::chrono::milliseconds timeout) {
+                                       std::chrono::milliseconds timeout,
+                                       std::shared_ptr<RpcTls> tls) {
   RemoteConfig rc;
   rc.controllers = {rpc_address};
   rc.timeout = timeout;
+  rc.tls = std::move(tls);
   RemoteMetadataStore c(host, rc);
   if (auto r = c.start(); !r.ok()) return r.error();
   return c.member_status();

@@ -13,6 +13,7 @@
 #include <boost/json.hpp>
 #include <cerrno>
 #include <cstring>
+#include <system_error>
 
 #include "raft_meta_store.h"
 #include "rpc_socket.h"
@@ -143,10 +144,26 @@ void RpcServer::accept_main() {
     // Reap finished connection threads.
     for (auto& t : finished_) t.join();
     finished_.clear();
-    conns_[fd] = std::thread([this, fd, from = std::move(from)] {
-      pthread_setname_np(pthread_self(), "meta-rpc-conn");
-      serve(fd, from);
-    });
+    // A thread per connection, up to a bound: a flood of connections (authenticated or
+    // not) cannot exhaust the process's threads.
+    if (conns_.size() >= kMaxConnections) {
+      ::close(fd);
+      host_.log(LogLevel::warn, kComponent,
+                "refused a connection from " + from + ": already " +
+                    std::to_string(kMaxConnections) + " connections");
+      continue;
+    }
+    try {
+      std::thread t([this, fd, from] {
+        pthread_setname_np(pthread_self(), "meta-rpc-conn");
+        serve(fd, from);
+      });
+      conns_.emplace(fd, std::move(t));
+    } catch (const std::system_error& e) {
+      ::close(fd);
+      host_.log(LogLevel::warn, kComponent,
+                "refused a connection from " + from + ": no thread for it: " + e.what());
+    }
   }
 }
 
@@ -156,14 +173,12 @@ void RpcServer::serve(int fd, const std::string& from) {
   std::unique_ptr<rpc::ByteStream> io;
   if (tls_) {
     // A client that never completes the handshake holds this thread for 10 s at most.
-    set_timeouts(fd, std::chrono::seconds(10));
-    auto s = tls_->accept(fd);
+    auto s = tls_->accept(fd, std::chrono::seconds(10));
     if (!s) {
       if (!stopping_) host_.log(LogLevel::warn, kComponent, "refused a connection from " +
                                                                 from + ": " +
                                                                 s.error().message);
     } else {
-      set_timeouts(fd, std::chrono::milliseconds(0));  // requests wait as long as they like
       io = std::move(*s);
     }
   } else {

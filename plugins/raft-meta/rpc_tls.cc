@@ -1,10 +1,14 @@
 #include "rpc_tls.h"
 
+#include <fcntl.h>
+#include <poll.h>
+
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <stdexcept>
 
@@ -66,12 +70,18 @@ class TlsStream final : public rpc::ByteStream {
  public:
   explicit TlsStream(SSL* ssl) : ssl_(ssl) {}
   ~TlsStream() override {
-    SSL_shutdown(ssl_);  // best effort close_notify; the fd is the owner's
+    // close_notify only on a connection that never failed (OpenSSL: no SSL_shutdown after
+    // SSL_ERROR_SYSCALL or SSL_ERROR_SSL). The fd is the owner's.
+    if (!broken_) {
+      ERR_clear_error();
+      SSL_shutdown(ssl_);
+    }
     SSL_free(ssl_);
   }
   long write_some(const char* p, std::size_t n, std::string* why) override {
     std::size_t done = 0;
     ERR_clear_error();
+    errno = 0;
     int rc = SSL_write_ex(ssl_, p, n, &done);
     if (rc == 1) return static_cast<long>(done);
     return fail(rc, "write", why);
@@ -79,6 +89,7 @@ class TlsStream final : public rpc::ByteStream {
   long read_some(char* p, std::size_t n, std::string* why) override {
     std::size_t done = 0;
     ERR_clear_error();
+    errno = 0;
     int rc = SSL_read_ex(ssl_, p, n, &done);
     if (rc == 1) return static_cast<long>(done);
     return fail(rc, "read", why);
@@ -88,6 +99,7 @@ class TlsStream final : public rpc::ByteStream {
   long fail(int rc, const char* what, std::string* why) {
     const int e = SSL_get_error(ssl_, rc);
     if (e == SSL_ERROR_ZERO_RETURN) return 0;  // close_notify: closed
+    broken_ = true;
     if (why) {
       if (e == SSL_ERROR_SYSCALL)
         *why = std::string(what) + ": " + (errno ? std::strerror(errno) : "closed");
@@ -101,6 +113,7 @@ class TlsStream final : public rpc::ByteStream {
     return -1;
   }
   SSL* ssl_;
+  bool broken_ = false;
 };
 
 }  // namespace
@@ -150,39 +163,56 @@ std::shared_ptr<RpcTls::Contexts> RpcTls::current() {
 }
 
 namespace {
-Result<std::unique_ptr<rpc::ByteStream>> handshake(SSL_CTX* ctx, int fd, bool server) {
+// The handshake on a non-blocking socket, bounded as a whole by `deadline` (a peer trickling
+// one byte at a time cannot stretch it); the socket is blocking again afterwards.
+Result<std::unique_ptr<rpc::ByteStream>> handshake(SSL_CTX* ctx, int fd, bool server,
+                                                   std::chrono::milliseconds timeout) {
   ERR_clear_error();
   SSL* ssl = SSL_new(ctx);
   if (!ssl) return Error(Errc::internal, "SSL_new: " + ssl_errors());
   SSL_set_fd(ssl, fd);
-  const int rc = server ? SSL_accept(ssl) : SSL_connect(ssl);
-  if (rc != 1) {
+  const int flags = ::fcntl(fd, F_GETFL);
+  ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::string why;
+  for (;;) {
+    ERR_clear_error();
+    errno = 0;
+    const int rc = server ? SSL_accept(ssl) : SSL_connect(ssl);
+    if (rc == 1) break;
     const int e = SSL_get_error(ssl, rc);
-    std::string why;
-    if (e == SSL_ERROR_SYSCALL)
+    if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      pollfd p{fd, static_cast<short>(e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT), 0};
+      if (left.count() > 0 && ::poll(&p, 1, static_cast<int>(left.count())) > 0) continue;
+      if (left.count() > 0 && errno == EINTR) continue;
+      why = "timed out after " + std::to_string(timeout.count()) + " ms";
+    } else if (e == SSL_ERROR_SYSCALL) {
       why = errno ? std::strerror(errno) : "the peer closed the connection";
-    else if (e == SSL_ERROR_WANT_READ || e == SSL_ERROR_WANT_WRITE)
-      why = "timed out";
-    else
+    } else {
       why = ssl_errors();
+    }
     const long verify = SSL_get_verify_result(ssl);
     if (verify != X509_V_OK)
       why += std::string(" (peer certificate: ") + X509_verify_cert_error_string(verify) + ")";
     SSL_free(ssl);
+    ::fcntl(fd, F_SETFL, flags);
     return Error(Errc::unavailable, "TLS handshake failed: " + why);
   }
+  ::fcntl(fd, F_SETFL, flags);
   return std::unique_ptr<rpc::ByteStream>(new TlsStream(ssl));
 }
 }  // namespace
 
-Result<std::unique_ptr<rpc::ByteStream>> RpcTls::accept(int fd) {
+Result<std::unique_ptr<rpc::ByteStream>> RpcTls::accept(int fd, std::chrono::milliseconds timeout) {
   auto c = current();
-  return handshake(c->server.get(), fd, true);
+  return handshake(c->server.get(), fd, true, timeout);
 }
 
-Result<std::unique_ptr<rpc::ByteStream>> RpcTls::connect(int fd) {
+Result<std::unique_ptr<rpc::ByteStream>> RpcTls::connect(int fd, std::chrono::milliseconds timeout) {
   auto c = current();
-  return handshake(c->client.get(), fd, false);
+  return handshake(c->client.get(), fd, false, timeout);
 }
 
 }  // namespace sluice::raft_meta

@@ -13,6 +13,7 @@
 // contexts in use and says why. Threading: every method may be called from any thread.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -38,10 +39,10 @@ class RpcTls {
   ~RpcTls();
 
   Result<void> reload();
-  // The TLS handshake on a connected blocking socket (its timeouts bound it). The stream
-  // does not own `fd`.
-  Result<std::unique_ptr<rpc::ByteStream>> accept(int fd);
-  Result<std::unique_ptr<rpc::ByteStream>> connect(int fd);
+  // The TLS handshake on a connected blocking socket, `timeout` for the whole of it. The
+  // stream does not own `fd`.
+  Result<std::unique_ptr<rpc::ByteStream>> accept(int fd, std::chrono::milliseconds timeout);
+  Result<std::unique_ptr<rpc::ByteStream>> connect(int fd, std::chrono::milliseconds timeout);
 
  private:
   struct Contexts;

@@ -3,9 +3,10 @@ members"): real controller processes on loopback.
 
 - three controllers with the same `raft.cluster_secret_file` and `raft.require_auth` form a
   group that serves catalog writes;
-- a fourth controller with another secret cannot take part: its raft connections are refused
-  both ways, naming the reason, the joiner gives up, and the group keeps serving with its
-  three voters;
+- a fourth controller with another secret cannot take part: the leader's raft connections to
+  it are refused, both ends naming the reason, the joiner gives up, and the group keeps
+  serving with its three voters (both directions between two transports:
+  tests/raft-meta/cluster_auth_test.cc);
 - a secret file readable by others, or too short, refuses the start, and the message never
   contains the secret.
 
@@ -63,8 +64,11 @@ class RaftAuth(unittest.TestCase):
         def logged(n, text):
             with open(n.log_path, "rb") as f:
                 return text in f.read()
-        poll(lambda: any(logged(n, b"did not prove the cluster secret") for n in g.nodes),
-             "a member to log the refused outsider")
+        # The leader dials the outsider it was asked to add: both ends say why it failed.
+        poll(lambda: logged(leader, b"refused raft connection (outgoing to raft server 9") and
+             logged(leader, b"did not prove the cluster secret"),
+             "the leader to refuse the outsider's proof")
+        self.assertIn("instead of proving the cluster secret", outsider.current_log())
         # The group serves on with its three members as voters.
         leader.request("POST", "/v1/tenants", {"name": "auth-after"})
         names = {t["name"] for t in leader.request("GET", "/v1/tenants")["tenants"]}
@@ -75,11 +79,11 @@ class RaftAuth(unittest.TestCase):
         # The join request itself came over the controller RPC, which the secret does not
         # cover (docs/security.md): the outsider is recorded, never reachable, never in sync.
         # An operator removes it.
-        if 9 in ms:
-            self.assertEqual(ms[9]["role"], "unreachable")
-            self.assertEqual(ms[9]["applied"], 0)
-            leader.request("DELETE", "/v1/metadata/members/9")
-            poll(lambda: 9 not in {m["id"] for m in g.members()["members"]}, "member 9 removed")
+        self.assertIn(9, ms, "the join request was recorded (the RPC is not TLS here)")
+        self.assertEqual(ms[9]["role"], "unreachable")
+        self.assertEqual(ms[9]["applied"], 0)
+        leader.request("DELETE", "/v1/metadata/members/9")
+        poll(lambda: 9 not in {m["id"] for m in g.members()["members"]}, "member 9 removed")
         leader.request("POST", "/v1/tenants", {"name": "auth-removed"})
 
     def test_a_secret_file_others_can_read_or_too_short_refuses_the_start(self):

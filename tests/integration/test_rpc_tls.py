@@ -13,12 +13,14 @@ Nothing sleeps to wait for a condition: every wait polls with a generous deadlin
 import json
 import os
 import socket
+import ssl
 import struct
 import tempfile
 import unittest
 
 from harness import Node, poll, record_value
 from test_certs import CA
+from test_raft_group import FAST as RAFT_FAST, Group
 
 FAST = {"metadata.timeout_ms": "5000", "metadata.start_timeout_ms": "60000",
         "broker.session_timeout_ms": "5000"}
@@ -33,6 +35,36 @@ def tls_keys(ca, cert_key):
 def log_has(node, text):
     with open(node.log_path, "rb") as f:
         return text.encode() in f.read()
+
+
+def log_count(node, text):
+    with open(node.log_path, "rb") as f:
+        return f.read().count(text.encode())
+
+
+def rpc_over_tls(port, ca_file, cert_key=None):
+    """An RPC hello over TLS from Python's ssl: what came back before the controller closed
+    (b"" when it refused). Under TLS 1.3 the client's handshake can finish before the server
+    has checked the client's certificate, so only the answer tells."""
+    ctx = ssl.create_default_context(cafile=ca_file)
+    ctx.check_hostname = False
+    if cert_key:
+        ctx.load_cert_chain(*cert_key)
+    body = json.dumps({"cluster_id": "", "method": "hello"}).encode()
+    got = b""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as raw:
+            with ctx.wrap_socket(raw) as s:
+                s.sendall(struct.pack("<I", len(body)) + body)
+                # One answer frame, or the end of the connection.
+                while len(got) < 4 or len(got) < 4 + struct.unpack("<I", got[:4])[0]:
+                    chunk = s.recv(4096)
+                    if not chunk:
+                        break
+                    got += chunk
+    except (ssl.SSLError, ConnectionResetError, BrokenPipeError):
+        pass
+    return got
 
 
 class RpcTls(unittest.TestCase):
@@ -108,6 +140,36 @@ class RpcTls(unittest.TestCase):
         self.assertNotIn(b"cluster_id", got)
         poll(lambda: log_has(c, "TLS handshake failed"), "the controller to log the refusal")
         self.assertEqual(c.request("GET", "/v1/cluster")["node_id"], 1)
+
+    def test_the_controller_checks_client_certificates_itself(self):
+        # These clients trust the cluster's CA, so any refusal is the controller's own.
+        c = self.controller()
+        good = rpc_over_tls(c.rpc_port, self.ca.cert, self.ca.issue("client-good"))
+        self.assertIn(b"cluster_id", good, "a client of the cluster's CA gets an answer")
+        before = log_count(c, "TLS handshake failed")
+        self.assertEqual(rpc_over_tls(c.rpc_port, self.ca.cert), b"", "no client certificate")
+        poll(lambda: log_count(c, "TLS handshake failed") > before, "the controller to refuse it")
+        self.assertTrue(log_has(c, "certificate"), "the refusal names the certificate")
+        before = log_count(c, "TLS handshake failed")
+        self.assertEqual(rpc_over_tls(c.rpc_port, self.ca.cert, self.other.issue("client-other")), b"",
+                         "a client certificate of another CA")
+        poll(lambda: log_count(c, "TLS handshake failed") > before, "the controller to refuse it")
+        self.assertTrue(log_has(c, "certificate verify failed"))
+
+    def test_three_controllers_join_and_forward_over_tls(self):
+        keys = tls_keys(self.ca, self.ca.issue("member"))
+        g = Group(extra=keys)
+        self.cleanups.append(g.cleanup)
+        g.start(broker=False)  # polls until all three members answer with the same state
+        ms = g.members()["members"]
+        self.assertEqual(len(ms), 3)
+        self.assertFalse([m for m in ms if m["role"] == "unreachable"], ms)
+        # A write sent to a follower is forwarded to the leader over the TLS RPC.
+        follower = next(n for n in g.nodes if n is not g.leader())
+        follower.request("POST", "/v1/tenants", {"name": "via-follower"})
+        self.assertIn("via-follower", {t["name"] for t in g.leader().request("GET", "/v1/tenants")["tenants"]})
+        for n in g.nodes:
+            self.assertFalse(log_has(n, "refused a connection"), "no plain-text RPC between members")
 
     def test_only_some_keys_refuse_the_start(self):
         cert, key = self.ca.issue("half")

@@ -102,19 +102,49 @@ TEST(ClusterAuthFrames, Answer2WithAndWithoutAuth) {
   EXPECT_EQ(judge_answer(r3.status(), r3.cluster_id(), "cl"), AnswerVerdict::auth_required);
 }
 
-TEST(ClusterAuthProofs, BoundToSideSecretNoncesAndIdentity) {
+AuthProof proof_of(const std::string& secret, ProofSide side, const ProofInput& in) {
+  AuthProof p{};
+  EXPECT_TRUE(auth_proof(secret, side, in, p));
+  return p;
+}
+
+TEST(ClusterAuthProofs, BoundToSideSecretNoncesAndBothEnds) {
   AuthNonce nc{}, na{};
   nc.fill(1);
   na.fill(2);
-  const auto base = auth_proof(kSecret, ProofSide::acceptor, "c", 7, "127.0.0.1:1", nc, na);
-  EXPECT_TRUE(proof_equal(base, auth_proof(kSecret, ProofSide::acceptor, "c", 7, "127.0.0.1:1", nc, na)));
-  EXPECT_FALSE(proof_equal(base, auth_proof(kSecret, ProofSide::connector, "c", 7, "127.0.0.1:1", nc, na)));
-  EXPECT_FALSE(proof_equal(base, auth_proof(kOtherSecret, ProofSide::acceptor, "c", 7, "127.0.0.1:1", nc, na)));
-  EXPECT_FALSE(proof_equal(base, auth_proof(kSecret, ProofSide::acceptor, "d", 7, "127.0.0.1:1", nc, na)));
-  EXPECT_FALSE(proof_equal(base, auth_proof(kSecret, ProofSide::acceptor, "c", 8, "127.0.0.1:1", nc, na)));
-  EXPECT_FALSE(proof_equal(base, auth_proof(kSecret, ProofSide::acceptor, "c", 7, "127.0.0.1:2", nc, na)));
-  EXPECT_FALSE(proof_equal(base, auth_proof(kSecret, ProofSide::acceptor, "c", 7, "127.0.0.1:1", na, nc)));
-  EXPECT_NE(random_nonce(), random_nonce());
+  const ProofInput in{"c", 7, "127.0.0.1:1", 8, "127.0.0.1:2", &nc, &na};
+  const auto base = proof_of(kSecret, ProofSide::acceptor, in);
+  EXPECT_TRUE(proof_equal(base, proof_of(kSecret, ProofSide::acceptor, in)));
+  EXPECT_FALSE(proof_equal(base, proof_of(kSecret, ProofSide::connector, in)));
+  EXPECT_FALSE(proof_equal(base, proof_of(kOtherSecret, ProofSide::acceptor, in)));
+  auto differs = [&](ProofInput changed) {
+    return !proof_equal(base, proof_of(kSecret, ProofSide::acceptor, changed));
+  };
+  ProofInput x = in;
+  x.cluster_id = "d";
+  EXPECT_TRUE(differs(x));
+  x = in;
+  x.connector_id = 9;
+  EXPECT_TRUE(differs(x));
+  x = in;
+  x.connector_address = "127.0.0.1:3";
+  EXPECT_TRUE(differs(x));
+  x = in;
+  x.acceptor_id = 9;  // the same handshake relayed to another member
+  EXPECT_TRUE(differs(x));
+  x = in;
+  x.acceptor_address = "127.0.0.1:3";
+  EXPECT_TRUE(differs(x));
+  x = in;
+  x.nc = &na;
+  x.na = &nc;
+  EXPECT_TRUE(differs(x));
+  AuthNonce a{}, b{};
+  ASSERT_TRUE(random_nonce(a));
+  ASSERT_TRUE(random_nonce(b));
+  EXPECT_NE(a, b);
+  AuthProof out{};
+  EXPECT_FALSE(auth_proof(kSecret, ProofSide::acceptor, ProofInput{"c", 1, "a", 2, "b", nullptr, &na}, out));
 }
 
 TEST(ClusterAuthSecretFile, ModeLengthAndNoSecretInErrors) {
@@ -231,34 +261,88 @@ TEST_F(ClusterTransportTest, WithoutRequireAuthASecretlessMemberStillConnects) {
   EXPECT_EQ(none.warnings(), 0);
 }
 
-TEST_F(ClusterTransportTest, AReplayedHelloCannotProveTheSecret) {
+// The fixture, with a raw read of exactly `n` bytes.
+class ClusterAuthTransportTest : public ClusterTransportTest {
+ protected:
+  // Reads until `n` bytes arrived (or the peer closed); what arrived.
+  std::string read_n(int fd, std::size_t n) {
+    std::string got;
+    EXPECT_TRUE(run_until([&] {
+      char buf[256];
+      ssize_t r = ::recv(fd, buf, std::min(sizeof buf, n - got.size()), MSG_DONTWAIT);
+      if (r > 0) got.append(buf, static_cast<std::size_t>(r));
+      return got.size() >= n || r == 0;
+    }));
+    return got;
+  }
+};
+
+TEST_F(ClusterAuthTransportTest, AReplayedHandshakeCannotProveTheSecret) {
   Endpoint& b = make("b", "cluster-1", 2, with_secret(kSecret, true));
   start(b);
   const std::uint16_t port = port_of(b);
-  // An attacker without the secret: a well-formed hello2, then 32 bytes that are not the
-  // proof for the acceptor's fresh nonce (a proof captured from another connection is not).
+  const std::string me = "127.0.0.1:7007";
   AuthNonce nc{};
-  nc.fill(0x5a);
-  AuthNonce old_na{};
-  old_na.fill(0x33);
-  const AuthProof captured = auth_proof(kSecret, ProofSide::connector, "cluster-1", 7,
-                                        "127.0.0.1:7007", nc, old_na);
+  ASSERT_TRUE(random_nonce(nc));
+  const std::string hello = encode_cluster_hello("cluster-1", 7, me, &nc);
+  const std::size_t answer_size = 8 + 4 + 4 + 9 + 1 + 32 + 32;
+  // A real member's handshake, recorded: its hello2, the answer2, its proof. Accepted.
   int fd = track(raw_connect(port));
-  raw_send(fd, encode_cluster_hello("cluster-1", 7, "127.0.0.1:7007", &nc));
-  // The answer2 (with auth) arrives: 8 + 4 + 4 + 9 + 1 + 32 + 32 bytes.
-  std::string got;
-  ASSERT_TRUE(run_until([&] {
-    char buf[256];
-    ssize_t n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
-    if (n > 0) got.append(buf, static_cast<std::size_t>(n));
-    return got.size() >= 90;
-  }));
-  EXPECT_EQ(got.substr(0, 8), "SLRAFT02");
-  raw_send(fd, std::string(reinterpret_cast<const char*>(captured.data()), captured.size()) +
-                   "raft bytes that must never reach libraft");
-  EXPECT_TRUE(run_until([&] { return raw_closed(fd); }));
+  raw_send(fd, hello);
+  const std::string first = read_n(fd, answer_size);
+  ASSERT_EQ(first.size(), answer_size);
+  AnswerReader r1(2);
+  ASSERT_EQ(feed_bytewise(r1, first), ReadProgress::complete) << r1.reason();
+  ASSERT_TRUE(r1.authenticated());
+  AuthProof recorded{};
+  ASSERT_TRUE(auth_proof(kSecret, ProofSide::connector,
+                         ProofInput{"cluster-1", 7, me, 2, b.address, &nc, &r1.auth().nonce},
+                         recorded));
+  raw_send(fd, std::string(reinterpret_cast<const char*>(recorded.data()), recorded.size()));
+  ASSERT_TRUE(run_until([&] { return b.accepted.size() == 1; }));
+  own(b.accepted[0].stream);
+
+  // Replayed byte for byte on a new connection: the acceptor's nonce is fresh, so the
+  // recorded proof is wrong and the stream never reaches libraft.
+  int fd2 = track(raw_connect(port));
+  raw_send(fd2, hello);
+  const std::string second = read_n(fd2, answer_size);
+  AnswerReader r2(2);
+  ASSERT_EQ(feed_bytewise(r2, second), ReadProgress::complete) << r2.reason();
+  EXPECT_NE(r2.auth().nonce, r1.auth().nonce) << "a fresh nonce per connection";
+  raw_send(fd2, std::string(reinterpret_cast<const char*>(recorded.data()), recorded.size()) +
+                    "raft bytes that must never reach libraft");
+  EXPECT_TRUE(run_until([&] { return raw_closed(fd2); }));
   EXPECT_TRUE(run_until([&] { return b.logged(LogLevel::warn, "its proof is wrong"); }));
-  EXPECT_TRUE(b.accepted.empty());
+  EXPECT_EQ(b.accepted.size(), 1u);
+}
+
+TEST_F(ClusterAuthTransportTest, AHandshakeRelayedToAnotherMemberIsRefused) {
+  // L dials M (a man in the middle, without the secret); M relays L's hello2 to member A
+  // and A's answer2 back to L. A's proof names A, not the server L dialled: L refuses it.
+  Endpoint& l = make("l", "cluster-1", 1, with_secret(kSecret, true));
+  Endpoint& a = make("a", "cluster-1", 3, with_secret(kSecret, true));
+  start(l);
+  start(a);
+  std::uint16_t mport = 0;
+  int listener = track(raw_listener(&mport));
+  Conn& c = connect(l, 2, loopback(mport));
+  int from_l = -1;
+  ASSERT_TRUE(run_until([&] { return (from_l = ::accept(listener, nullptr, nullptr)) >= 0; }));
+  track(from_l);
+  // L's hello2: everything up to its nonce.
+  const std::size_t hello_size = encode_cluster_hello("cluster-1", 1, l.address).size() + 32;
+  const std::string hello = read_n(from_l, hello_size);
+  ASSERT_EQ(hello.size(), hello_size);
+  int to_a = track(raw_connect(port_of(a)));
+  raw_send(to_a, hello);
+  const std::string answer = read_n(to_a, 8 + 4 + 4 + 9 + 1 + 64);
+  ASSERT_EQ(answer.size(), 8u + 4 + 4 + 9 + 1 + 64);
+  raw_send(from_l, answer);
+  ASSERT_TRUE(run_until([&] { return c.done; }));
+  EXPECT_NE(c.status, 0);
+  EXPECT_TRUE(l.logged(LogLevel::warn, "its proof is wrong"));
+  EXPECT_TRUE(a.accepted.empty());
 }
 
 }  // namespace
