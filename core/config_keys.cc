@@ -74,6 +74,9 @@ constexpr ConfigKey kConfigKeys[] = {
     {"transport.address", "127.0.0.1:7802", "host:port the broker's peer transport binds (replication between brokers); registered as the broker's peer_address."},
     {"transport.peers", "", "Optional static peer directory, NODE_ID=HOST:PORT comma list; wins over the peer addresses the catalog holds."},
     {"transport.failpoint_file", "", "Test-only: a file of 'drop N' / 'delay N MS' lines dropping or delaying every peer frame this node sends to node N."},
+    {"transport.tls.cert_file", "", "PEM certificate chain of this broker for the peer transport. With transport.tls.key_file and transport.tls.ca_file (all three or none): mutual TLS between brokers (docs/security.md \"TLS\")."},
+    {"transport.tls.key_file", "", "PEM private key of transport.tls.cert_file."},
+    {"transport.tls.ca_file", "", "PEM CA bundle every peer's certificate must chain to; a peer without one, or with another CA's, is refused."},
     {"broker.max_records_per_publish", "100000", "Largest number of records in one publish request."},
     {"stream.default_replication_factor", "1", "replication_factor of a stream create that names none (1..5); min_insync defaults to a majority of it. Above 1 needs the fleet feature replicated_shards (metadata level 16)."},
 };
