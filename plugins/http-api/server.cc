@@ -262,6 +262,7 @@ class Session final : public SessionBase {
   }
   void on_handshake(beast::error_code ec) {
     if (!ec) return do_read();
+    if (phase() == kClosing) return hard_close();  // evicted (counted as such)
     impl_.metrics.tls_handshake_failed();
     beast::error_code ignored;
     const auto peer = lowest().socket().remote_endpoint(ignored);
@@ -270,7 +271,7 @@ class Session final : public SessionBase {
       impl_.metrics.request_timed_out();
       impl_.log_tls("closed " + from + " whose TLS handshake did not complete within http.request_timeout_ms (" +
                     std::to_string(impl_.cfg.request_timeout.count()) + " ms)");
-    } else if (phase() != kClosing) {  // not evicted
+    } else {
       impl_.log_tls("TLS handshake with " + from + " failed, connection closed: " + ec.message());
     }
     hard_close();

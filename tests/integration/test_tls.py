@@ -275,6 +275,28 @@ class Https(unittest.TestCase):
         self.assertEqual([r["value"] for r in got], ["w0", "w1"])
 
 
+class ConnectionLimitUnderTls(unittest.TestCase):
+    """http.max_connections under TLS: connections stuck before or in the handshake are
+    evictable like those reading a request, so a flood of them cannot lock out an honest
+    client (bounded: 12 silent connections against a limit of 4)."""
+
+    def test_silent_connections_are_evicted_for_an_honest_client(self):
+        node = TlsNode(extra=dict(tls_config(), **{"http.max_connections": "4",
+                                                   "http.request_timeout_ms": "600000"}))
+        self.addCleanup(node.cleanup)
+        node.start()
+        socks = []
+        try:
+            for _ in range(12):
+                socks.append(socket.create_connection(("127.0.0.1", node.http_port), timeout=DEADLINE_S))
+                # Each honest request is served although every other slot is held by a silent one.
+                self.assertEqual(node.request("GET", "/healthz", raw=True)[0], 200)
+            self.assertGreaterEqual(node.metric("sluice_http_connections_evicted_total"), 8)
+        finally:
+            for s in socks:
+                s.close()
+
+
 class ClientCertificates(unittest.TestCase):
     """tls.client_ca_file: a client must present a certificate that CA signed."""
 
