@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 
 #include "config.h"
@@ -26,6 +27,7 @@ namespace sluice::testing {
 namespace {
 
 namespace fs = std::filesystem;
+using Config = std::map<std::string, std::string>;
 
 std::string g_dir;  // ca.pem, first.{pem,key}, second.{pem,key}
 
@@ -156,7 +158,7 @@ TEST_F(TlsTest, MissingFilesAreNamed) {
 
 TEST_F(TlsTest, ServerReloadSwapsTheCertificateForNewConnections) {
   FakeNode node;
-  TestHost host({{"http.port", "0"}, {"tls.cert_file", g_dir + "/cert.pem"}, {"tls.key_file", g_dir + "/key.pem"}});
+  TestHost host(Config{{"http.port", "0"}, {"tls.cert_file", g_dir + "/cert.pem"}, {"tls.key_file", g_dir + "/key.pem"}});
   http_api::HttpServer server(http_api::HttpConfig::from_host(host), &host);
   auto started = server.start(node);
   ASSERT_TRUE(started.ok()) << started.error().to_string();
@@ -185,7 +187,7 @@ TEST_F(TlsTest, ServerReloadSwapsTheCertificateForNewConnections) {
 
 TEST_F(TlsTest, ReloadWithoutTlsIsAnError) {
   FakeNode node;
-  TestHost host({{"http.port", "0"}});
+  TestHost host(Config{{"http.port", "0"}});
   http_api::HttpServer server(http_api::HttpConfig::from_host(host), &host);
   ASSERT_TRUE(server.start(node).ok());
   auto r = server.reload_certificates();
@@ -195,11 +197,11 @@ TEST_F(TlsTest, ReloadWithoutTlsIsAnError) {
 }
 
 TEST_F(TlsTest, ConfigRefusesHalfAPair) {
-  EXPECT_THROW(http_api::HttpConfig::from_host(TestHost({{"tls.cert_file", "c.pem"}})), std::invalid_argument);
-  EXPECT_THROW(http_api::HttpConfig::from_host(TestHost({{"tls.key_file", "k.pem"}})), std::invalid_argument);
-  EXPECT_THROW(http_api::HttpConfig::from_host(TestHost({{"tls.client_ca_file", "ca.pem"}})),
+  EXPECT_THROW(http_api::HttpConfig::from_host(TestHost(Config{{"tls.cert_file", "c.pem"}})), std::invalid_argument);
+  EXPECT_THROW(http_api::HttpConfig::from_host(TestHost(Config{{"tls.key_file", "k.pem"}})), std::invalid_argument);
+  EXPECT_THROW(http_api::HttpConfig::from_host(TestHost(Config{{"tls.client_ca_file", "ca.pem"}})),
                std::invalid_argument);
-  EXPECT_NO_THROW(http_api::HttpConfig::from_host(TestHost({})));
+  EXPECT_NO_THROW(http_api::HttpConfig::from_host(TestHost(Config{})));
 }
 
 }  // namespace
