@@ -23,6 +23,18 @@ constexpr ConfigKey kConfigKeys[] = {
     {"raft.port", "", "Overrides the port of raft.address."},
     {"raft.election_timeout_ms", "1000", "Raft election timeout."},
     {"raft.heartbeat_timeout_ms", "100", "Raft heartbeat interval."},
+    {"metadata.rpc_tls.cert_file", "",
+     "PEM certificate (chain) this node presents on the controller RPC, as server and as client. With key_file and ca_file (all three or none) the RPC is TLS with client certificates required."},
+    {"metadata.rpc_tls.key_file", "",
+     "PEM private key of metadata.rpc_tls.cert_file."},
+    {"metadata.rpc_tls.ca_file", "",
+     "PEM CA certificate(s) a controller RPC peer's certificate must chain to (the cluster's own CA)."},
+    {"raft.cluster_secret_file", "",
+     "File whose first line (>= 32 bytes, mode 0600) is the secret Raft members prove to each other "
+     "in the handshake (HMAC-SHA256 challenge-response). Empty: members are not authenticated."},
+    {"raft.require_auth", "false",
+     "Refuse Raft connections, both ways, that did not prove raft.cluster_secret_file "
+     "(set it on every member once every member has the secret; docs/security.md)."},
     {"metadata.start_timeout_ms", "30000", "How long start-up waits for the metadata store to elect a leader and apply its log."},
     {"raft.dir", "", "Raft log and snapshots. Default: <data.dir>/raft."},
     {"raft.snapshot_threshold", "1024", "Entries between automatic snapshots."},

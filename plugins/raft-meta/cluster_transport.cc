@@ -12,6 +12,7 @@
 #include <new>
 #include <utility>
 
+#include "cluster_auth.h"
 #include "cluster_transport_state.h"
 
 namespace sluice::raft_meta {
@@ -170,7 +171,13 @@ int tr_connect(struct raft_uv_transport* transport, struct raft_uv_connect* req,
   h->target_address = target;
   h->peer = target;
   h->local_cluster_id = local;
-  h->out = encode_cluster_hello(local, t->id, t->address);
+  if (!t->opts.secret.empty()) {
+    h->connector_nonce = random_nonce();
+    h->out = encode_cluster_hello(local, t->id, t->address, &h->connector_nonce);
+    h->answer = AnswerReader(2);
+  } else {
+    h->out = encode_cluster_hello(local, t->id, t->address);
+  }
   uv_tcp_init(t->loop, h->tcp);
   uv_timer_init(t->loop, &h->timer);
   h->tcp->data = h;

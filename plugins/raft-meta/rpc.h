@@ -40,10 +40,16 @@
 namespace sluice::raft_meta {
 
 class RaftMetaStore;
+class RpcTls;
+namespace rpc {
+struct ByteStream;
+}
 
 class RpcServer {
  public:
-  RpcServer(RaftMetaStore& store, PluginHost& host, std::string address);
+  // `tls` null: plain TCP; else TLS with client certificates only (rpc_tls.h).
+  RpcServer(RaftMetaStore& store, PluginHost& host, std::string address,
+            std::shared_ptr<RpcTls> tls = nullptr);
   ~RpcServer();
   // Binds and starts serving. The bound port is port() (useful with port 0).
   Result<void> start();
@@ -52,12 +58,13 @@ class RpcServer {
 
  private:
   void accept_main();
-  void serve(int fd);
+  void serve(int fd, const std::string& from);  // `from`: the peer's ip:port
   std::string handle(const std::string& request, bool& close_after);
 
   RaftMetaStore& store_;
   PluginHost& host_;
   std::string address_;
+  std::shared_ptr<RpcTls> tls_;
   int listen_fd_ = -1;
   int wake_[2] = {-1, -1};
   int port_ = 0;
@@ -73,6 +80,8 @@ struct RemoteConfig {
   std::chrono::milliseconds timeout{10000};  // metadata.timeout_ms (socket timeouts)
   // Requests say they were forwarded by a member: the receiver does not forward them again.
   bool forwarded = false;
+  // metadata.rpc_tls.*: null for plain TCP (rpc_tls.h).
+  std::shared_ptr<RpcTls> tls;
   static RemoteConfig from_host(const PluginHost& host);
 };
 
@@ -120,6 +129,8 @@ class RemoteMetadataStore final : public MetadataStore {
   // the watch threads.
   struct Conn {
     int fd = -1;
+    std::unique_ptr<rpc::ByteStream> io;  // over fd: plain or TLS
+    Conn();
     ~Conn();
     void close();
   };
