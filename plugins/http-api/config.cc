@@ -53,6 +53,14 @@ HttpConfig HttpConfig::from_host(const PluginHost& h) {
       std::chrono::milliseconds(ranged(h, "http.ws_stall_timeout_ms", 30000, 100, 3600000));
   c.ws_send_buffer_bytes = static_cast<std::size_t>(
       ranged(h, "http.ws_send_buffer_bytes", 1 << 20, 4096, std::int64_t{1} << 30));
+  c.tls.cert_file = h.config_string("tls.cert_file", "");
+  c.tls.key_file = h.config_string("tls.key_file", "");
+  c.tls.client_ca_file = h.config_string("tls.client_ca_file", "");
+  if (c.tls.cert_file.empty() != c.tls.key_file.empty())
+    throw std::invalid_argument("tls.cert_file and tls.key_file must be set together (HTTPS needs both)");
+  if (!c.tls.client_ca_file.empty() && c.tls.cert_file.empty())
+    throw std::invalid_argument("tls.client_ca_file needs tls.cert_file and tls.key_file (client certificates "
+                                "are verified only over HTTPS)");
   return c;
 }
 
