@@ -9,7 +9,8 @@
 //   6. API bound; "ready" logged
 //   5b. (brokers) the peer transport binds transport.address                exit 1
 // SIGTERM/SIGINT shut down in reverse order: API, peer transport, broker, storage, metadata.
-// SIGHUP reloads (ApiServer::reload(): the tokens file, docs/security.md) and keeps running.
+// SIGHUP reloads (ApiServer::reload(): the tokens file and HTTPS certificates; the peer
+// transport's certificates; docs/security.md) and keeps running.
 #include <fcntl.h>
 #include <malloc.h>
 #include <signal.h>
@@ -449,6 +450,9 @@ int main(int argc, char** argv) {
     topts.directory_id = identity->directory_id();
     topts.listen_address = cfg->get_string("transport.address", "127.0.0.1:7802");
     topts.failpoint_file = cfg->get_string("transport.failpoint_file", "");
+    topts.tls_cert_file = cfg->get_string("transport.tls.cert_file", "");
+    topts.tls_key_file = cfg->get_string("transport.tls.key_file", "");
+    topts.tls_ca_file = cfg->get_string("transport.tls.ca_file", "");
     topts.log = [&host](LogLevel l, const std::string& m) { host.log(l, "transport", m); };
     auto t = core::AsioPeerTransport::start(topts, peers);
     if (!t) die(1, "transport: " + t.error().message);
@@ -470,8 +474,9 @@ int main(int argc, char** argv) {
   g_fresh = nullptr;  // started: what it created is the node's now
   fresh.forget();
 
-  // SIGHUP reloads what the API server can reload without a restart (the tokens file,
-  // docs/security.md); a failed reload keeps the previous state and is logged. SIGINT and
+  // SIGHUP reloads what can be reloaded without a restart (the API server's tokens file and
+  // certificates, the peer transport's certificates; docs/security.md); each part that
+  // fails keeps its previous state, and the failures are logged. SIGINT and
   // SIGTERM stop the node.
   int sig = 0;
   for (;;) {
@@ -479,8 +484,14 @@ int main(int argc, char** argv) {
     if (sigwait(&sigs, &sig) != 0) continue;
     if (sig != SIGHUP) break;
     log_line(LogLevel::info, "sluiced", "SIGHUP: reloading");
-    if (auto r = api->reload(); !r)
-      log_line(LogLevel::error, "sluiced", "reload failed, the previous state stays in force: " + r.error().message);
+    std::string failed;
+    if (auto r = api->reload(); !r) failed = r.error().message;
+    // The peer transport's certificates, when transport.tls.* is set.
+    const bool peer_tls = !cfg->get_string("transport.tls.cert_file", "").empty();
+    if (transport && peer_tls)
+      if (auto r = transport->reload_certificates(); !r) failed += (failed.empty() ? "" : "; ") + r.error().message;
+    if (!failed.empty())
+      log_line(LogLevel::error, "sluiced", "reload failed, the previous state stays in force: " + failed);
     else
       log_line(LogLevel::info, "sluiced", "reload done");
   }

@@ -23,9 +23,12 @@ using namespace sluice::cli;
 
 namespace {
 
-constexpr const char* kMainHelp = R"(Usage: sluice [--url URL] [--token TOKEN] COMMAND [ARGS]
+constexpr const char* kMainHelp = R"(Usage: sluice [--url URL] [--token TOKEN] [--cacert FILE] [--cert FILE --key FILE] COMMAND [ARGS]
 
-Talks to a Sluice node over HTTP. URL defaults to $SLUICE_URL, else http://127.0.0.1:8080.
+Talks to a Sluice node over HTTP or HTTPS. URL defaults to $SLUICE_URL, else
+http://127.0.0.1:8080. For an https:// URL the node's certificate is verified against
+--cacert (PEM; default: the system's CAs) and must name the URL's host; --cert and --key
+(PEM) present a client certificate to a node that requires one (tls.client_ca_file).
 TOKEN defaults to $SLUICE_TOKEN: every request then carries "Authorization: Bearer TOKEN",
 which a node with auth.enabled requires (docs/security.md). Prefer $SLUICE_TOKEN: a command
 line is visible to other users of the machine. A stream is named TENANT/NAMESPACE/STREAM.
@@ -54,7 +57,8 @@ Run `sluice COMMAND --help` for a command's options. An unknown option or argume
 refused (exit 2); options are never abbreviated.
 )";
 
-constexpr const char* kMainUsageLine = "Usage: sluice [--url URL] [--token TOKEN] COMMAND [ARGS]\n";
+constexpr const char* kMainUsageLine =
+    "Usage: sluice [--url URL] [--token TOKEN] [--cacert FILE] [--cert FILE --key FILE] COMMAND [ARGS]\n";
 
 [[noreturn]] void main_usage_error(const std::string& msg) {
   std::fprintf(stderr, "sluice: %s\n%s", msg.c_str(), kMainUsageLine);
@@ -85,13 +89,17 @@ void print_json(const boost::json::value& v) { std::cout << boost::json::seriali
 int main(int argc, char** argv) {
   // The global options end at the first word that is not an option: the command.
   int cmd_at = 1;
-  while (cmd_at < argc && argv[cmd_at][0] == '-')
-    cmd_at += std::string(argv[cmd_at]) == "--url" || std::string(argv[cmd_at]) == "--token" ? 2 : 1;
+  while (cmd_at < argc && argv[cmd_at][0] == '-') {
+    const std::string o = argv[cmd_at];
+    cmd_at += o == "--url" || o == "--token" || o == "--cacert" || o == "--cert" || o == "--key" ? 2 : 1;
+  }
   std::string url = std::getenv("SLUICE_URL") ? std::getenv("SLUICE_URL") : "http://127.0.0.1:8080";
   std::string token = std::getenv("SLUICE_TOKEN") ? std::getenv("SLUICE_TOKEN") : "";
+  TlsOptions tls;
   po::options_description global;
   global.add_options()("help,h", "")("url", po::value<std::string>(&url), "")(
-      "token", po::value<std::string>(&token), "");
+      "token", po::value<std::string>(&token), "")("cacert", po::value<std::string>(&tls.cacert), "")(
+      "cert", po::value<std::string>(&tls.cert), "")("key", po::value<std::string>(&tls.key), "");
   po::variables_map vm;
   try {
     const std::vector<std::string> words(argv + 1, argv + std::min(cmd_at, argc));
@@ -116,6 +124,7 @@ int main(int argc, char** argv) {
   if (cmd == "token") return cmd_token(words);  // offline: talks to no node
   auto it = commands().find(cmd);
   if (it == commands().end()) main_usage_error("unknown command '" + cmd + "'");
+  set_tls_options(std::move(tls));
   Client c(url, token);
   try {
     return it->second(c, words);

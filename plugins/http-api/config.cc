@@ -67,6 +67,14 @@ HttpConfig HttpConfig::from_host(const PluginHost& h) {
         "refusing to serve the HTTP API on " + c.address +
         " without authentication: anyone who reaches it could delete every tenant. Set auth.enabled = "
         "true with auth.tokens_file, or auth.allow_insecure = true to accept the risk (docs/security.md)");
+  c.tls.cert_file = h.config_string("tls.cert_file", "");
+  c.tls.key_file = h.config_string("tls.key_file", "");
+  c.tls.client_ca_file = h.config_string("tls.client_ca_file", "");
+  if (c.tls.cert_file.empty() != c.tls.key_file.empty())
+    throw std::invalid_argument("tls.cert_file and tls.key_file must be set together (HTTPS needs both)");
+  if (!c.tls.client_ca_file.empty() && c.tls.cert_file.empty())
+    throw std::invalid_argument("tls.client_ca_file needs tls.cert_file and tls.key_file (client certificates "
+                                "are verified only over HTTPS)");
   return c;
 }
 

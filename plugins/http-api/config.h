@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "tls.h"
+
 namespace sluice {
 class PluginHost;
 }
@@ -42,6 +44,8 @@ struct HttpConfig {
   std::chrono::milliseconds ws_idle_timeout{60000};   // nothing received (not even a pong)
   std::chrono::milliseconds ws_stall_timeout{30000};  // no credit / a write pending this long
   std::size_t ws_send_buffer_bytes = 1u << 20;        // frames queued per subscription
+  // tls.*: with a certificate the listener speaks HTTPS only (docs/security.md "TLS").
+  TlsFiles tls;
 
   // auth.* (docs/security.md): bearer tokens from auth.tokens_file when enabled. Disabled,
   // a non-loopback address is refused unless auth.allow_insecure.
