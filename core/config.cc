@@ -91,6 +91,29 @@ bool Config::get_bool(std::string_view key, bool def) const {
                               "' must be true or false, got '" + s + "'");
 }
 
+std::string redact_conninfo(std::string v) {
+  // URI form: scheme://user:PASSWORD@host...
+  if (const auto scheme = v.find("://"); scheme != std::string::npos) {
+    const auto at = v.find('@', scheme + 3);
+    const auto colon = v.find(':', scheme + 3);
+    if (at != std::string::npos && colon != std::string::npos && colon < at)
+      v.replace(colon + 1, at - colon - 1, "***");
+  }
+  // key=value form (and a URI's ?password=...): password=VALUE up to a space, & or the end.
+  for (std::size_t p = v.find("password="); p != std::string::npos; p = v.find("password=", p + 1)) {
+    const std::size_t start = p + 9;
+    std::size_t end = start;
+    if (end < v.size() && v[end] == '\'') {
+      end = v.find('\'', end + 1);
+      end = end == std::string::npos ? v.size() : end + 1;
+    } else {
+      while (end < v.size() && v[end] != ' ' && v[end] != '&') ++end;
+    }
+    v.replace(start, end - start, "***");
+  }
+  return v;
+}
+
 std::map<std::string, std::string> Config::effective() const {
   std::map<std::string, std::string> out;
   for (const auto& k : config_keys()) {
@@ -98,6 +121,8 @@ std::map<std::string, std::string> Config::effective() const {
     if (!v.empty()) out[std::string(k.key)] = v;
   }
   for (const auto& [k, v] : values_) out[k] = v;
+  // Never printed: the catalog database's password (docs/security.md).
+  if (auto it = out.find("metadata.postgres.url"); it != out.end()) it->second = redact_conninfo(it->second);
   return out;
 }
 

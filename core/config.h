@@ -29,6 +29,9 @@ struct ConfigKey {
 };
 std::span<const ConfigKey> config_keys();
 
+// A libpq connection string or URI with its password replaced by ***.
+std::string redact_conninfo(std::string conninfo);
+
 class Config {
  public:
   // Throws std::runtime_error with a one-line message on an unreadable file, an unknown
@@ -40,7 +43,8 @@ class Config {
   // Throw std::invalid_argument naming the key when the value does not parse.
   std::int64_t get_int(std::string_view key, std::int64_t def) const;
   bool get_bool(std::string_view key, bool def) const;
-  // Effective values of every documented key that has one, for `--print-config`.
+  // Effective values of every documented key that has one, for `--print-config`; the
+  // password in metadata.postgres.url is shown as ***.
   std::map<std::string, std::string> effective() const;
   const std::string& source() const { return source_; }
 

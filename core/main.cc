@@ -9,6 +9,8 @@
 //   6. API bound; "ready" logged
 //   5b. (brokers) the peer transport binds transport.address                exit 1
 // SIGTERM/SIGINT shut down in reverse order: API, peer transport, broker, storage, metadata.
+// SIGHUP reloads (ApiServer::reload(): the tokens file and HTTPS certificates; the peer
+// transport's certificates; docs/security.md) and keeps running.
 #include <fcntl.h>
 #include <malloc.h>
 #include <signal.h>
@@ -382,12 +384,13 @@ int main(int argc, char** argv) {
   core::PluginLoader loader(plugins_dir);
   if (!admin.empty()) return run_admin(admin, *cfg, host, loader);
 
-  // Block the shutdown signals before any plugin starts a thread, so that only sigwait
-  // below receives them.
+  // Block the shutdown and reload signals before any plugin starts a thread, so that only
+  // sigwait below receives them.
   sigset_t sigs;
   sigemptyset(&sigs);
   sigaddset(&sigs, SIGINT);
   sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
@@ -471,8 +474,27 @@ int main(int argc, char** argv) {
   g_fresh = nullptr;  // started: what it created is the node's now
   fresh.forget();
 
+  // SIGHUP reloads what can be reloaded without a restart (the API server's tokens file and
+  // certificates, the peer transport's certificates; docs/security.md); each part that
+  // fails keeps its previous state, and the failures are logged. SIGINT and
+  // SIGTERM stop the node.
   int sig = 0;
-  sigwait(&sigs, &sig);
+  for (;;) {
+    sig = 0;
+    if (sigwait(&sigs, &sig) != 0) continue;
+    if (sig != SIGHUP) break;
+    log_line(LogLevel::info, "sluiced", "SIGHUP: reloading");
+    std::string failed;
+    if (auto r = api->reload(); !r) failed = r.error().message;
+    // The peer transport's certificates, when transport.tls.* is set.
+    const bool peer_tls = !cfg->get_string("transport.tls.cert_file", "").empty();
+    if (transport && peer_tls)
+      if (auto r = transport->reload_certificates(); !r) failed += (failed.empty() ? "" : "; ") + r.error().message;
+    if (!failed.empty())
+      log_line(LogLevel::error, "sluiced", "reload failed, the previous state stays in force: " + failed);
+    else
+      log_line(LogLevel::info, "sluiced", "reload done");
+  }
   log_line(LogLevel::info, "sluiced", std::string("shutting down on ") + strsignal(sig));
   api->stop();
   // No peer request is served or sent once shards start closing; requests after this fail

@@ -105,7 +105,7 @@ std::unique_ptr<Poco::Net::HTTPClientSession> open_session(const Poco::URI& uri)
   return std::make_unique<Poco::Net::HTTPClientSession>(uri.getHost(), uri.getPort());
 }
 
-Client::Client(const std::string& url) : uri_(url) {
+Client::Client(const std::string& url, std::string token) : uri_(url), token_(std::move(token)) {
   if (uri_.getScheme() != "http" && uri_.getScheme() != "https")
     usage_error("sluice", "only http:// and https:// URLs are supported, got " + url);
   if (uri_.getScheme() == "http" && (!g_tls.cacert.empty() || !g_tls.cert.empty()))
@@ -131,6 +131,7 @@ Response Client::call(const std::string& method, const std::string& path, const 
     try {
       Poco::Net::HTTPRequest req(method, path, Poco::Net::HTTPMessage::HTTP_1_1);
       req.setKeepAlive(true);
+      if (!token_.empty()) req.setCredentials("Bearer", token_);
       if (!body.empty() || method == "POST") {
         req.setContentType(content_type);
         req.setContentLength(static_cast<std::streamsize>(body.size()));

@@ -55,8 +55,9 @@ std::unique_ptr<Poco::Net::HTTPClientSession> open_session(const Poco::URI& uri)
 
 class Client {
  public:
-  // Exits 2 for a URL that is not http:// or https://.
-  explicit Client(const std::string& url);
+  // Exits 2 for a URL that is not http:// or https://. A non-empty `token` is sent on every
+  // call as "Authorization: Bearer <token>" (docs/security.md).
+  explicit Client(const std::string& url, std::string token = "");
   ~Client();
 
   // Sends one request and returns the answer, whatever its status.
@@ -71,12 +72,14 @@ class Client {
 
   // The node's URL (a subscription opens its own connection to it).
   const Poco::URI& uri() const { return uri_; }
+  const std::string& token() const { return token_; }
 
   // Prints "sluice: <status> <code>: <detail>" from a problem-details answer, exits 1.
   [[noreturn]] static void fail(const Response& r);
 
  private:
   Poco::URI uri_;
+  std::string token_;
   std::unique_ptr<Connection> conn_;
 };
 

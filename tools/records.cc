@@ -146,19 +146,20 @@ struct Follow {
 
 // Follows one shard over a WebSocket subscription until interrupted or --max. A refused
 // upgrade is explained by the same GET without the upgrade: its problem details.
-void follow_shard(const std::string& url, const std::string& shard_path, std::uint32_t shard,
-                  const std::string& from, Follow& f) {
+void follow_shard(const std::string& url, const std::string& token, const std::string& shard_path,
+                  std::uint32_t shard, const std::string& from, Follow& f) {
   namespace pn = Poco::Net;
   const Poco::URI uri(url);
   const std::string target = shard_path + "/subscribe?format=json&credit=1000&offset=" + from;
   auto session = open_session(uri);
   pn::HTTPRequest req(pn::HTTPRequest::HTTP_GET, target, pn::HTTPMessage::HTTP_1_1);
+  if (!token.empty()) req.setCredentials("Bearer", token);  // checked before the upgrade
   pn::HTTPResponse res;
   std::unique_ptr<pn::WebSocket> ws;
   try {
     ws = std::make_unique<pn::WebSocket>(*session, req, res);
   } catch (const Poco::Exception& e) {
-    Client plain(url);
+    Client plain(url, token);
     Response r = plain.call("GET", target);
     if (r.status >= 300) Client::fail(r);
     std::fprintf(stderr, "sluice: shard %u: cannot subscribe: %s\n", shard, e.displayText().c_str());
@@ -240,7 +241,7 @@ int cmd_consume(Client& c, const Words& words) {
     std::vector<std::thread> threads;
     const std::string url = c.uri().toString();
     for (auto s : shard_list)
-      threads.emplace_back(follow_shard, url, p.path() + "/shards/" + std::to_string(s), s, from, std::ref(f));
+      threads.emplace_back(follow_shard, url, c.token(), p.path() + "/shards/" + std::to_string(s), s, from, std::ref(f));
     for (auto& t : threads) t.join();
     return f.failed ? 1 : 0;
   }

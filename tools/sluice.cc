@@ -23,13 +23,15 @@ using namespace sluice::cli;
 
 namespace {
 
-constexpr const char* kMainHelp = R"(Usage: sluice [--url URL] [--cacert FILE] [--cert FILE --key FILE] COMMAND [ARGS]
+constexpr const char* kMainHelp = R"(Usage: sluice [--url URL] [--token TOKEN] [--cacert FILE] [--cert FILE --key FILE] COMMAND [ARGS]
 
 Talks to a Sluice node over HTTP or HTTPS. URL defaults to $SLUICE_URL, else
 http://127.0.0.1:8080. For an https:// URL the node's certificate is verified against
 --cacert (PEM; default: the system's CAs) and must name the URL's host; --cert and --key
 (PEM) present a client certificate to a node that requires one (tls.client_ca_file).
-A stream is named TENANT/NAMESPACE/STREAM.
+TOKEN defaults to $SLUICE_TOKEN: every request then carries "Authorization: Bearer TOKEN",
+which a node with auth.enabled requires (docs/security.md). Prefer $SLUICE_TOKEN: a command
+line is visible to other users of the machine. A stream is named TENANT/NAMESPACE/STREAM.
 
 Commands:
   cluster                         show the cluster id, backend, node and roles
@@ -49,12 +51,14 @@ Commands:
   brokers                         registered brokers and their features
   tombstones                      deleted names and the incarnations they cover
   members list|remove ID          metadata members (raft-meta): role, level, held, state
+  token hash --roles R [TOKEN|-]  print a tokens-file line for TOKEN (or a new random one)
 
 Run `sluice COMMAND --help` for a command's options. An unknown option or argument is
 refused (exit 2); options are never abbreviated.
 )";
 
-constexpr const char* kMainUsageLine = "Usage: sluice [--url URL] [--cacert FILE] [--cert FILE --key FILE] COMMAND [ARGS]\n";
+constexpr const char* kMainUsageLine =
+    "Usage: sluice [--url URL] [--token TOKEN] [--cacert FILE] [--cert FILE --key FILE] COMMAND [ARGS]\n";
 
 [[noreturn]] void main_usage_error(const std::string& msg) {
   std::fprintf(stderr, "sluice: %s\n%s", msg.c_str(), kMainUsageLine);
@@ -87,14 +91,15 @@ int main(int argc, char** argv) {
   int cmd_at = 1;
   while (cmd_at < argc && argv[cmd_at][0] == '-') {
     const std::string o = argv[cmd_at];
-    cmd_at += o == "--url" || o == "--cacert" || o == "--cert" || o == "--key" ? 2 : 1;
+    cmd_at += o == "--url" || o == "--token" || o == "--cacert" || o == "--cert" || o == "--key" ? 2 : 1;
   }
   std::string url = std::getenv("SLUICE_URL") ? std::getenv("SLUICE_URL") : "http://127.0.0.1:8080";
+  std::string token = std::getenv("SLUICE_TOKEN") ? std::getenv("SLUICE_TOKEN") : "";
   TlsOptions tls;
   po::options_description global;
   global.add_options()("help,h", "")("url", po::value<std::string>(&url), "")(
-      "cacert", po::value<std::string>(&tls.cacert), "")("cert", po::value<std::string>(&tls.cert), "")(
-      "key", po::value<std::string>(&tls.key), "");
+      "token", po::value<std::string>(&token), "")("cacert", po::value<std::string>(&tls.cacert), "")(
+      "cert", po::value<std::string>(&tls.cert), "")("key", po::value<std::string>(&tls.key), "");
   po::variables_map vm;
   try {
     const std::vector<std::string> words(argv + 1, argv + std::min(cmd_at, argc));
@@ -115,11 +120,12 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string cmd = argv[cmd_at];
+  const Words words(argv + cmd_at + 1, argv + argc);
+  if (cmd == "token") return cmd_token(words);  // offline: talks to no node
   auto it = commands().find(cmd);
   if (it == commands().end()) main_usage_error("unknown command '" + cmd + "'");
-  const Words words(argv + cmd_at + 1, argv + argc);
   set_tls_options(std::move(tls));
-  Client c(url);
+  Client c(url, token);
   try {
     return it->second(c, words);
   } catch (const std::exception& e) {

@@ -159,7 +159,7 @@ int elect(Client& c, const Words& words) {
     if (const auto* live = bo.if_contains("live"); live && live->is_bool() && !live->get_bool()) continue;
     const auto* addr = bo.if_contains("address");
     if (!addr || !addr->is_string()) continue;
-    Client peer("http://" + std::string(addr->get_string()));
+    Client peer("http://" + std::string(addr->get_string()), c.token());
     auto r = peer.call("GET", p.path() + "/shards");
     if (r.status != 200) continue;
     const auto v = boost::json::parse(r.body);

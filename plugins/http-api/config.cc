@@ -1,5 +1,8 @@
 #include "config.h"
 
+#include <arpa/inet.h>
+
+#include <cstring>
 #include <stdexcept>
 
 #include "sluice/host.h"
@@ -53,6 +56,17 @@ HttpConfig HttpConfig::from_host(const PluginHost& h) {
       std::chrono::milliseconds(ranged(h, "http.ws_stall_timeout_ms", 30000, 100, 3600000));
   c.ws_send_buffer_bytes = static_cast<std::size_t>(
       ranged(h, "http.ws_send_buffer_bytes", 1 << 20, 4096, std::int64_t{1} << 30));
+  c.auth_enabled = h.config_bool("auth.enabled", false);
+  c.tokens_file = h.config_string("auth.tokens_file", "");
+  c.allow_insecure = h.config_bool("auth.allow_insecure", false);
+  c.metrics_open = h.config_bool("auth.metrics_open", false);
+  if (c.auth_enabled && c.tokens_file.empty())
+    throw std::invalid_argument("auth.enabled = true needs auth.tokens_file (docs/security.md)");
+  if (!c.auth_enabled && !c.allow_insecure && !is_loopback(c.address))
+    throw std::invalid_argument(
+        "refusing to serve the HTTP API on " + c.address +
+        " without authentication: anyone who reaches it could delete every tenant. Set auth.enabled = "
+        "true with auth.tokens_file, or auth.allow_insecure = true to accept the risk (docs/security.md)");
   c.tls.cert_file = h.config_string("tls.cert_file", "");
   c.tls.key_file = h.config_string("tls.key_file", "");
   c.tls.client_ca_file = h.config_string("tls.client_ca_file", "");
@@ -62,6 +76,16 @@ HttpConfig HttpConfig::from_host(const PluginHost& h) {
     throw std::invalid_argument("tls.client_ca_file needs tls.cert_file and tls.key_file (client certificates "
                                 "are verified only over HTTPS)");
   return c;
+}
+
+bool is_loopback(const std::string& address) {
+  unsigned char b[16];
+  if (::inet_pton(AF_INET, address.c_str(), b) == 1) return b[0] == 127;
+  if (::inet_pton(AF_INET6, address.c_str(), b) != 1) return false;
+  static constexpr unsigned char v6_loopback[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  static constexpr unsigned char v4_mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  if (std::memcmp(b, v6_loopback, 16) == 0) return true;
+  return std::memcmp(b, v4_mapped, 12) == 0 && b[12] == 127;
 }
 
 }  // namespace sluice::http_api

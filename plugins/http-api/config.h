@@ -47,9 +47,19 @@ struct HttpConfig {
   // tls.*: with a certificate the listener speaks HTTPS only (docs/security.md "TLS").
   TlsFiles tls;
 
+  // auth.* (docs/security.md): bearer tokens from auth.tokens_file when enabled. Disabled,
+  // a non-loopback address is refused unless auth.allow_insecure.
+  bool auth_enabled = false;
+  std::string tokens_file;
+  bool allow_insecure = false;
+  bool metrics_open = false;  // GET /metrics without a token
+
   // Reads the http.* keys. Throws std::invalid_argument on a bad value (only called from
   // create(), a configuration boundary).
   static HttpConfig from_host(const PluginHost& host);
 };
+
+// True for an IPv4 address in 127.0.0.0/8, ::1 and ::ffff:127.x.y.z.
+bool is_loopback(const std::string& address);
 
 }  // namespace sluice::http_api

@@ -17,6 +17,7 @@ struct HttpRequest {
   std::string method;        // "GET", "POST", ...
   std::string target;        // raw request-target, still percent-encoded
   std::string content_type;  // raw Content-Type header ("" if absent)
+  std::string authorization; // raw Authorization header ("" if absent); never logged
   std::string body;          // owned; publish builds views into it
   bool websocket = false;    // a WebSocket upgrade request (RFC 6455 handshake headers)
 };

@@ -8,6 +8,7 @@
 
 #include <boost/json/array.hpp>
 #include <boost/json/parse.hpp>
+#include <boost/json/serialize.hpp>
 
 #include "codec.h"
 #include "handlers.h"
@@ -207,6 +208,34 @@ Result<ShardIndex> shard_segment(const std::string& s) {
 }
 
 
+// 401, with the challenge RFC 6750 asks for (error="invalid_token" only when a bearer token
+// was sent but is not known). The detail says what was wrong with the header, never what it
+// carried.
+HttpResponse unauthorized(const std::string& detail, bool invalid_token) {
+  HttpResponse r = problem(401, "unauthorized", "Unauthorized", detail);
+  r.headers.emplace_back("WWW-Authenticate",
+                         invalid_token ? "Bearer realm=\"sluice\", error=\"invalid_token\"" : "Bearer realm=\"sluice\"");
+  return r;
+}
+
+// 403: the same bytes for every path of a route apart from "instance" (the request's path),
+// whether or not the resource exists.
+HttpResponse forbidden(const HttpRequest& req, const Need& need) {
+  json::object o;
+  o["type"] = "https://sluice.dev/errors/forbidden";
+  o["title"] = "Forbidden";
+  o["status"] = 403;
+  o["code"] = "forbidden";
+  o["detail"] = "this token's roles do not allow " + req.method + " here: it needs " + describe(need) +
+                " (docs/security.md)";
+  o["instance"] = std::string_view(req.target).substr(0, req.target.find('?'));
+  HttpResponse r;
+  r.status = 403;
+  r.content_type = std::string(kProblemJson);
+  r.body = json::serialize(o);
+  return r;
+}
+
 }  // namespace
 
 void Router::handle(const std::shared_ptr<Exchange>& ex) {
@@ -228,6 +257,19 @@ void Router::dispatch(const std::shared_ptr<Exchange>& ex) {
   }
   const auto& seg = target->segments;
   auto def = match_route(seg);
+  // Authentication first (only healthz, readyz and, if configured, metrics are open): a
+  // client without a valid token learns nothing, not even which routes exist.
+  std::shared_ptr<const TokenTable> table;
+  const TokenEntry* who = nullptr;
+  if (tokens_ &&
+      !(def && required(def->route, seg, req.method, cfg_.metrics_open).kind == Need::open)) {
+    if (def) ex->set_route(std::string(def->label));
+    auto tok = bearer_token(req.authorization);
+    if (!tok) return ex->respond(unauthorized(tok.error().message, false));
+    table = tokens_->current();
+    who = table ? table->find(*tok) : nullptr;
+    if (!who) return ex->respond(unauthorized("the bearer token is not valid", true));
+  }
   if (!def) {
     ex->respond(problem(Error(Errc::not_found, "no such route")));
     return;
@@ -240,6 +282,11 @@ void Router::dispatch(const std::shared_ptr<Exchange>& ex) {
     r.headers.emplace_back("Allow", std::string(def->allow));
     ex->respond(std::move(r));
     return;
+  }
+  // Authorization from the route and the names in the path alone, before any lookup.
+  if (who) {
+    const Need need = required(def->route, seg, req.method, cfg_.metrics_open);
+    if (!allows(*who, need)) return ex->respond(forbidden(req, need));
   }
   // Every name in the path is validated before anything touches the Node.
   static constexpr NameKind kinds[] = {NameKind::tenant, NameKind::ns, NameKind::stream};

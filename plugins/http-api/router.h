@@ -3,9 +3,12 @@
 // docs/api.md; README.md lists what this build serves.
 //
 // Order of checks for every request: parse the target (percent-decoding each path
-// segment on its own) -> match the route shape (404 not_found) -> method (405 + Allow)
-// -> validate every name in the path with sluice::validate_name (400 invalid_name) ->
-// handler. So an invalid name never reaches the Node or its catalog.
+// segment on its own) -> with auth.enabled, unless the route is open: the bearer token
+// (401 unauthorized) -> match the route shape (404 not_found) -> method (405 + Allow) ->
+// with auth.enabled, the token's roles against the route and its path alone (403
+// forbidden; docs/security.md) -> validate every name in the path with
+// sluice::validate_name (400 invalid_name) -> handler. So an invalid name never reaches
+// the Node or its catalog, and a refusal never depends on whether a resource exists.
 //
 // Threading: handle() runs on the connection's strand. Catalog calls (which may block
 // for seconds) run on the admin pool via Exchange::run_blocking; fetch, stream lookup,
@@ -14,6 +17,7 @@
 
 #include <memory>
 
+#include "auth.h"
 #include "config.h"
 #include "http_types.h"
 #include "metrics.h"
@@ -25,10 +29,12 @@ namespace sluice::http_api {
 
 class Router {
  public:
-  Router(Node& node, HttpMetrics& metrics, const HttpConfig& cfg)
+  // `tokens`: the tokens in force when auth.enabled (docs/security.md), else null.
+  Router(Node& node, HttpMetrics& metrics, const HttpConfig& cfg, const TokenStore* tokens = nullptr)
       : node_(node),
         metrics_(metrics),
         cfg_(cfg),
+        tokens_(tokens),
         waiters_(cfg.max_waiters_per_shard),
         quotas_(cfg.publish_bytes_per_s) {
     metrics_.set_quotas(&quotas_);
@@ -42,6 +48,7 @@ class Router {
   Node& node_;
   HttpMetrics& metrics_;
   const HttpConfig& cfg_;
+  const TokenStore* tokens_;
   ShardWaiters waiters_;
   PublishQuotas quotas_;
 };

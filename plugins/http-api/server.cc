@@ -66,6 +66,8 @@ struct HttpServer::Impl {
   Node* node = nullptr;
   // Declared before the io_context: sessions destroyed with it still count connections.
   HttpMetrics metrics;
+  std::unique_ptr<TokenStore> tokens;  // auth.enabled only
+  std::mutex reload_mu;                // reload() is not concurrent with itself
   std::unique_ptr<Router> router;
   std::shared_ptr<Gate> gate = std::make_shared<Gate>();
 
@@ -483,6 +485,7 @@ void Session<Stream>::on_read(beast::error_code ec, std::size_t n) {
   r.method = std::string(req.method_string());
   r.target = std::string(req.target());
   r.content_type = std::string(req[http::field::content_type]);
+  r.authorization = std::string(req[http::field::authorization]);
   r.body = std::move(req.body());
   r.websocket = is_websocket_upgrade(req);
   if (r.websocket) upgrade_req_.emplace(std::move(req));
@@ -665,7 +668,20 @@ Result<void> HttpServer::start(Node& node) {
   m.started = true;
   try {
     m.node = &node;
-    m.router = std::make_unique<Router>(node, m.metrics, m.cfg);
+    if (m.cfg.auth_enabled) {
+      m.tokens = std::make_unique<TokenStore>(m.cfg.tokens_file);
+      auto n = m.tokens->reload();
+      if (!n) {
+        m.teardown();
+        m.stopped = true;
+        return Error(Errc::invalid_argument, "http-api: " + n.error().message);
+      }
+      m.log(LogLevel::info, "auth: " + std::to_string(*n) + " tokens from " + m.cfg.tokens_file);
+    } else {
+      m.log(LogLevel::warn, "auth.enabled = false: every client that reaches " + m.cfg.address +
+                                " may do anything, including delete every tenant (docs/security.md)");
+    }
+    m.router = std::make_unique<Router>(node, m.metrics, m.cfg, m.tokens.get());
     if (m.cfg.tls.enabled()) {
       m.tls = std::make_unique<TlsContextHolder>(m.cfg.tls);
       if (auto r = m.tls->reload_certificates(); !r) {
@@ -726,6 +742,24 @@ Result<void> HttpServer::start(Node& node) {
     m.stopped = true;
     return Error(Errc::internal, std::string("http-api: start failed: ") + e.what());
   }
+}
+
+Result<void> HttpServer::reload() {
+  Impl& m = *impl_;
+  std::lock_guard lk(m.reload_mu);
+  // Each part reloads on its own: a bad tokens file does not hold back a new certificate.
+  std::string failed;
+  if (m.tokens) {
+    if (auto n = m.tokens->reload(); !n)
+      failed = n.error().message;  // the caller logs it (sluiced: "reload failed, ...")
+    else
+      m.log(LogLevel::info, "reload: " + std::to_string(*n) + " tokens from " + m.cfg.tokens_file);
+  }
+  if (m.tls) {
+    if (auto r = reload_certificates(); !r) failed += (failed.empty() ? "" : "; ") + r.error().message;
+  }
+  if (!failed.empty()) return Error(Errc::invalid_argument, failed);
+  return {};
 }
 
 Result<void> HttpServer::reload_certificates() {

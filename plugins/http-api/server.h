@@ -32,6 +32,10 @@ class HttpServer final : public ApiServer {
   Result<void> start(Node& node) override;
   std::uint16_t port() const override;
   void stop() override;
+  // sluiced calls it on SIGHUP: re-reads auth.tokens_file (docs/security.md) and, with TLS,
+  // the certificates (reload_certificates()). Each part that fails keeps what it had; the
+  // error names every failure.
+  Result<void> reload() override;
 
   // tls.cert_file set: re-reads tls.cert_file, tls.key_file and tls.client_ca_file for the
   // connections accepted from now on. On failure the previous certificate keeps serving and

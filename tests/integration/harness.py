@@ -91,6 +91,7 @@ class Node:
         self.proc = None
         self.log_path = os.path.join(self.workdir, "sluiced.log")
         self.starts = 0
+        self.token = None  # sent as "Authorization: Bearer <token>" by request() when set
 
     # --- process control -------------------------------------------------------------
     def args(self):
@@ -159,10 +160,30 @@ class Node:
                 raise AssertionError("sluiced ignored SIGTERM; log:\n" + self.log_tail())
         return self.proc.returncode if self.proc else None
 
+    def secrets(self):
+        """What must never appear in this node's log: its bearer token and the password of
+        every database URL it was given (docs/security.md)."""
+        out = [self.token] if self.token else []
+        urls = [v for k, v in self.extra.items() if k.endswith(".url")]
+        urls.append(os.environ.get("SLUICE_TEST_PG_URL", ""))
+        for u in urls:
+            out += re.findall(r"password=([^\s&]+)", u) + re.findall(r"://[^:/@\s]+:([^@\s]+)@", u)
+        return [s for s in out if len(s) >= 6]
+
     def cleanup(self):
         self.kill()
+        leaks = []
+        try:
+            with open(self.log_path, "rb") as f:
+                text = f.read().decode(errors="replace")
+            leaks = [s[:4] + "..." for s in self.secrets() if s in text]
+        except OSError:
+            pass
         if self.own_workdir and not os.environ.get("SLUICE_IT_KEEP"):  # keep logs to debug
             shutil.rmtree(self.workdir, ignore_errors=True)
+        if leaks:
+            raise AssertionError("secrets in the log of node %s (%s): %s" % (
+                self.extra.get("node.id", "1"), self.log_path, leaks))
 
     def log_tail(self, n=40):
         try:
@@ -188,6 +209,8 @@ class Node:
         if body is not None:
             data = body if isinstance(body, (bytes, bytearray)) else json.dumps(body).encode()
             headers["Content-Type"] = content_type
+        if self.token:
+            headers["Authorization"] = "Bearer " + self.token
         req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
         try:
             with urllib.request.urlopen(req, timeout=timeout) as r:
@@ -230,7 +253,10 @@ class Node:
     def stream_dirs(self, tenant, ns, stream):
         """Shard incarnation directories of a stream on disk."""
         d = os.path.join(self.data_dir, "shards", tenant, ns, stream)
-        return sorted(os.listdir(d)) if os.path.isdir(d) else []
+        try:
+            return sorted(os.listdir(d))
+        except FileNotFoundError:  # never created, or the broker removed it just now
+            return []
 
     def fetch(self, stream, shard, offset, max_records=1000, wait_ms=0, tenant="t", ns="n"):
         q = "%s/streams/%s/shards/%d/records?offset=%s&max=%d" % (

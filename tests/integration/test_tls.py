@@ -13,6 +13,7 @@ import json
 import os
 import random
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
@@ -36,7 +37,7 @@ def setUpModule():
     global PKI
     d = tempfile.mkdtemp(prefix="sluice-tls-")
     ca, other = CA(d, "test"), CA(d, "other")  # the nodes trust only the first
-    PKI = {"dir": d, "ca": (ca.cert, ca.key)}
+    PKI = {"dir": d, "ca": (ca.cert, ca.key), "other_ca": (other.cert, other.key)}
     for name in ("server", "server2", "client", "peer1", "peer2"):
         PKI[name] = ca.issue(name)
     for name in ("stranger", "stranger-peer"):
@@ -103,6 +104,57 @@ class TlsNode(Node):
             if line.startswith(name + " "):
                 return float(line.split()[1])
         raise AssertionError("metric %s not found" % name)
+
+
+def handshake_ok(port, cafile):
+    """True if a TLS client trusting only `cafile` completes a handshake with the node."""
+    ctx = ssl.create_default_context(cafile=cafile)
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+            with ctx.wrap_socket(s, server_hostname="127.0.0.1"):
+                return True
+    except ssl.SSLError:
+        return False
+
+
+class CertificateReloadOnSighup(unittest.TestCase):
+    """SIGHUP re-reads tls.cert_file and tls.key_file (through ApiServer::reload()); a file
+    that does not load keeps the previous certificate serving."""
+
+    def test_sighup_swaps_the_certificate_and_a_bad_file_keeps_the_old_one(self):
+        n = TlsNode()
+        self.addCleanup(n.cleanup)
+        cert, key = os.path.join(n.workdir, "api.crt"), os.path.join(n.workdir, "api.key")
+        shutil.copy(PKI["server"][0], cert)
+        shutil.copy(PKI["server"][1], key)
+        n.extra.update({"tls.cert_file": cert, "tls.key_file": key})
+        n.start()
+        self.assertTrue(handshake_ok(n.http_port, PKI["ca"][0]))
+        self.assertFalse(handshake_ok(n.http_port, PKI["other_ca"][0]))
+
+        def hup(outcome):
+            before = n.current_log().count(outcome)
+            n.proc.send_signal(signal.SIGHUP)
+            poll(lambda: n.current_log().count(outcome) > before, "sluiced to log '%s'" % outcome)
+
+        def replace(path, src=None, text=None):
+            tmp = path + ".tmp"
+            if src:
+                shutil.copy(src, tmp)
+            else:
+                with open(tmp, "w") as f:
+                    f.write(text)
+            os.replace(tmp, path)
+
+        replace(cert, text="not a certificate\n")
+        hup("reload failed, the previous state stays in force")
+        self.assertTrue(handshake_ok(n.http_port, PKI["ca"][0]), "the old certificate still serves")
+        replace(cert, src=PKI["stranger"][0])
+        replace(key, src=PKI["stranger"][1])
+        hup("reload done")
+        self.assertTrue(handshake_ok(n.http_port, PKI["other_ca"][0]), "the new certificate serves")
+        self.assertFalse(handshake_ok(n.http_port, PKI["ca"][0]))
+        self.assertIsNone(n.proc.poll())
 
 
 def curl(url, *opts, data=None, method=None):

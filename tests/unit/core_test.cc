@@ -402,6 +402,21 @@ TEST(Config, MissingFileIsAnError) {
   EXPECT_THROW(core::Config::load("/nonexistent/sluiced.properties", {}), std::runtime_error);
 }
 
+// --print-config never shows the catalog database's password (docs/security.md).
+TEST(Config, PrintConfigRedactsThePostgresPassword) {
+  EXPECT_EQ(core::redact_conninfo("postgresql://u:s3cret@h:5432/db"), "postgresql://u:***@h:5432/db");
+  EXPECT_EQ(core::redact_conninfo("postgres://u:p%40ss@h/db?sslmode=require&password=x2"),
+            "postgres://u:***@h/db?sslmode=require&password=***");
+  EXPECT_EQ(core::redact_conninfo("host=h password=s3cret user=u"), "host=h password=*** user=u");
+  EXPECT_EQ(core::redact_conninfo("host=h password='a b c' user=u"), "host=h password=*** user=u");
+  EXPECT_EQ(core::redact_conninfo("host=h user=u"), "host=h user=u");
+  EXPECT_EQ(core::redact_conninfo("postgresql://u@h/db"), "postgresql://u@h/db");
+  auto c = core::Config::load("", {"metadata.postgres.url=host=h password=s3cret", "metadata.backend=postgres"});
+  const auto eff = c.effective();
+  EXPECT_EQ(eff.at("metadata.postgres.url"), "host=h password=***");
+  EXPECT_EQ(c.get_string("metadata.postgres.url", ""), "host=h password=s3cret");  // the plugin gets it whole
+}
+
 TEST(Identity, FormatsOnceAndKeepsDirectoryId) {
   sluice::testing::TestHost tmp;
   const std::string dir = tmp.data_dir() + "/d";

@@ -174,6 +174,11 @@ class ApiServer {
   virtual std::uint16_t port() const = 0;
   // Stops accepting, finishes or aborts in-flight requests, joins its threads.
   virtual void stop() = 0;
+  // Re-reads what the server may reload without a restart (sluiced calls it on SIGHUP):
+  // e.g. the http-api's tokens file (docs/security.md) and TLS certificates. On an error the
+  // server keeps serving with what it had and the message says what was refused. Any thread;
+  // not concurrently with itself. Default: nothing to reload.
+  virtual Result<void> reload() { return {}; }
 };
 
 }  // namespace sluice

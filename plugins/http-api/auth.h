@@ -1,0 +1,120 @@
+// Bearer-token authentication and role-based authorization of the HTTP API
+// (docs/security.md is the contract: the tokens file format, the roles table, the order of
+// checks). Beast-free and pure apart from TokenStore's file reads.
+//
+// The tokens file holds one token per line, as the SHA-256 of the token, a name (for logs;
+// never the token) and its grants:
+//
+//   sha256:<64 hex digits>  NAME  ROLE[:SCOPE] [ROLE[:SCOPE] ...]
+//
+// ROLE is admin | metrics (no scope), tenant-admin:TENANT, produce:SCOPE or consume:SCOPE
+// where SCOPE is TENANT, TENANT/NAMESPACE or TENANT/NAMESPACE/STREAM. '#' starts a comment
+// line. Any malformed line rejects the whole file (with its line number).
+//
+// Authorization is decided from the route and its path segments alone, before anything
+// looks the resource up, so a refusal never tells whether the resource exists.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "routes.h"
+#include "sluice/error.h"
+
+namespace sluice::http_api {
+
+enum class Role { admin, metrics, tenant_admin, produce, consume };
+std::string_view to_string(Role);
+
+// A role on a scope: tenant, tenant/ns or tenant/ns/stream (empty levels are wildcards;
+// admin and metrics have no scope).
+struct Grant {
+  Role role = Role::admin;
+  std::string tenant, ns, stream;
+};
+
+using TokenHash = std::array<unsigned char, 32>;
+
+struct TokenEntry {
+  TokenHash hash{};
+  std::string name;
+  std::vector<Grant> grants;
+};
+
+// SHA-256 of `token`, raw and as 64 lowercase hex digits.
+TokenHash sha256(std::string_view token);
+std::string to_hex(const TokenHash& h);
+
+// A parsed tokens file. Immutable once built.
+class TokenTable {
+ public:
+  // Errc::invalid_argument naming the first bad line ("line N: ...").
+  static Result<TokenTable> parse(std::string_view text);
+  // Reads and parses `path` (at most 16 MiB).
+  static Result<TokenTable> load(const std::string& path);
+
+  // The entry whose hash is SHA-256(token), or null: one SHA-256 and a hash-table probe
+  // (about 0.5 us whatever the number of tokens). The probe is keyed by the SHA-256 of what
+  // the client sent, never by a secret, and hashes are compared with CRYPTO_memcmp
+  // (constant time), so timing tells nothing about the stored tokens (docs/security.md).
+  const TokenEntry* find(std::string_view token) const;
+  std::size_t size() const { return entries_.size(); }
+
+ private:
+  struct HashOf {
+    std::size_t operator()(const TokenHash& h) const noexcept;
+  };
+  struct SameHash {
+    bool operator()(const TokenHash& a, const TokenHash& b) const noexcept;
+  };
+  std::vector<TokenEntry> entries_;
+  std::unordered_map<TokenHash, std::size_t, HashOf, SameHash> index_;  // hash -> entries_ index
+};
+
+// What a request needs, from its route, method and path segments.
+struct Need {
+  enum Kind {
+    open,          // no token (healthz, readyz; metrics with auth.metrics_open)
+    any,           // any valid token (cluster info, openapi.yaml)
+    admin,         // the admin role
+    metrics,       // admin or metrics
+    tenant_admin,  // tenant-admin of `tenant` (or admin)
+    produce,       // produce covering the path (or tenant-admin of its tenant, or admin)
+    consume,       // consume covering the path (...)
+    read,          // produce or consume covering the path (...): catalog reads
+  } kind = admin;
+  // The resource the path names, as far as it goes (empty levels are absent).
+  std::string_view tenant, ns, stream;
+};
+Need required(Route route, const std::vector<std::string>& segments, std::string_view method,
+              bool metrics_open);
+// True if one of the entry's grants covers `need`.
+bool allows(const TokenEntry& entry, const Need& need);
+// How docs/security.md names a Need in a 403's detail ("the produce role on this stream").
+std::string describe(const Need& need);
+
+// The token of an "Authorization: Bearer <token>" header value. Errors (Errc::unauthorized)
+// say what is wrong without echoing the header.
+Result<std::string_view> bearer_token(std::string_view authorization);
+
+// The tokens file currently in force; swapped whole by reload(). Thread-safe.
+class TokenStore {
+ public:
+  explicit TokenStore(std::string path) : path_(std::move(path)) {}
+  // Loads the file; on error the previous table (if any) stays in force.
+  Result<std::size_t> reload();
+  std::shared_ptr<const TokenTable> current() const { return table_.load(std::memory_order_acquire); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::atomic<std::shared_ptr<const TokenTable>> table_;
+};
+
+}  // namespace sluice::http_api
