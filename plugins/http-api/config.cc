@@ -53,6 +53,11 @@ HttpConfig HttpConfig::from_host(const PluginHost& h) {
       std::chrono::milliseconds(ranged(h, "http.ws_stall_timeout_ms", 30000, 100, 3600000));
   c.ws_send_buffer_bytes = static_cast<std::size_t>(
       ranged(h, "http.ws_send_buffer_bytes", 1 << 20, 4096, std::int64_t{1} << 30));
+  c.cache_max_value_bytes = static_cast<std::size_t>(
+      ranged(h, "cache.max_value_bytes", 1 << 20, 1, 64 << 20));
+  c.cache_max_key_bytes = static_cast<std::size_t>(ranged(h, "cache.max_key_bytes", 512, 1, 4096));
+  c.cache_shards = static_cast<std::uint32_t>(ranged(h, "cache.shards", 4, 1, 1024));
+  c.cache_threads = static_cast<unsigned>(ranged(h, "cache.threads", 4, 1, 64));
   return c;
 }
 

@@ -14,6 +14,7 @@
 
 #include <memory>
 
+#include "cache_store.h"
 #include "config.h"
 #include "http_types.h"
 #include "metrics.h"
@@ -30,9 +31,13 @@ class Router {
         metrics_(metrics),
         cfg_(cfg),
         waiters_(cfg.max_waiters_per_shard),
-        quotas_(cfg.publish_bytes_per_s) {
+        quotas_(cfg.publish_bytes_per_s),
+        cache_(node, CacheConfig{cfg.cache_max_value_bytes, cfg.cache_max_key_bytes, cfg.cache_shards,
+                                 cfg.cache_threads, cfg.default_replication_factor}) {
     metrics_.set_quotas(&quotas_);
   }
+  // Stops the cache pool (queued cache requests are dropped, running ones finish).
+  void stop() { cache_.stop(); }
   // Answers through ex->respond(), exactly once (unless the server stops first).
   void handle(const std::shared_ptr<Exchange>& ex);
 
@@ -44,6 +49,7 @@ class Router {
   const HttpConfig& cfg_;
   ShardWaiters waiters_;
   PublishQuotas quotas_;
+  CacheStore cache_;
 };
 
 }  // namespace sluice::http_api

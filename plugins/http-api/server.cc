@@ -540,6 +540,7 @@ void HttpServer::Impl::teardown() {
     pool->stop();
     pool->join();
   }
+  if (router) router->stop();
   accept_backoff.reset();
   acceptor.reset();
   {
