@@ -18,8 +18,9 @@ std::uint64_t get_u64(const char* p) {
 }
 }  // namespace
 
-std::string backing_stream_name(std::string_view cache_name, Incarnation incarnation) {
-  std::string head = "__cache." + std::to_string(incarnation.value()) + ".";
+std::string backing_stream_name(std::string_view cache_name, Incarnation incarnation, ChangeSeq created_seq) {
+  std::string head =
+      "__cache." + std::to_string(incarnation.value()) + "." + std::to_string(created_seq.value()) + ".";
   if (head.size() + 2 + cache_name.size() <= kMaxNameBytes) return head + "n." + std::string(cache_name);
   static const char* hex = "0123456789abcdef";
   std::uint64_t h = fnv1a64(cache_name);

@@ -22,9 +22,11 @@ namespace sluice::http_api {
 inline constexpr std::string_view kReservedPrefix = "__";
 inline bool reserved_stream_name(std::string_view name) { return name.substr(0, 2) == kReservedPrefix; }
 
-// "__cache.<incarnation>.n.<name>", or "__cache.<incarnation>.h.<fnv1a64 hex of name>" when
-// that would pass kMaxNameBytes. Passes validate_name(NameKind::stream).
-std::string backing_stream_name(std::string_view cache_name, Incarnation incarnation);
+// "__cache.<incarnation>.<created_seq>.n.<name>", or with "h.<fnv1a64 hex of name>" in place
+// of "n.<name>" when that would pass kMaxNameBytes. Passes validate_name(NameKind::stream).
+// The create's change sequence makes it unique per create even before the fleet feature
+// cache_incarnations is finalized (every create then stores incarnation 0).
+std::string backing_stream_name(std::string_view cache_name, Incarnation incarnation, ChangeSeq created_seq);
 
 // A cache key: 1..max_bytes bytes, each visible ASCII (0x21..0x7e). invalid_argument
 // naming the problem otherwise (never echoing a raw control byte).

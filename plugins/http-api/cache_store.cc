@@ -86,7 +86,7 @@ ShardIndex CacheStore::shard_of(std::string_view key, const StreamInfo& backing)
 }
 
 Result<StreamInfo> CacheStore::ensure_backing(const CacheInfo& ci) {
-  const StreamKey bk{ci.key.tenant, ci.key.ns, backing_stream_name(ci.key.name, ci.incarnation)};
+  const StreamKey bk{ci.key.tenant, ci.key.ns, backing_stream_name(ci.key.name, ci.incarnation, ci.created_seq)};
   const auto deadline = std::chrono::steady_clock::now() + kBackingWait;
   bool created = false;
   for (;;) {
@@ -118,7 +118,7 @@ Result<StreamInfo> CacheStore::ensure_backing(const CacheInfo& ci) {
 }
 
 Result<void> CacheStore::delete_backing(const CacheInfo& ci) {
-  const StreamKey bk{ci.key.tenant, ci.key.ns, backing_stream_name(ci.key.name, ci.incarnation)};
+  const StreamKey bk{ci.key.tenant, ci.key.ns, backing_stream_name(ci.key.name, ci.incarnation, ci.created_seq)};
   {
     std::lock_guard lk(mu_);
     const std::string prefix = bk.tenant + "/" + bk.ns + "/" + bk.name + "/";
@@ -133,7 +133,7 @@ Result<void> CacheStore::delete_backing(const CacheInfo& ci) {
 Result<std::optional<CacheStore::Resolved>> CacheStore::resolve(const StreamKey& cache, bool create) {
   auto ci = node_.catalog().get_cache(cache);
   if (!ci) return ci.error();
-  const StreamKey bk{cache.tenant, cache.ns, backing_stream_name(cache.name, ci->incarnation)};
+  const StreamKey bk{cache.tenant, cache.ns, backing_stream_name(cache.name, ci->incarnation, ci->created_seq)};
   auto si = node_.stream(bk);
   if (si && si->created_seq.value() > ci->created_seq.value()) return std::optional<Resolved>(Resolved{*ci, *si});
   if (si || si.error().code == Errc::not_found) {

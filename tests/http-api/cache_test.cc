@@ -54,17 +54,20 @@ TEST(CacheCodec, KeyRules) {
 }
 
 TEST(CacheCodec, BackingNamesAreValidReservedAndPerIncarnation) {
-  const std::string a = backing_stream_name("sessions", Incarnation{3});
-  EXPECT_EQ(a, "__cache.3.n.sessions");
+  const std::string a = backing_stream_name("sessions", Incarnation{3}, ChangeSeq{17});
+  EXPECT_EQ(a, "__cache.3.17.n.sessions");
   EXPECT_TRUE(validate_name(NameKind::stream, a));
   EXPECT_TRUE(reserved_stream_name(a));
-  EXPECT_NE(a, backing_stream_name("sessions", Incarnation{4}));
+  EXPECT_NE(a, backing_stream_name("sessions", Incarnation{4}, ChangeSeq{17}));
+  // Before cache_incarnations is finalized every create has incarnation 0: the create's
+  // change sequence still tells two creates apart.
+  EXPECT_NE(backing_stream_name("s", Incarnation{0}, ChangeSeq{5}), backing_stream_name("s", Incarnation{0}, ChangeSeq{9}));
   // A name too long to embed is hashed; still valid, still per incarnation.
   const std::string longname(255, 'x');
-  const std::string h = backing_stream_name(longname, Incarnation{1});
+  const std::string h = backing_stream_name(longname, Incarnation{1}, ChangeSeq{2});
   EXPECT_TRUE(validate_name(NameKind::stream, h));
-  EXPECT_TRUE(h.starts_with("__cache.1.h."));
-  EXPECT_NE(h, backing_stream_name(std::string(254, 'x') + "y", Incarnation{1}));
+  EXPECT_TRUE(h.starts_with("__cache.1.2.h."));
+  EXPECT_NE(h, backing_stream_name(std::string(254, 'x') + "y", Incarnation{1}, ChangeSeq{2}));
   EXPECT_FALSE(reserved_stream_name("_x"));
 }
 
