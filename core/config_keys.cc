@@ -76,7 +76,7 @@ constexpr ConfigKey kConfigKeys[] = {
     {"cache.max_key_bytes", "512", "Longest cache key in bytes (1..4096); keys are visible ASCII."},
     {"cache.shards", "4", "Shards of the backing stream a new cache gets (1..1024); writes to one shard are serialized."},
     {"cache.threads", "4", "Threads serving cache key requests on each broker (1..64); each may wait for a write's acknowledgement."},
-    {"stream.default_replication_factor", "1", "replication_factor of a stream create that names none (1..5); min_insync defaults to a majority of it. Above 1 needs the fleet feature replicated_shards (metadata level 16)."},
+    {"stream.default_replication_factor", "1", "replication_factor of a stream create that names none, and of a new cache's backing stream (1..5); min_insync defaults to a majority of it. Above 1 needs the fleet feature replicated_shards (metadata level 16)."},
 };
 }  // namespace
 
