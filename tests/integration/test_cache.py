@@ -6,12 +6,13 @@ writes across a SIGKILL, compare-and-set races, recreate and a broker that slept
 delete and recreate, and every bad input."""
 import http.client
 import json
+import subprocess
 import threading
 import time
 import unittest
 import urllib.parse
 
-from harness import DEADLINE_S, Node, poll
+from harness import DEADLINE_S, SLUICE_CLI, Node, poll
 
 HOLD_BACK = {"metadata.bootstrap_hold_back": "stream_incarnations,cache_incarnations,replicated_shards,"
                                               "shard_reassignment"}
@@ -335,6 +336,45 @@ class CacheTests(unittest.TestCase):
         self.assertEqual(c.put("exact", b"x" * 1024)[0], 200, "a value at the limit is taken")
         self.assertEqual(c.keys(), ["exact", "keep"], "no bad request wrote anything")
         self.assertEqual(c.get("keep")[:2], (200, b"v"))
+
+    def test_cli(self):
+        n = self.node()
+        n.ensure_ns()
+
+        def cli(*args, stdin=None):
+            p = subprocess.run([SLUICE_CLI, "--url", n.url, "cache"] + list(args), input=stdin,
+                               capture_output=True, timeout=DEADLINE_S)
+            return p.returncode, p.stdout, p.stderr.decode()
+
+        self.assertEqual(cli("--help")[0], 0)
+        self.assertIn(b"sluice cache put", cli("--help")[1])
+        self.assertEqual(cli("frobnicate", "t/n/c")[0], 2)
+        self.assertEqual(cli("put", "t/n/c", "k", "--ttl", "5")[0], 2, "options are never guessed")
+        rc, out, err = cli("create", "t/n/c")
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(json.loads(out)["name"], "c")
+        rc, out, err = cli("put", "t/n/c", "a/b?c", "hello")
+        self.assertEqual(rc, 0, err)
+        rev = json.loads(out)["revision"]
+        self.assertEqual(cli("get", "t/n/c", "a/b?c")[1], b"hello", "a key with '/' and '?' round-trips")
+        rc, out, err = cli("put", "t/n/c", "bin", "--ttl-ms", "3600000", stdin=b"\x00\x01 from stdin\n")
+        self.assertEqual(rc, 0, err)
+        self.assertIn("expires_at_ms", json.loads(out))
+        self.assertEqual(cli("get", "t/n/c", "bin")[1], b"\x00\x01 from stdin\n")
+        j = json.loads(cli("get", "t/n/c", "a/b?c", "--json")[1])
+        self.assertEqual((j["value"], j["revision"]), ("hello", rev))
+        rc, out, err = cli("put", "t/n/c", "a/b?c", "x", "--if-revision", "0")
+        self.assertEqual(rc, 1)
+        self.assertIn("409 revision_mismatch", err)
+        self.assertEqual([json.loads(l)["key"] for l in cli("list", "t/n/c")[1].splitlines()], ["a/b?c", "bin"])
+        self.assertEqual(len(cli("list", "t/n/c", "--prefix", "b")[1].splitlines()), 1)
+        rc, out, err = cli("delete", "t/n/c", "a/b?c", "--if-revision", str(rev))
+        self.assertEqual(rc, 0, err)
+        rc, out, err = cli("get", "t/n/c", "a/b?c")
+        self.assertEqual(rc, 1)
+        self.assertIn("404 not_found", err)
+        self.assertEqual(cli("drop", "t/n/c")[0], 0)
+        self.assertIn("404 not_found", cli("get", "t/n/c", "bin")[2])
 
 
 class CacheBrokers(unittest.TestCase):
