@@ -26,6 +26,9 @@ std::string shard_id(const StreamKey& k, ShardIndex s) {
 // A write that keeps losing its sequence to other brokers' writes gives up after this
 // many rounds (each round is one append that another write won).
 constexpr int kMaxWriteRounds = 64;
+// One group commit takes at most this much of a shard's queue.
+constexpr std::size_t kMaxBatchRecords = 512;
+constexpr std::size_t kMaxBatchBytes = 4u << 20;
 constexpr auto kVisibleWait = std::chrono::seconds(30);
 constexpr auto kBackingWait = std::chrono::seconds(10);
 
@@ -44,6 +47,14 @@ void CacheStore::stop() {
     std::lock_guard lk(mu_);
     stopping_ = true;
   }
+  std::unique_ptr<WatchHandle> w;
+  {
+    std::lock_guard lk(memo_mu_);
+    w = std::move(watch_);
+    watch_ok_ = false;
+    memo_.clear();
+  }
+  w.reset();  // outside memo_mu_: the watch's callbacks take it
   cv_.notify_all();
   for (auto& t : threads_)
     if (t.joinable()) t.join();
@@ -130,7 +141,74 @@ Result<void> CacheStore::delete_backing(const CacheInfo& ci) {
   return {};
 }
 
+void CacheStore::forget_all() {
+  std::lock_guard lk(memo_mu_);
+  memo_.clear();
+  ++memo_gen_;
+}
+
+void CacheStore::ensure_watch() {
+  std::unique_ptr<WatchHandle> old;
+  {
+    std::lock_guard lk(memo_mu_);
+    if (watch_ok_ || stopping_ || std::chrono::steady_clock::now() < watch_retry_) return;
+    old = std::move(watch_);
+    watch_retry_ = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  }
+  old.reset();  // a watch that asked for a resync; outside memo_mu_ (its callbacks take it)
+  const MetadataStatus st = node_.catalog().status();
+  if (!st.ready) return;
+  // Every change after `applied` is reported; a resolution read after this point reflects
+  // every change up to it (catalog reads are read-your-writes).
+  auto w = node_.catalog().watch(
+      st.applied,
+      [this](const ChangeEvent& ev) {
+        using K = ChangeEvent::Kind;
+        if (ev.kind == K::cache_created || ev.kind == K::cache_deleted || ev.kind == K::namespace_deleted ||
+            ev.kind == K::tenant_deleted || ev.kind == K::stream_deleted)
+          forget_all();
+      },
+      [this] {
+        std::lock_guard lk(memo_mu_);
+        watch_ok_ = false;  // the next request starts a new watch
+        memo_.clear();
+        ++memo_gen_;
+      });
+  std::lock_guard lk(memo_mu_);
+  if (stopping_ || !w) return;
+  watch_ = std::move(w);
+  watch_ok_ = true;
+  memo_.clear();
+  ++memo_gen_;
+}
+
 Result<std::optional<CacheStore::Resolved>> CacheStore::resolve(const StreamKey& cache, bool create) {
+  const std::string id = cache.tenant + "/" + cache.ns + "/" + cache.name;
+  ensure_watch();
+  std::uint64_t gen = 0;
+  {
+    std::lock_guard lk(memo_mu_);
+    gen = memo_gen_;
+    if (auto it = memo_.find(id); watch_ok_ && it != memo_.end()) {
+      Resolved r = it->second;
+      // The backing stream must still be the one remembered, in the applied catalog.
+      auto si = node_.stream(r.backing.key);
+      if (si && si->incarnation == r.backing.incarnation && si->created_seq == r.backing.created_seq) {
+        r.backing = *si;
+        return std::optional<Resolved>(std::move(r));
+      }
+      memo_.erase(it);
+    }
+  }
+  auto res = resolve_uncached(cache, create);
+  if (res && *res) {
+    std::lock_guard lk(memo_mu_);
+    if (watch_ok_ && memo_gen_ == gen) memo_[id] = **res;
+  }
+  return res;
+}
+
+Result<std::optional<CacheStore::Resolved>> CacheStore::resolve_uncached(const StreamKey& cache, bool create) {
   auto ci = node_.catalog().get_cache(cache);
   if (!ci) return ci.error();
   const StreamKey bk{cache.tenant, cache.ns, backing_stream_name(cache.name, ci->incarnation, ci->created_seq)};
@@ -188,7 +266,10 @@ Result<void> CacheStore::catch_up(Shard& sh, const StreamInfo& backing, ShardInd
   return {};
 }
 
-Result<void> CacheStore::wait_visible(Shard& sh, const StreamInfo& backing, ShardIndex s, std::uint64_t offset) {
+// Waits until the shard's high watermark passes `offset` and indexes up to it. Called
+// with `lk` (sh.mu) held; releases it while waiting.
+Result<void> CacheStore::wait_visible(Shard& sh, std::unique_lock<std::mutex>& lk, const StreamInfo& backing,
+                                      ShardIndex s, std::uint64_t offset) {
   const auto deadline = std::chrono::steady_clock::now() + kVisibleWait;
   for (;;) {
     if (auto r = catch_up(sh, backing, s); !r) return r;
@@ -197,12 +278,14 @@ Result<void> CacheStore::wait_visible(Shard& sh, const StreamInfo& backing, Shar
     auto f = p->get_future();
     auto h = node_.notify_when_beyond(backing.key, s, Offset{offset}, [p] { p->set_value(); });
     if (!h) return h.error();
-    if (f.wait_until(deadline) == std::future_status::timeout) {
-      if (*h != 0) node_.cancel_notify(backing.key, s, *h);
+    lk.unlock();
+    const bool timed_out = f.wait_until(deadline) == std::future_status::timeout;
+    if (timed_out && *h != 0) node_.cancel_notify(backing.key, s, *h);
+    lk.lock();
+    if (timed_out)
       return Error(Errc::timeout, "the write at offset " + std::to_string(offset) +
                                       " did not become visible in time; it may or may not take effect",
                    Outcome::uncertain);
-    }
   }
 }
 
@@ -233,51 +316,125 @@ Result<CacheStore::Write> CacheStore::write(const StreamKey& cache, std::string_
     return Error(Errc::invalid_argument, "a cache write needs ack=leader or ack=quorum");
   const ShardIndex s = shard_of(key, si);
   auto sh = shard(si.key, s);
-  std::lock_guard lk(sh->mu);
-  for (int round = 0; round < kMaxWriteRounds; ++round) {
-    if (auto c = catch_up(*sh, si, s); !c) return c.error();
-    const std::int64_t now = now_ms();
-    if (auto answer = check(sh->index.find(key, now))) return *answer;
-    if (rec.op == CacheRecord::Op::put) {
-      const std::int64_t ttl = ttl_ms.value_or(ci.spec.default_ttl_ms);
-      rec.expires_at_ms = ttl > 0 ? now + ttl : -1;
+  Pending me{key, rec, ttl_ms.value_or(ci.spec.default_ttl_ms), mode, &check};
+  std::unique_lock lk(sh->mu);
+  sh->queue.push_back(&me);
+  // One thread at a time writes a shard's queue as batches (group commit), until its own
+  // write is answered; the others wait for their answer, or for the writer to leave.
+  while (sh->writing) {
+    sh->cv.wait(lk, [&] { return me.done || !sh->writing; });
+    if (me.done) return std::move(*me.answer);
+  }
+  sh->writing = true;
+  while (!me.done) {
+    write_batch(*sh, lk, si, s);
+    sh->cv.notify_all();
+  }
+  sh->writing = false;
+  sh->cv.notify_all();
+  return std::move(*me.answer);
+}
+
+// One group commit: takes the longest prefix of the queue with one ack mode and distinct
+// keys (so each check sees the index alone), decides each against the caught-up index,
+// appends the survivors as one batch of kProducerId and answers them; if another write
+// won the sequence, everything taken goes back to the queue's front for the next round.
+void CacheStore::write_batch(Shard& sh, std::unique_lock<std::mutex>& lk, const StreamInfo& si, ShardIndex s) {
+  auto fail_all = [&](const std::vector<Pending*>& ps, const Error& e) {
+    for (Pending* p : ps) {
+      p->answer = Result<Write>(e);
+      p->done = true;
     }
+  };
+  std::vector<Pending*> taken;
+  {
+    std::vector<std::string_view> keys;
+    std::size_t bytes = 0;
+    const AckMode mode = sh.queue.front()->ack;
+    while (!sh.queue.empty() && taken.size() < kMaxBatchRecords && bytes < kMaxBatchBytes) {
+      Pending* p = sh.queue.front();
+      if (p->ack != mode || std::find(keys.begin(), keys.end(), p->key) != keys.end()) break;
+      keys.push_back(p->key);
+      bytes += p->key.size() + p->rec.value.size() + kCacheRecordHeader;
+      taken.push_back(p);
+      sh.queue.pop_front();
+    }
+  }
+  if (auto c = catch_up(sh, si, s); !c) return fail_all(taken, c.error());
+  const std::int64_t now = now_ms();
+  std::vector<Pending*> writing;
+  std::vector<std::string> values;
+  for (Pending* p : taken) {
+    if (auto answer = (*p->check)(sh.index.find(p->key, now))) {
+      p->answer = Result<Write>(*answer);
+      p->done = true;
+      continue;
+    }
+    if (p->rec.op == CacheRecord::Op::put) p->rec.expires_at_ms = p->ttl_ms > 0 ? now + p->ttl_ms : -1;
     {
       std::lock_guard g(mu_);
-      rec.nonce = nonce_base_ + ++nonce_next_;
+      p->rec.nonce = nonce_base_ + ++nonce_next_;
     }
-    const std::string value = encode_cache_record(rec);
-    std::vector<PublishRecord> recs(1);
-    recs[0].key = key;
-    recs[0].value = value;
-    recs[0].shard = s.value();
-    PublishOptions opts;
-    opts.ack = mode;
-    opts.producer_id = kProducerId;
-    opts.sequence = sh->next_seq;
-    auto p = std::make_shared<std::promise<Result<std::vector<PublishedRecord>>>>();
-    auto f = p->get_future();
-    node_.publish(si.key, recs, opts, [p](Result<std::vector<PublishedRecord>> res) { p->set_value(std::move(res)); });
-    auto res = f.get();
-    if (!res) {
-      if (res.error().code == Errc::sequence_gap) continue;  // another write took it: re-check
-      return res.error();
-    }
-    const std::uint64_t offset = res->front().offset.value();
-    if (offset < sh->end) continue;  // a duplicate of a write this index already holds
-    sh->watch_offset = offset;
-    sh->watch_nonce = 0;
-    auto v = wait_visible(*sh, si, s, offset);
-    sh->watch_offset = UINT64_MAX;
-    if (!v) return v.error();
-    if (sh->watch_nonce != rec.nonce) continue;  // another broker's write won this sequence
-    Write w;
-    w.revision = offset + 1;
-    w.expires_at_ms = rec.expires_at_ms;
-    return w;
+    writing.push_back(p);
+    values.push_back(encode_cache_record(p->rec));
   }
-  return Error(Errc::unavailable, "the cache shard is too contended: the write lost " +
-                                      std::to_string(kMaxWriteRounds) + " rounds; nothing was written");
+  if (writing.empty()) return;
+  std::vector<PublishRecord> recs(writing.size());
+  for (std::size_t i = 0; i < writing.size(); ++i) {
+    recs[i].key = writing[i]->key;
+    recs[i].value = values[i];
+    recs[i].shard = s.value();
+  }
+  PublishOptions opts;
+  opts.ack = writing.front()->ack;
+  opts.producer_id = kProducerId;
+  opts.sequence = sh.next_seq;
+  // If it wins its sequence, the batch lands right after what the index holds. Whoever
+  // indexes that offset (another caller may catch up while the lock is released) notes its
+  // nonce, so the answer can tell this batch from another broker's.
+  const std::uint64_t expected = sh.end;
+  sh.watch_offset = expected;
+  sh.watch_nonce = 0;
+  auto prom = std::make_shared<std::promise<Result<std::vector<PublishedRecord>>>>();
+  auto f = prom->get_future();
+  node_.publish(si.key, recs, opts,
+                [prom](Result<std::vector<PublishedRecord>> res) { prom->set_value(std::move(res)); });
+  lk.unlock();
+  auto res = f.get();
+  lk.lock();
+  auto retry = [&] {
+    for (auto it = writing.rbegin(); it != writing.rend(); ++it) {
+      if (++(*it)->rounds >= kMaxWriteRounds) {
+        (*it)->answer = Result<Write>(Error(Errc::unavailable, "the cache shard is too contended: the write lost " +
+                                                                  std::to_string(kMaxWriteRounds) +
+                                                                  " rounds; nothing was written"));
+        (*it)->done = true;
+      } else {
+        sh.queue.push_front(*it);
+      }
+    }
+  };
+  if (!res) {
+    sh.watch_offset = UINT64_MAX;
+    if (res.error().code == Errc::sequence_gap) return retry();  // another write took it
+    return fail_all(writing, res.error());
+  }
+  const std::uint64_t base = res->front().offset.value();
+  if (base != expected) {  // a duplicate of an older batch: another write took the sequence
+    sh.watch_offset = UINT64_MAX;
+    return retry();
+  }
+  auto v = wait_visible(sh, lk, si, s, base + writing.size() - 1);
+  sh.watch_offset = UINT64_MAX;
+  if (!v) return fail_all(writing, v.error());
+  if (sh.watch_nonce != writing.front()->rec.nonce) return retry();  // another broker's batch won
+  for (std::size_t i = 0; i < writing.size(); ++i) {
+    Write w;
+    w.revision = (*res)[i].offset.value() + 1;
+    w.expires_at_ms = writing[i]->rec.expires_at_ms;
+    writing[i]->answer = Result<Write>(w);
+    writing[i]->done = true;
+  }
 }
 
 Result<CacheStore::Write> CacheStore::put(const StreamKey& cache, std::string_view key, std::string_view value,

@@ -7,7 +7,8 @@
 // first use by reading the shard from its start and caught up to the high watermark
 // before every operation (Node::fetch reads from the shard's leader, wherever it is).
 //
-// Writes are a compare-and-set on the shard's log: every write is one batch of the one
+// Writes are a compare-and-set on the shard's log: the writes waiting on one shard are
+// decided against the index and appended together as one batch (group commit) of the one
 // idempotent producer kProducerId, with sequence = the number of batches the index has
 // seen. The leader appends it only if no other write took that sequence (storage.h
 // "Idempotent producers"); when another broker's write did, the leader answers that
@@ -15,10 +16,19 @@
 // lost, so it catches up, re-checks if_revision and retries. So writes are linearizable
 // per shard across brokers without a lock outside the leader.
 //
+// Resolving a cache (its catalog entry and backing stream) is remembered per cache and
+// forgotten on every cache change the catalog's change feed reports (a watch), so a key
+// request costs no catalog read; the backing stream is still checked in the broker's
+// applied catalog on every request. Without a working watch every request reads the
+// catalog.
+//
 // Threading: every public call blocks (catalog, fetch, publish round trips); run them on
-// the store's own pool (submit). Per shard one mutex serializes this broker's calls.
+// the store's own pool (submit). Per shard one mutex guards the index and the queue of
+// writes; it is not held while a batch is appended.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -40,7 +50,7 @@ struct CacheConfig {
   std::size_t max_value_bytes = 1u << 20;  // cache.max_value_bytes
   std::size_t max_key_bytes = 512;         // cache.max_key_bytes
   std::uint32_t shards = 4;                // cache.shards (the backing stream's)
-  unsigned threads = 4;                    // cache.threads
+  unsigned threads = 16;                   // cache.threads
   std::uint32_t replication_factor = 1;    // stream.default_replication_factor
 };
 
@@ -85,8 +95,22 @@ class CacheStore {
   Result<void> delete_backing(const CacheInfo& ci);
 
  private:
+  // One write waiting in a shard's queue.
+  struct Pending {
+    std::string_view key;
+    CacheRecord rec;
+    std::int64_t ttl_ms = -1;  // <= 0: no expiry
+    AckMode ack = AckMode::leader;
+    const std::function<std::optional<Write>(const CacheEntry*)>* check = nullptr;
+    int rounds = 0;  // batches it was in that lost their sequence
+    bool done = false;
+    std::optional<Result<Write>> answer;
+  };
   struct Shard {
     std::mutex mu;
+    std::condition_variable cv;     // a Pending is done, or the writer left
+    std::deque<Pending*> queue;     // writes not yet decided
+    bool writing = false;           // a thread is writing the queue
     bool init = false;
     Incarnation incarnation{0};
     ChangeSeq created_seq{0};
@@ -102,16 +126,22 @@ class CacheStore {
   };
   // not_found for an unknown cache; with `create`, a missing backing stream is created.
   Result<std::optional<Resolved>> resolve(const StreamKey& cache, bool create);
+  Result<std::optional<Resolved>> resolve_uncached(const StreamKey& cache, bool create);
   std::shared_ptr<Shard> shard(const StreamKey& backing, ShardIndex s);
   ShardIndex shard_of(std::string_view key, const StreamInfo& backing) const;
   Result<void> catch_up(Shard& sh, const StreamInfo& backing, ShardIndex s);
-  Result<void> wait_visible(Shard& sh, const StreamInfo& backing, ShardIndex s, std::uint64_t offset);
+  Result<void> wait_visible(Shard& sh, std::unique_lock<std::mutex>& lk, const StreamInfo& backing, ShardIndex s,
+                            std::uint64_t offset);
+  void write_batch(Shard& sh, std::unique_lock<std::mutex>& lk, const StreamInfo& si, ShardIndex s);
   // The write loop of put and erase. `check` decides against the live entry (null when
   // absent): nullopt to write, else the answer.
   Result<Write> write(const StreamKey& cache, std::string_view key, CacheRecord rec, std::optional<std::int64_t> ttl_ms,
                       std::optional<AckMode> ack,
                       const std::function<std::optional<Write>(const CacheEntry*)>& check);
   void run();
+  // Starts the catalog watch if it is not running (memo_mu_ not held).
+  void ensure_watch();
+  void forget_all();  // a cache changed: drop every remembered resolution
 
   Node& node_;
   const CacheConfig cfg_;
@@ -121,8 +151,15 @@ class CacheStore {
   std::uint64_t nonce_next_ = 0;
   std::condition_variable cv_;
   std::deque<std::function<void()>> queue_;
-  bool stopping_ = false;
+  std::atomic<bool> stopping_{false};
   std::vector<std::thread> threads_;
+
+  std::mutex memo_mu_;
+  std::map<std::string, Resolved, std::less<>> memo_;  // "tenant/ns/cache"
+  std::uint64_t memo_gen_ = 0;   // bumped by every forget_all
+  bool watch_ok_ = false;        // the watch runs and has not asked for a resync
+  std::unique_ptr<WatchHandle> watch_;
+  std::chrono::steady_clock::time_point watch_retry_{};
 };
 
 }  // namespace sluice::http_api

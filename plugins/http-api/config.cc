@@ -57,7 +57,7 @@ HttpConfig HttpConfig::from_host(const PluginHost& h) {
       ranged(h, "cache.max_value_bytes", 1 << 20, 1, 64 << 20));
   c.cache_max_key_bytes = static_cast<std::size_t>(ranged(h, "cache.max_key_bytes", 512, 1, 4096));
   c.cache_shards = static_cast<std::uint32_t>(ranged(h, "cache.shards", 4, 1, 1024));
-  c.cache_threads = static_cast<unsigned>(ranged(h, "cache.threads", 4, 1, 64));
+  c.cache_threads = static_cast<unsigned>(ranged(h, "cache.threads", 16, 1, 256));
   return c;
 }
 

@@ -46,7 +46,7 @@ struct HttpConfig {
   std::size_t cache_max_value_bytes = 1u << 20;  // cache.max_value_bytes
   std::size_t cache_max_key_bytes = 512;         // cache.max_key_bytes
   std::uint32_t cache_shards = 4;                // cache.shards
-  unsigned cache_threads = 4;                    // cache.threads
+  unsigned cache_threads = 16;                   // cache.threads
 
   // Reads the http.* keys. Throws std::invalid_argument on a bad value (only called from
   // create(), a configuration boundary).
