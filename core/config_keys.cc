@@ -72,7 +72,7 @@ constexpr ConfigKey kConfigKeys[] = {
     {"transport.peers", "", "Optional static peer directory, NODE_ID=HOST:PORT comma list; wins over the peer addresses the catalog holds."},
     {"transport.failpoint_file", "", "Test-only: a file of 'drop N' / 'delay N MS' lines dropping or delaying every peer frame this node sends to node N."},
     {"broker.max_records_per_publish", "100000", "Largest number of records in one publish request."},
-    {"cache.max_value_bytes", "1048576", "Largest cache value a PUT may store; larger gets 413 body_too_large (1..67108864). Every broker keeps its caches' live values in memory."},
+    {"cache.max_value_bytes", "1048576", "Largest cache value a PUT may store; larger gets 413 body_too_large (1..67108864; http.max_body_bytes bounds it too). Every broker keeps its caches' live values in memory."},
     {"cache.max_key_bytes", "512", "Longest cache key in bytes (1..4096); keys are visible ASCII."},
     {"cache.shards", "4", "Shards of the backing stream a new cache gets (1..1024); the writes waiting on one shard are appended together, one batch at a time."},
     {"cache.threads", "16", "Threads serving cache key requests on each broker (1..256); each may wait for a write's acknowledgement, so this bounds the writes one broker has in flight (they are group-committed per shard)."},

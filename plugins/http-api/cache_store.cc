@@ -30,6 +30,10 @@ constexpr int kMaxWriteRounds = 64;
 constexpr std::size_t kMaxBatchRecords = 512;
 constexpr std::size_t kMaxBatchBytes = 4u << 20;
 constexpr auto kVisibleWait = std::chrono::seconds(30);
+// A write whose append fails with a transient error (nothing written) is tried again
+// every kTransientPause for up to kTransientRetry.
+constexpr auto kTransientPause = std::chrono::milliseconds(50);
+constexpr auto kTransientRetry = std::chrono::seconds(10);
 constexpr auto kBackingWait = std::chrono::seconds(10);
 
 }  // namespace
@@ -317,6 +321,7 @@ Result<CacheStore::Write> CacheStore::write(const StreamKey& cache, std::string_
   const ShardIndex s = shard_of(key, si);
   auto sh = shard(si.key, s);
   Pending me{key, rec, ttl_ms.value_or(ci.spec.default_ttl_ms), mode, &check};
+  me.transient_deadline = std::chrono::steady_clock::now() + kTransientRetry;
   std::unique_lock lk(sh->mu);
   sh->queue.push_back(&me);
   // One thread at a time writes a shard's queue as batches (group commit), until its own
@@ -417,6 +422,16 @@ void CacheStore::write_batch(Shard& sh, std::unique_lock<std::mutex>& lk, const 
   if (!res) {
     sh.watch_offset = UINT64_MAX;
     if (res.error().code == Errc::sequence_gap) return retry();  // another write took it
+    // Nothing was written (a leader not reachable or not open yet, right after the cache's
+    // create or during a failover): try again shortly, for a while.
+    if (res.error().outcome == Outcome::transient &&
+        std::chrono::steady_clock::now() + kTransientPause < writing.front()->transient_deadline) {
+      for (auto it = writing.rbegin(); it != writing.rend(); ++it) sh.queue.push_front(*it);
+      lk.unlock();
+      std::this_thread::sleep_for(kTransientPause);
+      lk.lock();
+      return;
+    }
     return fail_all(writing, res.error());
   }
   const std::uint64_t base = res->front().offset.value();

@@ -103,6 +103,7 @@ class CacheStore {
     AckMode ack = AckMode::leader;
     const std::function<std::optional<Write>(const CacheEntry*)>* check = nullptr;
     int rounds = 0;  // batches it was in that lost their sequence
+    std::chrono::steady_clock::time_point transient_deadline;  // retry transient errors until
     bool done = false;
     std::optional<Result<Write>> answer;
   };

@@ -410,6 +410,48 @@ class CacheBrokers(unittest.TestCase):
         for b in self.brokers.values():
             self.assertEqual(CacheClient(b).get("counter")[:3], (200, latest[2], latest[1]))
 
+    def leads_a_backing_shard(self, i):
+        """Whether broker i's log says it took the leader role of a cache's backing shard."""
+        with open(self.brokers[i].log_path, "rb") as f:
+            return any(b"__cache." in line and b"leading in epoch" in line for line in f)
+
+    def test_acknowledged_puts_survive_a_leader_kill(self):
+        """ack=quorum puts, then SIGKILL of a broker leading backing shards: after the
+        failover every acknowledged value is served, and writes (and compare-and-set) go
+        on under the new leaders, whose producer state came with the log."""
+        self.start_all()
+        create_cache(self.brokers[1])
+        c = CacheClient(self.brokers[1])
+        acked = {}
+        for i in range(40):
+            st, r = c.put("k%d" % i, b"v%d" % i, ack="quorum")
+            self.assertEqual(st, 200, r)
+            acked["k%d" % i] = (r["revision"], b"v%d" % i)
+        victim = poll(lambda: next((i for i in (2, 3, 1) if self.leads_a_backing_shard(i)), None),
+                      "a broker to log that it leads a backing shard")
+        self.brokers[victim].kill()
+        c = CacheClient(self.brokers[next(i for i in (1, 2, 3) if i != victim)])
+
+        # Transient 503s until the controller has moved the shards the victim led.
+        def all_served():
+            for k, (rev, v) in acked.items():
+                st, value, got_rev, _ = c.get(k)
+                if st == 503:
+                    return False
+                self.assertEqual((st, value, got_rev), (200, v, rev), k)
+            return True
+        poll(all_served, "every acknowledged key served after the kill", timeout=90)
+        for i in range(40):
+            k = "k%d" % i
+            put = lambda: c.put(k, b"w%d" % i, ack="quorum", if_revision=acked[k][0])
+            st, r = poll(lambda: (lambda a: a if a[0] != 503 else None)(put()), "a put after the kill", timeout=90)
+            if st == 409:  # an earlier try answered 503 may still have been appended
+                self.assertEqual(c.get(k)[1], b"w%d" % i, r)
+                continue
+            self.assertEqual(st, 200, r)
+            self.assertGreater(r["revision"], acked[k][0])
+        self.assertEqual(c.get("k7")[1], b"w7")
+
     def test_broker_slept_through_delete_and_recreate(self):
         self.start_all()
         b1, b3 = self.brokers[1], self.brokers[3]
