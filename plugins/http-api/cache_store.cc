@@ -132,14 +132,16 @@ Result<StreamInfo> CacheStore::ensure_backing(const CacheInfo& ci) {
   }
 }
 
+void CacheStore::drop_indexes(const StreamKey& backing) {
+  std::lock_guard lk(mu_);
+  const std::string prefix = backing.tenant + "/" + backing.ns + "/" + backing.name + "/";
+  for (auto it = shards_.lower_bound(prefix); it != shards_.end() && it->first.starts_with(prefix);)
+    it = shards_.erase(it);
+}
+
 Result<void> CacheStore::delete_backing(const CacheInfo& ci) {
   const StreamKey bk{ci.key.tenant, ci.key.ns, backing_stream_name(ci.key.name, ci.incarnation, ci.created_seq)};
-  {
-    std::lock_guard lk(mu_);
-    const std::string prefix = bk.tenant + "/" + bk.ns + "/" + bk.name + "/";
-    for (auto it = shards_.lower_bound(prefix); it != shards_.end() && it->first.starts_with(prefix);)
-      it = shards_.erase(it);
-  }
+  drop_indexes(bk);
   auto d = node_.catalog().delete_stream(bk);
   if (!d && d.error().code != Errc::not_found) return d.error();
   return {};
@@ -171,6 +173,8 @@ void CacheStore::ensure_watch() {
         if (ev.kind == K::cache_created || ev.kind == K::cache_deleted || ev.kind == K::namespace_deleted ||
             ev.kind == K::tenant_deleted || ev.kind == K::stream_deleted)
           forget_all();
+        // A deleted backing stream's indexes (with their values) go, on every broker.
+        if (ev.kind == K::stream_deleted && reserved_stream_name(ev.stream.key.name)) drop_indexes(ev.stream.key);
       },
       [this] {
         std::lock_guard lk(memo_mu_);

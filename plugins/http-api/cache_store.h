@@ -64,6 +64,11 @@ class CacheStore {
   CacheStore& operator=(const CacheStore&) = delete;
 
   const CacheConfig& config() const { return cfg_; }
+  // Shards with an index on this broker (sluice_cache_indexed_shards).
+  std::size_t indexed_shards() const {
+    std::lock_guard lk(mu_);
+    return shards_.size();
+  }
   // Runs `fn` on the cache pool. After stop() it is dropped.
   void submit(std::function<void()> fn);
   void stop();
@@ -143,10 +148,11 @@ class CacheStore {
   // Starts the catalog watch if it is not running (memo_mu_ not held).
   void ensure_watch();
   void forget_all();  // a cache changed: drop every remembered resolution
+  void drop_indexes(const StreamKey& backing);  // its shards' indexes (values included)
 
   Node& node_;
   const CacheConfig cfg_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<Shard>, std::less<>> shards_;
   std::uint64_t nonce_base_;
   std::uint64_t nonce_next_ = 0;

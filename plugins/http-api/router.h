@@ -35,6 +35,7 @@ class Router {
         cache_(node, CacheConfig{cfg.cache_max_value_bytes, cfg.cache_max_key_bytes, cfg.cache_shards,
                                  cfg.cache_threads, cfg.default_replication_factor}) {
     metrics_.set_quotas(&quotas_);
+    metrics_.set_cache(&cache_);
   }
   // Stops the cache pool (queued cache requests are dropped, running ones finish).
   void stop() { cache_.stop(); }

@@ -65,6 +65,15 @@ class CacheClient:
         return [k["key"] for k in body["keys"]]
 
 
+def indexed_shards(node):
+    """The node's sluice_cache_indexed_shards gauge."""
+    st, _, body = call(node, "GET", "/metrics")
+    for line in body.decode().splitlines():
+        if line.startswith("sluice_cache_indexed_shards "):
+            return int(float(line.split()[1]))
+    raise AssertionError("no sluice_cache_indexed_shards in /metrics")
+
+
 def create_cache(node, name="c", **spec):
     node.ensure_ns()
     body = {"name": name}
@@ -461,8 +470,13 @@ class CacheBrokers(unittest.TestCase):
             self.assertEqual(CacheClient(b1).put(k, b"old")[0], 200)
         poll(lambda: CacheClient(b3).get("old0")[:2] == (200, b"old"), "broker 3 to serve the old cache")
         self.assertEqual(sorted(CacheClient(b3).keys()), sorted(old_keys))
+        b2 = self.brokers[2]
+        self.assertEqual(CacheClient(b2).get("old0")[:2], (200, b"old"))
+        self.assertGreater(indexed_shards(b2), 0)
         self.assertEqual(b3.stop(), 0)
         b1.request("DELETE", b1.ns_path() + "/caches/c")
+        # Broker 2 did not handle the delete: the change feed tells it to drop the indexes.
+        poll(lambda: indexed_shards(b2) == 0, "broker 2 to drop the deleted cache's indexes")
         create_cache(b1)
         for i in range(5):
             # Until the controller sees broker 3 gone (broker.session_timeout_ms), a shard it
