@@ -252,10 +252,18 @@ void Router::dispatch(const std::shared_ptr<Exchange>& ex) {
       return;
     }
   }
-  // Streams named "__..." back caches (cache_codec.h): no stream route reaches them.
+  // Streams named "__..." back caches (cache_codec.h): no data route reaches them. The
+  // operator's routes do (describe, delete, shards, leader move, election, reassignment):
+  // a cache's shards are repaired like any stream's.
   if (tenant_path && seg.size() > 6 && seg[5] == "streams" && reserved_stream_name(seg[6])) {
-    ex->respond(problem(Error(Errc::invalid_name, "stream names starting with '__' are reserved")));
-    return;
+    const Route r = def->route;
+    if (r != Route::stream && r != Route::shards && r != Route::shard_leader && r != Route::shard_elect &&
+        r != Route::shard_reassign) {
+      ex->respond(problem(Error(Errc::invalid_name,
+                                "stream names starting with '__' are reserved: they back caches, whose "
+                                "keys are served under {ns}/caches/{c}/keys")));
+      return;
+    }
   }
   const bool get = req.method == "GET";
   Node& node = node_;

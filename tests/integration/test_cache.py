@@ -299,15 +299,24 @@ class CacheTests(unittest.TestCase):
 
     def test_reserved_stream_names(self):
         n = self.node()
-        create_cache(n)
+        cache = create_cache(n)
         self.assertEqual(CacheClient(n).put("k", b"v")[0], 200)
         st, body = n.request("POST", n.ns_path() + "/streams", {"name": "__mine"}, raw=True)
         self.assertEqual((st, json.loads(body)["code"]), (400, "invalid_name"))
-        self.assertEqual(n.request("GET", n.ns_path() + "/streams")["streams"], [])
-        for path in ("/streams/__cache.0.0.n.c", "/streams/__cache.0.0.n.c/shards",
-                     "/streams/__x/shards/0/records?offset=0"):
-            st, body = n.request("GET", n.ns_path() + path, raw=True)
-            self.assertEqual((st, json.loads(body)["code"]), (400, "invalid_name"), path)
+        self.assertEqual(n.request("GET", n.ns_path() + "/streams")["streams"], [], "backing streams are not listed")
+        backing = "__cache.%d.%d.n.c" % (cache["incarnation"], cache["created_seq"])
+        base = n.ns_path() + "/streams/" + backing
+        for method, path, body in (("GET", "/shards/0/records?offset=0", None),
+                                   ("POST", "/records", {"records": [{"value": "x"}]}),
+                                   ("GET", "/groups", None), ("GET", "/groups/g/shards/0/records", None),
+                                   ("GET", "/shards/0/subscribe", None)):
+            st, b = n.request(method, base + path, body, raw=True)
+            self.assertEqual((st, json.loads(b)["code"]), (400, "invalid_name"), path)
+        # The operator's paths reach it: a cache's shards are repaired like a stream's.
+        self.assertEqual(n.request("GET", base)["name"], backing)
+        shards = n.request("GET", base + "/shards")["shards"]
+        self.assertEqual(len(shards), 4)
+        self.assertEqual(sum(s["high_watermark"] for s in shards), 1, "one write so far")
 
     def test_bad_input(self):
         n = self.node(extra={"cache.max_value_bytes": "1024", "cache.max_key_bytes": "64"})
