@@ -447,6 +447,9 @@ int main(int argc, char** argv) {
     topts.directory_id = identity->directory_id();
     topts.listen_address = cfg->get_string("transport.address", "127.0.0.1:7802");
     topts.failpoint_file = cfg->get_string("transport.failpoint_file", "");
+    topts.tls_cert_file = cfg->get_string("transport.tls.cert_file", "");
+    topts.tls_key_file = cfg->get_string("transport.tls.key_file", "");
+    topts.tls_ca_file = cfg->get_string("transport.tls.ca_file", "");
     topts.log = [&host](LogLevel l, const std::string& m) { host.log(l, "transport", m); };
     auto t = core::AsioPeerTransport::start(topts, peers);
     if (!t) die(1, "transport: " + t.error().message);

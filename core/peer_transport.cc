@@ -11,7 +11,12 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
+
 #include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
 
 #include <atomic>
 #include <condition_variable>
@@ -28,6 +33,7 @@
 #include "sluice/log.h"
 
 namespace asio = boost::asio;
+namespace ssl = asio::ssl;
 using asio::ip::tcp;
 
 namespace sluice::core {
@@ -49,6 +55,53 @@ bool split_address(const std::string& addr, std::string& host, std::string& port
   port = addr.substr(colon + 1);
   if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
   return true;
+}
+
+// Asio takes OpenSSL's error off its queue into the error_code: a private key that does not
+// match the certificate already loaded.
+bool key_mismatch(const boost::system::error_code& ec) {
+  if (!ec || ec.category() != boost::asio::error::get_ssl_category()) return false;
+  const auto e = static_cast<unsigned long>(ec.value());
+  return ERR_GET_LIB(e) == ERR_LIB_X509 && ERR_GET_REASON(e) == X509_R_KEY_VALUES_MISMATCH;
+}
+
+// OpenSSL's reason for the last failure (its error queue), or Asio's message.
+std::string ssl_reason(const boost::system::error_code& ec) {
+  std::string r = ec.message();
+  if (unsigned long e = ERR_peek_last_error(); e != 0) {
+    char buf[256];
+    ERR_error_string_n(e, buf, sizeof buf);
+    r = buf;
+  }
+  ERR_clear_error();
+  return r;
+}
+
+// transport.tls.*: one context for both directions; each side verifies the other.
+Result<std::shared_ptr<ssl::context>> make_tls_context(const PeerTransportOptions& o) {
+  auto ctx = std::make_shared<ssl::context>(ssl::context::tls);
+  boost::system::error_code ec;
+  auto bad = [&](const char* key, const std::string& file) {
+    return Error(Errc::invalid_argument, std::string(key) + " '" + file + "': " + ssl_reason(ec));
+  };
+  ctx->set_options(ssl::context::default_workarounds | ssl::context::no_sslv2 | ssl::context::no_sslv3 |
+                       ssl::context::no_tlsv1 | ssl::context::no_tlsv1_1,
+                   ec);
+  ctx->use_certificate_chain_file(o.tls_cert_file, ec);
+  if (ec) return bad("transport.tls.cert_file", o.tls_cert_file);
+  ctx->use_private_key_file(o.tls_key_file, ssl::context::pem, ec);
+  if ((ec && key_mismatch(ec)) ||
+      (!ec && SSL_CTX_check_private_key(ctx->native_handle()) != 1))
+    return Error(Errc::invalid_argument, "transport.tls.key_file '" + o.tls_key_file +
+                                             "' does not match the certificate in transport.tls.cert_file '" +
+                                             o.tls_cert_file + "' (" + ssl_reason(ec) + ")");
+  if (ec) return bad("transport.tls.key_file", o.tls_key_file);
+  ctx->load_verify_file(o.tls_ca_file, ec);
+  if (ec) return bad("transport.tls.ca_file", o.tls_ca_file);
+  ctx->set_verify_mode(ssl::verify_peer | ssl::verify_fail_if_no_peer_cert, ec);
+  static const unsigned char kSid[] = "sluice-peer";
+  SSL_CTX_set_session_id_context(ctx->native_handle(), kSid, sizeof kSid - 1);
+  return ctx;
 }
 
 // transport.failpoint_file: "drop N" / "delay N MS" (test-only).
@@ -140,6 +193,14 @@ struct AsioPeerTransport::Impl : std::enable_shared_from_this<Impl> {
   std::uint64_t next_id = 1;
   Failpoints failpoints;
 
+  // transport.tls.*: the context new connections take (null: plain TCP).
+  mutable std::mutex tls_mu;
+  std::shared_ptr<ssl::context> tls;
+  std::shared_ptr<ssl::context> tls_context() const {
+    std::lock_guard lk(tls_mu);
+    return tls;
+  }
+
   void log(LogLevel level, const std::string& msg) { opts.log(level, msg); }
   Hello own_hello() const { return Hello{opts.self, opts.cluster_id, opts.directory_id}; }
 
@@ -164,6 +225,9 @@ struct Conn : std::enable_shared_from_this<Conn> {
 
   Impl& t;
   tcp::socket sock;
+  // transport.tls.*: the TLS layer over sock, and the context it uses (kept alive with it).
+  std::shared_ptr<ssl::context> tls_ctx;
+  std::unique_ptr<ssl::stream<tcp::socket&>> tls;
   asio::steady_timer hello_timer;
   bool outgoing;
   NodeId target;         // outgoing: the node we meant to reach
@@ -199,9 +263,43 @@ struct Conn : std::enable_shared_from_this<Conn> {
     ::setsockopt(sock.native_handle(), IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
     ::setsockopt(sock.native_handle(), IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
     ::setsockopt(sock.native_handle(), IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
-    enqueue(make_frame(Header{0, kHelloType, 0, 0}, encode_hello(t.own_hello())));
     if (!outgoing) arm_setup_timer();  // an outgoing one armed it before connecting
+    tls_ctx = t.tls_context();
+    if (!tls_ctx) return start_hello();
+    // TLS first, within the setup timeout: both sides verify the other's certificate.
+    tls = std::make_unique<ssl::stream<tcp::socket&>>(sock, *tls_ctx);
+    tls->async_handshake(outgoing ? ssl::stream_base::client : ssl::stream_base::server,
+                         [self = shared_from_this()](const boost::system::error_code& ec) {
+                           if (self->state == State::closed) return;
+                           if (ec) {
+                             const std::string why = "TLS handshake failed: " + ssl_reason(ec);
+                             self->close(LogLevel::warn, "refused: " + why, self->lost(why));
+                             return;
+                           }
+                           self->start_hello();
+                         });
+  }
+
+  void start_hello() {
+    enqueue(make_frame(Header{0, kHelloType, 0, 0}, encode_hello(t.own_hello())));
     read_header();
+  }
+
+  // The socket, or the TLS stream over it: the same frames either way (a frame's header
+  // and payload go out as two buffers; over TLS they are encrypted, a copy TLS cannot avoid).
+  template <class Buffers, class Handler>
+  void io_write(const Buffers& b, Handler&& h) {
+    if (tls)
+      asio::async_write(*tls, b, std::forward<Handler>(h));
+    else
+      asio::async_write(sock, b, std::forward<Handler>(h));
+  }
+  template <class Buffers, class Handler>
+  void io_read(const Buffers& b, Handler&& h) {
+    if (tls)
+      asio::async_read(*tls, b, std::forward<Handler>(h));
+    else
+      asio::async_read(sock, b, std::forward<Handler>(h));
   }
 
   // Connecting and the hello must be done within setup_timeout, or the connection closes
@@ -243,7 +341,7 @@ struct Conn : std::enable_shared_from_this<Conn> {
     writing = true;
     const auto& f = wq.front();
     const std::array<asio::const_buffer, 2> bufs{asio::buffer(f.header), asio::buffer(f.payload)};
-    asio::async_write(sock, bufs,
+    io_write(bufs,
                       [self = shared_from_this()](const boost::system::error_code& ec, std::size_t) {
                         self->writing = false;
                         if (self->state == State::closed) return;
@@ -262,7 +360,7 @@ struct Conn : std::enable_shared_from_this<Conn> {
   }
 
   void read_header() {
-    asio::async_read(sock, asio::buffer(hdr, kHeaderBytes),
+    io_read(asio::buffer(hdr, kHeaderBytes),
                      [self = shared_from_this()](const boost::system::error_code& ec, std::size_t n) {
                        self->on_header(ec, n);
                      });
@@ -291,7 +389,7 @@ struct Conn : std::enable_shared_from_this<Conn> {
       on_frame(*h);
       return;
     }
-    asio::async_read(sock, asio::buffer(body.data(), body.size()),
+    io_read(asio::buffer(body.data(), body.size()),
                      [self = shared_from_this(), hh = *h](const boost::system::error_code& ec, std::size_t n) {
                        if (self->state == State::closed) return;
                        if (ec) {
@@ -582,6 +680,17 @@ Result<std::unique_ptr<AsioPeerTransport>> AsioPeerTransport::start(PeerTranspor
   impl->opts = std::move(opts);
   impl->dir = directory ? std::move(directory) : std::make_shared<PeerDirectory>();
   impl->failpoints.path = impl->opts.failpoint_file;
+  const auto& o = impl->opts;
+  const int tls_set = !o.tls_cert_file.empty() + !o.tls_key_file.empty() + !o.tls_ca_file.empty();
+  if (tls_set != 0 && tls_set != 3)
+    return Error(Errc::invalid_argument,
+                 "transport.tls.cert_file, transport.tls.key_file and transport.tls.ca_file must be set together "
+                 "(mutual TLS needs all three) or not at all");
+  if (tls_set == 3) {
+    auto ctx = make_tls_context(o);
+    if (!ctx) return ctx.error();
+    impl->tls = std::move(*ctx);
+  }
   if (!impl->opts.listen_address.empty()) {
     std::string host, port;
     if (!split_address(impl->opts.listen_address, host, port))
@@ -622,8 +731,25 @@ Result<std::unique_ptr<AsioPeerTransport>> AsioPeerTransport::start(PeerTranspor
   if (!impl->opts.listen_address.empty())
     impl->log(LogLevel::info, "listening on " + impl->opts.listen_address + " (port " +
                                   std::to_string(impl->bound_port) + "), node " +
-                                  std::to_string(impl->opts.self.value()) + ", cluster " + impl->opts.cluster_id);
+                                  std::to_string(impl->opts.self.value()) + ", cluster " + impl->opts.cluster_id +
+                                  (impl->tls ? ", mutual TLS" : ""));
   return t;
+}
+
+Result<void> AsioPeerTransport::reload_certificates() {
+  if (!impl_->tls_context())
+    return Error(Errc::invalid_argument, "transport: TLS is off (transport.tls.cert_file is not set)");
+  auto ctx = make_tls_context(impl_->opts);
+  if (!ctx) {
+    impl_->log(LogLevel::error, "TLS reload failed, keeping the previous certificate: " + ctx.error().message);
+    return ctx.error();
+  }
+  {
+    std::lock_guard lk(impl_->tls_mu);
+    impl_->tls = std::move(*ctx);
+  }
+  impl_->log(LogLevel::info, "TLS certificate and key reloaded from " + impl_->opts.tls_cert_file);
+  return {};
 }
 
 AsioPeerTransport::~AsioPeerTransport() {

@@ -17,6 +17,11 @@
 //
 // Hello payload: "SLUICEPT", u16 version (1), u32 node id, u16 length + cluster id,
 // u16 length + directory.id. Each side sends its hello first and checks the other's.
+//
+// With transport.tls.* (docs/security.md "TLS") every connection is TLS 1.2+ with mutual
+// authentication: each side presents its certificate and verifies the other's against the
+// CA before the hello, which then travels (like every frame) inside TLS. A plain peer, or
+// one whose certificate another CA signed, fails the handshake and is closed.
 // Error payload: u16 Errc, u8 Outcome, then the message (the rest of the payload).
 //
 // Thread-safety: every public method may be called from any thread.
@@ -53,6 +58,9 @@ struct PeerTransportOptions {
   std::function<void(LogLevel, const std::string&)> log;  // default: log_line "transport"
   // Connecting and the hello exchange must finish within this, or the connection closes.
   std::chrono::milliseconds setup_timeout{10000};
+  // transport.tls.*: all three set, or none (plain TCP). PEM files: this node's certificate
+  // chain and key, and the CA (bundle) every peer's certificate must chain to.
+  std::string tls_cert_file, tls_key_file, tls_ca_file;
 };
 
 class AsioPeerTransport final : public PeerTransport {
@@ -68,6 +76,11 @@ class AsioPeerTransport final : public PeerTransport {
   void unhandle(PeerMessageType type) override;
   void request(NodeId peer, PeerMessageType type, std::string payload,
                std::chrono::milliseconds timeout, PeerCallback cb) override;
+
+  // transport.tls.*: re-reads the files for connections made or accepted from now on (open
+  // ones keep theirs). On failure the previous certificate stays and the error is returned.
+  // invalid_argument when TLS is off. The hook a SIGHUP handler calls.
+  Result<void> reload_certificates();
 
   // The hello the peer sent on the last outgoing connection to `peer` that got one.
   std::optional<peerwire::Hello> last_hello(NodeId peer) const;

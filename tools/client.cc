@@ -1,6 +1,10 @@
 #include "client.h"
 
+#include <Poco/Net/Context.h>
 #include <Poco/Net/HTTPClientSession.h>
+#include <Poco/Net/HTTPSClientSession.h>
+#include <Poco/Net/RejectCertificateHandler.h>
+#include <Poco/Net/SSLManager.h>
 #include <Poco/Net/HTTPRequest.h>
 #include <Poco/Net/HTTPResponse.h>
 #include <Poco/Net/NetException.h>
@@ -22,29 +26,92 @@ bool replayable(const std::string& method, Replay replay) {
          method == "DELETE";
 }
 
+namespace {
+TlsOptions g_tls;
+}
+
+void set_tls_options(TlsOptions o) { g_tls = std::move(o); }
+
 // One kept-alive connection. Exposes what the retry policy needs from Poco's session.
-class Connection : public Poco::Net::HTTPClientSession {
+class Connection {
  public:
-  Connection(const std::string& host, Poco::UInt16 port) : HTTPClientSession(host, port) {
-    setKeepAlive(true);
-    setTimeout(Poco::Timespan(120, 0));
-    // Staleness is detected by peer_closed(), not by a clock.
-    setKeepAliveTimeout(Poco::Timespan(24 * 3600, 0));
-  }
-  using HTTPClientSession::mustReconnect;  // the server answered "Connection: close"
+  virtual ~Connection() = default;
+  virtual Poco::Net::HTTPClientSession& session() = 0;
+  virtual bool mustReconnect() const = 0;  // the server answered "Connection: close"
   // Connects if not connected. Throws before a single byte of a request is written.
-  void open() {
-    if (!connected()) reconnect();
-  }
+  virtual void open() = 0;
   // An idle kept-alive connection that is readable was closed (or reset) by the server:
-  // it must not carry a request that cannot be retried.
-  bool peer_closed() {
-    return connected() && socket().poll(Poco::Timespan(0), Poco::Net::Socket::SELECT_READ);
+  // it must not carry a request that cannot be retried. (Over TLS a readable socket may
+  // also hold a session ticket; treating it as closed only costs a reconnect.)
+  virtual bool peer_closed() = 0;
+};
+
+namespace {
+
+// Session: Poco's HTTPClientSession or HTTPSClientSession.
+template <class Session>
+class ConnectionOf final : public Connection, public Session {
+ public:
+  template <class... A>
+  explicit ConnectionOf(A&&... a) : Session(std::forward<A>(a)...) {
+    this->setKeepAlive(true);
+    this->setTimeout(Poco::Timespan(120, 0));
+    // Staleness is detected by peer_closed(), not by a clock.
+    this->setKeepAliveTimeout(Poco::Timespan(24 * 3600, 0));
+  }
+  Poco::Net::HTTPClientSession& session() override { return *this; }
+  bool mustReconnect() const override { return Session::mustReconnect(); }
+  void open() override {
+    if (!this->connected()) this->reconnect();
+  }
+  bool peer_closed() override {
+    return this->connected() && this->socket().poll(Poco::Timespan(0), Poco::Net::Socket::SELECT_READ);
   }
 };
 
+// The client TLS context: the server's certificate is verified against --cacert (or the
+// system's CAs), and its name against the URL's host.
+Poco::Net::Context::Ptr tls_context() {
+  static Poco::Net::Context::Ptr ctx = [] {
+    Poco::Net::initializeSSL();
+    Poco::Net::Context::Params p;
+    p.caLocation = g_tls.cacert;
+    p.loadDefaultCAs = g_tls.cacert.empty();
+    p.certificateFile = g_tls.cert;
+    p.privateKeyFile = g_tls.key;
+    p.verificationMode = Poco::Net::Context::VERIFY_RELAXED;
+    Poco::Net::Context::Ptr c = new Poco::Net::Context(Poco::Net::Context::TLS_CLIENT_USE, p);
+    c->disableProtocols(Poco::Net::Context::PROTO_SSLV2 | Poco::Net::Context::PROTO_SSLV3 |
+                        Poco::Net::Context::PROTO_TLSV1 | Poco::Net::Context::PROTO_TLSV1_1);
+    // An untrusted certificate fails the call (Poco would otherwise look for a handler in
+    // an application configuration this tool does not have).
+    Poco::Net::SSLManager::instance().initializeClient(nullptr, new Poco::Net::RejectCertificateHandler(false), c);
+    return c;
+  }();
+  return ctx;
+}
+
+std::unique_ptr<Connection> connect_to(const Poco::URI& uri) {
+  if (uri.getScheme() == "https")
+    return std::make_unique<ConnectionOf<Poco::Net::HTTPSClientSession>>(uri.getHost(), uri.getPort(),
+                                                                         tls_context());
+  return std::make_unique<ConnectionOf<Poco::Net::HTTPClientSession>>(uri.getHost(), uri.getPort());
+}
+
+}  // namespace
+
+std::unique_ptr<Poco::Net::HTTPClientSession> open_session(const Poco::URI& uri) {
+  if (uri.getScheme() == "https")
+    return std::make_unique<Poco::Net::HTTPSClientSession>(uri.getHost(), uri.getPort(), tls_context());
+  return std::make_unique<Poco::Net::HTTPClientSession>(uri.getHost(), uri.getPort());
+}
+
 Client::Client(const std::string& url) : uri_(url) {
-  if (uri_.getScheme() != "http") usage_error("sluice", "only http:// URLs are supported, got " + url);
+  if (uri_.getScheme() != "http" && uri_.getScheme() != "https")
+    usage_error("sluice", "only http:// and https:// URLs are supported, got " + url);
+  if (uri_.getScheme() == "http" && (!g_tls.cacert.empty() || !g_tls.cert.empty()))
+    usage_error("sluice", "--cacert, --cert and --key need an https:// URL, got " + url);
+  if (g_tls.cert.empty() != g_tls.key.empty()) usage_error("sluice", "--cert and --key go together");
 }
 
 Client::~Client() = default;
@@ -53,7 +120,7 @@ Response Client::call(const std::string& method, const std::string& path, const 
                       const std::string& content_type, Replay replay) {
   for (int attempt = 0;; ++attempt) {
     if (!conn_ || conn_->mustReconnect() || conn_->peer_closed())
-      conn_ = std::make_unique<Connection>(uri_.getHost(), uri_.getPort());
+      conn_ = connect_to(uri_);
     try {
       conn_->open();
     } catch (const Poco::Exception& e) {
@@ -69,10 +136,10 @@ Response Client::call(const std::string& method, const std::string& path, const 
         req.setContentType(content_type);
         req.setContentLength(static_cast<std::streamsize>(body.size()));
       }
-      std::ostream& os = conn_->sendRequest(req);
+      std::ostream& os = conn_->session().sendRequest(req);
       os.write(body.data(), static_cast<std::streamsize>(body.size()));
       Poco::Net::HTTPResponse res;
-      std::istream& is = conn_->receiveResponse(res);
+      std::istream& is = conn_->session().receiveResponse(res);
       Response out;
       out.status = res.getStatus();
       out.content_type = res.getContentType();

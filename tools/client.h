@@ -18,6 +18,10 @@
 #include <utility>
 #include <vector>
 
+namespace Poco::Net {
+class HTTPClientSession;
+}
+
 namespace sluice::cli {
 
 struct Response {
@@ -41,9 +45,22 @@ bool replayable(const std::string& method, Replay replay);
 
 class Connection;
 
+// https:// URLs (docs/security.md "TLS"): the CA that signed the node's certificate
+// (--cacert; empty: the system's CAs) and, for a node that requires client certificates,
+// ours (--cert and --key). The node's certificate must name the URL's host.
+struct TlsOptions {
+  std::string cacert, cert, key;
+};
+// Set once in main(), before the first Client: every Client of the process uses them.
+void set_tls_options(TlsOptions o);
+
+// A bare session to the URL's node (HTTPS for https://, with the options above), for a
+// WebSocket subscription.
+std::unique_ptr<Poco::Net::HTTPClientSession> open_session(const Poco::URI& uri);
+
 class Client {
  public:
-  // Exits 2 for a URL that is not http://.
+  // Exits 2 for a URL that is not http:// or https://.
   explicit Client(const std::string& url);
   ~Client();
 

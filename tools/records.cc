@@ -151,12 +151,12 @@ void follow_shard(const std::string& url, const std::string& shard_path, std::ui
   namespace pn = Poco::Net;
   const Poco::URI uri(url);
   const std::string target = shard_path + "/subscribe?format=json&credit=1000&offset=" + from;
-  pn::HTTPClientSession session(uri.getHost(), uri.getPort());
+  auto session = open_session(uri);
   pn::HTTPRequest req(pn::HTTPRequest::HTTP_GET, target, pn::HTTPMessage::HTTP_1_1);
   pn::HTTPResponse res;
   std::unique_ptr<pn::WebSocket> ws;
   try {
-    ws = std::make_unique<pn::WebSocket>(session, req, res);
+    ws = std::make_unique<pn::WebSocket>(*session, req, res);
   } catch (const Poco::Exception& e) {
     Client plain(url);
     Response r = plain.call("GET", target);

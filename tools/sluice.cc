@@ -23,9 +23,12 @@ using namespace sluice::cli;
 
 namespace {
 
-constexpr const char* kMainHelp = R"(Usage: sluice [--url URL] COMMAND [ARGS]
+constexpr const char* kMainHelp = R"(Usage: sluice [--url URL] [--cacert FILE] [--cert FILE --key FILE] COMMAND [ARGS]
 
-Talks to a Sluice node over HTTP. URL defaults to $SLUICE_URL, else http://127.0.0.1:8080.
+Talks to a Sluice node over HTTP or HTTPS. URL defaults to $SLUICE_URL, else
+http://127.0.0.1:8080. For an https:// URL the node's certificate is verified against
+--cacert (PEM; default: the system's CAs) and must name the URL's host; --cert and --key
+(PEM) present a client certificate to a node that requires one (tls.client_ca_file).
 A stream is named TENANT/NAMESPACE/STREAM.
 
 Commands:
@@ -52,7 +55,7 @@ Run `sluice COMMAND --help` for a command's options. An unknown option or argume
 refused (exit 2); options are never abbreviated.
 )";
 
-constexpr const char* kMainUsageLine = "Usage: sluice [--url URL] COMMAND [ARGS]\n";
+constexpr const char* kMainUsageLine = "Usage: sluice [--url URL] [--cacert FILE] [--cert FILE --key FILE] COMMAND [ARGS]\n";
 
 [[noreturn]] void main_usage_error(const std::string& msg) {
   std::fprintf(stderr, "sluice: %s\n%s", msg.c_str(), kMainUsageLine);
@@ -83,10 +86,16 @@ void print_json(const boost::json::value& v) { std::cout << boost::json::seriali
 int main(int argc, char** argv) {
   // The global options end at the first word that is not an option: the command.
   int cmd_at = 1;
-  while (cmd_at < argc && argv[cmd_at][0] == '-') cmd_at += std::string(argv[cmd_at]) == "--url" ? 2 : 1;
+  while (cmd_at < argc && argv[cmd_at][0] == '-') {
+    const std::string o = argv[cmd_at];
+    cmd_at += o == "--url" || o == "--cacert" || o == "--cert" || o == "--key" ? 2 : 1;
+  }
   std::string url = std::getenv("SLUICE_URL") ? std::getenv("SLUICE_URL") : "http://127.0.0.1:8080";
+  TlsOptions tls;
   po::options_description global;
-  global.add_options()("help,h", "")("url", po::value<std::string>(&url), "");
+  global.add_options()("help,h", "")("url", po::value<std::string>(&url), "")(
+      "cacert", po::value<std::string>(&tls.cacert), "")("cert", po::value<std::string>(&tls.cert), "")(
+      "key", po::value<std::string>(&tls.key), "");
   po::variables_map vm;
   try {
     const std::vector<std::string> words(argv + 1, argv + std::min(cmd_at, argc));
@@ -110,6 +119,7 @@ int main(int argc, char** argv) {
   auto it = commands().find(cmd);
   if (it == commands().end()) main_usage_error("unknown command '" + cmd + "'");
   const Words words(argv + cmd_at + 1, argv + argc);
+  set_tls_options(std::move(tls));
   Client c(url);
   try {
     return it->second(c, words);

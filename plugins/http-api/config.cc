@@ -58,6 +58,14 @@ HttpConfig HttpConfig::from_host(const PluginHost& h) {
   c.cache_max_key_bytes = static_cast<std::size_t>(ranged(h, "cache.max_key_bytes", 512, 1, 4096));
   c.cache_shards = static_cast<std::uint32_t>(ranged(h, "cache.shards", 4, 1, 1024));
   c.cache_threads = static_cast<unsigned>(ranged(h, "cache.threads", 16, 1, 256));
+  c.tls.cert_file = h.config_string("tls.cert_file", "");
+  c.tls.key_file = h.config_string("tls.key_file", "");
+  c.tls.client_ca_file = h.config_string("tls.client_ca_file", "");
+  if (c.tls.cert_file.empty() != c.tls.key_file.empty())
+    throw std::invalid_argument("tls.cert_file and tls.key_file must be set together (HTTPS needs both)");
+  if (!c.tls.client_ca_file.empty() && c.tls.cert_file.empty())
+    throw std::invalid_argument("tls.client_ca_file needs tls.cert_file and tls.key_file (client certificates "
+                                "are verified only over HTTPS)");
   return c;
 }
 

@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "tls.h"
+
 namespace sluice {
 class PluginHost;
 }
@@ -47,6 +49,8 @@ struct HttpConfig {
   std::size_t cache_max_key_bytes = 512;         // cache.max_key_bytes
   std::uint32_t cache_shards = 4;                // cache.shards
   unsigned cache_threads = 16;                   // cache.threads
+  // tls.*: with a certificate the listener speaks HTTPS only (docs/security.md "TLS").
+  TlsFiles tls;
 
   // Reads the http.* keys. Throws std::invalid_argument on a bad value (only called from
   // create(), a configuration boundary).

@@ -37,6 +37,10 @@ std::string HttpMetrics::render() const {
   w.single("sluice_http_request_timeouts_total",
            "Connections closed because a request did not arrive whole within http.request_timeout_ms.",
            MetricType::counter, timed_out_.load());
+  w.single("sluice_http_tls_handshake_failures_total",
+           "Connections closed because their TLS handshake failed or did not finish within http.request_timeout_ms "
+           "(tls.cert_file set).",
+           MetricType::counter, tls_failed_.load());
   w.single("sluice_http_quota_rejections_total",
            "Publishes answered 429 quota_exceeded (quota.publish_bytes_per_s, per tenant on this broker).",
            MetricType::counter, quotas_ ? quotas_->rejections() : 0);

@@ -26,6 +26,9 @@ class HttpMetrics {
   void connection_evicted() { evicted_.fetch_add(1, std::memory_order_relaxed); }
   void connection_refused() { refused_.fetch_add(1, std::memory_order_relaxed); }
   void request_timed_out() { timed_out_.fetch_add(1, std::memory_order_relaxed); }
+  // tls.cert_file set: a client whose TLS handshake failed (plain text, an untrusted or
+  // missing client certificate, a timeout) and was closed.
+  void tls_handshake_failed() { tls_failed_.fetch_add(1, std::memory_order_relaxed); }
 
   // WebSocket subscriptions: open ones, the frames they sent, the bytes they hold queued,
   // and why they closed (docs/api.md "Subscribe", close reasons).
@@ -51,7 +54,7 @@ class HttpMetrics {
   std::atomic<std::int64_t> connections_{0};
   std::atomic<std::uint64_t> bytes_in_{0};
   std::atomic<std::uint64_t> bytes_out_{0};
-  std::atomic<std::uint64_t> evicted_{0}, refused_{0}, timed_out_{0};
+  std::atomic<std::uint64_t> evicted_{0}, refused_{0}, timed_out_{0}, tls_failed_{0};
   const PublishQuotas* quotas_ = nullptr;
   const CacheStore* cache_ = nullptr;
   std::map<std::string, std::uint64_t> ws_closes_;  // under mu_

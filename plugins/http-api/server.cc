@@ -1,5 +1,11 @@
-// The only Beast translation unit of http-api: connections, the acceptor, timers and the
-// io/admin thread pools. Everything about routes and JSON lives in Beast-free files.
+// The Beast translation unit of http-api's connections (ws_session.cc has the WebSocket
+// ones): the acceptor, timers and the io/admin thread pools. Everything about routes and JSON
+// lives in Beast-free files.
+//
+// TLS (tls.cert_file set, docs/security.md "TLS"): Session is a template over its stream,
+// beast::tcp_stream or beast::ssl_stream over one. A plain listener instantiates only the
+// former, so it pays nothing for TLS; a TLS listener serves nothing but TLS: the handshake
+// comes first, bounded by http.request_timeout_ms, and a client that fails it is closed.
 #include "server.h"
 
 #include <pthread.h>
@@ -24,6 +30,7 @@
 #include <boost/asio/thread_pool.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <boost/beast/ssl.hpp>
 
 #include "gate.h"
 #include "http_types.h"
@@ -31,6 +38,7 @@
 #include "problem.h"
 #include "router.h"
 #include "subscribe.h"
+#include "tls.h"
 #include "ws_session.h"
 
 namespace sluice::http_api {
@@ -39,6 +47,8 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 namespace net = boost::asio;
 using tcp = net::ip::tcp;
+namespace ssl = net::ssl;
+using TlsStream = beast::ssl_stream<beast::tcp_stream>;
 
 namespace {
 
@@ -46,7 +56,7 @@ constexpr std::size_t kDrainLimit = 4u << 20;  // bytes read and dropped on a li
 constexpr std::size_t kReadChunk = 64 * 1024;  // socket read size (Beast reads up to the free capacity)
 constexpr std::chrono::milliseconds kDrainTime{2000};
 
-class Session;
+class SessionBase;
 
 }  // namespace
 
@@ -63,7 +73,7 @@ struct HttpServer::Impl {
   // hold them only weakly (so a late Node callback never keeps a socket alive past the
   // io_context).
   std::mutex parked_mu;
-  std::unordered_map<Session*, std::shared_ptr<Session>> parked;
+  std::unordered_map<SessionBase*, std::shared_ptr<SessionBase>> parked;
 
   std::optional<net::io_context> ioc;
   std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
@@ -80,13 +90,13 @@ struct HttpServer::Impl {
   void log(LogLevel lvl, const std::string& msg) {
     if (host) host->log(lvl, "http-api", msg);
   }
-  void park(std::shared_ptr<Session> s) {
+  void park(std::shared_ptr<SessionBase> s) {
     std::lock_guard lk(parked_mu);
-    Session* p = s.get();
+    SessionBase* p = s.get();
     parked.emplace(p, std::move(s));
   }
-  void unpark(Session* s) {
-    std::shared_ptr<Session> keep;  // released outside the lock
+  void unpark(SessionBase* s) {
+    std::shared_ptr<SessionBase> keep;  // released outside the lock
     std::lock_guard lk(parked_mu);
     if (auto it = parked.find(s); it != parked.end()) {
       keep = std::move(it->second);
@@ -96,13 +106,18 @@ struct HttpServer::Impl {
   // Every open session, for http.max_connections. A session registers in its constructor
   // and leaves in its destructor.
   std::mutex conns_mu;
-  std::unordered_set<Session*> conns;
+  std::unordered_set<SessionBase*> conns;
   std::atomic<std::int64_t> last_limit_log_ns{0};
+  // tls.cert_file set: the context new connections take (reload_certificates() swaps it).
+  std::unique_ptr<TlsContextHolder> tls;
+  std::atomic<std::int64_t> last_tls_log_ns{0};
 
   void do_accept();
   bool evict_one();
   void refuse(tcp::socket s);
-  void log_limit(const std::string& msg);
+  void log_limit(const std::string& msg) { log_rate_limited(last_limit_log_ns, msg, true); }
+  void log_tls(const std::string& msg) { log_rate_limited(last_tls_log_ns, msg, false); }
+  void log_rate_limited(std::atomic<std::int64_t>& last, const std::string& msg, bool limit_counters);
   void teardown();
   WsContext ws_context() {
     return WsContext{node, &cfg, &metrics, gate, [gate = gate, pool = &*pool](std::function<void()> fn) {
@@ -114,22 +129,20 @@ struct HttpServer::Impl {
 
 namespace {
 
-class Session : public std::enable_shared_from_this<Session> {
+// What the server and the Exchange need of a connection, whatever its stream.
+class SessionBase : public std::enable_shared_from_this<SessionBase> {
  public:
   // Where a connection is, for eviction at http.max_connections: waiting for a request
-  // and reading one may be evicted (oldest first); a request in progress or a closing
-  // connection may not.
+  // and reading one (or finishing its TLS handshake) may be evicted (oldest first); a
+  // request in progress or a closing connection may not.
   enum Phase : int { kWaiting, kReading, kBusy, kClosing };
 
-  Session(tcp::socket&& s, HttpServer::Impl& impl) : stream_(std::move(s)), impl_(impl) {
+  explicit SessionBase(HttpServer::Impl& impl) : impl_(impl) {
     impl_.metrics.connection_opened();
-    // Beast reads at most the buffer's free capacity (at least 512 bytes): without room a
-    // 64 KiB body took 128 reads, each with its own epoll and timer calls.
-    buffer_.reserve(kReadChunk);
     std::lock_guard lk(impl_.conns_mu);
     impl_.conns.insert(this);
   }
-  ~Session() {
+  virtual ~SessionBase() {
     {
       std::lock_guard lk(impl_.conns_mu);
       impl_.conns.erase(this);
@@ -147,40 +160,15 @@ class Session : public std::enable_shared_from_this<Session> {
     return false;
   }
   // Strand only: closes a connection chosen for eviction; its pending read then fails.
-  void evicted() {
-    impl_.metrics.connection_evicted();
-    hard_close();
-  }
-
-  net::any_io_executor executor() { return stream_.get_executor(); }
-  HttpServer::Impl& impl() { return impl_; }
-
-  void run() {
-    net::dispatch(stream_.get_executor(),
-                  beast::bind_front_handler(&Session::do_read, shared_from_this()));
-  }
-
+  virtual void evicted() = 0;
+  virtual net::any_io_executor executor() = 0;
   // Strand only: sends the router's answer, then reads the next request or closes.
-  void answer(HttpResponse r, const std::string& route) {
-    impl_.unpark(this);
-    impl_.metrics.dec_in_flight();
-    impl_.metrics.request_done(route, r.status);
-    send(std::move(r));
-  }
-
-  // Strand only: the router accepted a subscription; the socket leaves this session for a
+  virtual void answer(HttpResponse r, const std::string& route) = 0;
+  // Strand only: the router accepted a subscription; the stream leaves this session for a
   // WebSocket one (ws_session.cc), which completes the handshake with the kept request.
-  void upgrade(Subscription sub, const std::string& route) {
-    impl_.unpark(this);
-    impl_.metrics.dec_in_flight();
-    impl_.metrics.request_done(route, 101);
-    if (!upgrade_req_) return hard_close();
-    start_websocket(beast::tcp_stream(stream_.release_socket()), std::move(*upgrade_req_), std::move(sub),
-                    impl_.ws_context());
-    upgrade_req_.reset();
-  }
+  virtual void upgrade(Subscription sub, const std::string& route) = 0;
 
- private:
+ protected:
   static std::int64_t now_ns() {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(
                std::chrono::steady_clock::now().time_since_epoch())
@@ -196,14 +184,107 @@ class Session : public std::enable_shared_from_this<Session> {
     return true;
   }
 
+  HttpServer::Impl& impl_;
+  std::atomic<int> phase_{kWaiting};
+  std::atomic<std::int64_t> phase_since_{now_ns()};
+};
+
+// Stream: beast::tcp_stream (plain HTTP) or TlsStream (HTTPS).
+template <class Stream>
+class Session final : public SessionBase {
+ public:
+  static constexpr bool kTls = !std::is_same_v<Stream, beast::tcp_stream>;
+
+  // `tls` is the context of a TLS listener (null for plain): the session keeps it alive.
+  Session(tcp::socket&& s, HttpServer::Impl& impl, std::shared_ptr<ssl::context> tls)
+      : SessionBase(impl), tls_(std::move(tls)), stream_(make_stream(std::move(s), tls_.get())) {
+    // Beast reads at most the buffer's free capacity (at least 512 bytes): without room a
+    // 64 KiB body took 128 reads, each with its own epoll and timer calls.
+    buffer_.reserve(kReadChunk);
+  }
+
+  void evicted() override {
+    impl_.metrics.connection_evicted();
+    hard_close();
+  }
+
+  net::any_io_executor executor() override { return stream_.get_executor(); }
+
+  void run() {
+    net::dispatch(stream_.get_executor(), [self = self()] {
+      if constexpr (kTls)
+        self->handshake();
+      else
+        self->do_read();
+    });
+  }
+
+  void answer(HttpResponse r, const std::string& route) override {
+    impl_.unpark(this);
+    impl_.metrics.dec_in_flight();
+    impl_.metrics.request_done(route, r.status);
+    send(std::move(r));
+  }
+
+  void upgrade(Subscription sub, const std::string& route) override {
+    impl_.unpark(this);
+    impl_.metrics.dec_in_flight();
+    impl_.metrics.request_done(route, 101);
+    if (!upgrade_req_) return hard_close();
+    if constexpr (kTls)
+      start_websocket(std::move(stream_), std::move(*upgrade_req_), std::move(sub), impl_.ws_context(), tls_);
+    else
+      start_websocket(beast::tcp_stream(stream_.release_socket()), std::move(*upgrade_req_), std::move(sub),
+                      impl_.ws_context());
+    upgrade_req_.reset();
+  }
+
+ private:
+  static Stream make_stream(tcp::socket&& s, ssl::context* tls) {
+    if constexpr (kTls)
+      return Stream(std::move(s), *tls);
+    else
+      return Stream(std::move(s));
+  }
+  std::shared_ptr<Session> self() { return std::static_pointer_cast<Session>(shared_from_this()); }
+  beast::tcp_stream& lowest() { return beast::get_lowest_layer(stream_); }
+
+  // TLS only: the handshake must complete within http.request_timeout_ms (a client that
+  // connects and stays silent is a slow-loris too); until then the connection may be evicted
+  // like one reading a request. Anything but TLS (plain HTTP, say) fails it and is closed.
+  void handshake() {
+    if (!set_phase(kReading)) return hard_close();
+    lowest().expires_after(impl_.cfg.request_timeout);
+    if constexpr (kTls) {
+      stream_.async_handshake(ssl::stream_base::server,
+                              beast::bind_front_handler(&Session::on_handshake, self()));
+    }
+  }
+  void on_handshake(beast::error_code ec) {
+    if (!ec) return do_read();
+    if (phase() == kClosing) return hard_close();  // evicted (counted as such)
+    impl_.metrics.tls_handshake_failed();
+    beast::error_code ignored;
+    const auto peer = lowest().socket().remote_endpoint(ignored);
+    const std::string from = ignored ? std::string("a client") : peer.address().to_string();
+    if (ec == beast::error::timeout) {
+      impl_.metrics.request_timed_out();
+      impl_.log_tls("closed " + from + " whose TLS handshake did not complete within http.request_timeout_ms (" +
+                    std::to_string(impl_.cfg.request_timeout.count()) + " ms)");
+    } else {
+      impl_.log_tls("TLS handshake with " + from + " failed, connection closed: " + ec.message());
+    }
+    hard_close();
+  }
+
   // Waits up to http.idle_timeout_ms for the next request's first bytes, then gives the
   // whole request http.request_timeout_ms.
   void do_read() {
     if (!set_phase(kWaiting)) return hard_close();
     if (buffer_.size() > 0) return begin_request();  // pipelined: already here
-    stream_.expires_after(impl_.cfg.idle_timeout);
+    lowest().expires_after(impl_.cfg.idle_timeout);
     stream_.async_read_some(buffer_.prepare(kReadChunk),
-                            [self = shared_from_this()](beast::error_code ec, std::size_t n) {
+                            [self = self()](beast::error_code ec, std::size_t n) {
                               if (ec) return self->hard_close();  // idle timeout, EOF, reset, evicted
                               self->buffer_.commit(n);
                               self->begin_request();
@@ -215,12 +296,12 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_.emplace();
     parser_->body_limit(impl_.cfg.max_body_bytes);
     parser_->header_limit(impl_.cfg.max_header_bytes);
-    stream_.expires_after(impl_.cfg.request_timeout);
+    lowest().expires_after(impl_.cfg.request_timeout);
     // Header first: the body limit trips here when Content-Length is too large, and a
     // client that sent "Expect: 100-continue" (curl does for larger bodies) is told to go
     // on instead of waiting for its own timeout.
     http::async_read_header(stream_, buffer_, *parser_,
-                            beast::bind_front_handler(&Session::on_header, shared_from_this()));
+                            beast::bind_front_handler(&Session::on_header, self()));
   }
 
   void on_header(beast::error_code ec, std::size_t n) {
@@ -231,7 +312,7 @@ class Session : public std::enable_shared_from_this<Session> {
       auto cont = std::make_shared<http::response<http::empty_body>>(http::status::continue_,
                                                                       req.version());
       http::async_write(stream_, *cont,
-                        [self = shared_from_this(), cont](beast::error_code ec, std::size_t n) {
+                        [self = self(), cont](beast::error_code ec, std::size_t n) {
                           self->impl_.metrics.add_bytes_out(n);
                           if (ec) return self->hard_close();
                           self->read_body();
@@ -243,7 +324,7 @@ class Session : public std::enable_shared_from_this<Session> {
 
   void read_body() {
     http::async_read(stream_, buffer_, *parser_,
-                     beast::bind_front_handler(&Session::on_read, shared_from_this()));
+                     beast::bind_front_handler(&Session::on_read, self()));
   }
 
   void on_read(beast::error_code ec, std::size_t n);
@@ -265,9 +346,9 @@ class Session : public std::enable_shared_from_this<Session> {
     res->body() = std::move(r.body);
     res->keep_alive(!close);
     res->prepare_payload();
-    stream_.expires_after(impl_.cfg.idle_timeout);
+    lowest().expires_after(impl_.cfg.idle_timeout);
     http::async_write(stream_, *res,
-                      [self = shared_from_this(), res, close](beast::error_code ec, std::size_t n) {
+                      [self = self(), res, close](beast::error_code ec, std::size_t n) {
                         self->impl_.metrics.add_bytes_out(n);
                         if (ec) return self->hard_close();
                         if (close) return self->lingering_close();
@@ -276,18 +357,20 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   // Half-closes, then reads and drops what the client still sends (e.g. the rest of an
-  // oversized body) for a bounded time, so our response is not lost to a TCP reset.
+  // oversized body) for a bounded time, so our response is not lost to a TCP reset. Under
+  // TLS too this is the TCP connection's: the answer carried its length, so the missing
+  // close_notify truncates nothing, and what is drained is never decrypted.
   void lingering_close() {
     phase_.store(kClosing, std::memory_order_relaxed);
     beast::error_code ec;
-    stream_.socket().shutdown(tcp::socket::shutdown_send, ec);
+    lowest().socket().shutdown(tcp::socket::shutdown_send, ec);
     if (ec) return hard_close();
-    stream_.expires_after(std::min(impl_.cfg.idle_timeout, kDrainTime));
+    lowest().expires_after(std::min(impl_.cfg.idle_timeout, kDrainTime));
     drain();
   }
   void drain() {
-    stream_.async_read_some(net::buffer(drain_buf_),
-                            [self = shared_from_this()](beast::error_code ec, std::size_t n) {
+    lowest().async_read_some(net::buffer(drain_buf_),
+                            [self = self()](beast::error_code ec, std::size_t n) {
                               self->drained_ += n;
                               if (ec || self->drained_ > kDrainLimit) return self->hard_close();
                               self->drain();
@@ -295,12 +378,12 @@ class Session : public std::enable_shared_from_this<Session> {
   }
   void hard_close() {
     beast::error_code ec;
-    stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
-    stream_.socket().close(ec);
+    lowest().socket().shutdown(tcp::socket::shutdown_both, ec);
+    lowest().socket().close(ec);
   }
 
-  beast::tcp_stream stream_;
-  HttpServer::Impl& impl_;
+  std::shared_ptr<ssl::context> tls_;  // before stream_, which uses it
+  Stream stream_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   std::optional<UpgradeRequest> upgrade_req_;  // a WebSocket upgrade's request, until upgrade()
@@ -308,13 +391,11 @@ class Session : public std::enable_shared_from_this<Session> {
   unsigned version_ = 11;
   std::size_t drained_ = 0;
   char drain_buf_[4096];
-  std::atomic<int> phase_{kWaiting};
-  std::atomic<std::int64_t> phase_since_{now_ns()};
 };
 
 class ConnExchange final : public Exchange {
  public:
-  ConnExchange(HttpServer::Impl& impl, std::weak_ptr<Session> s, HttpRequest req)
+  ConnExchange(HttpServer::Impl& impl, std::weak_ptr<SessionBase> s, HttpRequest req)
       : impl_(impl), gate_(impl.gate), session_(std::move(s)), req_(std::move(req)) {}
 
   const HttpRequest& request() const override { return req_; }
@@ -322,16 +403,16 @@ class ConnExchange final : public Exchange {
 
   void respond(HttpResponse r) override {
     if (responded_.exchange(true)) return;
-    on_session([r = std::move(r), route = route_](Session& s) mutable {
+    on_session([r = std::move(r), route = route_](SessionBase& s) mutable {
       s.answer(std::move(r), route);
     });
   }
   void upgrade(Subscription sub) override {
     if (responded_.exchange(true)) return;
-    on_session([sub = std::move(sub), route = route_](Session& s) mutable { s.upgrade(std::move(sub), route); });
+    on_session([sub = std::move(sub), route = route_](SessionBase& s) mutable { s.upgrade(std::move(sub), route); });
   }
   void post(std::function<void()> fn) override {
-    on_session([fn = std::move(fn)](Session&) { fn(); });
+    on_session([fn = std::move(fn)](SessionBase&) { fn(); });
   }
   void run_blocking(std::function<void()> fn) override {
     std::lock_guard lk(gate_->mu);
@@ -366,13 +447,14 @@ class ConnExchange final : public Exchange {
 
   HttpServer::Impl& impl_;
   std::shared_ptr<Gate> gate_;
-  std::weak_ptr<Session> session_;
+  std::weak_ptr<SessionBase> session_;
   HttpRequest req_;
   std::string route_ = "unmatched";
   std::atomic<bool> responded_{false};
 };
 
-void Session::on_read(beast::error_code ec, std::size_t n) {
+template <class Stream>
+void Session<Stream>::on_read(beast::error_code ec, std::size_t n) {
   impl_.metrics.add_bytes_in(n);
   if (ec == http::error::end_of_stream || ec == http::error::partial_message) return hard_close();
   if (ec == http::error::body_limit)
@@ -408,7 +490,7 @@ void Session::on_read(beast::error_code ec, std::size_t n) {
 
   auto ex = std::make_shared<ConnExchange>(impl_, weak_from_this(), std::move(r));
   impl_.park(shared_from_this());
-  stream_.expires_never();
+  lowest().expires_never();
   impl_.metrics.inc_in_flight();
   impl_.router->handle(ex);
 }
@@ -437,21 +519,23 @@ void HttpServer::Impl::do_accept() {
     }
     if (open >= cfg.max_connections && !evict_one()) {
       refuse(std::move(s));
+    } else if (tls) {
+      std::make_shared<Session<TlsStream>>(std::move(s), *this, tls->current())->run();
     } else {
-      std::make_shared<Session>(std::move(s), *this)->run();
+      std::make_shared<Session<beast::tcp_stream>>(std::move(s), *this, nullptr)->run();
     }
     do_accept();
   });
 }
 
 bool HttpServer::Impl::evict_one() {
-  std::shared_ptr<Session> victim;
+  std::shared_ptr<SessionBase> victim;
   {
     std::lock_guard lk(conns_mu);
-    Session* best = nullptr;
-    for (Session* c : conns) {
+    SessionBase* best = nullptr;
+    for (SessionBase* c : conns) {
       const int p = c->phase();
-      if (p != Session::kWaiting && p != Session::kReading) continue;
+      if (p != SessionBase::kWaiting && p != SessionBase::kReading) continue;
       if (!best || c->phase_since() < best->phase_since()) best = c;
     }
     // A session whose destructor is waiting for conns_mu has no owner left: lock() is empty.
@@ -467,10 +551,18 @@ bool HttpServer::Impl::evict_one() {
 
 // Every connection has a request in progress: answer 503 and close, after reading (and
 // dropping) for a moment what the client sent, so the answer is not lost to a reset.
+// Under TLS the connection is closed at once: a 503 would need a handshake first, the very
+// work the limit keeps off a busy node.
 void HttpServer::Impl::refuse(tcp::socket s) {
   metrics.connection_refused();
   log_limit("at http.max_connections (" + std::to_string(cfg.max_connections) +
-            ") with a request in progress on every connection: refused a new connection with 503");
+            ") with a request in progress on every connection: refused a new connection" +
+            (tls ? " (closed: TLS)" : " with 503"));
+  if (tls) {
+    beast::error_code ignored;
+    s.close(ignored);
+    return;
+  }
   HttpResponse p = problem(Error(Errc::unavailable, "too many connections: every one of the " +
                                                         std::to_string(cfg.max_connections) +
                                                         " allowed (http.max_connections) has a request in progress"));
@@ -512,15 +604,18 @@ void HttpServer::Impl::refuse(tcp::socket s) {
   });
 }
 
-// Limit events are logged at most once per 10 s (a flood must not flood the log too).
-void HttpServer::Impl::log_limit(const std::string& msg) {
+// Limit events and TLS handshake failures are logged at most once per 10 s each (a flood
+// must not flood the log too).
+void HttpServer::Impl::log_rate_limited(std::atomic<std::int64_t>& last_ns, const std::string& msg,
+                                        bool limit_counters) {
   const auto now = std::chrono::steady_clock::now().time_since_epoch();
   const std::int64_t now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(now).count();
-  std::int64_t last = last_limit_log_ns.load(std::memory_order_relaxed);
+  std::int64_t last = last_ns.load(std::memory_order_relaxed);
   if (last != 0 && now_ns - last < 10'000'000'000) return;
-  if (!last_limit_log_ns.compare_exchange_strong(last, now_ns)) return;
-  log(LogLevel::warn, msg + " (sluice_http_connections_evicted_total, _refused_total and "
-                            "sluice_http_request_timeouts_total count every case)");
+  if (!last_ns.compare_exchange_strong(last, now_ns)) return;
+  log(LogLevel::warn, msg + (limit_counters ? " (sluice_http_connections_evicted_total, _refused_total and "
+                                              "sluice_http_request_timeouts_total count every case)"
+                                            : " (sluice_http_tls_handshake_failures_total counts every case)"));
 }
 
 void HttpServer::Impl::teardown() {
@@ -544,7 +639,7 @@ void HttpServer::Impl::teardown() {
   accept_backoff.reset();
   acceptor.reset();
   {
-    std::unordered_map<Session*, std::shared_ptr<Session>> p;
+    std::unordered_map<SessionBase*, std::shared_ptr<SessionBase>> p;
     {
       std::lock_guard lk(parked_mu);
       p.swap(parked);
@@ -572,6 +667,13 @@ Result<void> HttpServer::start(Node& node) {
   try {
     m.node = &node;
     m.router = std::make_unique<Router>(node, m.metrics, m.cfg);
+    if (m.cfg.tls.enabled()) {
+      m.tls = std::make_unique<TlsContextHolder>(m.cfg.tls);
+      if (auto r = m.tls->reload_certificates(); !r) {
+        m.stopped = true;
+        return Error(r.error().code, "http-api: " + r.error().message);
+      }
+    }
     m.ioc.emplace(static_cast<int>(m.cfg.threads));
     m.work.emplace(m.ioc->get_executor());
     m.pool.emplace(m.cfg.admin_threads);
@@ -615,14 +717,28 @@ Result<void> HttpServer::start(Node& node) {
         }
       });
     }
-    m.log(LogLevel::info, "listening on " + m.cfg.address + ":" + std::to_string(m.port.load()) +
-                              " with " + std::to_string(m.cfg.threads) + " io threads");
+    m.log(LogLevel::info, std::string("listening on ") + (m.tls ? "https://" : "http://") + m.cfg.address + ":" +
+                              std::to_string(m.port.load()) + " with " + std::to_string(m.cfg.threads) +
+                              " io threads" +
+                              (m.cfg.tls.client_ca_file.empty() ? "" : ", client certificates required"));
     return {};
   } catch (const std::exception& e) {
     m.teardown();
     m.stopped = true;
     return Error(Errc::internal, std::string("http-api: start failed: ") + e.what());
   }
+}
+
+Result<void> HttpServer::reload_certificates() {
+  Impl& m = *impl_;
+  if (!m.tls) return Error(Errc::invalid_argument, "http-api: TLS is off (tls.cert_file is not set)");
+  auto r = m.tls->reload_certificates();
+  if (!r) {
+    m.log(LogLevel::error, "TLS reload failed, keeping the previous certificate: " + r.error().message);
+    return r;
+  }
+  m.log(LogLevel::info, "TLS certificate and key reloaded from " + m.cfg.tls.cert_file);
+  return {};
 }
 
 void HttpServer::stop() {

@@ -33,6 +33,11 @@ class HttpServer final : public ApiServer {
   std::uint16_t port() const override;
   void stop() override;
 
+  // tls.cert_file set: re-reads tls.cert_file, tls.key_file and tls.client_ca_file for the
+  // connections accepted from now on. On failure the previous certificate keeps serving and
+  // the error is returned (and logged). The hook a SIGHUP handler calls.
+  Result<void> reload_certificates();
+
   struct Impl;  // server.cc only (public so that file's connection classes can name it)
 
  private:

@@ -29,7 +29,9 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core.hpp>
+#include <boost/beast/ssl.hpp>
 #include <boost/beast/websocket.hpp>
+#include <boost/beast/websocket/ssl.hpp>
 #include <boost/json/serialize.hpp>
 
 #include "handlers.h"
@@ -61,10 +63,14 @@ struct Frame {
   bool binary = false;
 };
 
-class WsSession : public std::enable_shared_from_this<WsSession> {
+// NextLayer: beast::tcp_stream (ws://) or an ssl_stream over one (wss://, the TLS listener's;
+// its handshake is done). `tls` keeps that stream's context alive.
+template <class NextLayer>
+class WsSession : public std::enable_shared_from_this<WsSession<NextLayer>> {
  public:
-  WsSession(beast::tcp_stream&& s, UpgradeRequest req, Subscription sub, WsContext ctx)
-      : ws_(std::move(s)),
+  WsSession(NextLayer&& s, UpgradeRequest req, Subscription sub, WsContext ctx, std::shared_ptr<void> tls)
+      : tls_(std::move(tls)),
+        ws_(std::move(s)),
         strand_(ws_.get_executor()),
         req_(std::move(req)),
         sub_(std::move(sub)),
@@ -94,7 +100,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
         [](websocket::response_type& res) { res.set(http::field::server, "sluice"); }));
     ws_.read_message_max(kMaxClientMessage);
     ws_.auto_fragment(false);
-    ws_.async_accept(req_, beast::bind_front_handler(&WsSession::on_accept, shared_from_this()));
+    ws_.async_accept(req_, beast::bind_front_handler(&WsSession::on_accept, this->shared_from_this()));
   }
 
  private:
@@ -108,7 +114,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
   // ---- the client's messages ----
   void do_read() {
     in_.clear();
-    ws_.async_read(in_, beast::bind_front_handler(&WsSession::on_read, shared_from_this()));
+    ws_.async_read(in_, beast::bind_front_handler(&WsSession::on_read, this->shared_from_this()));
   }
 
   void on_read(beast::error_code ec, std::size_t n) {
@@ -140,7 +146,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
   // changes nothing and keeps the subscription. The next client message is read after the
   // answers are queued, so a client cannot pile up calls.
   void settle(std::vector<Offset> ack, std::vector<Offset> nack) {
-    ctx_.run_blocking([self = shared_from_this(), ack = std::move(ack), nack = std::move(nack)] {
+    ctx_.run_blocking([self = this->shared_from_this(), ack = std::move(ack), nack = std::move(nack)] {
       Node& n = *self->ctx_.node;
       const Subscription& s = self->sub_;
       std::vector<std::string> answers;
@@ -200,7 +206,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     const std::size_t max_bytes = std::max<std::size_t>(1, std::min(ctx_.cfg->fetch_max_bytes, room));
     if (!sub_.remote) return on_fetched(from, max, ctx_.node->fetch(sub_.key, sub_.shard, from, max, max_bytes));
     // Another broker leads: the read is a round trip to it, off the I/O thread.
-    ctx_.run_blocking([self = shared_from_this(), from, max, max_bytes] {
+    ctx_.run_blocking([self = this->shared_from_this(), from, max, max_bytes] {
       auto r = self->ctx_.node->fetch(self->sub_.key, self->sub_.shard, from, max, max_bytes);
       self->post([self, from, max, r = std::move(r)]() mutable { self->on_fetched(from, max, std::move(r)); });
     });
@@ -244,7 +250,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
   // first, so a record published meanwhile is either delivered or beyond it.
   void read_group() {
     const auto max = static_cast<std::uint32_t>(std::min<std::int64_t>(credit_, kMaxRecordsPerFrame));
-    ctx_.run_blocking([self = shared_from_this(), max] {
+    ctx_.run_blocking([self = this->shared_from_this(), max] {
       Node& n = *self->ctx_.node;
       const Subscription& s = self->sub_;
       auto st = n.shard_stats(s.key, s.shard);
@@ -280,7 +286,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     if (redelivery_armed_) return;
     redelivery_armed_ = true;
     redelivery_.expires_after(std::chrono::milliseconds(sub_.opts.ack_timeout_ms));
-    redelivery_.async_wait([self = shared_from_this()](beast::error_code ec) {
+    redelivery_.async_wait([self = this->shared_from_this()](beast::error_code ec) {
       self->redelivery_armed_ = false;
       if (ec || self->closing_) return;
       self->beyond_ = true;
@@ -292,7 +298,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
   void await_records() {
     if (notify_armed_) return;
     notify_armed_ = true;
-    std::weak_ptr<WsSession> w = weak_from_this();
+    std::weak_ptr<WsSession> w = this->weak_from_this();
     auto h = ctx_.node->notify_when_beyond(sub_.key, sub_.shard, next_, [w] {
       if (auto s = w.lock()) s->post([s] { s->on_notify(); });
     });
@@ -335,7 +341,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     write_started_ = Clock::now();
     ws_.binary(queue_.front().binary);
     ws_.async_write(net::buffer(queue_.front().data),
-                    beast::bind_front_handler(&WsSession::on_write, shared_from_this()));
+                    beast::bind_front_handler(&WsSession::on_write, this->shared_from_this()));
     arm_watchdog();
   }
 
@@ -362,7 +368,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     if (deadline == Clock::time_point::max()) return;
     watchdog_armed_ = true;
     watchdog_.expires_at(deadline);
-    watchdog_.async_wait([self = shared_from_this()](beast::error_code ec) {
+    watchdog_.async_wait([self = this->shared_from_this()](beast::error_code ec) {
       self->watchdog_armed_ = false;
       if (!ec) self->on_watchdog();
     });
@@ -403,11 +409,11 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     // The close frame goes out after the frame in flight; a peer that never reads it is
     // cut off after the idle timeout.
     close_timer_.expires_after(ctx_.cfg->ws_idle_timeout);
-    close_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
+    close_timer_.async_wait([self = this->shared_from_this()](beast::error_code ec) {
       if (!ec) self->hard_close();
     });
     ws_.async_close(websocket::close_reason(static_cast<websocket::close_code>(code), close_text(std::move(text))),
-                    [self = shared_from_this()](beast::error_code) { self->hard_close(); });
+                    [self = this->shared_from_this()](beast::error_code) { self->hard_close(); });
   }
 
   void hard_close() {
@@ -428,7 +434,8 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     hard_close();
   }
 
-  websocket::stream<beast::tcp_stream> ws_;
+  std::shared_ptr<void> tls_;  // before ws_, which uses it
+  websocket::stream<NextLayer> ws_;
   net::any_io_executor strand_;
   UpgradeRequest req_;
   Subscription sub_;
@@ -466,7 +473,16 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
 bool is_websocket_upgrade(const UpgradeRequest& req) { return websocket::is_upgrade(req); }
 
 void start_websocket(beast::tcp_stream stream, UpgradeRequest req, Subscription sub, WsContext ctx) {
-  std::make_shared<WsSession>(std::move(stream), std::move(req), std::move(sub), std::move(ctx))->start();
+  std::make_shared<WsSession<beast::tcp_stream>>(std::move(stream), std::move(req), std::move(sub), std::move(ctx),
+                                                 nullptr)
+      ->start();
+}
+
+void start_websocket(beast::ssl_stream<beast::tcp_stream> stream, UpgradeRequest req, Subscription sub,
+                     WsContext ctx, std::shared_ptr<boost::asio::ssl::context> tls) {
+  std::make_shared<WsSession<beast::ssl_stream<beast::tcp_stream>>>(std::move(stream), std::move(req),
+                                                                    std::move(sub), std::move(ctx), std::move(tls))
+      ->start();
 }
 
 }  // namespace sluice::http_api

@@ -9,6 +9,7 @@
 #include <boost/beast/core/tcp_stream.hpp>
 #include <boost/beast/http/message.hpp>
 #include <boost/beast/http/string_body.hpp>
+#include <boost/beast/ssl/ssl_stream.hpp>
 
 #include "config.h"
 #include "gate.h"
@@ -37,5 +38,9 @@ bool is_websocket_upgrade(const UpgradeRequest& req);
 // Completes the handshake on `stream` (on its strand) and runs the subscription until
 // either side closes it. `stream` must have no operation pending.
 void start_websocket(boost::beast::tcp_stream stream, UpgradeRequest req, Subscription sub, WsContext ctx);
+// The same over TLS (wss://): `stream` has completed its TLS handshake; `tls` is its context,
+// kept alive as long as the session.
+void start_websocket(boost::beast::ssl_stream<boost::beast::tcp_stream> stream, UpgradeRequest req,
+                     Subscription sub, WsContext ctx, std::shared_ptr<boost::asio::ssl::context> tls);
 
 }  // namespace sluice::http_api

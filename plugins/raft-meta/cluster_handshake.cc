@@ -29,22 +29,32 @@ std::uint64_t get_u64(const char* p) {
 }
 
 // The magic is checked as soon as its bytes arrive: bytes [before, have) of the frame.
-bool magic_ok(const char* frame, std::size_t before, std::size_t have) {
+bool magic_ok(const char* frame, std::size_t before, std::size_t have, std::string_view magic) {
   if (before >= kMagicLen) return true;
   std::size_t upto = std::min(have, kMagicLen);
-  return std::memcmp(frame + before, kClusterHandshakeMagic.data() + before, upto - before) == 0;
+  return std::memcmp(frame + before, magic.data() + before, upto - before) == 0;
+}
+
+// Either version's magic: "SLRAFT0" then '1' or '2'. 0 while unknown, -1 if neither.
+int magic_version(const char* frame, std::size_t before, std::size_t have) {
+  if (!magic_ok(frame, before, std::min(have, kMagicLen - 1), kClusterHandshakeMagic)) return -1;
+  if (have < kMagicLen) return 0;
+  if (frame[kMagicLen - 1] == '1') return 1;
+  if (frame[kMagicLen - 1] == '2') return 2;
+  return -1;
 }
 
 }  // namespace
 
 std::string encode_cluster_hello(std::string_view cluster_id, std::uint64_t server_id,
-                                 std::string_view address) {
-  std::string out(kClusterHandshakeMagic);
+                                 std::string_view address, const AuthNonce* nonce) {
+  std::string out(nonce ? kClusterHandshakeMagicV2 : kClusterHandshakeMagic);
   put_u32(out, static_cast<std::uint32_t>(cluster_id.size()));
   out.append(cluster_id);
   put_u64(out, server_id);
   put_u32(out, static_cast<std::uint32_t>(address.size()));
   out.append(address);
+  if (nonce) out.append(reinterpret_cast<const char*>(nonce->data()), nonce->size());
   return out;
 }
 
@@ -53,6 +63,20 @@ std::string encode_cluster_answer(HandshakeStatus status, std::string_view clust
   put_u32(out, static_cast<std::uint32_t>(status));
   put_u32(out, static_cast<std::uint32_t>(cluster_id.size()));
   out.append(cluster_id);
+  return out;
+}
+
+std::string encode_cluster_answer_v2(HandshakeStatus status, std::string_view cluster_id,
+                                     const AnswerAuth* auth) {
+  std::string out(kClusterHandshakeMagicV2);
+  put_u32(out, static_cast<std::uint32_t>(status));
+  put_u32(out, static_cast<std::uint32_t>(cluster_id.size()));
+  out.append(cluster_id);
+  out.push_back(auth ? 1 : 0);
+  if (auth) {
+    out.append(reinterpret_cast<const char*>(auth->nonce.data()), auth->nonce.size());
+    out.append(reinterpret_cast<const char*>(auth->proof.data()), auth->proof.size());
+  }
   return out;
 }
 
@@ -68,7 +92,9 @@ ReadProgress HelloReader::received(std::size_t n) {
   if (state_ != ReadProgress::more) return state_;
   std::size_t before = have_;
   have_ += std::min(n, want());
-  if (!magic_ok(buf_.data(), before, have_)) return fail("bad magic (not a Sluice raft hello)");
+  const int v = magic_version(buf_.data(), before, have_);
+  if (v < 0) return fail("bad magic (not a Sluice raft hello)");
+  if (v > 0) version_ = v;
   if (have_ < need_) return state_;
 
   constexpr std::size_t kFixed = kMagicLen + 4;  // magic | u32 id len
@@ -90,13 +116,15 @@ ReadProgress HelloReader::received(std::size_t n) {
                   std::to_string(kMaxHandshakeAddressLen));
     cluster_id_.assign(buf_.data() + kFixed, id_len);
     server_id_ = server_id;
-    need_ = after_id + 12 + addr_len;
+    address_end_ = after_id + 12 + addr_len;
+    need_ = address_end_ + (version_ == 2 ? kAuthNonceLen : 0);
     return state_;
   }
-  std::string_view address(buf_.data() + after_id + 12, need_ - (after_id + 12));
+  std::string_view address(buf_.data() + after_id + 12, address_end_ - (after_id + 12));
   if (!is_printable_ascii(address))
     return fail("address " + printable(address) + " is not printable ASCII");
   address_.assign(address);
+  if (version_ == 2) std::memcpy(nonce_.data(), buf_.data() + address_end_, kAuthNonceLen);
   state_ = ReadProgress::complete;
   return state_;
 }
@@ -113,21 +141,43 @@ ReadProgress AnswerReader::received(std::size_t n) {
   if (state_ != ReadProgress::more) return state_;
   std::size_t before = have_;
   have_ += std::min(n, want());
-  if (!magic_ok(buf_.data(), before, have_)) return fail("bad magic in the answer");
+  const auto magic = version_ == 2 ? kClusterHandshakeMagicV2 : kClusterHandshakeMagic;
+  if (!magic_ok(buf_.data(), before, have_, magic)) {
+    // A version-1 answer to a hello2 is an acceptor that predates the secret.
+    if (version_ == 2 && magic_version(buf_.data(), 0, have_) == 1)
+      return fail("the peer answered version 1 to an authenticating hello (it runs a version "
+                  "without cluster secrets)");
+    return fail("bad magic in the answer");
+  }
   if (have_ < need_) return state_;
   if (need_ == kFixedSize) {
     std::uint32_t status = get_u32(buf_.data() + kMagicLen);
     std::uint32_t len = get_u32(buf_.data() + kMagicLen + 4);
-    if (status > static_cast<std::uint32_t>(HandshakeStatus::cluster_id_unknown))
+    if (status > static_cast<std::uint32_t>(HandshakeStatus::auth_required))
       return fail("unknown answer status " + std::to_string(status));
     if (len > kMaxHandshakeClusterIdLen)
       return fail("answer cluster id length " + std::to_string(len) + " exceeds " +
                   std::to_string(kMaxHandshakeClusterIdLen));
     status_ = static_cast<HandshakeStatus>(status);
-    need_ = kFixedSize + len;
-    if (len > 0) return state_;
+    id_end_ = kFixedSize + len;
+    need_ = id_end_ + (version_ == 2 ? 1 : 0);
+    if (need_ > kFixedSize) return state_;
   }
-  cluster_id_.assign(buf_.data() + kFixedSize, need_ - kFixedSize);
+  if (version_ == 2 && need_ == id_end_ + 1) {
+    const unsigned char flag = static_cast<unsigned char>(buf_[id_end_]);
+    if (flag > 1) return fail("answer auth flag " + std::to_string(flag) + " is not 0 or 1");
+    auth_ = flag == 1;
+    if (auth_) {
+      need_ += kAuthNonceLen + kAuthProofLen;
+      return state_;
+    }
+  }
+  cluster_id_.assign(buf_.data() + kFixedSize, id_end_ - kFixedSize);
+  if (auth_) {
+    const char* p = buf_.data() + id_end_ + 1;
+    std::memcpy(auth_fields_.nonce.data(), p, kAuthNonceLen);
+    std::memcpy(auth_fields_.proof.data(), p + kAuthNonceLen, kAuthProofLen);
+  }
   state_ = ReadProgress::complete;
   return state_;
 }
@@ -152,8 +202,10 @@ AnswerVerdict judge_answer(HandshakeStatus status, std::string_view answer_clust
       return AnswerVerdict::mismatch;
     case HandshakeStatus::cluster_id_unknown:
       return AnswerVerdict::peer_unknown;
+    case HandshakeStatus::auth_required:
+      return AnswerVerdict::auth_required;
   }
-  return AnswerVerdict::mismatch;  // not reached: AnswerReader admits only the three
+  return AnswerVerdict::mismatch;  // not reached: AnswerReader admits only these
 }
 
 std::string printable(std::string_view s) {

@@ -12,6 +12,7 @@
 #include <new>
 #include <utility>
 
+#include "cluster_auth.h"
 #include "cluster_transport_state.h"
 
 namespace sluice::raft_meta {
@@ -153,6 +154,14 @@ int tr_connect(struct raft_uv_transport* transport, struct raft_uv_connect* req,
     set_errmsg(transport, msg);
     return RAFT_NOCONNECTION;
   }
+  AuthNonce nonce{};
+  if (!t->opts.secret.empty() && !random_nonce(nonce)) {
+    t->log_limited(LogLevel::error, "no-random", "not connecting to raft server " +
+                                                     std::to_string(id) +
+                                                     ": no randomness for the handshake's nonce");
+    set_errmsg(transport, "no randomness for the handshake's nonce");
+    return RAFT_NOCONNECTION;
+  }
   auto* h = new (std::nothrow) Handshake();
   auto* tcp = static_cast<uv_tcp_t*>(raft_malloc(sizeof(uv_tcp_t)));
   if (!h || !tcp) {
@@ -170,7 +179,13 @@ int tr_connect(struct raft_uv_transport* transport, struct raft_uv_connect* req,
   h->target_address = target;
   h->peer = target;
   h->local_cluster_id = local;
-  h->out = encode_cluster_hello(local, t->id, t->address);
+  if (!t->opts.secret.empty()) {
+    h->connector_nonce = nonce;
+    h->out = encode_cluster_hello(local, t->id, t->address, &h->connector_nonce);
+    h->answer = AnswerReader(2);
+  } else {
+    h->out = encode_cluster_hello(local, t->id, t->address);
+  }
   uv_tcp_init(t->loop, h->tcp);
   uv_timer_init(t->loop, &h->timer);
   h->tcp->data = h;

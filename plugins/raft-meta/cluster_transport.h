@@ -45,6 +45,12 @@
 // Threading: everything -- the vtable functions, `cluster_id()`, `log()`, the accept and
 // connect callbacks -- runs on the thread running `loop`. Nothing is thread-safe.
 //
+// With a cluster secret (docs/security.md "Raft members"), the connector says hello version
+// 2 with a nonce; an acceptor with the secret answers with its own nonce and a proof, checks
+// the connector's proof, and only then hands the stream over. A wrong proof either way is
+// refused at WARN ("... did not prove the cluster secret"). With `require_auth`, a peer
+// without the secret is refused both ways (status 3 to a version-1 hello).
+//
 // Logging: refusals and malformed handshakes are WARN; plain TCP failures (peer down) are
 // DEBUG, as libraft retries every second (so does a refused peer: one refusal a second per
 // peer). A WARN repeated within `log_repeat_interval_ms` for the same peer host and kind
@@ -73,6 +79,12 @@ inline constexpr unsigned kDefaultHandshakeTimeoutMs = 5000;
 struct ClusterTransportOptions {
   unsigned handshake_timeout_ms = kDefaultHandshakeTimeoutMs;
   unsigned log_repeat_interval_ms = 10000;  // 0: log every refusal
+  // raft.cluster_secret_file's secret (cluster_auth.h); empty: this member holds none, says
+  // hello version 1, and answers a hello2 with auth 0.
+  std::string secret;
+  // raft.require_auth: refuse every connection, either way, that did not prove the secret.
+  // Needs a secret.
+  bool require_auth = false;
 };
 
 // Fills in `t` (keeping t->data) for use with raft_uv_init. 0 or RAFT_NOMEM.

@@ -8,6 +8,7 @@
 #include <new>
 #include <string>
 
+#include "cluster_auth.h"
 #include "cluster_transport_state.h"
 
 namespace sluice::raft_meta::cluster_transport_detail {
@@ -148,7 +149,10 @@ void on_timeout(uv_timer_t* timer) {
 void on_alloc(uv_handle_t* handle, size_t /*suggested*/, uv_buf_t* buf) {
   auto* h = static_cast<Handshake*>(handle->data);
   // Exactly the bytes still expected: nothing after the handshake is ever consumed.
-  if (h->side == Handshake::Side::incoming) {
+  if (h->side == Handshake::Side::incoming && h->awaiting_proof) {
+    buf->base = h->proof.next();
+    buf->len = h->proof.want();
+  } else if (h->side == Handshake::Side::incoming) {
     buf->base = h->hello.next();
     buf->len = h->hello.want();
   } else {
@@ -186,6 +190,8 @@ void incoming_hand_over(Handshake* h) {
   t->maybe_fire_close();
 }
 
+void on_incoming_read(uv_stream_t* stream, ssize_t nread, const uv_buf_t* buf);
+
 void on_answer_written(uv_write_t* w, int status) {
   auto* h = static_cast<Handshake*>(w->data);
   h->writing = false;
@@ -201,12 +207,46 @@ void on_answer_written(uv_write_t* w, int status) {
     fail(h, RAFT_NOCONNECTION);  // refused: close once the answer is out
     return;
   }
+  if (h->awaiting_proof) {
+    // The connector's proof of the secret comes next; nothing is handed over before it.
+    h->read_done = false;
+    int rv = uv_read_start(reinterpret_cast<uv_stream_t*>(h->tcp), on_alloc, on_incoming_read);
+    if (rv != 0) {
+      h->t->log(LogLevel::debug, "raft connection (" + describe(h) + "): read: " + uv_strerror(rv));
+      fail(h, RAFT_NOCONNECTION);
+    }
+    return;
+  }
   incoming_hand_over(h);
 }
 
 void send_answer(Handshake* h, HandshakeStatus status, const std::string& local) {
   h->sent_status = status;
-  h->out = encode_cluster_answer(status, local);
+  if (h->hello.version() == 2) {
+    // A hello2 gets an answer2: with the secret and an ok, this member's nonce and proof.
+    const std::string& secret = h->t->opts.secret;
+    if (status == HandshakeStatus::ok && !secret.empty()) {
+      AnswerAuth auth;
+      const AuthNonce& nc = h->hello.nonce();
+      if (!random_nonce(auth.nonce) ||
+          !auth_proof(secret, ProofSide::acceptor,
+                      ProofInput{local, h->hello.server_id(), h->hello.address(), h->t->id,
+                                 h->t->address, &nc, &auth.nonce},
+                      auth.proof)) {
+        h->t->log_limited(LogLevel::error, "no-random", "refused raft connection (" + describe(h) +
+                                                            "): no randomness or HMAC failed");
+        fail(h, RAFT_NOCONNECTION);
+        return;
+      }
+      h->acceptor_nonce = auth.nonce;
+      h->awaiting_proof = true;
+      h->out = encode_cluster_answer_v2(status, local, &auth);
+    } else {
+      h->out = encode_cluster_answer_v2(status, local, nullptr);
+    }
+  } else {
+    h->out = encode_cluster_answer(status, local);
+  }
   uv_buf_t buf = uv_buf_init(h->out.data(), static_cast<unsigned>(h->out.size()));
   h->write_req.data = h;
   int rv = uv_write(&h->write_req, reinterpret_cast<uv_stream_t*>(h->tcp), &buf, 1,
@@ -250,15 +290,64 @@ void incoming_complete(Handshake* h) {
       send_answer(h, HandshakeStatus::cluster_id_mismatch, local);
       return;
     case HelloVerdict::accept:
+      if (h->hello.version() == 1 && t->opts.require_auth) {
+        t->log_limited(LogLevel::warn, "auth-required|in|" + host_part(h->peer),
+                       "refused raft connection (" + describe(h) +
+                           "): the peer did not prove the cluster secret (it has no "
+                           "raft.cluster_secret_file) and this member sets raft.require_auth");
+        send_answer(h, HandshakeStatus::auth_required, local);
+        return;
+      }
       send_answer(h, HandshakeStatus::ok, local);
       return;
   }
+}
+
+// The connector's proof has been read (after an answer2 with auth 1).
+void incoming_proof_complete(Handshake* h) {
+  Transport* t = h->t;
+  uv_read_stop(reinterpret_cast<uv_stream_t*>(h->tcp));
+  h->read_done = true;
+  const std::string local = t->cluster_id ? t->cluster_id() : std::string();
+  const AuthNonce& nc = h->hello.nonce();
+  AuthProof expected{};
+  const bool computed =
+      auth_proof(t->opts.secret, ProofSide::connector,
+                 ProofInput{local, h->hello.server_id(), h->hello.address(), t->id, t->address,
+                            &nc, &h->acceptor_nonce},
+                 expected);
+  if (!computed || !proof_equal(expected, h->proof.proof())) {
+    t->log_limited(LogLevel::warn, "auth-wrong|in|" + host_part(h->peer),
+                   "refused raft connection (" + describe(h) +
+                       "): the peer did not prove the cluster secret (its proof is wrong: "
+                       "another raft.cluster_secret_file?)");
+    fail(h, RAFT_NOCONNECTION);
+    return;
+  }
+  // Bytes after the proof are libraft's: the connector hands over once it is written.
+  incoming_hand_over(h);
 }
 
 void on_incoming_read(uv_stream_t* stream, ssize_t nread, const uv_buf_t* /*buf*/) {
   auto* h = static_cast<Handshake*>(stream->data);
   if (h->aborting || h->read_done) return;
   if (nread == 0) return;
+  if (h->awaiting_proof) {
+    if (nread < 0) {
+      // A connector that found this member's proof wrong just closes.
+      h->t->log_limited(LogLevel::warn, "auth-closed|in|" + host_part(h->peer),
+                        "refused raft connection (" + describe(h) +
+                            "): the peer closed it instead of proving the cluster secret (" +
+                            std::to_string(h->proof.have()) + " of " +
+                            std::to_string(kAuthProofLen) +
+                            " proof bytes; it holds another raft.cluster_secret_file?)");
+      fail(h, RAFT_NOCONNECTION);
+      return;
+    }
+    if (h->proof.received(static_cast<std::size_t>(nread)) == ReadProgress::complete)
+      incoming_proof_complete(h);
+    return;
+  }
   if (nread < 0) {
     if (nread == UV_EOF) {
       malformed(h, h->hello.have() == 0
@@ -339,6 +428,48 @@ void outgoing_hand_over(Handshake* h) {
   t->maybe_fire_close();
 }
 
+void outgoing_hand_over(Handshake* h);
+
+void on_proof_written(uv_write_t* w, int status) {
+  auto* h = static_cast<Handshake*>(w->data);
+  h->writing = false;
+  if (h->aborting) return;
+  if (status != 0) {
+    h->t->log(LogLevel::debug, "raft connection (" + describe(h) + "): writing the proof: " +
+                                   uv_strerror(status));
+    fail(h, RAFT_NOCONNECTION);
+    return;
+  }
+  outgoing_hand_over(h);
+}
+
+// The acceptor proved the secret: prove it back, then hand the stream over.
+void write_proof(Handshake* h) {
+  Transport* t = h->t;
+  AuthProof p{};
+  if (!auth_proof(t->opts.secret, ProofSide::connector,
+                  ProofInput{h->local_cluster_id, t->id, t->address, h->target_id,
+                             h->target_address, &h->connector_nonce, &h->answer.auth().nonce},
+                  p)) {
+    t->log(LogLevel::error, "raft connection (" + describe(h) + "): HMAC failed");
+    fail(h, RAFT_NOCONNECTION);
+    return;
+  }
+  h->proof_pending = false;
+  h->proof_out.assign(reinterpret_cast<const char*>(p.data()), p.size());
+  uv_buf_t buf = uv_buf_init(h->proof_out.data(), static_cast<unsigned>(h->proof_out.size()));
+  h->proof_req.data = h;
+  int rv = uv_write(&h->proof_req, reinterpret_cast<uv_stream_t*>(h->tcp), &buf, 1,
+                    on_proof_written);
+  if (rv != 0) {
+    t->log(LogLevel::debug, "raft connection (" + describe(h) + "): writing the proof: " +
+                                uv_strerror(rv));
+    fail(h, RAFT_NOCONNECTION);
+    return;
+  }
+  h->writing = true;
+}
+
 void outgoing_complete(Handshake* h) {
   Transport* t = h->t;
   uv_read_stop(reinterpret_cast<uv_stream_t*>(h->tcp));
@@ -350,7 +481,43 @@ void outgoing_complete(Handshake* h) {
   const std::string& ours = h->local_cluster_id;
   switch (judge_answer(h->answer.status(), h->answer.cluster_id(), ours)) {
     case AnswerVerdict::accept:
+      if (h->answer.version() == 2 && h->answer.authenticated()) {
+        // The proof must name the server this member dialled: one relayed from another
+        // member names that one.
+        AuthProof expected{};
+        const bool computed = auth_proof(
+            t->opts.secret, ProofSide::acceptor,
+            ProofInput{ours, t->id, t->address, h->target_id, h->target_address,
+                       &h->connector_nonce, &h->answer.auth().nonce},
+            expected);
+        if (!computed || !proof_equal(expected, h->answer.auth().proof)) {
+          t->log_limited(LogLevel::warn, "auth-wrong|out|" + h->target_address,
+                         "refused raft connection (" + describe(h) +
+                             "): the peer did not prove the cluster secret (its proof is "
+                             "wrong: another raft.cluster_secret_file?)");
+          fail(h, RAFT_NOCONNECTION);
+          return;
+        }
+        h->proof_pending = true;
+        if (h->written) write_proof(h);  // else on_hello_written writes it
+        return;
+      }
+      if (t->opts.require_auth) {
+        t->log_limited(LogLevel::warn, "auth-none|out|" + h->target_address,
+                       "refused raft connection (" + describe(h) +
+                           "): the peer holds no cluster secret and this member sets "
+                           "raft.require_auth");
+        fail(h, RAFT_NOCONNECTION);
+        return;
+      }
       if (h->written) outgoing_hand_over(h);  // else on_hello_written hands over
+      return;
+    case AnswerVerdict::auth_required:
+      t->log_limited(LogLevel::warn, "auth-required|out|" + h->target_address,
+                     "refused raft connection (" + describe(h) +
+                         "): the peer requires the cluster secret and this member has no "
+                         "raft.cluster_secret_file");
+      fail(h, RAFT_NOCONNECTION);
       return;
     case AnswerVerdict::mismatch:
       log_mismatch(h, h->answer.cluster_id(), ours);
@@ -406,7 +573,12 @@ void on_hello_written(uv_write_t* w, int status) {
     fail(h, RAFT_NOCONNECTION);
     return;
   }
-  if (h->read_done) outgoing_hand_over(h);  // the OK answer arrived before this callback
+  if (!h->read_done) return;
+  // The OK answer arrived before this callback.
+  if (h->proof_pending)
+    write_proof(h);
+  else
+    outgoing_hand_over(h);
 }
 
 void on_connected(uv_connect_t* creq, int status) {

@@ -9,8 +9,11 @@
 //
 //   incoming:  accepted --read hello--> judged --write answer--> ok: handed over to libraft
 //                                                              \-> refused: closed
+//              (hello2, this member holds the secret: after the answer, --read proof-->
+//               right: handed over; wrong: closed)
 //   outgoing:  connecting --connected--> hello written + answer read --> ok: handed over
 //                                                                    \-> refused: closed
+//              (answer2 with auth: its proof checked, then --write proof--> handed over)
 //   aborting --all handles closed--> finish: connect callback (outgoing, unless handed over
 //                                     or failed synchronously), delete, maybe close_cb
 //
@@ -66,6 +69,9 @@ struct Handshake {
   // incoming: the hello being read, and the status answered
   HelloReader hello;
   HandshakeStatus sent_status = HandshakeStatus::ok;
+  bool awaiting_proof = false;  // answered a hello2 with auth 1: the connector's proof next
+  AuthNonce acceptor_nonce{};
+  ProofReader proof;
 
   // outgoing
   struct raft_uv_connect* req = nullptr;
@@ -75,6 +81,10 @@ struct Handshake {
   std::string target_address;
   std::string local_cluster_id;  // what we sent
   AnswerReader answer;
+  AuthNonce connector_nonce{};  // sent in a hello2
+  bool proof_pending = false;   // the answer2 was checked: our proof goes out after the hello
+  uv_write_t proof_req{};
+  std::string proof_out;
 };
 
 struct Transport {

@@ -102,6 +102,7 @@ Result<void> RaftMetaStore::start() {
     RemoteConfig rc;
     rc.controllers = cfg_.join;
     rc.timeout = cfg_.timeout;
+    rc.tls = cfg_.rpc_tls;
     // The members may be starting too (systemd starts them together): retry until
     // metadata.start_timeout, but give up at once on another cluster's id.
     const auto give_up = std::chrono::steady_clock::now() + cfg_.start_timeout;
@@ -126,6 +127,8 @@ Result<void> RaftMetaStore::start() {
   o.heartbeat_timeout_ms = cfg_.heartbeat_timeout_ms;
   o.bootstrap = cfg_.join.empty();
   o.cluster_id = [this] { return host_.cluster_id(); };
+  o.cluster_secret = cfg_.cluster_secret;
+  o.require_auth = cfg_.require_auth;
   o.log = [this](LogLevel l, const std::string& m) { log(l, m); };
   auto n = std::make_shared<RaftNode>(std::move(o), adapter_);
   // Start failures are returned, not logged: the host prints the one ERROR line.
@@ -152,7 +155,7 @@ Result<void> RaftMetaStore::start() {
   // The controller RPC serves from here on (joins, forwarding, member status); requests
   // that need the catalog answer `unavailable` until ready.
   if (!cfg_.rpc_address.empty()) {
-    auto srv = std::make_unique<RpcServer>(*this, host_, cfg_.rpc_address);
+    auto srv = std::make_unique<RpcServer>(*this, host_, cfg_.rpc_address, cfg_.rpc_tls);
     if (auto r = srv->start(); !r.ok()) return fail(r.error());
     rpc_port_ = srv->port();
     rpc_ = std::move(srv);

@@ -1,4 +1,6 @@
 // RaftMetaConfig::from_host (raft_meta_store.h; the keys are documented in README.md).
+#include "cluster_auth.h"
+#include "rpc_tls.h"
 #include "raft_meta_store.h"
 #include "raft_meta_store_internal.h"
 
@@ -78,6 +80,16 @@ RaftMetaConfig RaftMetaConfig::from_host(const PluginHost& host) {
     throw std::invalid_argument("metadata.join needs metadata.rpc_address (members talk over it)");
   c.session_timeout =
       std::chrono::milliseconds(checked_unsigned(host, "broker.session_timeout_ms", 10000, 1));
+  // Members prove a shared secret to each other (docs/security.md "Raft members").
+  if (auto path = host.config_string("raft.cluster_secret_file", ""); !path.empty()) {
+    auto secret = load_cluster_secret(path);
+    if (!secret) throw std::invalid_argument(secret.error().message);
+    c.cluster_secret = std::move(*secret);
+  }
+  c.require_auth = host.config_bool("raft.require_auth", false);
+  c.rpc_tls = RpcTls::from_host(host);
+  if (c.require_auth && c.cluster_secret.empty())
+    throw std::invalid_argument("raft.require_auth=true needs raft.cluster_secret_file");
   return c;
 }
 

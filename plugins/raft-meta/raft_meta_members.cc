@@ -71,6 +71,7 @@ std::shared_ptr<MetadataStore> RaftMetaStore::leader_client() {
   rc.controllers = {leader->rpc_address};
   rc.timeout = cfg_.timeout;
   rc.forwarded = true;
+  rc.tls = cfg_.rpc_tls;
   auto c = std::make_shared<RemoteMetadataStore>(host_, rc);
   if (!c->start().ok()) return nullptr;
   fwd_pool_.push_back(c);
@@ -124,6 +125,7 @@ Result<MemberInfo> RaftMetaStore::announce(const std::vector<std::string>& via) 
   RemoteConfig rc;
   rc.controllers = via;
   rc.timeout = std::max(cfg_.timeout, cfg_.start_timeout);  // the join waits for catch-up
+  rc.tls = cfg_.rpc_tls;
   RemoteMetadataStore c(host_, rc);
   if (auto r = c.start(); !r.ok()) return r.error();
   return c.join_member(JoinRequest{host_.node_id(), cfg_.address, advertised_rpc_, cfg_.level});
@@ -178,7 +180,8 @@ Result<MembersView> RaftMetaStore::list_members() {
       m.joined_seq = rec.joined_seq;
     } else {
       m.role = "unreachable";
-      auto st = probe_member_status(rec.rpc_address, host_, std::chrono::milliseconds(1000));
+      auto st = probe_member_status(rec.rpc_address, host_, std::chrono::milliseconds(1000),
+                                    cfg_.rpc_tls);
       if (st.ok()) {
         m.role = st->role;
         m.held = st->held;

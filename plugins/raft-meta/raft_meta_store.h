@@ -49,6 +49,8 @@
 
 namespace sluice::raft_meta {
 
+class RpcTls;
+
 // Configuration read from the host (documented in README.md).
 struct RaftMetaConfig {
   std::string raft_dir;                        // raft.dir, default <data_dir>/raft
@@ -72,6 +74,11 @@ struct RaftMetaConfig {
   // metadata.join: controller RPC addresses of existing members. Set: a member with an
   // empty raft directory joins that group instead of bootstrapping its own.
   std::vector<std::string> join;
+  // raft.cluster_secret_file's secret (cluster_auth.h; never logged), and raft.require_auth.
+  std::string cluster_secret;
+  bool require_auth = false;
+  // metadata.rpc_tls.*: the controller RPC's TLS, server and clients alike; null: plain.
+  std::shared_ptr<RpcTls> rpc_tls;
   // Liveness clock (leader memory only; never reaches apply). Tests inject one.
   std::function<std::chrono::steady_clock::time_point()> clock;
   // Changes kept for watchers. Part of the replicated state's meaning, so it is not read

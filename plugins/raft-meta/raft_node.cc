@@ -359,8 +359,12 @@ struct RaftNode::Impl {
     // without a cluster id source (tests of a lone node), libraft's stock TCP transport.
     cluster_transport_ = static_cast<bool>(o.cluster_id);
     if (cluster_transport_) {
+      ClusterTransportOptions topts;
+      topts.secret = o.cluster_secret;
+      topts.require_auth = o.require_auth;
       rv = cluster_transport_init(&transport, &loop, o.cluster_id,
-                                  [n = node](LogLevel l, const std::string& m) { n->log(l, m); });
+                                  [n = node](LogLevel l, const std::string& m) { n->log(l, m); },
+                                  topts);
     } else {
       rv = raft_uv_tcp_init(&transport, &loop);
     }

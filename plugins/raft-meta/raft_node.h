@@ -60,6 +60,9 @@ struct RaftNodeOptions {
   // The cluster id every transport connection presents first (cluster_transport.h); read
   // on the raft thread. Empty function: libraft's stock TCP transport (no id).
   std::function<std::string()> cluster_id;
+  // The members' shared secret and whether to require it (ClusterTransportOptions).
+  std::string cluster_secret;
+  bool require_auth = false;
   std::function<void(LogLevel, const std::string&)> log;  // may be empty
 };
 

@@ -40,10 +40,16 @@
 namespace sluice::raft_meta {
 
 class RaftMetaStore;
+class RpcTls;
+namespace rpc {
+struct ByteStream;
+}
 
 class RpcServer {
  public:
-  RpcServer(RaftMetaStore& store, PluginHost& host, std::string address);
+  // `tls` null: plain TCP; else TLS with client certificates only (rpc_tls.h).
+  RpcServer(RaftMetaStore& store, PluginHost& host, std::string address,
+            std::shared_ptr<RpcTls> tls = nullptr);
   ~RpcServer();
   // Binds and starts serving. The bound port is port() (useful with port 0).
   Result<void> start();
@@ -51,13 +57,16 @@ class RpcServer {
   int port() const { return port_; }
 
  private:
+  // Connections served at once (each has a thread); more are closed at once, logged.
+  static constexpr std::size_t kMaxConnections = 1024;
   void accept_main();
-  void serve(int fd);
+  void serve(int fd, const std::string& from);  // `from`: the peer's ip:port
   std::string handle(const std::string& request, bool& close_after);
 
   RaftMetaStore& store_;
   PluginHost& host_;
   std::string address_;
+  std::shared_ptr<RpcTls> tls_;
   int listen_fd_ = -1;
   int wake_[2] = {-1, -1};
   int port_ = 0;
@@ -73,6 +82,8 @@ struct RemoteConfig {
   std::chrono::milliseconds timeout{10000};  // metadata.timeout_ms (socket timeouts)
   // Requests say they were forwarded by a member: the receiver does not forward them again.
   bool forwarded = false;
+  // metadata.rpc_tls.*: null for plain TCP (rpc_tls.h).
+  std::shared_ptr<RpcTls> tls;
   static RemoteConfig from_host(const PluginHost& host);
 };
 
@@ -120,6 +131,8 @@ class RemoteMetadataStore final : public MetadataStore {
   // the watch threads.
   struct Conn {
     int fd = -1;
+    std::unique_ptr<rpc::ByteStream> io;  // over fd: plain or TLS
+    Conn();
     ~Conn();
     void close();
   };
@@ -156,6 +169,7 @@ class RemoteMetadataStore final : public MetadataStore {
 
 // Asks the member at `rpc_address` for its own status (one short-lived connection).
 Result<MemberInfo> probe_member_status(const std::string& rpc_address, PluginHost& host,
-                                       std::chrono::milliseconds timeout);
+                                       std::chrono::milliseconds timeout,
+                                       std::shared_ptr<RpcTls> tls);
 
 }  // namespace sluice::raft_meta

@@ -15,6 +15,7 @@
 
 #include "rpc_socket.h"
 #include "rpc_codec.h"
+#include "rpc_tls.h"
 namespace sluice::raft_meta {
 
 namespace json = boost::json;
@@ -46,11 +47,14 @@ RemoteConfig RemoteConfig::from_host(const PluginHost& host) {
   std::int64_t t = host.config_int("metadata.timeout_ms", 10000);
   if (t < 1) throw std::invalid_argument("metadata.timeout_ms must be >= 1");
   c.timeout = std::chrono::milliseconds(t);
+  c.tls = RpcTls::from_host(host);
   return c;
 }
 
+RemoteMetadataStore::Conn::Conn() = default;
 RemoteMetadataStore::Conn::~Conn() { close(); }
 void RemoteMetadataStore::Conn::close() {
+  io.reset();  // a TLS stream says close_notify on the still-open socket
   if (fd >= 0) ::close(fd);
   fd = -1;
 }
@@ -81,6 +85,19 @@ bool RemoteMetadataStore::connect(Conn& c, std::string& why) {
     if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0) {
       // Long polls wait up to kMaxWaitMs on the server: allow for it.
       set_timeouts(fd, cfg_.timeout + std::chrono::milliseconds(kMaxWaitMs));
+      if (cfg_.tls) {
+        // The handshake waits at most metadata.timeout_ms.
+        auto s = cfg_.tls->connect(fd, cfg_.timeout);
+        if (!s) {
+          why = "controller RPC " + a + ": " + s.error().message;
+          host_.log(LogLevel::warn, "raft-meta-remote", why);
+          ::close(fd);
+          continue;
+        }
+        c.io = std::move(*s);
+      } else {
+        c.io = std::make_unique<rpc::PlainStream>(fd);
+      }
       c.fd = fd;
       return true;
     }
@@ -129,11 +146,11 @@ Result<std::string> RemoteMetadataStore::call_on(Conn& c, const std::string& met
     }
     if (c.fd < 0 && !connect(c, why)) break;
     std::string resp;
-    if (!write_frame(c.fd, body, &why)) {
+    if (!write_frame(*c.io, body, &why)) {
       c.close();
       continue;
     }
-    if (!read_frame(c.fd, resp, &why)) {
+    if (!read_frame(*c.io, resp, &why)) {
       c.close();
       if (resend_safe) continue;
       ready_ = false;
@@ -346,10 +363,12 @@ Result<MemberInfo> RemoteMetadataStore::member_status() {
 }
 
 Result<MemberInfo> probe_member_status(const std::string& rpc_address, PluginHost& host,
-                                       std::chrono::milliseconds timeout) {
+                                       std::chrono::milliseconds timeout,
+                                       std::shared_ptr<RpcTls> tls) {
   RemoteConfig rc;
   rc.controllers = {rpc_address};
   rc.timeout = timeout;
+  rc.tls = std::move(tls);
   RemoteMetadataStore c(host, rc);
   if (auto r = c.start(); !r.ok()) return r.error();
   return c.member_status();

@@ -112,13 +112,30 @@ Result<std::string> decode_response(std::string_view body, bool* malformed) {
   }
 }
 
-namespace {
-bool write_all(int fd, const char* p, std::size_t n, std::string* why) {
-  while (n > 0) {
-    ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL);
+long PlainStream::write_some(const char* p, std::size_t n, std::string* why) {
+  for (;;) {
+    ssize_t w = ::send(fd_, p, n, MSG_NOSIGNAL);
     if (w < 0 && errno == EINTR) continue;
+    if (w < 0 && why) *why = std::string("write: ") + std::strerror(errno);
+    return static_cast<long>(w);
+  }
+}
+
+long PlainStream::read_some(char* p, std::size_t n, std::string* why) {
+  for (;;) {
+    ssize_t r = ::recv(fd_, p, n, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 && why) *why = std::string("read: ") + std::strerror(errno);
+    return static_cast<long>(r);
+  }
+}
+
+namespace {
+bool write_all(ByteStream& s, const char* p, std::size_t n, std::string* why) {
+  while (n > 0) {
+    long w = s.write_some(p, n, why);
     if (w <= 0) {
-      if (why) *why = std::string("write: ") + (w < 0 ? std::strerror(errno) : "closed");
+      if (why && w == 0) *why = "write: closed";
       return false;
     }
     p += w;
@@ -126,15 +143,12 @@ bool write_all(int fd, const char* p, std::size_t n, std::string* why) {
   }
   return true;
 }
-bool read_all(int fd, char* p, std::size_t n, std::string* why, bool first) {
+bool read_all(ByteStream& s, char* p, std::size_t n, std::string* why, bool first) {
   std::size_t got = 0;
   while (got < n) {
-    ssize_t r = ::recv(fd, p + got, n - got, 0);
-    if (r < 0 && errno == EINTR) continue;
+    long r = s.read_some(p + got, n - got, why);
     if (r <= 0) {
-      if (why)
-        *why = r == 0 ? (first && got == 0 ? "closed" : "truncated frame")
-                      : std::string("read: ") + std::strerror(errno);
+      if (why && r == 0) *why = first && got == 0 ? "closed" : "truncated frame";
       return false;
     }
     got += static_cast<std::size_t>(r);
@@ -143,27 +157,37 @@ bool read_all(int fd, char* p, std::size_t n, std::string* why, bool first) {
 }
 }  // namespace
 
-bool write_frame(int fd, const std::string& body, std::string* why) {
+bool write_frame(ByteStream& s, const std::string& body, std::string* why) {
   if (body.size() > kMaxFrame) {
     if (why) *why = "frame too large";
     return false;
   }
   const auto h = encode_frame_header(static_cast<std::uint32_t>(body.size()));
-  return write_all(fd, reinterpret_cast<const char*>(h.data()), 4, why) &&
-         write_all(fd, body.data(), body.size(), why);
+  return write_all(s, reinterpret_cast<const char*>(h.data()), 4, why) &&
+         write_all(s, body.data(), body.size(), why);
 }
 
-bool read_frame(int fd, std::string& out, std::string* why) {
+bool read_frame(ByteStream& s, std::string& out, std::string* why) {
   unsigned char h[4];
-  if (!read_all(fd, reinterpret_cast<char*>(h), 4, why, true)) return false;
+  if (!read_all(s, reinterpret_cast<char*>(h), 4, why, true)) return false;
   const auto n = decode_frame_header(h, why);
   if (!n) return false;
   out.resize(*n);
-  if (!read_all(fd, out.data(), *n, why, false)) {
+  if (!read_all(s, out.data(), *n, why, false)) {
     if (why && *why == "closed") *why = "truncated frame";
     return false;
   }
   return true;
+}
+
+bool write_frame(int fd, const std::string& body, std::string* why) {
+  PlainStream s(fd);
+  return write_frame(s, body, why);
+}
+
+bool read_frame(int fd, std::string& out, std::string* why) {
+  PlainStream s(fd);
+  return read_frame(s, out, why);
 }
 
 }  // namespace sluice::raft_meta::rpc

@@ -74,9 +74,31 @@ Result<Request> decode_request(std::string_view body);
 // {...}} -> that error. Anything else sets `*malformed` and answers internal.
 Result<std::string> decode_response(std::string_view body, bool* malformed);
 
-// Frame I/O on a blocking socket. false: closed, error or timeout; `why` says which.
-bool write_frame(int fd, const std::string& json, std::string* why);
+// Bytes a frame travels over: a plain blocking socket, or TLS on one (rpc_tls.h).
+struct ByteStream {
+  virtual ~ByteStream() = default;
+  // Like send/recv on a blocking socket: > 0 bytes moved, 0 the peer closed, < 0 an error
+  // or a timeout, said in *why.
+  virtual long write_some(const char* p, std::size_t n, std::string* why) = 0;
+  virtual long read_some(char* p, std::size_t n, std::string* why) = 0;
+};
+// A plain socket (not owned).
+class PlainStream final : public ByteStream {
+ public:
+  explicit PlainStream(int fd) : fd_(fd) {}
+  long write_some(const char* p, std::size_t n, std::string* why) override;
+  long read_some(char* p, std::size_t n, std::string* why) override;
+
+ private:
+  int fd_;
+};
+
+// Frame I/O. false: closed, error or timeout; `why` says which.
+bool write_frame(ByteStream& s, const std::string& json, std::string* why);
 // Reads one frame; refuses a length above kMaxFrame (oversized) without reading the body.
+bool read_frame(ByteStream& s, std::string& out, std::string* why);
+// The same on a plain blocking socket.
+bool write_frame(int fd, const std::string& json, std::string* why);
 bool read_frame(int fd, std::string& out, std::string* why);
 
 }  // namespace sluice::raft_meta::rpc

@@ -13,10 +13,12 @@
 #include <boost/json.hpp>
 #include <cerrno>
 #include <cstring>
+#include <system_error>
 
 #include "raft_meta_store.h"
 #include "rpc_socket.h"
 #include "rpc_codec.h"
+#include "rpc_tls.h"
 namespace sluice::raft_meta {
 
 namespace json = boost::json;
@@ -24,6 +26,13 @@ using namespace rpc;
 using namespace rpc_socket;
 
 namespace {
+
+std::string peer_name(const sockaddr_in& sa) {
+  if (sa.sin_family != AF_INET) return "an unknown peer";
+  char ip[INET_ADDRSTRLEN] = {0};
+  inet_ntop(AF_INET, &sa.sin_addr, ip, sizeof ip);
+  return std::string(ip) + ":" + std::to_string(ntohs(sa.sin_port));
+}
 
 constexpr std::string_view kComponent = "raft-meta-rpc";
 
@@ -53,8 +62,9 @@ json::array to_array(const std::vector<T>& v) {
 
 // --- server ---------------------------------------------------------------------------------
 
-RpcServer::RpcServer(RaftMetaStore& store, PluginHost& host, std::string address)
-    : store_(store), host_(host), address_(std::move(address)) {}
+RpcServer::RpcServer(RaftMetaStore& store, PluginHost& host, std::string address,
+                     std::shared_ptr<RpcTls> tls)
+    : store_(store), host_(host), address_(std::move(address)), tls_(std::move(tls)) {}
 
 RpcServer::~RpcServer() { stop(); }
 
@@ -91,7 +101,9 @@ Result<void> RpcServer::start() {
     pthread_setname_np(pthread_self(), "meta-rpc-accept");
     accept_main();
   });
-  host_.log(LogLevel::info, kComponent, "serving the catalog on " + ip + ":" + std::to_string(port_));
+  host_.log(LogLevel::info, kComponent,
+            "serving the catalog on " + ip + ":" + std::to_string(port_) +
+                (tls_ ? " (TLS, client certificates required)" : ""));
   return {};
 }
 
@@ -123,34 +135,68 @@ void RpcServer::accept_main() {
     if (::poll(p, 2, -1) < 0 && errno != EINTR) return;
     if (stopping_) return;
     if (!(p[0].revents & POLLIN)) continue;
-    int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    sockaddr_in peer{};
+    socklen_t peer_len = sizeof peer;
+    int fd = ::accept4(listen_fd_, reinterpret_cast<sockaddr*>(&peer), &peer_len, SOCK_CLOEXEC);
     if (fd < 0) continue;
+    std::string from = peer_name(peer);
     std::lock_guard lk(mu_);
     // Reap finished connection threads.
     for (auto& t : finished_) t.join();
     finished_.clear();
-    conns_[fd] = std::thread([this, fd] {
-      pthread_setname_np(pthread_self(), "meta-rpc-conn");
-      serve(fd);
-    });
+    // A thread per connection, up to a bound: a flood of connections (authenticated or
+    // not) cannot exhaust the process's threads.
+    if (conns_.size() >= kMaxConnections) {
+      ::close(fd);
+      host_.log(LogLevel::warn, kComponent,
+                "refused a connection from " + from + ": already " +
+                    std::to_string(kMaxConnections) + " connections");
+      continue;
+    }
+    try {
+      std::thread t([this, fd, from] {
+        pthread_setname_np(pthread_self(), "meta-rpc-conn");
+        serve(fd, from);
+      });
+      conns_.emplace(fd, std::move(t));
+    } catch (const std::system_error& e) {
+      ::close(fd);
+      host_.log(LogLevel::warn, kComponent,
+                "refused a connection from " + from + ": no thread for it: " + e.what());
+    }
   }
 }
 
-void RpcServer::serve(int fd) {
+void RpcServer::serve(int fd, const std::string& from) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-  for (;;) {
+  std::unique_ptr<rpc::ByteStream> io;
+  if (tls_) {
+    // A client that never completes the handshake holds this thread for 10 s at most.
+    auto s = tls_->accept(fd, std::chrono::seconds(10));
+    if (!s) {
+      if (!stopping_) host_.log(LogLevel::warn, kComponent, "refused a connection from " +
+                                                                from + ": " +
+                                                                s.error().message);
+    } else {
+      io = std::move(*s);
+    }
+  } else {
+    io = std::make_unique<rpc::PlainStream>(fd);
+  }
+  for (; io;) {
     std::string req, why;
-    if (!read_frame(fd, req, &why)) {
+    if (!read_frame(*io, req, &why)) {
       if (why != "closed" && !stopping_)
         host_.log(LogLevel::warn, kComponent, "closing connection: " + why);
       break;
     }
     bool close_after = false;
     std::string resp = handle(req, close_after);
-    if (!write_frame(fd, resp, &why)) break;
+    if (!write_frame(*io, resp, &why)) break;
     if (close_after) break;
   }
+  io.reset();
   std::lock_guard lk(mu_);
   auto it = conns_.find(fd);
   ::close(fd);

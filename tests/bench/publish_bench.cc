@@ -106,6 +106,8 @@ void usage() {
                       which forwards it), then restart it and wait until it is in sync
                       again; prints p50 and max
   --session-timeout-ms MS  broker.session_timeout_ms of that run (default 3000)
+  --tls               publish throughput over HTTPS against plain HTTP, two sluiced of its
+                      own, alternating rounds (sluice-bench --tls --help)
   --restart GB        restart time to /readyz after a clean stop and after SIGKILL of a
                       node holding GB GiB instead (issue 12; sluice-bench --restart 1 --help)
   --cache             cache puts and gets per second (1 and 16 clients) and Redis SET under
@@ -157,10 +159,15 @@ HttpTarget parse_url(const std::string& url) {
 }  // namespace
 
 int run_restart_bench(int argc, char** argv);  // restart_bench.cc
+namespace sluice_bench {
+int run_tls_bench(int argc, char** argv);  // tls_bench.cc
+}
 
 int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i)
     if (std::string(argv[i]) == "--restart") return run_restart_bench(argc, argv);
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--tls") return sluice_bench::run_tls_bench(argc, argv);
   for (int i = 1; i < argc; ++i)
     if (std::string(argv[i]) == "--cache") return sluice_bench::run_cache_bench(argc, argv);
   Options o;

@@ -64,7 +64,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (a.progress == ReadProgress::complete) {
     FUZZ_CHECK(h1.server_id() != 0 && is_printable_ascii(h1.address()));
     FUZZ_CHECK(h1.cluster_id().size() <= kMaxHandshakeClusterIdLen);
-    FUZZ_CHECK(encode_cluster_hello(h1.cluster_id(), h1.server_id(), h1.address()) == in.substr(0, a.have));
+    const AuthNonce nonce = h1.nonce();
+    FUZZ_CHECK(encode_cluster_hello(h1.cluster_id(), h1.server_id(), h1.address(),
+                                    h1.version() == 2 ? &nonce : nullptr) == in.substr(0, a.have));
     (void)judge_hello(h1.cluster_id(), h1.address());
     (void)judge_hello(h1.address(), h1.cluster_id());
     FUZZ_CHECK(judge_hello(h1.cluster_id(), h1.cluster_id()) ==
@@ -79,6 +81,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const auto v = judge_answer(r1.status(), r1.cluster_id(), r1.cluster_id());
     FUZZ_CHECK((r1.status() == HandshakeStatus::ok) == (v == AnswerVerdict::accept));
     FUZZ_CHECK(!printable(r1.cluster_id()).empty());
+  }
+
+  // The answer to a hello2 (with the acceptor's nonce and proof when auth is 1).
+  AnswerReader v1(2), v2(2);
+  const Outcome c = feed(v1, in, seed, AnswerReader::kMaxSize);
+  FUZZ_CHECK(feed(v2, in, 0, AnswerReader::kMaxSize) == c);
+  if (c.progress == ReadProgress::complete) {
+    const AnswerAuth auth = v1.auth();
+    FUZZ_CHECK(encode_cluster_answer_v2(v1.status(), v1.cluster_id(),
+                                        v1.authenticated() ? &auth : nullptr) == in.substr(0, c.have));
   }
   return 0;
 }

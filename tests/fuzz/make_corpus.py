@@ -52,6 +52,15 @@ def raft_answer(status, cid):
     return b"SLRAFT01" + struct.pack("<II", status, len(cid)) + cid
 
 
+def raft_hello2(cid, sid, addr, nonce):
+    return b"SLRAFT02" + raft_hello(cid, sid, addr)[8:] + nonce
+
+
+def raft_answer2(status, cid, auth):
+    out = b"SLRAFT02" + struct.pack("<II", status, len(cid)) + cid
+    return out + (b"\x01" + auth if auth else b"\x00")
+
+
 def peer_frame(flags, typ, rid, payload):
     return struct.pack("<BBHQI", 0xC5, 0x10 | flags, typ, rid, len(payload)) + payload
 
@@ -115,7 +124,10 @@ CORPUS = {
         "answer_ok": b"\x03" + raft_answer(0, b"cluster-1"),
         "answer_unknown": b"\x01" + raft_answer(2, b""),
         "hello_bad_address": b"\x05" + raft_hello(b"c", 1, b"a b"),
-        "bad_magic": b"\x00SLRAFT02",
+        "bad_magic": b"\x00SLRAFT03",
+        "hello2": b"\x02" + raft_hello2(b"cluster-1", 3, b"127.0.0.1:9003", bytes(range(32))),
+        "answer2_auth": b"\x04" + raft_answer2(0, b"cluster-1", bytes(range(64))),
+        "answer2_plain": b"\x06" + raft_answer2(3, b"cluster-1", None),
     },
     "peer_frame": {
         "hello": peer_frame(0, 0, 0, peer_hello(1, b"cluster-1", b"dir-1")),

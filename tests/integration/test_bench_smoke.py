@@ -50,5 +50,24 @@ class BenchSmoke(unittest.TestCase):
             self.assertEqual(m.group(3), m.group(4), "every published record reaches the subscriber: " + out)
             self.assertLessEqual(float(m.group(1)), float(m.group(2)))
 
+    def test_tls_comparison_runs_in_rounds_without_failures(self):
+        """--tls: HTTP and HTTPS nodes of its own, alternating rounds, both totals and the ratio."""
+        with tempfile.TemporaryDirectory(prefix="sluice-bench-smoke-") as d:
+            p = subprocess.run([BENCH, "--tls", "--seconds", "2", "--rounds", "2", "--connections", "2",
+                                "--dir", d],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600)
+            out = p.stdout
+            self.assertEqual(p.returncode, 0, out[-3000:] + p.stderr[-3000:])
+            rounds = re.findall(r"round +(\d+): HTTP +(\d+) rec/s, HTTPS +(\d+) rec/s", out)
+            self.assertEqual([r[0] for r in rounds], ["1", "2"], out)
+            for _, plain, tls in rounds:
+                self.assertGreater(int(plain), 0, out)
+                self.assertGreater(int(tls), 0, out)
+            failed = re.findall(r"^  (HTTP|HTTPS) .* failed (\d+)", out, re.M)
+            self.assertEqual(sorted(failed), [("HTTP", "0"), ("HTTPS", "0")], out)
+            self.assertRegex(out, r"HTTPS / HTTP +\d+\.\d\d")
+            left = subprocess.run(["pgrep", "-f", "data.dir=" + d], stdout=subprocess.PIPE, text=True)
+            self.assertEqual(left.stdout.strip(), "", "sluiced processes left running")
+
 if __name__ == "__main__":
     unittest.main()

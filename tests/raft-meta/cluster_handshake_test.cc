@@ -108,8 +108,8 @@ TEST(ClusterHandshake, AnswerReaderReadsStatusAndId) {
 
   const std::string magic = "SLRAFT01";
   AnswerReader bad_status;
-  EXPECT_EQ(feed(bad_status, magic + le32(3) + le32(0), 5000, &used), ReadProgress::malformed);
-  EXPECT_EQ(bad_status.reason(), "unknown answer status 3");
+  EXPECT_EQ(feed(bad_status, magic + le32(4) + le32(0), 5000, &used), ReadProgress::malformed);
+  EXPECT_EQ(bad_status.reason(), "unknown answer status 4");
   AnswerReader long_id;
   EXPECT_EQ(feed(long_id, magic + le32(0) + le32(65), 5000, &used), ReadProgress::malformed);
   EXPECT_EQ(long_id.reason(), "answer cluster id length 65 exceeds 64");
