@@ -9,6 +9,7 @@
 #include <Poco/Net/HTTPResponse.h>
 #include <Poco/Net/NetException.h>
 #include <Poco/Net/Socket.h>
+#include <Poco/String.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -143,6 +144,7 @@ Response Client::call(const std::string& method, const std::string& path, const 
       Response out;
       out.status = res.getStatus();
       out.content_type = res.getContentType();
+      for (const auto& [k, v] : res) out.headers.emplace_back(k, v);
       std::ostringstream ss;
       ss << is.rdbuf();
       out.body = ss.str();
@@ -162,6 +164,12 @@ Response Client::call(const std::string& method, const std::string& path, const 
       std::exit(1);
     }
   }
+}
+
+std::string Response::header(const std::string& name) const {
+  for (const auto& [k, v] : headers)
+    if (Poco::icompare(k, name) == 0) return v;
+  return "";
 }
 
 json::value Client::call_ok(const std::string& method, const std::string& path, const std::string& body,

@@ -15,6 +15,8 @@
 
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace Poco::Net {
 class HTTPClientSession;
@@ -26,6 +28,9 @@ struct Response {
   int status = 0;
   std::string body;
   std::string content_type;
+  std::vector<std::pair<std::string, std::string>> headers;  // as received
+  // The value of header `name` (case-insensitive), or "".
+  std::string header(const std::string& name) const;
 };
 
 // Whether a call may be sent again after the connection failed.

@@ -5,6 +5,7 @@
 //   fleet.cc    cluster, feature, brokers, tombstones, members
 //   reassign.cc stream reassign, broker drain
 //   token.cc    token hash (no node involved)
+//   caches.cc   cache create, drop, and its keys
 // Each takes the words after its name, parses them (command_line.h) before it sends
 // anything, and returns the exit status (0; usage errors exit 2, failures exit 1).
 #pragma once
@@ -36,6 +37,7 @@ int cmd_members(Client& c, const Words& words);
 int cmd_broker(Client& c, const Words& words);    // reassign.cc: broker drain
 int reassign(Client& c, const Words& words);      // reassign.cc: stream reassign
 int cmd_token(const Words& words);                // token.cc: token hash (offline)
+int cmd_cache(Client& c, const Words& words);
 
 // One JSON value on one line of standard output.
 void print_json(const boost::json::value& v);

@@ -67,6 +67,11 @@ HttpConfig HttpConfig::from_host(const PluginHost& h) {
         "refusing to serve the HTTP API on " + c.address +
         " without authentication: anyone who reaches it could delete every tenant. Set auth.enabled = "
         "true with auth.tokens_file, or auth.allow_insecure = true to accept the risk (docs/security.md)");
+  c.cache_max_value_bytes = static_cast<std::size_t>(
+      ranged(h, "cache.max_value_bytes", 1 << 20, 1, 64 << 20));
+  c.cache_max_key_bytes = static_cast<std::size_t>(ranged(h, "cache.max_key_bytes", 512, 1, 4096));
+  c.cache_shards = static_cast<std::uint32_t>(ranged(h, "cache.shards", 4, 1, 1024));
+  c.cache_threads = static_cast<unsigned>(ranged(h, "cache.threads", 16, 1, 256));
   c.tls.cert_file = h.config_string("tls.cert_file", "");
   c.tls.key_file = h.config_string("tls.key_file", "");
   c.tls.client_ca_file = h.config_string("tls.client_ca_file", "");

@@ -44,6 +44,11 @@ struct HttpConfig {
   std::chrono::milliseconds ws_idle_timeout{60000};   // nothing received (not even a pong)
   std::chrono::milliseconds ws_stall_timeout{30000};  // no credit / a write pending this long
   std::size_t ws_send_buffer_bytes = 1u << 20;        // frames queued per subscription
+  // Caches (docs/api.md "Caches"): limits and the backing stream's shape.
+  std::size_t cache_max_value_bytes = 1u << 20;  // cache.max_value_bytes
+  std::size_t cache_max_key_bytes = 512;         // cache.max_key_bytes
+  std::uint32_t cache_shards = 4;                // cache.shards
+  unsigned cache_threads = 16;                   // cache.threads
   // tls.*: with a certificate the listener speaks HTTPS only (docs/security.md "TLS").
   TlsFiles tls;
 

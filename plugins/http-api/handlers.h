@@ -61,9 +61,14 @@ void respond_blocking(const std::shared_ptr<Exchange>& ex, Fn fn);
 // GET/POST /v1/metadata/members, DELETE /v1/metadata/members/{id}
 void handle_members(Node& node, const std::shared_ptr<Exchange>& ex, const std::vector<std::string>& seg,
                     std::string_view method, std::string_view body);
-// GET/POST {ns}/caches, GET/DELETE {ns}/caches/{c}
-void handle_caches(Node& node, const std::shared_ptr<Exchange>& ex, const std::vector<std::string>& seg,
-                   std::string_view method, std::string_view body);
+// GET/POST {ns}/caches, GET/DELETE {ns}/caches/{c}. A create also creates the cache's
+// backing stream, a delete deletes it (cache_store.h).
+class CacheStore;
+void handle_caches(Node& node, CacheStore& store, const std::shared_ptr<Exchange>& ex,
+                   const std::vector<std::string>& seg, std::string_view method, std::string_view body);
+// {ns}/caches/{c}/keys[/{k}] (cache.cc)
+void handle_cache_keys(CacheStore& store, const std::shared_ptr<Exchange>& ex, const std::vector<std::string>& seg,
+                       const Target& target);
 
 // docs/openapi.yaml, compiled in (embed_openapi.cmake).
 std::string_view openapi_document();

@@ -22,6 +22,7 @@
 #include <boost/json/object.hpp>
 #include <boost/json/value_from.hpp>
 
+#include "cache_store.h"
 #include "codec.h"
 #include "handlers.h"
 #include "problem.h"
@@ -174,8 +175,8 @@ void handle_members(Node& node, const std::shared_ptr<Exchange>& ex, const std::
   });
 }
 
-void handle_caches(Node& node, const std::shared_ptr<Exchange>& ex, const std::vector<std::string>& seg,
-                   std::string_view method, std::string_view body) {
+void handle_caches(Node& node, CacheStore& store, const std::shared_ptr<Exchange>& ex,
+                   const std::vector<std::string>& seg, std::string_view method, std::string_view body) {
   const std::string t = seg[2], n = seg[4];
   if (seg.size() == 6 && method == "GET") {
     return respond_blocking(ex, [&node, t, n]() -> HttpResponse {
@@ -192,9 +193,12 @@ void handle_caches(Node& node, const std::shared_ptr<Exchange>& ex, const std::v
     auto b = cache_body(body);
     if (!b) return ex->respond(problem(b.error()));
     StreamKey key{t, n, std::move(b->first)};
-    return respond_blocking(ex, [&node, key = std::move(key), spec = b->second]() -> HttpResponse {
+    return respond_blocking(ex, [&node, &store, key = std::move(key), spec = b->second]() -> HttpResponse {
       auto r = node.catalog().create_cache(key, spec);
-      return r ? json_response(201, cache_json(*r)) : problem(r.error());
+      if (!r) return problem(r.error());
+      // The first write creates it if this fails (or a crash comes first).
+      (void)store.ensure_backing(*r);
+      return json_response(201, cache_json(*r));
     });
   }
   StreamKey key{t, n, seg[6]};
@@ -203,9 +207,13 @@ void handle_caches(Node& node, const std::shared_ptr<Exchange>& ex, const std::v
       auto r = node.catalog().get_cache(key);
       return r ? json_response(200, cache_json(*r)) : problem(r.error());
     });
-  respond_blocking(ex, [&node, key = std::move(key)]() -> HttpResponse {
+  respond_blocking(ex, [&node, &store, key = std::move(key)]() -> HttpResponse {
     auto r = node.catalog().delete_cache(key);
-    return r ? json_response(200, cache_json(*r)) : problem(r.error());
+    if (!r) return problem(r.error());
+    // Left behind only by a failure here; a recreated cache never adopts it (its
+    // created_seq is older than the cache's, cache_store.cc ensure_backing).
+    (void)store.delete_backing(*r);
+    return json_response(200, cache_json(*r));
   });
 }
 

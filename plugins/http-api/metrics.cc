@@ -1,5 +1,7 @@
 #include "metrics.h"
 
+#include "cache_store.h"
+
 #include "quotas.h"
 #include "sluice/metrics_text.h"
 
@@ -42,6 +44,10 @@ std::string HttpMetrics::render() const {
   w.single("sluice_http_quota_rejections_total",
            "Publishes answered 429 quota_exceeded (quota.publish_bytes_per_s, per tenant on this broker).",
            MetricType::counter, quotas_ ? quotas_->rejections() : 0);
+  w.single("sluice_cache_indexed_shards",
+           "Backing-stream shards this broker holds a cache index for (docs/api.md \"Caches (keys)\"); a "
+           "deleted cache's go when the change feed reports its backing stream's delete.",
+           MetricType::gauge, cache_ ? cache_->indexed_shards() : 0);
   w.single("sluice_http_received_bytes_total", "Request bytes read (headers and body).", MetricType::counter,
            bytes_in_.load());
   w.single("sluice_http_sent_bytes_total", "Response bytes written (headers and body).", MetricType::counter,

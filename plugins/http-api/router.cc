@@ -85,6 +85,8 @@ Result<std::pair<std::string, StreamSpec>> stream_body(std::string_view body,
   if (!n->is_string()) return Error(Errc::invalid_argument, "field \"name\" must be a string");
   std::string name(n->get_string().data(), n->get_string().size());
   if (auto r = validate_name(NameKind::stream, name); !r) return r.error();
+  if (reserved_stream_name(name))
+    return Error(Errc::invalid_name, "stream names starting with '__' are reserved (they back caches)");
   StreamSpec spec;
   spec.replication_factor = default_replication_factor;
   if (const auto* s = o.if_contains("shards")) {
@@ -297,6 +299,19 @@ void Router::dispatch(const std::shared_ptr<Exchange>& ex) {
       return;
     }
   }
+  // Streams named "__..." back caches (cache_codec.h): no data route reaches them. The
+  // operator's routes do (describe, delete, shards, leader move, election, reassignment):
+  // a cache's shards are repaired like any stream's.
+  if (tenant_path && seg.size() > 6 && seg[5] == "streams" && reserved_stream_name(seg[6])) {
+    const Route r = def->route;
+    if (r != Route::stream && r != Route::shards && r != Route::shard_leader && r != Route::shard_elect &&
+        r != Route::shard_reassign) {
+      ex->respond(problem(Error(Errc::invalid_name,
+                                "stream names starting with '__' are reserved: they back caches, whose "
+                                "keys are served under {ns}/caches/{c}/keys")));
+      return;
+    }
+  }
   const bool get = req.method == "GET";
   Node& node = node_;
   switch (def->route) {
@@ -412,7 +427,8 @@ void Router::dispatch(const std::shared_ptr<Exchange>& ex) {
           auto r = node.catalog().list_streams(t, n);
           if (!r) return problem(r.error());
           json::array a;
-          for (auto& s : *r) a.push_back(stream_json(s));
+          for (auto& s : *r)
+            if (!reserved_stream_name(s.key.name)) a.push_back(stream_json(s));
           json::object o;
           o["streams"] = std::move(a);
           return json_response(200, o);
@@ -511,7 +527,10 @@ void Router::dispatch(const std::shared_ptr<Exchange>& ex) {
       handle_members(node, ex, seg, req.method, req.body);
       return;
     case Route::caches:
-      handle_caches(node, ex, seg, req.method, req.body);
+      handle_caches(node, cache_, ex, seg, req.method, req.body);
+      return;
+    case Route::cache_keys:
+      handle_cache_keys(cache_, ex, seg, *target);
       return;
   }
 }

@@ -18,6 +18,7 @@
 #include <memory>
 
 #include "auth.h"
+#include "cache_store.h"
 #include "config.h"
 #include "http_types.h"
 #include "metrics.h"
@@ -36,9 +37,14 @@ class Router {
         cfg_(cfg),
         tokens_(tokens),
         waiters_(cfg.max_waiters_per_shard),
-        quotas_(cfg.publish_bytes_per_s) {
+        quotas_(cfg.publish_bytes_per_s),
+        cache_(node, CacheConfig{cfg.cache_max_value_bytes, cfg.cache_max_key_bytes, cfg.cache_shards,
+                                 cfg.cache_threads, cfg.default_replication_factor}) {
     metrics_.set_quotas(&quotas_);
+    metrics_.set_cache(&cache_);
   }
+  // Stops the cache pool (queued cache requests are dropped, running ones finish).
+  void stop() { cache_.stop(); }
   // Answers through ex->respond(), exactly once (unless the server stops first).
   void handle(const std::shared_ptr<Exchange>& ex);
 
@@ -51,6 +57,7 @@ class Router {
   const TokenStore* tokens_;
   ShardWaiters waiters_;
   PublishQuotas quotas_;
+  CacheStore cache_;
 };
 
 }  // namespace sluice::http_api

@@ -29,6 +29,10 @@ std::optional<RouteDef> match_route(const std::vector<std::string>& s) {
   if (n == 5) return RouteDef{Route::namespace_, "{ns}", "GET, DELETE"};
   if (n == 6 && s[5] == "caches") return RouteDef{Route::caches, "{ns}/caches", "GET, POST"};
   if (n == 7 && s[5] == "caches") return RouteDef{Route::caches, "{ns}/caches/{c}", "GET, DELETE"};
+  if (n == 8 && s[5] == "caches" && s[7] == "keys")
+    return RouteDef{Route::cache_keys, "{ns}/caches/{c}/keys", "GET"};
+  if (n == 9 && s[5] == "caches" && s[7] == "keys")
+    return RouteDef{Route::cache_keys, "{ns}/caches/{c}/keys/{k}", "GET, PUT, DELETE"};
   if (s[5] != "streams") return std::nullopt;
   if (n == 6) return RouteDef{Route::streams, "{ns}/streams", "GET, POST"};
   if (n == 7) return RouteDef{Route::stream, "{ns}/streams/{s}", "GET, DELETE"};

@@ -638,6 +638,7 @@ void HttpServer::Impl::teardown() {
     pool->stop();
     pool->join();
   }
+  if (router) router->stop();
   accept_backoff.reset();
   acceptor.reset();
   {

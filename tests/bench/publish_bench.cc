@@ -57,6 +57,7 @@
 #include "publish_bench.h"
 #include "json_phase.h"
 #include "low_load.h"
+#include "cache_bench.h"
 #include "ws_latency.h"
 
 namespace fs = std::filesystem;
@@ -109,6 +110,8 @@ void usage() {
                       own, alternating rounds (sluice-bench --tls --help)
   --restart GB        restart time to /readyz after a clean stop and after SIGKILL of a
                       node holding GB GiB instead (issue 12; sluice-bench --restart 1 --help)
+  --cache             cache puts and gets per second (1 and 16 clients) and Redis SET under
+                      appendfsync always, with the ratio (issue 13; sluice-bench --cache --help)
 
 Everything it starts is stopped at the end, also on failure or Ctrl-C (SIGTERM, then
 SIGKILL after 20 s; 10 s on a signal). Progress goes to stderr, figures to stdout.
@@ -165,6 +168,8 @@ int main(int argc, char** argv) {
     if (std::string(argv[i]) == "--restart") return run_restart_bench(argc, argv);
   for (int i = 1; i < argc; ++i)
     if (std::string(argv[i]) == "--tls") return sluice_bench::run_tls_bench(argc, argv);
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--cache") return sluice_bench::run_cache_bench(argc, argv);
   Options o;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];

@@ -1,0 +1,96 @@
+#include "cache_codec.h"
+
+#include <cstring>
+
+#include "sluice/hash.h"
+#include "sluice/names.h"
+
+namespace sluice::http_api {
+
+namespace {
+void put_u64(std::string& out, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+std::uint64_t get_u64(const char* p) {
+  std::uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(p[i]);
+  return v;
+}
+}  // namespace
+
+std::string backing_stream_name(std::string_view cache_name, Incarnation incarnation, ChangeSeq created_seq) {
+  std::string head =
+      "__cache." + std::to_string(incarnation.value()) + "." + std::to_string(created_seq.value()) + ".";
+  if (head.size() + 2 + cache_name.size() <= kMaxNameBytes) return head + "n." + std::string(cache_name);
+  static const char* hex = "0123456789abcdef";
+  std::uint64_t h = fnv1a64(cache_name);
+  std::string out = head + "h.";
+  for (int i = 15; i >= 0; --i) out.push_back(hex[(h >> (4 * i)) & 15]);
+  return out;
+}
+
+Result<void> validate_cache_key(std::string_view key, std::size_t max_bytes) {
+  if (key.empty()) return Error(Errc::invalid_argument, "cache key is empty");
+  if (key.size() > max_bytes)
+    return Error(Errc::invalid_argument, "cache key is " + std::to_string(key.size()) +
+                                             " bytes; the limit is " + std::to_string(max_bytes) +
+                                             " (cache.max_key_bytes)");
+  for (std::size_t i = 0; i < key.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(key[i]);
+    if (c < 0x21 || c > 0x7e) {
+      static const char* hex = "0123456789abcdef";
+      return Error(Errc::invalid_argument, std::string("cache key has byte 0x") + hex[c >> 4] + hex[c & 15] +
+                                               " at position " + std::to_string(i) +
+                                               "; keys are visible ASCII (0x21..0x7e)");
+    }
+  }
+  return {};
+}
+
+std::string encode_cache_record(const CacheRecord& r) {
+  std::string out;
+  out.reserve(kCacheRecordHeader + r.value.size());
+  out.push_back(static_cast<char>(r.op));
+  put_u64(out, r.nonce);
+  put_u64(out, static_cast<std::uint64_t>(r.expires_at_ms));
+  out.append(r.value);
+  return out;
+}
+
+std::optional<CacheRecord> decode_cache_record(std::string_view b) {
+  if (b.size() < kCacheRecordHeader) return std::nullopt;
+  CacheRecord r;
+  const auto op = static_cast<std::uint8_t>(b[0]);
+  if (op != 1 && op != 2) return std::nullopt;
+  r.op = static_cast<CacheRecord::Op>(op);
+  r.nonce = get_u64(b.data() + 1);
+  r.expires_at_ms = static_cast<std::int64_t>(get_u64(b.data() + 9));
+  r.value = b.substr(kCacheRecordHeader);
+  if (r.op == CacheRecord::Op::del && !r.value.empty()) return std::nullopt;
+  return r;
+}
+
+void CacheIndex::apply(std::string_view key, const CacheRecord& r, std::uint64_t offset, std::int64_t now_ms) {
+  auto it = map_.find(key);
+  const bool expired = r.expires_at_ms >= 0 && r.expires_at_ms <= now_ms;
+  if (r.op == CacheRecord::Op::del || expired) {
+    if (it != map_.end()) map_.erase(it);
+    return;
+  }
+  if (it == map_.end()) it = map_.emplace(std::string(key), CacheEntry{}).first;
+  it->second.revision = offset + 1;
+  it->second.expires_at_ms = r.expires_at_ms;
+  it->second.value.assign(r.value);
+}
+
+const CacheEntry* CacheIndex::find(std::string_view key, std::int64_t now_ms) {
+  auto it = map_.find(key);
+  if (it == map_.end()) return nullptr;
+  if (it->second.expired(now_ms)) {
+    map_.erase(it);
+    return nullptr;
+  }
+  return &it->second;
+}
+
+}  // namespace sluice::http_api

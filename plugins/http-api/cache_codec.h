@@ -1,0 +1,95 @@
+// Caches (docs/api.md "Caches"): the pure parts of the data plane, shared by the store
+// (cache_store.h) and its unit tests.
+//
+// A cache incarnation's entries live in a hidden backing stream (backing_stream_name), one
+// record per write: the record key is the cache key, the record value an encoded
+// CacheRecord. Revisions are the record's shard offset + 1.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "sluice/error.h"
+#include "sluice/types.h"
+
+namespace sluice::http_api {
+
+// Names starting with this are reserved for backing streams: the API refuses to create,
+// show or touch them (docs/api.md "Names").
+inline constexpr std::string_view kReservedPrefix = "__";
+inline bool reserved_stream_name(std::string_view name) { return name.substr(0, 2) == kReservedPrefix; }
+
+// "__cache.<incarnation>.<created_seq>.n.<name>", or with "h.<fnv1a64 hex of name>" in place
+// of "n.<name>" when that would pass kMaxNameBytes. Passes validate_name(NameKind::stream).
+// The create's change sequence makes it unique per create even before the fleet feature
+// cache_incarnations is finalized (every create then stores incarnation 0).
+std::string backing_stream_name(std::string_view cache_name, Incarnation incarnation, ChangeSeq created_seq);
+
+// A cache key: 1..max_bytes bytes, each visible ASCII (0x21..0x7e). invalid_argument
+// naming the problem otherwise (never echoing a raw control byte).
+Result<void> validate_cache_key(std::string_view key, std::size_t max_bytes);
+
+// One write as stored in the backing stream's record value:
+//   byte 0      op: 1 put, 2 delete
+//   bytes 1..8  nonce (u64 LE): tells the writer its record from another broker's
+//   bytes 9..16 expires_at_ms (i64 LE, absolute, the accepting broker's clock; -1 none)
+//   bytes 17..  the value (put only)
+struct CacheRecord {
+  enum class Op : std::uint8_t { put = 1, del = 2 };
+  Op op = Op::put;
+  std::uint64_t nonce = 0;
+  std::int64_t expires_at_ms = -1;
+  std::string_view value;
+};
+inline constexpr std::size_t kCacheRecordHeader = 17;
+std::string encode_cache_record(const CacheRecord& r);
+// nullopt when `bytes` is not a CacheRecord (too short, unknown op, delete with a value).
+std::optional<CacheRecord> decode_cache_record(std::string_view bytes);
+
+// One shard's live entries. Expired entries are dropped when met (expiry is absolute, so
+// an expired entry can never become live again).
+struct CacheEntry {
+  std::uint64_t revision = 0;     // offset + 1
+  std::int64_t expires_at_ms = -1;
+  std::string value;
+  bool expired(std::int64_t now_ms) const { return expires_at_ms >= 0 && expires_at_ms <= now_ms; }
+};
+class CacheIndex {
+ public:
+  // Applies the record at `offset` (already decoded).
+  void apply(std::string_view key, const CacheRecord& r, std::uint64_t offset, std::int64_t now_ms);
+  // The live entry of `key`, or null (an expired one is erased).
+  const CacheEntry* find(std::string_view key, std::int64_t now_ms);
+  // Up to `limit` live keys >= `from` (and > `after` if not empty) starting with `prefix`,
+  // in order, appended to `out` with their entries. Returns true if more may follow.
+  template <class Fn>
+  bool scan(std::string_view prefix, std::string_view after, std::size_t limit, std::int64_t now_ms, Fn&& fn);
+  std::size_t size() const { return map_.size(); }
+  void clear() { map_.clear(); }
+
+ private:
+  std::map<std::string, CacheEntry, std::less<>> map_;
+};
+
+template <class Fn>
+bool CacheIndex::scan(std::string_view prefix, std::string_view after, std::size_t limit, std::int64_t now_ms,
+                      Fn&& fn) {
+  auto it = after.empty() || after < prefix ? map_.lower_bound(prefix) : map_.upper_bound(after);
+  std::size_t n = 0;
+  while (it != map_.end() && std::string_view(it->first).substr(0, prefix.size()) == prefix) {
+    if (it->second.expired(now_ms)) {
+      it = map_.erase(it);
+      continue;
+    }
+    if (n == limit) return true;
+    fn(it->first, it->second);
+    ++n;
+    ++it;
+  }
+  return false;
+}
+
+}  // namespace sluice::http_api

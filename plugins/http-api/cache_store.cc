@@ -1,0 +1,510 @@
+#include "cache_store.h"
+
+#include <algorithm>
+#include <chrono>
+#include <future>
+#include <random>
+
+#include "sluice/catalog_rules.h"
+#include "sluice/hash.h"
+#include "sluice/record_batch.h"
+
+namespace sluice::http_api {
+
+namespace {
+
+std::int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string shard_id(const StreamKey& k, ShardIndex s) {
+  return k.tenant + "/" + k.ns + "/" + k.name + "/" + std::to_string(s.value());
+}
+
+// A write that keeps losing its sequence to other brokers' writes gives up after this
+// many rounds (each round is one append that another write won).
+constexpr int kMaxWriteRounds = 64;
+// One group commit takes at most this much of a shard's queue.
+constexpr std::size_t kMaxBatchRecords = 512;
+constexpr std::size_t kMaxBatchBytes = 4u << 20;
+constexpr auto kVisibleWait = std::chrono::seconds(30);
+// A write whose append fails with a transient error (nothing written) is tried again
+// every kTransientPause for up to kTransientRetry.
+constexpr auto kTransientPause = std::chrono::milliseconds(50);
+constexpr auto kTransientRetry = std::chrono::seconds(10);
+constexpr auto kBackingWait = std::chrono::seconds(10);
+
+}  // namespace
+
+CacheStore::CacheStore(Node& node, CacheConfig cfg) : node_(node), cfg_(cfg) {
+  std::random_device rd;
+  nonce_base_ = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
+  for (unsigned i = 0; i < cfg_.threads; ++i) threads_.emplace_back([this] { run(); });
+}
+
+CacheStore::~CacheStore() { stop(); }
+
+void CacheStore::stop() {
+  {
+    std::lock_guard lk(mu_);
+    stopping_ = true;
+  }
+  std::unique_ptr<WatchHandle> w;
+  {
+    std::lock_guard lk(memo_mu_);
+    w = std::move(watch_);
+    watch_ok_ = false;
+    memo_.clear();
+  }
+  w.reset();  // outside memo_mu_: the watch's callbacks take it
+  cv_.notify_all();
+  for (auto& t : threads_)
+    if (t.joinable()) t.join();
+  threads_.clear();
+}
+
+void CacheStore::submit(std::function<void()> fn) {
+  {
+    std::lock_guard lk(mu_);
+    if (stopping_) return;
+    queue_.push_back(std::move(fn));
+  }
+  cv_.notify_one();
+}
+
+void CacheStore::run() {
+  for (;;) {
+    std::function<void()> fn;
+    {
+      std::unique_lock lk(mu_);
+      cv_.wait(lk, [&] { return stopping_ || !queue_.empty(); });
+      if (stopping_) return;  // queued requests are dropped; the server is stopping
+      fn = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    fn();
+  }
+}
+
+std::shared_ptr<CacheStore::Shard> CacheStore::shard(const StreamKey& backing, ShardIndex s) {
+  const std::string id = shard_id(backing, s);
+  std::lock_guard lk(mu_);
+  auto& p = shards_[id];
+  if (!p) p = std::make_shared<Shard>();
+  return p;
+}
+
+ShardIndex CacheStore::shard_of(std::string_view key, const StreamInfo& backing) const {
+  return ShardIndex{static_cast<std::uint32_t>(fnv1a64(key) % std::max<std::uint32_t>(1, backing.spec.shards))};
+}
+
+Result<StreamInfo> CacheStore::ensure_backing(const CacheInfo& ci) {
+  const StreamKey bk{ci.key.tenant, ci.key.ns, backing_stream_name(ci.key.name, ci.incarnation, ci.created_seq)};
+  const auto deadline = std::chrono::steady_clock::now() + kBackingWait;
+  bool created = false;
+  for (;;) {
+    auto si = node_.stream(bk);
+    if (si && si->created_seq.value() > ci.created_seq.value()) return *si;
+    if (si) {
+      // Left over from an earlier cache of this name whose delete did not reach it (a
+      // crash between the two): never serve it. Delete it and create a fresh one.
+      auto d = node_.catalog().delete_stream(bk);
+      if (!d && d.error().code != Errc::not_found) return d.error();
+    } else if (si.error().code != Errc::not_found) {
+      return si.error();
+    }
+    if (!created) {
+      StreamSpec spec;
+      spec.shards = cfg_.shards;
+      spec.replication_factor = cfg_.replication_factor;
+      spec.min_insync = default_min_insync(spec.replication_factor);
+      spec.default_ack = spec.replication_factor > 1 ? AckMode::quorum : AckMode::leader;
+      auto c = node_.create_stream(bk, spec);
+      if (!c && c.error().code != Errc::already_exists) return c.error();
+      created = true;
+    }
+    // The broker applies the create from the catalog's change feed shortly after.
+    if (std::chrono::steady_clock::now() > deadline)
+      return Error(Errc::unavailable, "the cache's backing stream '" + bk.name + "' is not available yet");
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
+void CacheStore::drop_indexes(const StreamKey& backing) {
+  std::lock_guard lk(mu_);
+  const std::string prefix = backing.tenant + "/" + backing.ns + "/" + backing.name + "/";
+  for (auto it = shards_.lower_bound(prefix); it != shards_.end() && it->first.starts_with(prefix);)
+    it = shards_.erase(it);
+}
+
+Result<void> CacheStore::delete_backing(const CacheInfo& ci) {
+  const StreamKey bk{ci.key.tenant, ci.key.ns, backing_stream_name(ci.key.name, ci.incarnation, ci.created_seq)};
+  drop_indexes(bk);
+  auto d = node_.catalog().delete_stream(bk);
+  if (!d && d.error().code != Errc::not_found) return d.error();
+  return {};
+}
+
+void CacheStore::forget_all() {
+  std::lock_guard lk(memo_mu_);
+  memo_.clear();
+  ++memo_gen_;
+}
+
+void CacheStore::ensure_watch() {
+  std::unique_ptr<WatchHandle> old;
+  {
+    std::lock_guard lk(memo_mu_);
+    if (watch_ok_ || stopping_ || std::chrono::steady_clock::now() < watch_retry_) return;
+    old = std::move(watch_);
+    watch_retry_ = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+  }
+  old.reset();  // a watch that asked for a resync; outside memo_mu_ (its callbacks take it)
+  const MetadataStatus st = node_.catalog().status();
+  if (!st.ready) return;
+  // Every change after `applied` is reported; a resolution read after this point reflects
+  // every change up to it (catalog reads are read-your-writes).
+  auto w = node_.catalog().watch(
+      st.applied,
+      [this](const ChangeEvent& ev) {
+        using K = ChangeEvent::Kind;
+        if (ev.kind == K::cache_created || ev.kind == K::cache_deleted || ev.kind == K::namespace_deleted ||
+            ev.kind == K::tenant_deleted || ev.kind == K::stream_deleted)
+          forget_all();
+        // A deleted backing stream's indexes (with their values) go, on every broker.
+        if (ev.kind == K::stream_deleted && reserved_stream_name(ev.stream.key.name)) drop_indexes(ev.stream.key);
+      },
+      [this] {
+        std::lock_guard lk(memo_mu_);
+        watch_ok_ = false;  // the next request starts a new watch
+        memo_.clear();
+        ++memo_gen_;
+      });
+  std::lock_guard lk(memo_mu_);
+  if (stopping_ || !w) return;
+  watch_ = std::move(w);
+  watch_ok_ = true;
+  memo_.clear();
+  ++memo_gen_;
+}
+
+Result<std::optional<CacheStore::Resolved>> CacheStore::resolve(const StreamKey& cache, bool create) {
+  const std::string id = cache.tenant + "/" + cache.ns + "/" + cache.name;
+  ensure_watch();
+  std::uint64_t gen = 0;
+  {
+    std::lock_guard lk(memo_mu_);
+    gen = memo_gen_;
+    if (auto it = memo_.find(id); watch_ok_ && it != memo_.end()) {
+      Resolved r = it->second;
+      // The backing stream must still be the one remembered, in the applied catalog.
+      auto si = node_.stream(r.backing.key);
+      if (si && si->incarnation == r.backing.incarnation && si->created_seq == r.backing.created_seq) {
+        r.backing = *si;
+        return std::optional<Resolved>(std::move(r));
+      }
+      memo_.erase(it);
+    }
+  }
+  auto res = resolve_uncached(cache, create);
+  if (res && *res) {
+    std::lock_guard lk(memo_mu_);
+    if (watch_ok_ && memo_gen_ == gen) memo_[id] = **res;
+  }
+  return res;
+}
+
+Result<std::optional<CacheStore::Resolved>> CacheStore::resolve_uncached(const StreamKey& cache, bool create) {
+  auto ci = node_.catalog().get_cache(cache);
+  if (!ci) return ci.error();
+  const StreamKey bk{cache.tenant, cache.ns, backing_stream_name(cache.name, ci->incarnation, ci->created_seq)};
+  auto si = node_.stream(bk);
+  if (si && si->created_seq.value() > ci->created_seq.value()) return std::optional<Resolved>(Resolved{*ci, *si});
+  if (si || si.error().code == Errc::not_found) {
+    if (!create) return std::optional<Resolved>{};  // nothing written yet
+    auto e = ensure_backing(*ci);
+    if (!e) return e.error();
+    return std::optional<Resolved>(Resolved{*ci, *e});
+  }
+  return si.error();
+}
+
+Result<void> CacheStore::catch_up(Shard& sh, const StreamInfo& backing, ShardIndex s) {
+  if (!sh.init || sh.incarnation != backing.incarnation || sh.created_seq != backing.created_seq) {
+    sh.index.clear();
+    sh.end = 0;
+    sh.next_seq = 0;
+    sh.incarnation = backing.incarnation;
+    sh.created_seq = backing.created_seq;
+    sh.init = true;
+  }
+  const std::int64_t now = now_ms();
+  // Bounded: a shard written faster than it can be read still answers.
+  for (int round = 0; round < 100000; ++round) {
+    auto fr = node_.fetch(backing.key, s, Offset{sh.end}, 10000, 4u << 20);
+    if (!fr) {
+      sh.init = false;  // rebuild from the start next time
+      return fr.error();
+    }
+    for (const auto& b : fr->batches) {
+      BatchHeader h;
+      if (check_batch(b.data(), b.size(), &h) != BatchCheck::ok)
+        return Error(Errc::corrupt_data, "a batch of the cache's backing stream fails its check");
+      if (h.incarnation != backing.incarnation.value()) {
+        sh.init = false;
+        return Error(Errc::stale_route, "the cache's backing stream changed incarnation; retry");
+      }
+      BatchReader rd(b.data(), b.size());
+      RecordView rv;
+      while (rd.next(rv)) {
+        if (rv.offset < sh.end) continue;
+        auto rec = decode_cache_record(rv.value);
+        if (rec && rv.key) {
+          if (rv.offset == sh.watch_offset) sh.watch_nonce = rec->nonce;
+          sh.index.apply(*rv.key, *rec, rv.offset, now);
+        }
+        sh.end = rv.offset + 1;
+      }
+      if (h.producer_id == kProducerId && h.next_offset() <= sh.end) sh.next_seq = h.producer_seq + 1;
+    }
+    if (fr->batches.empty() || sh.end >= fr->high_watermark.value()) return {};
+  }
+  return {};
+}
+
+// Waits until the shard's high watermark passes `offset` and indexes up to it. Called
+// with `lk` (sh.mu) held; releases it while waiting.
+Result<void> CacheStore::wait_visible(Shard& sh, std::unique_lock<std::mutex>& lk, const StreamInfo& backing,
+                                      ShardIndex s, std::uint64_t offset) {
+  const auto deadline = std::chrono::steady_clock::now() + kVisibleWait;
+  for (;;) {
+    if (auto r = catch_up(sh, backing, s); !r) return r;
+    if (sh.end > offset) return {};
+    auto p = std::make_shared<std::promise<void>>();
+    auto f = p->get_future();
+    auto h = node_.notify_when_beyond(backing.key, s, Offset{offset}, [p] { p->set_value(); });
+    if (!h) return h.error();
+    lk.unlock();
+    const bool timed_out = f.wait_until(deadline) == std::future_status::timeout;
+    if (timed_out && *h != 0) node_.cancel_notify(backing.key, s, *h);
+    lk.lock();
+    if (timed_out)
+      return Error(Errc::timeout, "the write at offset " + std::to_string(offset) +
+                                      " did not become visible in time; it may or may not take effect",
+                   Outcome::uncertain);
+  }
+}
+
+Result<CacheEntry> CacheStore::get(const StreamKey& cache, std::string_view key) {
+  auto r = resolve(cache, false);
+  if (!r) return r.error();
+  const std::string missing = "cache '" + cache.name + "' has no key '" + std::string(key) + "'";
+  if (!*r) return Error(Errc::not_found, missing);
+  const auto& si = (*r)->backing;
+  const ShardIndex s = shard_of(key, si);
+  auto sh = shard(si.key, s);
+  std::lock_guard lk(sh->mu);
+  if (auto c = catch_up(*sh, si, s); !c) return c.error();
+  const CacheEntry* e = sh->index.find(key, now_ms());
+  if (!e) return Error(Errc::not_found, missing);
+  return *e;
+}
+
+Result<CacheStore::Write> CacheStore::write(const StreamKey& cache, std::string_view key, CacheRecord rec,
+                                            std::optional<std::int64_t> ttl_ms, std::optional<AckMode> ack,
+                                            const std::function<std::optional<Write>(const CacheEntry*)>& check) {
+  auto r = resolve(cache, true);
+  if (!r) return r.error();
+  const auto& ci = (*r)->cache;
+  const auto& si = (*r)->backing;
+  const AckMode mode = ack.value_or(si.spec.default_ack);
+  if (mode == AckMode::none)
+    return Error(Errc::invalid_argument, "a cache write needs ack=leader or ack=quorum");
+  const ShardIndex s = shard_of(key, si);
+  auto sh = shard(si.key, s);
+  Pending me{key, rec, ttl_ms.value_or(ci.spec.default_ttl_ms), mode, &check};
+  me.transient_deadline = std::chrono::steady_clock::now() + kTransientRetry;
+  std::unique_lock lk(sh->mu);
+  sh->queue.push_back(&me);
+  // One thread at a time writes a shard's queue as batches (group commit), until its own
+  // write is answered; the others wait for their answer, or for the writer to leave.
+  while (sh->writing) {
+    sh->cv.wait(lk, [&] { return me.done || !sh->writing; });
+    if (me.done) return std::move(*me.answer);
+  }
+  sh->writing = true;
+  while (!me.done) {
+    write_batch(*sh, lk, si, s);
+    sh->cv.notify_all();
+  }
+  sh->writing = false;
+  sh->cv.notify_all();
+  return std::move(*me.answer);
+}
+
+// One group commit: takes the longest prefix of the queue with one ack mode and distinct
+// keys (so each check sees the index alone), decides each against the caught-up index,
+// appends the survivors as one batch of kProducerId and answers them; if another write
+// won the sequence, everything taken goes back to the queue's front for the next round.
+void CacheStore::write_batch(Shard& sh, std::unique_lock<std::mutex>& lk, const StreamInfo& si, ShardIndex s) {
+  auto fail_all = [&](const std::vector<Pending*>& ps, const Error& e) {
+    for (Pending* p : ps) {
+      p->answer = Result<Write>(e);
+      p->done = true;
+    }
+  };
+  std::vector<Pending*> taken;
+  {
+    std::vector<std::string_view> keys;
+    std::size_t bytes = 0;
+    const AckMode mode = sh.queue.front()->ack;
+    while (!sh.queue.empty() && taken.size() < kMaxBatchRecords && bytes < kMaxBatchBytes) {
+      Pending* p = sh.queue.front();
+      if (p->ack != mode || std::find(keys.begin(), keys.end(), p->key) != keys.end()) break;
+      keys.push_back(p->key);
+      bytes += p->key.size() + p->rec.value.size() + kCacheRecordHeader;
+      taken.push_back(p);
+      sh.queue.pop_front();
+    }
+  }
+  if (auto c = catch_up(sh, si, s); !c) return fail_all(taken, c.error());
+  const std::int64_t now = now_ms();
+  std::vector<Pending*> writing;
+  std::vector<std::string> values;
+  for (Pending* p : taken) {
+    if (auto answer = (*p->check)(sh.index.find(p->key, now))) {
+      p->answer = Result<Write>(*answer);
+      p->done = true;
+      continue;
+    }
+    if (p->rec.op == CacheRecord::Op::put) p->rec.expires_at_ms = p->ttl_ms > 0 ? now + p->ttl_ms : -1;
+    {
+      std::lock_guard g(mu_);
+      p->rec.nonce = nonce_base_ + ++nonce_next_;
+    }
+    writing.push_back(p);
+    values.push_back(encode_cache_record(p->rec));
+  }
+  if (writing.empty()) return;
+  std::vector<PublishRecord> recs(writing.size());
+  for (std::size_t i = 0; i < writing.size(); ++i) {
+    recs[i].key = writing[i]->key;
+    recs[i].value = values[i];
+    recs[i].shard = s.value();
+  }
+  PublishOptions opts;
+  opts.ack = writing.front()->ack;
+  opts.producer_id = kProducerId;
+  opts.sequence = sh.next_seq;
+  // If it wins its sequence, the batch lands right after what the index holds. Whoever
+  // indexes that offset (another caller may catch up while the lock is released) notes its
+  // nonce, so the answer can tell this batch from another broker's.
+  const std::uint64_t expected = sh.end;
+  sh.watch_offset = expected;
+  sh.watch_nonce = 0;
+  auto prom = std::make_shared<std::promise<Result<std::vector<PublishedRecord>>>>();
+  auto f = prom->get_future();
+  node_.publish(si.key, recs, opts,
+                [prom](Result<std::vector<PublishedRecord>> res) { prom->set_value(std::move(res)); });
+  lk.unlock();
+  auto res = f.get();
+  lk.lock();
+  auto retry = [&] {
+    for (auto it = writing.rbegin(); it != writing.rend(); ++it) {
+      if (++(*it)->rounds >= kMaxWriteRounds) {
+        (*it)->answer = Result<Write>(Error(Errc::unavailable, "the cache shard is too contended: the write lost " +
+                                                                  std::to_string(kMaxWriteRounds) +
+                                                                  " rounds; nothing was written"));
+        (*it)->done = true;
+      } else {
+        sh.queue.push_front(*it);
+      }
+    }
+  };
+  if (!res) {
+    sh.watch_offset = UINT64_MAX;
+    if (res.error().code == Errc::sequence_gap) return retry();  // another write took it
+    // Nothing was written (a leader not reachable or not open yet, right after the cache's
+    // create or during a failover): try again shortly, for a while.
+    if (res.error().outcome == Outcome::transient &&
+        std::chrono::steady_clock::now() + kTransientPause < writing.front()->transient_deadline) {
+      for (auto it = writing.rbegin(); it != writing.rend(); ++it) sh.queue.push_front(*it);
+      lk.unlock();
+      std::this_thread::sleep_for(kTransientPause);
+      lk.lock();
+      return;
+    }
+    return fail_all(writing, res.error());
+  }
+  const std::uint64_t base = res->front().offset.value();
+  if (base != expected) {  // a duplicate of an older batch: another write took the sequence
+    sh.watch_offset = UINT64_MAX;
+    return retry();
+  }
+  auto v = wait_visible(sh, lk, si, s, base + writing.size() - 1);
+  sh.watch_offset = UINT64_MAX;
+  if (!v) return fail_all(writing, v.error());
+  if (sh.watch_nonce != writing.front()->rec.nonce) return retry();  // another broker's batch won
+  for (std::size_t i = 0; i < writing.size(); ++i) {
+    Write w;
+    w.revision = (*res)[i].offset.value() + 1;
+    w.expires_at_ms = writing[i]->rec.expires_at_ms;
+    writing[i]->answer = Result<Write>(w);
+    writing[i]->done = true;
+  }
+}
+
+Result<CacheStore::Write> CacheStore::put(const StreamKey& cache, std::string_view key, std::string_view value,
+                                          std::optional<std::int64_t> ttl_ms, std::optional<std::uint64_t> if_revision,
+                                          std::optional<AckMode> ack) {
+  CacheRecord rec;
+  rec.op = CacheRecord::Op::put;
+  rec.value = value;
+  return write(cache, key, rec, ttl_ms, ack, [&](const CacheEntry* e) -> std::optional<Write> {
+    const std::uint64_t cur = e ? e->revision : 0;
+    if (if_revision && *if_revision != cur) return Write{Write::Status::mismatch, cur, -1};
+    return std::nullopt;
+  });
+}
+
+Result<CacheStore::Write> CacheStore::erase(const StreamKey& cache, std::string_view key,
+                                            std::optional<std::uint64_t> if_revision, std::optional<AckMode> ack) {
+  CacheRecord rec;
+  rec.op = CacheRecord::Op::del;
+  return write(cache, key, rec, std::nullopt, ack, [&](const CacheEntry* e) -> std::optional<Write> {
+    const std::uint64_t cur = e ? e->revision : 0;
+    if (if_revision && *if_revision != cur) return Write{Write::Status::mismatch, cur, -1};
+    if (!e) return Write{Write::Status::absent, 0, -1};
+    return std::nullopt;
+  });
+}
+
+Result<CacheStore::Listed> CacheStore::list(const StreamKey& cache, std::string_view prefix, std::string_view after,
+                                            std::size_t limit) {
+  auto r = resolve(cache, false);
+  if (!r) return r.error();
+  Listed out;
+  if (!*r) return out;
+  const auto& si = (*r)->backing;
+  bool more = false;
+  const std::int64_t now = now_ms();
+  for (std::uint32_t i = 0; i < si.spec.shards; ++i) {
+    auto sh = shard(si.key, ShardIndex{i});
+    std::lock_guard lk(sh->mu);
+    if (auto c = catch_up(*sh, si, ShardIndex{i}); !c) return c.error();
+    more |= sh->index.scan(prefix, after, limit, now, [&](const std::string& k, const CacheEntry& e) {
+      out.keys.emplace_back(k, CacheEntry{e.revision, e.expires_at_ms, {}});
+    });
+  }
+  std::sort(out.keys.begin(), out.keys.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  if (out.keys.size() > limit) {
+    out.keys.resize(limit);
+    more = true;
+  }
+  if (more && !out.keys.empty()) out.next = out.keys.back().first;
+  return out;
+}
+
+}  // namespace sluice::http_api

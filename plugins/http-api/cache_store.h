@@ -1,0 +1,172 @@
+// The cache data plane (docs/api.md "Caches"), on top of Node's stream calls.
+//
+// A cache incarnation's entries are a keyed log: the hidden backing stream
+// backing_stream_name(cache, incarnation) (cache_codec.h), one record per write, sharded by
+// key hash. Durability, recovery, replication and failover are the stream's. Each broker
+// keeps, per backing shard, an in-memory index key -> {revision, expiry, value}, built on
+// first use by reading the shard from its start and caught up to the high watermark
+// before every operation (Node::fetch reads from the shard's leader, wherever it is).
+//
+// Writes are a compare-and-set on the shard's log: the writes waiting on one shard are
+// decided against the index and appended together as one batch (group commit) of the one
+// idempotent producer kProducerId, with sequence = the number of batches the index has
+// seen. The leader appends it only if no other write took that sequence (storage.h
+// "Idempotent producers"); when another broker's write did, the leader answers that
+// write's offset (a duplicate) and the nonce in the stored record tells the writer it
+// lost, so it catches up, re-checks if_revision and retries. So writes are linearizable
+// per shard across brokers without a lock outside the leader.
+//
+// Resolving a cache (its catalog entry and backing stream) is remembered per cache and
+// forgotten on every cache change the catalog's change feed reports (a watch), so a key
+// request costs no catalog read; the backing stream is still checked in the broker's
+// applied catalog on every request. Without a working watch every request reads the
+// catalog.
+//
+// Threading: every public call blocks (catalog, fetch, publish round trips); run them on
+// the store's own pool (submit). Per shard one mutex guards the index and the queue of
+// writes; it is not held while a batch is appended.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cache_codec.h"
+#include "sluice/node.h"
+
+namespace sluice::http_api {
+
+struct CacheConfig {
+  std::size_t max_value_bytes = 1u << 20;  // cache.max_value_bytes
+  std::size_t max_key_bytes = 512;         // cache.max_key_bytes
+  std::uint32_t shards = 4;                // cache.shards (the backing stream's)
+  unsigned threads = 16;                   // cache.threads
+  std::uint32_t replication_factor = 1;    // stream.default_replication_factor
+};
+
+class CacheStore {
+ public:
+  static constexpr std::uint64_t kProducerId = 1;
+
+  CacheStore(Node& node, CacheConfig cfg);
+  ~CacheStore();
+  CacheStore(const CacheStore&) = delete;
+  CacheStore& operator=(const CacheStore&) = delete;
+
+  const CacheConfig& config() const { return cfg_; }
+  // Shards with an index on this broker (sluice_cache_indexed_shards).
+  std::size_t indexed_shards() const {
+    std::lock_guard lk(mu_);
+    return shards_.size();
+  }
+  // Runs `fn` on the cache pool. After stop() it is dropped.
+  void submit(std::function<void()> fn);
+  void stop();
+
+  struct Write {
+    enum class Status { ok, mismatch, absent };
+    Status status = Status::ok;
+    std::uint64_t revision = 0;      // ok: the write's; mismatch: the current (0: absent)
+    std::int64_t expires_at_ms = -1;
+  };
+  // not_found: unknown cache, or no live entry.
+  Result<CacheEntry> get(const StreamKey& cache, std::string_view key);
+  // `ttl_ms` absent: the cache's default_ttl_ms. `if_revision` 0: only if absent.
+  Result<Write> put(const StreamKey& cache, std::string_view key, std::string_view value,
+                    std::optional<std::int64_t> ttl_ms, std::optional<std::uint64_t> if_revision,
+                    std::optional<AckMode> ack);
+  // absent: no live entry (nothing written).
+  Result<Write> erase(const StreamKey& cache, std::string_view key, std::optional<std::uint64_t> if_revision,
+                      std::optional<AckMode> ack);
+  struct Listed {
+    std::vector<std::pair<std::string, CacheEntry>> keys;  // values left empty
+    std::optional<std::string> next;  // pass as `after` for the next page
+  };
+  Result<Listed> list(const StreamKey& cache, std::string_view prefix, std::string_view after, std::size_t limit);
+
+  // The backing stream of a cache just created (also created on first write if this was
+  // missed), and its removal when the cache is deleted.
+  Result<StreamInfo> ensure_backing(const CacheInfo& ci);
+  Result<void> delete_backing(const CacheInfo& ci);
+
+ private:
+  // One write waiting in a shard's queue.
+  struct Pending {
+    std::string_view key;
+    CacheRecord rec;
+    std::int64_t ttl_ms = -1;  // <= 0: no expiry
+    AckMode ack = AckMode::leader;
+    const std::function<std::optional<Write>(const CacheEntry*)>* check = nullptr;
+    int rounds = 0;  // batches it was in that lost their sequence
+    std::chrono::steady_clock::time_point transient_deadline;  // retry transient errors until
+    bool done = false;
+    std::optional<Result<Write>> answer;
+  };
+  struct Shard {
+    std::mutex mu;
+    std::condition_variable cv;     // a Pending is done, or the writer left
+    std::deque<Pending*> queue;     // writes not yet decided
+    bool writing = false;           // a thread is writing the queue
+    bool init = false;
+    Incarnation incarnation{0};
+    ChangeSeq created_seq{0};
+    std::uint64_t end = 0;       // next offset to index
+    std::uint64_t next_seq = 0;  // kProducerId's next sequence
+    CacheIndex index;
+    std::uint64_t watch_offset = UINT64_MAX;  // write_once: the nonce found at this offset
+    std::uint64_t watch_nonce = 0;
+  };
+  struct Resolved {
+    CacheInfo cache;
+    StreamInfo backing;
+  };
+  // not_found for an unknown cache; with `create`, a missing backing stream is created.
+  Result<std::optional<Resolved>> resolve(const StreamKey& cache, bool create);
+  Result<std::optional<Resolved>> resolve_uncached(const StreamKey& cache, bool create);
+  std::shared_ptr<Shard> shard(const StreamKey& backing, ShardIndex s);
+  ShardIndex shard_of(std::string_view key, const StreamInfo& backing) const;
+  Result<void> catch_up(Shard& sh, const StreamInfo& backing, ShardIndex s);
+  Result<void> wait_visible(Shard& sh, std::unique_lock<std::mutex>& lk, const StreamInfo& backing, ShardIndex s,
+                            std::uint64_t offset);
+  void write_batch(Shard& sh, std::unique_lock<std::mutex>& lk, const StreamInfo& si, ShardIndex s);
+  // The write loop of put and erase. `check` decides against the live entry (null when
+  // absent): nullopt to write, else the answer.
+  Result<Write> write(const StreamKey& cache, std::string_view key, CacheRecord rec, std::optional<std::int64_t> ttl_ms,
+                      std::optional<AckMode> ack,
+                      const std::function<std::optional<Write>(const CacheEntry*)>& check);
+  void run();
+  // Starts the catalog watch if it is not running (memo_mu_ not held).
+  void ensure_watch();
+  void forget_all();  // a cache changed: drop every remembered resolution
+  void drop_indexes(const StreamKey& backing);  // its shards' indexes (values included)
+
+  Node& node_;
+  const CacheConfig cfg_;
+  mutable std::mutex mu_;
+  std::map<std::string, std::shared_ptr<Shard>, std::less<>> shards_;
+  std::uint64_t nonce_base_;
+  std::uint64_t nonce_next_ = 0;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;
+  std::atomic<bool> stopping_{false};
+  std::vector<std::thread> threads_;
+
+  std::mutex memo_mu_;
+  std::map<std::string, Resolved, std::less<>> memo_;  // "tenant/ns/cache"
+  std::uint64_t memo_gen_ = 0;   // bumped by every forget_all
+  bool watch_ok_ = false;        // the watch runs and has not asked for a resync
+  std::unique_ptr<WatchHandle> watch_;
+  std::chrono::steady_clock::time_point watch_retry_{};
+};
+
+}  // namespace sluice::http_api

@@ -1,0 +1,121 @@
+// The cache data plane's pure parts: record encoding, key rules, backing names, index.
+#include <gtest/gtest.h>
+
+#include "cache_codec.h"
+#include "sluice/names.h"
+
+namespace sluice::http_api {
+namespace {
+
+TEST(CacheCodec, RecordRoundTrip) {
+  CacheRecord r;
+  r.op = CacheRecord::Op::put;
+  r.nonce = 0x0102030405060708ULL;
+  r.expires_at_ms = 1700000000123;
+  r.value = std::string_view("v\0x", 3);
+  const std::string b = encode_cache_record(r);
+  ASSERT_EQ(b.size(), kCacheRecordHeader + 3);
+  auto d = decode_cache_record(b);
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->op, CacheRecord::Op::put);
+  EXPECT_EQ(d->nonce, r.nonce);
+  EXPECT_EQ(d->expires_at_ms, r.expires_at_ms);
+  EXPECT_EQ(d->value, r.value);
+
+  CacheRecord del;
+  del.op = CacheRecord::Op::del;
+  auto dd = decode_cache_record(encode_cache_record(del));
+  ASSERT_TRUE(dd);
+  EXPECT_EQ(dd->op, CacheRecord::Op::del);
+  EXPECT_EQ(dd->expires_at_ms, -1);
+}
+
+TEST(CacheCodec, RejectsMalformedRecords) {
+  EXPECT_FALSE(decode_cache_record(""));
+  EXPECT_FALSE(decode_cache_record(std::string(kCacheRecordHeader - 1, '\1')));
+  std::string bad_op = encode_cache_record(CacheRecord{});
+  bad_op[0] = 7;
+  EXPECT_FALSE(decode_cache_record(bad_op));
+  CacheRecord del;
+  del.op = CacheRecord::Op::del;
+  EXPECT_FALSE(decode_cache_record(encode_cache_record(del) + "x"));  // a delete has no value
+}
+
+TEST(CacheCodec, KeyRules) {
+  EXPECT_TRUE(validate_cache_key("user:42/a~b", 512));
+  EXPECT_EQ(validate_cache_key("", 512).error().code, Errc::invalid_argument);
+  EXPECT_FALSE(validate_cache_key(std::string(513, 'k'), 512));
+  EXPECT_TRUE(validate_cache_key(std::string(512, 'k'), 512));
+  auto sp = validate_cache_key("a b", 512);
+  ASSERT_FALSE(sp);
+  EXPECT_NE(sp.error().message.find("0x20"), std::string::npos);
+  EXPECT_FALSE(validate_cache_key(std::string("a\x01", 2), 512));
+  EXPECT_FALSE(validate_cache_key("caf\xc3\xa9", 512));
+}
+
+TEST(CacheCodec, BackingNamesAreValidReservedAndPerIncarnation) {
+  const std::string a = backing_stream_name("sessions", Incarnation{3}, ChangeSeq{17});
+  EXPECT_EQ(a, "__cache.3.17.n.sessions");
+  EXPECT_TRUE(validate_name(NameKind::stream, a));
+  EXPECT_TRUE(reserved_stream_name(a));
+  EXPECT_NE(a, backing_stream_name("sessions", Incarnation{4}, ChangeSeq{17}));
+  // Before cache_incarnations is finalized every create has incarnation 0: the create's
+  // change sequence still tells two creates apart.
+  EXPECT_NE(backing_stream_name("s", Incarnation{0}, ChangeSeq{5}), backing_stream_name("s", Incarnation{0}, ChangeSeq{9}));
+  // A name too long to embed is hashed; still valid, still per incarnation.
+  const std::string longname(255, 'x');
+  const std::string h = backing_stream_name(longname, Incarnation{1}, ChangeSeq{2});
+  EXPECT_TRUE(validate_name(NameKind::stream, h));
+  EXPECT_TRUE(h.starts_with("__cache.1.2.h."));
+  EXPECT_NE(h, backing_stream_name(std::string(254, 'x') + "y", Incarnation{1}, ChangeSeq{2}));
+  EXPECT_FALSE(reserved_stream_name("_x"));
+}
+
+CacheRecord put(std::string_view v, std::int64_t exp = -1) {
+  CacheRecord r;
+  r.value = v;
+  r.expires_at_ms = exp;
+  return r;
+}
+
+TEST(CacheIndex, AppliesPutsDeletesAndExpiry) {
+  CacheIndex ix;
+  ix.apply("a", put("1"), 0, 1000);
+  ix.apply("b", put("2", 5000), 1, 1000);
+  ix.apply("a", put("3"), 2, 1000);
+  const CacheEntry* a = ix.find("a", 1000);
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->revision, 3u);
+  EXPECT_EQ(a->value, "3");
+  ASSERT_TRUE(ix.find("b", 4999));
+  EXPECT_FALSE(ix.find("b", 5000));  // expired at its instant, and dropped
+  EXPECT_EQ(ix.size(), 1u);
+  CacheRecord del;
+  del.op = CacheRecord::Op::del;
+  ix.apply("a", del, 3, 1000);
+  EXPECT_FALSE(ix.find("a", 1000));
+  // Replaying an already expired put (recovery after its expiry) never makes it live.
+  ix.apply("c", put("x", 900), 4, 1000);
+  EXPECT_FALSE(ix.find("c", 1000));
+  EXPECT_EQ(ix.size(), 0u);
+}
+
+TEST(CacheIndex, ScanIsSortedPrefixedAndPaged) {
+  CacheIndex ix;
+  std::uint64_t off = 0;
+  for (const char* k : {"b2", "a1", "b1", "b3", "c1", "b4"}) ix.apply(k, put("v"), off++, 0);
+  ix.apply("b5", put("v", 10), off++, 0);  // expires at 10
+  std::vector<std::string> got;
+  auto collect = [&](const std::string& k, const CacheEntry&) { got.push_back(k); };
+  EXPECT_TRUE(ix.scan("b", "", 2, 100, collect));
+  EXPECT_EQ(got, (std::vector<std::string>{"b1", "b2"}));
+  got.clear();
+  EXPECT_FALSE(ix.scan("b", "b2", 10, 100, collect));
+  EXPECT_EQ(got, (std::vector<std::string>{"b3", "b4"}));  // b5 expired: not listed
+  got.clear();
+  EXPECT_FALSE(ix.scan("", "", 100, 100, collect));
+  EXPECT_EQ(got.size(), 6u);
+}
+
+}  // namespace
+}  // namespace sluice::http_api
