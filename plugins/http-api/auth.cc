@@ -230,6 +230,11 @@ Need required(Route route, const std::vector<std::string>& s, std::string_view m
       // Reads name the object; create and delete need the tenant's admin.
       n.kind = get ? Need::read : Need::tenant_admin;
       break;
+    case Route::cache_keys:
+      // A cache's keys: reading them is consuming, writing them producing, scoped to the
+      // tenant and namespace (a stream-level grant does not name a cache).
+      n.kind = get ? Need::consume : Need::produce;
+      break;
     case Route::shards: n.kind = Need::read; break;
     case Route::records: n.kind = Need::produce; break;
     case Route::shard_records:

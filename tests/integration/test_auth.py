@@ -102,6 +102,10 @@ TENANT_CALLS = [
     ("POST", NS + "/caches", {"name": "evil"}, "{ns}/caches"),
     ("GET", NS + "/caches/c", None, "{ns}/caches/{c}"),
     ("DELETE", NS + "/caches/c", None, "{ns}/caches/{c}"),
+    ("GET", NS + "/caches/c/keys", None, "{ns}/caches/{c}/keys"),
+    ("GET", NS + "/caches/c/keys/k", None, "{ns}/caches/{c}/keys/{k}"),
+    ("PUT", NS + "/caches/c/keys/k", "evil", "{ns}/caches/{c}/keys/{k}"),
+    ("DELETE", NS + "/caches/c/keys/k", None, "{ns}/caches/{c}/keys/{k}"),
     ("GET", NS + "/streams", None, "{ns}/streams"),
     ("POST", NS + "/streams", {"name": "evil"}, "{ns}/streams"),
     ("GET", S, None, "{ns}/streams/{s}"),
@@ -188,6 +192,8 @@ class AuthNode(unittest.TestCase):
         out["namespaces"] = n.request("GET", "/v1/tenants/%s/namespaces" % t)
         out["streams"] = n.request("GET", NS % {"t": t} + "/streams")
         out["caches"] = n.request("GET", NS % {"t": t} + "/caches")
+        out["cache_keys"] = n.request("GET", NS % {"t": t} + "/caches/c/keys")
+        out["cache_k"] = n.request("GET", NS % {"t": t} + "/caches/c/keys/k", raw=True)
         out["records"] = n.fetch_all("s", 0, tenant=t, ns="n")
         out["group"] = n.request("GET", S % {"t": t} + "/groups/g")
         shards = n.request("GET", S % {"t": t} + "/shards")["shards"]
@@ -250,6 +256,15 @@ class AuthNode(unittest.TestCase):
         self.assertEqual(st, 403)
         st, _, _ = call(self.node, "GET", NS % ta + "/streams", tok=self.tok["ta-prod"])
         self.assertEqual(st, 200)
+        # A cache's keys: produce writes them, consume reads them, neither does the other.
+        st, _, b = call(self.node, "PUT", NS % ta + "/caches/c/keys/own", raw_body=b"v", tok=self.tok["ta-prod"])
+        self.assertEqual(st, 200, b)  # produce:ta covers the tenant's caches
+        st, _, b = call(self.node, "PUT", NS % ta + "/caches/c/keys/own", raw_body=b"v", tok=self.tok["ta-cons"])
+        self.assertEqual(st, 403, b)  # consume never writes
+        st, _, b = call(self.node, "GET", NS % ta + "/caches/c/keys/own", tok=self.tok["ta-cons"])
+        self.assertEqual(st, 403, b)  # consume:ta/n/s names a stream, not the cache
+        st, _, b = call(self.node, "DELETE", NS % ta + "/caches/c/keys/own", tok=self.tok["ta-prod"])
+        self.assertEqual(st, 200, b)
         # tenant-admin creates and deletes inside its tenant, not the tenant itself.
         st, _, b = call(self.node, "POST", NS % ta + "/streams", {"name": "tmp"}, tok=self.tok["ta-admin"])
         self.assertEqual(st, 201, b)
