@@ -10,7 +10,8 @@
 //   5b. (brokers) the peer transport binds transport.address                exit 1
 // SIGTERM/SIGINT shut down in reverse order: API, peer transport, broker, storage, metadata.
 // SIGHUP reloads (ApiServer::reload(): the tokens file and HTTPS certificates; the peer
-// transport's certificates; docs/security.md) and keeps running.
+// transport's certificates; MetadataStore::reload(): the controller RPC's certificates;
+// docs/security.md) and keeps running.
 #include <fcntl.h>
 #include <malloc.h>
 #include <signal.h>
@@ -475,7 +476,8 @@ int main(int argc, char** argv) {
   fresh.forget();
 
   // SIGHUP reloads what can be reloaded without a restart (the API server's tokens file and
-  // certificates, the peer transport's certificates; docs/security.md); each part that
+  // certificates, the peer transport's and the controller RPC's certificates;
+  // docs/security.md); each part that
   // fails keeps its previous state, and the failures are logged. SIGINT and
   // SIGTERM stop the node.
   int sig = 0;
@@ -490,6 +492,8 @@ int main(int argc, char** argv) {
     const bool peer_tls = !cfg->get_string("transport.tls.cert_file", "").empty();
     if (transport && peer_tls)
       if (auto r = transport->reload_certificates(); !r) failed += (failed.empty() ? "" : "; ") + r.error().message;
+    // The controller RPC's certificates (metadata.rpc_tls.*), on controllers and brokers.
+    if (auto r = metadata->reload(); !r) failed += (failed.empty() ? "" : "; ") + r.error().message;
     if (!failed.empty())
       log_line(LogLevel::error, "sluiced", "reload failed, the previous state stays in force: " + failed);
     else

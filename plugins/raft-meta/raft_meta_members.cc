@@ -3,6 +3,7 @@
 #include "raft_meta_store_internal.h"
 
 #include "rpc.h"
+#include "rpc_tls.h"
 
 #include "sluice/durable_fs.h"
 #include "sluice/uuid.h"
@@ -274,6 +275,15 @@ Result<void> RaftMetaStore::remove_member(NodeId id) {
   }
   if (in_conf) RAFT_META_TRY(n->remove_server(id.value(), cfg_.timeout));
   log(LogLevel::info, "member " + std::to_string(id.value()) + " removed");
+  return {};
+}
+
+Result<void> RaftMetaStore::reload() {
+  // One RpcTls serves the RPC server and every client of this member (rpc_tls.h): new
+  // connections use the new certificates, open ones keep theirs.
+  if (!cfg_.rpc_tls) return {};
+  if (auto r = cfg_.rpc_tls->reload(); !r) return r;
+  log(LogLevel::info, "controller RPC certificates reloaded");
   return {};
 }
 

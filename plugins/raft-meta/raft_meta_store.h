@@ -100,6 +100,8 @@ class RaftMetaStore final : public MetadataStore {
   void stop() override;
   MetadataStatus status() override;
   bool is_controller() override;
+  // SIGHUP: the controller RPC's certificates (metadata.rpc_tls.*), if set.
+  Result<void> reload() override;
 
   Result<TenantInfo> create_tenant(const std::string& name) override;
   Result<void> delete_tenant(const std::string& name) override;

@@ -119,6 +119,8 @@ class RemoteMetadataStore final : public MetadataStore {
   Result<CacheInfo> delete_cache(const StreamKey& key) override;
   Result<CacheInfo> get_cache(const StreamKey& key) override;
   Result<std::vector<CacheInfo>> list_caches(const std::string& tenant, const std::string& ns) override;
+  // SIGHUP: the controller RPC's client certificates (metadata.rpc_tls.*), if set.
+  Result<void> reload() override;
   Result<MembersView> list_members() override;
   Result<MemberInfo> join_member(const JoinRequest& req) override;
   Result<void> remove_member(NodeId id) override;

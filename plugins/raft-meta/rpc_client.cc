@@ -215,6 +215,11 @@ void RemoteMetadataStore::stop() {
   conn_.close();
 }
 
+Result<void> RemoteMetadataStore::reload() {
+  // The pooled connection keeps its session; the next connection presents the new pair.
+  return cfg_.tls ? cfg_.tls->reload() : Result<void>{};
+}
+
 MetadataStatus RemoteMetadataStore::status() {
   MetadataStatus s;
   s.backend = "raft-remote";

@@ -6,12 +6,15 @@ at run time by `openssl` (test_certs.py).
 - a broker with a certificate of another CA, and a broker without TLS, never reach the
   catalog: both sides say why, and the controller serves on;
 - a plain-text client on the TLS port gets no RPC answer and is closed;
-- only some of the three keys set refuses the start.
+- only some of the three keys set refuses the start;
+- SIGHUP rotates the certificates on a controller and a broker (a two-step CA rotation), and
+  a file that does not load keeps the previous ones.
 
 Nothing sleeps to wait for a condition: every wait polls with a generous deadline.
 """
 import json
 import os
+import signal
 import socket
 import ssl
 import struct
@@ -170,6 +173,82 @@ class RpcTls(unittest.TestCase):
         self.assertIn("via-follower", {t["name"] for t in g.leader().request("GET", "/v1/tenants")["tenants"]})
         for n in g.nodes:
             self.assertFalse(log_has(n, "refused a connection"), "no plain-text RPC between members")
+
+    def test_sighup_rotates_the_rpc_certificates(self):
+        # Each node reads fixed paths; a rotation replaces the files (atomically, as an
+        # operator's `mv` does) and sends SIGHUP.
+        new = CA(self.dir, "rotated")
+        third = CA(self.dir, "third")
+
+        def install(node_dir, ca_files, cert_key):
+            os.makedirs(node_dir, exist_ok=True)
+            paths = {k: os.path.join(node_dir, k) for k in ("ca.pem", "node.crt", "node.key")}
+            def read(path):
+                with open(path, "rb") as f:
+                    return f.read()
+            bundle = b"".join(read(f) for f in ca_files)
+            for name, data in (("ca.pem", bundle), ("node.crt", read(cert_key[0])),
+                               ("node.key", read(cert_key[1]))):
+                tmp = paths[name] + ".tmp"
+                with open(tmp, "wb") as f:
+                    f.write(data)
+                os.chmod(tmp, 0o600)
+                os.replace(tmp, paths[name])
+            return {"metadata.rpc_tls.cert_file": paths["node.crt"],
+                    "metadata.rpc_tls.key_file": paths["node.key"],
+                    "metadata.rpc_tls.ca_file": paths["ca.pem"]}
+
+        cdir, bdir = os.path.join(self.dir, "rot-c"), os.path.join(self.dir, "rot-b")
+        ckeys = install(cdir, [self.ca.cert], self.ca.issue("rot-controller"))
+        c = self.node(**dict({"node.id": "1", "node.roles": "controller"}, **ckeys)).start()
+        rpc = "127.0.0.1:%d" % c.rpc_port
+        bkeys = install(bdir, [self.ca.cert], self.ca.issue("rot-broker"))
+        b = self.node(**dict({"node.id": "2", "node.roles": "broker", "metadata.controllers": rpc},
+                             **bkeys)).start()
+        b.create_stream("rot", shards=1)
+        b.publish_binary("rot", [(b"k", b"v0")])
+        new_client = new.issue("rot-client")
+        self.assertEqual(rpc_over_tls(c.rpc_port, new.cert, new_client), b"",
+                         "before the rotation the controller neither presents nor trusts the new CA")
+
+        def hup_all(expect):
+            for n in (c, b):
+                before = log_count(n, expect)
+                n.proc.send_signal(signal.SIGHUP)
+                poll(lambda: log_count(n, expect) > before, "node %s to log %r" % (n, expect))
+
+        # Step 1: every node trusts both CAs; the certificates stay the old CA's.
+        install(cdir, [self.ca.cert, new.cert], self.ca.issue("rot-controller"))
+        install(bdir, [self.ca.cert, new.cert], self.ca.issue("rot-broker"))
+        hup_all("reload done")
+        # Step 2: every node presents a certificate of the new CA.
+        install(cdir, [self.ca.cert, new.cert], new.issue("rot-controller-2"))
+        install(bdir, [self.ca.cert, new.cert], new.issue("rot-broker-2"))
+        hup_all("reload done")
+        self.assertTrue(log_has(c, "controller RPC certificates reloaded"))
+        # A client that trusts only the new CA, with a certificate of it, gets an answer now:
+        # the controller presents the new pair and trusts the new CA, without a restart.
+        self.assertIn(b"cluster_id", rpc_over_tls(c.rpc_port, new.cert, new_client))
+        self.assertEqual(rpc_over_tls(c.rpc_port, new.cert, third.issue("rot-third")), b"",
+                         "a third CA's client is still refused")
+        # The broker serves on through the rotation (its open connection keeps its session).
+        b.create_stream("rot2", shards=1)
+        b.publish_binary("rot2", [(b"k", b"v1")])
+        self.assertEqual([record_value(r) for r in b.fetch_all("rot", 0)], [b"v0"])
+        self.assertEqual([record_value(r) for r in b.fetch_all("rot2", 0)], [b"v1"])
+
+        # A certificate file that does not load: the reload fails, saying so, and the
+        # previous pair stays in force.
+        with open(os.path.join(cdir, "node.crt"), "wb") as f:
+            f.write(b"-----BEGIN CERTIFICATE-----\nnot a certificate\n-----END CERTIFICATE-----\n")
+        before = log_count(c, "reload failed, the previous state stays in force")
+        c.proc.send_signal(signal.SIGHUP)
+        poll(lambda: log_count(c, "reload failed, the previous state stays in force") > before,
+             "the controller to log the failed reload")
+        self.assertIn(b"cluster_id", rpc_over_tls(c.rpc_port, new.cert, new_client))
+        self.assertIsNone(c.proc.poll(), "the controller serves on")
+        b.publish_binary("rot2", [(b"k", b"v2")])
+        self.assertEqual([record_value(r) for r in b.fetch_all("rot2", 0)], [b"v1", b"v2"])
 
     def test_only_some_keys_refuse_the_start(self):
         cert, key = self.ca.issue("half")

@@ -265,6 +265,12 @@ class MetadataStore {
   // A deposed controller's late decision still fails: each is a compare-and-set.
   virtual bool is_controller() { return false; }
 
+  // Re-reads what the backend may reload without a restart (sluiced calls it on SIGHUP):
+  // raft-meta's controller RPC certificates (docs/security.md "Controller RPC"). On error
+  // the previous state stays in force and the error says why. Never called concurrently
+  // with itself. Default: nothing to reload.
+  virtual Result<void> reload() { return {}; }
+
   // --- caches (catalog entries; the cache data plane is the storage plugin's) ---------
   // Backends without caches answer not_supported.
   virtual Result<CacheInfo> create_cache(const StreamKey& key, const CacheSpec& spec);
