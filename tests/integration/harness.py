@@ -296,3 +296,21 @@ def segments(node, tenant, ns, stream, shard, incarnation=0):
 
 
 LOG_LINE = re.compile(r"^\S+ (DEBUG|INFO|WARN|ERROR) ")
+
+
+def cleanup_all(nodes):
+    """Node.cleanup() for every node, even when one of them raises (a secret found in its
+    log): the rest are still killed and their directories removed. The first error is
+    raised at the end, naming how many nodes failed."""
+    errors = []
+    for n in nodes:
+        if n is None:
+            continue
+        try:
+            n.cleanup()
+        except Exception as e:  # noqa: BLE001 - re-raised below
+            errors.append(e)
+    if errors:
+        if len(errors) > 1:
+            raise AssertionError("%d nodes failed their cleanup; the first: %s" % (len(errors), errors[0]))
+        raise errors[0]

@@ -5,7 +5,7 @@ import os
 import shutil
 import unittest
 
-from harness import HttpError, Node, poll, record_value
+from harness import cleanup_all, HttpError, Node, poll, record_value
 
 # replicated_shards (level 16) and shard_reassignment (17) too: the "older build" brokers below
 # report no feature.
@@ -19,8 +19,7 @@ def dirs(node, stream):
 
 class Incarnations(unittest.TestCase):
     def tearDown(self):
-        for n in getattr(self, "nodes", []):
-            n.cleanup()
+        cleanup_all(getattr(self, "nodes", []))
 
     def node(self, **kw):
         n = Node(**kw)

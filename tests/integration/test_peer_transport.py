@@ -15,7 +15,7 @@ import subprocess
 import time
 import unittest
 
-from harness import DEADLINE_S, SLUICED, Node, poll
+from harness import cleanup_all, DEADLINE_S, SLUICED, Node, poll
 
 FAST = {"metadata.timeout_ms": "15000", "metadata.start_timeout_ms": "60000"}
 
@@ -45,7 +45,7 @@ class PeerTransportTest(unittest.TestCase):
     def tearDown(self):
         for n in self.nodes:
             n.stop()
-            n.cleanup()
+        cleanup_all(self.nodes)
 
     def node(self, **extra):
         n = Node(extra=dict(FAST, **extra))

@@ -5,7 +5,7 @@ import os
 import random
 import unittest
 
-from harness import HttpError, Node, poll, record_value
+from harness import cleanup_all, HttpError, Node, poll, record_value
 
 PG_URL = os.environ.get("SLUICE_TEST_PG_URL", "")
 
@@ -25,8 +25,7 @@ class PostgresBrokers(unittest.TestCase):
         self.nodes = []
 
     def tearDown(self):
-        for n in self.nodes:
-            n.cleanup()
+        cleanup_all(self.nodes)
 
     def start(self, node_id, **extra):
         n = pg_node(node_id, self.schema, **extra)

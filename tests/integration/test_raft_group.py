@@ -20,7 +20,7 @@ import threading
 import time
 import unittest
 
-from harness import HttpError, Node, poll, record_value
+from harness import cleanup_all, HttpError, Node, poll, record_value
 
 FAST = {"raft.election_timeout_ms": "1000", "raft.heartbeat_timeout_ms": "100",
         "metadata.timeout_ms": "15000", "metadata.start_timeout_ms": "60000"}
@@ -87,8 +87,7 @@ class Group:
         return len({(x["applied"], x["state_hash"]) for x in ms}) == 1 and m
 
     def cleanup(self):
-        for n in self.nodes + ([self.broker] if self.broker else []):
-            n.cleanup()
+        cleanup_all(self.nodes + [self.broker])
 
 
 class Client:

@@ -19,7 +19,7 @@ import tempfile
 import time
 import unittest
 
-from harness import DEADLINE_S, SLUICE_CLI, HttpError, Node, poll, record_value
+from harness import cleanup_all, DEADLINE_S, SLUICE_CLI, HttpError, Node, poll, record_value
 
 PG_URL = os.environ.get("SLUICE_TEST_PG_URL", "")
 CHECKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "check_replicas.py")
@@ -125,8 +125,7 @@ class Replication(unittest.TestCase):
         self.peer_ports = {i: n.peer_port for i, n in self.nodes.items()}
 
     def tearDown(self):
-        for n in self.nodes.values():
-            n.cleanup()
+        cleanup_all(self.nodes.values())
 
     # --- helpers ---------------------------------------------------------------------
     def start_all(self):

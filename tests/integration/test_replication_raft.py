@@ -9,7 +9,7 @@ import time
 import unittest
 
 import test_replication as base
-from harness import Node, poll
+from harness import cleanup_all, Node, poll
 
 FAST = {"raft.election_timeout_ms": "1000", "raft.heartbeat_timeout_ms": "100",
         "metadata.timeout_ms": "15000", "metadata.start_timeout_ms": "60000",
@@ -34,8 +34,7 @@ class RaftReplication(base.Replication):
 
     def tearDown(self):
         super().tearDown()
-        for c in self.controllers:
-            c.cleanup()
+        cleanup_all(self.controllers)
 
     def raft_leader(self):
         for c in self.controllers:
