@@ -102,6 +102,7 @@ ShardIndex CacheStore::shard_of(std::string_view key, const StreamInfo& backing)
 
 Result<StreamInfo> CacheStore::ensure_backing(const CacheInfo& ci) {
   const StreamKey bk{ci.key.tenant, ci.key.ns, backing_stream_name(ci.key.name, ci.incarnation, ci.created_seq)};
+  forget_all();  // a (re)created cache: no request may resolve to an older incarnation
   const auto deadline = std::chrono::steady_clock::now() + kBackingWait;
   bool created = false;
   for (;;) {
@@ -141,6 +142,9 @@ void CacheStore::drop_indexes(const StreamKey& backing) {
 
 Result<void> CacheStore::delete_backing(const CacheInfo& ci) {
   const StreamKey bk{ci.key.tenant, ci.key.ns, backing_stream_name(ci.key.name, ci.incarnation, ci.created_seq)};
+  // Forgotten at once, not only when the change feed reports the delete: a recreate
+  // through this broker must never be answered from the old incarnation's resolution.
+  forget_all();
   drop_indexes(bk);
   auto d = node_.catalog().delete_stream(bk);
   if (!d && d.error().code != Errc::not_found) return d.error();

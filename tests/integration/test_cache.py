@@ -6,13 +6,17 @@ writes across a SIGKILL, compare-and-set races, recreate and a broker that slept
 delete and recreate, and every bad input."""
 import http.client
 import json
+import os
+import random
+import shutil
 import subprocess
+import tempfile
 import threading
 import time
 import unittest
 import urllib.parse
 
-from harness import DEADLINE_S, SLUICE_CLI, Node, poll
+from harness import DEADLINE_S, SLUICE_CLI, Node, free_port, poll
 
 HOLD_BACK = {"metadata.bootstrap_hold_back": "stream_incarnations,cache_incarnations,replicated_shards,"
                                               "shard_reassignment"}
@@ -280,6 +284,24 @@ class CacheTests(unittest.TestCase):
         self.assertEqual(c.get("old0")[1], b"new")
         self.assertEqual(c.put("old1", b"x", if_revision=0)[0], 200, "old1 is absent in the new incarnation")
 
+    def test_delete_and_recreate_at_once_never_serves_the_old_incarnation(self):
+        """The broker that handles a delete forgets the cache at once, not when its change
+        feed reports the delete: a recreate right after it (before the feed has caught up)
+        answers nothing of the old incarnation."""
+        n = self.node()
+        create_cache(n)
+        c = CacheClient(n)
+        for rnd in range(8):
+            for i in range(3):
+                self.assertEqual(c.put("k%d" % i, b"round%d" % rnd)[0], 200)
+            self.assertEqual(c.get("k0")[:2], (200, b"round%d" % rnd))  # the resolution is remembered
+            n.request("DELETE", n.ns_path() + "/caches/c")
+            create_cache(n)
+            for i in range(3):
+                st, body, _, _ = c.get("k%d" % i)
+                self.assertEqual(st, 404, "round %d: k%d served from the old incarnation: %r" % (rnd, i, body))
+            self.assertEqual(c.keys(), [], "round %d" % rnd)
+
     def test_recreate_before_cache_incarnations_is_finalized(self):
         """Level-8 behaviour: every create has incarnation 0 and a delete leaves the stream's
         data on disk; the backing stream's name carries the create's change sequence, so
@@ -470,6 +492,26 @@ class CacheBrokers(unittest.TestCase):
             self.assertGreater(r["revision"], acked[k][0])
         self.assertEqual(c.get("k7")[1], b"w7")
 
+    def test_recreate_through_another_broker_at_once(self):
+        """A delete through one broker and a recreate through another right after it: the
+        recreating broker forgets what it remembered of the cache at once (not when its
+        change feed reports the delete), so it never answers from the old incarnation."""
+        self.start_all()
+        b1, b2 = self.brokers[1], self.brokers[2]
+        create_cache(b1)
+        c2 = CacheClient(b2)
+        for rnd in range(6):
+            for i in range(3):
+                put = lambda: c2.put("k%d" % i, b"round%d" % rnd)
+                st, r = poll(lambda: (lambda a: a if a[0] != 503 else None)(put()), "a put in round %d" % rnd)
+                self.assertEqual(st, 200, r)
+            self.assertEqual(c2.get("k0")[:2], (200, b"round%d" % rnd))  # broker 2 remembers the cache
+            b1.request("DELETE", b1.ns_path() + "/caches/c")
+            create_cache(b2)
+            for i in range(3):
+                st, body, _, _ = c2.get("k%d" % i)
+                self.assertEqual(st, 404, "round %d: k%d served from the old incarnation: %r" % (rnd, i, body))
+
     def test_broker_slept_through_delete_and_recreate(self):
         self.start_all()
         b1, b3 = self.brokers[1], self.brokers[3]
@@ -504,6 +546,71 @@ class CacheBrokers(unittest.TestCase):
         for k in old_keys:
             self.assertEqual(c2.get(k)[0], 404, k)
         self.assertEqual(c3.put("old0", b"x", if_revision=0)[0], 200, "old0 is absent in the new incarnation")
+
+
+PG_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support", "pg_test_server.sh")
+
+
+class ThrowawayPostgres:
+    """A PostgreSQL of the test class's own (tests/support/pg_test_server.sh on a free
+    port), so the cache tests run against postgres-meta without the ctest fixture; each test
+    gets a schema of its own."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.pg_work = tempfile.mkdtemp(prefix="sluice-pgcache-")
+        os.chmod(cls.pg_work, 0o755)
+        cls.pg_dir = os.path.join(cls.pg_work, "pg")
+        port = free_port()
+        p = subprocess.run(["bash", PG_SCRIPT, "start", cls.pg_dir, str(port)], capture_output=True, text=True,
+                           timeout=180)
+        if p.returncode != 0:
+            shutil.rmtree(cls.pg_work, ignore_errors=True)
+            raise AssertionError("cannot start a throwaway PostgreSQL: " + p.stdout + p.stderr)
+        cls.pg_url = "host=127.0.0.1 port=%d user=postgres dbname=sluice_test" % port
+
+    @classmethod
+    def tearDownClass(cls):
+        subprocess.run(["bash", PG_SCRIPT, "stop", cls.pg_dir], capture_output=True, timeout=180)
+        shutil.rmtree(cls.pg_work, ignore_errors=True)
+        super().tearDownClass()
+
+    def pg_config(self, node_id):
+        if not hasattr(self, "schema"):
+            self.schema = "cache_%08x" % random.getrandbits(32)
+        return {"node.id": str(node_id), "node.roles": "broker", "metadata.backend": "postgres",
+                "metadata.postgres.url": self.pg_url, "metadata.postgres.schema": self.schema}
+
+
+class CacheTestsPostgres(ThrowawayPostgres, CacheTests):
+    """Every single-broker case of CacheTests on postgres-meta."""
+
+    def node(self, extra=None, **kw):
+        cfg = self.pg_config(1)
+        cfg.update(extra or {})
+        n = super().node(extra=cfg, **kw)
+        self.assertEqual(n.request("GET", "/v1/cluster")["metadata_backend"], "postgres")
+        return n
+
+
+class CacheBrokersPostgres(ThrowawayPostgres, CacheBrokers):
+    """Every three-broker case of CacheBrokers on one PostgreSQL catalog (no controllers)."""
+
+    def setUp(self):
+        self.controller = None
+        self.brokers = {i: Node(extra=dict(self.pg_config(i), **{
+            "broker.session_timeout_ms": "3000", "replication.max_lag_ms": "1500",
+            "stream.default_replication_factor": "3"})) for i in (1, 2, 3)}
+
+    def tearDown(self):
+        for n in self.brokers.values():
+            n.cleanup()
+
+    def start_all(self):
+        for n in self.brokers.values():
+            n.start()
+        poll(lambda: len(self.brokers[1].request("GET", "/v1/brokers")["brokers"]) == 3, "3 brokers registered")
 
 
 if __name__ == "__main__":
