@@ -36,6 +36,20 @@ constexpr auto kTransientPause = std::chrono::milliseconds(50);
 constexpr auto kTransientRetry = std::chrono::seconds(10);
 constexpr auto kBackingWait = std::chrono::seconds(10);
 
+// A read whose catch-up fails with a transient error (the shard's leader moving, not
+// open yet) is tried again, like a write, for up to kTransientRetry (docs/api.md "Caches").
+template <class F>
+auto retry_transient(F&& once) {
+  const auto deadline = std::chrono::steady_clock::now() + kTransientRetry;
+  for (;;) {
+    auto r = once();
+    if (r || r.error().outcome != Outcome::transient ||
+        std::chrono::steady_clock::now() + kTransientPause >= deadline)
+      return r;
+    std::this_thread::sleep_for(kTransientPause);
+  }
+}
+
 }  // namespace
 
 CacheStore::CacheStore(Node& node, CacheConfig cfg) : node_(node), cfg_(cfg) {
@@ -302,6 +316,10 @@ Result<void> CacheStore::wait_visible(Shard& sh, std::unique_lock<std::mutex>& l
 }
 
 Result<CacheEntry> CacheStore::get(const StreamKey& cache, std::string_view key) {
+  return retry_transient([&]() -> Result<CacheEntry> { return get_once(cache, key); });
+}
+
+Result<CacheEntry> CacheStore::get_once(const StreamKey& cache, std::string_view key) {
   auto r = resolve(cache, false);
   if (!r) return r.error();
   const std::string missing = "cache '" + cache.name + "' has no key '" + std::string(key) + "'";
@@ -487,6 +505,11 @@ Result<CacheStore::Write> CacheStore::erase(const StreamKey& cache, std::string_
 
 Result<CacheStore::Listed> CacheStore::list(const StreamKey& cache, std::string_view prefix, std::string_view after,
                                             std::size_t limit) {
+  return retry_transient([&]() -> Result<Listed> { return list_once(cache, prefix, after, limit); });
+}
+
+Result<CacheStore::Listed> CacheStore::list_once(const StreamKey& cache, std::string_view prefix,
+                                                 std::string_view after, std::size_t limit) {
   auto r = resolve(cache, false);
   if (!r) return r.error();
   Listed out;

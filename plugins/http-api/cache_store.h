@@ -130,6 +130,10 @@ class CacheStore {
     CacheInfo cache;
     StreamInfo backing;
   };
+  // One try of get and list; get and list retry a transient failure for a while.
+  Result<CacheEntry> get_once(const StreamKey& cache, std::string_view key);
+  Result<Listed> list_once(const StreamKey& cache, std::string_view prefix, std::string_view after,
+                           std::size_t limit);
   // not_found for an unknown cache; with `create`, a missing backing stream is created.
   Result<std::optional<Resolved>> resolve(const StreamKey& cache, bool create);
   Result<std::optional<Resolved>> resolve_uncached(const StreamKey& cache, bool create);
