@@ -263,6 +263,15 @@ Result<void> CacheStore::catch_up(Shard& sh, const StreamInfo& backing, ShardInd
   for (int round = 0; round < 100000; ++round) {
     auto fr = node_.fetch(backing.key, s, Offset{sh.end}, 10000, 4u << 20);
     if (!fr) {
+      // A new leader whose high watermark still lags what this index holds (acknowledged
+      // under the old leader): keep the index and try again shortly; rebuilding it now
+      // would serve a state older than what was acknowledged.
+      if (sh.end > 0 && fr.error().outcome != Outcome::transient) {
+        auto st = node_.shard_stats(backing.key, s);
+        if (st && st->log_start.value() <= sh.end && sh.end <= st->log_end.value())
+          return Error(Errc::unavailable, "the shard's leader has not yet made visible what this broker indexed",
+                       Outcome::transient);
+      }
       sh.init = false;  // rebuild from the start next time
       return fr.error();
     }
@@ -391,7 +400,27 @@ void CacheStore::write_batch(Shard& sh, std::unique_lock<std::mutex>& lk, const 
       sh.queue.pop_front();
     }
   }
-  if (auto c = catch_up(sh, si, s); !c) return fail_all(taken, c.error());
+  // Nothing decided or written yet: a transient failure (the leader moving) puts the
+  // writes back and tries again shortly, until the first one's deadline.
+  auto again = [&](const Error& e) {
+    if (e.outcome != Outcome::transient ||
+        std::chrono::steady_clock::now() + kTransientPause >= taken.front()->transient_deadline)
+      return fail_all(taken, e);
+    for (auto it = taken.rbegin(); it != taken.rend(); ++it) sh.queue.push_front(*it);
+    lk.unlock();
+    std::this_thread::sleep_for(kTransientPause);
+    lk.lock();
+  };
+  // Decide only against everything the leader holds: a new leader's high watermark can
+  // lag its log end (acknowledged writes of the old epoch) until its followers fetch, and
+  // an index short of them would refuse an if_revision that is current (docs/api.md
+  // "Compare-and-set").
+  auto st = node_.shard_stats(si.key, s);
+  if (!st) return again(st.error());
+  if (st->log_end.value() > sh.end) {
+    if (auto v = wait_visible(sh, lk, si, s, st->log_end.value() - 1); !v) return again(v.error());
+  }
+  if (auto c = catch_up(sh, si, s); !c) return again(c.error());
   const std::int64_t now = now_ms();
   std::vector<Pending*> writing;
   std::vector<std::string> values;
