@@ -258,7 +258,7 @@ Result<void> CacheStore::catch_up(Shard& sh, const StreamInfo& backing, ShardInd
     sh.created_seq = backing.created_seq;
     sh.init = true;
   }
-  const std::int64_t now = now_ms();
+  const std::int64_t now = now_ms() + cfg_.clock_skew_ms;
   // Bounded: a shard written faster than it can be read still answers.
   for (int round = 0; round < 100000; ++round) {
     auto fr = node_.fetch(backing.key, s, Offset{sh.end}, 10000, 4u << 20);
@@ -289,8 +289,11 @@ Result<void> CacheStore::catch_up(Shard& sh, const StreamInfo& backing, ShardInd
         if (rv.offset < sh.end) continue;
         auto rec = decode_cache_record(rv.value);
         if (rec && rv.key) {
-          if (rv.offset == sh.watch_offset) sh.watch_nonce = rec->nonce;
-          sh.index.apply(*rv.key, *rec, rv.offset, now);
+          if (rv.offset == sh.watch_offset) {
+            sh.watch_nonce = rec->nonce;
+            sh.watch_stamp = rv.timestamp_ms;
+          }
+          sh.index.apply(*rv.key, *rec, rv.offset, now, rv.timestamp_ms);
         }
         sh.end = rv.offset + 1;
       }
@@ -338,7 +341,7 @@ Result<CacheEntry> CacheStore::get_once(const StreamKey& cache, std::string_view
   auto sh = shard(si.key, s);
   std::lock_guard lk(sh->mu);
   if (auto c = catch_up(*sh, si, s); !c) return c.error();
-  const CacheEntry* e = sh->index.find(key, now_ms());
+  const CacheEntry* e = sh->index.find(key, now_ms() + cfg_.clock_skew_ms);
   if (!e) return Error(Errc::not_found, missing);
   return *e;
 }
@@ -421,7 +424,7 @@ void CacheStore::write_batch(Shard& sh, std::unique_lock<std::mutex>& lk, const 
     if (auto v = wait_visible(sh, lk, si, s, st->log_end.value() - 1); !v) return again(v.error());
   }
   if (auto c = catch_up(sh, si, s); !c) return again(c.error());
-  const std::int64_t now = now_ms();
+  const std::int64_t now = now_ms() + cfg_.clock_skew_ms;
   std::vector<Pending*> writing;
   std::vector<std::string> values;
   for (Pending* p : taken) {
@@ -430,7 +433,12 @@ void CacheStore::write_batch(Shard& sh, std::unique_lock<std::mutex>& lk, const 
       p->done = true;
       continue;
     }
-    if (p->rec.op == CacheRecord::Op::put) p->rec.expires_at_ms = p->ttl_ms > 0 ? now + p->ttl_ms : -1;
+    // The expiry follows the leader's clock: the record carries the TTL, and the leader
+    // stamps the time it appends it (timestamp -1 below; docs/api.md "Expiry").
+    if (p->rec.op != CacheRecord::Op::del) {
+      p->rec.op = p->ttl_ms > 0 ? CacheRecord::Op::put_ttl : CacheRecord::Op::put;
+      p->rec.expires_at_ms = p->ttl_ms > 0 ? p->ttl_ms : -1;
+    }
     {
       std::lock_guard g(mu_);
       p->rec.nonce = nonce_base_ + ++nonce_next_;
@@ -444,6 +452,7 @@ void CacheStore::write_batch(Shard& sh, std::unique_lock<std::mutex>& lk, const 
     recs[i].key = writing[i]->key;
     recs[i].value = values[i];
     recs[i].shard = s.value();
+    recs[i].timestamp_ms = -1;  // stamped by the shard's leader (fs-storage shard_log.cc)
   }
   PublishOptions opts;
   opts.ack = writing.front()->ack;
@@ -455,6 +464,7 @@ void CacheStore::write_batch(Shard& sh, std::unique_lock<std::mutex>& lk, const 
   const std::uint64_t expected = sh.end;
   sh.watch_offset = expected;
   sh.watch_nonce = 0;
+  sh.watch_stamp = -1;
   auto prom = std::make_shared<std::promise<Result<std::vector<PublishedRecord>>>>();
   auto f = prom->get_future();
   node_.publish(si.key, recs, opts,
@@ -501,7 +511,8 @@ void CacheStore::write_batch(Shard& sh, std::unique_lock<std::mutex>& lk, const 
   for (std::size_t i = 0; i < writing.size(); ++i) {
     Write w;
     w.revision = (*res)[i].offset.value() + 1;
-    w.expires_at_ms = writing[i]->rec.expires_at_ms;
+    // One batch, one stamp: every record in it carries the leader's time of the append.
+    w.expires_at_ms = CacheIndex::expiry(writing[i]->rec, sh.watch_stamp);
     writing[i]->answer = Result<Write>(w);
     writing[i]->done = true;
   }
@@ -545,7 +556,7 @@ Result<CacheStore::Listed> CacheStore::list_once(const StreamKey& cache, std::st
   if (!*r) return out;
   const auto& si = (*r)->backing;
   bool more = false;
-  const std::int64_t now = now_ms();
+  const std::int64_t now = now_ms() + cfg_.clock_skew_ms;
   for (std::uint32_t i = 0; i < si.spec.shards; ++i) {
     auto sh = shard(si.key, ShardIndex{i});
     std::lock_guard lk(sh->mu);

@@ -52,6 +52,9 @@ struct CacheConfig {
   std::uint32_t shards = 4;                // cache.shards (the backing stream's)
   unsigned threads = 16;                   // cache.threads
   std::uint32_t replication_factor = 1;    // stream.default_replication_factor
+  // cache.clock_skew_ms: added to this broker's clock where the cache layer reads it (a
+  // test's skewed broker; the leader's stamp in storage is not moved).
+  std::int64_t clock_skew_ms = 0;
 };
 
 class CacheStore {
@@ -125,6 +128,7 @@ class CacheStore {
     CacheIndex index;
     std::uint64_t watch_offset = UINT64_MAX;  // write_once: the nonce found at this offset
     std::uint64_t watch_nonce = 0;
+    std::int64_t watch_stamp = -1;  // ... and the leader's timestamp there
   };
   struct Resolved {
     CacheInfo cache;

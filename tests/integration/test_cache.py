@@ -229,6 +229,28 @@ class CacheTests(unittest.TestCase):
         self.assertEqual(c.get("long")[:2], (200, b"l"))
         self.assertEqual(c.keys(), ["forever", "long"])
 
+    def test_expiry_follows_the_leaders_clock_not_the_accepting_brokers(self):
+        """A broker whose cache clock is an hour behind (cache.clock_skew_ms) accepts a put
+        with a TTL: the expiry is the shard leader's append time + TTL (storage stamps it
+        with the real clock), not the skewed clock's, and a restart (the index rebuilt from
+        the log) computes the very same expiry."""
+        n = self.node(extra={"cache.clock_skew_ms": "-3600000"})
+        create_cache(n)
+        c = CacheClient(n)
+        before = int(time.time() * 1000)
+        st, r = c.put("k", b"v", ttl_ms=600000)
+        after = int(time.time() * 1000)
+        self.assertEqual(st, 200, r)
+        self.assertGreaterEqual(r["expires_at_ms"], before + 600000, "not the skewed clock's expiry")
+        self.assertLessEqual(r["expires_at_ms"], after + 600000)
+        st, value, rev, exp = c.get("k")
+        self.assertEqual((st, value, exp), (200, b"v", r["expires_at_ms"]))
+        st, listed = c.list()
+        self.assertEqual(listed["keys"][0]["expires_at_ms"], r["expires_at_ms"])
+        n.kill()
+        n.start()
+        self.assertEqual(c.get("k")[:4], (200, b"v", rev, r["expires_at_ms"]), "the same expiry after a restart")
+
     def test_every_acknowledged_put_survives_sigkill(self):
         n = self.node()
         create_cache(n)
