@@ -513,6 +513,35 @@ class CacheBrokers(unittest.TestCase):
             self.assertEqual(c.get("k%d" % i)[:2], (200, b"w%d" % i))
         self.assertEqual(c.get("k7")[1], b"w7")
 
+    def test_expiry_follows_the_leader_not_a_skewed_accepting_broker(self):
+        """Broker 2's cache clock runs an hour ahead (cache.clock_skew_ms). Puts with a 2 s
+        TTL through it expire 2 s after the shard leader appended them, on broker 1 and
+        broker 3 (an expiry from broker 2's clock would keep them an hour), and every broker
+        reports the same expiry."""
+        self.brokers[2].extra["cache.clock_skew_ms"] = "3600000"
+        self.start_all()
+        create_cache(self.brokers[1])
+        c1, c2, c3 = (CacheClient(self.brokers[i]) for i in (1, 2, 3))
+        expiries = {}
+        for i in range(8):  # keys on every shard, so on leaders other than broker 2 too
+            k = "k%d" % i
+            before = int(time.time() * 1000)
+            put = lambda: c2.put(k, b"v", ttl_ms=2000)
+            st, r = poll(lambda: (lambda a: a if a[0] != 503 else None)(put()), "a put through broker 2")
+            after = int(time.time() * 1000)
+            self.assertEqual(st, 200, r)
+            self.assertGreaterEqual(r["expires_at_ms"], before + 2000)
+            self.assertLessEqual(r["expires_at_ms"], after + 2000, "not broker 2's (skewed) clock")
+            expiries[k] = r["expires_at_ms"]
+        for c in (c1, c3):
+            for k, exp in expiries.items():
+                st, _, _, got = c.get(k)
+                if st == 200:  # not yet expired on this broker's clock
+                    self.assertEqual(got, exp, k)
+        for c in (c1, c3):
+            poll(lambda: all(c.get(k)[0] == 404 for k in expiries), "the 2 s keys to expire", timeout=30)
+            self.assertEqual(c.keys(), [])
+
     def test_recreate_through_another_broker_at_once(self):
         """A delete through one broker and a recreate through another right after it: the
         recreating broker forgets what it remembered of the cache at once (not when its
