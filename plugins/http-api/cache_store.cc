@@ -421,7 +421,12 @@ void CacheStore::write_batch(Shard& sh, std::unique_lock<std::mutex>& lk, const 
   auto st = node_.shard_stats(si.key, s);
   if (!st) return again(st.error());
   if (st->log_end.value() > sh.end) {
-    if (auto v = wait_visible(sh, lk, si, s, st->log_end.value() - 1); !v) return again(v.error());
+    if (auto v = wait_visible(sh, lk, si, s, st->log_end.value() - 1); !v)
+      return again(v.error().code != Errc::timeout
+                       ? v.error()
+                       : Error(Errc::unavailable,
+                               "the shard's leader did not make its log end visible in time; nothing was written",
+                               Outcome::transient));
   }
   if (auto c = catch_up(sh, si, s); !c) return again(c.error());
   const std::int64_t now = now_ms() + cfg_.clock_skew_ms;
