@@ -97,6 +97,7 @@ constexpr ConfigKey kConfigKeys[] = {
     {"cache.max_value_bytes", "1048576", "Largest cache value a PUT may store; larger gets 413 body_too_large (1..67108864; http.max_body_bytes bounds it too). Every broker keeps its caches' live values in memory."},
     {"cache.max_key_bytes", "512", "Longest cache key in bytes (1..4096); keys are visible ASCII."},
     {"cache.shards", "4", "Shards of the backing stream a new cache gets (1..1024); the writes waiting on one shard are appended together, one batch at a time."},
+    {"cache.clock_skew_ms", "0", "For tests only: shifts the clock this broker's cache layer compares expiries with (-86400000..86400000). Expiry is computed from the shard leader's append time, which this does not move."},
     {"cache.threads", "16", "Threads serving cache key requests on each broker (1..256); each may wait for a write's acknowledgement, so this bounds the writes one broker has in flight (they are group-committed per shard)."},
     {"stream.default_replication_factor", "1", "replication_factor of a stream create that names none, and of a new cache's backing stream (1..5); min_insync defaults to a majority of it. Above 1 needs the fleet feature replicated_shards (metadata level 16)."},
 };

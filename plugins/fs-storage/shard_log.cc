@@ -1,6 +1,7 @@
 #include "shard_log.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include "flush_pool.h"
 #include "layout.h"
@@ -12,6 +13,35 @@ namespace sluice::fs_storage {
 namespace {
 constexpr std::string_view kComponent = "fs-storage";
 constexpr std::size_t kMaxSegmentsPerRead = 8;
+
+// Records published with timestamp -1 ask for the leader's clock (docs/architecture.md
+// "Leader time"): the cache data plane computes a key's expiry from it. The leader stamps
+// them here, once, before the batch is stored and replicated; followers keep its bytes.
+// Only a batch whose first record asks is walked (an O(1) test for every other batch).
+constexpr std::int64_t kStampAtLeader = -1;
+void stamp_leader_time(std::string& batch, BatchHeader& h) {
+  const std::int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
+                               std::chrono::system_clock::now().time_since_epoch())
+                               .count();
+  char* p = batch.data() + kBatchHeaderSize;
+  std::int64_t first = 0, max = 0;
+  for (std::uint32_t i = 0; i < h.record_count; ++i) {
+    const std::uint32_t klen = wire::get_u32(p);
+    std::int64_t ts = static_cast<std::int64_t>(wire::get_u64(p + 12));
+    if (ts == kStampAtLeader) {
+      ts = now;
+      wire::put_u64(p + 12, static_cast<std::uint64_t>(ts));
+    }
+    if (i == 0) first = ts;
+    max = i == 0 ? ts : std::max(max, ts);
+    p += kRecordHeaderSize + (klen == kNoKey ? 0 : klen) + wire::get_u32(p + 4) + wire::get_u32(p + 8);
+  }
+  h.first_timestamp_ms = first;
+  h.max_timestamp_ms = max;
+  wire::put_u64(batch.data() + 32, static_cast<std::uint64_t>(first));
+  wire::put_u64(batch.data() + 40, static_cast<std::uint64_t>(max));
+  // restamp_batch (append) recomputes the CRC.
+}
 }  // namespace
 
 ShardLogImpl::ShardLogImpl(ShardRef ref, RetentionPolicy retention, std::string dir,
@@ -48,6 +78,7 @@ void ShardLogImpl::append(std::string batch, AckMode ack, AppendCallback cb) {
                                          " trailing bytes"));
     return;
   }
+  if (h.first_timestamp_ms == kStampAtLeader) stamp_leader_time(batch, h);  // not under mu_
   std::uint64_t base;
   bool schedule = false;
   {

@@ -61,25 +61,28 @@ std::optional<CacheRecord> decode_cache_record(std::string_view b) {
   if (b.size() < kCacheRecordHeader) return std::nullopt;
   CacheRecord r;
   const auto op = static_cast<std::uint8_t>(b[0]);
-  if (op != 1 && op != 2) return std::nullopt;
+  if (op != 1 && op != 2 && op != 3) return std::nullopt;
   r.op = static_cast<CacheRecord::Op>(op);
   r.nonce = get_u64(b.data() + 1);
   r.expires_at_ms = static_cast<std::int64_t>(get_u64(b.data() + 9));
   r.value = b.substr(kCacheRecordHeader);
   if (r.op == CacheRecord::Op::del && !r.value.empty()) return std::nullopt;
+  if (r.op == CacheRecord::Op::put_ttl && r.expires_at_ms <= 0) return std::nullopt;
   return r;
 }
 
-void CacheIndex::apply(std::string_view key, const CacheRecord& r, std::uint64_t offset, std::int64_t now_ms) {
+void CacheIndex::apply(std::string_view key, const CacheRecord& r, std::uint64_t offset, std::int64_t now_ms,
+                       std::int64_t stamped_ms) {
   auto it = map_.find(key);
-  const bool expired = r.expires_at_ms >= 0 && r.expires_at_ms <= now_ms;
+  const std::int64_t expires_at_ms = expiry(r, stamped_ms);
+  const bool expired = expires_at_ms >= 0 && expires_at_ms <= now_ms;
   if (r.op == CacheRecord::Op::del || expired) {
     if (it != map_.end()) map_.erase(it);
     return;
   }
   if (it == map_.end()) it = map_.emplace(std::string(key), CacheEntry{}).first;
   it->second.revision = offset + 1;
-  it->second.expires_at_ms = r.expires_at_ms;
+  it->second.expires_at_ms = expires_at_ms;
   it->second.value.assign(r.value);
 }
 

@@ -33,15 +33,19 @@ std::string backing_stream_name(std::string_view cache_name, Incarnation incarna
 Result<void> validate_cache_key(std::string_view key, std::size_t max_bytes);
 
 // One write as stored in the backing stream's record value:
-//   byte 0      op: 1 put, 2 delete
+//   byte 0      op: 1 put, 2 delete, 3 put with a TTL
 //   bytes 1..8  nonce (u64 LE): tells the writer its record from another broker's
-//   bytes 9..16 expires_at_ms (i64 LE, absolute, the accepting broker's clock; -1 none)
+//   bytes 9..16 op 1: expires_at_ms (i64 LE, absolute; -1 none; op 1 with an expiry is
+//               only in logs written before op 3: the accepting broker's clock);
+//               op 3: ttl_ms (> 0): the entry expires at the record's timestamp + ttl_ms,
+//               and the record's timestamp is the shard leader's clock when it appended
+//               it (published as -1, stamped by the leader: docs/api.md "Expiry")
 //   bytes 17..  the value (put only)
 struct CacheRecord {
-  enum class Op : std::uint8_t { put = 1, del = 2 };
+  enum class Op : std::uint8_t { put = 1, del = 2, put_ttl = 3 };
   Op op = Op::put;
   std::uint64_t nonce = 0;
-  std::int64_t expires_at_ms = -1;
+  std::int64_t expires_at_ms = -1;  // op put_ttl: the TTL in ms
   std::string_view value;
 };
 inline constexpr std::size_t kCacheRecordHeader = 17;
@@ -59,8 +63,16 @@ struct CacheEntry {
 };
 class CacheIndex {
  public:
-  // Applies the record at `offset` (already decoded).
-  void apply(std::string_view key, const CacheRecord& r, std::uint64_t offset, std::int64_t now_ms);
+  // Applies the record at `offset` (already decoded), stamped at `stamped_ms` (the
+  // record's timestamp: the leader's clock). A put_ttl without a stamp (< 0: an engine
+  // that does not stamp leader time) counts as expired: never live longer than asked.
+  void apply(std::string_view key, const CacheRecord& r, std::uint64_t offset, std::int64_t now_ms,
+             std::int64_t stamped_ms = -1);
+  // The absolute expiry of record `r` stamped at `stamped_ms` (-1: none).
+  static std::int64_t expiry(const CacheRecord& r, std::int64_t stamped_ms) {
+    if (r.op != CacheRecord::Op::put_ttl) return r.expires_at_ms;
+    return stamped_ms < 0 ? 0 : stamped_ms + r.expires_at_ms;
+  }
   // The live entry of `key`, or null (an expired one is erased).
   const CacheEntry* find(std::string_view key, std::int64_t now_ms);
   // Up to `limit` live keys >= `from` (and > `after` if not empty) starting with `prefix`,

@@ -36,6 +36,20 @@ constexpr auto kTransientPause = std::chrono::milliseconds(50);
 constexpr auto kTransientRetry = std::chrono::seconds(10);
 constexpr auto kBackingWait = std::chrono::seconds(10);
 
+// A read whose catch-up fails with a transient error (the shard's leader moving, not
+// open yet) is tried again, like a write, for up to kTransientRetry (docs/api.md "Caches").
+template <class F>
+auto retry_transient(F&& once) {
+  const auto deadline = std::chrono::steady_clock::now() + kTransientRetry;
+  for (;;) {
+    auto r = once();
+    if (r || r.error().outcome != Outcome::transient ||
+        std::chrono::steady_clock::now() + kTransientPause >= deadline)
+      return r;
+    std::this_thread::sleep_for(kTransientPause);
+  }
+}
+
 }  // namespace
 
 CacheStore::CacheStore(Node& node, CacheConfig cfg) : node_(node), cfg_(cfg) {
@@ -102,6 +116,7 @@ ShardIndex CacheStore::shard_of(std::string_view key, const StreamInfo& backing)
 
 Result<StreamInfo> CacheStore::ensure_backing(const CacheInfo& ci) {
   const StreamKey bk{ci.key.tenant, ci.key.ns, backing_stream_name(ci.key.name, ci.incarnation, ci.created_seq)};
+  forget_all();  // a (re)created cache: no request may resolve to an older incarnation
   const auto deadline = std::chrono::steady_clock::now() + kBackingWait;
   bool created = false;
   for (;;) {
@@ -141,6 +156,9 @@ void CacheStore::drop_indexes(const StreamKey& backing) {
 
 Result<void> CacheStore::delete_backing(const CacheInfo& ci) {
   const StreamKey bk{ci.key.tenant, ci.key.ns, backing_stream_name(ci.key.name, ci.incarnation, ci.created_seq)};
+  // Forgotten at once, not only when the change feed reports the delete: a recreate
+  // through this broker must never be answered from the old incarnation's resolution.
+  forget_all();
   drop_indexes(bk);
   auto d = node_.catalog().delete_stream(bk);
   if (!d && d.error().code != Errc::not_found) return d.error();
@@ -240,11 +258,20 @@ Result<void> CacheStore::catch_up(Shard& sh, const StreamInfo& backing, ShardInd
     sh.created_seq = backing.created_seq;
     sh.init = true;
   }
-  const std::int64_t now = now_ms();
+  const std::int64_t now = now_ms() + cfg_.clock_skew_ms;
   // Bounded: a shard written faster than it can be read still answers.
   for (int round = 0; round < 100000; ++round) {
     auto fr = node_.fetch(backing.key, s, Offset{sh.end}, 10000, 4u << 20);
     if (!fr) {
+      // A new leader whose high watermark still lags what this index holds (acknowledged
+      // under the old leader): keep the index and try again shortly; rebuilding it now
+      // would serve a state older than what was acknowledged.
+      if (sh.end > 0 && fr.error().outcome != Outcome::transient) {
+        auto st = node_.shard_stats(backing.key, s);
+        if (st && st->log_start.value() <= sh.end && sh.end <= st->log_end.value())
+          return Error(Errc::unavailable, "the shard's leader has not yet made visible what this broker indexed",
+                       Outcome::transient);
+      }
       sh.init = false;  // rebuild from the start next time
       return fr.error();
     }
@@ -262,8 +289,11 @@ Result<void> CacheStore::catch_up(Shard& sh, const StreamInfo& backing, ShardInd
         if (rv.offset < sh.end) continue;
         auto rec = decode_cache_record(rv.value);
         if (rec && rv.key) {
-          if (rv.offset == sh.watch_offset) sh.watch_nonce = rec->nonce;
-          sh.index.apply(*rv.key, *rec, rv.offset, now);
+          if (rv.offset == sh.watch_offset) {
+            sh.watch_nonce = rec->nonce;
+            sh.watch_stamp = rv.timestamp_ms;
+          }
+          sh.index.apply(*rv.key, *rec, rv.offset, now, rv.timestamp_ms);
         }
         sh.end = rv.offset + 1;
       }
@@ -298,6 +328,10 @@ Result<void> CacheStore::wait_visible(Shard& sh, std::unique_lock<std::mutex>& l
 }
 
 Result<CacheEntry> CacheStore::get(const StreamKey& cache, std::string_view key) {
+  return retry_transient([&]() -> Result<CacheEntry> { return get_once(cache, key); });
+}
+
+Result<CacheEntry> CacheStore::get_once(const StreamKey& cache, std::string_view key) {
   auto r = resolve(cache, false);
   if (!r) return r.error();
   const std::string missing = "cache '" + cache.name + "' has no key '" + std::string(key) + "'";
@@ -307,7 +341,7 @@ Result<CacheEntry> CacheStore::get(const StreamKey& cache, std::string_view key)
   auto sh = shard(si.key, s);
   std::lock_guard lk(sh->mu);
   if (auto c = catch_up(*sh, si, s); !c) return c.error();
-  const CacheEntry* e = sh->index.find(key, now_ms());
+  const CacheEntry* e = sh->index.find(key, now_ms() + cfg_.clock_skew_ms);
   if (!e) return Error(Errc::not_found, missing);
   return *e;
 }
@@ -369,8 +403,33 @@ void CacheStore::write_batch(Shard& sh, std::unique_lock<std::mutex>& lk, const 
       sh.queue.pop_front();
     }
   }
-  if (auto c = catch_up(sh, si, s); !c) return fail_all(taken, c.error());
-  const std::int64_t now = now_ms();
+  // Nothing decided or written yet: a transient failure (the leader moving) puts the
+  // writes back and tries again shortly, until the first one's deadline.
+  auto again = [&](const Error& e) {
+    if (e.outcome != Outcome::transient ||
+        std::chrono::steady_clock::now() + kTransientPause >= taken.front()->transient_deadline)
+      return fail_all(taken, e);
+    for (auto it = taken.rbegin(); it != taken.rend(); ++it) sh.queue.push_front(*it);
+    lk.unlock();
+    std::this_thread::sleep_for(kTransientPause);
+    lk.lock();
+  };
+  // Decide only against everything the leader holds: a new leader's high watermark can
+  // lag its log end (acknowledged writes of the old epoch) until its followers fetch, and
+  // an index short of them would refuse an if_revision that is current (docs/api.md
+  // "Compare-and-set").
+  auto st = node_.shard_stats(si.key, s);
+  if (!st) return again(st.error());
+  if (st->log_end.value() > sh.end) {
+    if (auto v = wait_visible(sh, lk, si, s, st->log_end.value() - 1); !v)
+      return again(v.error().code != Errc::timeout
+                       ? v.error()
+                       : Error(Errc::unavailable,
+                               "the shard's leader did not make its log end visible in time; nothing was written",
+                               Outcome::transient));
+  }
+  if (auto c = catch_up(sh, si, s); !c) return again(c.error());
+  const std::int64_t now = now_ms() + cfg_.clock_skew_ms;
   std::vector<Pending*> writing;
   std::vector<std::string> values;
   for (Pending* p : taken) {
@@ -379,7 +438,12 @@ void CacheStore::write_batch(Shard& sh, std::unique_lock<std::mutex>& lk, const 
       p->done = true;
       continue;
     }
-    if (p->rec.op == CacheRecord::Op::put) p->rec.expires_at_ms = p->ttl_ms > 0 ? now + p->ttl_ms : -1;
+    // The expiry follows the leader's clock: the record carries the TTL, and the leader
+    // stamps the time it appends it (timestamp -1 below; docs/api.md "Expiry").
+    if (p->rec.op != CacheRecord::Op::del) {
+      p->rec.op = p->ttl_ms > 0 ? CacheRecord::Op::put_ttl : CacheRecord::Op::put;
+      p->rec.expires_at_ms = p->ttl_ms > 0 ? p->ttl_ms : -1;
+    }
     {
       std::lock_guard g(mu_);
       p->rec.nonce = nonce_base_ + ++nonce_next_;
@@ -393,6 +457,7 @@ void CacheStore::write_batch(Shard& sh, std::unique_lock<std::mutex>& lk, const 
     recs[i].key = writing[i]->key;
     recs[i].value = values[i];
     recs[i].shard = s.value();
+    recs[i].timestamp_ms = -1;  // stamped by the shard's leader (fs-storage shard_log.cc)
   }
   PublishOptions opts;
   opts.ack = writing.front()->ack;
@@ -404,6 +469,7 @@ void CacheStore::write_batch(Shard& sh, std::unique_lock<std::mutex>& lk, const 
   const std::uint64_t expected = sh.end;
   sh.watch_offset = expected;
   sh.watch_nonce = 0;
+  sh.watch_stamp = -1;
   auto prom = std::make_shared<std::promise<Result<std::vector<PublishedRecord>>>>();
   auto f = prom->get_future();
   node_.publish(si.key, recs, opts,
@@ -450,7 +516,8 @@ void CacheStore::write_batch(Shard& sh, std::unique_lock<std::mutex>& lk, const 
   for (std::size_t i = 0; i < writing.size(); ++i) {
     Write w;
     w.revision = (*res)[i].offset.value() + 1;
-    w.expires_at_ms = writing[i]->rec.expires_at_ms;
+    // One batch, one stamp: every record in it carries the leader's time of the append.
+    w.expires_at_ms = CacheIndex::expiry(writing[i]->rec, sh.watch_stamp);
     writing[i]->answer = Result<Write>(w);
     writing[i]->done = true;
   }
@@ -483,13 +550,18 @@ Result<CacheStore::Write> CacheStore::erase(const StreamKey& cache, std::string_
 
 Result<CacheStore::Listed> CacheStore::list(const StreamKey& cache, std::string_view prefix, std::string_view after,
                                             std::size_t limit) {
+  return retry_transient([&]() -> Result<Listed> { return list_once(cache, prefix, after, limit); });
+}
+
+Result<CacheStore::Listed> CacheStore::list_once(const StreamKey& cache, std::string_view prefix,
+                                                 std::string_view after, std::size_t limit) {
   auto r = resolve(cache, false);
   if (!r) return r.error();
   Listed out;
   if (!*r) return out;
   const auto& si = (*r)->backing;
   bool more = false;
-  const std::int64_t now = now_ms();
+  const std::int64_t now = now_ms() + cfg_.clock_skew_ms;
   for (std::uint32_t i = 0; i < si.spec.shards; ++i) {
     auto sh = shard(si.key, ShardIndex{i});
     std::lock_guard lk(sh->mu);

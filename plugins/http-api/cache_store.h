@@ -52,6 +52,9 @@ struct CacheConfig {
   std::uint32_t shards = 4;                // cache.shards (the backing stream's)
   unsigned threads = 16;                   // cache.threads
   std::uint32_t replication_factor = 1;    // stream.default_replication_factor
+  // cache.clock_skew_ms: added to this broker's clock where the cache layer reads it (a
+  // test's skewed broker; the leader's stamp in storage is not moved).
+  std::int64_t clock_skew_ms = 0;
 };
 
 class CacheStore {
@@ -125,11 +128,16 @@ class CacheStore {
     CacheIndex index;
     std::uint64_t watch_offset = UINT64_MAX;  // write_once: the nonce found at this offset
     std::uint64_t watch_nonce = 0;
+    std::int64_t watch_stamp = -1;  // ... and the leader's timestamp there
   };
   struct Resolved {
     CacheInfo cache;
     StreamInfo backing;
   };
+  // One try of get and list; get and list retry a transient failure for a while.
+  Result<CacheEntry> get_once(const StreamKey& cache, std::string_view key);
+  Result<Listed> list_once(const StreamKey& cache, std::string_view prefix, std::string_view after,
+                           std::size_t limit);
   // not_found for an unknown cache; with `create`, a missing backing stream is created.
   Result<std::optional<Resolved>> resolve(const StreamKey& cache, bool create);
   Result<std::optional<Resolved>> resolve_uncached(const StreamKey& cache, bool create);

@@ -49,6 +49,7 @@ struct HttpConfig {
   std::size_t cache_max_key_bytes = 512;         // cache.max_key_bytes
   std::uint32_t cache_shards = 4;                // cache.shards
   unsigned cache_threads = 16;                   // cache.threads
+  std::int64_t cache_clock_skew_ms = 0;          // cache.clock_skew_ms (tests)
   // tls.*: with a certificate the listener speaks HTTPS only (docs/security.md "TLS").
   TlsFiles tls;
 

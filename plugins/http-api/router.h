@@ -39,7 +39,7 @@ class Router {
         waiters_(cfg.max_waiters_per_shard),
         quotas_(cfg.publish_bytes_per_s),
         cache_(node, CacheConfig{cfg.cache_max_value_bytes, cfg.cache_max_key_bytes, cfg.cache_shards,
-                                 cfg.cache_threads, cfg.default_replication_factor}) {
+                                 cfg.cache_threads, cfg.default_replication_factor, cfg.cache_clock_skew_ms}) {
     metrics_.set_quotas(&quotas_);
     metrics_.set_cache(&cache_);
   }

@@ -100,6 +100,34 @@ TEST(CacheIndex, AppliesPutsDeletesAndExpiry) {
   EXPECT_EQ(ix.size(), 0u);
 }
 
+TEST(CacheIndex, ATtlPutExpiresByTheLeadersStampNotTheReader) {
+  CacheRecord r;
+  r.op = CacheRecord::Op::put_ttl;
+  r.expires_at_ms = 1000;  // the TTL
+  r.value = "v";
+  auto d = decode_cache_record(encode_cache_record(r));
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->op, CacheRecord::Op::put_ttl);
+  EXPECT_EQ(CacheIndex::expiry(*d, 50000), 51000);
+  CacheIndex ix;
+  // Stamped by the leader at 50000: live until 51000 whatever the reader's clock was when
+  // it applied it, and a replay (a rebuild, a restart) computes the same expiry.
+  ix.apply("k", *d, 0, 20000, 50000);
+  ASSERT_TRUE(ix.find("k", 50999));
+  EXPECT_EQ(ix.find("k", 50999)->expires_at_ms, 51000);
+  EXPECT_FALSE(ix.find("k", 51000));
+  ix.apply("k", *d, 0, 60000, 50000);  // replayed after its expiry: never live again
+  EXPECT_FALSE(ix.find("k", 0));
+  // Not stamped (an engine that does not stamp leader time): never live longer than asked.
+  ix.apply("u", *d, 1, 20000, -1);
+  EXPECT_FALSE(ix.find("u", 20000));
+  // A TTL of 0 or below is not a record.
+  r.expires_at_ms = 0;
+  EXPECT_FALSE(decode_cache_record(encode_cache_record(r)));
+  r.expires_at_ms = -5;
+  EXPECT_FALSE(decode_cache_record(encode_cache_record(r)));
+}
+
 TEST(CacheIndex, ScanIsSortedPrefixedAndPaged) {
   CacheIndex ix;
   std::uint64_t off = 0;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -131,6 +132,45 @@ TEST_F(AppendReadTest, StoredBatchesCarryAssignedOffsetIncarnationAndValidCrc) {
   ASSERT_EQ(check_batch(r->batches[1].data(), r->batches[1].size(), &h), BatchCheck::ok);
   EXPECT_EQ(h.base_offset, 3u);
   EXPECT_EQ(h.incarnation, 0xabu);
+}
+
+// Records published with timestamp -1 get the leader's clock at append (the caches'
+// expiry clock, docs/api.md "Expiry"); any other timestamp is kept as published.
+TEST_F(AppendReadTest, TimestampMinusOneIsStampedWithTheLeadersClock) {
+  BatchBuilder asks;
+  asks.add(std::string_view("k1"), "a", {}, -1);
+  asks.add(std::string_view("k2"), "b", {}, -1);
+  BatchBuilder keeps;
+  keeps.add(std::string_view("k3"), "c", {}, 12345);
+  const auto now = [] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               std::chrono::system_clock::now().time_since_epoch())
+        .count();
+  };
+  const std::int64_t before = now();
+  ASSERT_TRUE(append_wait(*shard_, asks.finish()));
+  const std::int64_t after = now();
+  ASSERT_TRUE(append_wait(*shard_, keeps.finish()));
+  auto r = shard_->read(Offset(0), 100, 1 << 20);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->batches.size(), 2u);
+  BatchHeader h;
+  ASSERT_EQ(check_batch(r->batches[0].data(), r->batches[0].size(), &h), BatchCheck::ok) << "CRC redone";
+  EXPECT_GE(h.first_timestamp_ms, before);
+  EXPECT_LE(h.max_timestamp_ms, after);
+  BatchReader rd(r->batches[0].data(), r->batches[0].size());
+  RecordView rv;
+  int n = 0;
+  while (rd.next(rv)) {
+    EXPECT_GE(rv.timestamp_ms, before);
+    EXPECT_LE(rv.timestamp_ms, after);
+    EXPECT_EQ(rv.timestamp_ms, h.first_timestamp_ms) << "one stamp per batch";
+    ++n;
+  }
+  EXPECT_EQ(n, 2);
+  BatchReader rd2(r->batches[1].data(), r->batches[1].size());
+  ASSERT_TRUE(rd2.next(rv));
+  EXPECT_EQ(rv.timestamp_ms, 12345);
 }
 
 TEST_F(AppendReadTest, ReadAtHighWatermarkIsEmptyAndBeyondIsInvalidArgument) {
