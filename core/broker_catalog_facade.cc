@@ -80,6 +80,12 @@ class CatalogFacade final : public MetadataStore {
   Result<std::vector<CacheInfo>> list_caches(const std::string& t, const std::string& n) override {
     return in_.list_caches(t, n);
   }
+  Result<CounterInfo> create_counter(const StreamKey& key) override { return in_.create_counter(key); }
+  Result<CounterInfo> delete_counter(const StreamKey& key) override { return in_.delete_counter(key); }
+  Result<CounterInfo> get_counter(const StreamKey& key) override { return in_.get_counter(key); }
+  Result<std::vector<CounterInfo>> list_counters(const std::string& t, const std::string& n) override {
+    return in_.list_counters(t, n);
+  }
   Result<MembersView> list_members() override { return in_.list_members(); }
   Result<MemberInfo> join_member(const JoinRequest& req) override { return in_.join_member(req); }
   Result<void> remove_member(NodeId id) override { return in_.remove_member(id); }

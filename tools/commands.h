@@ -38,6 +38,7 @@ int cmd_broker(Client& c, const Words& words);    // reassign.cc: broker drain
 int reassign(Client& c, const Words& words);      // reassign.cc: stream reassign
 int cmd_token(const Words& words);                // token.cc: token hash (offline)
 int cmd_cache(Client& c, const Words& words);
+int cmd_counter(Client& c, const Words& words);  // counters.cc
 
 // One JSON value on one line of standard output.
 void print_json(const boost::json::value& v);

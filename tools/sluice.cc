@@ -53,6 +53,7 @@ Commands:
   members list|remove ID          metadata members (raft-meta): role, level, held, state
   token hash --roles R [TOKEN|-]  print a tokens-file line for TOKEN (or a new random one)
   cache create|drop|get|put|delete|list   caches and their keys (values with a TTL)
+  counter create|show|list|delete         counters in the catalog (level 18)
 
 Run `sluice COMMAND --help` for a command's options. An unknown option or argument is
 refused (exit 2); options are never abbreviated.
@@ -75,7 +76,7 @@ const std::map<std::string, Command>& commands() {
       {"shard", cmd_shards},  // `sluice shard elect ...` as issue 11 spells it
       {"publish", cmd_publish},       {"consume", cmd_consume},       {"group", cmd_group},
       {"dead-letters", cmd_dead_letters}, {"feature", cmd_feature},   {"brokers", cmd_brokers},
-      {"broker", cmd_broker},         {"cache", cmd_cache},
+      {"broker", cmd_broker},         {"cache", cmd_cache},           {"counter", cmd_counter},
       {"tombstones", cmd_tombstones}, {"members", cmd_members},
   };
   return table;

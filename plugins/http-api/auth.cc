@@ -225,6 +225,7 @@ Need required(Route route, const std::vector<std::string>& s, std::string_view m
       break;
     case Route::namespace_:
     case Route::caches:
+    case Route::counters:
     case Route::streams:
     case Route::stream:
       // Reads name the object; create and delete need the tenant's admin.

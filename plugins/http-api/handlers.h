@@ -66,6 +66,9 @@ void handle_members(Node& node, const std::shared_ptr<Exchange>& ex, const std::
 class CacheStore;
 void handle_caches(Node& node, CacheStore& store, const std::shared_ptr<Exchange>& ex,
                    const std::vector<std::string>& seg, std::string_view method, std::string_view body);
+// GET/POST {ns}/counters, GET/DELETE {ns}/counters/{c} (counters.cc): catalog entries only.
+void handle_counters(Node& node, const std::shared_ptr<Exchange>& ex, const std::vector<std::string>& seg,
+                     std::string_view method, std::string_view body);
 // {ns}/caches/{c}/keys[/{k}] (cache.cc)
 void handle_cache_keys(CacheStore& store, const std::shared_ptr<Exchange>& ex, const std::vector<std::string>& seg,
                        const Target& target);

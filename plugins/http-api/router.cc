@@ -532,6 +532,9 @@ void Router::dispatch(const std::shared_ptr<Exchange>& ex) {
     case Route::cache_keys:
       handle_cache_keys(cache_, ex, seg, *target);
       return;
+    case Route::counters:
+      handle_counters(node, ex, seg, req.method, req.body);
+      return;
   }
 }
 

@@ -33,6 +33,8 @@ std::optional<RouteDef> match_route(const std::vector<std::string>& s) {
     return RouteDef{Route::cache_keys, "{ns}/caches/{c}/keys", "GET"};
   if (n == 9 && s[5] == "caches" && s[7] == "keys")
     return RouteDef{Route::cache_keys, "{ns}/caches/{c}/keys/{k}", "GET, PUT, DELETE"};
+  if (n == 6 && s[5] == "counters") return RouteDef{Route::counters, "{ns}/counters", "GET, POST"};
+  if (n == 7 && s[5] == "counters") return RouteDef{Route::counters, "{ns}/counters/{c}", "GET, DELETE"};
   if (s[5] != "streams") return std::nullopt;
   if (n == 6) return RouteDef{Route::streams, "{ns}/streams", "GET, POST"};
   if (n == 7) return RouteDef{Route::stream, "{ns}/streams/{s}", "GET, DELETE"};

@@ -28,6 +28,16 @@ std::string stream_change_payload(const StreamInfo& s, const std::vector<Assignm
   return encode_change_payload(e);
 }
 
+std::string counter_change_payload(const CounterInfo& c, const std::optional<Tombstone>& t) {
+  ChangeEvent e{};
+  e.kind = ChangeEvent::Kind::counter_created;
+  e.tenant = c.key.tenant;
+  e.ns = c.key.ns;
+  e.counter = c;
+  e.counter_tombstone = t;
+  return encode_change_payload(e);
+}
+
 std::string cache_change_payload(const CacheInfo& c, const std::optional<Tombstone>& t) {
   ChangeEvent e{};
   e.kind = ChangeEvent::Kind::cache_created;

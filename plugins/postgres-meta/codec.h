@@ -15,6 +15,8 @@ std::string stream_change_payload(const StreamInfo& s, const std::vector<Assignm
                                   const std::optional<Tombstone>& t);
 // cache_created / cache_deleted: the cache and, for a delete, the cache tombstone written.
 std::string cache_change_payload(const CacheInfo& c, const std::optional<Tombstone>& t);
+// counter_created / counter_deleted: the counter and, for a delete, its tombstone.
+std::string counter_change_payload(const CounterInfo& c, const std::optional<Tombstone>& t);
 std::string broker_payload(const BrokerInfo& b);
 std::string feature_payload(const std::string& name);
 // shard_changed: the one assignment as an update_shard left it.

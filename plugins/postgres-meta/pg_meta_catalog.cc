@@ -86,10 +86,11 @@ Result<void> PgMetaStore::delete_namespace(const std::string& tenant, const std:
     if (!exists(tx, "SELECT 1 FROM namespaces WHERE tenant = $1 AND name = $2", tenant, &name))
       return Error(Errc::not_found, "no namespace " + tenant + "/" + name);
     if (exists(tx, "SELECT 1 FROM streams WHERE tenant = $1 AND ns = $2"
-                   " UNION ALL SELECT 1 FROM caches WHERE tenant = $1 AND ns = $2 LIMIT 1",
+                   " UNION ALL SELECT 1 FROM caches WHERE tenant = $1 AND ns = $2"
+                   " UNION ALL SELECT 1 FROM counters WHERE tenant = $1 AND ns = $2 LIMIT 1",
                tenant, &name))
       return Error(Errc::conflict,
-                   "namespace " + tenant + "/" + name + " still has streams or caches");
+                   "namespace " + tenant + "/" + name + " still has streams, caches or counters");
     auto seq = next_seq(tx);
     tx.exec_params("DELETE FROM namespaces WHERE tenant = $1 AND name = $2", tenant, name);
     record_change(tx, seq, ChangeEvent::Kind::namespace_deleted, names_payload(tenant, &name));
@@ -289,6 +290,8 @@ Result<CatalogSnapshot> PgMetaStore::snapshot() {
     s.brokers = read_brokers(tx);
     s.caches = read_caches(tx);
     s.cache_tombstones = read_cache_tombstones(tx);
+    s.counters = read_counters(tx);
+    s.counter_tombstones = read_counter_tombstones(tx);
     return s;
   });
 }

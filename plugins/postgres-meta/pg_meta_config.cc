@@ -60,11 +60,11 @@ PgMetaConfig PgMetaConfig::from_host(const PluginHost& host) {
       checked(host, "metadata.level", kPostgresMetaLevel.value(), kLowestMetadataLevel.value(),
               kPostgresMetaLevel.value()))};
   // postgres-meta's levels: 8 (baseline), 10 (stream incarnations), 14 (cache
-  // incarnations), 16 (replicated shards), 17 (reassignment).
+  // incarnations), 16 (replicated shards), 17 (reassignment), 18 (counters).
   if (c.level.value() != 8 && c.level.value() != 10 && c.level.value() != 14 &&
-      c.level.value() != 16 && c.level.value() != 17)
+      c.level.value() != 16 && c.level.value() != 17 && c.level.value() != 18)
     throw std::invalid_argument(
-        "metadata.level must be 8, 10, 14, 16 or 17 with postgres-meta, got " +
+        "metadata.level must be 8, 10, 14, 16, 17 or 18 with postgres-meta, got " +
         std::to_string(c.level.value()));
   c.bootstrap_hold_back = split_list(host.config_string("metadata.bootstrap_hold_back", ""));
   for (auto& f : c.bootstrap_hold_back)

@@ -57,13 +57,13 @@ class WriteBatch;  // pg_meta_store_internal.h
 // per-entry flag is raft-meta's; here a writer at 14 or above decides a cache's
 // incarnation inside its own transaction and the database refuses what a writer below 14
 // would write once cache_incarnations is finalized (docs/metadata-levels.md). It runs at
-// 8, 10, 14, 16 or 17.
-inline constexpr MetadataLevel kPostgresMetaLevel{17};
+// 8, 10, 14, 16, 17 or 18 (counters: pg_meta_counters.cc, migration 7).
+inline constexpr MetadataLevel kPostgresMetaLevel{18};
 
 struct PgMetaConfig {
   std::string url;                                  // metadata.postgres.url (required)
   std::string schema = "sluice";                    // metadata.postgres.schema
-  MetadataLevel level = kPostgresMetaLevel;         // metadata.level (8, 10, 14, 16 or 17)
+  MetadataLevel level = kPostgresMetaLevel;         // metadata.level (8, 10, 14, 16, 17 or 18)
   std::vector<std::string> bootstrap_hold_back;     // metadata.bootstrap_hold_back
   std::chrono::milliseconds timeout{10000};         // metadata.timeout_ms
   std::chrono::milliseconds start_timeout{30000};   // metadata.start_timeout_ms
@@ -108,6 +108,11 @@ class PgMetaStore final : public MetadataStore {
                                                const std::string& ns) override;
   Result<CatalogSnapshot> snapshot() override;
 
+  Result<CounterInfo> create_counter(const StreamKey& key) override;  // pg_meta_counters.cc
+  Result<CounterInfo> delete_counter(const StreamKey& key) override;
+  Result<CounterInfo> get_counter(const StreamKey& key) override;
+  Result<std::vector<CounterInfo>> list_counters(const std::string& tenant,
+                                                 const std::string& ns) override;
   Result<CacheInfo> create_cache(const StreamKey& key, const CacheSpec& spec) override;
   Result<CacheInfo> delete_cache(const StreamKey& key) override;
   Result<CacheInfo> get_cache(const StreamKey& key) override;

@@ -130,6 +130,9 @@ inline std::vector<BrokerInfo> serving_of(const std::vector<BrokerInfo>& all) {
 // pg_meta_caches.cc: every cache and every cache tombstone, in key order (the snapshot).
 std::vector<CacheInfo> read_caches(pqxx::transaction_base& tx);
 std::vector<Tombstone> read_cache_tombstones(pqxx::transaction_base& tx);
+// pg_meta_counters.cc: every counter and every counter tombstone, in key order (the snapshot).
+std::vector<CounterInfo> read_counters(pqxx::transaction_base& tx);
+std::vector<Tombstone> read_counter_tombstones(pqxx::transaction_base& tx);
 
 template <class T>
 Result<T> from_unit(Result<Unit> r);

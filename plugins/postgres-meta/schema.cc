@@ -310,6 +310,89 @@ CREATE TRIGGER cache_tombstones_guard BEFORE UPDATE OR DELETE ON cache_tombstone
   FOR EACH ROW EXECUTE FUNCTION cache_tombstones_guard();
 )SQL";
 
+// Version 7 (level 18, counters): counters and their tombstones. The triggers mirror v6
+// (SL009..SL012 for SL005..SL008), with one difference: counters have no legacy past, so a
+// create is refused unless the writer is at level 18 or above AND `counters` is finalized
+// (a writer below 18 -- any instance from before this migration, or one run at a lower
+// metadata.level -- can never store a counter), every counter is incarnated (above 0 and
+// above its name's tombstone), a writer below 18 may not delete one, and counter
+// tombstones are only raised and kept forever.
+constexpr std::string_view kV7 = R"SQL(
+CREATE TABLE counters (
+  tenant text NOT NULL,
+  ns text NOT NULL,
+  name text NOT NULL,
+  incarnation bigint NOT NULL CHECK (incarnation > 0),
+  created_seq bigint NOT NULL,
+  created_at_us bigint NOT NULL,
+  PRIMARY KEY (tenant, ns, name),
+  FOREIGN KEY (tenant, ns) REFERENCES namespaces(tenant, name)
+);
+CREATE TABLE counter_tombstones (
+  tenant text NOT NULL,
+  ns text NOT NULL,
+  name text NOT NULL,
+  deleted_up_to bigint NOT NULL,
+  seq bigint NOT NULL,
+  PRIMARY KEY (tenant, ns, name)
+);
+
+CREATE FUNCTION counters_guard_insert() RETURNS trigger
+  LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+  tomb bigint;
+BEGIN
+  IF writer_level() < 18 OR NOT EXISTS (SELECT 1 FROM features WHERE name = 'counters') THEN
+    RAISE EXCEPTION USING
+      ERRCODE = 'SL009',
+      MESSAGE = format('counters need every instance at metadata level 18 and the fleet feature '
+                       'counters finalized (writer level %s; refused create of counter %s/%s/%s)',
+                       writer_level(), NEW.tenant, NEW.ns, NEW.name),
+      HINT = 'upgrade every instance to level 18, then POST /v1/features/counters/finalize';
+  END IF;
+  SELECT deleted_up_to INTO tomb FROM counter_tombstones
+    WHERE tenant = NEW.tenant AND ns = NEW.ns AND name = NEW.name;
+  IF tomb IS NOT NULL AND NEW.incarnation <= tomb THEN
+    RAISE EXCEPTION USING
+      ERRCODE = 'SL010',
+      MESSAGE = format('incarnation %s of counter %s/%s/%s is not above its tombstone %s',
+                       NEW.incarnation, NEW.tenant, NEW.ns, NEW.name, tomb);
+  END IF;
+  RETURN NEW;
+END $$;
+CREATE TRIGGER counters_guard_insert BEFORE INSERT ON counters
+  FOR EACH ROW EXECUTE FUNCTION counters_guard_insert();
+
+CREATE FUNCTION counters_guard_delete() RETURNS trigger
+  LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+  IF writer_level() < 18 THEN
+    RAISE EXCEPTION USING
+      ERRCODE = 'SL011',
+      MESSAGE = format('counter %s/%s/%s (incarnation %s): this instance runs below metadata '
+                       'level 18 (writer level %s) and cannot delete it with its tombstone; upgrade it',
+                       OLD.tenant, OLD.ns, OLD.name, OLD.incarnation, writer_level());
+  END IF;
+  RETURN OLD;
+END $$;
+CREATE TRIGGER counters_guard_delete BEFORE DELETE ON counters
+  FOR EACH ROW EXECUTE FUNCTION counters_guard_delete();
+
+CREATE FUNCTION counter_tombstones_guard() RETURNS trigger
+  LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+  IF TG_OP = 'DELETE' THEN
+    RAISE EXCEPTION USING
+      ERRCODE = 'SL012',
+      MESSAGE = format('tombstone of counter %s/%s/%s is kept forever', OLD.tenant, OLD.ns, OLD.name);
+  END IF;
+  NEW.deleted_up_to := GREATEST(NEW.deleted_up_to, OLD.deleted_up_to);
+  RETURN NEW;
+END $$;
+CREATE TRIGGER counter_tombstones_guard BEFORE UPDATE OR DELETE ON counter_tombstones
+  FOR EACH ROW EXECUTE FUNCTION counter_tombstones_guard();
+)SQL";
+
 }  // namespace
 
 const std::vector<Migration>& migrations() {
@@ -320,6 +403,7 @@ const std::vector<Migration>& migrations() {
       {4, "replicated shards: replication factor, leader epoch, in-sync set, shard version, peer address", kV4},
       {5, "reassignment: a shard's target replica list", kV5},
       {6, "caches, cache incarnations and cache tombstones, with their guard triggers", kV6},
+      {7, "counters (level 18), their incarnations and tombstones, with their guard triggers", kV7},
   };
   return m;
 }

@@ -7,7 +7,7 @@
 namespace sluice::postgres_meta {
 
 // The schema version this build knows. A database at a higher version is refused at start.
-inline constexpr int kSchemaVersion = 6;
+inline constexpr int kSchemaVersion = 7;
 
 struct Migration {
   int version;
@@ -28,5 +28,10 @@ inline constexpr std::string_view kStateOldInstanceCacheCreate = "SL005";  // pr
 inline constexpr std::string_view kStateCacheIncarnationRepeat = "SL006";  // not above the cache tombstone
 inline constexpr std::string_view kStateOldInstanceCacheDelete = "SL007";  // pre-level-14 cache delete
 inline constexpr std::string_view kStateCacheTombstoneKept = "SL008";      // cache tombstones are forever
+// Migration 7 (level 18, counters): SL009..SL012 are SL005..SL008 for counters.
+inline constexpr std::string_view kStateOldInstanceCounterCreate = "SL009";  // counter create below 18 / not finalized
+inline constexpr std::string_view kStateCounterIncarnationRepeat = "SL010";  // not above the counter tombstone
+inline constexpr std::string_view kStateOldInstanceCounterDelete = "SL011";  // counter delete below level 18
+inline constexpr std::string_view kStateCounterTombstoneKept = "SL012";      // counter tombstones are forever
 
 }  // namespace sluice::postgres_meta

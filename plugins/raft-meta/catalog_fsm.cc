@@ -54,6 +54,14 @@ constexpr const char* kSchemaV4Columns =
 constexpr const char* kSchemaV5Columns =
     "ALTER TABLE assignments ADD COLUMN target_replicas TEXT NOT NULL DEFAULT '';";
 
+// Tables added by schema version 6 (level 18): counters and their tombstones.
+constexpr const char* kSchemaV6Tables =
+    "CREATE TABLE counters(tenant TEXT NOT NULL, ns TEXT NOT NULL, name TEXT NOT NULL,"
+    "  incarnation INTEGER NOT NULL, created_seq INTEGER NOT NULL,"
+    "  created_at_us INTEGER NOT NULL, PRIMARY KEY(tenant, ns, name));"
+    "CREATE TABLE counter_tombstones(tenant TEXT NOT NULL, ns TEXT NOT NULL, name TEXT NOT NULL,"
+    "  deleted_up_to INTEGER NOT NULL, seq INTEGER NOT NULL, PRIMARY KEY(tenant, ns, name));";
+
 }  // namespace
 
 CatalogFsm::CatalogFsm(std::size_t change_retention, MetadataLevel capability)
@@ -97,6 +105,7 @@ void CatalogFsm::create_schema() {
   exec(db_, kSchemaV3Tables);
   exec(db_, kSchemaV4Columns);
   exec(db_, kSchemaV5Columns);
+  exec(db_, kSchemaV6Tables);
   meta_set("schema_version", std::to_string(kCatalogSchemaVersion));
   meta_set("cluster_id", "");
   meta_set("applied_index", "0");
@@ -130,6 +139,11 @@ void CatalogFsm::upgrade_schema_3_to_4() {
 void CatalogFsm::upgrade_schema_4_to_5() {
   exec(db_, kSchemaV5Columns);
   meta_set("schema_version", "5");
+}
+
+void CatalogFsm::upgrade_schema_5_to_6() {
+  exec(db_, kSchemaV6Tables);
+  meta_set("schema_version", "6");
 }
 
 std::string CatalogFsm::meta_get(const char* key) const {
@@ -209,6 +223,11 @@ ApplyResult CatalogFsm::apply(std::uint64_t index, std::string_view entry) {
             std::to_string(kShardReassignmentLevel.value()) + "); this member runs at level " +
             std::to_string(capability_.value());
       required = kShardReassignmentLevel;
+    } else if (cmd.ok() && is_counter_entry(*cmd) && capability_ < kCountersLevel) {
+      why = "the entry is a counter create or delete (metadata level " +
+            std::to_string(kCountersLevel.value()) + "); this member runs at level " +
+            std::to_string(capability_.value());
+      required = kCountersLevel;
     }
     if (!why.empty()) {
       held_ = Held{index, why + "; upgrade this member", required};
@@ -240,6 +259,9 @@ ApplyResult CatalogFsm::apply(std::uint64_t index, std::string_view entry) {
     if (r.ok() && cmd.ok() && cmd->type == CommandType::reassign_shard &&
         level_floor() < kShardReassignmentLevel)
       meta_set("level_floor", std::to_string(kShardReassignmentLevel.value()));
+    // And the first counter entry applied raises it to 18.
+    if (r.ok() && cmd.ok() && is_counter_entry(*cmd) && level_floor() < kCountersLevel)
+      meta_set("level_floor", std::to_string(kCountersLevel.value()));
     meta_set("applied_index", std::to_string(index));
     exec(db_, "RELEASE apply");
   } catch (const std::exception& e) {
@@ -359,6 +381,18 @@ ApplyResult CatalogFsm::apply_to_cluster(std::uint64_t index, const Command& c) 
                     "reassignment needs the fleet feature shard_reassignment, which is not "
                     "finalized");
   }
+  if (is_counter_entry(c)) {
+    if (members_below(kCountersLevel) > 0)
+      return refuse(index, Errc::conflict,
+                    "a counter entry while a member is below level " +
+                        std::to_string(kCountersLevel.value()) +
+                        " (the proposer's view of the group was stale)");
+    if (!is_finalized(kCounters))
+      return refuse(index, Errc::conflict,
+                    "counters need the fleet feature counters, which is not finalized");
+    if (auto v = validate_name(NameKind::counter, c.name); !v.ok())
+      return refuse(index, v.error().code, v.error().message);
+  }
   if (c.type == CommandType::create_stream || c.type == CommandType::delete_stream ||
       c.type == CommandType::update_shard || c.type == CommandType::reassign_shard) {
     if (auto v = validate_name(NameKind::stream, c.name); !v.ok())
@@ -378,6 +412,8 @@ ApplyResult CatalogFsm::apply_to_cluster(std::uint64_t index, const Command& c) 
     case CommandType::delete_stream: return apply_delete_stream(index, c);
     case CommandType::create_cache: return apply_create_cache(index, c);
     case CommandType::delete_cache: return apply_delete_cache(index, c);
+    case CommandType::create_counter: return apply_create_counter(index, c);
+    case CommandType::delete_counter: return apply_delete_counter(index, c);
     case CommandType::update_shard:
     case CommandType::reassign_shard: return apply_update_shard(index, c);
     case CommandType::init_cluster:
@@ -389,6 +425,10 @@ ApplyResult CatalogFsm::apply_to_cluster(std::uint64_t index, const Command& c) 
       break;  // handled above
   }
   return refuse(index, Errc::internal, "unhandled command");
+}
+
+bool CatalogFsm::is_counter_entry(const Command& c) {
+  return c.type == CommandType::create_counter || c.type == CommandType::delete_counter;
 }
 
 bool CatalogFsm::needs_replicated_shards(const Command& c) {
@@ -403,16 +443,31 @@ bool CatalogFsm::flagged_refused(const Command& c) const {
 
 Tombstone CatalogFsm::raise_tombstone(TombstoneTable table, const StreamKey& key,
                                       Incarnation up_to, std::uint64_t index) {
-  const bool caches = table == TombstoneTable::caches;
   Tombstone t{key, up_to, ChangeSeq{index}};
-  if (auto old = caches ? cache_tombstone(key) : tombstone(key); old && old->deleted_up_to > up_to)
-    t.deleted_up_to = old->deleted_up_to;  // only ever raised
-  Stmt s(db_, caches ? "INSERT INTO cache_tombstones(tenant, ns, name, deleted_up_to, seq)"
-                       " VALUES(?, ?, ?, ?, ?) ON CONFLICT(tenant, ns, name) DO UPDATE SET"
-                       " deleted_up_to = excluded.deleted_up_to, seq = excluded.seq"
-                     : "INSERT INTO tombstones(tenant, ns, name, deleted_up_to, seq)"
-                       " VALUES(?, ?, ?, ?, ?) ON CONFLICT(tenant, ns, name) DO UPDATE SET"
-                       " deleted_up_to = excluded.deleted_up_to, seq = excluded.seq");
+  std::optional<Tombstone> old;
+  const char* sql = nullptr;
+  switch (table) {
+    case TombstoneTable::streams:
+      old = tombstone(key);
+      sql = "INSERT INTO tombstones(tenant, ns, name, deleted_up_to, seq)"
+            " VALUES(?, ?, ?, ?, ?) ON CONFLICT(tenant, ns, name) DO UPDATE SET"
+            " deleted_up_to = excluded.deleted_up_to, seq = excluded.seq";
+      break;
+    case TombstoneTable::caches:
+      old = cache_tombstone(key);
+      sql = "INSERT INTO cache_tombstones(tenant, ns, name, deleted_up_to, seq)"
+            " VALUES(?, ?, ?, ?, ?) ON CONFLICT(tenant, ns, name) DO UPDATE SET"
+            " deleted_up_to = excluded.deleted_up_to, seq = excluded.seq";
+      break;
+    case TombstoneTable::counters:
+      old = counter_tombstone(key);
+      sql = "INSERT INTO counter_tombstones(tenant, ns, name, deleted_up_to, seq)"
+            " VALUES(?, ?, ?, ?, ?) ON CONFLICT(tenant, ns, name) DO UPDATE SET"
+            " deleted_up_to = excluded.deleted_up_to, seq = excluded.seq";
+      break;
+  }
+  if (old && old->deleted_up_to > up_to) t.deleted_up_to = old->deleted_up_to;  // only ever raised
+  Stmt s(db_, sql);
   s.bind(1, key.tenant).bind(2, key.ns).bind(3, key.name)
       .bind(4, static_cast<std::int64_t>(t.deleted_up_to.value()))
       .bind(5, static_cast<std::int64_t>(index));

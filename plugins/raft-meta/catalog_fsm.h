@@ -68,7 +68,8 @@ namespace sluice::raft_meta {
 // mean what older rows meant (a version-3 image is upgraded).
 // Version 5 (level 17) added assignments.target_replicas ('' for rows written before; a
 // version-4 image is upgraded).
-inline constexpr int kCatalogSchemaVersion = 5;
+// Version 6 (level 18) added counters and counter_tombstones (a version-5 image is upgraded).
+inline constexpr int kCatalogSchemaVersion = 6;
 // How many changes the change log keeps. Part of what apply computes, so it must be the
 // same on every member: only tests pass another value.
 inline constexpr std::size_t kDefaultChangeRetention = 10000;
@@ -85,6 +86,7 @@ struct ApplyResult {
                                         // update_shard: the one assignment as stored after it
   std::optional<Tombstone> tombstone;   // delete_stream/delete_cache: the tombstone written
   CacheInfo cache;                      // create_cache / delete_cache (the deleted cache)
+  CounterInfo counter;                  // create_counter / delete_counter (the deleted one)
   BrokerInfo broker;                    // register_broker (live is not replicated: false)
   std::string feature;                  // finalize_feature
   ChangeSeq finalized_seq;              // finalize_feature: when it was finalized (also
@@ -171,6 +173,12 @@ class CatalogFsm {
   std::vector<Tombstone> list_cache_tombstones() const;
   std::optional<Tombstone> cache_tombstone(const StreamKey& key) const;
 
+  // Counters (level 18).
+  std::optional<CounterInfo> counter(const StreamKey& key) const;
+  Result<std::vector<CounterInfo>> list_counters(const std::string& tenant, const std::string& ns) const;
+  std::vector<Tombstone> list_counter_tombstones() const;
+  std::optional<Tombstone> counter_tombstone(const StreamKey& key) const;
+
   // Members (replicated records; role/held/applied are left empty).
   std::vector<MemberInfo> list_members() const;
   std::optional<MemberInfo> member(NodeId id) const;
@@ -192,10 +200,13 @@ class CatalogFsm {
   void upgrade_schema_2_to_3();
   void upgrade_schema_3_to_4();
   void upgrade_schema_4_to_5();
+  void upgrade_schema_5_to_6();
   void update_group_level();
   bool flagged_refused(const Command& c) const;
   // Level 16: an update_shard entry, or a create_stream with replication_factor > 1.
   static bool needs_replicated_shards(const Command& c);
+  // Level 18: a create_counter or delete_counter entry.
+  static bool is_counter_entry(const Command& c);
   ApplyResult apply_command(std::uint64_t index, const Command& c);
   ApplyResult apply_to_cluster(std::uint64_t index, const Command& c);
   // One function per command, in catalog_fsm_<concern>.cc. Each returns the result or a
@@ -215,9 +226,11 @@ class CatalogFsm {
   ApplyResult apply_update_shard(std::uint64_t index, const Command& c);       // level 16
   ApplyResult apply_create_cache(std::uint64_t index, const Command& c);       // caches
   ApplyResult apply_delete_cache(std::uint64_t index, const Command& c);
+  ApplyResult apply_create_counter(std::uint64_t index, const Command& c);     // level 18
+  ApplyResult apply_delete_counter(std::uint64_t index, const Command& c);
   // Writes the name's tombstone at `up_to` (never lowering one already there); the delete
   // at `index` is its seq.
-  enum class TombstoneTable { streams, caches };
+  enum class TombstoneTable { streams, caches, counters };
   Tombstone raise_tombstone(TombstoneTable table, const StreamKey& key, Incarnation up_to,
                             std::uint64_t index);
   bool tenant_exists(const std::string& tenant) const;

@@ -115,6 +115,13 @@ ChangeEvent cache_change(std::uint64_t index, ChangeEvent::Kind kind, const Cach
   e.cache_tombstone = t;
   return e;
 }
+ChangeEvent counter_change(std::uint64_t index, ChangeEvent::Kind kind, const CounterInfo& c,
+                           const std::optional<Tombstone>& t) {
+  ChangeEvent e = names_change(index, kind, c.key.tenant, c.key.ns);
+  e.counter = c;
+  e.counter_tombstone = t;
+  return e;
+}
 ChangeEvent broker_change(std::uint64_t index, ChangeEvent::Kind kind, const BrokerInfo& b) {
   ChangeEvent e = change(index, kind);
   e.broker = b;
@@ -245,6 +252,14 @@ CacheInfo read_cache(const Stmt& s) {
   c.incarnation = Incarnation{static_cast<std::uint64_t>(s.i64(3))};
   c.spec.default_ttl_ms = s.i64(4);
   c.created_seq = ChangeSeq{static_cast<std::uint64_t>(s.i64(5))};
+  return c;
+}
+
+CounterInfo read_counter(const Stmt& s) {
+  CounterInfo c;
+  c.key = StreamKey{s.text(0), s.text(1), s.text(2)};
+  c.incarnation = Incarnation{static_cast<std::uint64_t>(s.i64(3))};
+  c.created_seq = ChangeSeq{static_cast<std::uint64_t>(s.i64(4))};
   return c;
 }
 

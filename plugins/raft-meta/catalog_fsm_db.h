@@ -95,6 +95,8 @@ BrokerInfo read_broker(const Stmt& s);
 Assignment read_assignment(const Stmt& s);
 Tombstone read_tombstone(const Stmt& s);  // tenant, ns, name, deleted_up_to, seq
 CacheInfo read_cache(const Stmt& s);
+inline constexpr const char* kCounterColumns = "tenant, ns, name, incarnation, created_seq";
+CounterInfo read_counter(const Stmt& s);
 
 // The change a catalog command records (stored with sluice/catalog_json.h's payload
 // encoding by CatalogFsm::record_change).
@@ -105,6 +107,8 @@ ChangeEvent stream_change(std::uint64_t index, ChangeEvent::Kind kind, const Str
                           const std::vector<Assignment>& as, const std::optional<Tombstone>& t);
 ChangeEvent cache_change(std::uint64_t index, ChangeEvent::Kind kind, const CacheInfo& c,
                          const std::optional<Tombstone>& t);
+ChangeEvent counter_change(std::uint64_t index, ChangeEvent::Kind kind, const CounterInfo& c,
+                           const std::optional<Tombstone>& t);
 ChangeEvent broker_change(std::uint64_t index, ChangeEvent::Kind kind, const BrokerInfo& b);
 ChangeEvent feature_change(std::uint64_t index, const std::string& name);
 ChangeEvent shard_change(std::uint64_t index, const Assignment& a);

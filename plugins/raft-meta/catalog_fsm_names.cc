@@ -56,10 +56,12 @@ ApplyResult CatalogFsm::apply_delete_namespace(std::uint64_t index, const Comman
   if (!namespace_exists(c.tenant, c.ns))
     return refuse(index, Errc::not_found, "no namespace " + c.tenant + "/" + c.ns);
   Stmt has(db_, "SELECT 1 FROM streams WHERE tenant = ? AND ns = ? UNION ALL"
-                " SELECT 1 FROM caches WHERE tenant = ? AND ns = ? LIMIT 1");
-  has.bind(1, c.tenant).bind(2, c.ns).bind(3, c.tenant).bind(4, c.ns);
+                " SELECT 1 FROM caches WHERE tenant = ? AND ns = ? UNION ALL"
+                " SELECT 1 FROM counters WHERE tenant = ? AND ns = ? LIMIT 1");
+  has.bind(1, c.tenant).bind(2, c.ns).bind(3, c.tenant).bind(4, c.ns).bind(5, c.tenant).bind(6, c.ns);
   if (has.step())
-    return refuse(index, Errc::conflict, "namespace " + c.tenant + "/" + c.ns + " still has streams or caches");
+    return refuse(index, Errc::conflict, "namespace " + c.tenant + "/" + c.ns +
+                                             " still has streams, caches or counters");
   Stmt s(db_, "DELETE FROM namespaces WHERE tenant = ? AND name = ?");
   s.bind(1, c.tenant).bind(2, c.ns);
   s.step();

@@ -118,7 +118,58 @@ CatalogSnapshot CatalogFsm::catalog_snapshot() const {
     while (s.step()) snap.caches.push_back(read_cache(s));
   }
   snap.cache_tombstones = list_cache_tombstones();
+  {
+    std::string q = std::string("SELECT ") + kCounterColumns + " FROM counters ORDER BY tenant, ns, name";
+    Stmt s(db_, q.c_str());
+    while (s.step()) snap.counters.push_back(read_counter(s));
+  }
+  snap.counter_tombstones = list_counter_tombstones();
   return snap;
+}
+
+std::vector<Tombstone> CatalogFsm::list_counter_tombstones() const {
+  std::vector<Tombstone> out;
+  Stmt s(db_, "SELECT tenant, ns, name, deleted_up_to, seq FROM counter_tombstones"
+              " ORDER BY tenant, ns, name");
+  while (s.step()) out.push_back(read_tombstone(s));
+  return out;
+}
+
+std::optional<Tombstone> CatalogFsm::counter_tombstone(const StreamKey& key) const {
+  Stmt s(db_, "SELECT tenant, ns, name, deleted_up_to, seq FROM counter_tombstones"
+              " WHERE tenant = ? AND ns = ? AND name = ?");
+  s.bind(1, key.tenant).bind(2, key.ns).bind(3, key.name);
+  if (!s.step()) return std::nullopt;
+  return read_tombstone(s);
+}
+
+std::optional<CounterInfo> CatalogFsm::counter(const StreamKey& key) const {
+  std::string q = std::string("SELECT ") + kCounterColumns +
+                  " FROM counters WHERE tenant = ? AND ns = ? AND name = ?";
+  Stmt s(db_, q.c_str());
+  s.bind(1, key.tenant).bind(2, key.ns).bind(3, key.name);
+  if (!s.step()) return std::nullopt;
+  return read_counter(s);
+}
+
+Result<std::vector<CounterInfo>> CatalogFsm::list_counters(const std::string& tenant,
+                                                          const std::string& ns) const {
+  try {
+    {
+      Stmt t(db_, "SELECT 1 FROM namespaces WHERE tenant = ? AND name = ?");
+      t.bind(1, tenant).bind(2, ns);
+      if (!t.step()) return Error(Errc::not_found, "no namespace " + tenant + "/" + ns);
+    }
+    std::string q = std::string("SELECT ") + kCounterColumns +
+                    " FROM counters WHERE tenant = ? AND ns = ? ORDER BY name";
+    Stmt s(db_, q.c_str());
+    s.bind(1, tenant).bind(2, ns);
+    std::vector<CounterInfo> out;
+    while (s.step()) out.push_back(read_counter(s));
+    return out;
+  } catch (const std::exception& e) {
+    return internal_error(e);
+  }
 }
 
 std::vector<Tombstone> CatalogFsm::list_cache_tombstones() const {

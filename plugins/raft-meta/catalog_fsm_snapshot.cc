@@ -49,14 +49,15 @@ Result<void> CatalogFsm::restore(std::string_view image) {
     version = meta_get("schema_version");
   } catch (const std::exception&) {
   }
-  if (version == "1" || version == "2" || version == "3" || version == "4") {
+  if (version == "1" || version == "2" || version == "3" || version == "4" || version == "5") {
     const std::string from = version;
     try {
       exec(db_, "SAVEPOINT upgrade");
       if (version == "1") upgrade_schema_1_to_2();
       if (version == "1" || version == "2") upgrade_schema_2_to_3();
-      if (version != "4") upgrade_schema_3_to_4();
-      upgrade_schema_4_to_5();
+      if (version != "4" && version != "5") upgrade_schema_3_to_4();
+      if (version != "5") upgrade_schema_4_to_5();
+      upgrade_schema_5_to_6();
       exec(db_, "RELEASE upgrade");
       version = meta_get("schema_version");
     } catch (const std::exception&) {
@@ -105,6 +106,8 @@ std::uint64_t CatalogFsm::state_hash() const {
       "SELECT * FROM members ORDER BY id",
       "SELECT * FROM caches ORDER BY tenant, ns, name",
       "SELECT * FROM cache_tombstones ORDER BY tenant, ns, name",
+      "SELECT * FROM counters ORDER BY tenant, ns, name",
+      "SELECT * FROM counter_tombstones ORDER BY tenant, ns, name",
   };
   for (const char* sql : kDumps) {
     mix(sql, std::strlen(sql));

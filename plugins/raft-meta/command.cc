@@ -28,6 +28,8 @@ std::string_view to_string(CommandType t) {
     case CommandType::leave_member: return "leave_member";
     case CommandType::update_shard: return "update_shard";
     case CommandType::reassign_shard: return "reassign_shard";
+    case CommandType::create_counter: return "create_counter";
+    case CommandType::delete_counter: return "delete_counter";
   }
   return "unknown";
 }
@@ -40,7 +42,8 @@ static bool parse_type(std::string_view s, CommandType& out) {
                  CommandType::finalize_feature, CommandType::create_cache,
                  CommandType::delete_cache, CommandType::join_member,
                  CommandType::leave_member, CommandType::update_shard,
-                 CommandType::reassign_shard}) {
+                 CommandType::reassign_shard, CommandType::create_counter,
+                 CommandType::delete_counter}) {
     if (to_string(t) == s) {
       out = t;
       return true;
@@ -111,6 +114,12 @@ Command Command::create_cache(const StreamKey& key, const CacheSpec& spec, std::
   return c;
 }
 Command Command::delete_cache(const StreamKey& key) { return about(CommandType::delete_cache, key); }
+Command Command::create_counter(const StreamKey& key, std::int64_t clock_us) {
+  Command c = about(CommandType::create_counter, key);
+  c.clock_us = clock_us;
+  return c;
+}
+Command Command::delete_counter(const StreamKey& key) { return about(CommandType::delete_counter, key); }
 Command Command::join_member(const JoinRequest& req) {
   Command c = of(CommandType::join_member);
   c.member = req;
@@ -158,6 +167,16 @@ std::string encode_command(const Command& c) {
     case CommandType::update_shard:
     case CommandType::reassign_shard:
       o["update"] = json::value_from(c.shard_update);
+      break;
+    case CommandType::create_counter:
+    case CommandType::delete_counter:
+      o["tenant"] = c.tenant;
+      o["ns"] = c.ns;
+      o["name"] = c.name;
+      if (c.type == CommandType::create_counter) {
+        o["proposed_incarnation"] = c.proposed_incarnation;
+        o["clock_us"] = c.clock_us;
+      }
       break;
     case CommandType::create_tenant:
     case CommandType::delete_tenant:
@@ -239,6 +258,16 @@ void decode_fields(const json::object& o, Command& c) {
       c.tenant = c.shard_update.key.tenant;
       c.ns = c.shard_update.key.ns;
       c.name = c.shard_update.key.name;
+      break;
+    case CommandType::create_counter:
+    case CommandType::delete_counter:
+      c.tenant = string(o, "tenant");
+      c.ns = string(o, "ns");
+      c.name = string(o, "name");
+      if (c.type == CommandType::create_counter) {
+        c.proposed_incarnation = u64(o, "proposed_incarnation");
+        c.clock_us = i64(o, "clock_us");
+      }
       break;
     case CommandType::create_tenant:
     case CommandType::delete_tenant:

@@ -39,6 +39,15 @@
 // while a recorded member is below 17 or `shard_reassignment` is not finalized, and the
 // first one applied raises the group's level floor to 17.
 //
+// Addition for level 18 (counters; still format version 1):
+//   create_counter    "tenant","ns","name","proposed_incarnation","clock_us"
+//   delete_counter    "tenant","ns","name"
+// A member below level 18 holds at either (an older build does not know the op); apply
+// refuses them (conflict) while a recorded member is below 18 or `counters` is not
+// finalized, and the first one applied raises the group's level floor to 18. A counter's
+// incarnation is always max(proposed, tombstone + 1) and every delete leaves a tombstone
+// (counters have no legacy, unincarnated past: docs/metadata-levels.md).
+//
 // Every create and delete carries `proposed_incarnation` and `incarnations` from the start
 // (felix post-mortem: "apply decides only from fields a new proposer writes"). A level-8
 // proposer always writes 0 / false. `level` records the level the proposer wrote at; apply
@@ -83,6 +92,9 @@ enum class CommandType {
   update_shard,
   // Level 17: an update_shard that also changes the replica list (reassignment).
   reassign_shard,
+  // Level 18: counters (fleet feature `counters`).
+  create_counter,
+  delete_counter,
 };
 std::string_view to_string(CommandType);
 
@@ -131,6 +143,8 @@ struct Command {
   static Command join_member(const JoinRequest& req);
   static Command leave_member(NodeId id);
   static Command update_shard(const ShardUpdate& u);
+  static Command create_counter(const StreamKey& key, std::int64_t clock_us);
+  static Command delete_counter(const StreamKey& key);
 
   bool is_create() const { return type == CommandType::create_stream || type == CommandType::create_cache; }
   bool is_delete() const { return type == CommandType::delete_stream || type == CommandType::delete_cache; }

@@ -12,6 +12,8 @@
 //                  proposes the old way: proposed 0, unflagged
 //                  proposed = clock if cache_incarnations is finalized and E >= 14, else 0
 //   deletes        flagged = E >= 14, proposed 0
+//   create_counter / delete_counter  refused (409) unless own and group are >= 18 and
+//                  `counters` is finalized (check_counters); a create proposes the clock
 //
 // Thread-safety: pure functions.
 #pragma once
@@ -34,6 +36,7 @@ struct ProposerView {
   bool cache_incarnations_finalized = false;
   bool replicated_shards_finalized = false;
   bool shard_reassignment_finalized = false;
+  bool counters_finalized = false;
   MetadataLevel effective() const { return std::min(own, group); }
 };
 
@@ -77,6 +80,26 @@ inline Result<void> check_shard_reassignment(const ProposerView& v) {
   return {};
 }
 
+// Level 18: whether this member may propose a counter create or delete. Checked before
+// forwarding, like the rules above, so a member never hands such a request to an older
+// leader (which would not know the op).
+inline Result<void> check_counters(const ProposerView& v) {
+  if (v.own < kCountersLevel)
+    return Error(Errc::conflict, "counters need metadata level " +
+                                     std::to_string(kCountersLevel.value()) +
+                                     "; this member runs at level " + std::to_string(v.own.value()));
+  if (v.group < kCountersLevel)
+    return Error(Errc::conflict, "counters need every metadata member at level " +
+                                     std::to_string(kCountersLevel.value()) +
+                                     "; the group is at level " + std::to_string(v.group.value()) +
+                                     " (upgrade every member first)");
+  if (!v.counters_finalized)
+    return Error(Errc::conflict,
+                 "counters need the fleet feature counters, which is not finalized "
+                 "(POST /v1/features/counters/finalize)");
+  return {};
+}
+
 // Fills proposed_incarnation, incarnations and level of a create/delete `c` (any other
 // command only gets `level`). conflict for a cache create the group cannot take yet.
 inline Result<void> stamp_entry(Command& c, const ProposerView& v, std::int64_t clock_us) {
@@ -99,6 +122,12 @@ inline Result<void> stamp_entry(Command& c, const ProposerView& v, std::int64_t 
           e >= kFlaggedEntriesLevel ? propose_incarnation(v.cache_incarnations_finalized, clock_us) : 0;
       c.incarnations = flag ? IncarnationRule::flagged : IncarnationRule::legacy;
       return {};
+    case CommandType::create_counter:
+      if (auto ok = check_counters(v); !ok) return ok;
+      c.proposed_incarnation = propose_incarnation(true, clock_us);
+      return {};
+    case CommandType::delete_counter:
+      return check_counters(v);
     case CommandType::delete_stream:
     case CommandType::delete_cache:
       c.proposed_incarnation = 0;

@@ -523,4 +523,64 @@ ChangeBatch RaftMetaStore::changes_after(ChangeSeq after, std::size_t limit) {
   return fsm_.changes_after(after, limit);
 }
 
+// --- counters (level 18) ----------------------------------------------------------------
+
+Result<CounterInfo> RaftMetaStore::create_counter(const StreamKey& key) {
+  // Checked here before forwarding (check_counters), so an older leader never gets one.
+  {
+    Command probe = Command::create_counter(key, 0);
+    RAFT_META_TRY(stamp_entry(probe, proposer_view(), 0));
+  }
+  if (auto f = leader_client()) return f->create_counter(key);
+  RAFT_META_TRY(validate_name(NameKind::tenant, key.tenant));
+  RAFT_META_TRY(validate_name(NameKind::ns, key.ns));
+  RAFT_META_TRY(validate_name(NameKind::counter, key.name));
+  const std::int64_t clock = now_us();
+  Command c = Command::create_counter(key, clock);
+  RAFT_META_TRY(stamp_entry(c, proposer_view(), clock));
+  auto r = propose(c);
+  if (!r.ok()) return r.error();
+  if (!r->ok()) return *r->error;
+  return r->counter;
+}
+
+Result<CounterInfo> RaftMetaStore::delete_counter(const StreamKey& key) {
+  {
+    Command probe = Command::delete_counter(key);
+    RAFT_META_TRY(stamp_entry(probe, proposer_view(), 0));
+  }
+  if (auto f = leader_client()) return f->delete_counter(key);
+  RAFT_META_TRY(validate_name(NameKind::tenant, key.tenant));
+  RAFT_META_TRY(validate_name(NameKind::ns, key.ns));
+  RAFT_META_TRY(validate_name(NameKind::counter, key.name));
+  Command c = Command::delete_counter(key);
+  RAFT_META_TRY(stamp_entry(c, proposer_view(), now_us()));
+  auto r = propose(c);
+  if (!r.ok()) return r.error();
+  if (!r->ok()) return *r->error;
+  return r->counter;
+}
+
+Result<CounterInfo> RaftMetaStore::get_counter(const StreamKey& key) {
+  if (auto f = leader_client()) return f->get_counter(key);
+  RAFT_META_TRY(validate_name(NameKind::tenant, key.tenant));
+  RAFT_META_TRY(validate_name(NameKind::ns, key.ns));
+  RAFT_META_TRY(validate_name(NameKind::counter, key.name));
+  RAFT_META_TRY(read_barrier());
+  std::lock_guard lk(fsm_mu_);
+  auto c = fsm_.counter(key);
+  if (!c) return Error(Errc::not_found, "no counter " + key.to_string());
+  return *c;
+}
+
+Result<std::vector<CounterInfo>> RaftMetaStore::list_counters(const std::string& tenant,
+                                                              const std::string& ns) {
+  if (auto f = leader_client()) return f->list_counters(tenant, ns);
+  RAFT_META_TRY(validate_name(NameKind::tenant, tenant));
+  RAFT_META_TRY(validate_name(NameKind::ns, ns));
+  RAFT_META_TRY(read_barrier());
+  std::lock_guard lk(fsm_mu_);
+  return fsm_.list_counters(tenant, ns);
+}
+
 }  // namespace sluice::raft_meta

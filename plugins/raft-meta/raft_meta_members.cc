@@ -106,6 +106,7 @@ ProposerView RaftMetaStore::proposer_view() {
   v.cache_incarnations_finalized = fsm_.is_finalized(kCacheIncarnations);
   v.replicated_shards_finalized = fsm_.is_finalized(kReplicatedShards);
   v.shard_reassignment_finalized = fsm_.is_finalized(kShardReassignment);
+  v.counters_finalized = fsm_.is_finalized(kCounters);
   return v;
 }
 

@@ -129,6 +129,10 @@ class RaftMetaStore final : public MetadataStore {
   Result<CacheInfo> delete_cache(const StreamKey& key) override;
   Result<CacheInfo> get_cache(const StreamKey& key) override;
   Result<std::vector<CacheInfo>> list_caches(const std::string& tenant, const std::string& ns) override;
+  Result<CounterInfo> create_counter(const StreamKey& key) override;
+  Result<CounterInfo> delete_counter(const StreamKey& key) override;
+  Result<CounterInfo> get_counter(const StreamKey& key) override;
+  Result<std::vector<CounterInfo>> list_counters(const std::string& tenant, const std::string& ns) override;
 
   Result<MembersView> list_members() override;
   Result<MemberInfo> join_member(const JoinRequest& req) override;

@@ -113,7 +113,7 @@ bool idempotent_method(const std::string& m) {
   static const char* const kSafe[] = {
       "hello", "status", "member_status", "list_tenants", "list_namespaces", "get_stream",
       "list_streams", "snapshot", "list_brokers", "list_features", "list_tombstones",
-      "changes_after", "get_cache", "list_caches", "list_members", "heartbeat_broker",
+      "changes_after", "get_cache", "list_caches", "get_counter", "list_counters", "list_members", "heartbeat_broker",
       "register_broker", "finalize_feature", "join_member"};
   for (const char* x : kSafe)
     if (m == x) return true;
@@ -353,6 +353,20 @@ Result<CacheInfo> RemoteMetadataStore::get_cache(const StreamKey& key) {
 Result<std::vector<CacheInfo>> RemoteMetadataStore::list_caches(const std::string& t, const std::string& ns) {
   return decode<std::vector<CacheInfo>>(call("list_caches", params({{"tenant", t}, {"ns", ns}})),
                                         [](const json::value& v) { return list_of<CacheInfo>(v, cache_from); });
+}
+Result<CounterInfo> RemoteMetadataStore::create_counter(const StreamKey& key) {
+  return decode<CounterInfo>(call("create_counter", params({{"key", to_json(key)}})), counter_from);
+}
+Result<CounterInfo> RemoteMetadataStore::delete_counter(const StreamKey& key) {
+  return decode<CounterInfo>(call("delete_counter", params({{"key", to_json(key)}})), counter_from);
+}
+Result<CounterInfo> RemoteMetadataStore::get_counter(const StreamKey& key) {
+  return decode<CounterInfo>(call("get_counter", params({{"key", to_json(key)}})), counter_from);
+}
+Result<std::vector<CounterInfo>> RemoteMetadataStore::list_counters(const std::string& t, const std::string& ns) {
+  return decode<std::vector<CounterInfo>>(
+      call("list_counters", params({{"tenant", t}, {"ns", ns}})),
+      [](const json::value& v) { return list_of<CounterInfo>(v, counter_from); });
 }
 Result<MembersView> RemoteMetadataStore::list_members() {
   return decode<MembersView>(call("list_members", "{}"), members_from);

@@ -48,6 +48,7 @@ inline CatalogSnapshot snapshot_from(const boost::json::value& v) {
 }
 inline CacheSpec cache_spec_from(const boost::json::value& v) { return boost::json::value_to<CacheSpec>(v); }
 inline CacheInfo cache_from(const boost::json::value& v) { return boost::json::value_to<CacheInfo>(v); }
+inline CounterInfo counter_from(const boost::json::value& v) { return boost::json::value_to<CounterInfo>(v); }
 inline MemberInfo member_from(const boost::json::value& v) { return boost::json::value_to<MemberInfo>(v); }
 inline MembersView members_from(const boost::json::value& v) { return boost::json::value_to<MembersView>(v); }
 inline JoinRequest join_from(const boost::json::value& v) { return boost::json::value_to<JoinRequest>(v); }

@@ -274,6 +274,14 @@ std::string RpcServer::handle(const std::string& request, bool& close_after) {
       return respond(store_.get_cache(key_from(po.at("key"))), [](auto& x) { return to_json(x); });
     if (method == "list_caches")
       return respond(store_.list_caches(str("tenant"), str("ns")), [](auto& x) { return to_array(x); });
+    if (method == "create_counter")
+      return respond(store_.create_counter(key_from(po.at("key"))), [](auto& x) { return to_json(x); });
+    if (method == "delete_counter")
+      return respond(store_.delete_counter(key_from(po.at("key"))), [](auto& x) { return to_json(x); });
+    if (method == "get_counter")
+      return respond(store_.get_counter(key_from(po.at("key"))), [](auto& x) { return to_json(x); });
+    if (method == "list_counters")
+      return respond(store_.list_counters(str("tenant"), str("ns")), [](auto& x) { return to_array(x); });
     if (method == "list_members") return respond(store_.list_members(), [](auto& x) { return to_json(x); });
     if (method == "join_member")
       return respond(store_.join_member(join_from(po.at("member"))), [](auto& x) { return to_json(x); });

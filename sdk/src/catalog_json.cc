@@ -33,7 +33,8 @@ std::optional<ChangeEvent::Kind> parse_change_kind(std::string_view s) {
   using K = ChangeEvent::Kind;
   for (auto k : {K::tenant_created, K::tenant_deleted, K::namespace_created, K::namespace_deleted,
                  K::stream_created, K::stream_deleted, K::feature_finalized, K::broker_registered,
-                 K::broker_unregistered, K::cache_created, K::cache_deleted, K::shard_changed})
+                 K::broker_unregistered, K::cache_created, K::cache_deleted, K::shard_changed,
+                 K::counter_created, K::counter_deleted})
     if (s == to_string(k)) return k;
   return std::nullopt;
 }
@@ -284,6 +285,22 @@ CacheInfo tag_invoke(const json::value_to_tag<CacheInfo>&, const json::value& jv
   return c;
 }
 
+// --- counters ----------------------------------------------------------------------------
+
+void tag_invoke(const json::value_from_tag&, json::value& jv, const CounterInfo& c) {
+  jv = json::object{{"key", json::value_from(c.key)},
+                    {"incarnation", c.incarnation.value()},
+                    {"created_seq", c.created_seq.value()}};
+}
+CounterInfo tag_invoke(const json::value_to_tag<CounterInfo>&, const json::value& jv) {
+  auto& o = as_object(jv, "counter");
+  CounterInfo c;
+  c.key = json::value_to<StreamKey>(field(o, "key"));
+  c.incarnation = Incarnation{u64(o, "incarnation")};
+  c.created_seq = ChangeSeq{u64(o, "created_seq")};
+  return c;
+}
+
 // --- members -----------------------------------------------------------------------------
 
 // A MemberInfo is its JoinRequest (the same first four fields) and what it reports.
@@ -366,6 +383,9 @@ void tag_invoke(const json::value_from_tag&, json::value& jv, const ChangeEvent&
   if (e.kind == ChangeEvent::Kind::cache_created || e.kind == ChangeEvent::Kind::cache_deleted)
     o["cache"] = json::value_from(e.cache);
   if (e.cache_tombstone) o["cache_tombstone"] = json::value_from(*e.cache_tombstone);
+  if (e.kind == ChangeEvent::Kind::counter_created || e.kind == ChangeEvent::Kind::counter_deleted)
+    o["counter"] = json::value_from(e.counter);
+  if (e.counter_tombstone) o["counter_tombstone"] = json::value_from(*e.counter_tombstone);
   jv = std::move(o);
 }
 ChangeEvent tag_invoke(const json::value_to_tag<ChangeEvent>&, const json::value& jv) {
@@ -382,6 +402,9 @@ ChangeEvent tag_invoke(const json::value_to_tag<ChangeEvent>&, const json::value
   if (auto* t = o.if_contains("tombstone")) e.tombstone = json::value_to<Tombstone>(*t);
   if (auto* c = o.if_contains("cache")) e.cache = json::value_to<CacheInfo>(*c);
   if (auto* t = o.if_contains("cache_tombstone")) e.cache_tombstone = json::value_to<Tombstone>(*t);
+  if (auto* c = o.if_contains("counter")) e.counter = json::value_to<CounterInfo>(*c);
+  if (auto* t = o.if_contains("counter_tombstone"))
+    e.counter_tombstone = json::value_to<Tombstone>(*t);
   return e;
 }
 
@@ -391,7 +414,7 @@ void tag_invoke(const json::value_from_tag&, json::value& jv, const CatalogSnaps
     for (auto& x : v) a.push_back(json::value_from(x));
     return a;
   };
-  jv = json::object{{"seq", c.seq.value()},
+  json::object o{{"seq", c.seq.value()},
                     {"finalized_features", strings_json(c.finalized_features)},
                     {"caches", all(c.caches)},
                     {"cache_tombstones", all(c.cache_tombstones)},
@@ -401,6 +424,10 @@ void tag_invoke(const json::value_from_tag&, json::value& jv, const CatalogSnaps
                     {"tombstones", all(c.tombstones)},
                     {"assignments", all(c.assignments)},
                     {"brokers", all(c.brokers)}};
+  // Level 18, written only when there is one, so older snapshots stay byte-identical.
+  if (!c.counters.empty()) o["counters"] = all(c.counters);
+  if (!c.counter_tombstones.empty()) o["counter_tombstones"] = all(c.counter_tombstones);
+  jv = std::move(o);
 }
 CatalogSnapshot tag_invoke(const json::value_to_tag<CatalogSnapshot>&, const json::value& jv) {
   auto& o = as_object(jv, "snapshot");
@@ -415,6 +442,8 @@ CatalogSnapshot tag_invoke(const json::value_to_tag<CatalogSnapshot>&, const jso
   c.finalized_features = strings(o, "finalized_features");
   c.caches = optional_list<CacheInfo>(o, "caches");
   c.cache_tombstones = optional_list<Tombstone>(o, "cache_tombstones");
+  c.counters = optional_list<CounterInfo>(o, "counters");
+  c.counter_tombstones = optional_list<Tombstone>(o, "counter_tombstones");
   return c;
 }
 
@@ -443,6 +472,7 @@ template Result<BrokerRegistration> decode_json(const json::value&);
 template Result<FeatureInfo> decode_json(const json::value&);
 template Result<CacheSpec> decode_json(const json::value&);
 template Result<CacheInfo> decode_json(const json::value&);
+template Result<CounterInfo> decode_json(const json::value&);
 template Result<MemberInfo> decode_json(const json::value&);
 template Result<MembersView> decode_json(const json::value&);
 template Result<JoinRequest> decode_json(const json::value&);

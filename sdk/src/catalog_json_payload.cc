@@ -15,6 +15,7 @@ using K = ChangeEvent::Kind;
 
 bool is_stream_kind(K k) { return k == K::stream_created || k == K::stream_deleted; }
 bool is_cache_kind(K k) { return k == K::cache_created || k == K::cache_deleted; }
+bool is_counter_kind(K k) { return k == K::counter_created || k == K::counter_deleted; }
 bool is_broker_kind(K k) { return k == K::broker_registered || k == K::broker_unregistered; }
 
 json::object tombstone_payload(const Tombstone& t) {
@@ -71,6 +72,14 @@ std::string encode_change_payload(const ChangeEvent& e) {
     o["default_ttl_ms"] = c.spec.default_ttl_ms;
     o["created_seq"] = c.created_seq.value();
     if (e.cache_tombstone) o["tombstone"] = tombstone_payload(*e.cache_tombstone);
+  } else if (is_counter_kind(e.kind)) {
+    const CounterInfo& c = e.counter;
+    o["tenant"] = c.key.tenant;
+    o["ns"] = c.key.ns;
+    o["name"] = c.key.name;
+    o["incarnation"] = c.incarnation.value();
+    o["created_seq"] = c.created_seq.value();
+    if (e.counter_tombstone) o["tombstone"] = tombstone_payload(*e.counter_tombstone);
   } else if (is_broker_kind(e.kind)) {
     const BrokerInfo& b = e.broker;
     o["id"] = b.id.value();
@@ -155,6 +164,14 @@ Result<ChangeEvent> decode_change_payload(ChangeSeq seq, std::string_view kind,
       c.spec.default_ttl_ms = i64(o, "default_ttl_ms");
       c.created_seq = ChangeSeq{u64(o, "created_seq")};
       ev.cache_tombstone = tombstone_from_payload(o, c.key);
+    } else if (is_counter_kind(*k)) {
+      ev.tenant = str(o, "tenant");
+      ev.ns = str(o, "ns");
+      CounterInfo& c = ev.counter;
+      c.key = StreamKey{ev.tenant, ev.ns, str(o, "name")};
+      c.incarnation = Incarnation{u64(o, "incarnation")};
+      c.created_seq = ChangeSeq{u64(o, "created_seq")};
+      ev.counter_tombstone = tombstone_from_payload(o, c.key);
     } else if (is_broker_kind(*k)) {
       BrokerInfo& b = ev.broker;
       b.id = NodeId{u32(o, "id")};

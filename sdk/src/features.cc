@@ -18,6 +18,9 @@ constexpr FeatureSpec kKnown[] = {
     {kShardReassignment, MetadataLevel{17},
      "a shard's replica list may change: reassignment to other brokers and broker drains; "
      "a broker removed from a replica list removes its copy"},
+    {kCounters, MetadataLevel{18},
+     "counters: named int64 values by key with idempotent adds, per incarnation "
+     "(create_counter / delete_counter)"},
 };
 
 std::string join_ids(const std::vector<NodeId>& ids) {

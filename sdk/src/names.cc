@@ -11,6 +11,7 @@ std::string_view to_string(NameKind k) {
     case NameKind::stream: return "stream";
     case NameKind::group: return "group";
     case NameKind::cache: return "cache";
+    case NameKind::counter: return "counter";
   }
   return "name";
 }

@@ -45,6 +45,8 @@ std::string_view to_string(ChangeEvent::Kind k) {
     case ChangeEvent::Kind::broker_unregistered: return "broker_unregistered";
     case ChangeEvent::Kind::cache_created: return "cache_created";
     case ChangeEvent::Kind::cache_deleted: return "cache_deleted";
+    case ChangeEvent::Kind::counter_created: return "counter_created";
+    case ChangeEvent::Kind::counter_deleted: return "counter_deleted";
     case ChangeEvent::Kind::shard_changed: return "shard_changed";
   }
   return "unknown";
@@ -61,6 +63,12 @@ Result<CacheInfo> MetadataStore::delete_cache(const StreamKey&) { return unsuppo
 Result<CacheInfo> MetadataStore::get_cache(const StreamKey&) { return unsupported("caches"); }
 Result<std::vector<CacheInfo>> MetadataStore::list_caches(const std::string&, const std::string&) {
   return unsupported("caches");
+}
+Result<CounterInfo> MetadataStore::create_counter(const StreamKey&) { return unsupported("counters"); }
+Result<CounterInfo> MetadataStore::delete_counter(const StreamKey&) { return unsupported("counters"); }
+Result<CounterInfo> MetadataStore::get_counter(const StreamKey&) { return unsupported("counters"); }
+Result<std::vector<CounterInfo>> MetadataStore::list_counters(const std::string&, const std::string&) {
+  return unsupported("counters");
 }
 Result<MembersView> MetadataStore::list_members() { return unsupported("metadata members"); }
 Result<MemberInfo> MetadataStore::join_member(const JoinRequest&) { return unsupported("metadata members"); }

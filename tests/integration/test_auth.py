@@ -106,6 +106,10 @@ TENANT_CALLS = [
     ("GET", NS + "/caches/c/keys/k", None, "{ns}/caches/{c}/keys/{k}"),
     ("PUT", NS + "/caches/c/keys/k", "evil", "{ns}/caches/{c}/keys/{k}"),
     ("DELETE", NS + "/caches/c/keys/k", None, "{ns}/caches/{c}/keys/{k}"),
+    ("GET", NS + "/counters", None, "{ns}/counters"),
+    ("POST", NS + "/counters", {"name": "evil"}, "{ns}/counters"),
+    ("GET", NS + "/counters/c", None, "{ns}/counters/{c}"),
+    ("DELETE", NS + "/counters/c", None, "{ns}/counters/{c}"),
     ("GET", NS + "/streams", None, "{ns}/streams"),
     ("POST", NS + "/streams", {"name": "evil"}, "{ns}/streams"),
     ("GET", S, None, "{ns}/streams/{s}"),
@@ -162,6 +166,7 @@ class AuthNode(unittest.TestCase):
         for t in ("ta", "tb"):
             cls.node.create_stream("s", shards=1, tenant=t, ns="n")
             cls.node.request("POST", NS % {"t": t} + "/caches", {"name": "c"})
+            cls.node.request("POST", NS % {"t": t} + "/counters", {"name": "c"})
             cls.node.publish_binary("s", [(None, b"%s-%d" % (t.encode(), i)) for i in range(3)], tenant=t, ns="n")
             # The group exists once it has fetched.
             cls.node.request("GET", G % {"t": t} + "/records?max=1")
@@ -192,6 +197,7 @@ class AuthNode(unittest.TestCase):
         out["namespaces"] = n.request("GET", "/v1/tenants/%s/namespaces" % t)
         out["streams"] = n.request("GET", NS % {"t": t} + "/streams")
         out["caches"] = n.request("GET", NS % {"t": t} + "/caches")
+        out["counters"] = n.request("GET", NS % {"t": t} + "/counters")
         out["cache_keys"] = n.request("GET", NS % {"t": t} + "/caches/c/keys")
         out["cache_k"] = n.request("GET", NS % {"t": t} + "/caches/c/keys/k", raw=True)
         out["records"] = n.fetch_all("s", 0, tenant=t, ns="n")

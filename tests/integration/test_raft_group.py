@@ -282,6 +282,42 @@ class RaftGroup(unittest.TestCase):
         cache = follower.request("POST", follower.ns_path() + "/caches", {"name": "c1", "default_ttl_ms": 60000})
         self.assertGreater(cache["incarnation"], 0)
 
+    def test_rolling_upgrade_from_17_to_18_then_counters(self):
+        """Level 18 (counters) on real processes: refused while any member is at 17, the
+        finalize waits for every member, the first counter raises the floor to 18, and a
+        member restarted at 17 afterwards is refused at join."""
+        g = self.group(level="17")
+        g.nodes[0].ensure_ns()
+        feats = {f["name"]: f for f in g.nodes[0].request("GET", "/v1/features")["features"]}
+        self.assertFalse(feats["counters"]["finalized"], "a level-17 bootstrap does not finalize it")
+        for n in g.nodes:
+            n.stop()
+            n.extra["metadata.level"] = "18"
+            n.start()
+            m = poll(lambda: g.converged(3), "identical states after upgrading member %s" % n.extra["node.id"])
+            if sorted(x["level"] for x in m["members"])[0] < 18:
+                st, body = n.request("POST", n.ns_path() + "/counters", {"name": "early"}, raw=True)
+                self.assertEqual(st, 409, body)  # through an 18 member while one is at 17
+                self.assertIn(b"level 18", body)
+                st, body = n.request("POST", "/v1/features/counters/finalize", raw=True)
+                self.assertEqual(st, 409, body)
+        self.assertEqual(g.members()["group_level"], 18)
+        leader = g.leader()
+        follower = next(n for n in g.nodes if n is not leader)
+        self.assertTrue(follower.request("POST", "/v1/features/counters/finalize")["finalized"])
+        c = follower.request("POST", follower.ns_path() + "/counters", {"name": "hits"})
+        self.assertGreater(c["incarnation"], 0)
+        m = poll(lambda: g.converged(3), "identical states after the first counter")
+        self.assertEqual(m["level_floor"], 18, "the first counter entry raised the floor")
+        for n in g.nodes:
+            self.assertEqual(n.request("GET", n.ns_path() + "/counters/hits"), c)
+        n = g.nodes[2]
+        n.stop()
+        n.extra["metadata.level"] = "17"
+        code, out = n.start_expect_failure()
+        self.assertNotEqual(code, 0)
+        self.assertRegex(out, r"(floor|level 18)", out[-2000:])
+
     def test_a_member_restarted_at_level_8_after_the_floor_rose_is_refused(self):
         g = self.group()
         g.nodes[0].create_stream("x")  # flagged at 14: raises the floor

@@ -427,6 +427,63 @@ TEST(PostgresMeta, upgrade_from_schema_5_stores_caches_and_finalizes_cache_incar
   EXPECT_EQ(snap->cache_tombstones[0].deleted_up_to, Incarnation{0});
 }
 
+// --- counters (migration 7: SL009..SL012, level 18) -------------------------------------
+
+// A level-17 instance never stores or deletes a counter, whatever its code does: its
+// calls answer conflict, and a raw write declaring level 17 is refused by the database.
+// A level-18 create is refused before `counters` is finalized (SL009 too); counter
+// incarnations are above their tombstone (SL010), which is kept forever (SL012).
+TEST(PostgresMeta, counter_writes_below_level_18_or_before_the_finalize_are_refused) {
+  auto schema = test_schema();
+  auto c18 = pgtest::config(schema);
+  c18.bootstrap_hold_back = {std::string(kCounters)};
+  Node upgraded(c18);
+  auto c17 = pgtest::config(schema);
+  c17.level = MetadataLevel{17};
+  Node old(c17);
+  ASSERT_TRUE(upgraded->create_tenant("acme").ok());
+  ASSERT_TRUE(upgraded->create_namespace("acme", "prod").ok());
+  const StreamKey k{"acme", "prod", "hits"};
+  const std::string insert_at =
+      " INSERT INTO counters(tenant, ns, name, incarnation, created_seq, created_at_us)"
+      " VALUES ('acme', 'prod', 'hits', ";
+
+  auto before = upgraded->create_counter(k);
+  ASSERT_FALSE(before.ok());
+  EXPECT_EQ(before.error().code, Errc::conflict);
+  EXPECT_EQ(sqlstate_of(schema, "SET LOCAL sluice.writer_level = '18';" + insert_at + "5, 0, 0)"),
+            std::string(kStateOldInstanceCounterCreate))
+      << "not finalized: refused in the database too";
+  ASSERT_TRUE(upgraded->finalize_feature(std::string(kCounters)).ok());
+
+  auto refused = old->create_counter(k);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code, Errc::conflict);
+  EXPECT_EQ(sqlstate_of(schema, insert_at + "5, 0, 0)"), std::string(kStateOldInstanceCounterCreate));
+  EXPECT_EQ(sqlstate_of(schema, "SET LOCAL sluice.writer_level = '17';" + insert_at + "5, 0, 0)"),
+            std::string(kStateOldInstanceCounterCreate));
+
+  auto c = upgraded->create_counter(k);
+  ASSERT_TRUE(c.ok()) << c.error().to_string();
+  EXPECT_GT(c->incarnation.value(), 0u);
+  EXPECT_EQ(old->delete_counter(k).error().code, Errc::conflict);
+  EXPECT_EQ(sqlstate_of(schema, "DELETE FROM counters"), std::string(kStateOldInstanceCounterDelete));
+  ASSERT_TRUE(upgraded->get_counter(k).ok()) << "nothing was deleted";
+  ASSERT_TRUE(upgraded->delete_counter(k).ok());
+  const std::string inc = std::to_string(c->incarnation.value());
+  EXPECT_EQ(sqlstate_of(schema, "SET LOCAL sluice.writer_level = '18';" + insert_at + inc + ", 0, 0)"),
+            std::string(kStateCounterIncarnationRepeat));
+  EXPECT_EQ(sqlstate_of(schema, "DELETE FROM counter_tombstones"), std::string(kStateCounterTombstoneKept));
+  pgtest::sql(schema, "UPDATE counter_tombstones SET deleted_up_to = 0");
+  auto snap = upgraded->snapshot();
+  ASSERT_TRUE(snap.ok());
+  ASSERT_EQ(snap->counter_tombstones.size(), 1u);
+  EXPECT_EQ(snap->counter_tombstones[0].deleted_up_to, c->incarnation) << "never lowered";
+  auto again = upgraded->create_counter(k);
+  ASSERT_TRUE(again.ok()) << again.error().to_string();
+  EXPECT_GT(again->incarnation, c->incarnation);
+}
+
 TEST(PostgresMeta, concurrent_create_of_one_name) {
   auto schema = test_schema();
   Node a(pgtest::config(schema));

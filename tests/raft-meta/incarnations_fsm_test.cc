@@ -3,6 +3,10 @@
 // a level-8 proposer writes them store what level 8 stores.
 #include <gtest/gtest.h>
 
+#include <sqlite3.h>
+
+#include <cstring>
+
 #include "catalog_fsm.h"
 #include "command.h"
 #include "proposer.h"
@@ -293,7 +297,7 @@ TEST(Incarnations, ACommandOfANewerBuildHoldsTheMemberButGarbageIsRejected) {
   EXPECT_FALSE(fsm.held().has_value());
   EXPECT_EQ(fsm.applied().value(), applied.value() + 1);
   // A well-formed command this build does not know holds it.
-  EXPECT_FALSE(fsm.apply(applied.value() + 2, R"({"v":1,"op":"create_counter","level":16})").ok());
+  EXPECT_FALSE(fsm.apply(applied.value() + 2, R"({"v":1,"op":"create_gauge","level":19})").ok());
   ASSERT_TRUE(fsm.held().has_value());
   EXPECT_EQ(fsm.held()->index, applied.value() + 2);
   CatalogFsm other;
@@ -542,6 +546,63 @@ TEST(CommandCodec, Level10FieldsRoundTripAndOldEntriesDecodeWithDefaults) {
   auto old_init = decode_command(R"({"v":1,"op":"init_cluster","level":8,"cluster_id":"x"})");
   ASSERT_TRUE(old_init.ok());
   EXPECT_TRUE(old_init->finalize_features.empty());
+}
+
+// Level 18: a counter's incarnation is never 0 and never at or below its tombstone, every
+// delete leaves one, and a schema-5 image (a level-17 build's) restores as schema 6 with
+// counters usable.
+TEST(Counters, IncarnationsNeverRepeatAndASchema5ImageIsUpgraded) {
+  CatalogFsm fsm;
+  Feeder f(fsm);
+  setup_namespace(f, {kInc, std::string(kCounters)});
+  const StreamKey k{"acme", "prod", "hits"};
+  Command zero = Command::create_counter(k, 0);  // proposes 0: still incarnated
+  auto c1 = f(zero);
+  ASSERT_TRUE(c1.ok()) << c1.error->to_string();
+  EXPECT_EQ(c1.counter.incarnation, Incarnation{1});
+  auto d1 = f(Command::delete_counter(k));
+  ASSERT_TRUE(d1.ok());
+  ASSERT_TRUE(d1.tombstone.has_value());
+  EXPECT_EQ(d1.tombstone->deleted_up_to, Incarnation{1});
+  auto c2 = f(zero);
+  ASSERT_TRUE(c2.ok());
+  EXPECT_EQ(c2.counter.incarnation, Incarnation{2});
+  EXPECT_EQ(f(Command::delete_counter({"acme", "prod", "nope"})).error->code, Errc::not_found);
+  EXPECT_EQ(f(Command::create_counter({"acme", "prod", "bad name"}, 5)).error->code, Errc::invalid_name);
+  EXPECT_EQ(f(Command::delete_namespace("acme", "prod")).error->code, Errc::conflict);
+
+  // A schema-5 image: what a level-17 build snapshots (no counter tables).
+  CatalogFsm old;
+  Feeder g(old);
+  setup_namespace(g, {kInc});
+  std::string image = old.snapshot();
+  ASSERT_FALSE(image.empty());
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(":memory:", &db), SQLITE_OK);
+  auto* buf = static_cast<unsigned char*>(sqlite3_malloc64(image.size()));
+  std::memcpy(buf, image.data(), image.size());
+  ASSERT_EQ(sqlite3_deserialize(db, "main", buf, static_cast<sqlite3_int64>(image.size()),
+                                static_cast<sqlite3_int64>(image.size()),
+                                SQLITE_DESERIALIZE_FREEONCLOSE | SQLITE_DESERIALIZE_RESIZEABLE),
+            SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "DROP TABLE counters; DROP TABLE counter_tombstones;"
+                             " UPDATE meta SET value = '5' WHERE key = 'schema_version';",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_int64 size = 0;
+  unsigned char* p = sqlite3_serialize(db, "main", &size, 0);
+  ASSERT_NE(p, nullptr);
+  std::string v5(reinterpret_cast<const char*>(p), static_cast<std::size_t>(size));
+  sqlite3_free(p);
+  sqlite3_close(db);
+  CatalogFsm up;
+  auto r = up.restore(v5);
+  ASSERT_TRUE(r.ok()) << r.error().to_string();
+  EXPECT_EQ(up.state_hash(), old.state_hash()) << "the upgrade recreates exactly the schema-6 tables";
+  ASSERT_TRUE(up.apply(g.next(), encode_command(Command::finalize_feature(std::string(kCounters)))).ok());
+  auto c = up.apply(g.next() + 1, encode_command(Command::create_counter(k, 7)));
+  ASSERT_TRUE(c.ok()) << c.error->to_string();
+  EXPECT_TRUE(up.counter(k).has_value());
 }
 
 }  // namespace

@@ -39,6 +39,7 @@ const std::string kStreamInc(kStreamIncarnations);
 const std::string kCacheInc(kCacheIncarnations);
 const std::string kRepl(kReplicatedShards);
 const std::string kReassign(kShardReassignment);
+const std::string kCountersF(kCounters);
 
 class Group;
 
@@ -136,6 +137,7 @@ class Group {
     v.cache_incarnations_finalized = f.is_finalized(kCacheIncarnations);
     v.replicated_shards_finalized = f.is_finalized(kReplicatedShards);
     v.shard_reassignment_finalized = f.is_finalized(kShardReassignment);
+    v.counters_finalized = f.is_finalized(kCounters);
     return v;
   }
 
@@ -613,6 +615,94 @@ TEST(MixedLevels, BelowLevel17ReassignmentEntriesAreNeverApplied) {
   ASSERT_TRUE(g.fsm(1).held().has_value());
   EXPECT_EQ(g.fsm(1).held()->required, MetadataLevel{17});
   EXPECT_EQ(g.fsm(1).applied().value(), before) << "the level-16 member did not apply it";
+}
+
+// Level 18 (counters): all at 18, counters get incarnations that never repeat (a recreate
+// after a delete is above the tombstone), every delete leaves a tombstone, the first counter
+// entry raises the floor to 18, and a member restarted on a level-17 build holds at it.
+TEST(MixedLevels, CounterEntriesApplyAt18AndHoldMembersBelowIt) {
+  Group g({18, 18, 18}, seed_for("18"));
+  g.start({kStreamInc, kCacheInc, kRepl, kReassign, kCountersF});
+  const StreamKey k{"t", "n", "hits"};
+  EXPECT_EQ(g.fsm(0).level_floor(), MetadataLevel{8});
+  const std::uint64_t first18 = g.fsm(0).applied().value() + 1;
+  auto c1 = g.propose(1, Command::create_counter(k, 0));
+  ASSERT_TRUE(c1.ok());
+  ASSERT_TRUE(c1->ok()) << c1->error->to_string();
+  EXPECT_GT(c1->counter.incarnation.value(), 0u);
+  EXPECT_EQ(g.fsm(0).level_floor(), MetadataLevel{18});
+  auto dup = g.propose(2, Command::create_counter(k, 0));
+  ASSERT_TRUE(dup.ok());
+  ASSERT_FALSE(dup->ok());
+  EXPECT_EQ(dup->error->code, Errc::already_exists);
+  auto d = g.propose(2, Command::delete_counter(k));
+  ASSERT_TRUE(d.ok() && d->ok());
+  ASSERT_TRUE(d->tombstone.has_value());
+  EXPECT_EQ(d->tombstone->deleted_up_to, c1->counter.incarnation);
+  // A recreate proposing an incarnation below the tombstone still gets one above it.
+  Command low = Command::create_counter(k, 1);
+  low.proposed_incarnation = 1;
+  auto c2 = g.propose_raw(2, low);  // server 2 leads since the delete
+  ASSERT_TRUE(c2.ok() && c2->ok());
+  EXPECT_EQ(c2->counter.incarnation.value(), c1->counter.incarnation.value() + 1);
+  auto snap = g.fsm(2).catalog_snapshot();
+  ASSERT_EQ(snap.counters.size(), 1u);
+  ASSERT_EQ(snap.counter_tombstones.size(), 1u);
+  EXPECT_EQ(snap.counters[0].incarnation, c2->counter.incarnation);
+  g.expect_converged();
+  g.expect_replay_at(MetadataLevel{18});
+  auto old = g.replay(MetadataLevel{17});
+  ASSERT_TRUE(old->held().has_value());
+  EXPECT_EQ(old->held()->index, first18);
+  EXPECT_EQ(old->held()->required, MetadataLevel{18});
+}
+
+// 18 + 17: `counters` cannot be finalized, the 18 member refuses to propose a counter, and
+// an entry proposed anyway is refused by the level-18 member and held by the level-17 one.
+TEST(MixedLevels, BelowLevel18CounterEntriesAreNeverApplied) {
+  Group g({18, 17}, seed_for("18+17"));
+  g.start({kStreamInc, kCacheInc, kRepl, kReassign});
+  auto fin = g.finalize(0, kCountersF);
+  ASSERT_FALSE(fin.ok());
+  EXPECT_EQ(fin.error().code, Errc::conflict);
+  auto refused = g.propose(0, Command::create_counter(StreamKey{"t", "n", "c"}, 0));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().code, Errc::conflict);
+  g.expect_converged();
+  const std::uint64_t before = g.fsm(1).applied().value();
+  g.lead(0);
+  Command c = Command::create_counter(StreamKey{"t", "n", "c"}, 1'700'000'000'000'000);
+  c.proposed_incarnation = 1'700'000'000'000'000;
+  auto r = g.propose_raw(0, c);
+  ASSERT_TRUE(r.ok());
+  ASSERT_FALSE(r->ok());
+  EXPECT_EQ(r->error->code, Errc::conflict) << r->error->message;
+  EXPECT_FALSE(g.fsm(0).counter(StreamKey{"t", "n", "c"}).has_value());
+  EXPECT_EQ(g.fsm(0).level_floor(), MetadataLevel{8});
+  ASSERT_TRUE(g.fsm(1).held().has_value());
+  EXPECT_EQ(g.fsm(1).held()->required, MetadataLevel{18});
+  EXPECT_EQ(g.fsm(1).applied().value(), before) << "the level-17 member did not apply it";
+}
+
+// All at 18 but `counters` held back at bootstrap: creates are refused by the proposer and
+// by apply until it is finalized, then accepted.
+TEST(MixedLevels, CountersNeedTheFeatureFinalized) {
+  Group g({18, 18}, seed_for("18 held back"));
+  g.start({kStreamInc, kCacheInc, kRepl, kReassign});
+  const StreamKey k{"t", "n", "c"};
+  EXPECT_FALSE(check_counters(g.view(0)).ok());
+  g.lead(0);
+  Command c = Command::create_counter(k, 1'700'000'000'000'000);
+  c.proposed_incarnation = 1'700'000'000'000'000;
+  auto r = g.propose_raw(0, c);
+  ASSERT_TRUE(r.ok());
+  ASSERT_FALSE(r->ok());
+  EXPECT_EQ(r->error->code, Errc::conflict);
+  ASSERT_TRUE(g.finalize(0, kCountersF).ok());
+  auto ok = g.propose(1, Command::create_counter(k, 0));
+  ASSERT_TRUE(ok.ok());
+  ASSERT_TRUE(ok->ok()) << ok->error->to_string();
+  g.expect_converged();
 }
 
 }  // namespace

@@ -252,11 +252,22 @@ TEST(CatalogRules, ShardReassignmentIsAFleetFeatureAtLevel17) {
   const auto* f = find_feature(kShardReassignment);
   ASSERT_NE(f, nullptr);
   EXPECT_EQ(f->required_level, kShardReassignmentLevel);
-  EXPECT_EQ(kBuildMetadataLevel, MetadataLevel{17});
   auto g = check_finalize(kShardReassignment, MetadataLevel{16}, {});
   ASSERT_FALSE(g.ok());
   EXPECT_EQ(g.error().code, Errc::conflict);
   EXPECT_TRUE(check_finalize(kShardReassignment, MetadataLevel{17}, {}).ok());
+}
+
+TEST(CatalogRules, CountersAreAFleetFeatureAtLevel18) {
+  const auto* f = find_feature(kCounters);
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->required_level, kCountersLevel);
+  EXPECT_EQ(kCountersLevel, MetadataLevel{18});
+  EXPECT_EQ(kBuildMetadataLevel, MetadataLevel{18});
+  auto g = check_finalize(kCounters, MetadataLevel{17}, {});
+  ASSERT_FALSE(g.ok());
+  EXPECT_EQ(g.error().code, Errc::conflict);
+  EXPECT_TRUE(check_finalize(kCounters, MetadataLevel{18}, {}).ok());
 }
 
 TEST(RecordBatch, RoundTripAndCrc) {

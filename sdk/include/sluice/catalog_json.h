@@ -46,6 +46,9 @@ std::optional<ChangeEvent::Kind> parse_change_kind(std::string_view s);
 // Optional on decode: ChangeEvent "tombstone", "cache", "cache_tombstone" (absent: none /
 // empty); CatalogSnapshot "caches", "cache_tombstones" (absent: empty). The encoder writes
 // ChangeEvent "cache" only for cache events, as the RPC always has.
+// Level 18 (counters), optional on decode: ChangeEvent "counter" (written for counter
+// events), "counter_tombstone"; CatalogSnapshot "counters", "counter_tombstones" (written
+// only when not empty).
 // Level 16 (replicated shards), optional on decode and written only when they differ from
 // what older builds meant, so that everything an older build wrote or reads stays
 // byte-identical: StreamSpec "replication_factor","min_insync" (absent: 1, 1; written when
@@ -72,6 +75,7 @@ SLUICE_JSON_CODEC(BrokerRegistration)
 SLUICE_JSON_CODEC(FeatureInfo)
 SLUICE_JSON_CODEC(CacheSpec)
 SLUICE_JSON_CODEC(CacheInfo)
+SLUICE_JSON_CODEC(CounterInfo)
 SLUICE_JSON_CODEC(MemberInfo)
 SLUICE_JSON_CODEC(MembersView)
 SLUICE_JSON_CODEC(JoinRequest)
@@ -110,6 +114,8 @@ const boost::json::object& object(const boost::json::value& v, std::string_view 
 //                                    "leader","replicas"}], "tombstone"?:{"deleted_up_to","seq"}}
 //   cache_created/deleted           {"tenant","ns","name","incarnation","default_ttl_ms",
 //                                    "created_seq","tombstone"?:{"deleted_up_to","seq"}}
+//   counter_created/deleted         {"tenant","ns","name","incarnation","created_seq",
+//                                    "tombstone"?:{"deleted_up_to","seq"}}
 //   broker_registered/unregistered  {"id","address","directory_id","version","features",
 //                                    "registered_seq","peer_address"?}
 //   feature_finalized               {"feature"}

@@ -41,6 +41,10 @@ inline constexpr std::string_view kReplicatedShards = "replicated_shards";
 // drains (metadata level 17, docs/replication.md "Reassignment"). Every serving broker must
 // report it, because a broker's storage has to follow a replica list that changes.
 inline constexpr std::string_view kShardReassignment = "shard_reassignment";
+// Counters (metadata level 18, docs/api.md "Counters"): create_counter/delete_counter
+// entries. Until it is finalized, counter creates are refused. Every serving broker must
+// report it: a broker that lacks it cannot serve a counter's keys.
+inline constexpr std::string_view kCounters = "counters";
 
 struct FeatureSpec {
   std::string_view name;

@@ -104,10 +104,22 @@ struct CacheInfo {
   ChangeSeq created_seq;
 };
 
+// A counter (docs/api.md "Counters"): named int64 values by key, known like a cache by
+// (tenant, namespace, name) plus an incarnation. Counters exist from metadata level 18 on
+// (fleet feature `counters`); their incarnations follow the cache rules and never repeat
+// (a counter is created only once `counters` is finalized, so it is always incarnated).
+struct CounterInfo {
+  StreamKey key;
+  Incarnation incarnation;
+  ChangeSeq created_seq;
+  bool operator==(const CounterInfo&) const = default;
+};
+
 struct ChangeEvent {
   enum class Kind { tenant_created, tenant_deleted, namespace_created, namespace_deleted,
                     stream_created, stream_deleted, feature_finalized, broker_registered,
-                    broker_unregistered, cache_created, cache_deleted, shard_changed };
+                    broker_unregistered, cache_created, cache_deleted, shard_changed,
+                    counter_created, counter_deleted };
   Kind kind;
   ChangeSeq seq;
   std::string tenant;
@@ -123,6 +135,8 @@ struct ChangeEvent {
   CacheInfo cache;                     // cache events (for a delete, the deleted incarnation)
   // cache_deleted: the cache tombstone written, if any (ChangeEvent::tombstone stays empty).
   std::optional<Tombstone> cache_tombstone;
+  CounterInfo counter;                 // counter events (for a delete, the deleted incarnation)
+  std::optional<Tombstone> counter_tombstone;  // counter_deleted: the tombstone written
 };
 std::string_view to_string(ChangeEvent::Kind);
 
@@ -137,6 +151,8 @@ struct CatalogSnapshot {
   std::vector<BrokerInfo> brokers;            // registered (live is the leader's view)
   std::vector<CacheInfo> caches;
   std::vector<Tombstone> cache_tombstones;    // one per deleted cache name, kept forever
+  std::vector<CounterInfo> counters;          // level 18
+  std::vector<Tombstone> counter_tombstones;  // one per deleted counter name, kept forever
 };
 
 // One metadata member (a Raft voter). `level`, the addresses and joined_seq are replicated
@@ -278,6 +294,15 @@ class MetadataStore {
   virtual Result<CacheInfo> get_cache(const StreamKey& key);
   virtual Result<std::vector<CacheInfo>> list_caches(const std::string& tenant,
                                                      const std::string& ns);
+
+  // --- counters (level 18, fleet feature `counters`; docs/api.md "Counters") ------------
+  // Backends without counters answer not_supported. A create is refused (409 conflict)
+  // until `counters` is finalized; every counter gets an incarnation that never repeats.
+  virtual Result<CounterInfo> create_counter(const StreamKey& key);
+  virtual Result<CounterInfo> delete_counter(const StreamKey& key);  // the deleted counter
+  virtual Result<CounterInfo> get_counter(const StreamKey& key);
+  virtual Result<std::vector<CounterInfo>> list_counters(const std::string& tenant,
+                                                         const std::string& ns);
 
   // --- metadata members (raft-meta; other backends answer not_supported) ---------------
   virtual Result<MembersView> list_members();

@@ -20,7 +20,7 @@ namespace sluice {
 inline constexpr std::size_t kMaxNameBytes = 255;
 
 // What is being named, used only to make the error message precise.
-enum class NameKind { tenant, ns, stream, group, cache };
+enum class NameKind { tenant, ns, stream, group, cache, counter };
 std::string_view to_string(NameKind);
 
 // Returns Errc::invalid_name with a message that says what is wrong (never echoing raw

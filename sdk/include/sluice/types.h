@@ -55,8 +55,8 @@ using ShardVersion = Strong<struct ShardVersionTag>;
 // baseline (streams, caches, tenants, namespaces, fleet features; no incarnations); level
 // 10 lets `stream_incarnations` be finalized; level 14 adds `cache_incarnations` and the
 // per-entry `incarnations` flag; level 16 adds `replicated_shards`; level 17 adds
-// `shard_reassignment`. A member may run lower (`metadata.level`).
-inline constexpr MetadataLevel kBuildMetadataLevel{17};
+// `shard_reassignment`; level 18 adds `counters`. A member may run lower (`metadata.level`).
+inline constexpr MetadataLevel kBuildMetadataLevel{18};
 inline constexpr MetadataLevel kLowestMetadataLevel{8};
 // The level that lets `stream_incarnations` be finalized.
 inline constexpr MetadataLevel kStreamIncarnationsLevel{10};
@@ -70,6 +70,9 @@ inline constexpr MetadataLevel kReplicatedShardsLevel{16};
 // The level of shard reassignment (docs/metadata-levels.md): shard compare-and-sets that
 // change a shard's replica list (ShardUpdate::replicas).
 inline constexpr MetadataLevel kShardReassignmentLevel{17};
+// The level of counters (docs/metadata-levels.md): create_counter / delete_counter entries.
+// A member below it holds at the first one; proposals need every member at 18.
+inline constexpr MetadataLevel kCountersLevel{18};
 
 // (tenant, namespace, name). Validated by sluice::validate_name (names.h) before it is
 // ever used in a path.

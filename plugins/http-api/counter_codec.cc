@@ -1,0 +1,116 @@
+#include "counter_codec.h"
+
+#include "sluice/hash.h"
+#include "sluice/names.h"
+
+namespace sluice::http_api {
+
+namespace {
+constexpr unsigned char kFormat = 1;
+void put_u64(std::string& out, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+std::uint64_t get_u64(const char* p) {
+  std::uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(p[i]);
+  return v;
+}
+}  // namespace
+
+std::string counter_backing_stream_name(std::string_view counter_name, Incarnation incarnation,
+                                        ChangeSeq created_seq) {
+  std::string head =
+      "__counter." + std::to_string(incarnation.value()) + "." + std::to_string(created_seq.value()) + ".";
+  if (head.size() + 2 + counter_name.size() <= kMaxNameBytes) return head + "n." + std::string(counter_name);
+  static const char* hex = "0123456789abcdef";
+  std::uint64_t h = fnv1a64(counter_name);
+  std::string out = head + "h.";
+  for (int i = 15; i >= 0; --i) out.push_back(hex[(h >> (4 * i)) & 15]);
+  return out;
+}
+
+std::string encode_counter_record(const CounterRecord& r) {
+  std::string out;
+  out.reserve(kCounterRecordBytes);
+  out.push_back(static_cast<char>(kFormat));
+  put_u64(out, r.nonce);
+  put_u64(out, r.producer_id);
+  put_u64(out, r.sequence);
+  put_u64(out, static_cast<std::uint64_t>(r.delta));
+  return out;
+}
+
+std::optional<CounterRecord> decode_counter_record(std::string_view b) {
+  if (b.size() != kCounterRecordBytes || static_cast<unsigned char>(b[0]) != kFormat) return std::nullopt;
+  CounterRecord r;
+  r.nonce = get_u64(b.data() + 1);
+  r.producer_id = get_u64(b.data() + 9);
+  r.sequence = get_u64(b.data() + 17);
+  r.delta = static_cast<std::int64_t>(get_u64(b.data() + 25));
+  return r;
+}
+
+std::optional<std::int64_t> checked_add(std::int64_t a, std::int64_t b) {
+  std::int64_t out = 0;
+  if (__builtin_add_overflow(a, b, &out)) return std::nullopt;
+  return out;
+}
+
+AddDecision decide_add(const CounterKeyState* st, const CounterRecord& r) {
+  AddDecision d;
+  const std::int64_t current = st ? st->value : 0;
+  if (r.producer_id != 0) {
+    const CounterKeyState::Producer* p = nullptr;
+    if (st)
+      if (auto it = st->producers.find(r.producer_id); it != st->producers.end()) p = &it->second;
+    const std::uint64_t next = p ? p->next : 0;
+    if (r.sequence != next) {
+      if (p)
+        if (auto a = p->answered.find(r.sequence); a != p->answered.end()) {
+          d.kind = AddDecision::Kind::duplicate;
+          d.value = a->second;
+          return d;
+        }
+      d.kind = AddDecision::Kind::sequence_gap;
+      d.expected = next;
+      return d;
+    }
+  }
+  auto v = checked_add(current, r.delta);
+  if (!v) {
+    d.kind = AddDecision::Kind::overflow;
+    d.value = current;
+    return d;
+  }
+  d.kind = AddDecision::Kind::apply;
+  d.value = *v;
+  return d;
+}
+
+AddDecision CounterIndex::apply(std::string_view key, const CounterRecord& r) {
+  auto it = keys_.find(key);
+  AddDecision d = decide_add(it == keys_.end() ? nullptr : &it->second, r);
+  if (d.kind != AddDecision::Kind::apply) return d;
+  if (it == keys_.end()) it = keys_.emplace(std::string(key), CounterKeyState{}).first;
+  CounterKeyState& st = it->second;
+  st.value = d.value;
+  if (r.producer_id != 0) {
+    auto& p = st.producers[r.producer_id];
+    p.next = r.sequence + 1;
+    p.answered[r.sequence] = d.value;
+    while (p.answered.size() > kProducerWindow) p.answered.erase(p.answered.begin());
+  }
+  return d;
+}
+
+std::int64_t CounterIndex::value(std::string_view key) const {
+  auto it = keys_.find(key);
+  return it == keys_.end() ? 0 : it->second.value;
+}
+
+const CounterKeyState* CounterIndex::find(std::string_view key) const {
+  auto it = keys_.find(key);
+  return it == keys_.end() ? nullptr : &it->second;
+}
+
+}  // namespace sluice::http_api
