@@ -44,6 +44,15 @@ Result<void> ShardLogImpl::drop_recovery_point() {
 // synced, then described at the log end, so the next start after a clean shutdown reads
 // nothing. Any failure leaves the active .idx absent (the next start scans instead).
 bool ShardLogImpl::write_clean_state() {
+  // Before the clean state (which claims everything is synced), and whatever the policy:
+  // a new shard closed before its first append still gets its entries (a clean shutdown
+  // leaves nothing unsynced). Not for a shard about to be deleted.
+  if (discard_on_close_.load()) return false;
+  if (auto r = sync_deferred_dirs(); !r) {
+    host_.log(LogLevel::warn, kComponent,
+              "shard " + ref_.to_string() + ": directory sync at close: " + r.error().message);
+    return false;
+  }
   if (opts_.verify_on_start != VerifyOnStart::checkpoint) return false;
   std::shared_ptr<Segment> seg;
   RecoveryPoint rp;
