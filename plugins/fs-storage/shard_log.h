@@ -153,9 +153,10 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   // Drains pending appends, then closes. Idempotent. Not from a callback.
   void close();
   // The entries of a new single-replica shard's directories and first segment that are not
-  // synced yet (engine.cc open_unlocked): synced by the first flush before it acknowledges,
-  // by a consumer group's first open, and at close (docs/architecture.md "Deferred
-  // directory syncs of a new shard"). Set before the shard is shared.
+  // synced yet (engine.cc open_unlocked): synced by the first flush before it acknowledges
+  // and by a consumer group's first open; never at close, where nothing depends on them
+  // (docs/architecture.md "Deferred directory syncs of a new shard"). Set before the shard
+  // is shared.
   void defer_dir_syncs(DirSyncList dirs);
   // Syncs them now if any are left (any thread; one flag load when none are).
   Result<void> sync_deferred_dirs();
