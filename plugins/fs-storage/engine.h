@@ -24,8 +24,8 @@
 //      them still draining); open_shard of them is refused (unavailable) while it runs
 //   1. <dir>/.delete-pending/<id>.marker: the relative dirs, written .tmp + fdatasync +
 //      rename + directory fsync                      failpoint storage.delete.after_marker
-//   2. rename each dir to <dir>/.deleted/<id>/<its position in the marker>, fsync the
-//      source parents and .deleted/<id>/             failpoint storage.delete.after_move
+//   2. rename each dir to <dir>/.deleted/<id>/<its position in the marker> (a single dir:
+//      to .deleted/<id>), fsync the source parents and the destination parent             failpoint storage.delete.after_move
 //   3. remove the marker; fsync .delete-pending/ only for remove_replica (a whole-incarnation
 //      marker that comes back is harmless, docs/architecture.md "Durability")
 //                                                    failpoint storage.delete.after_unmark
