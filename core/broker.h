@@ -212,6 +212,10 @@ class BrokerRuntime final : public Node {
   // A full plan (start, resync) names every delete word; only names with data on disk need
   // the storage engine's delete (one listing instead of a call per tombstone).
   void skip_removes_without_data(ServingPlan& plan);
+  // Steps 3-5 of a plan outside start: per name its deletes, drops and opens, in order, the
+  // names on up to kStorageWorkers threads. Failures are noted (the node is not ready).
+  void act_per_name(const ServingPlan& plan, std::map<ShardRef, std::shared_ptr<ShardLog>>& opened,
+                    std::set<StreamKey>& failed);
   void close_shard(const ShardAction& c);
   Result<void> delete_data(const DataDelete& d);
   // Applies changes queued together, in order: each is replayed into the image, then the

@@ -2,14 +2,23 @@
 // pure serving plan (serving_plan.h) what to open, close and delete, and carries it out,
 // persisting its durable floors (serving_floors.h) before it acts (docs/architecture.md
 // "Broker runtime"). Runs on the control thread (and in start(), before the watch exists).
+#include <algorithm>
+#include <atomic>
 #include <map>
+#include <mutex>
 #include <set>
+#include <thread>
 
 #include "broker.h"
 #include "serving_floors.h"
 #include "sluice/failpoint.h"
 
 namespace sluice::core {
+
+namespace {
+// Names whose storage work (deletes, opens) a batch of changes runs side by side.
+constexpr std::size_t kStorageWorkers = 8;
+}  // namespace
 
 HeldStreams BrokerRuntime::held() {
   HeldStreams out;
@@ -115,28 +124,35 @@ Result<void> BrokerRuntime::apply_plan(const ServingPlan& plan, Registration reg
     }
   }
   for (const auto& c : plan.close) close_shard(c);
-  // 3. Delete, on the control plane's word only.
-  for (const auto& d : plan.remove)
-    if (auto r = delete_data(d); !r && at_start) return r;
-  for (const auto& d : plan.drop) drop_replica(d);
-  // 4. Register before serving: a refusal stops the node.
-  if (at_start && storage_ && !registered_)
-    if (auto r = register_self(); !r) return r;
-  // 5. Open, and install what each name is served as.
   std::map<ShardRef, std::shared_ptr<ShardLog>> opened;
   std::set<StreamKey> failed;
-  for (const auto& o : plan.open) {
-    if (!storage_ || failed.count(o.ref.stream)) continue;
-    auto log = storage_->open_shard(o.ref, plan.streams.at(o.ref.stream).info.spec);
-    if (!log) {
-      failed.insert(o.ref.stream);
-      const std::string why = "cannot open stream " + o.ref.stream.to_string() + ": " + log.error().message;
-      if (at_start) return Error(log.error().code, why, log.error().outcome);
-      note_failure(why);
-      continue;
+  if (at_start) {
+    // 3. Delete, on the control plane's word only.
+    for (const auto& d : plan.remove)
+      if (auto r = delete_data(d); !r) return r;
+    for (const auto& d : plan.drop) drop_replica(d);
+    // 4. Register before serving: a refusal stops the node.
+    if (storage_ && !registered_)
+      if (auto r = register_self(); !r) return r;
+    // 5. Open.
+    for (const auto& o : plan.open) {
+      if (!storage_ || failed.count(o.ref.stream)) continue;
+      auto log = storage_->open_shard(o.ref, plan.streams.at(o.ref.stream).info.spec);
+      if (!log) {
+        failed.insert(o.ref.stream);
+        return Error(log.error().code,
+                     "cannot open stream " + o.ref.stream.to_string() + ": " + log.error().message,
+                     log.error().outcome);
+      }
+      opened[o.ref] = std::move(log.value());
     }
-    opened[o.ref] = std::move(log.value());
+  } else {
+    // 3.-5. for a batch of changes: each name's deletes, drops and opens in that order, the
+    // names side by side (they share nothing; the storage engine's syncs for different
+    // names then overlap instead of queueing behind one another on this thread).
+    act_per_name(plan, opened, failed);
   }
+  // Install what each name is served as.
   for (const auto& [key, sv] : plan.streams) {
     auto prior = before.find(key);
     auto cur = prior != before.end() ? prior->second : find(key);
@@ -196,6 +212,45 @@ Result<void> BrokerRuntime::apply_plan(const ServingPlan& plan, Registration reg
     streams_[key] = std::move(st);
   }
   return {};
+}
+
+void BrokerRuntime::act_per_name(const ServingPlan& plan, std::map<ShardRef, std::shared_ptr<ShardLog>>& opened,
+                                 std::set<StreamKey>& failed) {
+  struct Work {
+    std::vector<const DataDelete*> remove;
+    std::vector<const ShardAction*> drop, open;
+  };
+  std::map<StreamKey, Work> by_name;
+  for (const auto& d : plan.remove) by_name[d.key].remove.push_back(&d);
+  for (const auto& d : plan.drop) by_name[d.ref.stream].drop.push_back(&d);
+  for (const auto& o : plan.open) by_name[o.ref.stream].open.push_back(&o);
+  std::vector<std::pair<const StreamKey*, const Work*>> units;
+  for (const auto& [k, w] : by_name) units.emplace_back(&k, &w);
+  std::mutex mu;  // opened, failed
+  std::atomic<std::size_t> next{0};
+  auto worker = [&] {
+    for (std::size_t i; (i = next.fetch_add(1)) < units.size();) {
+      const auto& [key, w] = units[i];
+      for (const auto* d : w->remove) (void)delete_data(*d);  // a failure is noted (not ready)
+      for (const auto* d : w->drop) drop_replica(*d);
+      if (!storage_) continue;
+      for (const auto* o : w->open) {
+        auto log = storage_->open_shard(o->ref, plan.streams.at(*key).info.spec);
+        std::lock_guard lk(mu);
+        if (!log) {
+          failed.insert(*key);
+          note_failure("cannot open stream " + key->to_string() + ": " + log.error().message);
+          break;
+        }
+        opened[o->ref] = std::move(log.value());
+      }
+    }
+  };
+  const std::size_t threads = std::min<std::size_t>(units.size(), kStorageWorkers);
+  std::vector<std::thread> ts;
+  for (std::size_t t = 1; t < threads; ++t) ts.emplace_back(worker);
+  worker();
+  for (auto& t : ts) t.join();
 }
 
 Result<void> BrokerRuntime::persist_floors(const ServingFloors& raised) {

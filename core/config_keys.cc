@@ -61,7 +61,7 @@ constexpr ConfigKey kConfigKeys[] = {
     {"http.max_waiters_per_shard", "1000", "Long polls (fetches with wait_ms) parked on one shard at a time; one more gets 503 with Retry-After (1..1000000)."},
     {"quota.publish_bytes_per_s", "0", "Request-body bytes per second each tenant may publish through this broker; over it, 429 quota_exceeded with Retry-After (0: no quota)."},
     {"http.max_connections", "1024", "Open connections per listener. At the limit a new connection evicts the one idle or reading longest; if all have a request in progress it gets 503 (1..1000000)."},
-    {"http.admin_threads", "2", "Threads for catalog calls, which may block on the metadata store."},
+    {"http.admin_threads", "16", "Threads for catalog calls, which may block on the metadata store and on disk."},
     {"http.fetch_max_bytes", "1048576", "Most batch bytes one fetch reads (at least one batch is returned)."},
     {"http.ws_idle_timeout_ms", "60000", "A WebSocket subscriber that sends nothing, not even a pong to the server's pings (sent at half this time), for this long is dropped (1000..86400000)."},
     {"http.ws_stall_timeout_ms", "30000", "A WebSocket subscriber without credit while records wait, or whose socket write has not completed, for this long is closed with 4408 (100..3600000)."},

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "dir_sync.h"
 #include "layout.h"
 #include "log_restart.h"
 #include "recovery.h"
@@ -61,25 +62,33 @@ Result<std::string> FsStorageEngine::shard_directory(const ShardRef& ref) const 
   return shard_dir(opts_.dir, ref);
 }
 
-// Creates every missing component of `path`; each new directory's parent is fsynced so
-// the entry survives a crash.
 Result<void> FsStorageEngine::make_dirs(const std::string& path) {
-  std::size_t pos = 0;
-  while (pos != std::string::npos) {
-    pos = path.find('/', pos + 1);
-    const std::string prefix = path.substr(0, pos);
-    if (prefix.empty()) continue;
-    auto created = fs_->mkdir(prefix);
-    if (!created) return created.error();
-    if (*created) {
-      const auto slash = prefix.find_last_of('/');
-      const std::string parent = slash == 0 ? "/" : prefix.substr(0, slash);
-      if (slash != std::string::npos)
-        if (auto r = fs_->sync_dir(parent); !r) return r;
-    }
-  }
-  return {};
+  return fs_storage::make_dirs(*fs_, path);
 }
+
+bool FsStorageEngine::opening_stream(const StreamKey& k) const {
+  return std::any_of(opening_.begin(), opening_.end(),
+                     [&](const ShardRef& r) { return r.stream == k; });
+}
+
+namespace {
+// A new single-replica log: its first segment, created without syncing <log dir> and
+// without a producer snapshot (an empty log has no producers; recovery without a
+// snapshot scans from offset 0, which for an empty log reads nothing). The caller defers
+// the directory syncs to the first acknowledgement (docs/architecture.md "Deferred
+// directory syncs of a new shard").
+Result<RecoveredLog> fresh_log(FileSystem& fs, const std::string& ldir) {
+  const std::string path = ldir + "/" + segment_file_name(0);
+  auto f = fs.open(path, OpenMode::create_new);
+  if (!f) return f.error();
+  RecoveredLog out;
+  out.segments.push_back(
+      std::make_shared<Segment>(0, path, ldir + "/" + index_file_name(0), std::move(f).value()));
+  out.next_offset = 0;
+  out.snapshot_end = 0;
+  return out;
+}
+}  // namespace
 
 Result<std::shared_ptr<ShardLog>> FsStorageEngine::open_shard(const ShardRef& ref,
                                                               const StreamSpec& spec) {
@@ -89,9 +98,10 @@ Result<std::shared_ptr<ShardLog>> FsStorageEngine::open_shard(const ShardRef& re
   // start (assign() reports a node without a peer transport).
   if (spec.replication_factor > 1) (void)ensure_manager();
   std::unique_lock lk(mu_);
-  if (closing_.count(ref)) {  // a close of this shard is draining: wait for it to finish
+  // A close of this shard still draining, or another open of it in progress: wait.
+  if (closing_.count(ref) || opening_.count(ref)) {
     ++open_waiters_;
-    closed_cv_.wait(lk, [&] { return !closing_.count(ref); });
+    closed_cv_.wait(lk, [&] { return !closing_.count(ref) && !opening_.count(ref); });
     --open_waiters_;
   }
   if (shut_down_) return Error(Errc::unavailable, "storage engine is shut down");
@@ -102,12 +112,56 @@ Result<std::shared_ptr<ShardLog>> FsStorageEngine::open_shard(const ShardRef& re
     it->second->set_retention(spec.retention);
     return std::shared_ptr<ShardLog>(it->second);
   }
-  const std::string ldir = log_dir(*dir);
-  if (auto r = make_dirs(ldir); !r) return r.error();
+  // Directory creation and recovery run outside mu_: opens and deletes of other names
+  // proceed meanwhile; this shard's other opens, and deletes covering it, wait.
+  opening_.insert(ref);
+  lk.unlock();
+  auto made = open_unlocked(ref, spec, *dir);
+  lk.lock();
+  if (made && shut_down_) {
+    lk.unlock();
+    (*made)->close();
+    lk.lock();
+    made = Error(Errc::unavailable, "storage engine is shut down");
+  }
+  opening_.erase(ref);
+  if (made) shards_.emplace(ref, *made);
+  closed_cv_.notify_all();
+  if (!made) return made.error();
+  return std::shared_ptr<ShardLog>(std::move(made).value());
+}
+
+Result<std::shared_ptr<ShardLogImpl>> FsStorageEngine::open_unlocked(const ShardRef& ref,
+                                                                     const StreamSpec& spec,
+                                                                     const std::string& dir) {
+  const std::string ldir = log_dir(dir);
+  // A single replica acknowledges only what its own flusher synced, so the entries of the
+  // directories created here can wait for that flush (docs/architecture.md "Deferred
+  // directory syncs of a new shard"); a replicated shard syncs them now (its epoch history
+  // and group log are written before any append).
+  const bool defer = spec.replication_factor <= 1;
+  DirSyncList deferred;
+  auto had_log = fs_->is_directory(ldir);
+  if (!had_log) return had_log.error();
+  if (defer) {
+    // Every directory from the data root down to log/, whoever created it: an ancestor may
+    // have been created by another shard's open (a multi-shard stream, the first stream of
+    // a namespace) or by an earlier open of this one, whose deferred syncs never ran (no
+    // acknowledgement before a close or a process restart). Syncing the whole chain before
+    // the first acknowledgement makes each entry on the path durable; it runs once per open
+    // of a shard that is appended to.
+    // The data root's own entry too (its parent): the root is created by the first open.
+    for (std::string p = ldir; p.size() >= opts_.dir.size(); p = parent_dir(p)) {
+      deferred.add(p);
+      if (p == opts_.dir || p == "/" || p == ".") break;
+    }
+    deferred.add(parent_dir(opts_.dir));
+  }
+  if (auto r = fs_storage::make_dirs(*fs_, ldir, defer ? &deferred : nullptr); !r) return r.error();
   ReplicaSetup replica;
   if (spec.replication_factor > 1) {
     // Before anything else: the epochs this replica has acted in (persistent fencing).
-    auto history = EpochHistory::load(*fs_, *dir);
+    auto history = EpochHistory::load(*fs_, dir);
     if (!history) {
       host_.log(LogLevel::error, kComponent,
                 "cannot open shard " + ref.to_string() + ": " + history.error().message);
@@ -116,9 +170,15 @@ Result<std::shared_ptr<ShardLog>> FsStorageEngine::open_shard(const ShardRef& re
     replica.replicated = true;
     replica.min_insync = spec.min_insync;
     replica.history = std::move(history).value();
-    replica.hwm_checkpoint = read_hwm_checkpoint(*fs_, *dir).value_or(Offset(0));
+    replica.hwm_checkpoint = read_hwm_checkpoint(*fs_, dir).value_or(Offset(0));
   }
-  auto recovered = recover_log(*fs_, host_, opts_, ldir, ref.incarnation, clean_start_);
+  Result<RecoveredLog> recovered = Error(Errc::internal, "not recovered");
+  if (defer && !*had_log) {
+    recovered = fresh_log(*fs_, ldir);
+    deferred.add(ldir);  // the first segment's entry
+  } else {
+    recovered = recover_log(*fs_, host_, opts_, ldir, ref.incarnation, clean_start_);
+  }
   if (!recovered) {
     host_.log(LogLevel::error, kComponent,
               "cannot open shard " + ref.to_string() + ": " + recovered.error().message);
@@ -127,7 +187,7 @@ Result<std::shared_ptr<ShardLog>> FsStorageEngine::open_shard(const ShardRef& re
   // Recovery may have cut a torn tail below an entry that was written before its data.
   if (replica.replicated) replica.history.forget_beyond(Offset(recovered->next_offset));
   if (recovered->restarted_at)
-    if (auto r = finish_restart(*fs_, host_, "shard " + ref.to_string(), *dir, ldir,
+    if (auto r = finish_restart(*fs_, host_, "shard " + ref.to_string(), dir, ldir,
                                 *recovered->restarted_at,
                                 replica.replicated ? &replica.history : nullptr);
         !r) {
@@ -135,20 +195,20 @@ Result<std::shared_ptr<ShardLog>> FsStorageEngine::open_shard(const ShardRef& re
                 "cannot open shard " + ref.to_string() + ": " + r.error().message);
       return r.error();
     }
-  auto shard = std::make_shared<ShardLogImpl>(ref, spec.retention, *dir, opts_, fs_, host_, pool_,
+  auto shard = std::make_shared<ShardLogImpl>(ref, spec.retention, dir, opts_, fs_, host_, pool_,
                                               std::move(recovered).value(), std::move(replica));
+  if (!deferred.empty()) shard->defer_dir_syncs(std::move(deferred));
   if (group_clock_) shard->set_group_clock(group_clock_);
   if (group_step_hook_) shard->set_group_step_hook(group_step_hook_);
   if (shard->replicated()) {
-    auto ops = open_group_log(ref, *dir, spec.min_insync);
+    auto ops = open_group_log(ref, dir, spec.min_insync);
     if (!ops) {
       shard->close();
       return ops.error();
     }
     shard->attach_group_ops(std::move(ops).value());
   }
-  shards_.emplace(ref, shard);
-  return std::shared_ptr<ShardLog>(shard);
+  return shard;
 }
 
 // <shard dir>/group-log: the consumer groups' op log, a replicated log of its own with its
@@ -276,7 +336,7 @@ void FsStorageEngine::shutdown() {
   {
     std::lock_guard lk(mu_);
     if (shut_down_) clean = false;  // a second call: the first one decided
-    if (!closing_.empty()) clean = false;
+    if (!closing_.empty() || !opening_.empty()) clean = false;
     shut_down_ = true;
     for (auto& [ref, shard] : shards_) {
       closing_.emplace(ref, shard);
@@ -288,8 +348,9 @@ void FsStorageEngine::shutdown() {
   {
     // A close_shard or delete running on another thread may still be draining into the pool.
     std::unique_lock lk(mu_);
-    closed_cv_.wait(lk, [&] { return closing_.empty(); });
+    closed_cv_.wait(lk, [&] { return closing_.empty() && opening_.empty(); });
   }
+  delete_cv_.notify_all();
   pool_.stop();
   for (const auto& sh : shards) clean = clean && sh->closed_clean();
   if (clean && opts_.verify_on_start == VerifyOnStart::checkpoint) {

@@ -12,14 +12,23 @@
 // longer, after close they answer unavailable). `host` must outlive the engine; `fs` is
 // shared with every shard.
 //
-// Delete protocol (delete_incarnations and remove_replica, storage.h): under delete_mu_,
-//   0. close the open shards of the doomed incarnations (and wait for any close_shard of
+// Concurrency (docs/architecture.md "Storage engine concurrency"): opens and deletes of
+// DIFFERENT names run in parallel; operations on the same name are serialized. An open
+// registers its shard in opening_ (under mu_) and runs directory creation and recovery
+// outside mu_; a second open of the same shard waits for it. A delete registers its Doomed
+// in deleting_ after waiting for any other delete of the same name, then waits for the
+// opens it covers to finish; opens it covers are refused while it runs.
+//
+// Delete protocol (delete_incarnations and remove_replica, storage.h), one per name at a time:
+//   0. close the open shards of the doomed incarnations, without their clean state (and wait for any close_shard of
 //      them still draining); open_shard of them is refused (unavailable) while it runs
 //   1. <dir>/.delete-pending/<id>.marker: the relative dirs, written .tmp + fdatasync +
 //      rename + directory fsync                      failpoint storage.delete.after_marker
-//   2. rename each dir to <dir>/.deleted/<id>/<its position in the marker>, fsync the
-//      source parents and .deleted/<id>/             failpoint storage.delete.after_move
-//   3. remove the marker, fsync .delete-pending/      failpoint storage.delete.after_unmark
+//   2. rename each dir to <dir>/.deleted/<id>/<its position in the marker> (a single dir:
+//      to .deleted/<id>), fsync the source parents and the destination parent             failpoint storage.delete.after_move
+//   3. remove the marker; fsync .delete-pending/ only for remove_replica (a whole-incarnation
+//      marker that comes back is harmless, docs/architecture.md "Durability")
+//                                                    failpoint storage.delete.after_unmark
 //   4. remove .deleted/<id>/ (garbage, not synced; a failure here is only logged)
 //   and, under mu_, the name's directory if it is now empty (not synced)
 // At construction, before any shard can open, every marker is finished (its listed dirs
@@ -30,6 +39,7 @@
 // boundaries: serving then could resurrect deleted data). Everything else returns Result.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -39,6 +49,7 @@
 #include <optional>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "file_system.h"
@@ -102,7 +113,10 @@ class FsStorageEngine final : public StorageEngine {
   Result<std::string> shard_directory(const ShardRef& ref) const;
 
  private:
-  Result<void> make_dirs(const std::string& path);
+  Result<void> make_dirs(const std::string& path);  // dir_sync.h, each parent synced at once
+  // open_shard's work outside mu_ (the shard is in opening_).
+  Result<std::shared_ptr<ShardLogImpl>> open_unlocked(const ShardRef& ref, const StreamSpec& spec,
+                                                      const std::string& dir);
   Result<std::unique_ptr<GroupOps>> open_group_log(const ShardRef& ref,
                                                    const std::string& shard_dir,
                                                    std::uint32_t min_insync);
@@ -112,8 +126,9 @@ class FsStorageEngine final : public StorageEngine {
   void finish_close(const std::vector<std::shared_ptr<ShardLogImpl>>& shards);
   // Finishes interrupted deletes and empties .deleted/ (constructor; throws on failure).
   void recover_deletes();
+  // sync_unmark: fsync .delete-pending/ after removing the marker (engine_delete.cc).
   Result<void> finish_marker(const std::string& marker_path, const std::string& id,
-                             const std::vector<std::string>& rel_dirs);
+                             const std::vector<std::string>& rel_dirs, bool sync_unmark);
   bool stop_at(std::string_view step);
   std::string unique_id();
 
@@ -122,7 +137,8 @@ class FsStorageEngine final : public StorageEngine {
   const Options opts_;
   FlushPool pool_;
 
-  std::mutex mu_;  // shards_, closing_, shut_down_; held across recovery in open_shard
+  std::mutex mu_;  // shards_, closing_, opening_, deleting_, shut_down_; never across I/O
+                   // except remove_if_empty's rmdir
   std::map<ShardRef, std::shared_ptr<ShardLogImpl>> shards_;
   // Shards whose close() is still draining (close_shard, delete, shutdown): open_shard of
   // one waits on closed_cv_ until it is gone, so recovery never runs on a directory whose
@@ -130,6 +146,10 @@ class FsStorageEngine final : public StorageEngine {
   std::map<ShardRef, std::shared_ptr<ShardLogImpl>> closing_;
   std::condition_variable closed_cv_;
   std::size_t open_waiters_ = 0;  // open_shard calls waiting for a close (tests)
+  // Shards whose open_shard is creating directories or recovering (outside mu_); another
+  // open of one, a delete covering one, and shutdown wait on closed_cv_ until it is done.
+  std::set<ShardRef> opening_;
+  bool opening_stream(const StreamKey& k) const;  // under mu_
   bool shut_down_ = false;
   // Deletes in progress: open_shard refuses the shards they cover.
   struct Doomed {
@@ -144,10 +164,10 @@ class FsStorageEngine final : public StorageEngine {
   };
   // Steps 0-4 of the delete protocol for what `d` covers; answers the directories moved.
   Result<std::uint32_t> delete_doomed(const Doomed& d, const std::string& what);
-  std::vector<Doomed> deleting_;
+  std::vector<Doomed> deleting_;  // at most one per stream name (same-name deletes wait)
+  std::condition_variable delete_cv_;  // a delete finished (deleting_ shrank)
 
-  std::mutex delete_mu_;  // one delete at a time; never taken under mu_
-  std::uint64_t delete_seq_ = 0;
+  std::atomic<std::uint64_t> delete_seq_{0};
   std::function<bool(std::string_view)> delete_step_hook_;
   GroupClock group_clock_;
   GroupStepHook group_step_hook_;

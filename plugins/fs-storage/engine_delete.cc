@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "dir_sync.h"
 #include "engine.h"
 #include "layout.h"
 #include "sluice/failpoint.h"
@@ -74,8 +75,6 @@ Result<std::vector<std::string>> decode_marker(const std::string& path, std::str
   return dirs;
 }
 
-std::string parent_of(const std::string& p) { return p.substr(0, p.find_last_of('/')); }
-
 }  // namespace
 
 bool FsStorageEngine::stop_at(std::string_view step) {
@@ -120,17 +119,27 @@ Result<bool> FsStorageEngine::remove_replica(const ShardRef& ref) {
 
 Result<std::uint32_t> FsStorageEngine::delete_doomed(const Doomed& doomed, const std::string& what) {
   const StreamKey& stream = doomed.stream;
-  std::lock_guard del_lk(delete_mu_);
 
-  // 0. Refuse new opens, then close the open shards (their pending appends complete or
-  //    fail inside close(); nothing is acknowledged after it returns).
+  // 0. Wait for a delete of the same name (deletes of other names proceed in parallel),
+  //    refuse new opens, wait for the opens in progress that this covers, then close the
+  //    open shards (their pending appends complete or fail inside close(); nothing is
+  //    acknowledged after it returns).
   std::vector<std::shared_ptr<ShardLogImpl>> closing;
   {
-    std::lock_guard lk(mu_);
+    std::unique_lock lk(mu_);
+    delete_cv_.wait(lk, [&] {
+      return shut_down_ || std::none_of(deleting_.begin(), deleting_.end(),
+                                        [&](const Doomed& p) { return p.stream == stream; });
+    });
     if (shut_down_) return Error(Errc::unavailable, "storage engine is shut down");
     deleting_.push_back(doomed);
+    closed_cv_.wait(lk, [&] {
+      return std::none_of(opening_.begin(), opening_.end(),
+                          [&](const ShardRef& r) { return doomed.covers(r); });
+    });
     for (auto it = shards_.begin(); it != shards_.end();) {
       if (doomed.covers(it->first)) {
+        it->second->discard_on_close();  // its directory goes next: no clean state
         closing_.emplace(it->first, it->second);
         closing.push_back(std::move(it->second));
         it = shards_.erase(it);
@@ -146,6 +155,7 @@ Result<std::uint32_t> FsStorageEngine::delete_doomed(const Doomed& doomed, const
       std::lock_guard lk(e->mu_);
       auto& d = e->deleting_;
       d.erase(std::find_if(d.begin(), d.end(), [&](const Doomed& p) { return p.stream == k; }));
+      e->delete_cv_.notify_all();
     }
   } unmark{this, stream};
   if (auto* m = manager())
@@ -176,11 +186,13 @@ Result<std::uint32_t> FsStorageEngine::delete_doomed(const Doomed& doomed, const
   }
   std::sort(rel_dirs.begin(), rel_dirs.end());
   // The name's directory goes too once it is empty, so deleted names leave nothing behind
-  // for list_on_disk (and a start with many tombstones) to walk. Under mu_, which open_shard
-  // holds while it creates the directories, so an open never finds its parent gone. Not
-  // synced: an empty directory that comes back after a crash is harmless.
+  // for list_on_disk (and a start with many tombstones) to walk. Under mu_, and not while
+  // an open of the name (another incarnation) is creating directories in it (opening_), so
+  // an open never finds its parent gone. Not synced: an empty directory that comes back
+  // after a crash is harmless.
   const auto remove_if_empty = [&] {
     std::lock_guard lk(mu_);
+    if (opening_stream(stream)) return;
     if (auto left = fs_->list(stream_dir); left && left->empty()) (void)fs_->remove_dir(stream_dir);
   };
   if (rel_dirs.empty()) {
@@ -208,7 +220,7 @@ Result<std::uint32_t> FsStorageEngine::delete_doomed(const Doomed& doomed, const
     return Error(Errc::internal, "delete stopped after the marker (test hook)");
 
   // 2.-4.
-  if (auto r = finish_marker(marker, id, rel_dirs); !r) return r.error();
+  if (auto r = finish_marker(marker, id, rel_dirs, doomed.shard.has_value()); !r) return r.error();
   remove_if_empty();
   host_.log(LogLevel::info, kComponent,
             "deleted " + std::to_string(rel_dirs.size()) + " shard director" +
@@ -219,7 +231,8 @@ Result<std::uint32_t> FsStorageEngine::delete_doomed(const Doomed& doomed, const
 // Steps 2-4 for one marker; shared by delete_incarnations and start-up recovery. Dirs that
 // are already gone (moved before a crash) are skipped.
 Result<void> FsStorageEngine::finish_marker(const std::string& marker, const std::string& id,
-                                            const std::vector<std::string>& rel_dirs) {
+                                            const std::vector<std::string>& rel_dirs,
+                                            bool sync_unmark) {
   const std::string deleted_root = opts_.dir + "/" + std::string(kDeletedDir);
   const std::string dest_root = deleted_root + "/" + id;
   // Each directory goes to <.deleted>/<id>/<its position in the marker>: one level under
@@ -227,16 +240,22 @@ Result<void> FsStorageEngine::finish_marker(const std::string& marker, const std
   // <tenant>/<ns>/<stream> copy of the path (4 fsyncs of a 10-fsync delete; the data is
   // garbage once moved). Positions are stable, so recovery moves what is left to the same
   // places; an older build's <id>/<rel> tree is removed alike.
-  if (auto r = make_dirs(dest_root); !r) return r;
+  // A marker naming ONE directory (a 1-shard stream, the common case) moves it to
+  // <.deleted>/<id> itself: no new directory, so .deleted is synced once for the rename
+  // instead of once for the mkdir and then <id> for the rename (one fsync fewer). Recovery
+  // applies the same rule; an older build's <id> directory is then either empty (rename
+  // replaces it) or the one directory was already moved (skipped).
+  const bool single = rel_dirs.size() == 1;
+  if (auto r = make_dirs(single ? deleted_root : dest_root); !r) return r;
   std::vector<std::string> parents;
   for (std::size_t i = 0; i < rel_dirs.size(); ++i) {
     const std::string src = opts_.dir + "/" + rel_dirs[i];
     auto is_dir = fs_->is_directory(src);
     if (!is_dir) return is_dir.error();
     if (!*is_dir) continue;
-    const std::string dst = dest_root + "/" + std::to_string(i);
+    const std::string dst = single ? dest_root : dest_root + "/" + std::to_string(i);
     if (auto r = fs_->rename(src, dst); !r) return r;
-    for (const auto& p : {parent_of(src), dest_root})
+    for (const auto& p : {parent_dir(src), parent_dir(dst)})
       if (std::find(parents.begin(), parents.end(), p) == parents.end()) parents.push_back(p);
   }
   for (const auto& p : parents)
@@ -245,7 +264,15 @@ Result<void> FsStorageEngine::finish_marker(const std::string& marker, const std
     return Error(Errc::internal, "delete stopped after the move (test hook)");
 
   if (auto r = fs_->remove(marker); !r) return r;
-  if (auto r = fs_->sync_dir(parent_of(marker)); !r) return r;
+  // The removal is synced only when a marker that came back could harm: one naming a
+  // single shard's copy (remove_replica), whose directory may be created again under the
+  // same incarnation if the shard is reassigned here. A whole-incarnation delete names
+  // incarnations the control plane has tombstoned (the broker's floors are durable before
+  // it deletes), which are never created again, and every directory it names is already
+  // moved durably (above): if it comes back, the next start finds nothing to move and just
+  // removes it (docs/architecture.md "Durability", the removed syncs).
+  if (sync_unmark)
+    if (auto r = sync_parent_dir(*fs_, marker); !r) return r;
   if (stop_at("storage.delete.after_unmark"))
     return Error(Errc::internal, "delete stopped after removing the marker (test hook)");
 
@@ -297,7 +324,7 @@ void FsStorageEngine::recover_deletes() {
         if (e && *e) ++present;
       }
       recovering_ = true;  // no failpoints, no test hook: recovery runs to the end
-      auto r = finish_marker(path, id, *dirs);
+      auto r = finish_marker(path, id, *dirs, true);
       recovering_ = false;
       if (!r) fail(path, r.error());
       host_.log(LogLevel::info, kComponent,

@@ -1,6 +1,8 @@
 // ConsumerGroup (group.h): opening a group, delivery, acks and nacks, positions.
 #include "group.h"
 
+#include "dir_sync.h"
+
 #include <algorithm>
 #include <chrono>
 
@@ -41,14 +43,11 @@ Result<std::unique_ptr<ConsumerGroup>> ConsumerGroup::open(
     const std::string& name, const std::string& dir, ShardLogImpl& shard, const Options& opts,
     std::shared_ptr<FileSystem> fs, PluginHost& host, FlushPool& pool, GroupClock clock,
     GroupStepHook hook, GroupReplicate replicate) {
+  // A group's state is acknowledged on its own syncs: the shard's own directory entries
+  // first, if the shard is new (docs/architecture.md "Deferred directory syncs of a new shard").
+  if (auto r = shard.sync_deferred_dirs(); !r) return r.error();
   // Directories: <dir>, <dir>/dead-letters/log, each new one fsynced into its parent.
-  const std::string groups = dir.substr(0, dir.find_last_of('/'));
-  for (const std::string& d : {groups, dir, dir + "/dead-letters", dir + "/dead-letters/log"}) {
-    auto made = fs->mkdir(d);
-    if (!made) return made.error();
-    if (*made)
-      if (auto r = fs->sync_dir(d.substr(0, d.find_last_of('/'))); !r) return r.error();
-  }
+  if (auto r = make_dirs(*fs, dir + "/dead-letters/log"); !r) return r.error();
   std::unique_ptr<ConsumerGroup> g(new ConsumerGroup(
       name, dir, shard, fs, host, clock ? std::move(clock) : GroupClock(steady_now_ms),
       std::move(hook), opts.group_journal_compact_bytes));

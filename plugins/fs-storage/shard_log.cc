@@ -228,6 +228,21 @@ void ShardLogImpl::flush() {
   if (again) pool_.schedule(shared_from_this());
 }
 
+void ShardLogImpl::defer_dir_syncs(DirSyncList dirs) {
+  std::lock_guard lk(deferred_mu_);
+  deferred_dirs_ = std::move(dirs);
+  dirs_pending_.store(!deferred_dirs_.empty(), std::memory_order_release);
+}
+
+Result<void> ShardLogImpl::sync_deferred_dirs() {
+  if (!dirs_pending_.load(std::memory_order_acquire)) return {};
+  std::lock_guard lk(deferred_mu_);
+  if (deferred_dirs_.empty()) return {};
+  if (auto r = deferred_dirs_.sync(*fs_); !r) return r;
+  dirs_pending_.store(false, std::memory_order_release);
+  return {};
+}
+
 void ShardLogImpl::complete_dups(std::uint64_t acked_end) {
   std::vector<DupWaiter> ready;
   {
@@ -327,6 +342,10 @@ Result<void> ShardLogImpl::sync_and_publish(Segment& seg) {
     if (auto r = seg.file().datasync(); !r) return r;
     syncs_.fetch_add(1, std::memory_order_relaxed);
   }
+  // A new shard's directory entries before its first acknowledgement: an acknowledged
+  // record must be findable after power loss (docs/architecture.md "Deferred directory
+  // syncs of a new shard"). One atomic load per group once done.
+  if (auto r = sync_deferred_dirs(); !r) return r;
   std::lock_guard lk(seg_mu_);
   seg.readable_size = seg.write_pos;
   seg.written_size = seg.write_pos;

@@ -84,6 +84,7 @@
 #include <vector>
 
 #include "epoch_history.h"
+#include "dir_sync.h"
 #include "file_system.h"
 #include "group.h"
 #include "group_ops.h"
@@ -151,6 +152,17 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   void flush();
   // Drains pending appends, then closes. Idempotent. Not from a callback.
   void close();
+  // The entries of a new single-replica shard's directories and first segment that are not
+  // synced yet (engine.cc open_unlocked): synced by the first flush before it acknowledges
+  // and by a consumer group's first open; never at close, where nothing depends on them
+  // (docs/architecture.md "Deferred directory syncs of a new shard"). Set before the shard
+  // is shared.
+  void defer_dir_syncs(DirSyncList dirs);
+  // Syncs them now if any are left (any thread; one flag load when none are).
+  Result<void> sync_deferred_dirs();
+  // The next close() skips the clean state (the shard's directory is about to be deleted:
+  // its index, producer snapshot and recovery point would be garbage).
+  void discard_on_close() { discard_on_close_.store(true); }
   // close() wrote the clean state (the engine's clean-shutdown marker needs every shard's).
   bool closed_clean() const { return closed_clean_.load(); }
   // Deletes whole sealed segments, oldest first, per the retention policy. Any thread.
@@ -442,6 +454,10 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   std::chrono::steady_clock::time_point rp_written_{};  // flusher: when the last point was written
   std::uint64_t rp_end_ = ~0ull;                         // flusher: its next_offset
   std::atomic<bool> closed_clean_{false};
+  std::atomic<bool> discard_on_close_{false};
+  std::mutex deferred_mu_;
+  DirSyncList deferred_dirs_;                 // deferred_mu_
+  std::atomic<bool> dirs_pending_{false};     // deferred_dirs_ is not empty
 };
 
 }  // namespace sluice::fs_storage

@@ -44,6 +44,12 @@ Result<void> ShardLogImpl::drop_recovery_point() {
 // synced, then described at the log end, so the next start after a clean shutdown reads
 // nothing. Any failure leaves the active .idx absent (the next start scans instead).
 bool ShardLogImpl::write_clean_state() {
+  // A shard about to be deleted: its clean state would be garbage. A new shard's deferred
+  // directory syncs are NOT done here: if nothing was acknowledged they guard nothing (an
+  // empty create may vanish), and an acknowledgement or a consumer group already did them
+  // (docs/architecture.md "Deferred directory syncs of a new shard"). The broker closes a
+  // name's shards before deleting it, so syncing here cost a delete 4 fsyncs.
+  if (discard_on_close_.load()) return false;
   if (opts_.verify_on_start != VerifyOnStart::checkpoint) return false;
   std::shared_ptr<Segment> seg;
   RecoveryPoint rp;

@@ -27,7 +27,7 @@ HttpConfig HttpConfig::from_host(const PluginHost& h) {
   c.address = h.config_string("http.address", c.address);
   c.port = static_cast<std::uint16_t>(ranged(h, "http.port", 8080, 0, 65535));
   c.threads = static_cast<unsigned>(ranged(h, "http.threads", 2, 1, 256));
-  c.admin_threads = static_cast<unsigned>(ranged(h, "http.admin_threads", 2, 1, 64));
+  c.admin_threads = static_cast<unsigned>(ranged(h, "http.admin_threads", 16, 1, 64));
   c.max_body_bytes =
       static_cast<std::size_t>(ranged(h, "http.max_body_bytes", 8 << 20, 1, std::int64_t{1} << 32));
   c.max_wait = std::chrono::milliseconds(ranged(h, "http.max_wait_ms", 30000, 0, 3600000));

@@ -18,7 +18,7 @@ struct HttpConfig {
   std::string address = "127.0.0.1";
   std::uint16_t port = 8080;           // 0 = ephemeral (see ApiServer::port())
   unsigned threads = 2;                // io_context threads
-  unsigned admin_threads = 2;          // thread pool for blocking catalog calls
+  unsigned admin_threads = 16;         // thread pool for blocking catalog calls
   std::size_t max_body_bytes = 8u << 20;
   std::chrono::milliseconds max_wait{30000};       // long-poll cap
   std::chrono::milliseconds idle_timeout{60000};   // keep-alive idle timeout
