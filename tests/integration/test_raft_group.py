@@ -311,7 +311,12 @@ class RaftGroup(unittest.TestCase):
         self.assertEqual(m["level_floor"], 18, "the first counter entry raised the floor")
         for n in g.nodes:
             self.assertEqual(n.request("GET", n.ns_path() + "/counters/hits"), c)
-        n = g.nodes[2]
+        # A follower: the leader restarted at 17 is refused too, but only once
+        # metadata.start_timeout_ms has passed (its join is answered late after the
+        # leadership moves; a known issue, docs/upgrades.md), which this test's deadline
+        # would not tell from a hang.
+        leader = poll(g.leader, "a leader")
+        n = next(x for x in g.nodes if x is not leader)
         n.stop()
         n.extra["metadata.level"] = "17"
         code, out = n.start_expect_failure()
