@@ -2,6 +2,7 @@
 // publish.cc and fetch.cc.
 #pragma once
 
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <string_view>
@@ -66,12 +67,20 @@ void handle_members(Node& node, const std::shared_ptr<Exchange>& ex, const std::
 class CacheStore;
 void handle_caches(Node& node, CacheStore& store, const std::shared_ptr<Exchange>& ex,
                    const std::vector<std::string>& seg, std::string_view method, std::string_view body);
-// GET/POST {ns}/counters, GET/DELETE {ns}/counters/{c} (counters.cc): catalog entries only.
-void handle_counters(Node& node, const std::shared_ptr<Exchange>& ex, const std::vector<std::string>& seg,
-                     std::string_view method, std::string_view body);
+// GET/POST {ns}/counters, GET/DELETE {ns}/counters/{c} (counters.cc). A create also creates
+// the counter's backing stream in `store` (the counter store), a delete deletes it.
+void handle_counters(Node& node, CacheStore& store, const std::shared_ptr<Exchange>& ex,
+                     const std::vector<std::string>& seg, std::string_view method, std::string_view body);
 // {ns}/caches/{c}/keys[/{k}] (cache.cc)
 void handle_cache_keys(CacheStore& store, const std::shared_ptr<Exchange>& ex, const std::vector<std::string>& seg,
                        const Target& target);
+// GET {ns}/counters/{c}/keys/{k}, POST {ns}/counters/{c}/keys/{k}/add (counters.cc)
+void handle_counter_keys(CacheStore& store, const std::shared_ptr<Exchange>& ex, const std::vector<std::string>& seg,
+                         const Target& target, std::string_view body);
+// Shared by cache and counter keys (cache.cc): a 400 invalid_key problem, and running `fn`
+// on the store's pool, answering with its result (an exception becomes a 500 problem).
+HttpResponse invalid_key(const Error& e);
+void respond_on_store(CacheStore& store, const std::shared_ptr<Exchange>& ex, std::function<HttpResponse()> fn);
 
 // docs/openapi.yaml, compiled in (embed_openapi.cmake).
 std::string_view openapi_document();
