@@ -15,7 +15,6 @@
 // (a CacheStore of flavor counters(), cache_store.h); an add is a read-modify-write of the
 // key's state (counter_codec.h).
 #include <boost/json/array.hpp>
-#include <boost/json/monotonic_resource.hpp>
 #include <boost/json/object.hpp>
 #include <boost/json/serialize.hpp>
 
@@ -43,13 +42,8 @@ json::object counter_json(const CounterInfo& c) {
 }
 
 Result<std::string> counter_body(std::string_view body) {
-  json::monotonic_resource mr;
-  json::value v(json::storage_ptr{&mr});
-  if (auto r = parse_json_object(body, v); !r) return r.error();
-  const auto& o = v.get_object();
-  if (auto r = check_fields(o, {"name"}, ""); !r) return r.error();
-  const auto* n = o.if_contains("name");
-  if (!n) return Error(Errc::invalid_argument, "field \"name\" is required");
+  auto n = only_field(body, "name");
+  if (!n) return n.error();
   if (!n->is_string()) return Error(Errc::invalid_argument, "field \"name\" must be a string");
   std::string name(n->get_string());
   if (auto r = validate_name(NameKind::counter, name); !r) return r.error();
@@ -58,13 +52,8 @@ Result<std::string> counter_body(std::string_view body) {
 
 // The add's body: {"delta": int64}.
 Result<std::int64_t> add_body(std::string_view body) {
-  json::monotonic_resource mr;
-  json::value v(json::storage_ptr{&mr});
-  if (auto r = parse_json_object(body, v); !r) return r.error();
-  const auto& o = v.get_object();
-  if (auto r = check_fields(o, {"delta"}, ""); !r) return r.error();
-  const auto* d = o.if_contains("delta");
-  if (!d) return Error(Errc::invalid_argument, "field \"delta\" is required");
+  auto d = only_field(body, "delta");
+  if (!d) return d.error();
   if (d->is_int64()) return d->get_int64();
   if (d->is_uint64()) return Error(Errc::invalid_argument, "field \"delta\" must fit in a signed 64-bit integer");
   return Error(Errc::invalid_argument, "field \"delta\" must be an integer");

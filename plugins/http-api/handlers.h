@@ -28,6 +28,10 @@ Result<void> parse_json_object(std::string_view body, boost::json::value& out);
 Result<void> check_fields(const boost::json::object& o,
                           std::initializer_list<std::string_view> allowed,
                           std::string_view where);
+// A body that is a JSON object with one field, `name`, required: a copy of its value (for
+// small bodies: the parse is on a monotonic resource). Errors as parse_json_object and
+// check_fields; invalid_argument when the field is missing.
+Result<boost::json::value> only_field(std::string_view body, std::string_view name);
 // "application/json; charset=utf-8" -> "application/json" (lower-cased, trimmed).
 std::string media_type(std::string_view content_type);
 
