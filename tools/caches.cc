@@ -29,24 +29,6 @@ answer is 409 revision_mismatch and nothing is written. list prints every live k
 its revision, following the pages. drop deletes the cache and everything in it.
 )"};
 
-// Keys are visible ASCII (the server checks); anything but unreserved characters is
-// percent-encoded so that '/', '?', '%' and '#' stay in the key.
-std::string encode_segment(const std::string& s) {
-  static const char* hex = "0123456789ABCDEF";
-  std::string out;
-  for (unsigned char c : s) {
-    if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.' ||
-        c == '_' || c == '~') {
-      out.push_back(static_cast<char>(c));
-    } else {
-      out.push_back('%');
-      out.push_back(hex[c >> 4]);
-      out.push_back(hex[c & 15]);
-    }
-  }
-  return out;
-}
-
 std::string cache_path(const Args& a) { return parse_stream(kCache, a.pos()[0]).ns_path() + "/caches/" + parse_stream(kCache, a.pos()[0]).name; }
 
 std::string key_path(const Args& a) { return cache_path(a) + "/keys/" + encode_segment(a.pos()[1]); }

@@ -62,6 +62,10 @@ std::string subcommand(const Usage& usage, const std::vector<std::string>& words
 // The words after words[0].
 std::vector<std::string> rest(const std::vector<std::string>& words);
 
+// A path segment (a cache or counter key): anything but unreserved characters is
+// percent-encoded so that '/', '?', '%' and '#' stay in it (the server checks the key).
+std::string encode_segment(const std::string& s);
+
 // A non-negative integer, or a usage error naming `what`.
 std::uint64_t parse_u64(const Usage& usage, const std::string& what, const std::string& s);
 

@@ -1,7 +1,9 @@
-// sluice counter (docs/api.md "Counters (catalog)"): create, delete, list and show counters.
-// The counter data plane (add, get of keys) is not served yet, so neither are those verbs.
+// sluice counter (docs/api.md "Counters"): create, delete, list and show counters; add to
+// and get their keys.
 #include <boost/json.hpp>
 
+#include <cctype>
+#include <cstdint>
 #include <string>
 
 #include "command_line.h"
@@ -16,15 +18,38 @@ const Usage kCounter{"counter", R"(Usage: sluice counter create TENANT/NS/COUNTE
        sluice counter show   TENANT/NS/COUNTER
        sluice counter list   TENANT/NS
        sluice counter delete TENANT/NS/COUNTER
+       sluice counter add    TENANT/NS/COUNTER KEY DELTA [--producer-id P --sequence S]
+       sluice counter get    TENANT/NS/COUNTER KEY
 
 Counters need metadata level 18 and the fleet feature counters finalized
 (sluice feature finalize counters). create prints the counter with its incarnation;
 delete prints the deleted one; list prints one counter per line.
+add adds DELTA (a signed 64-bit integer; write a negative one after --, as in
+`add t/n/c k -- -5`) to KEY and prints {"key","value"}; with --producer-id and --sequence
+a retry of one of the producer's last 5 sequences answers the original value
+("duplicate": true) and adds nothing, another sequence is 409 sequence_gap. get prints
+{"key","value"} (0 for a key never added to).
 )"};
 
 std::string counter_path(const Args& a) {
   auto k = parse_stream(kCounter, a.pos()[0]);
   return k.ns_path() + "/counters/" + k.name;
+}
+
+std::string key_path(const Args& a) { return counter_path(a) + "/keys/" + encode_segment(a.pos()[1]); }
+
+// DELTA: a signed 64-bit integer, as the server takes it.
+std::int64_t parse_delta(const std::string& s) {
+  std::size_t used = 0;
+  long long v = 0;
+  try {
+    v = std::stoll(s, &used, 10);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (s.empty() || used != s.size() || std::isspace(static_cast<unsigned char>(s[0])))
+    usage_error(kCounter, "DELTA must be a signed 64-bit integer, got '" + s + "'");
+  return v;
 }
 
 // TENANT/NS -> its REST path (the server checks the names).
@@ -51,6 +76,18 @@ int cmd_counter(Client& c, const Words& words) {
   } else if (op == "delete") {
     Args a(kCounter, rest(words), {.min_args = 1, .max_args = 1});
     print_json(c.call_ok("DELETE", counter_path(a)));
+  } else if (op == "add") {
+    Args a(kCounter, rest(words), {.values = {"producer-id", "sequence"}, .min_args = 3, .max_args = 3});
+    json::object body{{"delta", parse_delta(a.pos()[2])}};
+    std::string q;
+    if (a.has("producer-id") != a.has("sequence")) a.error("--producer-id and --sequence go together");
+    if (a.has("producer-id"))
+      q = "?producer_id=" + std::to_string(a.get_u64("producer-id", 0)) +
+          "&sequence=" + std::to_string(a.get_u64("sequence", 0));
+    print_json(c.call_ok("POST", key_path(a) + "/add" + q, json::serialize(body)));
+  } else if (op == "get") {
+    Args a(kCounter, rest(words), {.min_args = 2, .max_args = 2});
+    print_json(c.call_ok("GET", key_path(a)));
   } else if (op == "list") {
     Args a(kCounter, rest(words), {.min_args = 1, .max_args = 1});
     auto r = c.call_ok("GET", ns_path(a.pos()[0]) + "/counters");

@@ -53,7 +53,7 @@ Commands:
   members list|remove ID          metadata members (raft-meta): role, level, held, state
   token hash --roles R [TOKEN|-]  print a tokens-file line for TOKEN (or a new random one)
   cache create|drop|get|put|delete|list   caches and their keys (values with a TTL)
-  counter create|show|list|delete         counters in the catalog (level 18)
+  counter create|show|list|delete|add|get counters and their keys (level 18)
 
 Run `sluice COMMAND --help` for a command's options. An unknown option or argument is
 refused (exit 2); options are never abbreviated.

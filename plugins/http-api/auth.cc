@@ -232,8 +232,9 @@ Need required(Route route, const std::vector<std::string>& s, std::string_view m
       n.kind = get ? Need::read : Need::tenant_admin;
       break;
     case Route::cache_keys:
-      // A cache's keys: reading them is consuming, writing them producing, scoped to the
-      // tenant and namespace (a stream-level grant does not name a cache).
+    case Route::counter_keys:
+      // A cache's or counter's keys: reading them is consuming, writing (adding) producing,
+      // scoped to the tenant and namespace (a stream-level grant does not name either).
       n.kind = get ? Need::consume : Need::produce;
       break;
     case Route::shards: n.kind = Need::read; break;

@@ -21,8 +21,6 @@ namespace json = boost::json;
 
 namespace {
 
-HttpResponse invalid_key(const Error& e) { return problem(400, "invalid_key", "Invalid key", e.message); }
-
 HttpResponse mismatch(const CacheStore::Write& w, std::string_view key) {
   json::object o;
   o["type"] = "https://sluice.dev/errors/revision_mismatch";
@@ -81,19 +79,23 @@ Result<WriteParams> write_params(const Target& t, bool put) {
 
 }  // namespace
 
+HttpResponse invalid_key(const Error& e) { return problem(400, "invalid_key", "Invalid key", e.message); }
+
+void respond_on_store(CacheStore& store, const std::shared_ptr<Exchange>& ex, std::function<HttpResponse()> fn) {
+  store.submit([ex, fn = std::move(fn)]() mutable {
+    try {
+      ex->respond(fn());
+    } catch (const std::exception& e) {
+      ex->respond(problem(Error(Errc::internal, std::string("unexpected exception: ") + e.what())));
+    }
+  });
+}
+
 void handle_cache_keys(CacheStore& store, const std::shared_ptr<Exchange>& ex, const std::vector<std::string>& seg,
                        const Target& target) {
   const HttpRequest& req = ex->request();
   StreamKey cache{seg[2], seg[4], seg[6]};
-  auto run = [&store, ex](auto fn) {
-    store.submit([ex, fn = std::move(fn)]() mutable {
-      try {
-        ex->respond(fn());
-      } catch (const std::exception& e) {
-        ex->respond(problem(Error(Errc::internal, std::string("unexpected exception: ") + e.what())));
-      }
-    });
-  };
+  auto run = [&store, ex](std::function<HttpResponse()> fn) { respond_on_store(store, ex, std::move(fn)); };
   if (seg.size() == 8) {  // GET keys
     const std::string prefix(target.param("prefix").value_or(""));
     const std::string after(target.param("after").value_or(""));

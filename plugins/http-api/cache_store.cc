@@ -1,5 +1,7 @@
 #include "cache_store.h"
 
+#include "counter_codec.h"
+
 #include <algorithm>
 #include <chrono>
 #include <future>
@@ -52,7 +54,31 @@ auto retry_transient(F&& once) {
 
 }  // namespace
 
-CacheStore::CacheStore(Node& node, CacheConfig cfg) : node_(node), cfg_(cfg) {
+CacheFlavor CacheFlavor::caches() {
+  return {"cache", [](Node& n, const StreamKey& k) { return n.catalog().get_cache(k); }, &backing_stream_name};
+}
+
+CacheInfo counter_as_cache(const CounterInfo& c) {
+  CacheInfo ci;
+  ci.key = c.key;
+  ci.incarnation = c.incarnation;
+  ci.created_seq = c.created_seq;
+  ci.spec.default_ttl_ms = -1;
+  return ci;
+}
+
+CacheFlavor CacheFlavor::counters() {
+  return {"counter",
+          [](Node& n, const StreamKey& k) -> Result<CacheInfo> {
+            auto c = n.catalog().get_counter(k);
+            if (!c) return c.error();
+            return counter_as_cache(*c);
+          },
+          &counter_backing_stream_name};
+}
+
+CacheStore::CacheStore(Node& node, CacheConfig cfg, CacheFlavor flavor)
+    : node_(node), cfg_(cfg), flavor_(std::move(flavor)) {
   std::random_device rd;
   nonce_base_ = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
   for (unsigned i = 0; i < cfg_.threads; ++i) threads_.emplace_back([this] { run(); });
@@ -115,7 +141,7 @@ ShardIndex CacheStore::shard_of(std::string_view key, const StreamInfo& backing)
 }
 
 Result<StreamInfo> CacheStore::ensure_backing(const CacheInfo& ci) {
-  const StreamKey bk{ci.key.tenant, ci.key.ns, backing_stream_name(ci.key.name, ci.incarnation, ci.created_seq)};
+  const StreamKey bk = backing_key(ci.key, ci.incarnation, ci.created_seq);
   forget_all();  // a (re)created cache: no request may resolve to an older incarnation
   const auto deadline = std::chrono::steady_clock::now() + kBackingWait;
   bool created = false;
@@ -142,7 +168,7 @@ Result<StreamInfo> CacheStore::ensure_backing(const CacheInfo& ci) {
     }
     // The broker applies the create from the catalog's change feed shortly after.
     if (std::chrono::steady_clock::now() > deadline)
-      return Error(Errc::unavailable, "the cache's backing stream '" + bk.name + "' is not available yet");
+      return Error(Errc::unavailable, "the " + flavor_.what + "'s backing stream '" + bk.name + "' is not available yet");
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
 }
@@ -155,7 +181,7 @@ void CacheStore::drop_indexes(const StreamKey& backing) {
 }
 
 Result<void> CacheStore::delete_backing(const CacheInfo& ci) {
-  const StreamKey bk{ci.key.tenant, ci.key.ns, backing_stream_name(ci.key.name, ci.incarnation, ci.created_seq)};
+  const StreamKey bk = backing_key(ci.key, ci.incarnation, ci.created_seq);
   // Forgotten at once, not only when the change feed reports the delete: a recreate
   // through this broker must never be answered from the old incarnation's resolution.
   forget_all();
@@ -188,8 +214,9 @@ void CacheStore::ensure_watch() {
       st.applied,
       [this](const ChangeEvent& ev) {
         using K = ChangeEvent::Kind;
-        if (ev.kind == K::cache_created || ev.kind == K::cache_deleted || ev.kind == K::namespace_deleted ||
-            ev.kind == K::tenant_deleted || ev.kind == K::stream_deleted)
+        if (ev.kind == K::cache_created || ev.kind == K::cache_deleted || ev.kind == K::counter_created ||
+            ev.kind == K::counter_deleted || ev.kind == K::namespace_deleted || ev.kind == K::tenant_deleted ||
+            ev.kind == K::stream_deleted)
           forget_all();
         // A deleted backing stream's indexes (with their values) go, on every broker.
         if (ev.kind == K::stream_deleted && reserved_stream_name(ev.stream.key.name)) drop_indexes(ev.stream.key);
@@ -235,9 +262,9 @@ Result<std::optional<CacheStore::Resolved>> CacheStore::resolve(const StreamKey&
 }
 
 Result<std::optional<CacheStore::Resolved>> CacheStore::resolve_uncached(const StreamKey& cache, bool create) {
-  auto ci = node_.catalog().get_cache(cache);
+  auto ci = flavor_.lookup(node_, cache);
   if (!ci) return ci.error();
-  const StreamKey bk{cache.tenant, cache.ns, backing_stream_name(cache.name, ci->incarnation, ci->created_seq)};
+  const StreamKey bk = backing_key(cache, ci->incarnation, ci->created_seq);
   auto si = node_.stream(bk);
   if (si && si->created_seq.value() > ci->created_seq.value()) return std::optional<Resolved>(Resolved{*ci, *si});
   if (si || si.error().code == Errc::not_found) {
@@ -328,34 +355,40 @@ Result<void> CacheStore::wait_visible(Shard& sh, std::unique_lock<std::mutex>& l
 }
 
 Result<CacheEntry> CacheStore::get(const StreamKey& cache, std::string_view key) {
-  return retry_transient([&]() -> Result<CacheEntry> { return get_once(cache, key); });
+  auto r = find(cache, key);
+  if (!r) return r.error();
+  if (!*r) return Error(Errc::not_found, flavor_.what + " '" + cache.name + "' has no key '" + std::string(key) + "'");
+  return std::move(**r);
 }
 
-Result<CacheEntry> CacheStore::get_once(const StreamKey& cache, std::string_view key) {
+Result<std::optional<CacheEntry>> CacheStore::find(const StreamKey& cache, std::string_view key) {
+  return retry_transient([&]() -> Result<std::optional<CacheEntry>> { return get_once(cache, key); });
+}
+
+Result<std::optional<CacheEntry>> CacheStore::get_once(const StreamKey& cache, std::string_view key) {
   auto r = resolve(cache, false);
   if (!r) return r.error();
-  const std::string missing = "cache '" + cache.name + "' has no key '" + std::string(key) + "'";
-  if (!*r) return Error(Errc::not_found, missing);
+  if (!*r) return std::optional<CacheEntry>{};  // nothing written yet
   const auto& si = (*r)->backing;
   const ShardIndex s = shard_of(key, si);
   auto sh = shard(si.key, s);
   std::lock_guard lk(sh->mu);
   if (auto c = catch_up(*sh, si, s); !c) return c.error();
   const CacheEntry* e = sh->index.find(key, now_ms() + cfg_.clock_skew_ms);
-  if (!e) return Error(Errc::not_found, missing);
-  return *e;
+  if (!e) return std::optional<CacheEntry>{};
+  return std::optional<CacheEntry>(*e);
 }
 
 Result<CacheStore::Write> CacheStore::write(const StreamKey& cache, std::string_view key, CacheRecord rec,
                                             std::optional<std::int64_t> ttl_ms, std::optional<AckMode> ack,
-                                            const std::function<std::optional<Write>(const CacheEntry*)>& check) {
+                                            const Decide& check) {
   auto r = resolve(cache, true);
   if (!r) return r.error();
   const auto& ci = (*r)->cache;
   const auto& si = (*r)->backing;
   const AckMode mode = ack.value_or(si.spec.default_ack);
   if (mode == AckMode::none)
-    return Error(Errc::invalid_argument, "a cache write needs ack=leader or ack=quorum");
+    return Error(Errc::invalid_argument, "a " + flavor_.what + " write needs ack=leader or ack=quorum");
   const ShardIndex s = shard_of(key, si);
   auto sh = shard(si.key, s);
   Pending me{key, rec, ttl_ms.value_or(ci.spec.default_ttl_ms), mode, &check};
@@ -433,11 +466,13 @@ void CacheStore::write_batch(Shard& sh, std::unique_lock<std::mutex>& lk, const 
   std::vector<Pending*> writing;
   std::vector<std::string> values;
   for (Pending* p : taken) {
-    if (auto answer = (*p->check)(sh.index.find(p->key, now))) {
+    p->computed.reset();
+    if (auto answer = (*p->check)(sh.index.find(p->key, now), p->computed)) {
       p->answer = Result<Write>(*answer);
       p->done = true;
       continue;
     }
+    if (p->computed) p->rec.value = *p->computed;  // a read-modify-write's decided value
     // The expiry follows the leader's clock: the record carries the TTL, and the leader
     // stamps the time it appends it (timestamp -1 below; docs/api.md "Expiry").
     if (p->rec.op != CacheRecord::Op::del) {
@@ -480,7 +515,7 @@ void CacheStore::write_batch(Shard& sh, std::unique_lock<std::mutex>& lk, const 
   auto retry = [&] {
     for (auto it = writing.rbegin(); it != writing.rend(); ++it) {
       if (++(*it)->rounds >= kMaxWriteRounds) {
-        (*it)->answer = Result<Write>(Error(Errc::unavailable, "the cache shard is too contended: the write lost " +
+        (*it)->answer = Result<Write>(Error(Errc::unavailable, "the " + flavor_.what + " shard is too contended: the write lost " +
                                                                   std::to_string(kMaxWriteRounds) +
                                                                   " rounds; nothing was written"));
         (*it)->done = true;
@@ -529,18 +564,25 @@ Result<CacheStore::Write> CacheStore::put(const StreamKey& cache, std::string_vi
   CacheRecord rec;
   rec.op = CacheRecord::Op::put;
   rec.value = value;
-  return write(cache, key, rec, ttl_ms, ack, [&](const CacheEntry* e) -> std::optional<Write> {
+  return write(cache, key, rec, ttl_ms, ack, [&](const CacheEntry* e, std::optional<std::string>&) -> std::optional<Write> {
     const std::uint64_t cur = e ? e->revision : 0;
     if (if_revision && *if_revision != cur) return Write{Write::Status::mismatch, cur, -1};
     return std::nullopt;
   });
 }
 
+Result<CacheStore::Write> CacheStore::update(const StreamKey& cache, std::string_view key, std::optional<AckMode> ack,
+                                             const Decide& decide) {
+  CacheRecord rec;
+  rec.op = CacheRecord::Op::put;
+  return write(cache, key, rec, std::int64_t{0}, ack, decide);
+}
+
 Result<CacheStore::Write> CacheStore::erase(const StreamKey& cache, std::string_view key,
                                             std::optional<std::uint64_t> if_revision, std::optional<AckMode> ack) {
   CacheRecord rec;
   rec.op = CacheRecord::Op::del;
-  return write(cache, key, rec, std::nullopt, ack, [&](const CacheEntry* e) -> std::optional<Write> {
+  return write(cache, key, rec, std::nullopt, ack, [&](const CacheEntry* e, std::optional<std::string>&) -> std::optional<Write> {
     const std::uint64_t cur = e ? e->revision : 0;
     if (if_revision && *if_revision != cur) return Write{Write::Status::mismatch, cur, -1};
     if (!e) return Write{Write::Status::absent, 0, -1};

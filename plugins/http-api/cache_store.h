@@ -22,6 +22,11 @@
 // applied catalog on every request. Without a working watch every request reads the
 // catalog.
 //
+// Counters (docs/api.md "Counters", counter_codec.h) use a second CacheStore of flavor
+// counters(): the same keyed log, index and group commit, on backing streams named
+// counter_backing_stream_name and resolved through the counter catalog; their adds are
+// read-modify-writes (update) whose value is the key's counter state.
+//
 // Threading: every public call blocks (catalog, fetch, publish round trips); run them on
 // the store's own pool (submit). Per shard one mutex guards the index and the queue of
 // writes; it is not held while a batch is appended.
@@ -57,11 +62,23 @@ struct CacheConfig {
   std::int64_t clock_skew_ms = 0;
 };
 
+// What a store keeps: caches, or counters (whose catalog entries it reads as a CacheInfo
+// without expiry).
+struct CacheFlavor {
+  std::string what;  // "cache" / "counter", in messages
+  std::function<Result<CacheInfo>(Node&, const StreamKey&)> lookup;
+  std::string (*backing_name)(std::string_view name, Incarnation, ChangeSeq);
+  static CacheFlavor caches();
+  static CacheFlavor counters();
+};
+// A counter as the store sees it: a cache whose entries never expire.
+CacheInfo counter_as_cache(const CounterInfo& c);
+
 class CacheStore {
  public:
   static constexpr std::uint64_t kProducerId = 1;
 
-  CacheStore(Node& node, CacheConfig cfg);
+  CacheStore(Node& node, CacheConfig cfg, CacheFlavor flavor = CacheFlavor::caches());
   ~CacheStore();
   CacheStore(const CacheStore&) = delete;
   CacheStore& operator=(const CacheStore&) = delete;
@@ -84,6 +101,15 @@ class CacheStore {
   };
   // not_found: unknown cache, or no live entry.
   Result<CacheEntry> get(const StreamKey& cache, std::string_view key);
+  // As get, but a key without a live entry is nullopt (not_found: unknown cache only).
+  Result<std::optional<CacheEntry>> find(const StreamKey& cache, std::string_view key);
+  // A read-modify-write: `decide` gets the key's live entry (null when absent) and returns
+  // an answer (nothing is written) or nullopt after setting `value` to the value to write
+  // (without expiry). It may be called again (another broker's write came first); the last
+  // call decided what was written.
+  using Decide = std::function<std::optional<Write>(const CacheEntry*, std::optional<std::string>& value)>;
+  Result<Write> update(const StreamKey& cache, std::string_view key, std::optional<AckMode> ack,
+                       const Decide& decide);
   // `ttl_ms` absent: the cache's default_ttl_ms. `if_revision` 0: only if absent.
   Result<Write> put(const StreamKey& cache, std::string_view key, std::string_view value,
                     std::optional<std::int64_t> ttl_ms, std::optional<std::uint64_t> if_revision,
@@ -109,7 +135,8 @@ class CacheStore {
     CacheRecord rec;
     std::int64_t ttl_ms = -1;  // <= 0: no expiry
     AckMode ack = AckMode::leader;
-    const std::function<std::optional<Write>(const CacheEntry*)>* check = nullptr;
+    const Decide* check = nullptr;
+    std::optional<std::string> computed;  // the value a read-modify-write decided
     int rounds = 0;  // batches it was in that lost their sequence
     std::chrono::steady_clock::time_point transient_deadline;  // retry transient errors until
     bool done = false;
@@ -135,7 +162,7 @@ class CacheStore {
     StreamInfo backing;
   };
   // One try of get and list; get and list retry a transient failure for a while.
-  Result<CacheEntry> get_once(const StreamKey& cache, std::string_view key);
+  Result<std::optional<CacheEntry>> get_once(const StreamKey& cache, std::string_view key);
   Result<Listed> list_once(const StreamKey& cache, std::string_view prefix, std::string_view after,
                            std::size_t limit);
   // not_found for an unknown cache; with `create`, a missing backing stream is created.
@@ -147,19 +174,23 @@ class CacheStore {
   Result<void> wait_visible(Shard& sh, std::unique_lock<std::mutex>& lk, const StreamInfo& backing, ShardIndex s,
                             std::uint64_t offset);
   void write_batch(Shard& sh, std::unique_lock<std::mutex>& lk, const StreamInfo& si, ShardIndex s);
-  // The write loop of put and erase. `check` decides against the live entry (null when
-  // absent): nullopt to write, else the answer.
+  // The write loop of put, erase and update. `check` decides against the live entry (null
+  // when absent): nullopt to write (the value it set, if it set one), else the answer.
   Result<Write> write(const StreamKey& cache, std::string_view key, CacheRecord rec, std::optional<std::int64_t> ttl_ms,
-                      std::optional<AckMode> ack,
-                      const std::function<std::optional<Write>(const CacheEntry*)>& check);
+                      std::optional<AckMode> ack, const Decide& check);
   void run();
   // Starts the catalog watch if it is not running (memo_mu_ not held).
   void ensure_watch();
   void forget_all();  // a cache changed: drop every remembered resolution
   void drop_indexes(const StreamKey& backing);  // its shards' indexes (values included)
 
+  StreamKey backing_key(const StreamKey& cache, Incarnation inc, ChangeSeq created) const {
+    return {cache.tenant, cache.ns, flavor_.backing_name(cache.name, inc, created)};
+  }
+
   Node& node_;
   const CacheConfig cfg_;
+  const CacheFlavor flavor_;
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<Shard>, std::less<>> shards_;
   std::uint64_t nonce_base_;

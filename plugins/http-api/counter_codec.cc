@@ -87,19 +87,93 @@ AddDecision decide_add(const CounterKeyState* st, const CounterRecord& r) {
   return d;
 }
 
+void apply_add(CounterKeyState& st, const CounterRecord& r, const AddDecision& d) {
+  st.value = d.value;
+  if (r.producer_id == 0) return;
+  auto& p = st.producers[r.producer_id];
+  p.next = r.sequence + 1;
+  p.answered[r.sequence] = d.value;
+  p.used = ++st.tick;
+  while (p.answered.size() > kProducerWindow) p.answered.erase(p.answered.begin());
+  if (st.producers.size() > kMaxProducersPerKey) {
+    auto lru = st.producers.begin();
+    for (auto it = st.producers.begin(); it != st.producers.end(); ++it)
+      if (it->second.used < lru->second.used) lru = it;
+    st.producers.erase(lru);
+  }
+}
+
+namespace {
+constexpr unsigned char kStateFormat = 2;
+}  // namespace
+
+std::string encode_counter_state(const CounterKeyState& st) {
+  std::string out;
+  out.reserve(21 + st.producers.size() * (25 + kProducerWindow * 16));
+  out.push_back(static_cast<char>(kStateFormat));
+  put_u64(out, static_cast<std::uint64_t>(st.value));
+  put_u64(out, st.tick);
+  const auto n = static_cast<std::uint32_t>(st.producers.size());
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((n >> (8 * i)) & 0xff));
+  for (const auto& [id, p] : st.producers) {
+    put_u64(out, id);
+    put_u64(out, p.next);
+    put_u64(out, p.used);
+    out.push_back(static_cast<char>(p.answered.size()));
+    for (const auto& [seq, v] : p.answered) {
+      put_u64(out, seq);
+      put_u64(out, static_cast<std::uint64_t>(v));
+    }
+  }
+  return out;
+}
+
+std::optional<CounterKeyState> decode_counter_state(std::string_view b) {
+  if (b.size() < 21 || static_cast<unsigned char>(b[0]) != kStateFormat) return std::nullopt;
+  CounterKeyState st;
+  st.value = static_cast<std::int64_t>(get_u64(b.data() + 1));
+  st.tick = get_u64(b.data() + 9);
+  std::uint32_t n = 0;
+  for (int i = 3; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(b[17 + i]);
+  std::size_t at = 21;
+  for (std::uint32_t i = 0; i < n; ++i) {
+    if (b.size() - at < 25) return std::nullopt;
+    const std::uint64_t id = get_u64(b.data() + at);
+    CounterKeyState::Producer p;
+    p.next = get_u64(b.data() + at + 8);
+    p.used = get_u64(b.data() + at + 16);
+    const std::size_t k = static_cast<unsigned char>(b[at + 24]);
+    at += 25;
+    if (k > kProducerWindow || b.size() - at < k * 16) return std::nullopt;
+    for (std::size_t j = 0; j < k; ++j, at += 16)
+      p.answered[get_u64(b.data() + at)] = static_cast<std::int64_t>(get_u64(b.data() + at + 8));
+    if (!st.producers.emplace(id, std::move(p)).second) return std::nullopt;
+  }
+  if (at != b.size()) return std::nullopt;
+  return st;
+}
+
+StoredAdd decide_stored_add(const std::string* stored, const CounterRecord& r) {
+  StoredAdd out;
+  std::optional<CounterKeyState> st;
+  if (stored && !(st = decode_counter_state(*stored))) {
+    out.corrupt = true;
+    return out;
+  }
+  out.decision = decide_add(st ? &*st : nullptr, r);
+  if (out.decision.kind != AddDecision::Kind::apply || (r.producer_id == 0 && r.delta == 0)) return out;
+  if (!st) st.emplace();
+  apply_add(*st, r, out.decision);
+  out.write = encode_counter_state(*st);
+  return out;
+}
+
 AddDecision CounterIndex::apply(std::string_view key, const CounterRecord& r) {
   auto it = keys_.find(key);
   AddDecision d = decide_add(it == keys_.end() ? nullptr : &it->second, r);
   if (d.kind != AddDecision::Kind::apply) return d;
   if (it == keys_.end()) it = keys_.emplace(std::string(key), CounterKeyState{}).first;
-  CounterKeyState& st = it->second;
-  st.value = d.value;
-  if (r.producer_id != 0) {
-    auto& p = st.producers[r.producer_id];
-    p.next = r.sequence + 1;
-    p.answered[r.sequence] = d.value;
-    while (p.answered.size() > kProducerWindow) p.answered.erase(p.answered.begin());
-  }
+  apply_add(it->second, r, d);
   return d;
 }
 

@@ -1,13 +1,13 @@
-// Counters (docs/api.md "Counters"): the pure parts of a counter data plane, for a store on
-// the cache machinery (cache_store.h) and its unit tests. NOT SERVED YET: no route uses
-// these; they pin the rules such a store decides with, so that every broker replaying a
-// counter's keyed log computes the same values.
+// Counters (docs/api.md "Counters"): the pure parts of the counter data plane, served by
+// counters.cc on the cache machinery (cache_store.h), and their unit tests.
 //
-// A counter incarnation's adds would live in a hidden backing stream
-// (counter_backing_stream_name), one record per add, sharded by key hash: the record key is
-// the counter key, the record value an encoded CounterRecord. Replaying the log through
-// CounterIndex::apply gives every key's value; an add is decided against the index
-// (decide_add) before it is appended, and re-decided identically on replay.
+// A counter incarnation's keys live in a hidden backing stream (counter_backing_stream_name)
+// kept by a CacheStore: one cache record per applied add, whose value is the key's whole
+// state after the add (encode_counter_state: the value and its producers' windows). An add
+// is a read-modify-write decided against the caught-up index (CacheStore::update,
+// decide_add + apply_add), so every broker reading the log sees the same state without
+// re-deciding anything on replay. (CounterRecord and CounterIndex express the same rules
+// over a log of deltas; the store does not write CounterRecords.)
 //
 // Idempotent adds, per (counter incarnation, key, producer): a producer's first sequence is
 // 0 and each add takes the next; a retry of one of its last kProducerWindow sequences
@@ -62,8 +62,10 @@ struct CounterKeyState {
   struct Producer {
     std::uint64_t next = 0;
     std::map<std::uint64_t, std::int64_t> answered;  // sequence -> value after that add
+    std::uint64_t used = 0;  // the key's `tick` at this producer's last add
   };
   std::map<std::uint64_t, Producer> producers;
+  std::uint64_t tick = 0;  // adds with a producer id applied to this key
 };
 
 struct AddDecision {
@@ -75,6 +77,33 @@ struct AddDecision {
 };
 // How an add is decided against the key's state (null: the key has never been added to).
 AddDecision decide_add(const CounterKeyState* st, const CounterRecord& r);
+
+// A key remembers its kMaxProducersPerKey most recently used producers; the least recently
+// used one is forgotten when another comes (it then starts again at sequence 0, and a
+// retry of its old sequences is sequence_gap). This bounds a key's state (and so each
+// record written) to about 100 bytes per producer.
+inline constexpr std::size_t kMaxProducersPerKey = 64;
+
+// Applies an `apply` decision of decide_add(&st, r) to `st`.
+void apply_add(CounterKeyState& st, const CounterRecord& r, const AddDecision& d);
+
+// A key's state as stored (the cache record's value; integers LE):
+//   byte 0  format 2;  bytes 1..8 value (i64);  bytes 9..16 tick;  bytes 17..20 producer count
+//   per producer: id, next, used (u64 each), answered count (u8), then per answer
+//   sequence (u64) and value (i64).
+std::string encode_counter_state(const CounterKeyState& st);
+// nullopt when `bytes` is not an encoded state.
+std::optional<CounterKeyState> decode_counter_state(std::string_view bytes);
+
+// An add decided against the key's stored state (null: the key has none): the decision and,
+// when it changes the state, the new state's encoding to write. `corrupt`: the stored state
+// does not decode (nothing decided). An add of 0 without a producer writes nothing.
+struct StoredAdd {
+  AddDecision decision;
+  bool corrupt = false;
+  std::optional<std::string> write;
+};
+StoredAdd decide_stored_add(const std::string* stored, const CounterRecord& r);
 
 class CounterIndex {
  public:

@@ -2,6 +2,7 @@
 // publish.cc and fetch.cc.
 #pragma once
 
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <string_view>
@@ -27,6 +28,10 @@ Result<void> parse_json_object(std::string_view body, boost::json::value& out);
 Result<void> check_fields(const boost::json::object& o,
                           std::initializer_list<std::string_view> allowed,
                           std::string_view where);
+// A body that is a JSON object with one field, `name`, required: a copy of its value (for
+// small bodies: the parse is on a monotonic resource). Errors as parse_json_object and
+// check_fields; invalid_argument when the field is missing.
+Result<boost::json::value> only_field(std::string_view body, std::string_view name);
 // "application/json; charset=utf-8" -> "application/json" (lower-cased, trimmed).
 std::string media_type(std::string_view content_type);
 
@@ -66,12 +71,20 @@ void handle_members(Node& node, const std::shared_ptr<Exchange>& ex, const std::
 class CacheStore;
 void handle_caches(Node& node, CacheStore& store, const std::shared_ptr<Exchange>& ex,
                    const std::vector<std::string>& seg, std::string_view method, std::string_view body);
-// GET/POST {ns}/counters, GET/DELETE {ns}/counters/{c} (counters.cc): catalog entries only.
-void handle_counters(Node& node, const std::shared_ptr<Exchange>& ex, const std::vector<std::string>& seg,
-                     std::string_view method, std::string_view body);
+// GET/POST {ns}/counters, GET/DELETE {ns}/counters/{c} (counters.cc). A create also creates
+// the counter's backing stream in `store` (the counter store), a delete deletes it.
+void handle_counters(Node& node, CacheStore& store, const std::shared_ptr<Exchange>& ex,
+                     const std::vector<std::string>& seg, std::string_view method, std::string_view body);
 // {ns}/caches/{c}/keys[/{k}] (cache.cc)
 void handle_cache_keys(CacheStore& store, const std::shared_ptr<Exchange>& ex, const std::vector<std::string>& seg,
                        const Target& target);
+// GET {ns}/counters/{c}/keys/{k}, POST {ns}/counters/{c}/keys/{k}/add (counters.cc)
+void handle_counter_keys(CacheStore& store, const std::shared_ptr<Exchange>& ex, const std::vector<std::string>& seg,
+                         const Target& target, std::string_view body);
+// Shared by cache and counter keys (cache.cc): a 400 invalid_key problem, and running `fn`
+// on the store's pool, answering with its result (an exception becomes a 500 problem).
+HttpResponse invalid_key(const Error& e);
+void respond_on_store(CacheStore& store, const std::shared_ptr<Exchange>& ex, std::function<HttpResponse()> fn);
 
 // docs/openapi.yaml, compiled in (embed_openapi.cmake).
 std::string_view openapi_document();

@@ -34,6 +34,17 @@ Result<void> check_fields(const json::object& o, std::initializer_list<std::stri
   return {};
 }
 
+Result<json::value> only_field(std::string_view body, std::string_view name) {
+  json::monotonic_resource mr;
+  json::value out(json::storage_ptr{&mr});
+  if (auto r = parse_json_object(body, out); !r) return r.error();
+  const auto& o = out.get_object();
+  if (auto r = check_fields(o, {name}, ""); !r) return r.error();
+  const auto* v = o.if_contains(name);
+  if (!v) return Error(Errc::invalid_argument, "field \"" + std::string(name) + "\" is required");
+  return json::value(*v, json::storage_ptr{});
+}
+
 std::string media_type(std::string_view ct) {
   if (auto semi = ct.find(';'); semi != std::string_view::npos) ct = ct.substr(0, semi);
   while (!ct.empty() && (ct.front() == ' ' || ct.front() == '\t')) ct.remove_prefix(1);

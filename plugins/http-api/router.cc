@@ -533,7 +533,10 @@ void Router::dispatch(const std::shared_ptr<Exchange>& ex) {
       handle_cache_keys(cache_, ex, seg, *target);
       return;
     case Route::counters:
-      handle_counters(node, ex, seg, req.method, req.body);
+      handle_counters(node, counters_, ex, seg, req.method, req.body);
+      return;
+    case Route::counter_keys:
+      handle_counter_keys(counters_, ex, seg, *target, req.body);
       return;
   }
 }

@@ -39,12 +39,19 @@ class Router {
         waiters_(cfg.max_waiters_per_shard),
         quotas_(cfg.publish_bytes_per_s),
         cache_(node, CacheConfig{cfg.cache_max_value_bytes, cfg.cache_max_key_bytes, cfg.cache_shards,
-                                 cfg.cache_threads, cfg.default_replication_factor, cfg.cache_clock_skew_ms}) {
+                                 cfg.cache_threads, cfg.default_replication_factor, cfg.cache_clock_skew_ms}),
+        counters_(node,
+                  CacheConfig{cfg.cache_max_value_bytes, cfg.cache_max_key_bytes, cfg.cache_shards, cfg.cache_threads,
+                              cfg.default_replication_factor, cfg.cache_clock_skew_ms},
+                  CacheFlavor::counters()) {
     metrics_.set_quotas(&quotas_);
     metrics_.set_cache(&cache_);
   }
-  // Stops the cache pool (queued cache requests are dropped, running ones finish).
-  void stop() { cache_.stop(); }
+  // Stops the cache and counter pools (queued requests are dropped, running ones finish).
+  void stop() {
+    cache_.stop();
+    counters_.stop();
+  }
   // Answers through ex->respond(), exactly once (unless the server stops first).
   void handle(const std::shared_ptr<Exchange>& ex);
 
@@ -58,6 +65,7 @@ class Router {
   ShardWaiters waiters_;
   PublishQuotas quotas_;
   CacheStore cache_;
+  CacheStore counters_;  // the counter data plane (docs/api.md "Counters")
 };
 
 }  // namespace sluice::http_api

@@ -35,6 +35,10 @@ std::optional<RouteDef> match_route(const std::vector<std::string>& s) {
     return RouteDef{Route::cache_keys, "{ns}/caches/{c}/keys/{k}", "GET, PUT, DELETE"};
   if (n == 6 && s[5] == "counters") return RouteDef{Route::counters, "{ns}/counters", "GET, POST"};
   if (n == 7 && s[5] == "counters") return RouteDef{Route::counters, "{ns}/counters/{c}", "GET, DELETE"};
+  if (n == 9 && s[5] == "counters" && s[7] == "keys")
+    return RouteDef{Route::counter_keys, "{ns}/counters/{c}/keys/{k}", "GET"};
+  if (n == 10 && s[5] == "counters" && s[7] == "keys" && s[9] == "add")
+    return RouteDef{Route::counter_keys, "{ns}/counters/{c}/keys/{k}/add", "POST"};
   if (s[5] != "streams") return std::nullopt;
   if (n == 6) return RouteDef{Route::streams, "{ns}/streams", "GET, POST"};
   if (n == 7) return RouteDef{Route::stream, "{ns}/streams/{s}", "GET, DELETE"};

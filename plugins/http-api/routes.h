@@ -13,7 +13,7 @@ namespace sluice::http_api {
 enum class Route {
   healthz, readyz, metrics, cluster, tenants, tenant, namespaces, namespace_, streams, stream,
   records, shards, shard_records, shard_subscribe, shard_leader, shard_elect, shard_reassign, fleet, groups, openapi,
-  members, caches, cache_keys, counters
+  members, caches, cache_keys, counters, counter_keys
 };
 
 struct RouteDef {

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <limits>
+#include <map>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -133,6 +135,106 @@ TEST(CounterCodec, ReplayIsDeterministic) {
       EXPECT_EQ(p.answered, pb->producers.at(id).answered);
     }
   }
+}
+
+// The store's decision path (counters.cc through CacheStore::update): an add decided
+// against the stored state writes the new state, and deciding the next add against what
+// was written gives the same answers as a CounterIndex over the adds.
+TEST(CounterStoredAdd, DecidesAgainstTheStoredStateLikeTheIndex) {
+  std::mt19937_64 rng(7);
+  std::optional<std::string> stored;
+  CounterIndex index;
+  std::map<std::uint64_t, std::uint64_t> next;
+  for (int i = 0; i < 2000; ++i) {
+    CounterRecord r;
+    r.producer_id = rng() % 4;  // 0: no producer
+    r.delta = static_cast<std::int64_t>(rng() % 201) - 100;
+    if (r.producer_id) {
+      auto& n = next[r.producer_id];
+      const auto pick = rng() % 10;
+      r.sequence = pick < 6 ? n : pick < 9 ? (n >= 3 ? n - 3 : 0) : n + 2;  // next, retry, gap
+    }
+    StoredAdd d = decide_stored_add(stored ? &*stored : nullptr, r);
+    ASSERT_FALSE(d.corrupt);
+    AddDecision want = index.apply("k", r);
+    ASSERT_EQ(d.decision.kind, want.kind) << i;
+    ASSERT_EQ(d.decision.value, want.value) << i;
+    ASSERT_EQ(d.decision.expected, want.expected) << i;
+    if (want.kind == K::apply && r.producer_id) next[r.producer_id] = r.sequence + 1;
+    ASSERT_EQ(d.write.has_value(), want.kind == K::apply && (r.producer_id != 0 || r.delta != 0)) << i;
+    if (d.write) stored = *d.write;
+    if (!stored) {
+      EXPECT_EQ(index.value("k"), 0);
+      continue;
+    }
+    auto st = decode_counter_state(*stored);
+    ASSERT_TRUE(st.has_value());
+    EXPECT_EQ(st->value, index.value("k"));
+  }
+}
+
+TEST(CounterStoredAdd, OverflowAndGapWriteNothingAndGarbageIsCorrupt) {
+  CounterKeyState st;
+  st.value = std::numeric_limits<std::int64_t>::max();
+  const std::string stored = encode_counter_state(st);
+  StoredAdd d = decide_stored_add(&stored, CounterRecord{0, 0, 0, 1});
+  EXPECT_EQ(d.decision.kind, K::overflow);
+  EXPECT_EQ(d.decision.value, st.value);
+  EXPECT_FALSE(d.write.has_value());
+  d = decide_stored_add(&stored, CounterRecord{0, 5, 1, -1});
+  EXPECT_EQ(d.decision.kind, K::sequence_gap);
+  EXPECT_EQ(d.decision.expected, 0u);
+  EXPECT_FALSE(d.write.has_value());
+  d = decide_stored_add(nullptr, CounterRecord{0, 0, 0, 0});
+  EXPECT_EQ(d.decision.kind, K::apply);
+  EXPECT_FALSE(d.write.has_value()) << "an add of 0 without a producer writes nothing";
+  const std::string garbage = "not a state";
+  d = decide_stored_add(&garbage, CounterRecord{0, 0, 0, 1});
+  EXPECT_TRUE(d.corrupt);
+  EXPECT_FALSE(d.write.has_value());
+}
+
+TEST(CounterState, RoundTripsAndRefusesGarbage) {
+  CounterKeyState st;
+  st.value = -42;
+  for (std::uint64_t p = 1; p <= 3; ++p)
+    for (std::uint64_t s = 0; s < 8; ++s) apply_add(st, CounterRecord{0, p, s, 1}, decide_add(&st, CounterRecord{0, p, s, 1}));
+  const std::string bytes = encode_counter_state(st);
+  auto back = decode_counter_state(bytes);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->value, st.value);
+  EXPECT_EQ(back->tick, st.tick);
+  ASSERT_EQ(back->producers.size(), 3u);
+  for (auto& [id, p] : st.producers) {
+    EXPECT_EQ(back->producers.at(id).next, p.next);
+    EXPECT_EQ(back->producers.at(id).used, p.used);
+    EXPECT_EQ(back->producers.at(id).answered, p.answered);
+    EXPECT_EQ(p.answered.size(), kProducerWindow);
+  }
+  for (std::size_t cut = 0; cut < bytes.size(); ++cut)
+    EXPECT_FALSE(decode_counter_state(bytes.substr(0, cut)).has_value()) << cut;
+  EXPECT_FALSE(decode_counter_state(bytes + "x").has_value());
+  std::string wrong = bytes;
+  wrong[0] = 1;
+  EXPECT_FALSE(decode_counter_state(wrong).has_value());
+}
+
+TEST(CounterState, AKeyForgetsItsLeastRecentlyUsedProducer) {
+  CounterKeyState st;
+  auto add = [&](std::uint64_t p, std::uint64_t s) {
+    CounterRecord r{0, p, s, 1};
+    AddDecision d = decide_add(&st, r);
+    if (d.kind == K::apply) apply_add(st, r, d);
+    return d;
+  };
+  for (std::uint64_t p = 1; p <= kMaxProducersPerKey; ++p) ASSERT_EQ(add(p, 0).kind, K::apply);
+  ASSERT_EQ(add(1, 1).kind, K::apply);  // producer 1 is now the most recently used
+  ASSERT_EQ(add(1000, 0).kind, K::apply);  // one too many: producer 2 (least recent) goes
+  EXPECT_EQ(st.producers.size(), kMaxProducersPerKey);
+  EXPECT_EQ(st.producers.count(2), 0u);
+  EXPECT_EQ(add(1, 0).kind, K::duplicate);
+  EXPECT_EQ(add(2, 0).kind, K::apply) << "a forgotten producer starts again at 0";
+  EXPECT_EQ(st.value, static_cast<std::int64_t>(kMaxProducersPerKey) + 3);
 }
 
 }  // namespace

@@ -110,6 +110,8 @@ TENANT_CALLS = [
     ("POST", NS + "/counters", {"name": "evil"}, "{ns}/counters"),
     ("GET", NS + "/counters/c", None, "{ns}/counters/{c}"),
     ("DELETE", NS + "/counters/c", None, "{ns}/counters/{c}"),
+    ("GET", NS + "/counters/c/keys/k", None, "{ns}/counters/{c}/keys/{k}"),
+    ("POST", NS + "/counters/c/keys/k/add", {"delta": 666}, "{ns}/counters/{c}/keys/{k}/add"),
     ("GET", NS + "/streams", None, "{ns}/streams"),
     ("POST", NS + "/streams", {"name": "evil"}, "{ns}/streams"),
     ("GET", S, None, "{ns}/streams/{s}"),
@@ -200,6 +202,7 @@ class AuthNode(unittest.TestCase):
         out["counters"] = n.request("GET", NS % {"t": t} + "/counters")
         out["cache_keys"] = n.request("GET", NS % {"t": t} + "/caches/c/keys")
         out["cache_k"] = n.request("GET", NS % {"t": t} + "/caches/c/keys/k", raw=True)
+        out["counter_k"] = n.request("GET", NS % {"t": t} + "/counters/c/keys/k")
         out["records"] = n.fetch_all("s", 0, tenant=t, ns="n")
         out["group"] = n.request("GET", S % {"t": t} + "/groups/g")
         shards = n.request("GET", S % {"t": t} + "/shards")["shards"]
@@ -271,6 +274,15 @@ class AuthNode(unittest.TestCase):
         self.assertEqual(st, 403, b)  # consume:ta/n/s names a stream, not the cache
         st, _, b = call(self.node, "DELETE", NS % ta + "/caches/c/keys/own", tok=self.tok["ta-prod"])
         self.assertEqual(st, 200, b)
+        # A counter's keys likewise: produce adds, consume reads.
+        st, _, b = call(self.node, "POST", NS % ta + "/counters/c/keys/own/add", {"delta": 2}, tok=self.tok["ta-prod"])
+        self.assertEqual(st, 200, b)
+        st, _, b = call(self.node, "POST", NS % ta + "/counters/c/keys/own/add", {"delta": 2}, tok=self.tok["ta-cons"])
+        self.assertEqual(st, 403, b)
+        st, _, b = call(self.node, "GET", NS % ta + "/counters/c/keys/own", tok=self.tok["ta-cons"])
+        self.assertEqual(st, 403, b)  # consume:ta/n/s names a stream, not the counter
+        st, _, b = call(self.node, "GET", NS % ta + "/counters/c/keys/own", tok=self.tok["ta-prod"])
+        self.assertEqual(st, 403, b)  # produce never reads
         # tenant-admin creates and deletes inside its tenant, not the tenant itself.
         st, _, b = call(self.node, "POST", NS % ta + "/streams", {"name": "tmp"}, tok=self.tok["ta-admin"])
         self.assertEqual(st, 201, b)

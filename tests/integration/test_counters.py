@@ -1,13 +1,18 @@
 """Counters in the catalog (docs/api.md "Counters (catalog)", metadata level 18): REST and
 CLI against a real sluiced. A recreated counter is a new, higher incarnation, also after a
 restart; counters are refused until the fleet feature `counters` is finalized; bad input
-gets its stable error code. The counter data plane (add/get of keys) is not served yet.
+gets its stable error code. The data plane (docs/api.md "Counters"): adds and reads of keys,
+idempotent adds by producer id + sequence (also across a SIGKILL), exact sums under
+concurrent clients, overflow, and a recreated counter starting at 0.
 """
 import json
 import subprocess
+import threading
+import time
 import unittest
+import urllib.parse
 
-from harness import SLUICE_CLI, Node
+from harness import SLUICE_CLI, Node, poll
 
 
 def problem(node, method, path, body=None):
@@ -40,7 +45,9 @@ class CountersTest(unittest.TestCase):
             d = self.node.request("DELETE", self.base + "/hits")
             self.assertEqual(d, c)
         tombs = self.node.request("GET", "/v1/tombstones")
-        self.assertNotIn("hits", json.dumps(tombs.get("tombstones", [])),
+        # The counter's backing streams leave stream tombstones ("__counter.<inc>.<seq>.n.hits"),
+        # the counter itself none.
+        self.assertNotIn("hits", [t["name"] for t in tombs.get("tombstones", [])],
                          "counter tombstones are not stream tombstones")
         self.node.stop()
         self.node.start()
@@ -74,6 +81,161 @@ class CountersTest(unittest.TestCase):
         st, p = problem(self.node, "DELETE", self.node.ns_path(), None)
         self.assertEqual((st, p["code"]), (409, "conflict"), "a namespace with a counter is not deleted")
 
+    def key_path(self, key, counter="hits"):
+        return self.base + "/" + counter + "/keys/" + urllib.parse.quote(key, safe="")
+
+    def add(self, key, delta, producer=None, seq=None, counter="hits"):
+        path = self.key_path(key, counter) + "/add"
+        if producer is not None:
+            path += "?producer_id=%d&sequence=%d" % (producer, seq)
+        return problem(self.node, "POST", path, {"delta": delta})
+
+    def get(self, key, counter="hits"):
+        return problem(self.node, "GET", self.key_path(key, counter))
+
+    def test_add_and_get(self):
+        self.create()
+        self.assertEqual(self.get("k"), (200, {"key": "k", "value": 0}), "a key never added to reads 0")
+        self.assertEqual(self.add("k", 5), (200, {"key": "k", "value": 5}))
+        self.assertEqual(self.add("k", -7), (200, {"key": "k", "value": -2}))
+        self.assertEqual(self.add("other", 3), (200, {"key": "other", "value": 3}))
+        self.assertEqual(self.add("k", 0), (200, {"key": "k", "value": -2}))
+        self.assertEqual(self.get("k"), (200, {"key": "k", "value": -2}))
+        self.assertEqual(self.get("other"), (200, {"key": "other", "value": 3}))
+        # Durable: a clean restart and a SIGKILL both recover every acknowledged add.
+        self.node.stop()
+        self.node.start()
+        self.assertEqual(self.get("k"), (200, {"key": "k", "value": -2}))
+        self.assertEqual(self.add("k", 10), (200, {"key": "k", "value": 8}))
+        self.node.kill()
+        self.node.start()
+        self.assertEqual(self.get("k"), (200, {"key": "k", "value": 8}))
+        self.assertEqual(self.get("other"), (200, {"key": "other", "value": 3}))
+
+    def test_recreated_counter_starts_at_zero(self):
+        self.create()
+        self.assertEqual(self.add("k", 41)[1]["value"], 41)
+        self.assertEqual(self.add("k", 1, producer=9, seq=0)[1]["value"], 42)
+        self.node.request("DELETE", self.base + "/hits")
+        st, p = self.get("k")
+        self.assertEqual((st, p["code"]), (404, "not_found"), p)
+        st, p = self.add("k", 1)
+        self.assertEqual((st, p["code"]), (404, "not_found"), p)
+        self.create()
+        self.assertEqual(self.get("k"), (200, {"key": "k", "value": 0}))
+        # The producer's window went with the old incarnation: sequence 0 is new again.
+        self.assertEqual(self.add("k", 2, producer=9, seq=0), (200, {"key": "k", "value": 2}))
+        self.node.kill()
+        self.node.start()
+        self.assertEqual(self.get("k"), (200, {"key": "k", "value": 2}))
+
+    def test_retried_adds_apply_once_also_across_a_sigkill(self):
+        self.create()
+        self.assertEqual(self.add("k", 10, producer=7, seq=0), (200, {"key": "k", "value": 10}))
+        self.assertEqual(self.add("k", 10, producer=7, seq=0),
+                         (200, {"key": "k", "value": 10, "duplicate": True}))
+        self.assertEqual(self.add("k", 5, producer=7, seq=1), (200, {"key": "k", "value": 15}))
+        self.assertEqual(self.add("k", 100, producer=8, seq=0), (200, {"key": "k", "value": 115}))
+        st, p = self.add("k", 1, producer=7, seq=3)
+        self.assertEqual((st, p["code"], p["expected_sequence"]), (409, "sequence_gap", 2), p)
+        self.assertIn("expected sequence 2", p["detail"])
+        self.assertEqual(self.get("k")[1]["value"], 115, "a refused add changes nothing")
+        self.node.kill()
+        self.node.start()
+        # The windows survive: retries answer the original values and change nothing.
+        self.assertEqual(self.add("k", 10, producer=7, seq=0)[1], {"key": "k", "value": 10, "duplicate": True})
+        self.assertEqual(self.add("k", 5, producer=7, seq=1)[1], {"key": "k", "value": 15, "duplicate": True})
+        self.assertEqual(self.add("k", 100, producer=8, seq=0)[1], {"key": "k", "value": 115, "duplicate": True})
+        self.assertEqual(self.get("k")[1]["value"], 115)
+        self.assertEqual(self.add("k", 1, producer=7, seq=2), (200, {"key": "k", "value": 116}))
+        # Only the last 5 answers are remembered: sequence 0 falls out after 6 adds.
+        for seq in range(3, 8):
+            self.assertEqual(self.add("k", 1, producer=7, seq=seq)[0], 200)
+        st, p = self.add("k", 10, producer=7, seq=0)
+        self.assertEqual((st, p["code"], p["expected_sequence"]), (409, "sequence_gap", 8), p)
+        self.assertEqual(self.add("k", 1, producer=7, seq=3)[1]["duplicate"], True)
+        # Producers are per key.
+        self.assertEqual(self.add("j", 1, producer=7, seq=0), (200, {"key": "j", "value": 1}))
+
+    def test_concurrent_clients_sum_exactly(self):
+        self.create()
+        clients, per_client = 8, 40
+        errors = []
+
+        def run(cid):
+            for i in range(per_client):
+                # Every other client is an idempotent producer that also retries each add.
+                if cid % 2:
+                    st, p = self.add("hot", 1, producer=100 + cid, seq=i)
+                    st2, p2 = self.add("hot", 1, producer=100 + cid, seq=i)
+                    if st2 != 200 or not p2.get("duplicate") or p2["value"] != p["value"]:
+                        errors.append((cid, i, st2, p2))
+                else:
+                    st, p = self.add("hot", 1)
+                if st != 200:
+                    errors.append((cid, i, st, p))
+
+        threads = [threading.Thread(target=run, args=(c,)) for c in range(clients)]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 300
+        for t in threads:
+            t.join(max(1, deadline - time.monotonic()))
+        self.assertFalse(any(t.is_alive() for t in threads), "clients did not finish in time")
+        self.assertEqual(errors, [])
+        self.assertEqual(self.get("hot"), (200, {"key": "hot", "value": clients * per_client}))
+
+    def test_overflow_is_refused_and_changes_nothing(self):
+        self.create()
+        top = 2 ** 63 - 1
+        self.assertEqual(self.add("k", top)[1]["value"], top)
+        st, p = self.add("k", 1)
+        self.assertEqual((st, p["code"], p["value"]), (409, "counter_overflow", top), p)
+        st, p = self.add("k", 1, producer=3, seq=0)
+        self.assertEqual((st, p["code"]), (409, "counter_overflow"), p)
+        # The refused add did not take the sequence: 0 is still the next.
+        self.assertEqual(self.add("k", -1, producer=3, seq=0)[1]["value"], top - 1)
+        self.assertEqual(self.add("m", -2 ** 63)[1]["value"], -2 ** 63)
+        st, p = self.add("m", -1)
+        self.assertEqual((st, p["code"]), (409, "counter_overflow"), p)
+        self.assertEqual(self.get("k")[1]["value"], top - 1)
+
+    def test_bad_add_and_get_input(self):
+        self.create()
+        add = self.key_path("k") + "/add"
+        cases = [
+            ("POST", add, {}, 400, "invalid_argument"),
+            ("POST", add, {"delta": "5"}, 400, "invalid_argument"),
+            ("POST", add, {"delta": 1.5}, 400, "invalid_argument"),
+            ("POST", add, {"delta": 2 ** 63}, 400, "invalid_argument"),
+            ("POST", add, {"delta": None}, 400, "invalid_argument"),
+            ("POST", add, {"delta": 1, "by": 2}, 400, "unknown_field"),
+            ("POST", add, b"{nope", 400, "malformed_body"),
+            ("POST", add, b"[1]", 400, "invalid_argument"),
+            ("POST", add + "?producer_id=1", {"delta": 1}, 400, "invalid_argument"),
+            ("POST", add + "?sequence=1", {"delta": 1}, 400, "invalid_argument"),
+            ("POST", add + "?producer_id=0&sequence=0", {"delta": 1}, 400, "invalid_argument"),
+            ("POST", add + "?producer_id=x&sequence=0", {"delta": 1}, 400, "invalid_argument"),
+            ("POST", add + "?producer_id=1&sequence=-1", {"delta": 1}, 400, "invalid_argument"),
+            ("POST", self.key_path("k", "nope") + "/add", {"delta": 1}, 404, "not_found"),
+            ("GET", self.key_path("k", "nope"), None, 404, "not_found"),
+            ("GET", self.key_path("x" * 513), None, 400, "invalid_key"),
+            ("POST", self.key_path("x" * 513) + "/add", {"delta": 1}, 400, "invalid_key"),
+            ("GET", self.key_path("a b"), None, 400, "invalid_key"),
+            ("POST", self.key_path("a\u00e9") + "/add", {"delta": 1}, 400, "invalid_key"),
+            ("GET", self.base + "/hits/keys/%01", None, 400, "invalid_key"),
+            ("GET", self.base + "/hits/keys/", None, 400, "invalid_key"),
+            ("PUT", self.key_path("k"), None, 405, "method_not_allowed"),
+            ("GET", add, None, 405, "method_not_allowed"),
+        ]
+        for method, path, body, status, code in cases:
+            with self.subTest(method=method, path=path, body=body):
+                st, p = problem(self.node, method, path, body)
+                self.assertEqual(st, status, p)
+                if code:
+                    self.assertEqual(p["code"], code, p)
+        self.assertEqual(self.get("k"), (200, {"key": "k", "value": 0}), "no bad add changed anything")
+
     def test_cli_create_show_list_delete(self):
         def cli(*args):
             p = subprocess.run([SLUICE_CLI, "--url", self.node.url, "counter"] + list(args),
@@ -99,6 +261,83 @@ class CountersTest(unittest.TestCase):
         self.assertEqual(rc, 2, "TENANT/NS is required: a usage error")
         rc, _, err = cli("frobnicate", "t/n/a")
         self.assertEqual(rc, 2)
+
+    def test_cli_add_and_get(self):
+        def cli(*args):
+            p = subprocess.run([SLUICE_CLI, "--url", self.node.url, "counter"] + list(args),
+                               capture_output=True, text=True, timeout=60)
+            return p.returncode, p.stdout, p.stderr
+
+        self.create()
+        rc, out, err = cli("get", "t/n/hits", "a/b?c")
+        self.assertEqual((rc, json.loads(out)), (0, {"key": "a/b?c", "value": 0}), err)
+        rc, out, err = cli("add", "t/n/hits", "a/b?c", "5")
+        self.assertEqual((rc, json.loads(out)), (0, {"key": "a/b?c", "value": 5}), err)
+        rc, out, err = cli("add", "t/n/hits", "a/b?c", "--", "-7")
+        self.assertEqual((rc, json.loads(out)), (0, {"key": "a/b?c", "value": -2}), err)
+        rc, out, err = cli("add", "t/n/hits", "k", "3", "--producer-id", "4", "--sequence", "0")
+        self.assertEqual((rc, json.loads(out)), (0, {"key": "k", "value": 3}), err)
+        rc, out, err = cli("add", "t/n/hits", "k", "3", "--producer-id", "4", "--sequence", "0")
+        self.assertEqual((rc, json.loads(out)), (0, {"key": "k", "value": 3, "duplicate": True}), err)
+        rc, out, err = cli("add", "t/n/hits", "k", "3", "--producer-id", "4", "--sequence", "5")
+        self.assertNotEqual(rc, 0)
+        self.assertIn("sequence_gap", out + err)
+        self.assertEqual(self.get("a/b?c"), (200, {"key": "a/b?c", "value": -2}), "the key went through encoded")
+        for bad in (["add", "t/n/hits", "k", "x"], ["add", "t/n/hits", "k", "1.5"],
+                    ["add", "t/n/hits", "k", "99999999999999999999"], ["add", "t/n/hits", "k"],
+                    ["add", "t/n/hits", "k", "1", "--producer-id", "1"], ["get", "t/n/hits"]):
+            with self.subTest(args=bad):
+                self.assertEqual(cli(*bad)[0], 2, "a usage error")
+        rc, out, err = cli("get", "t/n/nope", "k")
+        self.assertNotEqual(rc, 0)
+        self.assertIn("not_found", out + err)
+
+
+class CounterBrokersTest(unittest.TestCase):
+    """One raft-meta controller and three brokers: adds through every broker to one key are
+    linearizable (an exact sum, retries applied once) and every broker answers the same."""
+
+    def setUp(self):
+        self.controller = Node(extra={"node.id": "11", "node.roles": "controller"})
+        ctl = {"metadata.backend": "raft", "metadata.controllers": "127.0.0.1:%d" % self.controller.rpc_port}
+        self.brokers = [Node(extra=dict(ctl, **{"node.id": str(i), "node.roles": "broker",
+                                                 "stream.default_replication_factor": "3"})) for i in (1, 2, 3)]
+
+    def tearDown(self):
+        for n in self.brokers + [self.controller]:
+            n.cleanup()
+
+    def test_adds_through_every_broker_sum_exactly(self):
+        self.controller.start()
+        for n in self.brokers:
+            n.start()
+        poll(lambda: len(self.controller.request("GET", "/v1/brokers")["brokers"]) == 3, "3 brokers registered")
+        self.brokers[0].ensure_ns()
+        self.brokers[0].request("POST", self.brokers[0].ns_path() + "/counters", {"name": "hits"})
+        path = self.brokers[0].ns_path() + "/counters/hits/keys/hot"
+        poll(lambda: all(problem(b, "GET", path)[0] == 200 for b in self.brokers), "every broker to serve the counter")
+        clients, per_client, errors = 8, 25, []
+
+        def run(cid):
+            b = self.brokers[cid % 3]
+            for i in range(per_client):
+                q = "/add?producer_id=%d&sequence=%d" % (500 + cid, i)
+                st, p = problem(b, "POST", path + q, {"delta": 3})
+                # The retry goes through another broker: the window is in the log, not the broker.
+                st2, p2 = problem(self.brokers[(cid + 1) % 3], "POST", path + q, {"delta": 3})
+                if st != 200 or st2 != 200 or not p2.get("duplicate") or p2["value"] != p["value"]:
+                    errors.append((cid, i, st, p, st2, p2))
+
+        threads = [threading.Thread(target=run, args=(c,)) for c in range(clients)]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 300
+        for t in threads:
+            t.join(max(1, deadline - time.monotonic()))
+        self.assertFalse(any(t.is_alive() for t in threads), "clients did not finish in time")
+        self.assertEqual(errors, [])
+        for b in self.brokers:
+            self.assertEqual(problem(b, "GET", path), (200, {"key": "hot", "value": 3 * clients * per_client}))
 
 
 class CountersBeforeTheFinalizeTest(unittest.TestCase):
