@@ -7,26 +7,29 @@
 
 namespace sluice::http_api {
 
-namespace {
-void put_u64(std::string& out, std::uint64_t v) {
+void put_u64_le(std::string& out, std::uint64_t v) {
   for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
 }
-std::uint64_t get_u64(const char* p) {
+std::uint64_t get_u64_le(const char* p) {
   std::uint64_t v = 0;
   for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(p[i]);
   return v;
 }
-}  // namespace
 
-std::string backing_stream_name(std::string_view cache_name, Incarnation incarnation, ChangeSeq created_seq) {
-  std::string head =
-      "__cache." + std::to_string(incarnation.value()) + "." + std::to_string(created_seq.value()) + ".";
-  if (head.size() + 2 + cache_name.size() <= kMaxNameBytes) return head + "n." + std::string(cache_name);
+std::string hidden_stream_name(std::string_view prefix, std::string_view name, Incarnation incarnation,
+                               ChangeSeq created_seq) {
+  std::string head = std::string(prefix) + "." + std::to_string(incarnation.value()) + "." +
+                     std::to_string(created_seq.value()) + ".";
+  if (head.size() + 2 + name.size() <= kMaxNameBytes) return head + "n." + std::string(name);
   static const char* hex = "0123456789abcdef";
-  std::uint64_t h = fnv1a64(cache_name);
+  std::uint64_t h = fnv1a64(name);
   std::string out = head + "h.";
   for (int i = 15; i >= 0; --i) out.push_back(hex[(h >> (4 * i)) & 15]);
   return out;
+}
+
+std::string backing_stream_name(std::string_view cache_name, Incarnation incarnation, ChangeSeq created_seq) {
+  return hidden_stream_name("__cache", cache_name, incarnation, created_seq);
 }
 
 Result<void> validate_cache_key(std::string_view key, std::size_t max_bytes) {
@@ -51,8 +54,8 @@ std::string encode_cache_record(const CacheRecord& r) {
   std::string out;
   out.reserve(kCacheRecordHeader + r.value.size());
   out.push_back(static_cast<char>(r.op));
-  put_u64(out, r.nonce);
-  put_u64(out, static_cast<std::uint64_t>(r.expires_at_ms));
+  put_u64_le(out, r.nonce);
+  put_u64_le(out, static_cast<std::uint64_t>(r.expires_at_ms));
   out.append(r.value);
   return out;
 }
@@ -63,8 +66,8 @@ std::optional<CacheRecord> decode_cache_record(std::string_view b) {
   const auto op = static_cast<std::uint8_t>(b[0]);
   if (op != 1 && op != 2 && op != 3) return std::nullopt;
   r.op = static_cast<CacheRecord::Op>(op);
-  r.nonce = get_u64(b.data() + 1);
-  r.expires_at_ms = static_cast<std::int64_t>(get_u64(b.data() + 9));
+  r.nonce = get_u64_le(b.data() + 1);
+  r.expires_at_ms = static_cast<std::int64_t>(get_u64_le(b.data() + 9));
   r.value = b.substr(kCacheRecordHeader);
   if (r.op == CacheRecord::Op::del && !r.value.empty()) return std::nullopt;
   if (r.op == CacheRecord::Op::put_ttl && r.expires_at_ms <= 0) return std::nullopt;

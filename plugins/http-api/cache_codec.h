@@ -27,6 +27,13 @@ inline bool reserved_stream_name(std::string_view name) { return name.substr(0, 
 // The create's change sequence makes it unique per create even before the fleet feature
 // cache_incarnations is finalized (every create then stores incarnation 0).
 std::string backing_stream_name(std::string_view cache_name, Incarnation incarnation, ChangeSeq created_seq);
+// The same rule under another kind's prefix ("__cache", "__counter", ...).
+std::string hidden_stream_name(std::string_view prefix, std::string_view name, Incarnation incarnation,
+                               ChangeSeq created_seq);
+
+// Little-endian integers of the stored record formats (caches, counters).
+void put_u64_le(std::string& out, std::uint64_t v);
+std::uint64_t get_u64_le(const char* p);
 
 // A cache key: 1..max_bytes bytes, each visible ASCII (0x21..0x7e). invalid_argument
 // naming the problem otherwise (never echoing a raw control byte).

@@ -1,5 +1,7 @@
 #include "counter_codec.h"
 
+#include "cache_codec.h"
+
 #include "sluice/hash.h"
 #include "sluice/names.h"
 
@@ -7,46 +9,31 @@ namespace sluice::http_api {
 
 namespace {
 constexpr unsigned char kFormat = 1;
-void put_u64(std::string& out, std::uint64_t v) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-std::uint64_t get_u64(const char* p) {
-  std::uint64_t v = 0;
-  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(p[i]);
-  return v;
-}
 }  // namespace
 
 std::string counter_backing_stream_name(std::string_view counter_name, Incarnation incarnation,
                                         ChangeSeq created_seq) {
-  std::string head =
-      "__counter." + std::to_string(incarnation.value()) + "." + std::to_string(created_seq.value()) + ".";
-  if (head.size() + 2 + counter_name.size() <= kMaxNameBytes) return head + "n." + std::string(counter_name);
-  static const char* hex = "0123456789abcdef";
-  std::uint64_t h = fnv1a64(counter_name);
-  std::string out = head + "h.";
-  for (int i = 15; i >= 0; --i) out.push_back(hex[(h >> (4 * i)) & 15]);
-  return out;
+  return hidden_stream_name("__counter", counter_name, incarnation, created_seq);
 }
 
 std::string encode_counter_record(const CounterRecord& r) {
   std::string out;
   out.reserve(kCounterRecordBytes);
   out.push_back(static_cast<char>(kFormat));
-  put_u64(out, r.nonce);
-  put_u64(out, r.producer_id);
-  put_u64(out, r.sequence);
-  put_u64(out, static_cast<std::uint64_t>(r.delta));
+  put_u64_le(out, r.nonce);
+  put_u64_le(out, r.producer_id);
+  put_u64_le(out, r.sequence);
+  put_u64_le(out, static_cast<std::uint64_t>(r.delta));
   return out;
 }
 
 std::optional<CounterRecord> decode_counter_record(std::string_view b) {
   if (b.size() != kCounterRecordBytes || static_cast<unsigned char>(b[0]) != kFormat) return std::nullopt;
   CounterRecord r;
-  r.nonce = get_u64(b.data() + 1);
-  r.producer_id = get_u64(b.data() + 9);
-  r.sequence = get_u64(b.data() + 17);
-  r.delta = static_cast<std::int64_t>(get_u64(b.data() + 25));
+  r.nonce = get_u64_le(b.data() + 1);
+  r.producer_id = get_u64_le(b.data() + 9);
+  r.sequence = get_u64_le(b.data() + 17);
+  r.delta = static_cast<std::int64_t>(get_u64_le(b.data() + 25));
   return r;
 }
 
@@ -111,18 +98,18 @@ std::string encode_counter_state(const CounterKeyState& st) {
   std::string out;
   out.reserve(21 + st.producers.size() * (25 + kProducerWindow * 16));
   out.push_back(static_cast<char>(kStateFormat));
-  put_u64(out, static_cast<std::uint64_t>(st.value));
-  put_u64(out, st.tick);
+  put_u64_le(out, static_cast<std::uint64_t>(st.value));
+  put_u64_le(out, st.tick);
   const auto n = static_cast<std::uint32_t>(st.producers.size());
   for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((n >> (8 * i)) & 0xff));
   for (const auto& [id, p] : st.producers) {
-    put_u64(out, id);
-    put_u64(out, p.next);
-    put_u64(out, p.used);
+    put_u64_le(out, id);
+    put_u64_le(out, p.next);
+    put_u64_le(out, p.used);
     out.push_back(static_cast<char>(p.answered.size()));
     for (const auto& [seq, v] : p.answered) {
-      put_u64(out, seq);
-      put_u64(out, static_cast<std::uint64_t>(v));
+      put_u64_le(out, seq);
+      put_u64_le(out, static_cast<std::uint64_t>(v));
     }
   }
   return out;
@@ -131,22 +118,22 @@ std::string encode_counter_state(const CounterKeyState& st) {
 std::optional<CounterKeyState> decode_counter_state(std::string_view b) {
   if (b.size() < 21 || static_cast<unsigned char>(b[0]) != kStateFormat) return std::nullopt;
   CounterKeyState st;
-  st.value = static_cast<std::int64_t>(get_u64(b.data() + 1));
-  st.tick = get_u64(b.data() + 9);
+  st.value = static_cast<std::int64_t>(get_u64_le(b.data() + 1));
+  st.tick = get_u64_le(b.data() + 9);
   std::uint32_t n = 0;
   for (int i = 3; i >= 0; --i) n = (n << 8) | static_cast<unsigned char>(b[17 + i]);
   std::size_t at = 21;
   for (std::uint32_t i = 0; i < n; ++i) {
     if (b.size() - at < 25) return std::nullopt;
-    const std::uint64_t id = get_u64(b.data() + at);
+    const std::uint64_t id = get_u64_le(b.data() + at);
     CounterKeyState::Producer p;
-    p.next = get_u64(b.data() + at + 8);
-    p.used = get_u64(b.data() + at + 16);
+    p.next = get_u64_le(b.data() + at + 8);
+    p.used = get_u64_le(b.data() + at + 16);
     const std::size_t k = static_cast<unsigned char>(b[at + 24]);
     at += 25;
     if (k > kProducerWindow || b.size() - at < k * 16) return std::nullopt;
     for (std::size_t j = 0; j < k; ++j, at += 16)
-      p.answered[get_u64(b.data() + at)] = static_cast<std::int64_t>(get_u64(b.data() + at + 8));
+      p.answered[get_u64_le(b.data() + at)] = static_cast<std::int64_t>(get_u64_le(b.data() + at + 8));
     if (!st.producers.emplace(id, std::move(p)).second) return std::nullopt;
   }
   if (at != b.size()) return std::nullopt;
