@@ -143,21 +143,24 @@ Result<std::shared_ptr<ShardLogImpl>> FsStorageEngine::open_unlocked(const Shard
   DirSyncList deferred;
   auto had_log = fs_->is_directory(ldir);
   if (!had_log) return had_log.error();
-  if (defer) {
-    // Every directory from the data root down to log/, whoever created it: an ancestor may
-    // have been created by another shard's open (a multi-shard stream, the first stream of
-    // a namespace) or by an earlier open of this one, whose deferred syncs never ran (no
-    // acknowledgement before a close or a process restart). Syncing the whole chain before
-    // the first acknowledgement makes each entry on the path durable; it runs once per open
-    // of a shard that is appended to.
-    // The data root's own entry too (its parent): the root is created by the first open.
-    for (std::string p = ldir; p.size() >= opts_.dir.size(); p = parent_dir(p)) {
-      deferred.add(p);
-      if (p == opts_.dir || p == "/" || p == ".") break;
-    }
-    deferred.add(parent_dir(opts_.dir));
+  // Every directory from the data root down to log/, whoever created it: an ancestor may
+  // have been created by another shard's open (a multi-shard stream, the first stream of a
+  // namespace) or by an earlier open of this one, whose deferred syncs never ran (no
+  // acknowledgement before a close or a process restart). Syncing the whole chain before
+  // the first acknowledgement makes each entry on the path durable; a single replica does
+  // it once per open of a shard that is appended to, a replicated one now (so a replicated
+  // shard opened beside a never-appended single-replica one does not rest on that one's
+  // unsynced entries).
+  // The data root's own entry too (its parent): the root is created by the first open.
+  for (std::string p = ldir; p.size() >= opts_.dir.size(); p = parent_dir(p)) {
+    deferred.add(p);
+    if (p == opts_.dir || p == "/" || p == ".") break;
   }
-  if (auto r = fs_storage::make_dirs(*fs_, ldir, defer ? &deferred : nullptr); !r) return r.error();
+  deferred.add(parent_dir(opts_.dir));
+  if (auto r = fs_storage::make_dirs(*fs_, ldir, &deferred); !r) return r.error();
+  if (!defer) {
+    if (auto r = deferred.sync(*fs_); !r) return r.error();
+  }
   ReplicaSetup replica;
   if (spec.replication_factor > 1) {
     // Before anything else: the epochs this replica has acted in (persistent fencing).

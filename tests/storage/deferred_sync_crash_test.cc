@@ -9,6 +9,7 @@
 #include <atomic>
 #include <iostream>
 
+#include "layout.h"
 #include "storage_test_util.h"
 
 namespace sluice::fs_storage::testing {
@@ -172,6 +173,35 @@ TEST(DeferredSyncCrashTest, AReopenedShardSyncsTheEntriesAnEarlierOpenLeftUnsync
   }
   fs->restart();
   EXPECT_EQ(reopen_and_read(host, fs), acked);
+}
+
+// A replicated shard opened beside a single-replica one that was never appended to: the
+// tenant, namespace and stream directories were created by the first open, whose syncs
+// were deferred and never ran. The replicated open must make its whole directory chain
+// durable at once (its epoch history and group log are written before any append), not
+// only the entries it created itself.
+TEST(DeferredSyncCrashTest, AReplicatedShardSyncsTheChainANeverAppendedShardLeftUnsynced) {
+  TestHost host;
+  host.set("storage.retention_interval_ms", "0");
+  auto fs = std::make_shared<FaultFileSystem>();
+  const ShardRef replicated = test_ref(1);
+  StreamSpec rf3;
+  rf3.replication_factor = 3;
+  rf3.min_insync = 2;
+  const std::string root = host.data_dir() + "/shards";
+  auto dir = shard_dir(root, replicated);
+  ASSERT_TRUE(dir) << dir.error().to_string();
+  {
+    FsStorageEngine e(host, fs);
+    ASSERT_TRUE(e.open_shard(test_ref(0), StreamSpec{}));  // creates acme/orders/events, syncs deferred
+    auto s = e.open_shard(replicated, rf3);
+    ASSERT_TRUE(s) << s.error().to_string();
+    fs->crash(6, power_cut());
+  }
+  fs->restart();
+  auto there = fs->is_directory(log_dir(*dir));
+  ASSERT_TRUE(there) << there.error().to_string();
+  EXPECT_TRUE(*there) << log_dir(*dir) << " vanished in the power cut";
 }
 
 }  // namespace
