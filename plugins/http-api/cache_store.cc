@@ -546,7 +546,14 @@ void CacheStore::write_batch(Shard& sh, std::unique_lock<std::mutex>& lk, const 
   }
   auto v = wait_visible(sh, lk, si, s, base + writing.size() - 1);
   sh.watch_offset = UINT64_MAX;
-  if (!v) return fail_all(writing, v.error());
+  if (!v) {
+    // The leader took a batch at this sequence, ours or another broker's: which is not known
+    // until its nonce is read. So never "transient, nothing was written" here: a client that
+    // retried on that would apply an acknowledged counter add twice (docs/api.md "Errors").
+    return fail_all(writing, Error(v.error().code,
+                                   v.error().message + "; the write was appended and may have taken effect",
+                                   Outcome::uncertain));
+  }
   if (sh.watch_nonce != writing.front()->rec.nonce) return retry();  // another broker's batch won
   for (std::size_t i = 0; i < writing.size(); ++i) {
     Write w;
