@@ -20,7 +20,7 @@ std::string parent_dir(const std::string& path);
 // fsync of the directory that holds `path`.
 Result<void> sync_parent_dir(FileSystem& fs, const std::string& path);
 
-// Directories still to be fsynced, each once, in the order first added.
+// Directories still to be fsynced, each once; sync() takes them deepest first.
 class DirSyncList {
  public:
   void add(const std::string& dir);
