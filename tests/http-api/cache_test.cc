@@ -105,7 +105,8 @@ TEST(CacheIndex, ATtlPutExpiresByTheLeadersStampNotTheReader) {
   r.op = CacheRecord::Op::put_ttl;
   r.expires_at_ms = 1000;  // the TTL
   r.value = "v";
-  auto d = decode_cache_record(encode_cache_record(r));
+  const std::string encoded = encode_cache_record(r);  // the decoded value views into it
+  auto d = decode_cache_record(encoded);
   ASSERT_TRUE(d);
   EXPECT_EQ(d->op, CacheRecord::Op::put_ttl);
   EXPECT_EQ(CacheIndex::expiry(*d, 50000), 51000);
