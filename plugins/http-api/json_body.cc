@@ -6,6 +6,7 @@
 #include <boost/json/parse.hpp>
 
 #include "codec.h"
+#include "sluice/catalog_json.h"
 #include "handlers.h"
 
 namespace sluice::http_api {
@@ -18,6 +19,8 @@ Result<void> parse_json_object(std::string_view body, json::value& out) {
   out = json::parse(body, ec, out.storage());
   if (ec) return Error(Errc::malformed_body, "request body is not valid JSON: " + ec.message());
   if (!out.is_object()) return Error(Errc::invalid_argument, "request body must be a JSON object");
+  if (!json_numbers_finite(out))
+    return Error(Errc::malformed_body, "request body holds a number out of range");
   return {};
 }
 

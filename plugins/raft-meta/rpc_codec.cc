@@ -80,6 +80,7 @@ Result<Request> decode_request(std::string_view body) {
   boost::system::error_code ec;
   json::value v = json::parse(body, ec);
   if (ec || !v.is_object()) return Error(Errc::malformed_body, "request is not a JSON object");
+  if (!json_numbers_finite(v)) return Error(Errc::malformed_body, "request holds a number out of range");
   auto& o = v.as_object();
   Request r;
   for (auto [k, out] : {std::pair{"method", &r.method}, std::pair{"cluster_id", &r.cluster_id}}) {
@@ -98,7 +99,7 @@ Result<std::string> decode_response(std::string_view body, bool* malformed) {
   *malformed = false;
   boost::system::error_code ec;
   json::value v = json::parse(body, ec);
-  if (ec || !v.is_object()) {
+  if (ec || !v.is_object() || !json_numbers_finite(v)) {
     *malformed = true;
     return Error(Errc::internal, "controller sent a malformed response");
   }

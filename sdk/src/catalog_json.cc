@@ -3,6 +3,7 @@
 #include "catalog_json_fields.h"
 
 #include <boost/json.hpp>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <stdexcept>
@@ -28,6 +29,21 @@ std::vector<std::uint32_t> u32s(const json::object& o, std::string_view k) {
 }
 const json::object& object(const json::value& v, std::string_view what) { return as_object(v, what); }
 }  // namespace json_field
+
+bool json_numbers_finite(const json::value& v) {
+  switch (v.kind()) {
+    case json::kind::double_: return std::isfinite(v.get_double());
+    case json::kind::array:
+      for (const auto& e : v.get_array())
+        if (!json_numbers_finite(e)) return false;
+      return true;
+    case json::kind::object:
+      for (const auto& kv : v.get_object())
+        if (!json_numbers_finite(kv.value())) return false;
+      return true;
+    default: return true;
+  }
+}
 
 std::optional<ChangeEvent::Kind> parse_change_kind(std::string_view s) {
   using K = ChangeEvent::Kind;

@@ -455,6 +455,8 @@ TEST_F(HttpApiTest, MalformedAndUnknownFields) {
   make_stream("m");
   expect_problem(req("POST", kNs + "/streams/m/records", "{\"records\":["), 400, "malformed_body");
   expect_problem(req("POST", "/v1/tenants", "not json"), 400, "malformed_body");
+  // A number beyond the double range parses as infinity, which serializes as non-JSON.
+  expect_problem(req("POST", "/v1/tenants", R"({"name":"t9","x":1e400})"), 400, "malformed_body");
   auto u = req("POST", kNs + "/streams/m/records", R"({"records":[{"value":"a","colour":"red"}]})");
   expect_problem(u, 400, "unknown_field");
   EXPECT_NE(obj(u)["detail"].as_string().find("colour"), json::string::npos);

@@ -39,6 +39,12 @@
 
 namespace sluice {
 
+// True when every number in `v` is finite. Boost.JSON parses a literal beyond the double
+// range (1e400) as infinity and serializes it as `Infinity`, which no JSON parser reads
+// back, so every parser of untrusted JSON that may serialize what it read (the controller
+// RPC, which forwards requests; the HTTP API) refuses such a value as malformed.
+bool json_numbers_finite(const boost::json::value& v);
+
 // ChangeEvent::Kind by its to_string name; nullopt for any other string (never a default).
 std::optional<ChangeEvent::Kind> parse_change_kind(std::string_view s);
 
