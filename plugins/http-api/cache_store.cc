@@ -354,6 +354,20 @@ Result<void> CacheStore::wait_visible(Shard& sh, std::unique_lock<std::mutex>& l
   }
 }
 
+Result<void> CacheStore::catch_up_to_log_end(Shard& sh, std::unique_lock<std::mutex>& lk, const StreamInfo& si,
+                                             ShardIndex s) {
+  auto st = node_.shard_stats(si.key, s);
+  if (!st) return st.error();
+  if (st->log_end.value() > sh.end) {
+    if (auto v = wait_visible(sh, lk, si, s, st->log_end.value() - 1); !v)
+      return v.error().code != Errc::timeout
+                 ? v.error()
+                 : Error(Errc::unavailable, "the shard's leader did not make its log end visible in time",
+                         Outcome::transient);
+  }
+  return catch_up(sh, si, s);
+}
+
 Result<CacheEntry> CacheStore::get(const StreamKey& cache, std::string_view key) {
   auto r = find(cache, key);
   if (!r) return r.error();
@@ -372,8 +386,8 @@ Result<std::optional<CacheEntry>> CacheStore::get_once(const StreamKey& cache, s
   const auto& si = (*r)->backing;
   const ShardIndex s = shard_of(key, si);
   auto sh = shard(si.key, s);
-  std::lock_guard lk(sh->mu);
-  if (auto c = catch_up(*sh, si, s); !c) return c.error();
+  std::unique_lock lk(sh->mu);
+  if (auto c = catch_up_to_log_end(*sh, lk, si, s); !c) return c.error();
   const CacheEntry* e = sh->index.find(key, now_ms() + cfg_.clock_skew_ms);
   if (!e) return std::optional<CacheEntry>{};
   return std::optional<CacheEntry>(*e);
@@ -392,6 +406,11 @@ Result<CacheStore::Write> CacheStore::write(const StreamKey& cache, std::string_
   const ShardIndex s = shard_of(key, si);
   auto sh = shard(si.key, s);
   Pending me{key, rec, ttl_ms.value_or(ci.spec.default_ttl_ms), mode, &check};
+  pending_.fetch_add(1, std::memory_order_relaxed);
+  struct Leave {
+    std::atomic<std::size_t>& n;
+    ~Leave() { n.fetch_sub(1, std::memory_order_relaxed); }
+  } leave{pending_};
   me.transient_deadline = std::chrono::steady_clock::now() + kTransientRetry;
   std::unique_lock lk(sh->mu);
   sh->queue.push_back(&me);
@@ -451,17 +470,7 @@ void CacheStore::write_batch(Shard& sh, std::unique_lock<std::mutex>& lk, const 
   // lag its log end (acknowledged writes of the old epoch) until its followers fetch, and
   // an index short of them would refuse an if_revision that is current (docs/api.md
   // "Compare-and-set").
-  auto st = node_.shard_stats(si.key, s);
-  if (!st) return again(st.error());
-  if (st->log_end.value() > sh.end) {
-    if (auto v = wait_visible(sh, lk, si, s, st->log_end.value() - 1); !v)
-      return again(v.error().code != Errc::timeout
-                       ? v.error()
-                       : Error(Errc::unavailable,
-                               "the shard's leader did not make its log end visible in time; nothing was written",
-                               Outcome::transient));
-  }
-  if (auto c = catch_up(sh, si, s); !c) return again(c.error());
+  if (auto c = catch_up_to_log_end(sh, lk, si, s); !c) return again(c.error());
   const std::int64_t now = now_ms() + cfg_.clock_skew_ms;
   std::vector<Pending*> writing;
   std::vector<std::string> values;
@@ -544,7 +553,11 @@ void CacheStore::write_batch(Shard& sh, std::unique_lock<std::mutex>& lk, const 
     sh.watch_offset = UINT64_MAX;
     return retry();
   }
-  auto v = wait_visible(sh, lk, si, s, base + writing.size() - 1);
+  // Wait for the batch's first offset only: if another broker's batch took the sequence,
+  // the leader answered that batch's base, and it may hold fewer records than this one, so
+  // base + writing.size() - 1 might never be written. A batch is visible as a whole, so once
+  // its first record is indexed, so is the rest of it, ours or not.
+  auto v = wait_visible(sh, lk, si, s, base);
   sh.watch_offset = UINT64_MAX;
   if (!v) {
     // The leader took a batch at this sequence, ours or another broker's: which is not known
@@ -613,8 +626,8 @@ Result<CacheStore::Listed> CacheStore::list_once(const StreamKey& cache, std::st
   const std::int64_t now = now_ms() + cfg_.clock_skew_ms;
   for (std::uint32_t i = 0; i < si.spec.shards; ++i) {
     auto sh = shard(si.key, ShardIndex{i});
-    std::lock_guard lk(sh->mu);
-    if (auto c = catch_up(*sh, si, ShardIndex{i}); !c) return c.error();
+    std::unique_lock lk(sh->mu);
+    if (auto c = catch_up_to_log_end(*sh, lk, si, ShardIndex{i}); !c) return c.error();
     more |= sh->index.scan(prefix, after, limit, now, [&](const std::string& k, const CacheEntry& e) {
       out.keys.emplace_back(k, CacheEntry{e.revision, e.expires_at_ms, {}});
     });

@@ -89,6 +89,9 @@ class CacheStore {
     std::lock_guard lk(mu_);
     return shards_.size();
   }
+  // Writes in progress on this broker: queued for, or in, their shard's group commit
+  // (sluice_cache_pending_writes).
+  std::size_t pending_writes() const { return pending_.load(std::memory_order_relaxed); }
   // Runs `fn` on the cache pool. After stop() it is dropped.
   void submit(std::function<void()> fn);
   void stop();
@@ -173,6 +176,11 @@ class CacheStore {
   Result<void> catch_up(Shard& sh, const StreamInfo& backing, ShardIndex s);
   Result<void> wait_visible(Shard& sh, std::unique_lock<std::mutex>& lk, const StreamInfo& backing, ShardIndex s,
                             std::uint64_t offset);
+  // Reads and writes are decided only against everything the shard's leader holds: asks it
+  // for its log end and waits until its high watermark has passed that, then catches up (a
+  // new leader's high watermark can lag acknowledged writes of the old epoch; docs/api.md
+  // "Compare-and-set", "Reads").
+  Result<void> catch_up_to_log_end(Shard& sh, std::unique_lock<std::mutex>& lk, const StreamInfo& si, ShardIndex s);
   void write_batch(Shard& sh, std::unique_lock<std::mutex>& lk, const StreamInfo& si, ShardIndex s);
   // The write loop of put, erase and update. `check` decides against the live entry (null
   // when absent): nullopt to write (the value it set, if it set one), else the answer.
@@ -198,6 +206,7 @@ class CacheStore {
   std::condition_variable cv_;
   std::deque<std::function<void()>> queue_;
   std::atomic<bool> stopping_{false};
+  std::atomic<std::size_t> pending_{0};
   std::vector<std::thread> threads_;
 
   std::mutex memo_mu_;

@@ -48,6 +48,15 @@ std::string HttpMetrics::render() const {
            "Backing-stream shards this broker holds a cache index for (docs/api.md \"Caches (keys)\"); a "
            "deleted cache's go when the change feed reports its backing stream's delete.",
            MetricType::gauge, cache_ ? cache_->indexed_shards() : 0);
+  w.single("sluice_counter_indexed_shards",
+           "Backing-stream shards this broker holds a counter index for (docs/api.md \"Counters\").",
+           MetricType::gauge, counters_ ? counters_->indexed_shards() : 0);
+  w.single("sluice_cache_pending_writes",
+           "Cache writes in progress on this broker: queued for, or in, their shard's group commit (a steadily "
+           "high value: a shard's writes arrive faster than its appends complete).",
+           MetricType::gauge, cache_ ? cache_->pending_writes() : 0);
+  w.single("sluice_counter_pending_writes", "Counter adds in progress on this broker (queued for, or in, their shard's group commit).",
+           MetricType::gauge, counters_ ? counters_->pending_writes() : 0);
   w.single("sluice_http_received_bytes_total", "Request bytes read (headers and body).", MetricType::counter,
            bytes_in_.load());
   w.single("sluice_http_sent_bytes_total", "Response bytes written (headers and body).", MetricType::counter,

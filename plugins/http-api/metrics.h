@@ -42,7 +42,10 @@ class HttpMetrics {
   // Publish quota refusals are counted by the quotas themselves (set once, at start).
   void set_quotas(const PublishQuotas* q) { quotas_ = q; }
   // The cache store's gauges (set once, at start).
-  void set_cache(const CacheStore* c) { cache_ = c; }
+  void set_cache(const CacheStore* c, const CacheStore* counters) {
+    cache_ = c;
+    counters_ = counters;
+  }
 
   // Prometheus text format (version 0.0.4).
   std::string render() const;
@@ -57,6 +60,7 @@ class HttpMetrics {
   std::atomic<std::uint64_t> evicted_{0}, refused_{0}, timed_out_{0}, tls_failed_{0};
   const PublishQuotas* quotas_ = nullptr;
   const CacheStore* cache_ = nullptr;
+  const CacheStore* counters_ = nullptr;
   std::map<std::string, std::uint64_t> ws_closes_;  // under mu_
   std::atomic<std::int64_t> ws_open_{0};
   std::atomic<std::uint64_t> ws_frames_{0};

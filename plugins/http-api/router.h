@@ -45,7 +45,7 @@ class Router {
                               cfg.default_replication_factor, cfg.cache_clock_skew_ms},
                   CacheFlavor::counters()) {
     metrics_.set_quotas(&quotas_);
-    metrics_.set_cache(&cache_);
+    metrics_.set_cache(&cache_, &counters_);
   }
   // Stops the cache and counter pools (queued requests are dropped, running ones finish).
   void stop() {

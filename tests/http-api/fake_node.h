@@ -3,12 +3,15 @@
 // on publish. Every call is counted so tests can assert the Node was never reached.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <functional>
 #include <map>
 #include <set>
 #include <mutex>
+#include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "sluice/catalog_rules.h"
@@ -99,6 +102,21 @@ class FakeCatalog : public MetadataStore {
     return v;
   }
   Result<CatalogSnapshot> snapshot() override { return Error(Errc::internal, "not in fake"); }
+  // Caches: enough for a CacheStore (create and read; incarnation = the create's sequence).
+  Result<CacheInfo> create_cache(const StreamKey& key, const CacheSpec& spec) override {
+    std::lock_guard lk(mu_);
+    ++calls_;
+    if (caches_.count(key)) return Error(Errc::already_exists, "cache '" + key.to_string() + "' exists");
+    const ChangeSeq seq{++seq_};
+    return caches_[key] = CacheInfo{key, Incarnation{seq.value()}, spec, seq};
+  }
+  Result<CacheInfo> get_cache(const StreamKey& key) override {
+    std::lock_guard lk(mu_);
+    ++calls_;
+    auto it = caches_.find(key);
+    if (it == caches_.end()) return Error(Errc::not_found, "cache '" + key.to_string() + "' not found");
+    return it->second;
+  }
 
   // Fleet: one feature; finalize refused while `refuse_finalize_` is set.
   Result<BrokerInfo> register_broker(const BrokerRegistration& r) override {
@@ -143,6 +161,7 @@ class FakeCatalog : public MetadataStore {
   std::map<std::string, TenantInfo> tenants_;
   std::map<std::string, NamespaceInfo> namespaces_;
   std::map<StreamKey, StreamInfo> streams_;
+  std::map<StreamKey, CacheInfo> caches_;
   FeatureInfo feature_{"stream_incarnations", MetadataLevel{10}, false, ChangeSeq{0}, {NodeId{7}}, {}};
 };
 
@@ -153,6 +172,9 @@ class FakeNode : public Node {
     std::string value;
     std::string headers;
     std::int64_t timestamp_ms;
+    // An idempotent producer's batch is fetched as it was published (one header, its
+    // producer id and sequence); other records in batches of up to 3.
+    std::uint64_t producer_id = 0, producer_seq = 0, batch_base = 0, batch_count = 0;
   };
 
   FakeNode() : catalog_(calls_) {}
@@ -212,14 +234,82 @@ class FakeNode : public Node {
   }
   Result<StreamInfo> stream(const StreamKey& key) override { return catalog_.get_stream(key); }
 
+  // Caps every shard's high watermark (a new leader whose followers have not fetched yet:
+  // its log holds acknowledged records it does not yet show); nullopt lifts the cap and
+  // fires the waits it held.
+  void cap_high_watermark(std::optional<std::uint64_t> cap) {
+    std::vector<std::function<void()>> fire;
+    {
+      std::lock_guard lk(mu_);
+      hwm_cap_ = cap;
+      for (auto it = notifies_.begin(); it != notifies_.end();) {
+        if (visible(shards_[{it->key, it->shard}]) > it->offset) {
+          fire.push_back(std::move(it->cb));
+          it = notifies_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    for (auto& f : fire) f();
+  }
+  // The next publish is held: neither applied nor answered until release_held() (which
+  // applies it then, as a leader would take a batch that arrives late).
+  void hold_next_publish() {
+    std::lock_guard lk(mu_);
+    hold_next_ = true;
+  }
+  std::size_t held_publishes() {
+    std::lock_guard lk(mu_);
+    return held_.size();
+  }
+  void release_held() {
+    std::vector<std::function<void()>> go;
+    {
+      std::lock_guard lk(mu_);
+      go.swap(held_);
+    }
+    for (auto& f : go) f();
+  }
+
   void publish(const StreamKey& key, const std::vector<PublishRecord>& records,
                const PublishOptions& opts, PublishCallback cb) override {
     ++calls_;
-    const AckMode ack = opts.ack;
     {
       std::lock_guard lk(mu_);
       last_producer_ = {opts.producer_id, opts.sequence};
+      if (hold_next_) {
+        hold_next_ = false;
+        // Copies: the caller's records may not outlive this call.
+        auto owned = std::make_shared<std::vector<std::array<std::string, 2>>>();
+        std::vector<std::optional<std::uint32_t>> shards;
+        std::vector<std::int64_t> stamps;
+        std::vector<bool> keyed;
+        for (auto& r : records) {
+          owned->push_back({r.key ? std::string(*r.key) : std::string(), std::string(r.value)});
+          shards.push_back(r.shard);
+          stamps.push_back(r.timestamp_ms);
+          keyed.push_back(r.key.has_value());
+        }
+        held_.push_back([this, key, owned, shards, stamps, keyed, opts, cb = std::move(cb)]() mutable {
+          std::vector<PublishRecord> again(owned->size());
+          for (std::size_t i = 0; i < again.size(); ++i) {
+            if (keyed[i]) again[i].key = (*owned)[i][0];
+            again[i].value = (*owned)[i][1];
+            again[i].shard = shards[i];
+            again[i].timestamp_ms = stamps[i];
+          }
+          apply_publish(key, again, opts, std::move(cb));
+        });
+        return;
+      }
     }
+    apply_publish(key, records, opts, std::move(cb));
+  }
+
+  void apply_publish(const StreamKey& key, const std::vector<PublishRecord>& records,
+                     const PublishOptions& opts, PublishCallback cb) {
+    const AckMode ack = opts.ack;
     std::vector<PublishedRecord> out;
     std::vector<std::function<void()>> fire;
     {
@@ -227,6 +317,24 @@ class FakeNode : public Node {
       if (!s) return cb(s.error());
       std::lock_guard lk(mu_);
       last_ack_ = ack;
+      // Idempotent producers, as storage.h says, for a batch to one shard: the next
+      // sequence is appended; one already taken answers the batch that took it (its base
+      // and count, whatever this batch holds); any other is a gap.
+      if (opts.producer_id != 0 && !records.empty()) {
+        const std::uint32_t shard = records.front().shard ? *records.front().shard : 0;
+        auto& taken = producers_[{key, shard, opts.producer_id}];
+        if (opts.sequence < taken.size()) {
+          const auto [base, count] = taken[opts.sequence];
+          for (std::size_t i = 0; i < records.size(); ++i)
+            out.push_back({ShardIndex{shard}, Offset{base + std::min<std::uint64_t>(i, count - 1)}});
+          cb(std::move(out));
+          return;
+        }
+        if (opts.sequence > taken.size())
+          return cb(Error(Errc::sequence_gap, "expected sequence " + std::to_string(taken.size())));
+        taken.emplace_back(shards_[{key, shard}].size(), records.size());
+      }
+      const std::uint64_t batch_base = records.empty() ? 0 : shards_[{key, records.front().shard ? *records.front().shard : 0}].size();
       for (auto& r : records) {
         const std::uint32_t shard = r.shard ? *r.shard : 0;
         if (shard >= s->spec.shards) return cb(Error(Errc::invalid_argument, "no such shard"));
@@ -234,9 +342,12 @@ class FakeNode : public Node {
         v.push_back({r.key ? std::optional<std::string>(std::string(*r.key)) : std::nullopt,
                      std::string(r.value), std::string(r.headers),
                      r.timestamp_ms ? r.timestamp_ms : 1000});
+        if (opts.producer_id != 0)
+          v.back().producer_id = opts.producer_id, v.back().producer_seq = opts.sequence,
+          v.back().batch_base = batch_base, v.back().batch_count = records.size();
         out.push_back({ShardIndex{shard}, Offset{v.size() - 1}});
         for (auto it = notifies_.begin(); it != notifies_.end();) {
-          if (it->key == key && it->shard == shard && v.size() > it->offset) {
+          if (it->key == key && it->shard == shard && visible(v) > it->offset) {
             fire.push_back(std::move(it->cb));
             it = notifies_.erase(it);
           } else {
@@ -255,17 +366,25 @@ class FakeNode : public Node {
     ++calls_;
     std::lock_guard lk(mu_);
     auto& v = shards_[{key, shard.value()}];
-    if (from.value() > v.size()) return Error(Errc::invalid_argument, "offset beyond the end");
+    if (from.value() > visible(v)) return Error(Errc::invalid_argument, "offset beyond the end");
     FetchResult fr;
-    fr.high_watermark = Offset{v.size()};
+    fr.high_watermark = Offset{visible(v)};
     fr.log_start = Offset{0};
     // Batches of up to 3 records aligned at multiples of 3, so the first batch may start
     // before `from` (readers must skip).
     std::uint64_t start = from.value() / 3 * 3;
-    std::uint64_t end = std::min<std::uint64_t>(v.size(), from.value() + max_records);
+    if (from.value() < v.size() && v[from.value()].producer_id != 0) start = v[from.value()].batch_base;
+    std::uint64_t end = std::min<std::uint64_t>(visible(v), from.value() + max_records);
     while (start < end) {
       BatchBuilder b;
-      const std::uint64_t stop = std::min<std::uint64_t>(start / 3 * 3 + 3, v.size());
+      std::uint64_t stop = std::min<std::uint64_t>(start / 3 * 3 + 3, v.size());
+      if (v[start].producer_id != 0) {
+        stop = v[start].batch_base + v[start].batch_count;
+        b.set_producer(v[start].producer_id, v[start].producer_seq);
+      } else {
+        for (std::uint64_t i = start; i < stop; ++i)
+          if (v[i].producer_id != 0) stop = i;  // a producer's batch starts there
+      }
       for (std::uint64_t i = start; i < stop; ++i)
         b.add(v[i].key ? std::optional<std::string_view>(*v[i].key) : std::nullopt, v[i].value,
               v[i].headers, v[i].timestamp_ms);
@@ -282,7 +401,8 @@ class FakeNode : public Node {
     std::lock_guard lk(mu_);
     ShardStats st;
     st.log_start = Offset{0};
-    st.high_watermark = Offset{shards_[{key, shard.value()}].size()};
+    st.high_watermark = Offset{visible(shards_[{key, shard.value()}])};
+    st.log_end = Offset{shards_[{key, shard.value()}].size()};
     return st;
   }
   Result<std::uint64_t> notify_when_beyond(const StreamKey& key, ShardIndex shard, Offset offset,
@@ -290,7 +410,7 @@ class FakeNode : public Node {
     ++calls_;
     {
       std::lock_guard lk(mu_);
-      if (shards_[{key, shard.value()}].size() <= offset.value()) {
+      if (visible(shards_[{key, shard.value()}]) <= offset.value()) {
         const std::uint64_t h = ++last_handle_;
         notifies_.push_back({key, shard.value(), offset.value(), std::move(cb), h});
         return h;
@@ -407,6 +527,15 @@ class FakeNode : public Node {
   };
   std::map<std::pair<std::string, std::uint32_t>, FakeGroup> groups_;
   std::pair<std::uint64_t, std::uint64_t> last_producer_{0, 0};
+  // (stream, shard, producer) -> the (base, count) of each sequence it took.
+  std::map<std::tuple<StreamKey, std::uint32_t, std::uint64_t>, std::vector<std::pair<std::uint64_t, std::uint64_t>>>
+      producers_;
+  bool hold_next_ = false;
+  std::optional<std::uint64_t> hwm_cap_;
+  std::uint64_t visible(const std::vector<StoredRecord>& v) const {
+    return hwm_cap_ ? std::min<std::uint64_t>(*hwm_cap_, v.size()) : v.size();
+  }
+  std::vector<std::function<void()>> held_;
   std::uint64_t last_handle_ = 0;
   std::size_t cancelled_ = 0;
   struct Notify {
