@@ -17,12 +17,15 @@ constexpr std::size_t kMaxSegmentsPerRead = 8;
 // Records published with timestamp -1 ask for the leader's clock (docs/architecture.md
 // "Leader time"): the cache data plane computes a key's expiry from it. The leader stamps
 // them here, once, before the batch is stored and replicated; followers keep its bytes.
-// Only a batch whose first record asks is walked (an O(1) test for every other batch).
+// Only a batch whose first record asks is walked (an O(1) test of that record, not of the
+// header's copy, for every other batch). Called under the shard's mutex with a clock that
+// never goes back within the shard, so stamps only go up with offsets.
 constexpr std::int64_t kStampAtLeader = -1;
-void stamp_leader_time(std::string& batch, BatchHeader& h) {
-  const std::int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
-                               std::chrono::system_clock::now().time_since_epoch())
-                               .count();
+bool asks_leader_time(const std::string& batch, const BatchHeader& h) {
+  return h.record_count > 0 &&
+         static_cast<std::int64_t>(wire::get_u64(batch.data() + kBatchHeaderSize + 12)) == kStampAtLeader;
+}
+void stamp_leader_time(std::string& batch, BatchHeader& h, std::int64_t now) {
   char* p = batch.data() + kBatchHeaderSize;
   std::int64_t first = 0, max = 0;
   for (std::uint32_t i = 0; i < h.record_count; ++i) {
@@ -78,7 +81,7 @@ void ShardLogImpl::append(std::string batch, AckMode ack, AppendCallback cb) {
                                          " trailing bytes"));
     return;
   }
-  if (h.first_timestamp_ms == kStampAtLeader) stamp_leader_time(batch, h);  // not under mu_
+  const bool stamp = asks_leader_time(batch, h);
   std::uint64_t base;
   bool schedule = false;
   {
@@ -123,6 +126,12 @@ void ShardLogImpl::append(std::string batch, AckMode ack, AppendCallback cb) {
         return;
       }
       producers_.record(h.producer_id, h.producer_seq, next_offset_, h.record_count);
+    }
+    if (stamp) {
+      last_leader_stamp_ = std::max(last_leader_stamp_, std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                            std::chrono::system_clock::now().time_since_epoch())
+                                                            .count());
+      stamp_leader_time(batch, h, last_leader_stamp_);
     }
     base = next_offset_;
     next_offset_ += h.record_count;

@@ -393,6 +393,7 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   State state_ = State::open;
   std::string failure_;
   std::uint64_t next_offset_;
+  std::int64_t last_leader_stamp_ = 0;  // the last leader time stamped (docs/architecture.md "Leader time")
   bool scheduled_ = false;  // queued on the pool or being flushed
   std::vector<Pending> queue_;
   WaiterSet waiters_;      // notify_when_beyond (high watermark)

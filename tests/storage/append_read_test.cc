@@ -173,6 +173,24 @@ TEST_F(AppendReadTest, TimestampMinusOneIsStampedWithTheLeadersClock) {
   EXPECT_EQ(rv.timestamp_ms, 12345);
 }
 
+// The trigger is the first record's timestamp, not the header's copy of it: a batch whose
+// header says otherwise is still stamped, so no record keeps -1.
+TEST_F(AppendReadTest, StampingFollowsTheFirstRecordNotTheHeader) {
+  BatchBuilder asks;
+  asks.add(std::string_view("k1"), "a", {}, -1);
+  std::string b = asks.finish();
+  wire::put_u64(b.data() + 32, 777);  // first_timestamp_ms in the header
+  restamp_batch(b.data(), 0, 0);      // a valid CRC again
+  ASSERT_TRUE(append_wait(*shard_, std::move(b)));
+  auto r = shard_->read(Offset(0), 100, 1 << 20);
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->batches.size(), 1u);
+  BatchReader rd(r->batches[0].data(), r->batches[0].size());
+  RecordView rv;
+  ASSERT_TRUE(rd.next(rv));
+  EXPECT_GT(rv.timestamp_ms, 0);
+}
+
 TEST_F(AppendReadTest, ReadAtHighWatermarkIsEmptyAndBeyondIsInvalidArgument) {
   ASSERT_TRUE(append_wait(*shard_, make_batch("b", 4)));
   auto at = shard_->read(Offset(4), 10, 1 << 20);
