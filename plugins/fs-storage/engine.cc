@@ -302,7 +302,10 @@ void FsStorageEngine::close_shard(const ShardRef& ref) {
   if (auto* m = manager()) m->remove(ref);
   std::shared_ptr<ShardLogImpl> shard;
   {
-    std::lock_guard lk(mu_);
+    std::unique_lock lk(mu_);
+    // An open of this shard in progress: wait for it and close what it opened. Returning
+    // at once would leave the shard open after a close the caller saw complete.
+    closed_cv_.wait(lk, [&] { return !opening_.count(ref); });
     auto it = shards_.find(ref);
     if (it == shards_.end()) return;
     shard = std::move(it->second);

@@ -81,6 +81,34 @@ TEST_F(EngineConcurrencyTest, DeletesOfTheSameNameAreSerialized) {
   EXPECT_TRUE(left->empty());
 }
 
+// A close of a shard whose open is in progress (held in a directory sync) waits for the
+// open and closes what it opened; it used to return at once, leaving the shard open.
+TEST_F(EngineConcurrencyTest, ACloseDuringAnOpenClosesWhatTheOpenOpened) {
+  auto fs = std::make_shared<FaultFileSystem>();
+  FsStorageEngine e(host_, fs);
+  const ShardRef ref = ref_of(name_of(0), 5);
+  fs->block_syncs();
+  StreamSpec rf3;  // a replicated shard syncs its files and directories at open
+  rf3.replication_factor = 3;
+  rf3.min_insync = 2;
+  auto opened = std::async(std::launch::async, [&] { return e.open_shard(ref, rf3); });
+  const bool held = eventually([&] { return fs->blocked_sync_waiters() >= 1; }, std::chrono::seconds(20));
+  auto closed = std::async(std::launch::async, [&] { e.close_shard(ref); });
+  // Give a close that does not wait the chance to return while the open is still held
+  // (bounded; the fixed close passes whatever the timing).
+  (void)eventually([&] { return closed.wait_for(std::chrono::seconds(0)) == std::future_status::ready; },
+                   std::chrono::seconds(2));
+  fs->unblock_syncs();
+  ASSERT_TRUE(held) << "the open never reached a directory sync";
+  auto s = opened.get();
+  closed.get();
+  ASSERT_TRUE(s) << s.error().to_string();
+  // Closed: the next open makes a new shard log instead of handing back the same one.
+  auto again = e.open_shard(ref, rf3);
+  ASSERT_TRUE(again) << again.error().to_string();
+  EXPECT_NE(again->get(), s->get()) << "the shard is still open after its close returned";
+}
+
 // An open (which now creates directories outside the engine mutex) racing a delete of the
 // same incarnation, many times over: afterwards an append on the opened shard is
 // acknowledged exactly when its directory is still on disk, and a new engine starts on
