@@ -3,7 +3,8 @@ CLI against a real sluiced. A recreated counter is a new, higher incarnation, al
 restart; counters are refused until the fleet feature `counters` is finalized; bad input
 gets its stable error code. The data plane (docs/api.md "Counters"): adds and reads of keys,
 idempotent adds by producer id + sequence (also across a SIGKILL), exact sums under
-concurrent clients, overflow, and a recreated counter starting at 0.
+concurrent clients, overflow, a recreated counter starting at 0, and a broker that slept
+through a delete and recreate serving only the new incarnation.
 """
 import json
 import subprocess
@@ -298,9 +299,14 @@ class CounterBrokersTest(unittest.TestCase):
     linearizable (an exact sum, retries applied once) and every broker answers the same."""
 
     def setUp(self):
-        self.controller = Node(extra={"node.id": "11", "node.roles": "controller"})
+        # The controller decides liveness: it needs the brokers' session timeout (3 s) too, or
+        # a failover (a broker stopped) waits for its default 10 s, as long as an add's retry.
+        self.controller = Node(extra={"node.id": "11", "node.roles": "controller",
+                                      "broker.session_timeout_ms": "3000"})
         ctl = {"metadata.backend": "raft", "metadata.controllers": "127.0.0.1:%d" % self.controller.rpc_port}
         self.brokers = [Node(extra=dict(ctl, **{"node.id": str(i), "node.roles": "broker",
+                                                 "broker.session_timeout_ms": "3000",
+                                                 "replication.max_lag_ms": "1500",
                                                  "stream.default_replication_factor": "3"})) for i in (1, 2, 3)]
 
     def tearDown(self):
@@ -338,6 +344,65 @@ class CounterBrokersTest(unittest.TestCase):
         self.assertEqual(errors, [])
         for b in self.brokers:
             self.assertEqual(problem(b, "GET", path), (200, {"key": "hot", "value": 3 * clients * per_client}))
+
+
+    def test_broker_slept_through_delete_and_recreate(self):
+        """The counter twin of the felix case: broker 3 sleeps while the counter is deleted
+        and recreated; awake, it serves the new incarnation only (old keys read 0, an old
+        producer's sequence is not a duplicate), and broker 2, which stayed up with the old
+        incarnation's index, drops it when the change feed reports the delete."""
+        self.controller.start()
+        for n in self.brokers:
+            n.start()
+        poll(lambda: len(self.controller.request("GET", "/v1/brokers")["brokers"]) == 3, "3 brokers registered")
+        b1, b2, b3 = self.brokers
+        b1.ensure_ns()
+        base = b1.ns_path() + "/counters"
+        b1.request("POST", base, {"name": "hits"})
+        key = lambda k: base + "/hits/keys/" + k
+
+        def add(b, k, delta, q=""):
+            # Until the controller sees a stopped broker gone, a shard it led answers 503 (transient).
+            return poll(lambda: (lambda a: a if a[0] != 503 else None)(problem(b, "POST", key(k) + "/add" + q,
+                                                                                {"delta": delta})),
+                        "an add of %s through broker %s" % (k, b.extra["node.id"]))
+
+        old_keys = ["old%d" % i for i in range(12)]
+        for k in old_keys:
+            self.assertEqual(add(b1, k, 5)[0], 200)
+        self.assertEqual(add(b1, "p", 5, "?producer_id=77&sequence=0"), (200, {"key": "p", "value": 5}))
+        poll(lambda: problem(b3, "GET", key("old0")) == (200, {"key": "old0", "value": 5}),
+             "broker 3 to serve the old counter")
+        self.assertEqual(problem(b2, "GET", key("old0")), (200, {"key": "old0", "value": 5}))
+        self.assertGreater(counter_indexed_shards(b2), 0)
+
+        self.assertEqual(b3.stop(), 0)
+        b1.request("DELETE", base + "/hits")
+        # Broker 2 did not handle the delete: the change feed tells it to drop the indexes.
+        poll(lambda: counter_indexed_shards(b2) == 0, "broker 2 to drop the deleted counter's indexes")
+        b1.request("POST", base, {"name": "hits"})
+        for i in range(5):
+            self.assertEqual(add(b1, "new%d" % i, 1)[0], 200)
+
+        b3.start()
+        poll(lambda: problem(b3, "GET", key("new0")) == (200, {"key": "new0", "value": 1}),
+             "broker 3 to serve the new counter")
+        for b in (b2, b3):
+            for k in old_keys:
+                self.assertEqual(problem(b, "GET", key(k)), (200, {"key": k, "value": 0}), (b.extra["node.id"], k))
+        # The old incarnation's producer window is gone with it: sequence 0 applies again.
+        st, body = add(b3, "p", 1, "?producer_id=77&sequence=0")
+        self.assertEqual((st, body), (200, {"key": "p", "value": 1}))
+        self.assertEqual(problem(b2, "GET", key("p")), (200, {"key": "p", "value": 1}))
+
+
+def counter_indexed_shards(node):
+    """The node's sluice_counter_indexed_shards gauge."""
+    st, body = node.request("GET", "/metrics", raw=True)
+    for line in body.decode().splitlines():
+        if line.startswith("sluice_counter_indexed_shards "):
+            return int(float(line.split()[1]))
+    raise AssertionError("no sluice_counter_indexed_shards in /metrics")
 
 
 class CountersBeforeTheFinalizeTest(unittest.TestCase):
