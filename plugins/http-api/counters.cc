@@ -7,7 +7,7 @@
 //   GET    {ns}/counters/{c}      counter {"tenant","namespace","name","incarnation","created_seq"}
 //   DELETE {ns}/counters/{c}      200 the deleted counter
 //   GET    {ns}/counters/{c}/keys/{k}      -> 200 {"key","value"} (0: never added to)
-//   POST   {ns}/counters/{c}/keys/{k}/add?producer_id=&sequence=   body {"delta": int64}
+//   POST   {ns}/counters/{c}/keys/{k}/add?producer_id=&sequence=&ack=   body {"delta": int64}
 //            -> 200 {"key","value"[,"duplicate":true]}; 409 sequence_gap {"expected_sequence"};
 //               409 counter_overflow {"value"}
 //
@@ -97,9 +97,10 @@ HttpResponse value_json(std::string_view key, std::int64_t value, bool duplicate
   return json_response(200, o);
 }
 
-HttpResponse add(CacheStore& store, const StreamKey& counter, const std::string& key, const CounterRecord& rec) {
+HttpResponse add(CacheStore& store, const StreamKey& counter, const std::string& key, const CounterRecord& rec,
+                 std::optional<AckMode> ack) {
   StoredAdd d;
-  auto r = store.update(counter, key, std::nullopt,
+  auto r = store.update(counter, key, ack,
                         [&](const CacheEntry* e, std::optional<std::string>& value)
                             -> std::optional<CacheStore::Write> {
                           d = decide_stored_add(e ? &e->value : nullptr, rec);
@@ -156,11 +157,18 @@ void handle_counter_keys(CacheStore& store, const std::shared_ptr<Exchange>& ex,
   if (!delta) return ex->respond(problem(delta.error()));
   auto prod = producer_params(target);
   if (!prod) return ex->respond(problem(prod.error()));
+  std::optional<AckMode> ack;
+  if (auto a = target.param("ack")) {
+    ack = parse_ack_mode(*a);
+    if (!ack || *ack == AckMode::none)
+      return ex->respond(problem(Error(Errc::invalid_argument, "ack must be leader or quorum for a counter add")));
+  }
   CounterRecord rec;
   rec.producer_id = prod->first;
   rec.sequence = prod->second;
   rec.delta = *delta;
-  respond_on_store(store, ex, [&store, counter, key, rec]() -> HttpResponse { return add(store, counter, key, rec); });
+  respond_on_store(store, ex,
+                   [&store, counter, key, rec, ack]() -> HttpResponse { return add(store, counter, key, rec, ack); });
 }
 
 void handle_counters(Node& node, CacheStore& store, const std::shared_ptr<Exchange>& ex,

@@ -218,6 +218,8 @@ class CountersTest(unittest.TestCase):
             ("POST", add + "?producer_id=0&sequence=0", {"delta": 1}, 400, "invalid_argument"),
             ("POST", add + "?producer_id=x&sequence=0", {"delta": 1}, 400, "invalid_argument"),
             ("POST", add + "?producer_id=1&sequence=-1", {"delta": 1}, 400, "invalid_argument"),
+            ("POST", add + "?ack=none", {"delta": 1}, 400, "invalid_argument"),
+            ("POST", add + "?ack=all", {"delta": 1}, 400, "invalid_argument"),
             ("POST", self.key_path("k", "nope") + "/add", {"delta": 1}, 404, "not_found"),
             ("GET", self.key_path("k", "nope"), None, 404, "not_found"),
             ("GET", self.key_path("x" * 513), None, 400, "invalid_key"),
@@ -236,6 +238,10 @@ class CountersTest(unittest.TestCase):
                 if code:
                     self.assertEqual(p["code"], code, p)
         self.assertEqual(self.get("k"), (200, {"key": "k", "value": 0}), "no bad add changed anything")
+        for ack in ("leader", "quorum"):  # one replica: quorum is the leader's own sync
+            st, p = problem(self.node, "POST", add + "?ack=" + ack, {"delta": 2})
+            self.assertEqual(st, 200, p)
+        self.assertEqual(self.get("k"), (200, {"key": "k", "value": 4}))
 
     def test_cli_create_show_list_delete(self):
         def cli(*args):
