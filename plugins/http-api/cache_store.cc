@@ -8,6 +8,8 @@
 #include <random>
 
 #include "sluice/catalog_rules.h"
+#include "sluice/failpoint.h"
+#include "sluice/log.h"
 #include "sluice/hash.h"
 #include "sluice/record_batch.h"
 
@@ -191,6 +193,24 @@ Result<void> CacheStore::delete_backing(const CacheInfo& ci) {
   return {};
 }
 
+void CacheStore::sweep_backing(const StreamKey& bk) {
+  // Only while this broker's applied catalog still has it: usually the broker that handled
+  // the delete removed it already, and then nothing is proposed.
+  auto si = node_.stream(bk);
+  if (!si) return;
+  failpoint("cache.sweep.before_delete");  // crash tests
+  auto d = node_.catalog().delete_stream(bk);
+  if (d) {
+    ++swept_;
+    log_line(LogLevel::info, "http-api", "deleted the leftover backing stream " + bk.to_string() +
+                                             " of a deleted " + flavor_.what);
+    return;
+  }
+  if (d.error().code != Errc::not_found)
+    log_line(LogLevel::warn, "http-api", "cannot delete the leftover backing stream " + bk.to_string() +
+                                             " of a deleted " + flavor_.what + ": " + d.error().message);
+}
+
 void CacheStore::forget_all() {
   std::lock_guard lk(memo_mu_);
   memo_.clear();
@@ -220,6 +240,14 @@ void CacheStore::ensure_watch() {
           forget_all();
         // A deleted backing stream's indexes (with their values) go, on every broker.
         if (ev.kind == K::stream_deleted && reserved_stream_name(ev.stream.key.name)) drop_indexes(ev.stream.key);
+        // A deleted cache's (counter's) backing stream goes too, even if the broker that
+        // handled the delete died before deleting it: every broker that sees the delete
+        // removes what is left (docs/api.md "Caches (keys)", "Leftovers").
+        if ((ev.kind == K::cache_deleted && flavor_.what == "cache") ||
+            (ev.kind == K::counter_deleted && flavor_.what == "counter")) {
+          const CacheInfo ci = ev.kind == K::cache_deleted ? ev.cache : counter_as_cache(ev.counter);
+          submit([this, bk = backing_key(ci.key, ci.incarnation, ci.created_seq)] { sweep_backing(bk); });
+        }
       },
       [this] {
         std::lock_guard lk(memo_mu_);

@@ -92,6 +92,8 @@ class CacheStore {
   // Writes in progress on this broker: queued for, or in, their shard's group commit
   // (sluice_cache_pending_writes).
   std::size_t pending_writes() const { return pending_.load(std::memory_order_relaxed); }
+  // Leftover backing streams of deleted caches this broker removed (sluice_cache_leftovers_deleted_total).
+  std::uint64_t leftovers_deleted() const { return swept_.load(std::memory_order_relaxed); }
   // Runs `fn` on the cache pool. After stop() it is dropped.
   void submit(std::function<void()> fn);
   void stop();
@@ -190,6 +192,9 @@ class CacheStore {
   // Starts the catalog watch if it is not running (memo_mu_ not held).
   void ensure_watch();
   void forget_all();  // a cache changed: drop every remembered resolution
+  // Deletes a deleted cache's backing stream if the applied catalog still has it (the
+  // broker that handled the delete may have died before it did).
+  void sweep_backing(const StreamKey& backing);
   void drop_indexes(const StreamKey& backing);  // its shards' indexes (values included)
 
   StreamKey backing_key(const StreamKey& cache, Incarnation inc, ChangeSeq created) const {
@@ -207,6 +212,7 @@ class CacheStore {
   std::deque<std::function<void()>> queue_;
   std::atomic<bool> stopping_{false};
   std::atomic<std::size_t> pending_{0};
+  std::atomic<std::uint64_t> swept_{0};
   std::vector<std::thread> threads_;
 
   std::mutex memo_mu_;

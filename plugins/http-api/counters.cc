@@ -23,6 +23,7 @@
 #include "counter_codec.h"
 #include "handlers.h"
 #include "problem.h"
+#include "sluice/failpoint.h"
 #include "sluice/names.h"
 
 namespace sluice::http_api {
@@ -207,6 +208,7 @@ void handle_counters(Node& node, CacheStore& store, const std::shared_ptr<Exchan
   respond_blocking(ex, [&node, &store, key = std::move(key)]() -> HttpResponse {
     auto r = node.catalog().delete_counter(key);
     if (!r) return problem(r.error());
+    failpoint("cache.delete.after_catalog");  // crash tests: the backing stream is left
     // Left behind only by a failure here; a recreated counter never adopts it (its
     // created_seq is older than the counter's, cache_store.cc ensure_backing).
     (void)store.delete_backing(counter_as_cache(*r));

@@ -27,6 +27,7 @@
 #include "handlers.h"
 #include "problem.h"
 #include "sluice/catalog_json.h"
+#include "sluice/failpoint.h"
 #include "sluice/names.h"
 
 namespace sluice::http_api {
@@ -210,6 +211,7 @@ void handle_caches(Node& node, CacheStore& store, const std::shared_ptr<Exchange
   respond_blocking(ex, [&node, &store, key = std::move(key)]() -> HttpResponse {
     auto r = node.catalog().delete_cache(key);
     if (!r) return problem(r.error());
+    failpoint("cache.delete.after_catalog");  // crash tests: the backing stream is left
     // Left behind only by a failure here; a recreated cache never adopts it (its
     // created_seq is older than the cache's, cache_store.cc ensure_backing).
     (void)store.delete_backing(*r);

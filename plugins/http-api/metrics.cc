@@ -55,6 +55,11 @@ std::string HttpMetrics::render() const {
            "Cache writes in progress on this broker: queued for, or in, their shard's group commit (a steadily "
            "high value: a shard's writes arrive faster than its appends complete).",
            MetricType::gauge, cache_ ? cache_->pending_writes() : 0);
+  w.single("sluice_cache_leftovers_deleted_total",
+           "Backing streams of deleted caches and counters this broker deleted because the broker that handled "
+           "the delete had not (it died between the catalog delete and the backing stream's).",
+           MetricType::counter,
+           (cache_ ? cache_->leftovers_deleted() : 0) + (counters_ ? counters_->leftovers_deleted() : 0));
   w.single("sluice_counter_pending_writes", "Counter adds in progress on this broker (queued for, or in, their shard's group commit).",
            MetricType::gauge, counters_ ? counters_->pending_writes() : 0);
   w.single("sluice_http_received_bytes_total", "Request bytes read (headers and body).", MetricType::counter,

@@ -562,6 +562,40 @@ class CacheBrokers(unittest.TestCase):
                 st, body, _, _ = c2.get("k%d" % i)
                 self.assertEqual(st, 404, "round %d: k%d served from the old incarnation: %r" % (rnd, i, body))
 
+    def test_a_backing_stream_left_by_a_crash_is_deleted_by_another_broker(self):
+        """Broker 1 dies between the cache's catalog delete and its backing stream's delete
+        (failpoint cache.delete.after_catalog). The other brokers see the delete in the
+        change feed and delete the leftover stream: its shards close everywhere."""
+        b1, b2, b3 = self.brokers[1], self.brokers[2], self.brokers[3]
+        # Also before its own sweep: broker 1's change feed may report the delete (and its
+        # sweep delete the stream) before the failpoint in the request handler fires.
+        b1.env["SLUICE_FAILPOINTS"] = "cache.delete.after_catalog,cache.sweep.before_delete"
+        self.start_all()
+        create_cache(b2)
+        put = lambda: CacheClient(b2).put("k", b"v")
+        st, r = poll(lambda: (lambda a: a if a[0] != 503 else None)(put()), "a put through broker 2")
+        self.assertEqual(st, 200, r)
+        def backing_name():
+            text = call(b2, "GET", "/metrics")[2].decode()
+            at = text.find('stream="__cache.')
+            return text[at + 8:text.index('"', at + 8)] if at >= 0 else None
+        name = poll(backing_name, "broker 2 to serve the backing stream")
+        stream = lambda: call(b2, "GET", b2.ns_path() + "/streams/" + name)[0]
+        self.assertEqual(stream(), 200)
+        try:
+            b1.request("DELETE", b1.ns_path() + "/caches/c")
+        except Exception:  # the failpoint kills broker 1 before it answers
+            pass
+        b1.proc.wait(timeout=60)
+        self.assertEqual(b1.proc.returncode, -9, "the failpoint was not reached:\n" + b1.log_tail())
+        # Once the change feed reports the delete (postgres-meta polls for it).
+        poll(lambda: CacheClient(b2).get("k")[0] == 404, "broker 2 to see the cache deleted")
+        poll(lambda: stream() == 404, "the leftover backing stream to be deleted", timeout=60)
+        swept = lambda b: next(int(float(l.split()[1])) for l in call(b, "GET", "/metrics")[2].decode().splitlines()
+                               if l.startswith("sluice_cache_leftovers_deleted_total "))
+        # Counted once the delete's answer reaches the broker (just after the catalog applied it).
+        poll(lambda: swept(b2) + swept(b3) == 1, "one broker to count the leftover it deleted")
+
     def test_broker_slept_through_delete_and_recreate(self):
         self.start_all()
         b1, b3 = self.brokers[1], self.brokers[3]

@@ -8,6 +8,9 @@
 //   storage.delete.after_marker     marker written, nothing moved yet
 //   storage.delete.after_move       directories moved to .deleted/, marker still there
 //   storage.delete.after_unmark     marker removed, .deleted/ entries not yet removed
+//   cache.delete.after_catalog      a cache's or counter's catalog entry deleted, its backing
+//                                   stream not yet (http-api)
+//   cache.sweep.before_delete       a broker found a deleted cache's backing stream left over
 #pragma once
 
 #include <string_view>
