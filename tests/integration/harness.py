@@ -41,14 +41,15 @@ def free_port():
 
 
 def poll(cond, what, timeout=DEADLINE_S, interval=0.02):
-    """Polls cond() until it returns a truthy value; fails naming `what`."""
+    """Polls cond() until it returns a truthy value; fails naming `what` (a string, or a
+    callable giving one at the time of the failure, e.g. with the last answer seen)."""
     end = time.monotonic() + timeout
     while True:
         v = cond()
         if v:
             return v
         if time.monotonic() > end:
-            raise AssertionError("timed out after %.0fs waiting for %s" % (timeout, what))
+            raise AssertionError("timed out after %.0fs waiting for %s" % (timeout, what() if callable(what) else what))
         time.sleep(interval)
 
 

@@ -616,8 +616,10 @@ class CacheBrokers(unittest.TestCase):
         for i in range(5):
             # Until the controller sees broker 3 gone (broker.session_timeout_ms), a shard it
             # leads answers 503 unavailable (transient): retry those.
-            put = lambda: CacheClient(b1).put("new%d" % i, b"new")
-            st, r = poll(lambda: (lambda a: a if a[0] != 503 else None)(put()), "a put while broker 3 sleeps")
+            last = []
+            put = lambda: last.append(CacheClient(b1).put("new%d" % i, b"new")) or last[-1]
+            st, r = poll(lambda: (lambda a: a if a[0] != 503 else None)(put()),
+                         lambda: "a put while broker 3 sleeps (last answer: %r)" % (last[-1:],))
             self.assertEqual(st, 200, r)
         b3.start()
         c3 = CacheClient(b3)
