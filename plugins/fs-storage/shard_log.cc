@@ -353,8 +353,10 @@ Result<void> ShardLogImpl::sync_and_publish(Segment& seg) {
   }
   // A new shard's directory entries before its first acknowledgement: an acknowledged
   // record must be findable after power loss (docs/architecture.md "Deferred directory
-  // syncs of a new shard"). One atomic load per group once done.
-  if (auto r = sync_deferred_dirs(); !r) return r;
+  // syncs of a new shard"). One atomic load per group once done. With storage.fsync =
+  // never nothing is promised across a power cut, so the directories are not synced either.
+  if (opts_.fsync != FsyncPolicy::never)
+    if (auto r = sync_deferred_dirs(); !r) return r;
   std::lock_guard lk(seg_mu_);
   seg.readable_size = seg.write_pos;
   seg.written_size = seg.write_pos;
