@@ -357,6 +357,11 @@ class CounterBrokersTest(unittest.TestCase):
         and recreated; awake, it serves the new incarnation only (old keys read 0, an old
         producer's sequence is not a duplicate), and broker 2, which stayed up with the old
         incarnation's index, drops it when the change feed reports the delete."""
+        # The recreated counter's backing stream is created while broker 3 sleeps: with
+        # replication factor 2, once the catalog no longer counts broker 3 live (a factor of 3
+        # needs 3 live brokers; a sleeping broker counted live would get a replica).
+        for b in self.brokers:
+            b.extra["stream.default_replication_factor"] = "2"
         self.controller.start()
         for n in self.brokers:
             n.start()
@@ -383,6 +388,8 @@ class CounterBrokersTest(unittest.TestCase):
         self.assertGreater(counter_indexed_shards(b2), 0)
 
         self.assertEqual(b3.stop(), 0)
+        poll(lambda: not any(b["id"] == 3 and b["live"] for b in b1.request("GET", "/v1/brokers")["brokers"]),
+             "the catalog to count broker 3 no longer live")
         b1.request("DELETE", base + "/hits")
         # Broker 2 did not handle the delete: the change feed tells it to drop the indexes.
         poll(lambda: counter_indexed_shards(b2) == 0, "broker 2 to drop the deleted counter's indexes")
