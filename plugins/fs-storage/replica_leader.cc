@@ -15,15 +15,18 @@ void ReplicaManager::drop_parked(Shard& s) {
   // Called with s.mu held. Answers nothing itself: a dropped responder answers unavailable.
   for (auto& p : s.parked) {
     std::uint64_t handle = 0;
+    std::optional<TimerKey> timer;
     PeerResponder r;
     {
       std::lock_guard lk(p->mu);
       if (p->done) continue;
       p->done = true;
       handle = p->notify;
+      timer = p->timer;
       r = std::move(p->respond);
     }
     if (handle != 0 && s.log) s.log->cancel_end_notify(handle);
+    if (timer) cancel_timer(*timer);
     r(Error(Errc::not_leader, "broker " + std::to_string(self_.value()) +
                                   " stopped leading " + shard_name(s.ref, s.kind)));
   }
@@ -227,7 +230,14 @@ void ReplicaManager::serve_fetch(const std::shared_ptr<Shard>& s, FetchRequest r
   }
   lk.unlock();
   if (handle == 0) post([this, p] { finish_parked(p); });
-  after(wait, [this, p] { finish_parked(p); });
+  const TimerKey timer = after(wait, [this, p] { finish_parked(p); });
+  bool answered;
+  {
+    std::lock_guard plk(p->mu);
+    answered = p->done;
+    if (!answered) p->timer = timer;
+  }
+  if (answered) cancel_timer(timer);  // answered meanwhile: its deadline is not needed
 }
 
 bool ReplicaManager::try_finish_parked_here(const std::shared_ptr<Parked>& p) {
@@ -238,12 +248,15 @@ bool ReplicaManager::try_finish_parked_here(const std::shared_ptr<Parked>& p) {
   std::unique_lock lk(s->mu, std::try_to_lock);
   if (!lk.owns_lock()) return false;
   PeerResponder respond;
+  std::optional<TimerKey> timer;
   {
     std::lock_guard plk(p->mu);
     if (p->done) return true;
     p->done = true;
+    timer = p->timer;
     respond = std::move(p->respond);
   }
+  if (timer) cancel_timer(*timer);
   auto& v = s->parked;
   v.erase(std::remove(v.begin(), v.end(), p), v.end());
   // The notification fired, so there is nothing to cancel.
@@ -274,14 +287,18 @@ bool ReplicaManager::try_finish_parked_here(const std::shared_ptr<Parked>& p) {
 void ReplicaManager::finish_parked(const std::shared_ptr<Parked>& p) {
   auto s = p->shard.lock();
   std::uint64_t handle = 0;
+  std::optional<TimerKey> timer;
   PeerResponder respond;
   {
     std::lock_guard lk(p->mu);
     if (p->done) return;
     p->done = true;
     handle = p->notify;
+    timer = p->timer;
     respond = std::move(p->respond);
   }
+  // Answered before its deadline: take the deadline back (a no-op when it is the caller).
+  if (timer) cancel_timer(*timer);
   if (!s) return;  // the responder answers unavailable
   std::shared_ptr<ReplicaLog> log;
   {

@@ -57,7 +57,7 @@ void ReplicaManager::stop() {
   transport_.unhandle(kReplicaFetch);
   transport_.unhandle(kReplicaEpochEnd);
   std::deque<std::function<void()>> queued;
-  std::multimap<Clock::time_point, std::function<void()>> timers;
+  std::map<TimerKey, std::function<void()>> timers;
   {
     std::lock_guard lk(exec_->mu);
     exec_->stopping = true;
@@ -89,18 +89,38 @@ void ReplicaManager::stop() {
 
 void ReplicaManager::post(std::function<void()> fn) { exec_->post(std::move(fn)); }
 
-void ReplicaManager::after(std::chrono::milliseconds delay, std::function<void()> fn) {
+ReplicaManager::TimerKey ReplicaManager::after(std::chrono::milliseconds delay,
+                                               std::function<void()> fn) {
   bool earliest = false;
+  TimerKey key;
   {
     std::lock_guard lk(exec_->mu);
-    if (exec_->stopping) return;
-    const auto it = exec_->timers.emplace(Clock::now() + delay, std::move(fn));
+    key = TimerKey(Clock::now() + delay, ++exec_->next_timer);
+    if (exec_->stopping) return key;
+    const auto it = exec_->timers.emplace(key, std::move(fn)).first;
     earliest = it == exec_->timers.begin();
   }
   // The timer thread sleeps until the earliest timer (or the next check): only a new
   // earliest one needs to wake it. Every parked fetch adds a timer, so this saves a
   // wake-up per fetch.
   if (earliest) exec_->timer_cv.notify_one();
+  return key;
+}
+
+void ReplicaManager::cancel_timer(const TimerKey& key) {
+  std::function<void()> dropped;  // destroyed after the lock (it may own anything)
+  std::lock_guard lk(exec_->mu);
+  auto it = exec_->timers.find(key);
+  if (it == exec_->timers.end()) return;  // fired already (or never armed: stopping)
+  dropped = std::move(it->second);
+  exec_->timers.erase(it);
+  // A cancelled earliest timer wakes the timer thread once, at its deadline, for nothing;
+  // waking it now to re-aim would cost the same wake-up.
+}
+
+std::size_t ReplicaManager::pending_timers() {
+  std::lock_guard lk(exec_->mu);
+  return exec_->timers.size();
 }
 
 void ReplicaManager::worker_loop() {
@@ -123,7 +143,7 @@ void ReplicaManager::timer_loop() {
   auto next_check = Clock::now() + opts_.check_interval;
   std::unique_lock lk(ex.mu);
   while (!ex.stopping) {
-    auto wake = ex.timers.empty() ? Clock::time_point::max() : ex.timers.begin()->first;
+    auto wake = ex.timers.empty() ? Clock::time_point::max() : ex.timers.begin()->first.first;
     if (opts_.check_interval.count() > 0) wake = std::min(wake, next_check);
     if (wake == Clock::time_point::max())
       ex.timer_cv.wait(lk);
@@ -132,7 +152,7 @@ void ReplicaManager::timer_loop() {
     if (ex.stopping) return;
     const auto now = Clock::now();
     bool posted = false;
-    while (!ex.timers.empty() && ex.timers.begin()->first <= now) {
+    while (!ex.timers.empty() && ex.timers.begin()->first.first <= now) {
       ex.queue.push_back(std::move(ex.timers.begin()->second));
       ex.timers.erase(ex.timers.begin());
       posted = true;

@@ -152,6 +152,8 @@ class ReplicaManager {
   std::vector<ReplicaProgress> progress(const ShardRef& ref);
   // Runs one lag and quorum-deadline check now (tests; the timer does it otherwise).
   void check_now();
+  // Timers not yet due (tests: an answered parked fetch leaves none behind).
+  std::size_t pending_timers();
 
   struct Counters {
     std::uint64_t fetches_served = 0;
@@ -173,7 +175,10 @@ class ReplicaManager {
   std::shared_ptr<Shard> find(const StreamKey& key, ShardIndex shard,
                               LogKind kind = LogKind::data);
   void post(std::function<void()> fn);
-  void after(std::chrono::milliseconds delay, std::function<void()> fn);
+  // A timer: its deadline and a unique id (cancel_timer takes it back).
+  using TimerKey = std::pair<std::chrono::steady_clock::time_point, std::uint64_t>;
+  TimerKey after(std::chrono::milliseconds delay, std::function<void()> fn);
+  void cancel_timer(const TimerKey& key);
   void worker_loop();
   void timer_loop();
   void finish_parked(const std::shared_ptr<Parked>& p);

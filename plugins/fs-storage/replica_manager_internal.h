@@ -23,7 +23,8 @@ struct ReplicaManager::Exec {
   std::condition_variable q_cv;      // workers: a task was queued, or stopping
   std::condition_variable timer_cv;  // timer thread: a timer was added, or stopping
   std::deque<std::function<void()>> queue;
-  std::multimap<Clock::time_point, std::function<void()>> timers;
+  std::map<TimerKey, std::function<void()>> timers;  // by deadline, then id
+  std::uint64_t next_timer = 0;
   bool stopping = false;
 
   void post(std::function<void()> fn) {
@@ -84,6 +85,9 @@ struct ReplicaManager::Parked {
   FetchRequest req;
   PeerResponder respond;
   std::uint64_t notify = 0;
+  // The wait_ms deadline, cancelled by whoever answers first (else its timer would wake
+  // the timer thread and a worker wait_ms later, for nothing: one per parked fetch).
+  std::optional<TimerKey> timer;
 };
 
 

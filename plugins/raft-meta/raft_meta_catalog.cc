@@ -523,6 +523,32 @@ ChangeBatch RaftMetaStore::changes_after(ChangeSeq after, std::size_t limit) {
   return fsm_.changes_after(after, limit);
 }
 
+ChangeBatch RaftMetaStore::wait_changes_after(ChangeSeq after, std::size_t limit,
+                                              std::chrono::steady_clock::time_point deadline,
+                                              const std::atomic<bool>& stop) {
+  for (;;) {
+    // The wake count is read before the catalog (watch_mu_ and fsm_mu_ are never held
+    // together): a change applied after the read bumps it, so no wake-up is lost.
+    std::uint64_t seen;
+    {
+      std::lock_guard lk(watch_mu_);
+      seen = wake_seq_;
+    }
+    auto b = changes_after(after, limit);
+    if (b.resync || !b.events.empty() || stop || std::chrono::steady_clock::now() >= deadline)
+      return b;
+    std::unique_lock lk(watch_mu_);
+    watch_cv_.wait_until(lk, deadline,
+                         [&] { return wake_seq_ != seen || stop || delivery_stop_; });
+    if (delivery_stop_) return changes_after(after, limit);
+  }
+}
+
+void RaftMetaStore::wake_long_polls() {
+  { std::lock_guard lk(watch_mu_); }  // a waiter between its check and its wait sees `stop`
+  watch_cv_.notify_all();
+}
+
 // --- counters (level 18) ----------------------------------------------------------------
 
 Result<CounterInfo> RaftMetaStore::create_counter(const StreamKey& key) {

@@ -162,6 +162,13 @@ class RaftMetaStore final : public MetadataStore {
   std::uint64_t state_hash();
   // For tests and the RPC server: the changes after `after` (at most `limit`).
   ChangeBatch changes_after(ChangeSeq after, std::size_t limit);
+  // The RPC server's long poll: the changes after `after` as soon as there are any (woken
+  // by every apply and restore, never by a timer), else an empty batch at `deadline`, or
+  // at once when `stop` is set (wake_long_polls wakes the waiters to see it).
+  ChangeBatch wait_changes_after(ChangeSeq after, std::size_t limit,
+                                 std::chrono::steady_clock::time_point deadline,
+                                 const std::atomic<bool>& stop);
+  void wake_long_polls();
   // The features this member's level knows (required_level <= metadata.level).
   std::vector<std::string> features_known_at_level() const;
   // The create_stream command this member would propose now (placement, incarnation).

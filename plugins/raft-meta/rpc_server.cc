@@ -110,6 +110,7 @@ Result<void> RpcServer::start() {
 void RpcServer::stop() {
   if (listen_fd_ < 0) return;
   stopping_ = true;
+  store_.wake_long_polls();  // held changes_after polls answer now
   char b = 1;
   (void)!::write(wake_[1], &b, 1);
   if (acceptor_.joinable()) acceptor_.join();
@@ -293,16 +294,12 @@ std::string RpcServer::handle(const std::string& request, bool& close_after) {
       ChangeSeq after{po.at("seq").to_number<std::uint64_t>()};
       std::int64_t wait = std::clamp<std::int64_t>(po.at("wait_ms").to_number<std::int64_t>(), 0, kMaxWaitMs);
       auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait);
-      for (;;) {
-        // Long poll. A simple 5 ms re-check (no coupling to the apply path); see README.
-        auto b = store_.changes_after(after, 256);
-        if (b.resync || !b.events.empty() || std::chrono::steady_clock::now() >= deadline || stopping_) {
-          json::array evs;
-          for (auto& e : b.events) evs.push_back(to_json(e));
-          return ok_response(json::object{{"resync", b.resync}, {"events", std::move(evs)}});
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      }
+      // Long poll, woken by the apply path (it used to re-check every 5 ms: 200 catalog
+      // reads and wake-ups a second per watching broker; see README).
+      auto b = store_.wait_changes_after(after, 256, deadline, stopping_);
+      json::array evs;
+      for (auto& e : b.events) evs.push_back(to_json(e));
+      return ok_response(json::object{{"resync", b.resync}, {"events", std::move(evs)}});
     }
     return error_response(Error(Errc::invalid_argument, "unknown method '" + method + "'"));
   } catch (const std::exception& e) {

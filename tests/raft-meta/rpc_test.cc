@@ -10,6 +10,7 @@
 #include <boost/json.hpp>
 #include <chrono>
 #include <condition_variable>
+#include <future>
 #include <map>
 #include <mutex>
 #include <atomic>
@@ -261,6 +262,49 @@ TEST(ControllerRpc, RemoteWatchDestroyedFromItsOwnCallbackIsSafe) {
   std::lock_guard lk(mu);
   EXPECT_EQ(calls, 1);
   EXPECT_EQ(self, nullptr);
+}
+
+// The changes_after long poll waits on the apply path, not on a timer (README "Threads"):
+// it holds with nothing new until its deadline, answers a change as soon as it is applied,
+// and answers at once when the server stops.
+TEST(ControllerRpc, TheLongPollHoldsUntilAChangeOrItsDeadlineOrAStop) {
+  using Clock = std::chrono::steady_clock;
+  Controller c;
+  ASSERT_TRUE(c.store.start().ok());
+  ASSERT_TRUE(c.store.create_tenant("t").ok());
+  auto head = c.store.changes_after(ChangeSeq{0}, 1000);
+  ASSERT_FALSE(head.events.empty());
+  const ChangeSeq at = head.events.back().seq;
+  std::atomic<bool> stop{false};
+
+  // Nothing new: an empty answer, and not before the deadline.
+  const auto t0 = Clock::now();
+  auto idle = c.store.wait_changes_after(at, 256, t0 + std::chrono::milliseconds(300), stop);
+  EXPECT_TRUE(idle.events.empty());
+  EXPECT_FALSE(idle.resync);
+  EXPECT_GE(Clock::now() - t0, std::chrono::milliseconds(300));
+
+  // A change wakes a poll that would otherwise hold for a minute.
+  auto held = std::async(std::launch::async, [&] {
+    return c.store.wait_changes_after(at, 256, Clock::now() + std::chrono::seconds(60), stop);
+  });
+  ASSERT_TRUE(c.store.create_namespace("t", "n").ok());
+  ASSERT_EQ(held.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  auto got = held.get();
+  ASSERT_EQ(got.events.size(), 1u);
+  EXPECT_EQ(got.events[0].kind, ChangeEvent::Kind::namespace_created);
+
+  // A stop answers a held poll at once (empty), long before its deadline.
+  const ChangeSeq now_at = got.events[0].seq;
+  auto stopped = std::async(std::launch::async, [&] {
+    return c.store.wait_changes_after(now_at, 256, Clock::now() + std::chrono::seconds(60), stop);
+  });
+  // Still held (nothing new), so the stop below must wake it.
+  ASSERT_EQ(stopped.wait_for(std::chrono::milliseconds(300)), std::future_status::timeout);
+  stop = true;
+  c.store.wake_long_polls();
+  ASSERT_EQ(stopped.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  EXPECT_TRUE(stopped.get().events.empty());
 }
 
 TEST(ControllerRpc, ANodeOfAnotherClusterIsRefusedNamingBothIds) {

@@ -32,6 +32,29 @@ TEST(ReplicaManager, AQuorumAppendCompletesOnceEveryInSyncReplicaHasItOnDisk) {
   EXPECT_TRUE(eventually([&] { return c.logs_[2]->high_watermark() == Offset{20}; }));
 }
 
+// A parked fetch answered by a write takes its wait_ms deadline back: a deadline left
+// behind would wake the timer thread and a worker wait_ms later, for nothing, once per
+// parked fetch (docs/replication.md "Fewer wake-ups on the data path").
+TEST(ReplicaManager, AnAnsweredParkedFetchLeavesNoTimerBehind) {
+  auto o = Cluster::fast_options();
+  o.fetch_wait = 60s;  // every deadline left behind would still be pending at the end
+  Cluster c(3, o);
+  c.tell();
+  for (std::uint64_t i = 0; i < 20; ++i) {
+    auto f = c.logs_[1]->append(100 + i);
+    ASSERT_EQ(f.wait_for(30s), std::future_status::ready);
+    ASSERT_TRUE(f.get());
+  }
+  // Both followers hold everything durably and their next fetch (the one that reported
+  // it) is parked: at most those two fetches' deadlines are pending on the leader, not one
+  // per answered fetch (>= 40).
+  EXPECT_EQ(c.logs_[1]->high_watermark(), Offset{20});
+  EXPECT_EQ(c.logs_[2]->durable_end(), Offset{20});
+  EXPECT_EQ(c.logs_[3]->durable_end(), Offset{20});
+  EXPECT_LE(c.managers_[1]->pending_timers(), 2u);
+  EXPECT_GE(c.managers_[1]->counters().fetches_served, 40u);
+}
+
 TEST(ReplicaManager, ALaggingReplicaLeavesTheInSyncSetButNeverBelowMinInsyncAndComesBack) {
   Cluster c(3);
   c.tell();
