@@ -221,7 +221,9 @@ Result<bool> CacheStore::restate_chunk(Shard& sh, std::unique_lock<std::mutex>& 
       sh.watch_offset = UINT64_MAX;
       continue;
     }
-    auto v = wait_visible(sh, lk, si, s, base + keys.size() - 1);
+    // The first offset only: a batch is visible as a whole, and if another broker's smaller
+    // batch took the sequence, base + keys.size() - 1 might never be written.
+    auto v = wait_visible(sh, lk, si, s, base);
     sh.watch_offset = UINT64_MAX;
     if (!v) return v.error();
     if (sh.watch_nonce != nonce) continue;  // another broker's batch won the sequence
