@@ -160,11 +160,7 @@ Result<bool> CacheStore::restate_chunk(Shard& sh, std::unique_lock<std::mutex>& 
                                        ShardIndex s, std::string& after, std::optional<std::uint64_t>& first) {
   for (int round = 0; round < kMaxRestateRounds; ++round) {
     // Decide against everything the leader holds (as write_batch does).
-    auto st = node_.shard_stats(si.key, s);
-    if (!st) return st.error();
-    if (st->log_end.value() > sh.end)
-      if (auto v = wait_visible(sh, lk, si, s, st->log_end.value() - 1); !v) return v.error();
-    if (auto c = catch_up(sh, si, s); !c) return c.error();
+    if (auto c = catch_up_to_log_end(sh, lk, si, s); !c) return c.error();
     const std::int64_t now = wall_ms() + cfg_.clock_skew_ms;
     std::vector<std::string> keys;
     std::vector<std::string> values;
