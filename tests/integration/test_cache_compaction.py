@@ -162,6 +162,33 @@ class CompactionSingle(unittest.TestCase):
         self.assertEqual(add(last_key, 1, producer=5, seq=last + 1)["value"], sums[last_key] + 1)
 
 
+class CompactionGate(unittest.TestCase):
+    def test_nothing_is_compacted_until_the_feature_is_finalized(self):
+        """An older broker would not understand restate records: with cache_compaction held
+        back, a shard well past its thresholds keeps its whole log; once finalized it is
+        compacted."""
+        n = Node(extra=dict(COMPACT, **{"metadata.bootstrap_hold_back": "cache_compaction"}))
+        try:
+            n.start()
+            create_cache(n)
+            c = CacheClient(n)
+            for i in range(600):  # ~1.2 MiB: over 4x cache.compact_min_bytes
+                st, r = c.put("hot%d" % (i % 4), b"x" * VALUE_BYTES)
+                self.assertEqual(st, 200, r)
+            time.sleep(7)  # more than a sweep period (5 s) and a check period (1 s) -- the
+            # assertion is that nothing happens, so there is no condition to poll for
+            self.assertEqual(min(backing_segments(n)), 0)
+            self.assertEqual(metric(n, "sluice_cache_compactions_total"), 0)
+            feats = {f["name"]: f for f in n.request("GET", "/v1/features")["features"]}
+            self.assertFalse(feats["cache_compaction"]["finalized"])
+            self.assertEqual(feats["cache_compaction"]["required_level"], 18)
+            n.request("POST", "/v1/features/cache_compaction/finalize")
+            poll(lambda: min(backing_segments(n)) > 0, "the backing shard to be compacted after the finalize")
+            self.assertEqual(c.get("hot0")[:2], (200, b"x" * VALUE_BYTES))
+        finally:
+            n.cleanup()
+
+
 class CompactionBrokers(unittest.TestCase):
     """One raft-meta controller and three brokers; the cache replicated on all three."""
 
