@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "layout.h"
+#include "producers.h"
 #include "storage_test_util.h"
 
 namespace sluice::fs_storage::testing {
@@ -179,6 +180,30 @@ TEST_F(RetentionTest, RollSealsTheActiveSegmentAndTrimDropsWholeSegmentsBelow) {
   EXPECT_EQ(shard->stats().log_start, Offset(9));
   EXPECT_EQ(shard->stats().high_watermark, Offset(18));
   EXPECT_EQ(read_all(*shard, 9).size(), 9u);
+}
+
+// trim_before never passes the producer snapshot (producer state must outlive the data):
+// when the snapshot could not be written at a roll, the segments above the previous one stay.
+TEST_F(RetentionTest, TrimNeverPassesTheProducerSnapshot) {
+  auto shard = open(RetentionPolicy{-1, -1});
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(append_wait(*shard, make_batch("a", 3, 1000, 10)));
+  ASSERT_EQ(*shard->roll_segment(), Offset(9));  // snapshot at 9
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(append_wait(*shard, make_batch("b", 3, 1000, 10)));
+  // A directory where the snapshot's temporary file goes: writing the snapshot fails.
+  const auto dir = engine_->shard_directory(test_ref()).value() + "/log/";
+  const std::string tmp = dir + std::string(kProducerSnapshotName) + ".tmp";
+  ASSERT_TRUE(std::filesystem::create_directory(tmp));
+  ASSERT_EQ(*shard->roll_segment(), Offset(15));  // rolled; the snapshot stays at 9
+  ASSERT_TRUE(append_wait(*shard, make_batch("c", 3, 1000, 10)));
+  auto t = shard->trim_before(Offset(1000));
+  ASSERT_TRUE(t) << t.error().to_string();
+  EXPECT_EQ(*t, Offset(9)) << "segment [9, 15) lies beyond the producer snapshot";
+  std::filesystem::remove(tmp);
+  ASSERT_EQ(*shard->roll_segment(), Offset(18));  // snapshot at 18 now
+  t = shard->trim_before(Offset(1000));
+  ASSERT_TRUE(t) << t.error().to_string();
+  EXPECT_EQ(*t, Offset(18));
+  EXPECT_EQ(read_all(*shard, 18).size(), 0u);
 }
 
 }  // namespace
