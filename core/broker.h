@@ -119,6 +119,8 @@ class BrokerRuntime final : public Node {
   Result<std::vector<ShardStatus>> shards(const StreamKey& key) override;
   std::string leader_address(const StreamKey& key, ShardIndex shard) override;
   bool serves_locally(const StreamKey& key, ShardIndex shard) override;
+  Result<Offset> roll_shard(const StreamKey& key, ShardIndex shard) override;
+  Result<Offset> trim_shard(const StreamKey& key, ShardIndex shard, Offset before) override;
   Result<Assignment> move_leader(const StreamKey& key, ShardIndex shard, NodeId broker) override;
   Result<Assignment> elect_leader(const StreamKey& key, ShardIndex shard, Election kind,
                                   NodeId broker) override;

@@ -96,6 +96,26 @@ bool BrokerRuntime::serves_locally(const StreamKey& key, ShardIndex shard) {
   return st->shards[shard.value()] != nullptr;
 }
 
+// Only where the shard is led and served here: a compaction's roll and trim are the
+// leader's (docs/architecture.md "Cache compaction"); followers trim from the fetch answers.
+Result<Offset> BrokerRuntime::roll_shard(const StreamKey& key, ShardIndex shard) {
+  auto rt = route(key, shard);
+  if (!rt) return rt.error();
+  if (!rt->log)
+    return Error(Errc::not_leader, "shard " + std::to_string(shard.value()) + " of " + key.to_string() +
+                                       " is led by broker " + std::to_string(rt->leader.value()) + ", not here");
+  return rt->log->roll_segment();
+}
+
+Result<Offset> BrokerRuntime::trim_shard(const StreamKey& key, ShardIndex shard, Offset before) {
+  auto rt = route(key, shard);
+  if (!rt) return rt.error();
+  if (!rt->log)
+    return Error(Errc::not_leader, "shard " + std::to_string(shard.value()) + " of " + key.to_string() +
+                                       " is led by broker " + std::to_string(rt->leader.value()) + ", not here");
+  return rt->log->trim_before(before);
+}
+
 std::string BrokerRuntime::leader_address(const StreamKey& key, ShardIndex shard) {
   auto st = find(key);
   if (!st) return {};

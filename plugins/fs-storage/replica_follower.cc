@@ -179,6 +179,16 @@ void ReplicaManager::fetch_step(const std::shared_ptr<Shard>& s, std::uint64_t g
             counters_.bytes_appended += resp->chunk.size();
           }
           log->advance_high_watermark(std::min(resp->high_watermark, log->durable_end()));
+          // The leader dropped old segments (retention, or a cache compaction that restated
+          // their live state at the log end): drop ours below min(its log start, our high
+          // watermark) too (docs/architecture.md "Cache compaction"). A failure only keeps
+          // more data here; the next answer tries again.
+          if (resp->log_start > log->log_start()) {
+            const Offset before = std::min(resp->log_start, log->high_watermark());
+            if (auto t = log->trim_before(before); !t)
+              log_(LogLevel::warn, shard_name(s->ref, s->kind) + ": could not trim below " +
+                                       std::to_string(before.value()) + ": " + t.error().message);
+          }
           {
             std::lock_guard lk(s->mu);
             if (s->gen != gen) return;

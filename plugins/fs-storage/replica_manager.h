@@ -98,6 +98,10 @@ class ReplicaLog {
   // The one cut allowed below the high watermark (docs/replication.md "Below the leader's
   // log start"). Refused on a leader, and when the log holds anything at or above `start`.
   virtual Result<void> restart_at(Offset start) = 0;
+  // Deletes whole sealed segments entirely below `before` (ShardLog::trim_before's bounds);
+  // returns the new log start. A follower calls it when the leader's log start moved up
+  // (docs/architecture.md "Cache compaction"). Default: keeps everything.
+  virtual Result<Offset> trim_before(Offset) { return log_start(); }
   // `cb` once the log end exceeds `offset` or the log closes (inline then, returning 0).
   // It runs on any thread (the real log's flusher), with no lock of the log held: it may
   // call back into the log. It must not block on anything a flush waits for.

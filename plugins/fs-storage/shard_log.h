@@ -168,6 +168,12 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   // Deletes whole sealed segments, oldest first, per the retention policy. Any thread.
   void apply_retention(std::int64_t now_ms);
   void set_retention(RetentionPolicy r);
+  // ShardLog::roll_segment / trim_before (docs/architecture.md "Cache compaction"). roll
+  // takes the flusher's token (like the follower path), so the segment writer keeps one
+  // writer; appends queued meanwhile are flushed into the new segment. trim shares
+  // retention's deletion and bounds (high watermark, producer snapshot, active segment).
+  Result<Offset> roll_segment() override;
+  Result<Offset> trim_before(Offset before) override;
   const std::string& directory() const { return dir_; }
   // Clock of group deadlines (tests inject one); set before any group call.
   void set_group_clock(GroupClock c) { group_clock_ = std::move(c); }
@@ -346,6 +352,14 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   Result<void> sync_and_publish(Segment& seg);
   Result<void> roll(std::uint64_t new_base);
   void fail_all(const Error& e);
+  // Deletes the first how_many() segments (called with seg_mu_ held; `why` names the caller
+  // in logs), files oldest first, then fsyncs the directory: retention's and trim_before's
+  // common deletion. Returns the new log start.
+  std::uint64_t drop_front_segments(const std::function<std::size_t()>& how_many, std::string_view why);
+  // How many leading segments may go so that the log starts at or below `before`
+  // (seg_mu_ held): never the active one, never beyond the producer snapshot or (replicated)
+  // the high watermark.
+  std::size_t droppable_below(std::uint64_t before);
   void complete_dups(std::uint64_t acked_end);
   void fail_dups(const Error& e, std::uint64_t inflight_begin, std::uint64_t inflight_end);
   void wake_waiters();

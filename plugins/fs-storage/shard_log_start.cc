@@ -7,6 +7,7 @@
 #include "layout.h"
 #include "log_restart.h"
 #include "shard_log.h"
+#include "flush_pool.h"
 
 namespace sluice::fs_storage {
 
@@ -19,32 +20,30 @@ void ShardLogImpl::set_retention(RetentionPolicy r) {
   retention_ = r;
 }
 
-void ShardLogImpl::apply_retention(std::int64_t now_ms) {
+std::size_t ShardLogImpl::droppable_below(std::uint64_t before) {
+  const std::uint64_t snap_end = snapshot_end_.load(std::memory_order_acquire);
+  const std::uint64_t hwm = hwm_.load(std::memory_order_acquire);
+  std::size_t drop = 0;
+  while (drop + 1 < segments_.size()) {  // never the active segment
+    const std::uint64_t next_base = segments_[drop + 1]->base();
+    if (next_base > before) break;
+    // Never beyond the producer snapshot: producer state must outlive the data.
+    if (next_base > snap_end) break;
+    // Never beyond the high watermark: only committed records go.
+    if (replicated_ && next_base > hwm) break;
+    ++drop;
+  }
+  return drop;
+}
+
+std::uint64_t ShardLogImpl::drop_front_segments(const std::function<std::size_t()>& how_many,
+                                                std::string_view why) {
   std::vector<std::shared_ptr<Segment>> doomed;
   std::uint64_t new_start = 0;
   {
     std::lock_guard lk(seg_mu_);
-    if (segments_.size() < 2) return;
-    std::uint64_t total = 0;
-    for (auto& s : segments_) total += s->readable_size;
-    std::size_t drop = 0;
-    const std::uint64_t snap_end = snapshot_end_.load(std::memory_order_acquire);
-    const std::uint64_t hwm = hwm_.load(std::memory_order_acquire);
-    while (drop + 1 < segments_.size()) {  // never the active segment
-      const auto& s = segments_[drop];
-      // Never beyond the producer snapshot: producer state must outlive the data.
-      if (segments_[drop + 1]->base() > snap_end) break;
-      // Never beyond the high watermark: only committed records expire.
-      if (replicated_ && segments_[drop + 1]->base() > hwm) break;
-      const bool by_size = retention_.max_bytes >= 0 &&
-                           total > static_cast<std::uint64_t>(retention_.max_bytes);
-      const bool by_age =
-          retention_.max_age_ms >= 0 && s->max_ts < now_ms - retention_.max_age_ms;
-      if (!by_size && !by_age) break;
-      total -= s->readable_size;
-      ++drop;
-    }
-    if (drop == 0) return;
+    const std::size_t drop = segments_.empty() ? 0 : how_many();
+    if (drop == 0) return segments_.empty() ? 0 : segments_.front()->base();
     doomed.assign(segments_.begin(), segments_.begin() + static_cast<std::ptrdiff_t>(drop));
     segments_.erase(segments_.begin(), segments_.begin() + static_cast<std::ptrdiff_t>(drop));
     new_start = segments_.front()->base();
@@ -54,16 +53,92 @@ void ShardLogImpl::apply_retention(std::int64_t now_ms) {
   std::size_t removed = 0;
   for (auto& s : doomed) {
     if (auto r = fs_->remove(s->log_path()); !r) {
-      host_.log(LogLevel::warn, kComponent, "retention: " + r.error().message);
+      host_.log(LogLevel::warn, kComponent, std::string(why) + ": " + r.error().message);
       break;
     }
     (void)fs_->remove(s->index_path());
     ++removed;
   }
-  (void)fs_->sync_dir(log_dir());
+  if (auto r = fs_->sync_dir(log_dir()); !r)
+    host_.log(LogLevel::warn, kComponent, std::string(why) + ": " + r.error().message);
   host_.log(LogLevel::info, kComponent,
-            "retention: shard " + ref_.to_string() + " deleted " + std::to_string(removed) +
+            std::string(why) + ": shard " + ref_.to_string() + " deleted " + std::to_string(removed) +
                 " segment(s); log start is now " + std::to_string(new_start));
+  return new_start;
+}
+
+void ShardLogImpl::apply_retention(std::int64_t now_ms) {
+  (void)drop_front_segments(
+      [&]() -> std::size_t {
+        if (segments_.size() < 2) return 0;
+        std::uint64_t total = 0;
+        for (auto& s : segments_) total += s->readable_size;
+        const std::size_t limit = droppable_below(UINT64_MAX);
+        std::size_t drop = 0;
+        while (drop < limit) {
+          const auto& s = segments_[drop];
+          const bool by_size = retention_.max_bytes >= 0 &&
+                               total > static_cast<std::uint64_t>(retention_.max_bytes);
+          const bool by_age =
+              retention_.max_age_ms >= 0 && s->max_ts < now_ms - retention_.max_age_ms;
+          if (!by_size && !by_age) break;
+          total -= s->readable_size;
+          ++drop;
+        }
+        return drop;
+      },
+      "retention");
+}
+
+Result<Offset> ShardLogImpl::trim_before(Offset before) {
+  {
+    std::lock_guard lk(mu_);
+    if (!failure_.empty())
+      return Error(Errc::storage_failure, "shard " + ref_.to_string() + " failed: " + failure_);
+    if (state_ != State::open)
+      return Error(Errc::unavailable, "shard " + ref_.to_string() + " is closed");
+  }
+  return Offset(drop_front_segments([&] { return droppable_below(before.value()); }, "trim"));
+}
+
+Result<Offset> ShardLogImpl::roll_segment() {
+  std::lock_guard rl(repl_mu_);  // no role change or follower write meanwhile
+  {
+    std::unique_lock lk(mu_);
+    if (replicated_ && role_ != Role::leader)
+      return Error(Errc::not_leader, "shard " + ref_.to_string() + " does not lead; only its leader rolls");
+    if (auto r = acquire_writer(lk); !r) return r.error();
+  }
+  // Holding the flusher's token: no flush runs; appends arriving now queue up and are
+  // flushed (into the new segment) when the token is released.
+  Result<Offset> out = Offset(0);
+  std::shared_ptr<Segment> active;
+  {
+    std::lock_guard lk(seg_mu_);
+    active = segments_.back();
+  }
+  if (active->write_pos == 0) {
+    out = Offset(active->base());
+  } else if (auto r = roll(active->pending_next_offset); !r) {
+    {
+      std::lock_guard lk(mu_);
+      if (failure_.empty()) failure_ = r.error().message;
+    }
+    host_.log(LogLevel::error, kComponent,
+              "shard " + ref_.to_string() + " failed to roll its segment, refusing appends until reopened: " +
+                  r.error().message);
+    out = Error(Errc::storage_failure, r.error().message);
+  } else {
+    out = Offset(active->pending_next_offset);
+  }
+  bool schedule = false;
+  {
+    std::lock_guard lk(mu_);
+    scheduled_ = schedule = !queue_.empty();
+    drained_cv_.notify_all();
+  }
+  if (schedule) pool_.schedule(shared_from_this());
+  return out;
 }
 
 Result<void> ShardLogImpl::restart_at(Offset start_off) {

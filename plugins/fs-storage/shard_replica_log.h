@@ -51,6 +51,7 @@ class ShardReplicaLog final : public ReplicaLog {
   }
   Result<void> truncate_to(Offset end) override { return log_->truncate_to(end); }
   Result<void> restart_at(Offset start) override { return log_->restart_at(start); }
+  Result<Offset> trim_before(Offset before) override { return log_->trim_before(before); }
   std::uint64_t notify_when_end_beyond(Offset offset, std::function<void()> cb) override {
     return log_->notify_when_end_beyond(offset, std::move(cb));
   }

@@ -52,10 +52,11 @@ Result<void> validate_cache_key(std::string_view key, std::size_t max_bytes) {
 
 std::string encode_cache_record(const CacheRecord& r) {
   std::string out;
-  out.reserve(kCacheRecordHeader + r.value.size());
+  out.reserve(kRestateRecordHeader + r.value.size());
   out.push_back(static_cast<char>(r.op));
   put_u64_le(out, r.nonce);
   put_u64_le(out, static_cast<std::uint64_t>(r.expires_at_ms));
+  if (r.op == CacheRecord::Op::restate) put_u64_le(out, r.revision);
   out.append(r.value);
   return out;
 }
@@ -64,10 +65,17 @@ std::optional<CacheRecord> decode_cache_record(std::string_view b) {
   if (b.size() < kCacheRecordHeader) return std::nullopt;
   CacheRecord r;
   const auto op = static_cast<std::uint8_t>(b[0]);
-  if (op != 1 && op != 2 && op != 3) return std::nullopt;
+  if (op < 1 || op > 4) return std::nullopt;
   r.op = static_cast<CacheRecord::Op>(op);
   r.nonce = get_u64_le(b.data() + 1);
   r.expires_at_ms = static_cast<std::int64_t>(get_u64_le(b.data() + 9));
+  if (r.op == CacheRecord::Op::restate) {
+    if (b.size() < kRestateRecordHeader) return std::nullopt;
+    r.revision = get_u64_le(b.data() + kCacheRecordHeader);
+    if (r.revision == 0 || r.expires_at_ms < -1) return std::nullopt;
+    r.value = b.substr(kRestateRecordHeader);
+    return r;
+  }
   r.value = b.substr(kCacheRecordHeader);
   if (r.op == CacheRecord::Op::del && !r.value.empty()) return std::nullopt;
   if (r.op == CacheRecord::Op::put_ttl && r.expires_at_ms <= 0) return std::nullopt;
@@ -80,20 +88,26 @@ void CacheIndex::apply(std::string_view key, const CacheRecord& r, std::uint64_t
   const std::int64_t expires_at_ms = expiry(r, stamped_ms);
   const bool expired = expires_at_ms >= 0 && expires_at_ms <= now_ms;
   if (r.op == CacheRecord::Op::del || expired) {
-    if (it != map_.end()) map_.erase(it);
+    if (it != map_.end()) erase(it);
     return;
   }
-  if (it == map_.end()) it = map_.emplace(std::string(key), CacheEntry{}).first;
-  it->second.revision = offset + 1;
+  if (it == map_.end()) {
+    it = map_.emplace(std::string(key), CacheEntry{}).first;
+    live_bytes_ += it->first.size();
+  }
+  // A restate keeps the key's original revision (docs/architecture.md "Cache compaction").
+  it->second.revision = r.op == CacheRecord::Op::restate ? r.revision : offset + 1;
   it->second.expires_at_ms = expires_at_ms;
+  live_bytes_ -= it->second.value.size();
   it->second.value.assign(r.value);
+  live_bytes_ += it->second.value.size();
 }
 
 const CacheEntry* CacheIndex::find(std::string_view key, std::int64_t now_ms) {
   auto it = map_.find(key);
   if (it == map_.end()) return nullptr;
   if (it->second.expired(now_ms)) {
-    map_.erase(it);
+    erase(it);
     return nullptr;
   }
   return &it->second;

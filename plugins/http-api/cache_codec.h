@@ -48,13 +48,19 @@ Result<void> validate_cache_key(std::string_view key, std::size_t max_bytes);
 //               and the record's timestamp is the shard leader's clock when it appended
 //               it (published as -1, stamped by the leader: docs/api.md "Expiry")
 //   bytes 17..  the value (put only)
+// op 4, restate (docs/architecture.md "Cache compaction"): a key's live state restated at
+// the log end by the compactor: bytes 9..16 its absolute expires_at_ms (-1 none), bytes
+// 17..24 its original revision (u64 LE, >= 1), bytes 25.. its value (a counter's state
+// verbatim). Applied like a put, but revision and expiry come from the record.
 struct CacheRecord {
-  enum class Op : std::uint8_t { put = 1, del = 2, put_ttl = 3 };
+  enum class Op : std::uint8_t { put = 1, del = 2, put_ttl = 3, restate = 4 };
   Op op = Op::put;
   std::uint64_t nonce = 0;
   std::int64_t expires_at_ms = -1;  // op put_ttl: the TTL in ms
+  std::uint64_t revision = 0;       // op restate only
   std::string_view value;
 };
+inline constexpr std::size_t kRestateRecordHeader = 25;
 inline constexpr std::size_t kCacheRecordHeader = 17;
 std::string encode_cache_record(const CacheRecord& r);
 // nullopt when `bytes` is not a CacheRecord (too short, unknown op, delete with a value).
@@ -87,10 +93,28 @@ class CacheIndex {
   template <class Fn>
   bool scan(std::string_view prefix, std::string_view after, std::size_t limit, std::int64_t now_ms, Fn&& fn);
   std::size_t size() const { return map_.size(); }
-  void clear() { map_.clear(); }
+  // Entries with key > `after` in key order, expired ones included (not erased), while
+  // fn(key, entry) returns true (the compactor's walk).
+  template <class Fn>
+  void walk_from(std::string_view after, Fn&& fn) const {
+    for (auto it = map_.upper_bound(after); it != map_.end(); ++it)
+      if (!fn(it->first, it->second)) return;
+  }
+  // Key and value bytes held (the compactor's measure of live data).
+  std::uint64_t live_bytes() const { return live_bytes_; }
+  void clear() {
+    map_.clear();
+    live_bytes_ = 0;
+  }
 
  private:
-  std::map<std::string, CacheEntry, std::less<>> map_;
+  using Map = std::map<std::string, CacheEntry, std::less<>>;
+  Map::iterator erase(Map::iterator it) {
+    live_bytes_ -= it->first.size() + it->second.value.size();
+    return map_.erase(it);
+  }
+  Map map_;
+  std::uint64_t live_bytes_ = 0;
 };
 
 template <class Fn>
@@ -100,7 +124,7 @@ bool CacheIndex::scan(std::string_view prefix, std::string_view after, std::size
   std::size_t n = 0;
   while (it != map_.end() && std::string_view(it->first).substr(0, prefix.size()) == prefix) {
     if (it->second.expired(now_ms)) {
-      it = map_.erase(it);
+      it = erase(it);
       continue;
     }
     if (n == limit) return true;

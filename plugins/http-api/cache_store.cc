@@ -84,6 +84,7 @@ CacheStore::CacheStore(Node& node, CacheConfig cfg, CacheFlavor flavor)
   std::random_device rd;
   nonce_base_ = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
   for (unsigned i = 0; i < cfg_.threads; ++i) threads_.emplace_back([this] { run(); });
+  sweeper_ = std::thread([this] { sweep_loop(); });  // cache_compact.cc
 }
 
 CacheStore::~CacheStore() { stop(); }
@@ -102,6 +103,8 @@ void CacheStore::stop() {
   }
   w.reset();  // outside memo_mu_: the watch's callbacks take it
   cv_.notify_all();
+  sweep_cv_.notify_all();
+  if (sweeper_.joinable()) sweeper_.join();
   for (auto& t : threads_)
     if (t.joinable()) t.join();
   threads_.clear();
@@ -317,6 +320,18 @@ Result<void> CacheStore::catch_up(Shard& sh, const StreamInfo& backing, ShardInd
   // Bounded: a shard written faster than it can be read still answers.
   for (int round = 0; round < 100000; ++round) {
     auto fr = node_.fetch(backing.key, s, Offset{sh.end}, 10000, 4u << 20);
+    if (!fr && fr.error().code == Errc::offset_out_of_range) {
+      // Compaction trimmed the log past this index (docs/architecture.md "Cache
+      // compaction"): rebuild from the log start; a stale index would keep keys deleted in
+      // the trimmed range.
+      auto st = node_.shard_stats(backing.key, s);
+      if (st && st->log_start.value() > sh.end) {
+        sh.index.clear();
+        sh.end = st->log_start.value();
+        sh.next_seq = 0;  // from the first producer batch read (a restate batch at the latest)
+        continue;
+      }
+    }
     if (!fr) {
       // A new leader whose high watermark still lags what this index holds (acknowledged
       // under the old leader): keep the index and try again shortly; rebuilding it now
@@ -455,6 +470,7 @@ Result<CacheStore::Write> CacheStore::write(const StreamKey& cache, std::string_
   }
   sh->writing = false;
   sh->cv.notify_all();
+  maybe_compact(sh, si, s);  // cache_compact.cc
   return std::move(*me.answer);
 }
 

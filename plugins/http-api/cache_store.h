@@ -60,6 +60,11 @@ struct CacheConfig {
   // cache.clock_skew_ms: added to this broker's clock where the cache layer reads it (a
   // test's skewed broker; the leader's stamp in storage is not moved).
   std::int64_t clock_skew_ms = 0;
+  // Background compaction of backing shards this broker leads (docs/architecture.md "Cache
+  // compaction"): once a shard's retained bytes pass max(compact_min_bytes, compact_ratio x
+  // the index's live key and value bytes).
+  std::uint64_t compact_min_bytes = 64u << 20;  // cache.compact_min_bytes
+  std::uint32_t compact_ratio = 2;              // cache.compact_ratio
 };
 
 // What a store keeps: caches, or counters (whose catalog entries it reads as a CacheInfo
@@ -94,6 +99,10 @@ class CacheStore {
   std::size_t pending_writes() const { return pending_.load(std::memory_order_relaxed); }
   // Leftover backing streams of deleted caches this broker removed (sluice_cache_leftovers_deleted_total).
   std::uint64_t leftovers_deleted() const { return swept_.load(std::memory_order_relaxed); }
+  // Compactions finished (restated and trimmed) and the bytes they trimmed, since start
+  // (sluice_cache_compactions_total, sluice_cache_compacted_bytes_total).
+  std::uint64_t compactions() const { return compactions_.load(std::memory_order_relaxed); }
+  std::uint64_t compacted_bytes() const { return compacted_bytes_.load(std::memory_order_relaxed); }
   // Runs `fn` on the cache pool. After stop() it is dropped.
   void submit(std::function<void()> fn);
   void stop();
@@ -161,6 +170,10 @@ class CacheStore {
     std::uint64_t watch_offset = UINT64_MAX;  // write_once: the nonce found at this offset
     std::uint64_t watch_nonce = 0;
     std::int64_t watch_stamp = -1;  // ... and the leader's timestamp there
+    // Compaction (cache_compact.cc): one at a time per shard, checked at most once a second.
+    bool compacting = false;
+    std::chrono::steady_clock::time_point compact_check{};
+    std::uint64_t compact_floor = 0;  // retained bytes right after the last compaction
   };
   struct Resolved {
     CacheInfo cache;
@@ -189,6 +202,23 @@ class CacheStore {
   Result<Write> write(const StreamKey& cache, std::string_view key, CacheRecord rec, std::optional<std::int64_t> ttl_ms,
                       std::optional<AckMode> ack, const Decide& check);
   void run();
+  // --- compaction (cache_compact.cc; docs/architecture.md "Cache compaction") ---
+  // After a write: schedules a compaction of shard `s` on the pool if it is due (sh.mu held).
+  void maybe_compact(const std::shared_ptr<Shard>& sh, const StreamInfo& si, ShardIndex s);
+  // roll -> restate every live key in chunks -> trim below the first restate batch.
+  Result<void> compact(Shard& sh, const StreamInfo& si, ShardIndex s);
+  // One restate batch of the keys after `after` (holding the shard's writer token): true
+  // when it wrote one (`after` moves on, `first` gets its offset if unset), false when no
+  // key is left.
+  Result<bool> restate_chunk(Shard& sh, std::unique_lock<std::mutex>& lk, const StreamInfo& si, ShardIndex s,
+                             std::string& after, std::optional<std::uint64_t>& first);
+  bool compaction_finalized();  // the fleet feature cache_compaction (remembered once true)
+  // Every kSweepEvery: finds the backing shards of this flavor that this broker leads (the
+  // catalog's assignments) and checks each (catching up an index first if the shard is big
+  // enough): client writes reach a shard's leader as forwarded publishes, not through its
+  // CacheStore, so maybe_compact after a local write alone would never see them.
+  void sweep_loop();
+  void sweep_once();
   // Starts the catalog watch if it is not running (memo_mu_ not held).
   void ensure_watch();
   void forget_all();  // a cache changed: drop every remembered resolution
@@ -214,6 +244,13 @@ class CacheStore {
   std::atomic<std::size_t> pending_{0};
   std::atomic<std::uint64_t> swept_{0};
   std::vector<std::thread> threads_;
+  std::atomic<std::uint64_t> compactions_{0};
+  std::atomic<std::uint64_t> compacted_bytes_{0};
+  std::atomic<bool> compaction_finalized_{false};
+  std::mutex feature_mu_;
+  std::chrono::steady_clock::time_point feature_check_{};
+  std::thread sweeper_;
+  std::condition_variable sweep_cv_;  // with mu_: stop() wakes the sweeper
 
   std::mutex memo_mu_;
   std::map<std::string, Resolved, std::less<>> memo_;  // "tenant/ns/cache"

@@ -73,6 +73,9 @@ HttpConfig HttpConfig::from_host(const PluginHost& h) {
   c.cache_shards = static_cast<std::uint32_t>(ranged(h, "cache.shards", 4, 1, 1024));
   c.cache_threads = static_cast<unsigned>(ranged(h, "cache.threads", 16, 1, 256));
   c.cache_clock_skew_ms = ranged(h, "cache.clock_skew_ms", 0, -86400000, 86400000);
+  c.cache_compact_min_bytes =
+      static_cast<std::uint64_t>(ranged(h, "cache.compact_min_bytes", 64 << 20, 65536, std::int64_t{1} << 40));
+  c.cache_compact_ratio = static_cast<std::uint32_t>(ranged(h, "cache.compact_ratio", 2, 1, 1000));
   c.tls.cert_file = h.config_string("tls.cert_file", "");
   c.tls.key_file = h.config_string("tls.key_file", "");
   c.tls.client_ca_file = h.config_string("tls.client_ca_file", "");

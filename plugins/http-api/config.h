@@ -50,6 +50,8 @@ struct HttpConfig {
   std::uint32_t cache_shards = 4;                // cache.shards
   unsigned cache_threads = 16;                   // cache.threads
   std::int64_t cache_clock_skew_ms = 0;          // cache.clock_skew_ms (tests)
+  std::uint64_t cache_compact_min_bytes = 64u << 20;  // cache.compact_min_bytes
+  std::uint32_t cache_compact_ratio = 2;               // cache.compact_ratio
   // tls.*: with a certificate the listener speaks HTTPS only (docs/security.md "TLS").
   TlsFiles tls;
 

@@ -62,6 +62,14 @@ std::string HttpMetrics::render() const {
            (cache_ ? cache_->leftovers_deleted() : 0) + (counters_ ? counters_->leftovers_deleted() : 0));
   w.single("sluice_counter_pending_writes", "Counter adds in progress on this broker (queued for, or in, their shard's group commit).",
            MetricType::gauge, counters_ ? counters_->pending_writes() : 0);
+  w.single("sluice_cache_compactions_total",
+           "Compactions of cache and counter backing shards this broker led that finished: live keys "
+           "restated at the log end, older segments deleted (docs/architecture.md \"Cache compaction\").",
+           MetricType::counter,
+           (cache_ ? cache_->compactions() : 0) + (counters_ ? counters_->compactions() : 0));
+  w.single("sluice_cache_compacted_bytes_total",
+           "Bytes of cache and counter backing shards those compactions deleted.", MetricType::counter,
+           (cache_ ? cache_->compacted_bytes() : 0) + (counters_ ? counters_->compacted_bytes() : 0));
   w.single("sluice_http_received_bytes_total", "Request bytes read (headers and body).", MetricType::counter,
            bytes_in_.load());
   w.single("sluice_http_sent_bytes_total", "Response bytes written (headers and body).", MetricType::counter,

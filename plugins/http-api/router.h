@@ -39,10 +39,12 @@ class Router {
         waiters_(cfg.max_waiters_per_shard),
         quotas_(cfg.publish_bytes_per_s),
         cache_(node, CacheConfig{cfg.cache_max_value_bytes, cfg.cache_max_key_bytes, cfg.cache_shards,
-                                 cfg.cache_threads, cfg.default_replication_factor, cfg.cache_clock_skew_ms}),
+                                 cfg.cache_threads, cfg.default_replication_factor, cfg.cache_clock_skew_ms,
+                                 cfg.cache_compact_min_bytes, cfg.cache_compact_ratio}),
         counters_(node,
                   CacheConfig{cfg.cache_max_value_bytes, cfg.cache_max_key_bytes, cfg.cache_shards, cfg.cache_threads,
-                              cfg.default_replication_factor, cfg.cache_clock_skew_ms},
+                              cfg.default_replication_factor, cfg.cache_clock_skew_ms, cfg.cache_compact_min_bytes,
+                              cfg.cache_compact_ratio},
                   CacheFlavor::counters()) {
     metrics_.set_quotas(&quotas_);
     metrics_.set_cache(&cache_, &counters_);

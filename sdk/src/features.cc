@@ -21,6 +21,9 @@ constexpr FeatureSpec kKnown[] = {
     {kCounters, MetadataLevel{18},
      "counters: named int64 values by key with idempotent adds, per incarnation "
      "(create_counter / delete_counter)"},
+    {kCacheCompaction, MetadataLevel{18},
+     "cache and counter backing streams are compacted in the background: restate records at "
+     "the log end, whole old segments dropped"},
 };
 
 std::string join_ids(const std::vector<NodeId>& ids) {

@@ -94,6 +94,20 @@ Result<Assignment> Node::reassign_shard(const StreamKey&, ShardIndex, const std:
 Result<DrainPlan> Node::drain_broker(NodeId) {
   return Error(Errc::not_supported, "this node does not drain brokers");
 }
+Result<Offset> Node::roll_shard(const StreamKey&, ShardIndex) {
+  return Error(Errc::not_supported, "this node does not roll shard segments");
+}
+Result<Offset> Node::trim_shard(const StreamKey&, ShardIndex, Offset) {
+  return Error(Errc::not_supported, "this node does not trim shard logs");
+}
+Result<Offset> ShardLog::roll_segment() {
+  return Error(Errc::not_supported, "this storage engine does not roll segments on request (" +
+                                        ref().to_string() + ")");
+}
+Result<Offset> ShardLog::trim_before(Offset) {
+  return Error(Errc::not_supported, "this storage engine does not trim logs on request (" +
+                                        ref().to_string() + ")");
+}
 Result<bool> StorageEngine::remove_replica(const ShardRef& ref) {
   return Error(Errc::not_supported, "this storage engine does not remove replicas (" +
                                         ref.to_string() + ")");

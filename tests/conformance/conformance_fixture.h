@@ -26,6 +26,7 @@ inline const std::string kRepl(kReplicatedShards);
 inline const std::string kReassign(kShardReassignment);
 inline const std::string kCacheInc(kCacheIncarnations);
 inline const std::string kCountersF(kCounters);
+inline const std::string kCompactF(kCacheCompaction);
 
 struct Options {
   bool hold_back_incarnations = false;  // a cluster bootstrapped without the finalize
@@ -58,7 +59,7 @@ inline std::unique_ptr<Instance> make_raft(const Options& o) {
   // bootstrap: held back alike.
   if (o.hold_back_incarnations)
     cfg["metadata.bootstrap_hold_back"] =
-        kInc + "," + kCacheInc + "," + kRepl + "," + kReassign + "," + kCountersF;
+        kInc + "," + kCacheInc + "," + kRepl + "," + kReassign + "," + kCountersF + "," + kCompactF;
   in->host = std::make_unique<TestHost>(cfg);
   auto c = raft_meta::RaftMetaConfig::from_host(*in->host);
   if (o.change_retention) c.change_retention = o.change_retention;
@@ -72,7 +73,7 @@ inline std::unique_ptr<Instance> make_postgres(const Options& o) {
   auto in = std::make_unique<Instance>();
   in->host = std::make_unique<TestHost>();
   auto c = pgtest::config(pgtest::fresh_schema("conf_" + pgtest::current_test_name()));
-  if (o.hold_back_incarnations) c.bootstrap_hold_back = {kInc, kCacheInc, kRepl, kReassign, kCountersF};
+  if (o.hold_back_incarnations) c.bootstrap_hold_back = {kInc, kCacheInc, kRepl, kReassign, kCountersF, kCompactF};
   if (o.change_retention) c.change_retention = static_cast<std::int64_t>(o.change_retention);
   if (c.url.empty()) c.start_timeout = std::chrono::milliseconds(1);  // already failed: say so fast
   in->store = std::make_unique<postgres_meta::PgMetaStore>(*in->host, c);
@@ -99,7 +100,7 @@ class Conformance : public ::testing::TestWithParam<Backend> {
     b.address = "127.0.0.1:" + std::to_string(9000 + id);
     b.directory_id = "dir-" + std::to_string(id);
     b.version = "test";
-    if (with_incarnations) b.features = {kInc, std::string(kCacheIncarnations), kRepl, kReassign, kCountersF};
+    if (with_incarnations) b.features = {kInc, std::string(kCacheIncarnations), kRepl, kReassign, kCountersF, kCompactF};
     return b;
   }
   static StreamSpec replicated(std::uint32_t shards, std::uint32_t rf, std::uint32_t min_insync) {

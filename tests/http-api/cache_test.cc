@@ -100,6 +100,83 @@ TEST(CacheIndex, AppliesPutsDeletesAndExpiry) {
   EXPECT_EQ(ix.size(), 0u);
 }
 
+// Restate records (docs/architecture.md "Cache compaction"): the compactor's copy of a
+// key's live state. The index takes revision and absolute expiry from the record, not from
+// its offset or stamp; a later put or delete wins as usual.
+TEST(CacheCodec, RestateRoundTripAndRejects) {
+  CacheRecord r;
+  r.op = CacheRecord::Op::restate;
+  r.nonce = 9;
+  r.expires_at_ms = 1700000000123;
+  r.revision = 42;
+  r.value = "val";
+  const std::string b = encode_cache_record(r);
+  ASSERT_EQ(b.size(), kRestateRecordHeader + 3);
+  auto d = decode_cache_record(b);
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->op, CacheRecord::Op::restate);
+  EXPECT_EQ(d->revision, 42u);
+  EXPECT_EQ(d->expires_at_ms, r.expires_at_ms);
+  EXPECT_EQ(d->value, "val");
+  EXPECT_FALSE(decode_cache_record(b.substr(0, kRestateRecordHeader - 1)));  // no revision
+  CacheRecord zero = r;
+  zero.revision = 0;
+  EXPECT_FALSE(decode_cache_record(encode_cache_record(zero)));
+}
+
+TEST(CacheIndex, RestateKeepsTheOriginalRevisionAndExpiryAndLaterWritesWin) {
+  CacheIndex ix;
+  CacheRecord r;
+  r.op = CacheRecord::Op::restate;
+  r.revision = 7;
+  r.expires_at_ms = 50000;
+  r.value = "old";
+  ix.apply("k", r, 100, 1000, 99999);  // offset 100, stamped 99999: neither is used
+  const CacheEntry* e = ix.find("k", 1000);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->revision, 7u);
+  EXPECT_EQ(e->expires_at_ms, 50000);
+  EXPECT_EQ(e->value, "old");
+  EXPECT_EQ(ix.live_bytes(), 4u);
+  EXPECT_FALSE(ix.find("k", 50000));  // the absolute expiry holds
+  ix.apply("k", r, 100, 1000, 99999);
+  ix.apply("k", put("new"), 101, 1000);
+  e = ix.find("k", 1000);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->revision, 102u);
+  EXPECT_EQ(e->expires_at_ms, -1);
+  CacheRecord del;
+  del.op = CacheRecord::Op::del;
+  ix.apply("k", del, 102, 1000);
+  EXPECT_FALSE(ix.find("k", 1000));
+  EXPECT_EQ(ix.live_bytes(), 0u);
+  // A restate without expiry is live forever; one already expired never becomes live.
+  r.expires_at_ms = -1;
+  ix.apply("n", r, 103, 1000);
+  ASSERT_TRUE(ix.find("n", INT64_MAX - 1));
+  r.expires_at_ms = 900;
+  ix.apply("x", r, 104, 1000);
+  EXPECT_FALSE(ix.find("x", 1000));
+}
+
+TEST(CacheIndex, WalkFromVisitsKeysInOrderExpiredOnesIncluded) {
+  CacheIndex ix;
+  std::uint64_t off = 0;
+  for (const char* k : {"c", "a", "d", "b"}) ix.apply(k, put("v", 5000), off++, 0);
+  std::string seen;
+  ix.walk_from("a", [&](const std::string& k, const CacheEntry&) {
+    seen += k;
+    return k != "c";
+  });
+  EXPECT_EQ(seen, "bc");
+  seen.clear();
+  ix.walk_from("", [&](const std::string& k, const CacheEntry&) {
+    seen += k;
+    return true;
+  });
+  EXPECT_EQ(seen, "abcd");
+}
+
 TEST(CacheIndex, ATtlPutExpiresByTheLeadersStampNotTheReader) {
   CacheRecord r;
   r.op = CacheRecord::Op::put_ttl;

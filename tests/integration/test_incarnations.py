@@ -10,7 +10,7 @@ from harness import cleanup_all, HttpError, Node, poll, record_value
 # replicated_shards (level 16) and shard_reassignment (17) too: the "older build" brokers below
 # report no feature.
 HOLD_BACK = {"metadata.bootstrap_hold_back": "stream_incarnations,cache_incarnations,replicated_shards,"
-                                              "shard_reassignment,counters"}
+                                              "shard_reassignment,counters,cache_compaction"}
 
 
 def dirs(node, stream):

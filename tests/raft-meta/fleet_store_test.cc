@@ -21,8 +21,9 @@ const std::string kCacheInc(kCacheIncarnations);
 const std::string kRepl(kReplicatedShards);
 const std::string kReassign(kShardReassignment);
 const std::string kCountersF(kCounters);
+const std::string kCompactF(kCacheCompaction);
 const std::string kHoldBoth =
-    kInc + "," + kCacheInc + "," + kRepl + "," + kReassign + "," + kCountersF;
+    kInc + "," + kCacheInc + "," + kRepl + "," + kReassign + "," + kCountersF + "," + kCompactF;
 
 std::map<std::string, std::string> base_config() {
   return {{"raft.address", "127.0.0.1:0"}, {"metadata.rpc_address", "127.0.0.1:0"}, {"metadata.timeout_ms", "20000"}};
@@ -245,7 +246,7 @@ TEST(RaftMetaFleet, PlacementRoundRobinsOverLiveBrokersAndEventsCarryAssignments
   EXPECT_EQ(snap0->assignments[0].leader, NodeId{0});
 
   for (std::uint32_t id : {3u, 1u, 2u})
-    ASSERT_TRUE(store.register_broker({NodeId{id}, "h", "d", "v", {kInc, kCacheInc, kRepl, kReassign, kCountersF}}).ok());
+    ASSERT_TRUE(store.register_broker({NodeId{id}, "h", "d", "v", {kInc, kCacheInc, kRepl, kReassign, kCountersF, kCompactF}}).ok());
   const StreamKey key{"acme", "prod", "orders"};
   auto s = store.create_stream(key, spec(6));
   ASSERT_TRUE(s.ok()) << s.error().to_string();
@@ -292,7 +293,7 @@ TEST(RaftMetaFleet, RestartKeepsTombstonesFeaturesAndBrokers) {
     RaftMetaStore store(host);
     ASSERT_TRUE(store.start().ok());
     make_namespace(store);
-    ASSERT_TRUE(store.register_broker({NodeId{4}, "h:4", "d4", "0.7.0", {kInc, kCacheInc, kRepl, kReassign, kCountersF}}).ok());
+    ASSERT_TRUE(store.register_broker({NodeId{4}, "h:4", "d4", "0.7.0", {kInc, kCacheInc, kRepl, kReassign, kCountersF, kCompactF}}).ok());
     for (int i = 0; i < 4; ++i) {
       auto s = store.create_stream({"acme", "prod", "orders"}, spec(2));
       ASSERT_TRUE(s.ok()) << s.error().to_string();
@@ -311,7 +312,7 @@ TEST(RaftMetaFleet, RestartKeepsTombstonesFeaturesAndBrokers) {
   EXPECT_GT((*tombs)[0].deleted_up_to, first);
   auto bs = store.list_brokers();
   ASSERT_EQ(bs->size(), 1u);
-  EXPECT_EQ((*bs)[0].features, (std::vector<std::string>{kCacheInc, kCountersF, kRepl, kReassign, kInc}));
+  EXPECT_EQ((*bs)[0].features, (std::vector<std::string>{kCompactF, kCacheInc, kCountersF, kRepl, kReassign, kInc}));
   auto fs = store.list_features();
   EXPECT_TRUE(find(*fs, kInc)->finalized);
   auto s = store.create_stream({"acme", "prod", "orders"}, spec());

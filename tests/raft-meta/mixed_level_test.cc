@@ -40,6 +40,7 @@ const std::string kCacheInc(kCacheIncarnations);
 const std::string kRepl(kReplicatedShards);
 const std::string kReassign(kShardReassignment);
 const std::string kCountersF(kCounters);
+const std::string kCompactF(kCacheCompaction);
 
 class Group;
 
@@ -622,7 +623,7 @@ TEST(MixedLevels, BelowLevel17ReassignmentEntriesAreNeverApplied) {
 // entry raises the floor to 18, and a member restarted on a level-17 build holds at it.
 TEST(MixedLevels, CounterEntriesApplyAt18AndHoldMembersBelowIt) {
   Group g({18, 18, 18}, seed_for("18"));
-  g.start({kStreamInc, kCacheInc, kRepl, kReassign, kCountersF});
+  g.start({kStreamInc, kCacheInc, kRepl, kReassign, kCountersF, kCompactF});
   const StreamKey k{"t", "n", "hits"};
   EXPECT_EQ(g.fsm(0).level_floor(), MetadataLevel{8});
   const std::uint64_t first18 = g.fsm(0).applied().value() + 1;

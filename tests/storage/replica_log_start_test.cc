@@ -69,6 +69,30 @@ TEST(ReplicaLogStartTest, RetentionNeverMovesTheLogStartPastTheHighWatermark) {
   EXPECT_EQ(a.log->log_start(), Offset(24));
 }
 
+// trim_before (docs/architecture.md "Cache compaction") has retention's bounds: never past
+// the high watermark; roll_segment is the leader's only.
+TEST(ReplicaLogStartTest, TrimNeverMovesTheLogStartPastTheHighWatermarkAndOnlyALeaderRolls) {
+  Node a(kIncarnation, with_retention(-1));
+  ASSERT_TRUE(a.log->become_leader(LeaderEpoch(1)));
+  append_n(*a.log, "r", 10);  // segments at 0, 6, 12, 18, 24
+  auto t = a.log->trim_before(Offset(30));
+  ASSERT_TRUE(t) << t.error().to_string();
+  EXPECT_EQ(*t, Offset(0)) << "trim removed records nobody has committed";
+  a.log->advance_high_watermark(Offset(14));
+  t = a.log->trim_before(Offset(30));
+  ASSERT_TRUE(t) << t.error().to_string();
+  EXPECT_EQ(*t, Offset(12));
+  auto r = a.log->roll_segment();
+  ASSERT_TRUE(r) << r.error().to_string();
+  EXPECT_EQ(*r, Offset(30));
+
+  Node f;
+  ASSERT_TRUE(f.log->become_follower(LeaderEpoch(1), NodeId(1)));
+  auto fr = f.log->roll_segment();
+  ASSERT_FALSE(fr);
+  EXPECT_EQ(fr.error().code, Errc::not_leader);
+}
+
 TEST(ReplicaLogStartTest, RestartAtLeavesAnEmptyLogAtTheNewStartThatReopensAndFollows) {
   Node a(kIncarnation, with_retention(1024)), f;
   ASSERT_TRUE(f.log->become_follower(LeaderEpoch(2), NodeId(1)));

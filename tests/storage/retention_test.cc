@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "layout.h"
+#include "producers.h"
 #include "storage_test_util.h"
 
 namespace sluice::fs_storage::testing {
@@ -135,6 +136,74 @@ TEST_F(RetentionTest, UnlimitedPolicyDeletesNothing) {
   engine_->run_retention_once();
   EXPECT_EQ(shard->stats().segments, before.segments);
   EXPECT_EQ(shard->stats().log_start.value(), 0u);
+}
+
+// ShardLog::roll_segment / trim_before (docs/architecture.md "Cache compaction"): a roll
+// seals the active segment at the log end; a trim deletes whole sealed segments entirely
+// below its offset, never the active one, and the new log start survives a reopen.
+TEST_F(RetentionTest, RollSealsTheActiveSegmentAndTrimDropsWholeSegmentsBelow) {
+  auto shard = open(RetentionPolicy{-1, -1});
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(append_wait(*shard, make_batch("a", 3, 1000, 10)));
+  ASSERT_EQ(shard->stats().segments, 1u);
+  auto rolled = shard->roll_segment();
+  ASSERT_TRUE(rolled) << rolled.error().to_string();
+  EXPECT_EQ(*rolled, Offset(9));
+  EXPECT_EQ(shard->stats().segments, 2u);
+  auto again = shard->roll_segment();  // the active segment is empty: no new one
+  ASSERT_TRUE(again);
+  EXPECT_EQ(*again, Offset(9));
+  EXPECT_EQ(shard->stats().segments, 2u);
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(append_wait(*shard, make_batch("b", 3, 1000, 10)));
+
+  // Segment [0, 9) is not entirely below 5: nothing goes.
+  auto t = shard->trim_before(Offset(5));
+  ASSERT_TRUE(t) << t.error().to_string();
+  EXPECT_EQ(*t, Offset(0));
+  EXPECT_EQ(read_all(*shard).size(), 15u);
+  // Far beyond the end: only sealed segments go, never the active one.
+  t = shard->trim_before(Offset(1000));
+  ASSERT_TRUE(t) << t.error().to_string();
+  EXPECT_EQ(*t, Offset(9));
+  const auto dir = engine_->shard_directory(test_ref()).value() + "/log/";
+  EXPECT_FALSE(std::filesystem::exists(dir + segment_file_name(0)));
+  auto below = shard->read(Offset(0), 10, 1 << 20);
+  ASSERT_FALSE(below);
+  EXPECT_EQ(below.error().code, Errc::offset_out_of_range);
+  auto rest = read_all(*shard, 9);
+  EXPECT_EQ(rest.size(), 6u);
+  EXPECT_EQ(shard->stats().log_start, Offset(9));
+
+  // Appends after the trim continue the offsets; the start survives a reopen.
+  ASSERT_TRUE(append_wait(*shard, make_batch("c", 3, 1000, 10)));
+  engine_->close_shard(test_ref());
+  shard = open(RetentionPolicy{-1, -1});
+  EXPECT_EQ(shard->stats().log_start, Offset(9));
+  EXPECT_EQ(shard->stats().high_watermark, Offset(18));
+  EXPECT_EQ(read_all(*shard, 9).size(), 9u);
+}
+
+// trim_before never passes the producer snapshot (producer state must outlive the data):
+// when the snapshot could not be written at a roll, the segments above the previous one stay.
+TEST_F(RetentionTest, TrimNeverPassesTheProducerSnapshot) {
+  auto shard = open(RetentionPolicy{-1, -1});
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(append_wait(*shard, make_batch("a", 3, 1000, 10)));
+  ASSERT_EQ(*shard->roll_segment(), Offset(9));  // snapshot at 9
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(append_wait(*shard, make_batch("b", 3, 1000, 10)));
+  // A directory where the snapshot's temporary file goes: writing the snapshot fails.
+  const auto dir = engine_->shard_directory(test_ref()).value() + "/log/";
+  const std::string tmp = dir + std::string(kProducerSnapshotName) + ".tmp";
+  ASSERT_TRUE(std::filesystem::create_directory(tmp));
+  ASSERT_EQ(*shard->roll_segment(), Offset(15));  // rolled; the snapshot stays at 9
+  ASSERT_TRUE(append_wait(*shard, make_batch("c", 3, 1000, 10)));
+  auto t = shard->trim_before(Offset(1000));
+  ASSERT_TRUE(t) << t.error().to_string();
+  EXPECT_EQ(*t, Offset(9)) << "segment [9, 15) lies beyond the producer snapshot";
+  std::filesystem::remove(tmp);
+  ASSERT_EQ(*shard->roll_segment(), Offset(18));  // snapshot at 18 now
+  t = shard->trim_before(Offset(1000));
+  ASSERT_TRUE(t) << t.error().to_string();
+  EXPECT_EQ(*t, Offset(18));
+  EXPECT_EQ(read_all(*shard, 18).size(), 0u);
 }
 
 }  // namespace

@@ -45,6 +45,10 @@ inline constexpr std::string_view kShardReassignment = "shard_reassignment";
 // entries. Until it is finalized, counter creates are refused. Every serving broker must
 // report it: a broker that lacks it cannot serve a counter's keys.
 inline constexpr std::string_view kCounters = "counters";
+// Background compaction of cache and counter backing streams (docs/architecture.md "Cache
+// compaction"): restate records and trimmed log starts. A broker compacts only once it is
+// finalized: an older broker would not understand restate records. No catalog change.
+inline constexpr std::string_view kCacheCompaction = "cache_compaction";
 
 struct FeatureSpec {
   std::string_view name;

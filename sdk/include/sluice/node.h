@@ -121,6 +121,11 @@ class Node {
   // I/O threads); true when this node serves them itself or answers at once (an unknown
   // stream or shard). Default: true.
   virtual bool serves_locally(const StreamKey& key, ShardIndex shard);
+  // ShardLog::roll_segment / trim_before of `shard`, only where this node leads it and
+  // serves it itself (never forwarded; not_leader otherwise). The cache compactor's calls
+  // (docs/architecture.md "Cache compaction"). Default: not_supported.
+  virtual Result<Offset> roll_shard(const StreamKey& key, ShardIndex shard);
+  virtual Result<Offset> trim_shard(const StreamKey& key, ShardIndex shard, Offset before);
   // An operator's leader move (plan_leader_move, catalog_rules.h) as one compare-and-set on
   // the catalog. Returns the shard's new state. Default: not_supported.
   virtual Result<Assignment> move_leader(const StreamKey& key, ShardIndex shard, NodeId broker);

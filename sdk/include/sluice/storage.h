@@ -160,6 +160,18 @@ class ShardLog {
   // every group as new records) and marks them replayed. Returns how many were replayed.
   virtual Result<std::uint64_t> replay_dead_letters(const std::string& group, Offset from,
                                                     Offset to) = 0;
+
+  // --- compaction of keyed logs (docs/architecture.md "Cache compaction") --------------
+  // Seals the active segment if it holds anything and starts a new one at the log end;
+  // returns the active segment's base (the log end if it rolled). Appends queued meanwhile
+  // land in the new segment. Leader only on a replicated shard (not_leader otherwise).
+  // Default: not_supported.
+  virtual Result<Offset> roll_segment();
+  // Deletes whole sealed segments lying entirely below `before`, oldest first (the same
+  // deletion as retention): never the active segment, never beyond the high watermark on a
+  // replicated shard, never beyond the producer snapshot. The directory is fsynced. Returns
+  // the new log start. Default: not_supported.
+  virtual Result<Offset> trim_before(Offset before);
 };
 
 // The catalog's word on one shard incarnation's replicas (Assignment, metadata.h).
