@@ -100,6 +100,7 @@ constexpr ConfigKey kConfigKeys[] = {
     {"cache.clock_skew_ms", "0", "For tests only: shifts the clock this broker's cache layer compares expiries with (-86400000..86400000). Expiry is computed from the shard leader's append time, which this does not move."},
     {"cache.compact_min_bytes", "67108864", "A cache's or counter's backing shard is compacted (its live keys restated at the log end, older segments deleted) once its retained bytes pass this and cache.compact_ratio x its live key and value bytes, and grew by this much since its last compaction (65536..1099511627776). Only its leader compacts, once the fleet feature cache_compaction is finalized."},
     {"cache.compact_ratio", "2", "See cache.compact_min_bytes: retained bytes over this multiple of the live bytes (1..1000)."},
+    {"cache.compact_sweep_ms", "30000", "How often a broker looks for cache and counter backing shards it leads that are due for compaction (100..3600000); a write through the leader checks its shard at once. Each look reads the catalog's snapshot (a controller call on raft-meta)."},
     {"cache.threads", "16", "Threads serving cache key requests on each broker (1..256); each may wait for a write's acknowledgement, so this bounds the writes one broker has in flight (they are group-committed per shard)."},
     {"stream.default_replication_factor", "1", "replication_factor of a stream create that names none, and of a new cache's backing stream (1..5); min_insync defaults to a majority of it. Above 1 needs the fleet feature replicated_shards (metadata level 16)."},
 };

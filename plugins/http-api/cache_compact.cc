@@ -34,7 +34,6 @@ constexpr auto kRetryAfterFailure = std::chrono::seconds(10);
 // Rounds one restate batch may lose to other writes before the compaction gives up.
 constexpr int kMaxRestateRounds = 64;
 // How often each broker looks for backing shards it leads that are due.
-constexpr auto kSweepEvery = std::chrono::seconds(5);
 
 }  // namespace
 
@@ -82,7 +81,7 @@ void CacheStore::sweep_loop() {
   for (;;) {
     {
       std::unique_lock lk(mu_);
-      sweep_cv_.wait_for(lk, kSweepEvery, [&] { return stopping_.load(); });
+      sweep_cv_.wait_for(lk, std::chrono::milliseconds(cfg_.compact_sweep_ms), [&] { return stopping_.load(); });
       if (stopping_) return;
     }
     sweep_once();

@@ -65,6 +65,9 @@ struct CacheConfig {
   // the index's live key and value bytes).
   std::uint64_t compact_min_bytes = 64u << 20;  // cache.compact_min_bytes
   std::uint32_t compact_ratio = 2;              // cache.compact_ratio
+  // cache.compact_sweep_ms: how often the leader looks for backing shards due (it reads the
+  // catalog's snapshot: a controller call on a raft-meta broker).
+  std::int64_t compact_sweep_ms = 30000;
 };
 
 // What a store keeps: caches, or counters (whose catalog entries it reads as a CacheInfo

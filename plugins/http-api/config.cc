@@ -76,6 +76,7 @@ HttpConfig HttpConfig::from_host(const PluginHost& h) {
   c.cache_compact_min_bytes =
       static_cast<std::uint64_t>(ranged(h, "cache.compact_min_bytes", 64 << 20, 65536, std::int64_t{1} << 40));
   c.cache_compact_ratio = static_cast<std::uint32_t>(ranged(h, "cache.compact_ratio", 2, 1, 1000));
+  c.cache_compact_sweep_ms = ranged(h, "cache.compact_sweep_ms", 30000, 100, 3600000);
   c.tls.cert_file = h.config_string("tls.cert_file", "");
   c.tls.key_file = h.config_string("tls.key_file", "");
   c.tls.client_ca_file = h.config_string("tls.client_ca_file", "");

@@ -52,6 +52,7 @@ struct HttpConfig {
   std::int64_t cache_clock_skew_ms = 0;          // cache.clock_skew_ms (tests)
   std::uint64_t cache_compact_min_bytes = 64u << 20;  // cache.compact_min_bytes
   std::uint32_t cache_compact_ratio = 2;               // cache.compact_ratio
+  std::int64_t cache_compact_sweep_ms = 30000;         // cache.compact_sweep_ms
   // tls.*: with a certificate the listener speaks HTTPS only (docs/security.md "TLS").
   TlsFiles tls;
 

@@ -40,11 +40,11 @@ class Router {
         quotas_(cfg.publish_bytes_per_s),
         cache_(node, CacheConfig{cfg.cache_max_value_bytes, cfg.cache_max_key_bytes, cfg.cache_shards,
                                  cfg.cache_threads, cfg.default_replication_factor, cfg.cache_clock_skew_ms,
-                                 cfg.cache_compact_min_bytes, cfg.cache_compact_ratio}),
+                                 cfg.cache_compact_min_bytes, cfg.cache_compact_ratio, cfg.cache_compact_sweep_ms}),
         counters_(node,
                   CacheConfig{cfg.cache_max_value_bytes, cfg.cache_max_key_bytes, cfg.cache_shards, cfg.cache_threads,
                               cfg.default_replication_factor, cfg.cache_clock_skew_ms, cfg.cache_compact_min_bytes,
-                              cfg.cache_compact_ratio},
+                              cfg.cache_compact_ratio, cfg.cache_compact_sweep_ms},
                   CacheFlavor::counters()) {
     metrics_.set_quotas(&quotas_);
     metrics_.set_cache(&cache_, &counters_);

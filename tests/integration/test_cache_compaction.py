@@ -16,7 +16,8 @@ import unittest
 from harness import Node, poll
 from test_cache import CacheClient, create_cache
 
-COMPACT = {"cache.compact_min_bytes": "262144", "storage.segment_bytes": "65536", "cache.shards": "1"}
+COMPACT = {"cache.compact_min_bytes": "262144", "storage.segment_bytes": "65536", "cache.shards": "1",
+           "cache.compact_sweep_ms": "1000"}
 VALUE_BYTES = 2048
 # Bounds of every write loop (count and time).
 MAX_WRITES = 4000
