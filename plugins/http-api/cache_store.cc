@@ -7,9 +7,6 @@
 #include <future>
 #include <random>
 
-#include "sluice/catalog_rules.h"
-#include "sluice/failpoint.h"
-#include "sluice/log.h"
 #include "sluice/hash.h"
 #include "sluice/record_batch.h"
 
@@ -38,7 +35,6 @@ constexpr auto kVisibleWait = std::chrono::seconds(30);
 // every kTransientPause for up to kTransientRetry.
 constexpr auto kTransientPause = std::chrono::milliseconds(50);
 constexpr auto kTransientRetry = std::chrono::seconds(10);
-constexpr auto kBackingWait = std::chrono::seconds(10);
 
 // A read whose catch-up fails with a transient error (the shard's leader moving, not
 // open yet) is tried again, like a write, for up to kTransientRetry (docs/api.md "Caches").
@@ -143,168 +139,6 @@ std::shared_ptr<CacheStore::Shard> CacheStore::shard(const StreamKey& backing, S
 
 ShardIndex CacheStore::shard_of(std::string_view key, const StreamInfo& backing) const {
   return ShardIndex{static_cast<std::uint32_t>(fnv1a64(key) % std::max<std::uint32_t>(1, backing.spec.shards))};
-}
-
-Result<StreamInfo> CacheStore::ensure_backing(const CacheInfo& ci) {
-  const StreamKey bk = backing_key(ci.key, ci.incarnation, ci.created_seq);
-  forget_all();  // a (re)created cache: no request may resolve to an older incarnation
-  const auto deadline = std::chrono::steady_clock::now() + kBackingWait;
-  bool created = false;
-  for (;;) {
-    auto si = node_.stream(bk);
-    if (si && si->created_seq.value() > ci.created_seq.value()) return *si;
-    if (si) {
-      // Left over from an earlier cache of this name whose delete did not reach it (a
-      // crash between the two): never serve it. Delete it and create a fresh one.
-      auto d = node_.catalog().delete_stream(bk);
-      if (!d && d.error().code != Errc::not_found) return d.error();
-    } else if (si.error().code != Errc::not_found) {
-      return si.error();
-    }
-    if (!created) {
-      StreamSpec spec;
-      spec.shards = cfg_.shards;
-      spec.replication_factor = cfg_.replication_factor;
-      spec.min_insync = default_min_insync(spec.replication_factor);
-      spec.default_ack = spec.replication_factor > 1 ? AckMode::quorum : AckMode::leader;
-      auto c = node_.create_stream(bk, spec);
-      if (!c && c.error().code != Errc::already_exists) return c.error();
-      created = true;
-    }
-    // The broker applies the create from the catalog's change feed shortly after.
-    if (std::chrono::steady_clock::now() > deadline)
-      return Error(Errc::unavailable, "the " + flavor_.what + "'s backing stream '" + bk.name + "' is not available yet");
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-}
-
-void CacheStore::drop_indexes(const StreamKey& backing) {
-  std::lock_guard lk(mu_);
-  const std::string prefix = backing.tenant + "/" + backing.ns + "/" + backing.name + "/";
-  for (auto it = shards_.lower_bound(prefix); it != shards_.end() && it->first.starts_with(prefix);)
-    it = shards_.erase(it);
-}
-
-Result<void> CacheStore::delete_backing(const CacheInfo& ci) {
-  const StreamKey bk = backing_key(ci.key, ci.incarnation, ci.created_seq);
-  // Forgotten at once, not only when the change feed reports the delete: a recreate
-  // through this broker must never be answered from the old incarnation's resolution.
-  forget_all();
-  drop_indexes(bk);
-  auto d = node_.catalog().delete_stream(bk);
-  if (!d && d.error().code != Errc::not_found) return d.error();
-  return {};
-}
-
-void CacheStore::sweep_backing(const StreamKey& bk) {
-  // Only while this broker's applied catalog still has it: usually the broker that handled
-  // the delete removed it already, and then nothing is proposed.
-  auto si = node_.stream(bk);
-  if (!si) return;
-  failpoint("cache.sweep.before_delete");  // crash tests
-  auto d = node_.catalog().delete_stream(bk);
-  if (d) {
-    ++swept_;
-    log_line(LogLevel::info, "http-api", "deleted the leftover backing stream " + bk.to_string() +
-                                             " of a deleted " + flavor_.what);
-    return;
-  }
-  if (d.error().code != Errc::not_found)
-    log_line(LogLevel::warn, "http-api", "cannot delete the leftover backing stream " + bk.to_string() +
-                                             " of a deleted " + flavor_.what + ": " + d.error().message);
-}
-
-void CacheStore::forget_all() {
-  std::lock_guard lk(memo_mu_);
-  memo_.clear();
-  ++memo_gen_;
-}
-
-void CacheStore::ensure_watch() {
-  std::unique_ptr<WatchHandle> old;
-  {
-    std::lock_guard lk(memo_mu_);
-    if (watch_ok_ || stopping_ || std::chrono::steady_clock::now() < watch_retry_) return;
-    old = std::move(watch_);
-    watch_retry_ = std::chrono::steady_clock::now() + std::chrono::seconds(1);
-  }
-  old.reset();  // a watch that asked for a resync; outside memo_mu_ (its callbacks take it)
-  const MetadataStatus st = node_.catalog().status();
-  if (!st.ready) return;
-  // Every change after `applied` is reported; a resolution read after this point reflects
-  // every change up to it (catalog reads are read-your-writes).
-  auto w = node_.catalog().watch(
-      st.applied,
-      [this](const ChangeEvent& ev) {
-        using K = ChangeEvent::Kind;
-        if (ev.kind == K::cache_created || ev.kind == K::cache_deleted || ev.kind == K::counter_created ||
-            ev.kind == K::counter_deleted || ev.kind == K::namespace_deleted || ev.kind == K::tenant_deleted ||
-            ev.kind == K::stream_deleted)
-          forget_all();
-        // A deleted backing stream's indexes (with their values) go, on every broker.
-        if (ev.kind == K::stream_deleted && reserved_stream_name(ev.stream.key.name)) drop_indexes(ev.stream.key);
-        // A deleted cache's (counter's) backing stream goes too, even if the broker that
-        // handled the delete died before deleting it: every broker that sees the delete
-        // removes what is left (docs/api.md "Caches (keys)", "Leftovers").
-        if ((ev.kind == K::cache_deleted && flavor_.what == "cache") ||
-            (ev.kind == K::counter_deleted && flavor_.what == "counter")) {
-          const CacheInfo ci = ev.kind == K::cache_deleted ? ev.cache : counter_as_cache(ev.counter);
-          submit([this, bk = backing_key(ci.key, ci.incarnation, ci.created_seq)] { sweep_backing(bk); });
-        }
-      },
-      [this] {
-        std::lock_guard lk(memo_mu_);
-        watch_ok_ = false;  // the next request starts a new watch
-        memo_.clear();
-        ++memo_gen_;
-      });
-  std::lock_guard lk(memo_mu_);
-  if (stopping_ || !w) return;
-  watch_ = std::move(w);
-  watch_ok_ = true;
-  memo_.clear();
-  ++memo_gen_;
-}
-
-Result<std::optional<CacheStore::Resolved>> CacheStore::resolve(const StreamKey& cache, bool create) {
-  const std::string id = cache.tenant + "/" + cache.ns + "/" + cache.name;
-  ensure_watch();
-  std::uint64_t gen = 0;
-  {
-    std::lock_guard lk(memo_mu_);
-    gen = memo_gen_;
-    if (auto it = memo_.find(id); watch_ok_ && it != memo_.end()) {
-      Resolved r = it->second;
-      // The backing stream must still be the one remembered, in the applied catalog.
-      auto si = node_.stream(r.backing.key);
-      if (si && si->incarnation == r.backing.incarnation && si->created_seq == r.backing.created_seq) {
-        r.backing = *si;
-        return std::optional<Resolved>(std::move(r));
-      }
-      memo_.erase(it);
-    }
-  }
-  auto res = resolve_uncached(cache, create);
-  if (res && *res) {
-    std::lock_guard lk(memo_mu_);
-    if (watch_ok_ && memo_gen_ == gen) memo_[id] = **res;
-  }
-  return res;
-}
-
-Result<std::optional<CacheStore::Resolved>> CacheStore::resolve_uncached(const StreamKey& cache, bool create) {
-  auto ci = flavor_.lookup(node_, cache);
-  if (!ci) return ci.error();
-  const StreamKey bk = backing_key(cache, ci->incarnation, ci->created_seq);
-  auto si = node_.stream(bk);
-  if (si && si->created_seq.value() > ci->created_seq.value()) return std::optional<Resolved>(Resolved{*ci, *si});
-  if (si || si.error().code == Errc::not_found) {
-    if (!create) return std::optional<Resolved>{};  // nothing written yet
-    auto e = ensure_backing(*ci);
-    if (!e) return e.error();
-    return std::optional<Resolved>(Resolved{*ci, *e});
-  }
-  return si.error();
 }
 
 Result<void> CacheStore::catch_up(Shard& sh, const StreamInfo& backing, ShardIndex s) {
