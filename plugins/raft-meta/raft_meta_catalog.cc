@@ -103,9 +103,25 @@ Result<ApplyResult> RaftMetaStore::propose(const Command& c) {
   note_leadership();
   Command stamped = c;
   stamped.level = cfg_.level.value();
-  auto r = n->apply(encode_command(stamped), cfg_.timeout);
+  auto r = n->apply(encode_command(stamped), cfg_.timeout, batching_allowed(stamped.type));
   if (!r.ok() && r.error().code == Errc::not_leader) return not_leader_error();
   return r;
+}
+
+// Level 19 (proposer.h may_batch): a name operation or shard update may share a batch
+// entry with concurrent ones while this member and every recorded member run at 19 or
+// above. A member that joins below 19 in between makes apply refuse the batch as a whole,
+// and RaftNode proposes each command again alone (raft_node.h), so a stale view costs a
+// retry, never a wrong answer.
+bool RaftMetaStore::batching_allowed(CommandType t) {
+  if (!may_batch(ProposerView{cfg_.level, cfg_.level}, t)) return false;  // cheap refusal first
+  ProposerView v{cfg_.level, MetadataLevel{0}};
+  {
+    std::lock_guard lk(fsm_mu_);
+    // No recorded member yet (a group still forming): group level 0, no batching.
+    v.group = std::min(cfg_.level, fsm_.recorded_group_level().value_or(MetadataLevel{0}));
+  }
+  return may_batch(v, t);
 }
 
 

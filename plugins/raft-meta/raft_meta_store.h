@@ -194,6 +194,7 @@ class RaftMetaStore final : public MetadataStore {
   void catalog_changed();  // wakes the delivery thread
 
   Result<ApplyResult> propose(const Command& c);
+  bool batching_allowed(CommandType t);  // level 19: may `t` share a batch entry now
   // The leader's client when this member is a follower that knows its leader (and the call
   // is not itself forwarded); null: handle locally.
   std::shared_ptr<MetadataStore> leader_client();
