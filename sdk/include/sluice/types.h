@@ -38,7 +38,8 @@ using Incarnation = Strong<struct IncarnationTag>;
 using Generation = Strong<struct GenerationTag>;
 // Position of a record inside one shard incarnation. Starts at 0 for every incarnation.
 using Offset = Strong<struct OffsetTag>;
-// Catalog change sequence (Raft index or Postgres sequence).
+// Catalog change sequence (raft-meta: the entry's Raft index, or beyond it once level-19
+// batch entries gave several commands one entry each; postgres-meta: a Postgres sequence).
 using ChangeSeq = Strong<struct ChangeSeqTag>;
 using NodeId = Strong<struct NodeIdTag, std::uint32_t>;
 using ShardIndex = Strong<struct ShardIndexTag, std::uint32_t>;
