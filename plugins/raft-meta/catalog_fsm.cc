@@ -254,7 +254,7 @@ ApplyResult CatalogFsm::apply(std::uint64_t index, std::string_view entry) {
     // it used more sequences than indexes (docs/metadata-levels.md "Batch entries").
     std::uint64_t seq = next_seq(index);
     if (!e.batch) {
-      r = apply_one(seq, e);
+      r = apply_one(seq, e, false);  // the entry's own savepoint is the command's
     } else if (members_below(kBatchedEntriesLevel) > 0) {
       // Refused as a whole: nothing applied (its proposer proposes each command alone).
       r = refuse(seq, Errc::conflict,
@@ -275,7 +275,7 @@ ApplyResult CatalogFsm::apply(std::uint64_t index, std::string_view entry) {
           r.inner.push_back(refuse(s, Errc::invalid_argument,
                                    std::string(to_string(c.command->type)) + " cannot be in a batch"));
         else
-          r.inner.push_back(apply_one(s, c));
+          r.inner.push_back(apply_one(s, c, true));
       }
       seq += e.inner.size() - 1;
     }
@@ -302,9 +302,10 @@ std::uint64_t CatalogFsm::next_seq(std::uint64_t index) const {
 }
 
 // One command (a lone entry, or one of a batch) at change sequence `seq`, in its own
-// savepoint: a refusal changes nothing (but the floor, below).
-ApplyResult CatalogFsm::apply_one(std::uint64_t seq, const DecodedEntry& e) {
-  exec(db_, "SAVEPOINT one");
+// savepoint (`nested`: "one" inside the entry's "apply"; a lone entry's command uses
+// "apply" itself): a refusal changes nothing (but the floor, below).
+ApplyResult CatalogFsm::apply_one(std::uint64_t seq, const DecodedEntry& e, bool nested) {
+  if (nested) exec(db_, "SAVEPOINT one");
   ApplyResult r;
   const Command* cmd = e.command ? &*e.command : nullptr;
   const bool flagged = cmd && cmd->incarnations == IncarnationRule::flagged &&
@@ -317,7 +318,7 @@ ApplyResult CatalogFsm::apply_one(std::uint64_t seq, const DecodedEntry& e) {
   } else {
     r = apply_command(seq, *cmd);
   }
-  if (!r.ok()) exec(db_, "ROLLBACK TO one");
+  if (!r.ok()) exec(db_, nested ? "ROLLBACK TO one" : "ROLLBACK TO apply");
   if (raise_floor && level_floor() < kFlaggedEntriesLevel)
     meta_set("level_floor", std::to_string(kFlaggedEntriesLevel.value()));
   // The first level-16 entry applied raises the floor to 16 (it was refused, and changed
@@ -330,7 +331,7 @@ ApplyResult CatalogFsm::apply_one(std::uint64_t seq, const DecodedEntry& e) {
   // And the first counter entry applied raises it to 18.
   if (r.ok() && cmd && is_counter_entry(*cmd) && level_floor() < kCountersLevel)
     meta_set("level_floor", std::to_string(kCountersLevel.value()));
-  exec(db_, "RELEASE one");
+  if (nested) exec(db_, "RELEASE one");
   r.seq = ChangeSeq{seq};
   return r;
 }

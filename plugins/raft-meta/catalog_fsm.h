@@ -208,7 +208,7 @@ class CatalogFsm {
   bool seq_ahead_ = false;  // meta.applied_seq exists (a batch ran sequences ahead of indexes)
   std::optional<Held> hold_reason(const DecodedEntry& e) const;
   std::uint64_t next_seq(std::uint64_t index) const;
-  ApplyResult apply_one(std::uint64_t seq, const DecodedEntry& e);
+  ApplyResult apply_one(std::uint64_t seq, const DecodedEntry& e, bool nested);
   void create_schema();
   void upgrade_schema_1_to_2();
   void upgrade_schema_2_to_3();

@@ -136,6 +136,7 @@ Result<void> RaftMetaStore::start() {
     o.combine = [level = cfg_.level.value()](const std::vector<std::string>& parts) {
       return encode_batch(parts, level);
     };
+    o.may_combine = [this] { return group_allows_batches(); };
     o.max_batch_commands = kMaxBatchCommands;
     o.max_batch_bytes = kMaxBatchBytes;
   }

@@ -390,6 +390,8 @@ struct RaftNode::Impl {
         propose({}, std::move(p));
       } else if (take.size() == 1) {
         propose({}, std::move(take[0]));
+      } else if (o.may_combine && !o.may_combine()) {
+        for (auto& p : take) propose({}, std::move(p));
       } else {
         propose(std::move(take), nullptr);
       }

@@ -70,6 +70,10 @@ struct RaftNodeOptions {
   // are held, then proposed together as one entry built by `combine` (their entries, in
   // order) once it is stored. Empty: every proposal is its own entry.
   std::function<std::string(const std::vector<std::string>&)> combine;
+  // Asked on the raft thread just before combining (never for a lone proposal): false
+  // proposes the held proposals one entry each (raft-meta: the group is below level 19).
+  // Empty: always true.
+  std::function<bool()> may_combine;
   std::size_t max_batch_commands = 64;     // bounds of one combined entry
   std::size_t max_batch_bytes = 256 * 1024;
 };

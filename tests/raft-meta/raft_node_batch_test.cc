@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
@@ -133,6 +134,7 @@ class RaftNodeBatch : public ::testing::Test {
       for (std::size_t i = 0; i < parts.size(); ++i) e += (i ? "|" : "") + parts[i].substr(2);
       return e;
     };
+    o.may_combine = [this] { return allow_combine_.load(); };
     o.max_batch_commands = 64;
     node_ = std::make_unique<RaftNode>(std::move(o), fsm_);
     ASSERT_TRUE(node_->start().ok());
@@ -161,6 +163,7 @@ class RaftNodeBatch : public ::testing::Test {
   }
 
   std::filesystem::path dir_;
+  std::atomic<bool> allow_combine_{true};
   PartsFsm fsm_;
   std::unique_ptr<RaftNode> node_;
 };
@@ -201,6 +204,17 @@ TEST_F(RaftNodeBatch, ACombinedEntryRefusedAsAWholeIsProposedAgainPartByPart) {
   for (auto& e : fsm_.entries()) (e.substr(0, 2) == "B:" ? combined : alone)++;
   EXPECT_EQ(combined, 1);
   EXPECT_GE(alone, 8);
+}
+
+// raft-meta answers may_combine from the group level: below 19, no combined entry at all.
+TEST_F(RaftNodeBatch, NothingIsCombinedWhileMayCombineSaysNo) {
+  allow_combine_ = false;
+  auto results = propose_while_blocked(8);
+  for (int i = 0; i < 8; ++i) {
+    ASSERT_TRUE(results[i].ok()) << i << ": " << results[i].error().to_string();
+    EXPECT_EQ(results[i]->feature, "p" + std::to_string(i));
+  }
+  for (auto& e : fsm_.entries()) EXPECT_NE(e.substr(0, 2), "B:");
 }
 
 TEST_F(RaftNodeBatch, UnbatchableProposalsAreAlwaysAlone) {
