@@ -165,6 +165,9 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   void discard_on_close() { discard_on_close_.store(true); }
   // close() wrote the clean state (the engine's clean-shutdown marker needs every shard's).
   bool closed_clean() const { return closed_clean_.load(); }
+  // Bumped before every cut of the log (truncate_to, restart_at) and when it closes: a
+  // background verification finding in bytes read before a bump is moot (background_verify.h).
+  std::uint64_t change_generation() const { return changes_.load(); }
   // Deletes whole sealed segments, oldest first, per the retention policy. Any thread.
   void apply_retention(std::int64_t now_ms);
   void set_retention(RetentionPolicy r);
@@ -470,6 +473,7 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   std::uint64_t rp_end_ = ~0ull;                         // flusher: its next_offset
   std::atomic<bool> closed_clean_{false};
   std::atomic<bool> discard_on_close_{false};
+  std::atomic<std::uint64_t> changes_{0};  // change_generation()
   std::mutex deferred_mu_;
   DirSyncList deferred_dirs_;                 // deferred_mu_
   std::atomic<bool> dirs_pending_{false};     // deferred_dirs_ is not empty

@@ -35,6 +35,7 @@ void ShardLogImpl::maybe_write_recovery_point() {
 }
 
 Result<void> ShardLogImpl::drop_recovery_point() {
+  changes_.fetch_add(1);  // before the cut it announces (background_verify.h)
   if (auto r = remove_recovery_point(*fs_, log_dir()); !r) return r;
   rp_end_ = ~0ull;
   return {};
@@ -105,6 +106,7 @@ void ShardLogImpl::close_log() {
   {
     std::unique_lock lk(mu_);
     if (state_ == State::closed) return;
+    changes_.fetch_add(1);
     state_ = State::closing;
     drained_cv_.wait(lk, [&] { return !scheduled_; });
     state_ = State::closed;

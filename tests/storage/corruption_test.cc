@@ -34,6 +34,9 @@ class CorruptionTest : public ::testing::Test {
   void SetUp() override {
     host_.set("storage.retention_interval_ms", "0");
     host_.set("storage.index_interval_bytes", "256");
+    // The mode these tests are about: every batch checked at open (the broker's default,
+    // checkpoint, finds the same corruption after the start: background_verify_test.cc).
+    host_.set("storage.verify_on_start", "all");
   }
   // Writes `batches` batches of 3 records each, closes the engine, returns batch length.
   std::size_t write(int batches, const std::string& segment_bytes) {

@@ -1,0 +1,217 @@
+// Background verification (background_verify.h; docs/architecture.md "Restart: background
+// verification"): after a fast start (verify_on_start=checkpoint), what recovery skipped is
+// CRC-checked on a thread; a corrupt batch is reported with file and position, recorded in
+// <storage.dir>/.corrupt and stops the node, and every later start refuses until a repair.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "background_verify.h"
+#include "layout.h"
+#include "recovery.h"
+#include "recovery_point.h"
+#include "storage_test_util.h"
+
+namespace sluice::fs_storage::testing {
+namespace {
+
+using sluice::testing::TestHost;
+namespace fsys = std::filesystem;
+constexpr auto kWait = std::chrono::seconds(60);
+
+void flip_byte(const std::string& path, std::uint64_t pos) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  ASSERT_TRUE(f.good()) << path;
+  f.seekg(static_cast<std::streamoff>(pos));
+  char c;
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ 0x40);
+  f.seekp(static_cast<std::streamoff>(pos));
+  f.write(&c, 1);
+}
+
+// Byte positions of the batches of a segment file (walks the length fields).
+std::vector<std::uint64_t> batch_starts(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::string data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::vector<std::uint64_t> out;
+  std::uint64_t pos = 0;
+  while (pos + kBatchHeaderSize <= data.size()) {
+    out.push_back(pos);
+    pos += BatchHeader::decode(data.data() + pos).length;
+  }
+  return out;
+}
+
+std::vector<std::string> segment_files(const std::string& log_dir) {
+  std::vector<std::string> out;
+  for (const auto& e : fsys::directory_iterator(log_dir))
+    if (e.path().extension() == ".log") out.push_back(e.path().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+class BackgroundVerify : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    host_.set("storage.retention_interval_ms", "0");
+    host_.set("storage.segment_bytes", "4096");
+    host_.set("storage.verify_on_start", "checkpoint");
+    host_.set("storage.verify_in_background", "true");
+    host_.set("storage.verify_mb_per_sec", "0");
+  }
+  std::string root() const { return host_.data_dir() + "/shards"; }
+  // A shard of several sealed segments, closed cleanly; answers its log directory.
+  std::string fill(int batches = 40) {
+    FsStorageEngine e(host_, std::make_shared<PosixFileSystem>());
+    auto s = e.open_shard(test_ref(), StreamSpec{});
+    EXPECT_TRUE(s);
+    for (int i = 0; i < batches; ++i) {
+      auto r = append_wait(**s, make_batch("v" + std::to_string(i), 3, 1000, 60));
+      EXPECT_TRUE(r) << r.error().to_string();
+    }
+    return e.shard_directory(test_ref()).value() + "/log";
+  }
+  TestHost host_;
+};
+
+TEST_F(BackgroundVerify, AFlippedByteInASealedSegmentStopsTheNodeNamingFileAndPosition) {
+  const std::string log_dir = fill();
+  auto segs = segment_files(log_dir);
+  ASSERT_GT(segs.size(), 2u) << "the test needs sealed segments";
+  const std::string sealed = segs[1];
+  const auto starts = batch_starts(sealed);
+  ASSERT_GT(starts.size(), 2u);
+  const std::uint64_t bad = starts[starts.size() / 2];
+  flip_byte(sealed, bad + kBatchHeaderSize + 10);  // inside the records
+
+  {
+    FsStorageEngine e(host_, std::make_shared<PosixFileSystem>());
+    ASSERT_TRUE(e.clean_start());
+    auto s = e.open_shard(test_ref(), StreamSpec{});
+    ASSERT_TRUE(s) << "a fast start does not read the sealed segment: " << s.error().to_string();
+    ASSERT_NE(e.verifier(), nullptr);
+    ASSERT_TRUE(e.verifier()->wait_idle(kWait));
+    auto stops = host_.stop_requests();
+    ASSERT_EQ(stops.size(), 1u) << "the corrupt batch was not reported";
+    EXPECT_NE(stops[0].find(sealed), std::string::npos) << stops[0];
+    EXPECT_NE(stops[0].find("at byte " + std::to_string(bad)), std::string::npos) << stops[0];
+    EXPECT_NE(stops[0].find("corrupt"), std::string::npos) << stops[0];
+    EXPECT_TRUE(fsys::exists(root() + "/" + std::string(kCorruptMarkerName)));
+  }
+  // Every later start refuses, naming the finding.
+  try {
+    FsStorageEngine e(host_, std::make_shared<PosixFileSystem>());
+    FAIL() << "a start after a finding must refuse";
+  } catch (const std::runtime_error& ex) {
+    EXPECT_NE(std::string(ex.what()).find("refusing to start"), std::string::npos) << ex.what();
+    EXPECT_NE(std::string(ex.what()).find(sealed + " at byte " + std::to_string(bad)), std::string::npos)
+        << ex.what();
+  }
+  // A repair start checks everything, cuts the log at the corrupt batch and clears the marker.
+  host_.set("storage.repair", "true");
+  {
+    FsStorageEngine e(host_, std::make_shared<PosixFileSystem>());
+    EXPECT_FALSE(fsys::exists(root() + "/" + std::string(kCorruptMarkerName)));
+    EXPECT_EQ(e.verifier(), nullptr) << "a repair start is a full check";
+    auto s = e.open_shard(test_ref(), StreamSpec{});
+    ASSERT_TRUE(s) << s.error().to_string();
+    auto all = read_all(**s);
+    std::uint64_t expect = 0;
+    for (auto& [off, v] : all) ASSERT_EQ(off, expect++);  // a dense prefix
+    EXPECT_LT(all.size(), 120u);
+    EXPECT_TRUE(host_.logged("storage.repair"));
+  }
+  host_.set("storage.repair", "false");
+  FsStorageEngine e(host_, std::make_shared<PosixFileSystem>());  // starts again
+  EXPECT_TRUE(e.open_shard(test_ref(), StreamSpec{}));
+}
+
+// After a crash (no clean-shutdown marker), the active segment below its recovery point is
+// walked by headers only: its CRCs are checked in the background.
+TEST_F(BackgroundVerify, AFlippedByteBelowARecoveryPointIsFoundAfterACrash) {
+  host_.set("storage.segment_bytes", "1048576");  // everything in the active segment
+  const std::string log_dir = fill(20);
+  ASSERT_TRUE(fsys::remove(root() + "/" + std::string(kCleanShutdownName)));  // as after SIGKILL
+  const std::string active = segment_files(log_dir).back();
+  const auto starts = batch_starts(active);
+  const std::uint64_t bad = starts[5];
+  flip_byte(active, bad + kBatchHeaderSize + 12);
+  FsStorageEngine e(host_, std::make_shared<PosixFileSystem>());
+  ASSERT_FALSE(e.clean_start());
+  auto s = e.open_shard(test_ref(), StreamSpec{});
+  ASSERT_TRUE(s) << s.error().to_string();
+  ASSERT_TRUE(e.verifier()->wait_idle(kWait));
+  auto stops = host_.stop_requests();
+  ASSERT_EQ(stops.size(), 1u) << "a corrupt batch below the recovery point went unreported";
+  EXPECT_NE(stops[0].find(active + " at byte " + std::to_string(bad)), std::string::npos) << stops[0];
+}
+
+TEST_F(BackgroundVerify, ACleanLogIsCheckedWholeAndNotReported) {
+  const std::string log_dir = fill();
+  std::uint64_t bytes = 0;
+  for (const auto& f : segment_files(log_dir)) bytes += fsys::file_size(f);
+  FsStorageEngine e(host_, std::make_shared<PosixFileSystem>());
+  auto s = e.open_shard(test_ref(), StreamSpec{});
+  ASSERT_TRUE(s);
+  ASSERT_TRUE(e.verifier()->wait_idle(kWait));
+  EXPECT_TRUE(host_.stop_requests().empty());
+  EXPECT_EQ(e.verifier()->bytes_checked(), bytes) << "every byte the fast start skipped is checked";
+  EXPECT_EQ(e.verifier()->bytes_queued(), 0u);
+  EXPECT_TRUE(host_.logged("background verification done"));
+  EXPECT_FALSE(fsys::exists(root() + "/" + std::string(kCorruptMarkerName)));
+}
+
+TEST_F(BackgroundVerify, AFullCheckAtStartNeedsNoThread) {
+  fill(5);
+  host_.set("storage.verify_on_start", "all");
+  FsStorageEngine e(host_, std::make_shared<PosixFileSystem>());
+  EXPECT_EQ(e.verifier(), nullptr);
+}
+
+// The guard against false alarms: a bad batch read from a log that was cut or closed since
+// the job was made is moot; from an unchanged log it is reported.
+TEST_F(BackgroundVerify, AFindingInALogThatChangedIsNotReported) {
+  const std::string log_dir = fill();
+  const std::string sealed = segment_files(log_dir)[1];
+  flip_byte(sealed, batch_starts(sealed)[1] + kBatchHeaderSize + 3);
+  auto fs = std::make_shared<PosixFileSystem>();
+  auto file = fs->open(sealed, OpenMode::read_write);
+  ASSERT_TRUE(file);
+  auto base = parse_offset_file_name(fsys::path(sealed).filename().string(), ".log");
+  ASSERT_TRUE(base);
+  auto seg = std::make_shared<Segment>(*base, sealed, sealed + ".idx", std::move(file).value());
+  const auto size = fsys::file_size(sealed);
+
+  for (bool changed : {true, false}) {
+    std::vector<std::string> found;
+    BackgroundVerifier v(host_, 0, [&](const std::string& m) { found.push_back(m); });
+    VerifyJob job;
+    job.what = "test";
+    job.incarnation = test_ref().incarnation;
+    job.ranges.push_back({seg, size});
+    job.unchanged = [changed] { return !changed; };
+    v.add(std::move(job));
+    ASSERT_TRUE(v.wait_idle(kWait));
+    if (changed)
+      EXPECT_TRUE(found.empty()) << "reported a batch of a log that was cut meanwhile";
+    else
+      EXPECT_EQ(found.size(), 1u);
+  }
+}
+
+// What makes the guard above see a cut: the generation moves at a close (and before every
+// cut, through drop_recovery_point).
+TEST_F(BackgroundVerify, TheChangeGenerationMovesWhenALogCloses) {
+  FsStorageEngine e(host_, std::make_shared<PosixFileSystem>());
+  ASSERT_TRUE(e.open_shard(test_ref(), StreamSpec{}));
+  auto log = e.replica(test_ref());
+  ASSERT_TRUE(log);
+  const auto before = log->change_generation();
+  e.close_shard(test_ref());
+  EXPECT_NE(log->change_generation(), before);
+}
+
+}  // namespace
+}  // namespace sluice::fs_storage::testing
