@@ -86,6 +86,7 @@ bool BackgroundVerifier::pace(std::uint64_t n) {
 void BackgroundVerifier::run() {
   const auto started = std::chrono::steady_clock::now();
   auto last_progress = started;
+  auto wave_started = started;  // the first job after an idle spell
   paced_from_ = started;
   std::size_t jobs = 0;
   for (;;) {
@@ -93,26 +94,18 @@ void BackgroundVerifier::run() {
     {
       std::unique_lock lk(mu_);
       if (queue_.empty()) {
-        const auto secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-        char t[32];
-        std::snprintf(t, sizeof t, "%.1f s", secs);
-        if (jobs > 0)
-          host_.log(LogLevel::info, kComponent,
-                    "background verification done: " + mib(checked_bytes_) + " of " +
-                        std::to_string(jobs) + " log(s) checked in " + t + ", no corrupt batch");
-        jobs = 0;
-        cv_.notify_all();  // wait_idle
         cv_.wait(lk, [&] { return stopping_ || !queue_.empty(); });
         // A later batch of work (a shard opened after the first ones) is paced afresh.
         paced_from_ = std::chrono::steady_clock::now();
         paced_bytes_ = 0;
       }
       if (stopping_) break;
+      if (jobs == 0) wave_started = std::chrono::steady_clock::now();
       if (jobs == 0)
         host_.log(LogLevel::info, kComponent,
-                  "background verification: CRC-checking " + mib(queued_bytes_) +
-                      " that the start did not read" +
-                      (rate_ ? ", at most " + mib(rate_) + "/s" : std::string()));
+                  "background verification: CRC-checking what the start did not read (" +
+                      mib(queued_bytes_) + " queued so far, more as shards open" +
+                      (rate_ ? "; at most " + mib(rate_) + "/s)" : std::string(")")));
       job = std::move(queue_.front());
       queue_.pop_front();
       busy_ = true;
@@ -140,6 +133,15 @@ void BackgroundVerifier::run() {
       on_corrupt_(*bad);  // before busy_ falls: wait_idle() returns after the report
     }
     std::unique_lock lk(mu_);
+    if (!bad && queue_.empty()) {  // logged before wait_idle() can return
+      const auto secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - wave_started).count();
+      char t[32];
+      std::snprintf(t, sizeof t, "%.1f s", secs);
+      host_.log(LogLevel::info, kComponent,
+                "background verification done: " + mib(checked_bytes_) + " of " +
+                    std::to_string(jobs) + " log(s) checked in " + t + ", no corrupt batch");
+      jobs = 0;
+    }
     busy_ = false;
     cv_.notify_all();
     if (bad) {
