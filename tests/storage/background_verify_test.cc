@@ -20,17 +20,6 @@ using sluice::testing::TestHost;
 namespace fsys = std::filesystem;
 constexpr auto kWait = std::chrono::seconds(60);
 
-void flip_byte(const std::string& path, std::uint64_t pos) {
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  ASSERT_TRUE(f.good()) << path;
-  f.seekg(static_cast<std::streamoff>(pos));
-  char c;
-  f.read(&c, 1);
-  c = static_cast<char>(c ^ 0x40);
-  f.seekp(static_cast<std::streamoff>(pos));
-  f.write(&c, 1);
-}
-
 // Byte positions of the batches of a segment file (walks the length fields).
 std::vector<std::uint64_t> batch_starts(const std::string& path) {
   std::ifstream f(path, std::ios::binary);

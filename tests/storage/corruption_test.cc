@@ -13,17 +13,6 @@ namespace {
 
 using sluice::testing::TestHost;
 
-void flip_byte(const std::string& path, std::uint64_t pos) {
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  ASSERT_TRUE(f.good()) << path;
-  f.seekg(static_cast<std::streamoff>(pos));
-  char c;
-  f.read(&c, 1);
-  c = static_cast<char>(c ^ 0x40);
-  f.seekp(static_cast<std::streamoff>(pos));
-  f.write(&c, 1);
-}
-
 void append_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream f(path, std::ios::app | std::ios::binary);
   f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
