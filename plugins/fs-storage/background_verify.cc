@@ -49,9 +49,12 @@ void BackgroundVerifier::add(VerifyJob job) {
 }
 
 void BackgroundVerifier::stop() {
+  std::deque<VerifyJob> dropped;  // their segments' files close here, not at destruction
   {
     std::lock_guard lk(mu_);
     stopping_ = true;
+    dropped.swap(queue_);
+    queued_bytes_ = 0;
     cv_.notify_all();
   }
   if (worker_.joinable()) worker_.join();
@@ -72,13 +75,14 @@ bool BackgroundVerifier::wait_idle(std::chrono::milliseconds timeout) {
   return cv_.wait_for(lk, timeout, [&] { return (queue_.empty() && !busy_) || stopping_; });
 }
 
-bool BackgroundVerifier::pace(std::uint64_t n) {
-  paced_bytes_ += n;
+bool BackgroundVerifier::pace(std::uint64_t read, std::uint64_t fresh) {
+  paced_bytes_ += read;
   std::unique_lock lk(mu_);
-  checked_bytes_ += n;
-  queued_bytes_ -= std::min(queued_bytes_, n);
+  checked_bytes_ += fresh;
+  queued_bytes_ -= std::min(queued_bytes_, fresh);
   if (rate_ == 0) return !stopping_;
-  const auto due = paced_from_ + std::chrono::microseconds(paced_bytes_ * 1'000'000 / rate_);
+  const auto due = paced_from_ + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                     std::chrono::duration<double>(double(paced_bytes_) / double(rate_)));
   cv_.wait_until(lk, due, [&] { return stopping_; });
   return !stopping_;
 }
@@ -113,6 +117,11 @@ void BackgroundVerifier::run() {
     ++jobs;
     std::optional<std::string> bad;
     for (const auto& r : job.ranges) {
+      if (!job.stands(r.segment->base())) {  // closed, cut below it, or deleted: nothing to check
+        std::lock_guard lk(mu_);
+        queued_bytes_ -= std::min(queued_bytes_, r.end);
+        continue;
+      }
       bad = check_range(job, r);
       if (bad) break;
       if (std::chrono::steady_clock::now() - last_progress >= kProgressEvery) {
@@ -130,7 +139,7 @@ void BackgroundVerifier::run() {
         queue_.clear();
         queued_bytes_ = 0;
       }
-      on_corrupt_(*bad);  // before busy_ falls: wait_idle() returns after the report
+      on_corrupt_(job.log_dir, *bad);  // before busy_ falls: wait_idle() returns after the report
     }
     std::unique_lock lk(mu_);
     if (!bad && queue_.empty()) {  // logged before wait_idle() can return
@@ -155,10 +164,13 @@ std::optional<std::string> BackgroundVerifier::check_range(const VerifyJob& job,
                                                            const UnverifiedRange& r) {
   Segment& seg = *r.segment;
   std::uint64_t wstart = 0, wlen = 0;  // buf_ holds file bytes [wstart, wstart + wlen)
+  std::uint64_t counted = 0;           // bytes [0, counted) were counted as checked
+  std::uint64_t expected = seg.base();  // the offset the batch at `pos` must start at
   // Reads [from, from + want) (capped at r.end) into the window; false on a read error or a
-  // short read, with `why` set.
+  // short read, with `why` set, or when the range no longer needs checking (`why` empty).
   std::string why;
   auto refill = [&](std::uint64_t from, std::uint64_t want) {
+    if (!job.stands(expected)) return false;  // closed, cut or deleted meanwhile
     const std::uint64_t n = std::min(want, r.end - from);
     if (buf_.size() < n) buf_.resize(n);
     auto got = seg.file().pread(buf_.data(), n, from);
@@ -168,7 +180,9 @@ std::optional<std::string> BackgroundVerifier::check_range(const VerifyJob& job,
     }
     wstart = from;
     wlen = *got;
-    if (!pace(wlen)) return false;
+    const std::uint64_t fresh = from + wlen > counted ? from + wlen - std::max(from, counted) : 0;
+    counted = std::max(counted, from + wlen);
+    if (!pace(wlen, fresh)) return false;
     if (*got < n) {
       why = "the file ends at byte " + std::to_string(from + *got) + ", before byte " +
             std::to_string(r.end) + " that recovery found";
@@ -176,18 +190,18 @@ std::optional<std::string> BackgroundVerifier::check_range(const VerifyJob& job,
     }
     return true;
   };
-  // A finding counts only if the log is still the one that was read.
+  // A finding counts only if the bytes read are still the log's (asked after the read).
   auto finding = [&](std::uint64_t pos, const std::string& reason) -> std::optional<std::string> {
-    if (!job.unchanged()) {
+    if (!job.stands(expected)) {
       host_.log(LogLevel::debug, kComponent,
-                "background verification: " + job.what + " changed while it was read; skipped");
+                "background verification: " + job.what + " was cut, closed or trimmed at or below offset " +
+                    std::to_string(expected) + " while it was read; skipped");
       return std::nullopt;
     }
     return corrupt_batch_message(seg.log_path(), pos, reason);
   };
 
   std::uint64_t pos = 0;
-  std::uint64_t expected = seg.base();
   while (pos < r.end) {
     {
       std::lock_guard lk(mu_);

@@ -8,12 +8,16 @@
 // here, and one thread reads them at a bounded rate with the same checks as a full start
 // (check_batch: magic, length, CRC, records; contiguous offsets; the shard's incarnation).
 //
-// A finding counts only if the log did not change underneath the read: `unchanged()`
-// (ShardLogImpl::change_generation, bumped before every cut and at close) is asked after the
-// bad batch was read, so bytes a follower's truncation or a restart rewrote are never
-// reported. A confirmed corrupt batch calls `on_corrupt` once with the message a full start
-// would have printed ("corrupt batch in <file> at byte <pos>: <reason>"); the engine
-// records it durably and asks the host to stop the node. The verifier then stops checking.
+// A finding counts only if the bytes read are still the log's: `stands(offset)` is asked
+// after the bad batch was read, with the offset the batch at that position must start at.
+// It is false once the log was cut at or below that offset (ShardLogImpl::cut_floor, lowered
+// before every cut and to 0 at close) or retention dropped its segment, so bytes a
+// follower's truncation or a restart rewrote are never reported, while a cut above the
+// batch does not hide it. The same question before each range and each 1 MiB read skips
+// what was closed or deleted meanwhile (and lets its files go). A confirmed corrupt batch
+// calls `on_corrupt` once with the log directory and the message a full start would have
+// printed ("corrupt batch in <file> at byte <pos>: <reason>"); the engine records it
+// durably and asks the host to stop the node. The verifier then stops checking.
 //
 // Threads: add() from any thread; one worker thread, started by the first add() that
 // brings work, joined by stop() (and the destructor). on_corrupt runs on the worker.
@@ -44,16 +48,18 @@ struct UnverifiedRange {
 };
 
 struct VerifyJob {
-  std::string what;  // "shard t/n/s/0#3", for log lines
+  std::string what;     // "shard t/n/s/0#3", for log lines
+  std::string log_dir;  // the log's directory (the .corrupt marker names it)
   Incarnation incarnation{0};
   std::vector<UnverifiedRange> ranges;
-  // False once the log was cut or closed after the job was made: a finding is then moot.
-  std::function<bool()> unchanged;
+  // Whether the batch that must start at `offset` is still the one recovery found: false
+  // once the log closed, was cut at or below it, or no longer holds it (retention).
+  std::function<bool(std::uint64_t offset)> stands;
 };
 
 class BackgroundVerifier {
  public:
-  using OnCorrupt = std::function<void(const std::string& message)>;
+  using OnCorrupt = std::function<void(const std::string& log_dir, const std::string& message)>;
   // bytes_per_sec: the read rate (0: unlimited).
   BackgroundVerifier(PluginHost& host, std::uint64_t bytes_per_sec, OnCorrupt on_corrupt);
   ~BackgroundVerifier();
@@ -72,8 +78,9 @@ class BackgroundVerifier {
   void run();
   // The first confirmed corruption of one range, if any; nullopt when clean, moot, or stopped.
   std::optional<std::string> check_range(const VerifyJob& job, const UnverifiedRange& r);
-  // Waits so that reading `total` bytes since the run started keeps to the rate; false if stopped.
-  bool pace(std::uint64_t total);
+  // Accounts `read` bytes just read (`fresh` of them not counted before) and waits so that
+  // the reads since the wave started keep to the rate; false if stopped.
+  bool pace(std::uint64_t read, std::uint64_t fresh);
 
   PluginHost& host_;
   const std::uint64_t rate_;

@@ -135,9 +135,10 @@ class FsStorageEngine final : public StorageEngine {
   bool stop_at(std::string_view step);
   // Background verification (background_verify.h): queues what recovery of `log` skipped;
   // a confirmed corrupt batch is recorded (.corrupt) and stops the node.
-  void verify_later(const std::string& what, const std::shared_ptr<ShardLogImpl>& log,
-                    std::vector<UnverifiedRange> ranges);
-  void on_corrupt(const std::string& message);
+  // A log recovered under storage.repair that the .corrupt marker names clears the marker.
+  void verify_later(const std::string& what, const std::string& log_dir,
+                    const std::shared_ptr<ShardLogImpl>& log, std::vector<UnverifiedRange> ranges);
+  void on_corrupt(const std::string& log_dir, const std::string& message);
   std::string unique_id();
 
   PluginHost& host_;
@@ -194,6 +195,10 @@ class FsStorageEngine final : public StorageEngine {
 
   // Null unless storage.verify_in_background and a start mode that skips checks.
   std::unique_ptr<BackgroundVerifier> verifier_;
+  // storage.repair: the log the .corrupt marker names, until its recovery (verify_later).
+  // Written by the constructor; read and cleared by opens (in parallel). Guarded by repair_mu_.
+  std::mutex repair_mu_;
+  std::string repair_pending_log_;
 
   std::mutex retention_mu_;
   std::condition_variable retention_cv_;

@@ -91,8 +91,9 @@ Result<void> write_clean_marker(FileSystem& fs, const std::string& root) {
   return fs.sync_dir(root);
 }
 
-Result<void> write_corrupt_marker(FileSystem& fs, const std::string& root, const std::string& message) {
+Result<void> write_corrupt_marker(FileSystem& fs, const std::string& root, const CorruptMarker& m) {
   const std::string path = root + "/" + std::string(kCorruptMarkerName);
+  const std::string message = m.log_dir + "\n" + m.message;
   {
     auto f = fs.open(path + ".tmp", OpenMode::create_truncate);
     if (!f) return f.error();
@@ -104,16 +105,24 @@ Result<void> write_corrupt_marker(FileSystem& fs, const std::string& root, const
   return fs.sync_dir(root);
 }
 
-Result<std::optional<std::string>> read_corrupt_marker(FileSystem& fs, const std::string& root) {
+Result<std::optional<CorruptMarker>> read_corrupt_marker(FileSystem& fs, const std::string& root) {
   const std::string path = root + "/" + std::string(kCorruptMarkerName);
   auto ex = fs.exists(path);
   if (!ex) return ex.error();
-  if (!*ex) return std::optional<std::string>();
+  if (!*ex) return std::optional<CorruptMarker>();
   auto f = fs.open(path, OpenMode::read_write);
   if (!f) return f.error();
   auto bytes = read_whole_file(**f);
   if (!bytes) return bytes.error();
-  return std::optional<std::string>(std::move(bytes).value());
+  CorruptMarker m;
+  const auto nl = bytes->find('\n');
+  if (nl == std::string::npos) {
+    m.message = *bytes;  // no log named: only a repair start that checks every log clears it
+  } else {
+    m.log_dir = bytes->substr(0, nl);
+    m.message = bytes->substr(nl + 1);
+  }
+  return std::optional<CorruptMarker>(std::move(m));
 }
 
 Result<void> remove_corrupt_marker(FileSystem& fs, const std::string& root) {

@@ -59,10 +59,14 @@ Result<void> remove_recovery_point(FileSystem& fs, const std::string& log_dir);
 Result<bool> take_clean_marker(FileSystem& fs, const std::string& root);
 Result<void> write_clean_marker(FileSystem& fs, const std::string& root);
 
-// Durably (.tmp + fdatasync + rename + fsync of `root`).
-Result<void> write_corrupt_marker(FileSystem& fs, const std::string& root, const std::string& message);
-// Its message, or nullopt when there is none.
-Result<std::optional<std::string>> read_corrupt_marker(FileSystem& fs, const std::string& root);
+struct CorruptMarker {
+  std::string log_dir;  // the log that holds the corrupt batch
+  std::string message;  // "corrupt batch in <file> at byte <pos>: <reason>"
+};
+// Durably (.tmp + fdatasync + rename + fsync of `root`): "<log dir>\n<message>".
+Result<void> write_corrupt_marker(FileSystem& fs, const std::string& root, const CorruptMarker& m);
+// The marker, or nullopt when there is none.
+Result<std::optional<CorruptMarker>> read_corrupt_marker(FileSystem& fs, const std::string& root);
 Result<void> remove_corrupt_marker(FileSystem& fs, const std::string& root);  // durably
 
 }  // namespace sluice::fs_storage

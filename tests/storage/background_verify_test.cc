@@ -102,10 +102,16 @@ TEST_F(BackgroundVerify, AFlippedByteInASealedSegmentStopsTheNodeNamingFileAndPo
   host_.set("storage.repair", "true");
   {
     FsStorageEngine e(host_, std::make_shared<PosixFileSystem>());
-    EXPECT_FALSE(fsys::exists(root() + "/" + std::string(kCorruptMarkerName)));
     EXPECT_EQ(e.verifier(), nullptr) << "a repair start is a full check";
+    // Until the log it names was recovered under repair, the finding stands (a repair start
+    // that is killed first, or an admin command, must not clear it).
+    EXPECT_TRUE(fsys::exists(root() + "/" + std::string(kCorruptMarkerName)));
+    auto other = e.open_shard(test_ref(1), StreamSpec{});
+    ASSERT_TRUE(other);
+    EXPECT_TRUE(fsys::exists(root() + "/" + std::string(kCorruptMarkerName)));
     auto s = e.open_shard(test_ref(), StreamSpec{});
     ASSERT_TRUE(s) << s.error().to_string();
+    EXPECT_FALSE(fsys::exists(root() + "/" + std::string(kCorruptMarkerName)));
     auto all = read_all(**s);
     std::uint64_t expect = 0;
     for (auto& [off, v] : all) ASSERT_EQ(off, expect++);  // a dense prefix
@@ -159,47 +165,60 @@ TEST_F(BackgroundVerify, AFullCheckAtStartNeedsNoThread) {
   EXPECT_EQ(e.verifier(), nullptr);
 }
 
-// The guard against false alarms: a bad batch read from a log that was cut or closed since
-// the job was made is moot; from an unchanged log it is reported.
-TEST_F(BackgroundVerify, AFindingInALogThatChangedIsNotReported) {
+// The guard against false alarms: a bad batch read from a log that was since cut at or
+// below it, closed, or trimmed past it is moot; below the lowest cut it is still reported
+// (a follower's truncation of its tail must not switch the check off for the whole log).
+TEST_F(BackgroundVerify, AFindingStandsUnlessTheLogWasCutAtOrBelowIt) {
   const std::string log_dir = fill();
   const std::string sealed = segment_files(log_dir)[1];
-  flip_byte(sealed, batch_starts(sealed)[1] + kBatchHeaderSize + 3);
+  const auto starts = batch_starts(sealed);
+  flip_byte(sealed, starts[1] + kBatchHeaderSize + 3);
   auto fs = std::make_shared<PosixFileSystem>();
   auto file = fs->open(sealed, OpenMode::read_write);
   ASSERT_TRUE(file);
   auto base = parse_offset_file_name(fsys::path(sealed).filename().string(), ".log");
   ASSERT_TRUE(base);
   auto seg = std::make_shared<Segment>(*base, sealed, sealed + ".idx", std::move(file).value());
+  // The corrupt batch is the segment's second: it starts 3 records (one batch) in.
+  const std::uint64_t bad_offset = *base + 3;
   const auto size = fsys::file_size(sealed);
 
-  for (bool changed : {true, false}) {
+  struct Case {
+    std::uint64_t floor;
+    bool reported;
+  };
+  for (const Case c : {Case{~0ull, true}, Case{bad_offset + 3, true}, Case{bad_offset, false},
+                       Case{*base, false}, Case{0, false}}) {
     std::vector<std::string> found;
-    BackgroundVerifier v(host_, 0, [&](const std::string& m) { found.push_back(m); });
+    BackgroundVerifier v(host_, 0, [&](const std::string& dir, const std::string& m) {
+      EXPECT_EQ(dir, log_dir);
+      found.push_back(m);
+    });
     VerifyJob job;
     job.what = "test";
+    job.log_dir = log_dir;
     job.incarnation = test_ref().incarnation;
     job.ranges.push_back({seg, size});
-    job.unchanged = [changed] { return !changed; };
+    job.stands = [floor = c.floor](std::uint64_t offset) { return offset < floor; };
     v.add(std::move(job));
     ASSERT_TRUE(v.wait_idle(kWait));
-    if (changed)
-      EXPECT_TRUE(found.empty()) << "reported a batch of a log that was cut meanwhile";
-    else
-      EXPECT_EQ(found.size(), 1u);
+    EXPECT_EQ(found.size(), c.reported ? 1u : 0u) << "cut floor " << c.floor << ", bad batch at " << bad_offset;
   }
 }
 
-// What makes the guard above see a cut: the generation moves at a close (and before every
-// cut, through drop_recovery_point).
-TEST_F(BackgroundVerify, TheChangeGenerationMovesWhenALogCloses) {
+// What makes the guard above see a close and a cut: the log's cut floor.
+TEST_F(BackgroundVerify, TheCutFloorFallsAtACloseAndStaysUpOtherwise) {
   FsStorageEngine e(host_, std::make_shared<PosixFileSystem>());
-  ASSERT_TRUE(e.open_shard(test_ref(), StreamSpec{}));
+  auto s = e.open_shard(test_ref(), StreamSpec{});
+  ASSERT_TRUE(s);
   auto log = e.replica(test_ref());
   ASSERT_TRUE(log);
-  const auto before = log->change_generation();
+  EXPECT_EQ(log->cut_floor(), ~0ull);
+  for (int i = 0; i < 20; ++i) ASSERT_TRUE(append_wait(**s, make_batch("v", 3, 1000, 60)));
+  e.run_retention_once();
+  EXPECT_EQ(log->cut_floor(), ~0ull) << "appends and retention rewrite no byte";
   e.close_shard(test_ref());
-  EXPECT_NE(log->change_generation(), before);
+  EXPECT_EQ(log->cut_floor(), 0u);
 }
 
 }  // namespace
