@@ -9,6 +9,8 @@
 //   6. API bound; "ready" logged
 //   5b. (brokers) the peer transport binds transport.address                exit 1
 // SIGTERM/SIGINT shut down in reverse order: API, peer transport, broker, storage, metadata.
+// A plugin's PluginHost::stop_node (a corrupt batch found by storage's background
+// verification) and a fencing by the control plane take the same path, then exit 1.
 // SIGHUP reloads (ApiServer::reload(): the tokens file and HTTPS certificates; the peer
 // transport's certificates; MetadataStore::reload(): the controller RPC's certificates;
 // docs/security.md) and keeps running.
@@ -518,5 +520,5 @@ int main(int argc, char** argv) {
   api.reset();
   metadata.reset();
   log_line(LogLevel::info, "sluiced", "stopped");
-  return g_fenced ? 1 : 0;
+  return g_fenced || host.stop_requested() ? 1 : 0;
 }

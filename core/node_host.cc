@@ -1,5 +1,8 @@
 #include "node_host.h"
 
+#include <signal.h>
+#include <unistd.h>
+
 #include "sluice/log.h"
 
 namespace sluice::core {
@@ -25,6 +28,11 @@ Result<void> NodeHost::adopt_cluster_id(const std::string& cluster_id) {
 }
 
 // Lines below log.level are dropped (log_line checks the threshold).
+void NodeHost::stop_node(std::string_view reason) {
+  log_line(LogLevel::error, "sluiced", "stopping: " + std::string(reason));
+  if (!stop_requested_.exchange(true)) ::kill(::getpid(), SIGTERM);
+}
+
 void NodeHost::log(LogLevel level, std::string_view component, std::string_view message) {
   if (!log_enabled(level)) return;
   log_line(level, component, message);

@@ -40,12 +40,18 @@ class NodeHost final : public PluginHost {
     return m->update_shard(update);
   }
   void set_metadata(MetadataStore* m) { metadata_.store(m); }
+  // Logs the reason and raises SIGTERM, which main's sigwait turns into the usual ordered
+  // shutdown (a request during start-up waits, blocked, until the start finishes); main
+  // then exits 1 (stop_requested()).
+  void stop_node(std::string_view reason) override;
+  bool stop_requested() const { return stop_requested_.load(); }
 
  private:
   const Config& config_;
   DataDirIdentity& id_;
   std::atomic<PeerTransport*> transport_{nullptr};
   std::atomic<MetadataStore*> metadata_{nullptr};
+  std::atomic<bool> stop_requested_{false};
 };
 
 }  // namespace sluice::core

@@ -38,6 +38,31 @@ FsStorageEngine::FsStorageEngine(PluginHost& host, std::shared_ptr<FileSystem> f
   if (opts_.fsync == FsyncPolicy::never)
     host_.log(LogLevel::warn, kComponent,
               "storage.fsync=never: acknowledgements do NOT imply durability (benchmarks only)");
+  // A corrupt batch found by an earlier run's background verification stops every start
+  // until an operator repairs (docs/architecture.md "Restart: background verification").
+  if (auto corrupt = read_corrupt_marker(*fs_, opts_.dir); !corrupt) {
+    throw std::runtime_error("cannot read " + opts_.dir + "/" + std::string(kCorruptMarkerName) + ": " +
+                             corrupt.error().message);
+  } else if (*corrupt && !opts_.repair) {
+    throw std::runtime_error(
+        "refusing to start: an earlier run found a " + (*corrupt)->message + " (" + opts_.dir + "/" +
+        std::string(kCorruptMarkerName) +
+        "); start once with storage.repair=true to cut that log at the corrupt batch (records "
+        "from it on are lost from this replica), or replace the file");
+  } else if (*corrupt) {
+    // Removed once that log was recovered under repair (open_unlocked), or now if it is gone
+    // (the stream was deleted): a repair start that never gets there leaves it in place.
+    auto there = (*corrupt)->log_dir.empty() ? Result<bool>(false) : fs_->is_directory((*corrupt)->log_dir);
+    host_.log(LogLevel::warn, kComponent,
+              "storage.repair: every log is checked in full; the earlier finding was: " + (*corrupt)->message);
+    if (there && !*there) {
+      if (auto r = remove_corrupt_marker(*fs_, opts_.dir); !r)
+        throw std::runtime_error("cannot remove " + opts_.dir + "/" + std::string(kCorruptMarkerName) +
+                                 ": " + r.error().message);
+    } else {
+      repair_pending_log_ = (*corrupt)->log_dir;
+    }
+  }
   // Before anything is written (docs/architecture.md "Restart"): the marker of the last clean
   // shutdown is taken durably, so a crash from here on never finds a stale one.
   auto clean = take_clean_marker(*fs_, opts_.dir);
@@ -49,6 +74,10 @@ FsStorageEngine::FsStorageEngine(PluginHost& host, std::shared_ptr<FileSystem> f
     host_.log(LogLevel::info, kComponent,
               "clean shutdown: shards open from their recovery points without reading segments");
   recover_deletes();  // before any shard can open
+  if (opts_.verify_in_background && opts_.verify_on_start != VerifyOnStart::all)
+    verifier_ = std::make_unique<BackgroundVerifier>(
+        host_, opts_.verify_bytes_per_sec,
+        [this](const std::string& log_dir, const std::string& message) { on_corrupt(log_dir, message); });
   if (opts_.retention_interval_ms > 0)
     retention_thread_ = std::thread([this] {
       pthread_setname_np(pthread_self(), "retention");
@@ -57,6 +86,47 @@ FsStorageEngine::FsStorageEngine(PluginHost& host, std::shared_ptr<FileSystem> f
 }
 
 FsStorageEngine::~FsStorageEngine() { shutdown(); }
+
+void FsStorageEngine::on_corrupt(const std::string& log_dir, const std::string& message) {
+  host_.log(LogLevel::error, kComponent, "background verification: " + message);
+  if (auto r = write_corrupt_marker(*fs_, opts_.dir, CorruptMarker{log_dir, message}); !r)
+    host_.log(LogLevel::error, kComponent,
+              "could not record the finding in " + opts_.dir + "/" + std::string(kCorruptMarkerName) +
+                  ": " + r.error().message);
+  host_.stop_node("storage: " + message +
+                  "; every later start refuses until one runs with storage.repair=true "
+                  "(docs/operations.md \"Recovery and corruption\")");
+}
+
+void FsStorageEngine::verify_later(const std::string& what, const std::string& log_dir,
+                                   const std::shared_ptr<ShardLogImpl>& log,
+                                   std::vector<UnverifiedRange> ranges) {
+  // A repair start checked this log in full (verify_on_start=all): the finding is dealt with.
+  {
+    std::lock_guard lk(repair_mu_);
+    if (!repair_pending_log_.empty() && log_dir == repair_pending_log_) {
+      if (auto r = remove_corrupt_marker(*fs_, opts_.dir); !r) {
+        host_.log(LogLevel::error, kComponent,
+                  "cannot remove " + opts_.dir + "/" + std::string(kCorruptMarkerName) + ": " + r.error().message);
+      } else {
+        host_.log(LogLevel::info, kComponent,
+                  "storage.repair: " + log_dir + " was checked in full; removed " + std::string(kCorruptMarkerName));
+        repair_pending_log_.clear();
+      }
+    }
+  }
+  if (!verifier_ || ranges.empty()) return;
+  VerifyJob job;
+  job.what = what;
+  job.log_dir = log_dir;
+  job.incarnation = log->ref().incarnation;
+  job.ranges = std::move(ranges);
+  job.stands = [w = std::weak_ptr<ShardLogImpl>(log)](std::uint64_t offset) {
+    auto l = w.lock();
+    return l && offset < l->cut_floor() && offset >= l->log_start().value();
+  };
+  verifier_->add(std::move(job));
+}
 
 Result<std::string> FsStorageEngine::shard_directory(const ShardRef& ref) const {
   return shard_dir(opts_.dir, ref);
@@ -198,8 +268,10 @@ Result<std::shared_ptr<ShardLogImpl>> FsStorageEngine::open_unlocked(const Shard
                 "cannot open shard " + ref.to_string() + ": " + r.error().message);
       return r.error();
     }
+  auto unverified = std::move(recovered->unverified);
   auto shard = std::make_shared<ShardLogImpl>(ref, spec.retention, dir, opts_, fs_, host_, pool_,
                                               std::move(recovered).value(), std::move(replica));
+  verify_later("shard " + ref.to_string(), ldir, shard, std::move(unverified));
   if (!deferred.empty()) shard->defer_dir_syncs(std::move(deferred));
   if (group_clock_) shard->set_group_clock(group_clock_);
   if (group_step_hook_) shard->set_group_step_hook(group_step_hook_);
@@ -241,8 +313,10 @@ Result<std::unique_ptr<GroupOps>> FsStorageEngine::open_group_log(const ShardRef
                                 gdir + "/log", *recovered->restarted_at, &replica.history);
         !r)
       return fail(r.error());
+  auto unverified = std::move(recovered->unverified);
   auto log = std::make_shared<ShardLogImpl>(ref, RetentionPolicy{}, gdir, opts_, fs_, host_, pool_,
                                             std::move(recovered).value(), std::move(replica));
+  verify_later("the group log of shard " + ref.to_string(), gdir + "/log", log, std::move(unverified));
   return std::make_unique<GroupOps>(std::move(log), gdir, fs_, host_);
 }
 
@@ -327,6 +401,7 @@ void FsStorageEngine::finish_close(const std::vector<std::shared_ptr<ShardLogImp
 
 void FsStorageEngine::shutdown() {
   // Replication first: no fetch is answered or appended once shards start closing.
+  if (verifier_) verifier_->stop();
   {
     std::lock_guard lk(manager_mu_);
     if (manager_) manager_->stop();

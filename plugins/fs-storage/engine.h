@@ -52,6 +52,7 @@
 #include <set>
 #include <thread>
 
+#include "background_verify.h"
 #include "file_system.h"
 #include "flush_pool.h"
 #include "replica_manager.h"
@@ -103,6 +104,8 @@ class FsStorageEngine final : public StorageEngine {
   }
 
   const Options& options() const { return opts_; }
+  // Background verification, or null (tests).
+  BackgroundVerifier* verifier() { return verifier_.get(); }
   // Whether this engine started after a clean shutdown (it took the marker; tests).
   bool clean_start() const { return clean_start_; }
   // Clock of consumer-group deadlines for shards opened from now on (tests).
@@ -130,6 +133,12 @@ class FsStorageEngine final : public StorageEngine {
   Result<void> finish_marker(const std::string& marker_path, const std::string& id,
                              const std::vector<std::string>& rel_dirs, bool sync_unmark);
   bool stop_at(std::string_view step);
+  // Background verification (background_verify.h): queues what recovery of `log` skipped;
+  // a confirmed corrupt batch is recorded (.corrupt) and stops the node.
+  // A log recovered under storage.repair that the .corrupt marker names clears the marker.
+  void verify_later(const std::string& what, const std::string& log_dir,
+                    const std::shared_ptr<ShardLogImpl>& log, std::vector<UnverifiedRange> ranges);
+  void on_corrupt(const std::string& log_dir, const std::string& message);
   std::string unique_id();
 
   PluginHost& host_;
@@ -183,6 +192,13 @@ class FsStorageEngine final : public StorageEngine {
   ReplicaManager* manager();  // null before the first replicated open or assign
   // Starts the manager if it is not running (needs the host's peer transport).
   Result<ReplicaManager*> ensure_manager();
+
+  // Null unless storage.verify_in_background and a start mode that skips checks.
+  std::unique_ptr<BackgroundVerifier> verifier_;
+  // storage.repair: the log the .corrupt marker names, until its recovery (verify_later).
+  // Written by the constructor; read and cleared by opens (in parallel). Guarded by repair_mu_.
+  std::mutex repair_mu_;
+  std::string repair_pending_log_;
 
   std::mutex retention_mu_;
   std::condition_variable retention_cv_;

@@ -25,7 +25,7 @@ Options Options::from_host(const PluginHost& host) {
   else if (fsync == "never") o.fsync = FsyncPolicy::never;
   else throw std::invalid_argument("storage.fsync must be \"always\" or \"never\", got \"" + fsync + "\"");
 
-  const std::string verify = host.config_string("storage.verify_on_start", "all");
+  const std::string verify = host.config_string("storage.verify_on_start", "checkpoint");
   if (verify == "all") o.verify_on_start = VerifyOnStart::all;
   else if (verify == "tail") o.verify_on_start = VerifyOnStart::tail;
   else if (verify == "checkpoint") o.verify_on_start = VerifyOnStart::checkpoint;
@@ -33,6 +33,13 @@ Options Options::from_host(const PluginHost& host) {
                                    verify + "\"");
 
   o.repair = host.config_bool("storage.repair", false);
+  // A repair cuts a log at its first corrupt batch, which only a full check finds.
+  if (o.repair) o.verify_on_start = VerifyOnStart::all;
+  o.verify_in_background = host.config_bool("storage.verify_in_background", true);
+  const std::int64_t vr = host.config_int("storage.verify_mb_per_sec", 128);
+  if (vr < 0 || vr > (1 << 20))
+    throw std::invalid_argument("storage.verify_mb_per_sec must be in [0, 1048576], got " + std::to_string(vr));
+  o.verify_bytes_per_sec = static_cast<std::uint64_t>(vr) << 20;
   o.retention_interval_ms = host.config_int("storage.retention_interval_ms", 30000);
 
   const std::int64_t ft = host.config_int("storage.flush_threads", 1);

@@ -29,8 +29,12 @@ struct Options {
   std::uint64_t segment_bytes = 64ull << 20;         // storage.segment_bytes
   std::uint64_t index_interval_bytes = 4096;         // storage.index_interval_bytes
   FsyncPolicy fsync = FsyncPolicy::always;           // storage.fsync
+  // The struct's defaults are the unit tests'; a node's come from from_host (checkpoint and
+  // background verification on: docs/configuration.md).
   VerifyOnStart verify_on_start = VerifyOnStart::all;  // storage.verify_on_start
-  bool repair = false;                               // storage.repair
+  bool verify_in_background = false;                 // storage.verify_in_background
+  std::uint64_t verify_bytes_per_sec = 128ull << 20;  // storage.verify_mb_per_sec (0: unlimited)
+  bool repair = false;                               // storage.repair (implies verify_on_start=all)
   std::int64_t retention_interval_ms = 30000;        // storage.retention_interval_ms (<=0: off)
   unsigned flush_threads = 1;                        // storage.flush_threads (1..8)
   std::uint64_t group_journal_compact_bytes = 1 << 20;  // storage.group_journal_compact_bytes

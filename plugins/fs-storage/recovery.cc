@@ -165,9 +165,6 @@ bool has_zero_sector(std::string_view data, std::uint64_t from, std::uint64_t to
   return false;
 }
 
-std::string corrupt_message(const std::string& file, std::uint64_t pos, const std::string& reason) {
-  return "corrupt batch in " + file + " at byte " + std::to_string(pos) + ": " + reason;
-}
 
 void publish_scan(Segment& seg, const Scan& s) {
   seg.readable_size = s.valid_end;
@@ -234,6 +231,10 @@ Result<RecoveredLog> recover_log_impl(FileSystem& fs, PluginHost& host, const Op
                                       bool use_snapshot, bool clean);
 
 }  // namespace
+
+std::string corrupt_batch_message(const std::string& file, std::uint64_t pos, const std::string& reason) {
+  return "corrupt batch in " + file + " at byte " + std::to_string(pos) + ": " + reason;
+}
 
 Result<RecoveredLog> recover_log(FileSystem& fs, PluginHost& host, const Options& opts,
                                  const std::string& dir, Incarnation incarnation, bool clean) {
@@ -319,6 +320,7 @@ Result<RecoveredLog> recover_log_impl(FileSystem& fs, PluginHost& host, const Op
         load_trusted_index(fs, *seg) && seg->next_offset <= producers_from &&
         prev_next.value_or(seg->base()) == seg->base()) {
       init_writer_fields(*seg);
+      out.unverified.push_back({seg, seg->readable_size});
       out.segments.push_back(std::move(seg));
       continue;
     }
@@ -330,6 +332,7 @@ Result<RecoveredLog> recover_log_impl(FileSystem& fs, PluginHost& host, const Op
         prev_next.value_or(seg->base()) == seg->base()) {
       (void)fs.remove(seg->index_path());  // an active segment has no valid cache
       init_writer_fields(*seg);
+      out.unverified.push_back({seg, seg->readable_size});
       out.segments.push_back(std::move(seg));
       continue;
     }
@@ -386,7 +389,7 @@ Result<RecoveredLog> recover_log_impl(FileSystem& fs, PluginHost& host, const Op
     }
 
     if (s.bad) {
-      const std::string msg = corrupt_message(seg->log_path(), s.bad->pos, s.bad->reason);
+      const std::string msg = corrupt_batch_message(seg->log_path(), s.bad->pos, s.bad->reason);
       if (!opts.repair) return Error(Errc::corrupt_data, msg);
       // Operator-requested repair: cut the log at the first corrupt batch.
       std::uint64_t dropped_bytes = win + data->size() - s.bad->pos;
@@ -425,6 +428,8 @@ Result<RecoveredLog> recover_log_impl(FileSystem& fs, PluginHost& host, const Op
 
     publish_scan(*seg, s);
     init_writer_fields(*seg);
+    // Below a recovery point only the headers were read.
+    if (walked && walked->valid_end > 0) out.unverified.push_back({seg, walked->valid_end});
     if (!last) {
       bool have_index = false;
       if (opts.verify_on_start == VerifyOnStart::all) {

@@ -36,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "background_verify.h"
 #include "file_system.h"
 #include "options.h"
 #include "producers.h"
@@ -45,6 +46,10 @@
 
 namespace sluice::fs_storage {
 
+// "corrupt batch in <file> at byte <pos>: <reason>", the message of a corrupt batch wherever
+// it is found (recovery, background verification).
+std::string corrupt_batch_message(const std::string& file, std::uint64_t pos, const std::string& reason);
+
 struct RecoveredLog {
   std::vector<std::shared_ptr<Segment>> segments;  // never empty; last is active
   std::uint64_t next_offset = 0;                   // = high watermark after recovery
@@ -53,6 +58,10 @@ struct RecoveredLog {
   // A restart marker was found and the log rolled forward to start here: the caller must
   // finish the restart (finish_restart, log_restart.h) before the log is used.
   std::optional<Offset> restarted_at;
+  // What this recovery did not CRC-check (a sealed segment trusted through its .idx, the
+  // active segment below its recovery point or after a clean shutdown): the caller hands it
+  // to background verification (background_verify.h). Empty with verify_on_start=all.
+  std::vector<UnverifiedRange> unverified;
 };
 
 Result<RecoveredLog> recover_log(FileSystem& fs, PluginHost& host, const Options& opts,

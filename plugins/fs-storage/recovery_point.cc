@@ -1,5 +1,7 @@
 #include "recovery_point.h"
 
+#include <sys/uio.h>
+
 #include "sluice/record_batch.h"
 
 namespace sluice::fs_storage {
@@ -86,6 +88,46 @@ Result<void> write_clean_marker(FileSystem& fs, const std::string& root) {
     if (!f) return f.error();
     if (auto r = (*f)->datasync(); !r) return r;
   }
+  return fs.sync_dir(root);
+}
+
+Result<void> write_corrupt_marker(FileSystem& fs, const std::string& root, const CorruptMarker& m) {
+  const std::string path = root + "/" + std::string(kCorruptMarkerName);
+  const std::string message = m.log_dir + "\n" + m.message;
+  {
+    auto f = fs.open(path + ".tmp", OpenMode::create_truncate);
+    if (!f) return f.error();
+    struct iovec iov{const_cast<char*>(message.data()), message.size()};
+    if (auto r = (*f)->pwritev(&iov, 1, 0); !r) return r;
+    if (auto r = (*f)->datasync(); !r) return r;
+  }
+  if (auto r = fs.rename(path + ".tmp", path); !r) return r;
+  return fs.sync_dir(root);
+}
+
+Result<std::optional<CorruptMarker>> read_corrupt_marker(FileSystem& fs, const std::string& root) {
+  const std::string path = root + "/" + std::string(kCorruptMarkerName);
+  auto ex = fs.exists(path);
+  if (!ex) return ex.error();
+  if (!*ex) return std::optional<CorruptMarker>();
+  auto f = fs.open(path, OpenMode::read_write);
+  if (!f) return f.error();
+  auto bytes = read_whole_file(**f);
+  if (!bytes) return bytes.error();
+  CorruptMarker m;
+  const auto nl = bytes->find('\n');
+  if (nl == std::string::npos) {
+    m.message = *bytes;  // no log named: only a repair start that checks every log clears it
+  } else {
+    m.log_dir = bytes->substr(0, nl);
+    m.message = bytes->substr(nl + 1);
+  }
+  return std::optional<CorruptMarker>(std::move(m));
+}
+
+Result<void> remove_corrupt_marker(FileSystem& fs, const std::string& root) {
+  const std::string path = root + "/" + std::string(kCorruptMarkerName);
+  if (auto r = fs.remove(path); !r) return r;
   return fs.sync_dir(root);
 }
 

@@ -33,6 +33,10 @@ namespace sluice::fs_storage {
 
 inline constexpr std::string_view kRecoveryPointName = "recovery-point";
 inline constexpr std::string_view kCleanShutdownName = ".clean-shutdown";
+// <storage.dir>/.corrupt: background verification found a corrupt batch; its content is the
+// message. A start refuses while it is there, unless storage.repair (docs/architecture.md
+// "Restart: background verification").
+inline constexpr std::string_view kCorruptMarkerName = ".corrupt";
 
 struct RecoveryPoint {
   std::uint64_t segment_base = 0;
@@ -54,5 +58,15 @@ Result<void> remove_recovery_point(FileSystem& fs, const std::string& log_dir);
 // Whether <root>/.clean-shutdown was there; it is removed durably either way.
 Result<bool> take_clean_marker(FileSystem& fs, const std::string& root);
 Result<void> write_clean_marker(FileSystem& fs, const std::string& root);
+
+struct CorruptMarker {
+  std::string log_dir;  // the log that holds the corrupt batch
+  std::string message;  // "corrupt batch in <file> at byte <pos>: <reason>"
+};
+// Durably (.tmp + fdatasync + rename + fsync of `root`): "<log dir>\n<message>".
+Result<void> write_corrupt_marker(FileSystem& fs, const std::string& root, const CorruptMarker& m);
+// The marker, or nullopt when there is none.
+Result<std::optional<CorruptMarker>> read_corrupt_marker(FileSystem& fs, const std::string& root);
+Result<void> remove_corrupt_marker(FileSystem& fs, const std::string& root);  // durably
 
 }  // namespace sluice::fs_storage

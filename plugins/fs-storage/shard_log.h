@@ -165,6 +165,11 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   void discard_on_close() { discard_on_close_.store(true); }
   // close() wrote the clean state (the engine's clean-shutdown marker needs every shard's).
   bool closed_clean() const { return closed_clean_.load(); }
+  // The lowest offset whose bytes may have been rewritten since the log opened: lowered
+  // before every cut (truncate_to: the cut; restart_at: 0) and to 0 at close; ~0 while
+  // nothing was cut. A background verification finding in a batch at or above it is moot
+  // (background_verify.h); one below it stands.
+  std::uint64_t cut_floor() const { return cut_floor_.load(); }
   // Deletes whole sealed segments, oldest first, per the retention policy. Any thread.
   void apply_retention(std::int64_t now_ms);
   void set_retention(RetentionPolicy r);
@@ -384,8 +389,9 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   void maybe_write_recovery_point();
   bool write_clean_state();
   // Before a cut of the log (truncate_to, restart_at; the caller holds the flusher's token):
-  // removes the recovery point durably, and the next sync writes a new one.
-  Result<void> drop_recovery_point();
+  // lowers cut_floor() to `cut_from` (the first offset that may change), removes the
+  // recovery point durably, and the next sync writes a new one.
+  Result<void> drop_recovery_point(std::uint64_t cut_from);
   // Persists (current, entries) and `led` (default: unchanged), then adopts them.
   Result<void> save_history(LeaderEpoch current, std::vector<EpochEntry> entries,
                             std::optional<LeaderEpoch> led = std::nullopt);
@@ -470,6 +476,8 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   std::uint64_t rp_end_ = ~0ull;                         // flusher: its next_offset
   std::atomic<bool> closed_clean_{false};
   std::atomic<bool> discard_on_close_{false};
+  std::atomic<std::uint64_t> cut_floor_{~0ull};  // cut_floor()
+  void lower_cut_floor(std::uint64_t offset);
   std::mutex deferred_mu_;
   DirSyncList deferred_dirs_;                 // deferred_mu_
   std::atomic<bool> dirs_pending_{false};     // deferred_dirs_ is not empty

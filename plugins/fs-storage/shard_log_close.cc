@@ -34,7 +34,14 @@ void ShardLogImpl::maybe_write_recovery_point() {
   rp_end_ = rp.next_offset;
 }
 
-Result<void> ShardLogImpl::drop_recovery_point() {
+void ShardLogImpl::lower_cut_floor(std::uint64_t offset) {
+  std::uint64_t cur = cut_floor_.load();
+  while (offset < cur && !cut_floor_.compare_exchange_weak(cur, offset)) {
+  }
+}
+
+Result<void> ShardLogImpl::drop_recovery_point(std::uint64_t cut_from) {
+  lower_cut_floor(cut_from);  // before the cut it announces (background_verify.h)
   if (auto r = remove_recovery_point(*fs_, log_dir()); !r) return r;
   rp_end_ = ~0ull;
   return {};
@@ -105,6 +112,7 @@ void ShardLogImpl::close_log() {
   {
     std::unique_lock lk(mu_);
     if (state_ == State::closed) return;
+    lower_cut_floor(0);  // a closed log's findings are moot
     state_ = State::closing;
     drained_cv_.wait(lk, [&] { return !scheduled_; });
     state_ = State::closed;

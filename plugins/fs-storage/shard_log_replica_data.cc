@@ -317,7 +317,14 @@ Result<void> ShardLogImpl::truncate_to(Offset end_off) {
     pos += h.length;
     cut = h.next_offset();
   }
-  if (auto r = drop_recovery_point(); !r) return r;  // it may lie beyond the cut
+  // Refused below the high watermark (checked again under mu_ below); checked first too, so
+  // that a refused cut leaves the recovery point and the cut floor (background
+  // verification) alone.
+  if (cut < hwm_.load(std::memory_order_acquire))
+    return Error(Errc::conflict, "cannot truncate shard " + ref_.to_string() + " to offset " +
+                                     std::to_string(cut) + ": below its high watermark " +
+                                     std::to_string(hwm_.load(std::memory_order_acquire)));
+  if (auto r = drop_recovery_point(cut); !r) return r;  // it may lie beyond the cut
   {
     std::lock_guard lk(mu_);
     const std::uint64_t hwm = hwm_.load(std::memory_order_acquire);

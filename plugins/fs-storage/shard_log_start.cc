@@ -168,7 +168,7 @@ Result<void> ShardLogImpl::restart_at(Offset start_off) {
   if (start == end && old_start == start) return {};  // already empty, starting there
 
   const std::string dir = log_dir();
-  if (auto r = drop_recovery_point(); !r) return r;  // it names segments that go
+  if (auto r = drop_recovery_point(0); !r) return r;  // it names segments that go
   // The commit point (log_restart.h): until the marker is durable the old log stands.
   if (auto r = write_restart_marker(*fs_, dir, start_off); !r) {
     Error e = r.error();

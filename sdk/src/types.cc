@@ -80,6 +80,9 @@ Result<Assignment> PluginHost::update_shard(const ShardUpdate&) {
   return Error(Errc::not_supported, "this host does not offer catalog shard updates");
 }
 PeerTransport* PluginHost::peer_transport() { return nullptr; }
+void PluginHost::stop_node(std::string_view reason) {
+  log(LogLevel::error, "host", "a plugin asked to stop the node, and this host cannot: " + std::string(reason));
+}
 std::string Node::leader_address(const StreamKey&, ShardIndex) { return {}; }
 bool Node::serves_locally(const StreamKey&, ShardIndex) { return true; }
 Result<Assignment> Node::move_leader(const StreamKey&, ShardIndex, NodeId) {

@@ -13,17 +13,6 @@ namespace {
 
 using sluice::testing::TestHost;
 
-void flip_byte(const std::string& path, std::uint64_t pos) {
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  ASSERT_TRUE(f.good()) << path;
-  f.seekg(static_cast<std::streamoff>(pos));
-  char c;
-  f.read(&c, 1);
-  c = static_cast<char>(c ^ 0x40);
-  f.seekp(static_cast<std::streamoff>(pos));
-  f.write(&c, 1);
-}
-
 void append_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream f(path, std::ios::app | std::ios::binary);
   f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
@@ -34,6 +23,9 @@ class CorruptionTest : public ::testing::Test {
   void SetUp() override {
     host_.set("storage.retention_interval_ms", "0");
     host_.set("storage.index_interval_bytes", "256");
+    // The mode these tests are about: every batch checked at open (the broker's default,
+    // checkpoint, finds the same corruption after the start: background_verify_test.cc).
+    host_.set("storage.verify_on_start", "all");
   }
   // Writes `batches` batches of 3 records each, closes the engine, returns batch length.
   std::size_t write(int batches, const std::string& segment_bytes) {

@@ -72,7 +72,8 @@ TEST(LayoutTest, StorageDirConfigOverridesTheDefault) {
 TEST(OptionsTest, BadValuesAreRejectedAtConstruction) {
   for (auto [k, v] : std::vector<std::pair<std::string, std::string>>{
            {"storage.fsync", "sometimes"}, {"storage.verify_on_start", "some"},
-           {"storage.segment_bytes", "10"}, {"storage.flush_threads", "0"}}) {
+           {"storage.segment_bytes", "10"}, {"storage.flush_threads", "0"},
+           {"storage.verify_mb_per_sec", "-1"}}) {
     TestHost host;
     host.set(k, v);
     EXPECT_THROW(FsStorageEngine(host, std::make_shared<PosixFileSystem>()), std::invalid_argument) << k;
@@ -80,7 +81,13 @@ TEST(OptionsTest, BadValuesAreRejectedAtConstruction) {
   TestHost host;
   auto o = Options::from_host(host);
   EXPECT_EQ(o.fsync, FsyncPolicy::always);
-  EXPECT_EQ(o.verify_on_start, VerifyOnStart::all);
+  // A node starts fast and CRC-checks what it skipped in the background (docs/architecture.md
+  // "Restart: background verification"); a repair checks everything at start.
+  EXPECT_EQ(o.verify_on_start, VerifyOnStart::checkpoint);
+  EXPECT_TRUE(o.verify_in_background);
+  EXPECT_EQ(o.verify_bytes_per_sec, 128ull << 20);
+  host.set("storage.repair", "true");
+  EXPECT_EQ(Options::from_host(host).verify_on_start, VerifyOnStart::all);
   EXPECT_EQ(o.segment_bytes, 64ull << 20);
   EXPECT_EQ(o.dir, host.data_dir() + "/shards");
 }

@@ -18,17 +18,6 @@ namespace {
 using sluice::testing::TestHost;
 namespace fsys = std::filesystem;
 
-void flip_byte(const std::string& path, std::uint64_t pos) {
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  ASSERT_TRUE(f.good()) << path;
-  f.seekg(static_cast<std::streamoff>(pos));
-  char c;
-  f.read(&c, 1);
-  c = static_cast<char>(c ^ 0x40);
-  f.seekp(static_cast<std::streamoff>(pos));
-  f.write(&c, 1);
-}
-
 class RecoveryPointTest : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -36,6 +36,8 @@ struct Node {
     host.set("storage.retention_interval_ms", "0");
     host.set("storage.segment_bytes", "1024");
     host.set("storage.index_interval_bytes", "256");
+    // Full checks at open, no recovery-point files: the tests list the log directory.
+    host.set("storage.verify_on_start", "all");
     fs = std::make_shared<FaultFileSystem>();
     open();
   }

@@ -2,12 +2,24 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <future>
 #include <thread>
 
 #include "layout.h"
 
 namespace sluice::fs_storage::testing {
+
+void flip_byte(const std::string& path, std::uint64_t pos) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  ASSERT_TRUE(f.good()) << path;
+  f.seekg(static_cast<std::streamoff>(pos));
+  char c;
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ 0x40);
+  f.seekp(static_cast<std::streamoff>(pos));
+  f.write(&c, 1);
+}
 
 std::string make_batch(const std::string& tag, std::uint32_t records, std::int64_t ts,
                        std::size_t value_pad) {

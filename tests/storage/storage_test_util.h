@@ -35,6 +35,9 @@ bool eventually(const std::function<bool()>& pred,
 // test on a read error.
 std::map<std::uint64_t, std::string> read_all(ShardLog& shard, std::uint64_t from = 0);
 
+// Flips bits of the byte at `pos` of `path` (fails the test if the file cannot be opened).
+void flip_byte(const std::string& path, std::uint64_t pos);
+
 // Path of segment `base` of the shard in `engine`'s layout.
 std::string segment_path(FsStorageEngine& engine, const ShardRef& ref, std::uint64_t base);
 

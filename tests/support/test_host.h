@@ -65,6 +65,16 @@ class TestHost : public PluginHost {
     std::lock_guard lk(mu_);
     logs_.push_back(std::string(component) + ": " + std::string(message));
   }
+  // PluginHost::stop_node: recorded, the process goes on (tests look at stop_requests()).
+  void stop_node(std::string_view reason) override {
+    log(LogLevel::error, "host", "stop requested: " + std::string(reason));
+    std::lock_guard lk(mu_);
+    stops_.emplace_back(reason);
+  }
+  std::vector<std::string> stop_requests() const {
+    std::lock_guard lk(mu_);
+    return stops_;
+  }
   std::vector<std::string> logs() const {
     std::lock_guard lk(mu_);
     return logs_;
@@ -83,6 +93,7 @@ class TestHost : public PluginHost {
   mutable std::mutex mu_;
   std::string cluster_id_;
   std::vector<std::string> logs_;
+  std::vector<std::string> stops_;
 };
 
 }  // namespace sluice::testing

@@ -54,6 +54,14 @@ class PluginHost {
   // how a shard leader shrinks or grows its in-sync set. Blocks for at most the metadata
   // timeout. Default: not_supported.
   virtual Result<Assignment> update_shard(const ShardUpdate& update);
+
+  // --- stopping the node ----------------------------------------------------------
+  // Asks the node to stop because this plugin found something it must not serve on (a
+  // storage plugin's background check found a corrupt batch; docs/architecture.md
+  // "Restart"). The host logs `reason` at error level and shuts the node down in its usual
+  // order, as SIGTERM does, and the process exits non-zero. Returns at once; safe from any
+  // plugin thread, more than once. Default (a host that cannot stop): logs only.
+  virtual void stop_node(std::string_view reason);
 };
 
 }  // namespace sluice
