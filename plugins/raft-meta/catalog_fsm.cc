@@ -4,6 +4,7 @@
 
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "catalog_fsm_db.h"
@@ -80,6 +81,7 @@ CatalogFsm::~CatalogFsm() { close_db(db_); }
 
 void CatalogFsm::reset() {
   held_.reset();
+  seq_ahead_ = false;
   sqlite3* fresh = open_memory_db();
   std::swap(db_, fresh);
   close_db(fresh);
@@ -187,6 +189,49 @@ void CatalogFsm::record_change(const ChangeEvent& e) {
   meta_set("changes_count", std::to_string(count));
 }
 
+// Why this member cannot decide `e` (an entry above the level it runs at), or nothing.
+// This is the only place the member's own level is read: it decides whether to apply at
+// all, never what an entry means.
+std::optional<CatalogFsm::Held> CatalogFsm::hold_reason(const DecodedEntry& e) const {
+  auto held = [&](std::string why, MetadataLevel required) {
+    return Held{0, why + "; this member runs at level " + std::to_string(capability_.value()), required};
+  };
+  if (e.newer)
+    return Held{0, "the entry is a command of a newer build", MetadataLevel{capability_.value() + 1}};
+  if (e.batch) {
+    if (capability_ < kBatchedEntriesLevel)
+      return held("the entry is a batch (metadata level " +
+                      std::to_string(kBatchedEntriesLevel.value()) + ")",
+                  kBatchedEntriesLevel);
+    for (auto& i : e.inner)
+      if (auto h = hold_reason(i)) {
+        h->reason = "a command in the batch: " + h->reason;
+        return h;
+      }
+    return std::nullopt;
+  }
+  if (!e.command) return std::nullopt;  // malformed: rejected alike by every build
+  const Command& c = *e.command;
+  const bool flagged = c.incarnations == IncarnationRule::flagged && (c.is_create() || c.is_delete());
+  if (flagged && capability_ < kFlaggedEntriesLevel)
+    return held("the entry uses the per-entry incarnations flag (metadata level " +
+                    std::to_string(kFlaggedEntriesLevel.value()) + ")",
+                kFlaggedEntriesLevel);
+  if (needs_replicated_shards(c) && capability_ < kReplicatedShardsLevel)
+    return held("the entry needs replicated shards (metadata level " +
+                    std::to_string(kReplicatedShardsLevel.value()) + ")",
+                kReplicatedShardsLevel);
+  if (c.type == CommandType::reassign_shard && capability_ < kShardReassignmentLevel)
+    return held("the entry changes a shard's replica list (metadata level " +
+                    std::to_string(kShardReassignmentLevel.value()) + ")",
+                kShardReassignmentLevel);
+  if (is_counter_entry(c) && capability_ < kCountersLevel)
+    return held("the entry is a counter create or delete (metadata level " +
+                    std::to_string(kCountersLevel.value()) + ")",
+                kCountersLevel);
+  return std::nullopt;
+}
+
 ApplyResult CatalogFsm::apply(std::uint64_t index, std::string_view entry) {
   ApplyResult r;
   r.seq = ChangeSeq{index};
@@ -195,81 +240,99 @@ ApplyResult CatalogFsm::apply(std::uint64_t index, std::string_view entry) {
                                            held_->reason);
     return r;
   }
-  auto cmd = decode_command(entry);
-  const bool flagged = cmd.ok() && cmd->incarnations == IncarnationRule::flagged &&
-                       (cmd->is_create() || cmd->is_delete());
-  {
-    // An entry above the level this member runs at holds the member instead of being
-    // decided here. This is the only place the member's own level is read: it decides
-    // whether to apply at all, never what an entry means.
-    std::string why;
-    MetadataLevel required{0};
-    if (needs_newer_build(entry)) {
-      why = "the entry is a command of a newer build";
-      required = MetadataLevel{capability_.value() + 1};
-    } else if (flagged && capability_ < kFlaggedEntriesLevel) {
-      why = "the entry uses the per-entry incarnations flag (metadata level " +
-            std::to_string(kFlaggedEntriesLevel.value()) + "); this member runs at level " +
-            std::to_string(capability_.value());
-      required = kFlaggedEntriesLevel;
-    } else if (cmd.ok() && needs_replicated_shards(*cmd) && capability_ < kReplicatedShardsLevel) {
-      why = "the entry needs replicated shards (metadata level " +
-            std::to_string(kReplicatedShardsLevel.value()) + "); this member runs at level " +
-            std::to_string(capability_.value());
-      required = kReplicatedShardsLevel;
-    } else if (cmd.ok() && cmd->type == CommandType::reassign_shard &&
-               capability_ < kShardReassignmentLevel) {
-      why = "the entry changes a shard's replica list (metadata level " +
-            std::to_string(kShardReassignmentLevel.value()) + "); this member runs at level " +
-            std::to_string(capability_.value());
-      required = kShardReassignmentLevel;
-    } else if (cmd.ok() && is_counter_entry(*cmd) && capability_ < kCountersLevel) {
-      why = "the entry is a counter create or delete (metadata level " +
-            std::to_string(kCountersLevel.value()) + "); this member runs at level " +
-            std::to_string(capability_.value());
-      required = kCountersLevel;
-    }
-    if (!why.empty()) {
-      held_ = Held{index, why + "; upgrade this member", required};
-      r.error = Error(Errc::unavailable, "member held at index " + std::to_string(index) + ": " + held_->reason);
-      return r;
-    }
+  const DecodedEntry e = decode_entry(entry);
+  // An entry above the level this member runs at holds the member instead of being decided
+  // here (a batch holds if any of its commands would).
+  if (auto h = hold_reason(e)) {
+    held_ = Held{index, h->reason + "; upgrade this member", h->required};
+    r.error = Error(Errc::unavailable, "member held at index " + std::to_string(index) + ": " + held_->reason);
+    return r;
   }
   try {
-    // A flagged entry raises the floor unless a recorded member is below its level (then
-    // it is refused below, and the member that is below holds).
-    const bool raise_floor = flagged && members_below(kFlaggedEntriesLevel) == 0;
     exec(db_, "SAVEPOINT apply");
-    if (!cmd.ok()) {
-      r.error = cmd.error();
+    // Each command gets its own change sequence: the entry's index, unless a batch before
+    // it used more sequences than indexes (docs/metadata-levels.md "Batch entries").
+    std::uint64_t seq = next_seq(index);
+    if (!e.batch) {
+      r = apply_one(seq, e, false);  // the entry's own savepoint is the command's
+    } else if (members_below(kBatchedEntriesLevel) > 0) {
+      // Refused as a whole: nothing applied (its proposer proposes each command alone).
+      r = refuse(seq, Errc::conflict,
+                 "a batch entry while a member is below level " +
+                     std::to_string(kBatchedEntriesLevel.value()) +
+                     " (the proposer's view of the group was stale)");
     } else {
-      r = apply_command(index, cmd.value());
+      // The first batch applied raises the floor to 19, before its commands (a member below
+      // 19 can no longer join, inside the batch or after it).
+      if (level_floor() < kBatchedEntriesLevel)
+        meta_set("level_floor", std::to_string(kBatchedEntriesLevel.value()));
+      r = ApplyResult{};
+      r.inner.reserve(e.inner.size());
+      for (std::size_t i = 0; i < e.inner.size(); ++i) {
+        const std::uint64_t s = seq + i;
+        const DecodedEntry& c = e.inner[i];
+        if (c.command && !is_batchable(c.command->type))
+          r.inner.push_back(refuse(s, Errc::invalid_argument,
+                                   std::string(to_string(c.command->type)) + " cannot be in a batch"));
+        else
+          r.inner.push_back(apply_one(s, c, true));
+      }
+      seq += e.inner.size() - 1;
     }
-    if (!r.ok()) {
-      // A rejected entry changes nothing but applied_index (and the floor, below).
-      exec(db_, "ROLLBACK TO apply");
-    }
-    if (raise_floor && level_floor() < kFlaggedEntriesLevel)
-      meta_set("level_floor", std::to_string(kFlaggedEntriesLevel.value()));
-    // The first level-16 entry applied raises the floor to 16 (it was refused, and changed
-    // nothing, while a recorded member was below 16).
-    if (r.ok() && cmd.ok() && needs_replicated_shards(*cmd) && level_floor() < kReplicatedShardsLevel)
-      meta_set("level_floor", std::to_string(kReplicatedShardsLevel.value()));
-    // Likewise the first reassignment raises it to 17.
-    if (r.ok() && cmd.ok() && cmd->type == CommandType::reassign_shard &&
-        level_floor() < kShardReassignmentLevel)
-      meta_set("level_floor", std::to_string(kShardReassignmentLevel.value()));
-    // And the first counter entry applied raises it to 18.
-    if (r.ok() && cmd.ok() && is_counter_entry(*cmd) && level_floor() < kCountersLevel)
-      meta_set("level_floor", std::to_string(kCountersLevel.value()));
     meta_set("applied_index", std::to_string(index));
+    // applied_seq is written only once sequences ran ahead of indexes (a group that never
+    // batched has the same catalog, and state hash, as a level-18 build).
+    if (seq != index || seq_ahead_) {
+      meta_set("applied_seq", std::to_string(seq));
+      seq_ahead_ = true;
+    }
     exec(db_, "RELEASE apply");
-  } catch (const std::exception& e) {
-    return hold_after_failure(index, e.what());
+    r.seq = ChangeSeq{seq};
+  } catch (const std::exception& ex) {
+    return hold_after_failure(index, ex.what());
   } catch (...) {
     return hold_after_failure(index, "unknown exception");
   }
-  r.seq = ChangeSeq{index};
+  return r;
+}
+
+std::uint64_t CatalogFsm::next_seq(std::uint64_t index) const {
+  if (!seq_ahead_) return index;
+  return std::max<std::uint64_t>(index, std::stoull("0" + meta_get("applied_seq")) + 1);
+}
+
+// One command (a lone entry, or one of a batch) at change sequence `seq`, in its own
+// savepoint (`nested`: "one" inside the entry's "apply"; a lone entry's command uses
+// "apply" itself): a refusal changes nothing (but the floor, below).
+ApplyResult CatalogFsm::apply_one(std::uint64_t seq, const DecodedEntry& e, bool nested) {
+  if (nested) exec(db_, "SAVEPOINT one");
+  ApplyResult r;
+  const Command* cmd = e.command ? &*e.command : nullptr;
+  const bool flagged = cmd && cmd->incarnations == IncarnationRule::flagged &&
+                       (cmd->is_create() || cmd->is_delete());
+  // A flagged entry raises the floor unless a recorded member is below its level (then
+  // it is refused below, and the member that is below holds).
+  const bool raise_floor = flagged && members_below(kFlaggedEntriesLevel) == 0;
+  if (!cmd) {
+    r.error = e.error ? *e.error : Error(Errc::malformed_body, "bad command");
+  } else {
+    r = apply_command(seq, *cmd);
+  }
+  if (!r.ok()) exec(db_, nested ? "ROLLBACK TO one" : "ROLLBACK TO apply");
+  if (raise_floor && level_floor() < kFlaggedEntriesLevel)
+    meta_set("level_floor", std::to_string(kFlaggedEntriesLevel.value()));
+  // The first level-16 entry applied raises the floor to 16 (it was refused, and changed
+  // nothing, while a recorded member was below 16).
+  if (r.ok() && cmd && needs_replicated_shards(*cmd) && level_floor() < kReplicatedShardsLevel)
+    meta_set("level_floor", std::to_string(kReplicatedShardsLevel.value()));
+  // Likewise the first reassignment raises it to 17.
+  if (r.ok() && cmd && cmd->type == CommandType::reassign_shard && level_floor() < kShardReassignmentLevel)
+    meta_set("level_floor", std::to_string(kShardReassignmentLevel.value()));
+  // And the first counter entry applied raises it to 18.
+  if (r.ok() && cmd && is_counter_entry(*cmd) && level_floor() < kCountersLevel)
+    meta_set("level_floor", std::to_string(kCountersLevel.value()));
+  if (nested) exec(db_, "RELEASE one");
+  r.seq = ChangeSeq{seq};
   return r;
 }
 
@@ -289,6 +352,10 @@ ApplyResult CatalogFsm::hold_after_failure(std::uint64_t index, const std::strin
     // member is held either way, and restart rebuilds the state from snapshot and log.
   }
   held_ = Held{index, "applying the entry failed (" + what + "); restart this member", capability_};
+  try {
+    seq_ahead_ = !meta_get("applied_seq").empty();  // as the rollback left it
+  } catch (...) {
+  }
   ApplyResult r;
   r.seq = ChangeSeq{index};
   r.error = Error(Errc::unavailable, "member held at index " + std::to_string(index) + ": " + held_->reason);

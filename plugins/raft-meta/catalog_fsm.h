@@ -6,7 +6,9 @@
 //
 //   meta(key PRIMARY KEY, value)      schema_version, cluster_id, applied_index,
 //                                     level (group metadata level), level_floor,
-//                                     changes_pruned_up_to
+//                                     changes_pruned_up_to, applied_seq (level 19: the
+//                                     last change sequence, written only once batches
+//                                     made sequences run ahead of indexes)
 //   tenants(name, created_seq)
 //   namespaces(tenant, name, created_seq)
 //   streams(tenant, ns, name, incarnation, shards, retention_max_bytes,
@@ -91,6 +93,10 @@ struct ApplyResult {
   std::string feature;                  // finalize_feature
   ChangeSeq finalized_seq;              // finalize_feature: when it was finalized (also
                                         // for an already finalized one)
+  // A batch entry (level 19) that was applied: one result per command, in order (each with
+  // its own seq). Empty for a lone command, and for a batch refused or held as a whole
+  // (`error` says why; nothing of it was applied).
+  std::vector<ApplyResult> inner;
   bool ok() const { return !error.has_value(); }
 };
 
@@ -146,7 +152,11 @@ class CatalogFsm {
 
   // Reads of the applied state.
   std::string cluster_id() const;
+  // The last change sequence applied: the raft index of the last entry applied, or beyond
+  // it once batch entries (level 19) have given several commands one entry each.
   ChangeSeq applied() const;
+  // The raft index of the last entry applied.
+  std::uint64_t applied_index() const;
   MetadataLevel level() const;
   MetadataLevel level_floor() const;
   Result<std::vector<TenantInfo>> list_tenants() const;
@@ -195,6 +205,10 @@ class CatalogFsm {
 
  private:
   std::optional<Held> held_;
+  bool seq_ahead_ = false;  // meta.applied_seq exists (a batch ran sequences ahead of indexes)
+  std::optional<Held> hold_reason(const DecodedEntry& e) const;
+  std::uint64_t next_seq(std::uint64_t index) const;
+  ApplyResult apply_one(std::uint64_t seq, const DecodedEntry& e, bool nested);
   void create_schema();
   void upgrade_schema_1_to_2();
   void upgrade_schema_2_to_3();
@@ -207,6 +221,8 @@ class CatalogFsm {
   static bool needs_replicated_shards(const Command& c);
   // Level 18: a create_counter or delete_counter entry.
   static bool is_counter_entry(const Command& c);
+  // `index` here and in the functions below is the command's change sequence (the entry's
+  // raft index for a lone command; see applied()).
   ApplyResult apply_command(std::uint64_t index, const Command& c);
   ApplyResult apply_to_cluster(std::uint64_t index, const Command& c);
   // One function per command, in catalog_fsm_<concern>.cc. Each returns the result or a

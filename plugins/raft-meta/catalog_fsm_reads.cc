@@ -13,8 +13,11 @@ using namespace catalog_db;
 
 std::string CatalogFsm::cluster_id() const { return meta_get("cluster_id"); }
 
+std::uint64_t CatalogFsm::applied_index() const { return std::stoull("0" + meta_get("applied_index")); }
+
 ChangeSeq CatalogFsm::applied() const {
-  return ChangeSeq{std::stoull("0" + meta_get("applied_index"))};
+  if (seq_ahead_) return ChangeSeq{std::stoull("0" + meta_get("applied_seq"))};
+  return ChangeSeq{applied_index()};
 }
 
 MetadataLevel CatalogFsm::level() const {

@@ -73,10 +73,11 @@ Result<void> CatalogFsm::restore(std::string_view image) {
   }
   close_db(old);
   held_.reset();
+  seq_ahead_ = !meta_get("applied_seq").empty();
   // A snapshot of a group whose floor is above this member's level holds it: its state
   // may hold results of entries this member cannot decide.
   if (level_floor() > capability_)
-    held_ = Held{applied().value(),
+    held_ = Held{applied_index(),
                  "the snapshot's level floor is " + std::to_string(level_floor().value()) +
                      ", this member runs at level " + std::to_string(capability_.value()) +
                      "; upgrade this member",

@@ -311,39 +311,145 @@ void decode_fields(const json::object& o, Command& c) {
 
 }  // namespace
 
-bool needs_newer_build(std::string_view bytes) {
-  boost::system::error_code ec;
-  json::value v = json::parse(bytes, ec);
-  if (ec || !v.is_object()) return false;
-  const auto& o = v.get_object();
-  auto version = format_version(o);
-  if (!version) return false;
-  if (*version > kCommandFormatVersion) return true;
-  auto* op = o.if_contains("op");
-  CommandType t;
-  return *version == kCommandFormatVersion && op && op->is_string() && !parse_type(op->get_string(), t);
-}
+namespace {
 
-Result<Command> decode_command(std::string_view bytes) {
-  boost::system::error_code ec;
-  json::value v = json::parse(bytes, ec);
-  if (ec) return bad("not JSON (" + ec.message() + ")");
+// One command object (top level, or an entry of a batch), already parsed.
+DecodedEntry decode_value(const json::value& v, bool in_batch) {
+  DecodedEntry d;
   auto* o = v.if_object();
-  if (!o) return bad("not an object");
+  if (!o) {
+    d.error = bad("not an object");
+    return d;
+  }
   auto version = format_version(*o);
-  if (!version) return bad("missing format version");
-  if (*version != kCommandFormatVersion)
-    return bad("unknown command format version " + std::to_string(*version));
-  Command c;
+  if (!version) {
+    d.error = bad("missing format version");
+    return d;
+  }
   auto* op = o->if_contains("op");
-  if (!op || !op->is_string() || !parse_type(op->get_string(), c.type)) return bad("unknown op");
+  Command c;
+  const bool known = op && op->is_string() && parse_type(op->get_string(), c.type);
+  const bool is_batch = op && op->is_string() && op->get_string() == "batch";
+  // A newer format version, or an op this build does not know: a newer build's command.
+  if (*version > kCommandFormatVersion ||
+      (*version == kCommandFormatVersion && op && op->is_string() && !known && !is_batch)) {
+    d.newer = true;
+    return d;
+  }
+  if (*version != kCommandFormatVersion) {
+    d.error = bad("unknown command format version " + std::to_string(*version));
+    return d;
+  }
+  if (is_batch) {
+    if (in_batch) {
+      d.error = bad("batch: a batch inside a batch");
+      return d;
+    }
+    try {
+      d.level = json_field::u32(*o, "level");
+      auto* ev = o->if_contains("entries");
+      if (!ev || !ev->is_array() || ev->get_array().empty() ||
+          ev->get_array().size() > kMaxBatchCommands)
+        throw std::invalid_argument("entries must be an array of 1.." +
+                                    std::to_string(kMaxBatchCommands) + " commands");
+      d.batch = true;
+      d.inner.reserve(ev->get_array().size());
+      for (auto& e : ev->get_array()) d.inner.push_back(decode_value(e, true));
+    } catch (const std::exception& e) {
+      d.batch = false;
+      d.inner.clear();
+      d.error = bad(std::string("batch: ") + e.what());
+    }
+    return d;
+  }
+  if (!known) {
+    d.error = bad("unknown op");
+    return d;
+  }
   try {
     c.level = json_field::u32(*o, "level");
     decode_fields(*o, c);
   } catch (const std::exception& e) {
-    return bad(std::string(to_string(c.type)) + ": " + e.what());
+    d.error = bad(std::string(to_string(c.type)) + ": " + e.what());
+    return d;
   }
-  return c;
+  d.command = std::move(c);
+  return d;
+}
+
+}  // namespace
+
+DecodedEntry decode_entry(std::string_view bytes) {
+  boost::system::error_code ec;
+  json::value v = json::parse(bytes, ec);
+  if (ec) {
+    DecodedEntry d;
+    d.error = bad("not JSON (" + ec.message() + ")");
+    return d;
+  }
+  return decode_value(v, false);
+}
+
+bool needs_newer_build(std::string_view bytes) { return decode_entry(bytes).newer; }
+
+Result<Command> decode_command(std::string_view bytes) {
+  DecodedEntry d = decode_entry(bytes);
+  if (d.command) return std::move(*d.command);
+  if (d.error) return *d.error;
+  if (d.batch) return bad("a batch entry, not one command");
+  // A newer build's command: this build cannot decode it (apply holds at it).
+  boost::system::error_code ec;
+  json::value v = json::parse(bytes, ec);
+  auto version = v.is_object() ? format_version(v.get_object()) : std::nullopt;
+  if (version && *version != kCommandFormatVersion)
+    return bad("unknown command format version " + std::to_string(*version));
+  return bad("unknown op");
+}
+
+bool is_batchable(CommandType t) {
+  switch (t) {
+    case CommandType::create_tenant:
+    case CommandType::delete_tenant:
+    case CommandType::create_namespace:
+    case CommandType::delete_namespace:
+    case CommandType::create_stream:
+    case CommandType::delete_stream:
+    case CommandType::create_cache:
+    case CommandType::delete_cache:
+    case CommandType::update_shard:
+    case CommandType::reassign_shard:
+    case CommandType::create_counter:
+    case CommandType::delete_counter:
+      return true;
+    case CommandType::init_cluster:
+    case CommandType::register_broker:
+    case CommandType::unregister_broker:
+    case CommandType::finalize_feature:
+    case CommandType::join_member:
+    case CommandType::leave_member:
+      return false;
+  }
+  return false;
+}
+
+// Built by concatenation: the commands are already JSON objects, so the proposer does not
+// parse them again.
+std::string encode_batch(const std::vector<std::string>& encoded, std::uint32_t level) {
+  std::size_t n = 64;
+  for (auto& e : encoded) n += e.size() + 1;
+  std::string out;
+  out.reserve(n);
+  out += "{\"v\":";
+  out += std::to_string(kCommandFormatVersion);
+  out += ",\"op\":\"batch\",\"level\":";
+  out += std::to_string(level);
+  out += ",\"entries\":[";
+  for (std::size_t i = 0; i < encoded.size(); ++i) {
+    if (i) out += ',';
+    out += encoded[i];
+  }
+  out += "]}";
+  return out;
 }
 
 }  // namespace sluice::raft_meta

@@ -48,6 +48,19 @@
 // incarnation is always max(proposed, tombstone + 1) and every delete leaves a tombstone
 // (counters have no legacy, unincarnated past: docs/metadata-levels.md).
 //
+// Addition for level 19 (batch entries; still format version 1):
+//   batch             "entries":[command objects]  (1..kMaxBatchCommands, each a command
+//                     as it would be written alone, its own "v", "op" and "level")
+// One entry, several commands: apply gives each its own change sequence (consecutive,
+// docs/metadata-levels.md "Batch entries") and applies it in its own savepoint exactly as
+// it would be alone, with its own result. A member below level 19 holds at it (a level-18
+// build does not know the op); apply refuses the whole batch (conflict, nothing applied)
+// while a recorded member is below 19, and the first batch applied raises the group's level
+// floor to 19. A batch never nests, and never carries a command that changes the group
+// itself (init_cluster, join_member, leave_member, register_broker, unregister_broker,
+// finalize_feature: refused inside a batch, invalid_argument): the proposer batches only
+// the catalog's name operations and shard updates (is_batchable).
+//
 // Every create and delete carries `proposed_incarnation` and `incarnations` from the start
 // (felix post-mortem: "apply decides only from fields a new proposer writes"). A level-8
 // proposer always writes 0 / false. `level` records the level the proposer wrote at; apply
@@ -56,7 +69,9 @@
 // Thread-safety: plain values and pure functions.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -151,6 +166,28 @@ struct Command {
 };
 
 std::string encode_command(const Command& c);
+
+// Level 19: the commands a proposer may put in a batch entry (names and shard updates;
+// never one that changes the group's members, brokers or features).
+bool is_batchable(CommandType t);
+// Bounds of one batch entry (the proposer's; apply accepts up to kMaxBatchCommands).
+inline constexpr std::size_t kMaxBatchCommands = 64;
+inline constexpr std::size_t kMaxBatchBytes = 256 * 1024;
+// A batch entry from already encoded commands (each an encode_command() result).
+std::string encode_batch(const std::vector<std::string>& encoded, std::uint32_t level);
+
+// One committed entry as apply sees it, from a single parse: a command this build knows,
+// a well-formed command of a newer build (`newer`: it must hold the member), something
+// malformed (`error`: rejected alike by every build), or a batch of such entries.
+struct DecodedEntry {
+  std::optional<Command> command;
+  bool newer = false;
+  std::optional<Error> error;
+  bool batch = false;                // level 19; `inner` holds its entries, `level` its writer's
+  std::uint32_t level = 0;
+  std::vector<DecodedEntry> inner;
+};
+DecodedEntry decode_entry(std::string_view bytes);
 // Fails with Errc::malformed_body for anything that is not a well-formed command of a
 // known format version.
 Result<Command> decode_command(std::string_view bytes);

@@ -14,6 +14,8 @@
 //   deletes        flagged = E >= 14, proposed 0
 //   create_counter / delete_counter  refused (409) unless own and group are >= 18 and
 //                  `counters` is finalized (check_counters); a create proposes the clock
+//   batching       (level 19) name operations and shard updates share batch entries while
+//                  own and group are >= 19 (may_batch)
 //
 // Thread-safety: pure functions.
 #pragma once
@@ -98,6 +100,16 @@ inline Result<void> check_counters(const ProposerView& v) {
                  "counters need the fleet feature counters, which is not finalized "
                  "(POST /v1/features/counters/finalize)");
   return {};
+}
+
+// Level 19: whether a proposal of type `t` may share a batch entry with concurrent ones
+// (group commit, raft_node.h). Only while this member and every recorded member run at 19
+// or above, and only for the catalog's name operations and shard updates (is_batchable).
+// No fleet feature: brokers never read entries, only the changes, which a batch records
+// exactly as the same commands alone. A stale view is safe: apply refuses a batch while a
+// recorded member is below 19, and the commands are then proposed again alone.
+inline bool may_batch(const ProposerView& v, CommandType t) {
+  return v.own >= kBatchedEntriesLevel && v.group >= kBatchedEntriesLevel && is_batchable(t);
 }
 
 // Fills proposed_incarnation, incarnations and level of a create/delete `c` (any other

@@ -130,6 +130,16 @@ Result<void> RaftMetaStore::start() {
   o.cluster_secret = cfg_.cluster_secret;
   o.require_auth = cfg_.require_auth;
   o.log = [this](LogLevel l, const std::string& m) { log(l, m); };
+  // Level 19 group commit: concurrent proposals share one batch entry (command.h). Only
+  // proposals propose() marks batchable are combined, and only while the group is at 19.
+  if (cfg_.level >= kBatchedEntriesLevel) {
+    o.combine = [level = cfg_.level.value()](const std::vector<std::string>& parts) {
+      return encode_batch(parts, level);
+    };
+    o.may_combine = [this] { return group_allows_batches(); };
+    o.max_batch_commands = kMaxBatchCommands;
+    o.max_batch_bytes = kMaxBatchBytes;
+  }
   auto n = std::make_shared<RaftNode>(std::move(o), adapter_);
   // Start failures are returned, not logged: the host prints the one ERROR line.
   if (auto r = n->start(); !r.ok()) return r;

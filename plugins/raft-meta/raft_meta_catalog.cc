@@ -103,9 +103,27 @@ Result<ApplyResult> RaftMetaStore::propose(const Command& c) {
   note_leadership();
   Command stamped = c;
   stamped.level = cfg_.level.value();
-  auto r = n->apply(encode_command(stamped), cfg_.timeout);
+  // The group's level is checked only when proposals are about to share an entry
+  // (group_allows_batches, on the raft thread), so a lone proposal pays nothing for it.
+  auto r = n->apply(encode_command(stamped), cfg_.timeout,
+                    may_batch(ProposerView{cfg_.level, cfg_.level}, stamped.type));
   if (!r.ok() && r.error().code == Errc::not_leader) return not_leader_error();
   return r;
+}
+
+// Level 19 (proposer.h may_batch): a name operation or shard update may share a batch
+// entry with concurrent ones while this member and every recorded member run at 19 or
+// above. A member that joins below 19 in between makes apply refuse the batch as a whole,
+// and RaftNode proposes each command again alone (raft_node.h), so a stale view costs a
+// retry, never a wrong answer.
+bool RaftMetaStore::group_allows_batches() {
+  ProposerView v{cfg_.level, MetadataLevel{0}};
+  {
+    std::lock_guard lk(fsm_mu_);
+    // No recorded member yet (a group still forming): group level 0, no batching.
+    v.group = std::min(cfg_.level, fsm_.recorded_group_level().value_or(MetadataLevel{0}));
+  }
+  return may_batch(v, CommandType::create_stream);
 }
 
 

@@ -62,10 +62,10 @@ RaftMetaConfig RaftMetaConfig::from_host(const PluginHost& host) {
   {
     std::int64_t lv = host.config_int("metadata.level", kBuildMetadataLevel.value());
     // The product's levels: 8 (baseline), 10 (stream incarnations), 14 (cache incarnations
-    // and the flag), 16 (replicated shards), 17 (reassignment), 18 (counters). 9, 11..13
-    // and 15 never shipped, so no member may claim them.
-    if (lv != 8 && lv != 10 && lv != 14 && lv != 16 && lv != 17 && lv != 18)
-      throw std::invalid_argument("metadata.level must be 8, 10, 14, 16, 17 or 18 (this build's level is " +
+    // and the flag), 16 (replicated shards), 17 (reassignment), 18 (counters), 19 (batch
+    // entries). 9, 11..13 and 15 never shipped, so no member may claim them.
+    if (lv != 8 && lv != 10 && lv != 14 && lv != 16 && lv != 17 && lv != 18 && lv != 19)
+      throw std::invalid_argument("metadata.level must be 8, 10, 14, 16, 17, 18 or 19 (this build's level is " +
                                   std::to_string(kBuildMetadataLevel.value()) + "), got " +
                                   std::to_string(lv));
     c.level = MetadataLevel{static_cast<std::uint32_t>(lv)};

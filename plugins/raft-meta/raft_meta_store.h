@@ -194,6 +194,9 @@ class RaftMetaStore final : public MetadataStore {
   void catalog_changed();  // wakes the delivery thread
 
   Result<ApplyResult> propose(const Command& c);
+  // Level 19: whether the group (every recorded member) is at 19, so that batchable
+  // proposals may share an entry. Asked by RaftNode on the raft thread before combining.
+  bool group_allows_batches();
   // The leader's client when this member is a follower that knows its leader (and the call
   // is not itself forwarded); null: handle locally.
   std::shared_ptr<MetadataStore> leader_client();

@@ -70,11 +70,24 @@ struct RaftNode::Impl {
   // Results of applied entries, by index, until the proposer's callback claims them.
   std::map<std::uint64_t, ApplyResult> results;
 
+  // One caller's proposal (RaftNode::apply).
+  struct Proposal {
+    std::promise<Result<ApplyResult>> done;
+    std::string entry;
+    bool batchable = false;
+  };
+  // One raft entry in flight: a lone proposal, or several combined (options.combine).
   struct ApplyOp {
     ApplyReq req{};
-    std::promise<Result<ApplyResult>> done;
     Impl* impl = nullptr;
+    std::vector<std::unique_ptr<Proposal>> props;
+    bool combined = false;
   };
+  // Group commit: batchable proposals held while the leader's last append is being
+  // written, proposed together once it is stored (flush_pending, from the check handle).
+  uv_check_t check{};
+  std::deque<std::unique_ptr<Proposal>> pending;
+  std::uint64_t pending_since = 0;  // uv_now when the oldest pending proposal arrived (about)
   struct BarrierOp {
     struct raft_barrier req{};
     std::promise<Result<void>> done;
@@ -139,18 +152,39 @@ struct RaftNode::Impl {
   // --- request callbacks ---
   static void apply_cb(ApplyReq* req, int status, void* /*result*/) {
     auto* op = static_cast<ApplyOp*>(req->data);
+    std::unique_ptr<ApplyOp> own(op);
     if (status != 0) {
-      op->done.set_value(status_error(status, "apply"));
-    } else {
-      auto it = op->impl->results.find(req->index);
-      if (it == op->impl->results.end()) {
-        op->done.set_value(Error(Errc::internal, "applied entry has no result"));
-      } else {
-        op->done.set_value(std::move(it->second));
-        op->impl->results.erase(it);
-      }
+      for (auto& p : op->props) p->done.set_value(status_error(status, "apply"));
+      return;
     }
-    delete op;
+    auto it = op->impl->results.find(req->index);
+    if (it == op->impl->results.end()) {
+      for (auto& p : op->props) p->done.set_value(Error(Errc::internal, "applied entry has no result"));
+      return;
+    }
+    ApplyResult r = std::move(it->second);
+    op->impl->results.erase(it);
+    if (!op->combined) {
+      op->props[0]->done.set_value(std::move(r));
+      return;
+    }
+    if (r.inner.size() == op->props.size()) {
+      for (std::size_t i = 0; i < op->props.size(); ++i) op->props[i]->done.set_value(std::move(r.inner[i]));
+      return;
+    }
+    if (r.error && r.error->code == Errc::conflict) {
+      // Refused as a whole (the group had a member below the batch level after all):
+      // nothing of it was applied, so each proposal goes again as its own entry, ahead of
+      // the proposals still pending.
+      for (auto p = op->props.rbegin(); p != op->props.rend(); ++p) {
+        (*p)->batchable = false;
+        op->impl->pending.push_front(std::move(*p));
+      }
+      return;
+    }
+    for (auto& p : op->props)
+      p->done.set_value(r.error ? Result<ApplyResult>(*r.error)
+                                : Result<ApplyResult>(Error(Errc::internal, "combined entry has no results")));
   }
 
   static void barrier_cb(struct raft_barrier* req, int status) {
@@ -257,9 +291,18 @@ struct RaftNode::Impl {
 
   static void timer_cb(uv_timer_t* t) { static_cast<Impl*>(t->data)->refresh_status(); }
 
+  // Runs after every round of I/O callbacks, so right after the append that held the
+  // pending proposals completes.
+  static void check_cb(uv_check_t* c) {
+    auto* self = static_cast<Impl*>(c->data);
+    if (!self->closing) self->flush_pending();
+  }
+
   void close_handles() {
     uv_timer_stop(&timer);
     uv_close(reinterpret_cast<uv_handle_t*>(&timer), nullptr);
+    uv_check_stop(&check);
+    uv_close(reinterpret_cast<uv_handle_t*>(&check), nullptr);
     uv_close(reinterpret_cast<uv_handle_t*>(&async), nullptr);
   }
 
@@ -286,6 +329,10 @@ struct RaftNode::Impl {
       }
     }
     for (auto& t : tasks) t(self->closing || stop_now);
+    if (stop_now || self->closing) {
+      for (auto& p : self->pending) p->done.set_value(Error(Errc::unavailable, "raft node is stopping"));
+      self->pending.clear();
+    }
     if (stop_now && !self->closing) {
       self->closing = true;
       n->role_.store(RaftRole::unavailable);
@@ -298,35 +345,102 @@ struct RaftNode::Impl {
   }
 
   // Apply/barrier tasks (run by async_cb).
-  void do_apply(ApplyOp* op, std::string entry, bool closing_now) {
+  void do_apply(std::unique_ptr<Proposal> p, bool closing_now) {
     if (closing_now) {
-      op->done.set_value(Error(Errc::unavailable, "raft node is stopping"));
-      delete op;
+      p->done.set_value(Error(Errc::unavailable, "raft node is stopping"));
       return;
+    }
+    if (!p->batchable || !node->opts_.combine) {
+      p->batchable = false;
+      propose(std::vector<std::unique_ptr<Proposal>>{}, std::move(p));
+      return;
+    }
+    if (pending.empty()) pending_since = uv_now(&loop);
+    pending.push_back(std::move(p));
+    flush_pending();
+  }
+
+  // Whether the leader's last append is still being written (libraft then gathers new
+  // entries for the next write anyway; holding batchable proposals until it is stored lets
+  // them share one entry).
+  bool append_in_flight() {
+    return raft_state(&raft) == RAFT_LEADER && raft.last_stored < raft_last_index(&raft);
+  }
+
+  // Proposes what is pending, unless an append is in flight: a lone proposal as itself,
+  // several as one combined entry (bounded by count and bytes; the rest waits for the
+  // append this one starts).
+  void flush_pending() {
+    // A safety valve, not a tuning knob: proposals never wait more than a few timer ticks
+    // for an append that does not finish (a slow disk then just stops batching them).
+    constexpr std::uint64_t kMaxHoldMs = 50;
+    while (!pending.empty() && (!append_in_flight() || uv_now(&loop) - pending_since >= kMaxHoldMs)) {
+      std::vector<std::unique_ptr<Proposal>> take;
+      std::size_t bytes = 0;
+      const auto& o = node->opts_;
+      while (!pending.empty() && pending.front()->batchable && take.size() < o.max_batch_commands &&
+             (take.empty() || bytes + pending.front()->entry.size() + 1 <= o.max_batch_bytes)) {
+        bytes += pending.front()->entry.size() + 1;
+        take.push_back(std::move(pending.front()));
+        pending.pop_front();
+      }
+      if (take.empty()) {  // a proposal that must go alone
+        auto p = std::move(pending.front());
+        pending.pop_front();
+        propose({}, std::move(p));
+      } else if (take.size() == 1) {
+        propose({}, std::move(take[0]));
+      } else if (o.may_combine && !o.may_combine()) {
+        for (auto& p : take) propose({}, std::move(p));
+      } else {
+        propose(std::move(take), nullptr);
+      }
+      pending_since = uv_now(&loop);
+    }
+  }
+
+  // One raft entry: `lone`, or the `combined` proposals as options.combine builds them.
+  void propose(std::vector<std::unique_ptr<Proposal>> combined, std::unique_ptr<Proposal> lone) {
+    auto op = std::make_unique<ApplyOp>();
+    op->impl = this;
+    std::string entry;
+    if (lone) {
+      entry = std::move(lone->entry);
+      op->props.push_back(std::move(lone));
+    } else {
+      std::vector<std::string> parts;
+      parts.reserve(combined.size());
+      for (auto& p : combined) parts.push_back(std::move(p->entry));
+      entry = node->opts_.combine(parts);
+      // Kept: a combined entry refused as a whole proposes each part again, alone.
+      for (std::size_t i = 0; i < combined.size(); ++i) combined[i]->entry = std::move(parts[i]);
+      op->props = std::move(combined);
+      op->combined = true;
     }
     // libraft's uv segment encoder assumes every entry is a multiple of 8 bytes long; an
     // unaligned entry is written fine but misread at the next start ("entries count in
     // preamble is too high"). Pad with ASCII spaces, which the JSON command decoder skips.
-    entry.append((8 - entry.size() % 8) % 8, ' ');
-    if (entry.empty()) entry.assign(8, ' ');
+    const std::size_t padded = entry.empty() ? 8 : entry.size() + (8 - entry.size() % 8) % 8;
     struct raft_buffer buf;
-    buf.len = entry.size();
-    buf.base = raft_malloc(entry.size());
+    buf.len = padded;
+    buf.base = raft_malloc(padded);
     if (!buf.base) {
-      op->done.set_value(Error(Errc::unavailable, "out of memory"));
-      delete op;
+      for (auto& p : op->props) p->done.set_value(Error(Errc::unavailable, "out of memory"));
       return;
     }
     std::memcpy(buf.base, entry.data(), entry.size());
-    op->req.data = op;
+    std::memset(static_cast<char*>(buf.base) + entry.size(), ' ', padded - entry.size());
+    if (!op->combined) op->props[0]->entry = std::move(entry);
+    op->req.data = op.get();
     int rv = raft_apply(&raft, &op->req, &buf, 1, apply_cb);
     if (rv != 0) {
       raft_free(buf.base);  // not raft's unless raft_apply returned 0 (§10)
-      op->done.set_value(Error(rv == RAFT_NOTLEADER ? Errc::not_leader : Errc::unavailable,
-                               std::string("raft_apply: ") + raft_strerror(rv),
-                               Outcome::transient));
-      delete op;
+      for (auto& p : op->props)
+        p->done.set_value(Error(rv == RAFT_NOTLEADER ? Errc::not_leader : Errc::unavailable,
+                                std::string("raft_apply: ") + raft_strerror(rv), Outcome::transient));
+      return;
     }
+    op.release();  // libraft's until apply_cb
   }
 
   void do_barrier(BarrierOp* op, bool closing_now) {
@@ -351,9 +465,12 @@ struct RaftNode::Impl {
     const RaftNodeOptions& o = node->opts_;
     int rv = uv_timer_init(&loop, &timer);
     if (rv == 0) rv = uv_async_init(&loop, &async, async_cb);
+    if (rv == 0) rv = uv_check_init(&loop, &check);
+    if (rv == 0) rv = uv_check_start(&check, check_cb);
     if (rv != 0) return Error(Errc::internal, std::string("uv init: ") + uv_strerror(rv));
     timer.data = this;
     async.data = this;
+    check.data = this;
 
     // Every connection between members presents the cluster id first (cluster_transport.h);
     // without a cluster id source (tests of a lone node), libraft's stock TCP transport.
@@ -495,16 +612,15 @@ void RaftNode::stop() {
   role_.store(RaftRole::unavailable);
 }
 
-Result<ApplyResult> RaftNode::apply(std::string_view entry, std::chrono::milliseconds timeout) {
-  auto* op = new Impl::ApplyOp();
-  op->impl = impl_.get();
-  auto fut = op->done.get_future();
+Result<ApplyResult> RaftNode::apply(std::string_view entry, std::chrono::milliseconds timeout,
+                                    bool batchable) {
+  auto* p = new Impl::Proposal();
+  p->entry.assign(entry);
+  p->batchable = batchable;
+  auto fut = p->done.get_future();
   Impl* impl = impl_.get();
-  std::string copy(entry);
-  if (!submit([impl, op, copy = std::move(copy)](bool closing) mutable {
-        impl->do_apply(op, std::move(copy), closing);
-      })) {
-    delete op;
+  if (!submit([impl, p](bool closing) { impl->do_apply(std::unique_ptr<Impl::Proposal>(p), closing); })) {
+    delete p;
     return Error(Errc::unavailable, "raft node is not running");
   }
   if (fut.wait_for(timeout) != std::future_status::ready)

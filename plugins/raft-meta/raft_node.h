@@ -30,6 +30,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include "catalog_fsm.h"
 #include "sluice/error.h"
@@ -64,6 +65,17 @@ struct RaftNodeOptions {
   std::string cluster_secret;
   bool require_auth = false;
   std::function<void(LogLevel, const std::string&)> log;  // may be empty
+  // Group commit (docs/architecture.md "Metadata", batch entries): set, apply(..., batchable
+  // = true) proposals that arrive while the leader's previous append is still being written
+  // are held, then proposed together as one entry built by `combine` (their entries, in
+  // order) once it is stored. Empty: every proposal is its own entry.
+  std::function<std::string(const std::vector<std::string>&)> combine;
+  // Asked on the raft thread just before combining (never for a lone proposal): false
+  // proposes the held proposals one entry each (raft-meta: the group is below level 19).
+  // Empty: always true.
+  std::function<bool()> may_combine;
+  std::size_t max_batch_commands = 64;     // bounds of one combined entry
+  std::size_t max_batch_bytes = 256 * 1024;
 };
 
 // One server of the Raft configuration, as libraft has it.
@@ -93,7 +105,12 @@ class RaftNode {
   // Proposes `entry` as a RAFT_COMMAND and waits until it is applied. The entry is padded
   // with ASCII spaces to a multiple of 8 bytes (a libraft uv requirement), so the state
   // machine must ignore trailing spaces.
-  Result<ApplyResult> apply(std::string_view entry, std::chrono::milliseconds timeout);
+  // `batchable` (with options.combine set): the entry may be proposed inside a combined
+  // entry with others; its result is then the state machine's ApplyResult::inner entry for
+  // it. A combined entry refused as a whole with `conflict` (ApplyResult::inner empty) is
+  // proposed again as separate entries, which is safe because it changed nothing.
+  Result<ApplyResult> apply(std::string_view entry, std::chrono::milliseconds timeout,
+                            bool batchable = false);
   // Appends a barrier and waits until it (and so everything before it) is applied.
   Result<void> barrier(std::chrono::milliseconds timeout);
 
@@ -105,6 +122,13 @@ class RaftNode {
   Result<void> remove_server(std::uint64_t id, std::chrono::milliseconds timeout);
   // The current configuration (as this server knows it).
   Result<std::vector<RaftServer>> configuration(std::chrono::milliseconds timeout);
+
+  // Tasks submitted and not yet taken by the raft thread (tests: a proposal has reached
+  // the node while the raft thread is busy).
+  std::size_t queued_tasks() {
+    std::lock_guard lk(q_mu_);
+    return queue_.size();
+  }
 
   RaftRole role() const { return role_.load(); }
   std::uint64_t last_applied() const { return last_applied_.load(); }

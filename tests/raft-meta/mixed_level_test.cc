@@ -164,8 +164,23 @@ class Group {
     return propose_raw(i, c);
   }
 
-  Result<ApplyResult> propose_raw(unsigned i, const Command& c) {
-    std::string entry = encode_command(c);
+  Result<ApplyResult> propose_raw(unsigned i, const Command& c) { return propose_bytes(i, encode_command(c)); }
+
+  // Server i (made leader) proposes the commands as one batch entry, each stamped as that
+  // member would stamp it alone (level 19, what RaftNode's group commit combines).
+  Result<ApplyResult> propose_batch(unsigned i, std::vector<Command> cs) {
+    lead(i);
+    std::vector<std::string> parts;
+    for (auto& c : cs) {
+      if (auto s = stamp_entry(c, view(i), 1'700'000'000'000'000 + static_cast<std::int64_t>(rng_() % 1000));
+          !s.ok())
+        return s.error();
+      parts.push_back(encode_command(c));
+    }
+    return propose_bytes(i, encode_batch(parts, levels_[i].value()));
+  }
+
+  Result<ApplyResult> propose_bytes(unsigned i, std::string entry) {
     entry.append((8 - entry.size() % 8) % 8, ' ');
     auto p = std::make_unique<Pending>();
     p->req.data = p.get();
@@ -704,6 +719,81 @@ TEST(MixedLevels, CountersNeedTheFeatureFinalized) {
   ASSERT_TRUE(ok.ok());
   ASSERT_TRUE(ok->ok()) << ok->error->to_string();
   g.expect_converged();
+}
+
+// Level 19 (batch entries): all at 19, a batch gives each command the result it would get
+// alone, the first batch raises the floor to 19, every member converges, a replay at 19
+// computes the same state and a member restarted on a level-18 build holds at the batch.
+TEST(MixedLevels, BatchEntriesApplyAt19AndHoldMembersBelowIt) {
+  Group g({19, 19, 19}, seed_for("19"));
+  g.start({kStreamInc, kCacheInc, kRepl, kReassign, kCountersF, kCompactF});
+  EXPECT_TRUE(may_batch(g.view(1), CommandType::create_stream));
+  const std::uint64_t batch_index = g.fsm(0).applied().value() + 1;
+  auto b = g.propose_batch(1, {Command::create_stream({"t", "n", "a"}, one_shard(), 0),
+                               Command::create_stream({"t", "n", "a"}, one_shard(), 0),
+                               Command::create_cache({"t", "n", "c"}, CacheSpec{}, 0),
+                               Command::delete_stream({"t", "n", "nope"}),
+                               Command::create_stream({"t", "n", "b"}, one_shard(), 0)});
+  ASSERT_TRUE(b.ok()) << b.error().to_string();
+  ASSERT_TRUE(b->ok()) << b->error->to_string();
+  ASSERT_EQ(b->inner.size(), 5u);
+  EXPECT_TRUE(b->inner[0].ok());
+  EXPECT_EQ(b->inner[1].error->code, Errc::already_exists);
+  EXPECT_TRUE(b->inner[2].ok());
+  EXPECT_EQ(b->inner[3].error->code, Errc::not_found);
+  EXPECT_TRUE(b->inner[4].ok());
+  EXPECT_GT(b->inner[0].stream.incarnation.value(), 0u);
+  for (std::size_t k = 0; k < 5; ++k) EXPECT_EQ(b->inner[k].seq, ChangeSeq{batch_index + k});
+  EXPECT_EQ(g.fsm(2).level_floor(), kBatchedEntriesLevel);
+  // The next entry's command comes after the batch's last.
+  auto after = g.propose(2, Command::delete_stream({"t", "n", "a"}));
+  ASSERT_TRUE(after.ok() && after->ok());
+  EXPECT_EQ(after->seq, ChangeSeq{batch_index + 5});
+  g.expect_converged();
+  g.expect_replay_at(MetadataLevel{19});
+  auto old = g.replay(MetadataLevel{18});
+  ASSERT_TRUE(old->held().has_value());
+  EXPECT_EQ(old->held()->index, batch_index);
+  EXPECT_EQ(old->held()->required, kBatchedEntriesLevel);
+}
+
+// 19 + 18: the 19 member does not batch; a batch proposed anyway is refused as a whole by
+// the 19 member (nothing applied, the floor unchanged) and holds the 18 member. After the
+// 18 member is upgraded, batching is allowed and applies.
+TEST(MixedLevels, BelowLevel19BatchesAreNeverApplied) {
+  Group g({19, 18}, seed_for("19+18"));
+  g.start({kStreamInc, kCacheInc, kRepl, kReassign, kCountersF, kCompactF});
+  EXPECT_FALSE(may_batch(g.view(0), CommandType::create_stream));
+  const std::uint64_t before = g.fsm(1).applied().value();
+  auto r = g.propose_batch(0, {Command::create_stream({"t", "n", "a"}, one_shard(), 0),
+                               Command::create_stream({"t", "n", "b"}, one_shard(), 0)});
+  ASSERT_TRUE(r.ok());
+  ASSERT_FALSE(r->ok());
+  EXPECT_EQ(r->error->code, Errc::conflict) << r->error->message;
+  EXPECT_TRUE(r->inner.empty());
+  EXPECT_FALSE(g.fsm(0).get_stream({"t", "n", "a"}).ok());
+  EXPECT_LT(g.fsm(0).level_floor(), kBatchedEntriesLevel);
+  ASSERT_TRUE(g.fsm(1).held().has_value());
+  EXPECT_EQ(g.fsm(1).held()->required, kBatchedEntriesLevel);
+  EXPECT_EQ(g.fsm(1).applied().value(), before) << "the level-18 member did not apply it";
+}
+
+TEST(MixedLevels, AnUpgradeTo19AllowsBatches) {
+  Group g({19, 18}, seed_for("19+18 upgraded"));
+  g.start({kStreamInc, kCacheInc, kRepl, kReassign, kCountersF, kCompactF});
+  ASSERT_TRUE(g.propose(1, Command::create_stream({"t", "n", "a"}, one_shard(), 0))->ok());
+  EXPECT_FALSE(may_batch(g.view(0), CommandType::create_stream));
+  g.upgrade(1, MetadataLevel{19});
+  EXPECT_TRUE(may_batch(g.view(0), CommandType::create_stream));
+  auto r = g.propose_batch(0, {Command::delete_stream({"t", "n", "a"}),
+                               Command::create_stream({"t", "n", "a"}, one_shard(), 0)});
+  ASSERT_TRUE(r.ok() && r->ok());
+  ASSERT_EQ(r->inner.size(), 2u);
+  EXPECT_TRUE(r->inner[0].ok());
+  EXPECT_TRUE(r->inner[1].ok());
+  EXPECT_GT(r->inner[1].stream.incarnation.value(), r->inner[0].stream.incarnation.value());
+  g.expect_converged();
+  g.expect_replay_at(MetadataLevel{19});
 }
 
 }  // namespace

@@ -263,7 +263,10 @@ TEST(CatalogRules, CountersAreAFleetFeatureAtLevel18) {
   ASSERT_NE(f, nullptr);
   EXPECT_EQ(f->required_level, kCountersLevel);
   EXPECT_EQ(kCountersLevel, MetadataLevel{18});
-  EXPECT_EQ(kBuildMetadataLevel, MetadataLevel{18});
+  // Level 19 (raft-meta batch entries) is this build's level and adds no fleet feature.
+  EXPECT_EQ(kBatchedEntriesLevel, MetadataLevel{19});
+  EXPECT_EQ(kBuildMetadataLevel, MetadataLevel{19});
+  for (auto& feat : known_features()) EXPECT_LE(feat.required_level, kCountersLevel) << feat.name;
   auto g = check_finalize(kCounters, MetadataLevel{17}, {});
   ASSERT_FALSE(g.ok());
   EXPECT_EQ(g.error().code, Errc::conflict);

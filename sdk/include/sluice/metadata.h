@@ -169,8 +169,8 @@ struct MemberInfo {
   ChangeSeq held_index;      // the entry it is held at
   MetadataLevel held_required_level{0};
   std::string held_reason;
-  ChangeSeq applied;         // its last applied index
-  // FNV-1a 64 of its catalog (every table): members at the same applied index must agree.
+  ChangeSeq applied;         // its last applied change sequence (raft-meta: types.h ChangeSeq)
+  // FNV-1a 64 of its catalog (every table): members at the same `applied` must agree.
   std::uint64_t state_hash = 0;
 };
 

@@ -38,7 +38,8 @@ using Incarnation = Strong<struct IncarnationTag>;
 using Generation = Strong<struct GenerationTag>;
 // Position of a record inside one shard incarnation. Starts at 0 for every incarnation.
 using Offset = Strong<struct OffsetTag>;
-// Catalog change sequence (Raft index or Postgres sequence).
+// Catalog change sequence (raft-meta: the entry's Raft index, or beyond it once level-19
+// batch entries gave several commands one entry each; postgres-meta: a Postgres sequence).
 using ChangeSeq = Strong<struct ChangeSeqTag>;
 using NodeId = Strong<struct NodeIdTag, std::uint32_t>;
 using ShardIndex = Strong<struct ShardIndexTag, std::uint32_t>;
@@ -55,8 +56,9 @@ using ShardVersion = Strong<struct ShardVersionTag>;
 // baseline (streams, caches, tenants, namespaces, fleet features; no incarnations); level
 // 10 lets `stream_incarnations` be finalized; level 14 adds `cache_incarnations` and the
 // per-entry `incarnations` flag; level 16 adds `replicated_shards`; level 17 adds
-// `shard_reassignment`; level 18 adds `counters`. A member may run lower (`metadata.level`).
-inline constexpr MetadataLevel kBuildMetadataLevel{18};
+// `shard_reassignment`; level 18 adds `counters`; level 19 adds batch entries (raft-meta).
+// A member may run lower (`metadata.level`).
+inline constexpr MetadataLevel kBuildMetadataLevel{19};
 inline constexpr MetadataLevel kLowestMetadataLevel{8};
 // The level that lets `stream_incarnations` be finalized.
 inline constexpr MetadataLevel kStreamIncarnationsLevel{10};
@@ -73,6 +75,11 @@ inline constexpr MetadataLevel kShardReassignmentLevel{17};
 // The level of counters (docs/metadata-levels.md): create_counter / delete_counter entries.
 // A member below it holds at the first one; proposals need every member at 18.
 inline constexpr MetadataLevel kCountersLevel{18};
+// The level of batch entries (docs/metadata-levels.md): one raft-meta entry carrying several
+// commands, each applied as it would be alone. A member below it holds at the first one; a
+// proposer batches only while every member is at 19, and the first batch applied raises the
+// group's level floor to 19. No fleet feature: brokers never see entries, only their changes.
+inline constexpr MetadataLevel kBatchedEntriesLevel{19};
 
 // (tenant, namespace, name). Validated by sluice::validate_name (names.h) before it is
 // ever used in a path.
