@@ -1,7 +1,7 @@
 // FsStorageEngine: the fs-storage implementation of sluice::StorageEngine.
 //
 // Threads owned by one engine:
-//   * FlushPool: storage.flush_threads flushers (default 1) doing all writes and syncs.
+//   * FlushPool: storage.flush_threads flushers (default 2) doing all writes and syncs.
 //   * retention: one thread, every storage.retention_interval_ms (off if <= 0), calls
 //     apply_retention on every open shard; tests call run_retention_once() instead.
 //

@@ -17,7 +17,7 @@ enum class FsyncPolicy {
   never,   // benchmarks only: acks and visibility do NOT imply durability
 };
 enum class VerifyOnStart {
-  all,   // CRC-verify every batch of every segment (default)
+  all,   // CRC-verify every batch of every segment (the unit tests' default)
   tail,  // verify the active segment; sealed segments trust a valid .idx
   // as tail, and the active segment is verified only beyond its recovery point; after a
   // clean shutdown nothing is read (docs/architecture.md "Restart")
@@ -29,14 +29,14 @@ struct Options {
   std::uint64_t segment_bytes = 64ull << 20;         // storage.segment_bytes
   std::uint64_t index_interval_bytes = 4096;         // storage.index_interval_bytes
   FsyncPolicy fsync = FsyncPolicy::always;           // storage.fsync
-  // The struct's defaults are the unit tests'; a node's come from from_host (checkpoint and
-  // background verification on: docs/configuration.md).
+  // The struct's defaults are the unit tests'; a node's come from from_host (checkpoint,
+  // background verification on and two flushers: docs/configuration.md).
   VerifyOnStart verify_on_start = VerifyOnStart::all;  // storage.verify_on_start
   bool verify_in_background = false;                 // storage.verify_in_background
   std::uint64_t verify_bytes_per_sec = 128ull << 20;  // storage.verify_mb_per_sec (0: unlimited)
   bool repair = false;                               // storage.repair (implies verify_on_start=all)
   std::int64_t retention_interval_ms = 30000;        // storage.retention_interval_ms (<=0: off)
-  unsigned flush_threads = 1;                        // storage.flush_threads (1..8)
+  unsigned flush_threads = 1;                        // storage.flush_threads (1..8; a node's: 2)
   std::uint64_t group_journal_compact_bytes = 1 << 20;  // storage.group_journal_compact_bytes
   // Replicated shards (docs/replication.md, docs/configuration.md "replication.*").
   std::int64_t replication_max_lag_ms = 10000;       // replication.max_lag_ms

@@ -54,6 +54,45 @@ inline double dd_bandwidth(const std::string& dir, int seconds, int max_mib = 81
   return bytes / 1e6 / secs;
 }
 
+// What the disk can make durable in a log's own pattern: `writers` threads, each appending
+// `chunk`-byte writes to a file of its own and fdatasyncing after every write, for about
+// `seconds`; the aggregate MB/s. A broker writes one file per shard replica and syncs each
+// after every group, so with `writers` = the files a load keeps syncing at once this is the
+// disk's ceiling for that load (docs/benchmarks.md "The disk's ceiling for replication").
+inline double concurrent_sync_bandwidth(const std::string& dir, int writers, int chunk, int seconds) {
+  std::atomic<std::uint64_t> bytes{0};
+  std::atomic<bool> failed{false};
+  const auto t0 = std::chrono::steady_clock::now();
+  const auto until = t0 + std::chrono::seconds(seconds);
+  std::vector<std::thread> threads;
+  for (int w = 0; w < writers; ++w)
+    threads.emplace_back([&, w] {
+      const std::string path = dir + "/sync-probe-" + std::to_string(w) + ".bin";
+      int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (fd < 0) {
+        failed = true;
+        return;
+      }
+      const std::string buf(static_cast<std::size_t>(chunk), 's');
+      while (std::chrono::steady_clock::now() < until) {
+        if (::write(fd, buf.data(), buf.size()) != static_cast<ssize_t>(buf.size()) || ::fdatasync(fd) != 0) {
+          failed = true;
+          break;
+        }
+        bytes.fetch_add(buf.size(), std::memory_order_relaxed);
+      }
+      ::close(fd);
+      ::unlink(path.c_str());
+    });
+  for (auto& t : threads) t.join();
+  if (failed) {
+    std::perror("concurrent sync probe");
+    std::exit(1);
+  }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return static_cast<double>(bytes.load()) / 1e6 / secs;
+}
+
 // User + system CPU seconds a process has used so far (/proc/<pid>/stat fields 14 and 15);
 // -1 if it cannot be read.
 inline double cpu_seconds(pid_t pid) {

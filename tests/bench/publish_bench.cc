@@ -92,7 +92,9 @@ void usage() {
                       against one broker of its own (replication factor 1, ack leader),
                       then N brokers of its own on loopback (raft-meta: broker 1 is the
                       controller, 2..N join it) with ack quorum to each shard's leader;
-                      prints both and the ratio replicated / single. Replaces the
+                      prints both and the ratio replicated / single, beside what the
+                      disk can sync with one file per shard and one per shard replica
+                      (the ceiling that puts on the ratio). Replaces the
                       keyless/JSON/keyed/idempotent phases (ignores --ack, --url)
   --replication-factor R   replication factor of the replicated stream (default: N)
   --rounds N          the replicated run alternates its two loads (one broker, N brokers)
@@ -261,6 +263,17 @@ int main(int argc, char** argv) {
   const double dd_mbps = sluice_bench::dd_bandwidth(o.dir, std::min(o.seconds, 5));
   std::printf("      disk, sequential (1 MiB writes, one fdatasync at the end, like dd conv=fdatasync): "
               "%.1f MB/s\n", dd_mbps);
+  // The replicated run: what the disk can sync in each side's own pattern, one file per
+  // shard (one broker) and one per shard replica (all brokers share this disk).
+  double sync_single_mbps = 0, sync_rep_mbps = 0;
+  const int single_files = o.shards, rep_files = o.shards * std::max(o.replication_factor, 1);
+  if (replicated) {
+    progress("phase 1: the disk's sync ceiling with %d and with %d files", single_files, rep_files);
+    sync_single_mbps = sluice_bench::concurrent_sync_bandwidth(o.dir, single_files, o.chunk, std::min(o.seconds, 5));
+    sync_rep_mbps = sluice_bench::concurrent_sync_bandwidth(o.dir, rep_files, o.chunk, std::min(o.seconds, 5));
+    std::printf("      disk, %d files each appending %d-byte writes + fdatasync: %.1f MB/s; %d files: %.1f MB/s\n",
+                single_files, o.chunk, sync_single_mbps, rep_files, sync_rep_mbps);
+  }
 
   // Keyless records, sticky shard per request (issue 2), also as JSON (issue 12); keyed and
   // idempotent (issue 3): each connection a producer with its own key, so each request is
@@ -728,6 +741,15 @@ int main(int argc, char** argv) {
   // All replicas share this machine's one disk: RF copies of every byte.
   std::printf("  replicated x RF / sequential %.2f  (the disk's share the replicas use)\n",
               dd_mbps > 0 ? rep.mbps * o.replication_factor / dd_mbps : 0);
+  std::printf("  disk, %2d files synced  %.1f MB/s (each appending %d-byte writes + fdatasync: one file per shard)\n",
+              single_files, sync_single_mbps, o.chunk);
+  std::printf("  disk, %2d files synced  %.1f MB/s (the same, one file per shard replica)\n", rep_files, sync_rep_mbps);
+  std::printf("  single / %d-file sync   %.2f\n", single_files, sync_single_mbps > 0 ? single.mbps / sync_single_mbps : 0);
+  std::printf("  replicated x RF / %d-file sync %.2f  (1.00: the replicas sync all the disk can in their pattern)\n",
+              rep_files, sync_rep_mbps > 0 ? rep.mbps * o.replication_factor / sync_rep_mbps : 0);
+  // If the replicas used the whole of that, the ratio could reach this and no more.
+  std::printf("  disk's ceiling on replicated / single %.2f  (%d-file sync / RF / single)\n",
+              single.mbps > 0 ? sync_rep_mbps / o.replication_factor / single.mbps : 0, rep_files);
   std::printf("  replicated / single    %.2f  (design goal >= 0.50)\n", single.rps > 0 ? rep.rps / single.rps : 0);
   return 0;
 }

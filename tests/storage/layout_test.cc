@@ -69,7 +69,7 @@ TEST(LayoutTest, StorageDirConfigOverridesTheDefault) {
   EXPECT_TRUE(std::filesystem::exists(host.data_dir() + "/elsewhere/acme/orders/events/0/log"));
 }
 
-TEST(OptionsTest, BadValuesAreRejectedAtConstruction) {
+TEST(OptionsTest, BadValuesAreRejectedAtConstructionAndANodesDefaultsAreTheDocumentedOnes) {
   for (auto [k, v] : std::vector<std::pair<std::string, std::string>>{
            {"storage.fsync", "sometimes"}, {"storage.verify_on_start", "some"},
            {"storage.segment_bytes", "10"}, {"storage.flush_threads", "0"},
@@ -89,6 +89,11 @@ TEST(OptionsTest, BadValuesAreRejectedAtConstruction) {
   host.set("storage.repair", "true");
   EXPECT_EQ(Options::from_host(host).verify_on_start, VerifyOnStart::all);
   EXPECT_EQ(o.segment_bytes, 64ull << 20);
+  // Two flushers, so one shard's fdatasync overlaps another's (docs/benchmarks.md "Two
+  // flushers"); at most 8.
+  EXPECT_EQ(o.flush_threads, 2u);
+  host.set("storage.flush_threads", "9");
+  EXPECT_THROW(Options::from_host(host), std::invalid_argument);
   EXPECT_EQ(o.dir, host.data_dir() + "/shards");
 }
 
