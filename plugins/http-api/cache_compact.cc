@@ -78,13 +78,19 @@ void CacheStore::maybe_compact(const std::shared_ptr<Shard>& sh, const StreamInf
 }
 
 void CacheStore::sweep_loop() {
+  // Leftovers first, once, as soon as the catalog can be read (cache_resolve.cc); then the
+  // compaction sweep every compact_sweep_ms.
+  bool leftovers_checked = false;
   for (;;) {
+    if (!leftovers_checked) leftovers_checked = sweep_leftovers();
+    const auto wait = leftovers_checked ? std::chrono::milliseconds(cfg_.compact_sweep_ms)
+                                        : std::chrono::milliseconds(1000);
     {
       std::unique_lock lk(mu_);
-      sweep_cv_.wait_for(lk, std::chrono::milliseconds(cfg_.compact_sweep_ms), [&] { return stopping_.load(); });
+      sweep_cv_.wait_for(lk, wait, [&] { return stopping_.load(); });
       if (stopping_) return;
     }
-    sweep_once();
+    if (leftovers_checked) sweep_once();
   }
 }
 

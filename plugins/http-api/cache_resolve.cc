@@ -6,6 +6,8 @@
 #include "cache_store.h"
 
 #include <chrono>
+#include <set>
+#include <string_view>
 #include <thread>
 
 #include "sluice/catalog_rules.h"
@@ -70,11 +72,10 @@ Result<void> CacheStore::delete_backing(const CacheInfo& ci) {
   return {};
 }
 
-void CacheStore::sweep_backing(const StreamKey& bk) {
+void CacheStore::sweep_backing(const StreamKey& bk, bool seen) {
   // Only while this broker's applied catalog still has it: usually the broker that handled
   // the delete removed it already, and then nothing is proposed.
-  auto si = node_.stream(bk);
-  if (!si) return;
+  if (!seen && !node_.stream(bk)) return;
   failpoint("cache.sweep.before_delete");  // crash tests
   auto d = node_.catalog().delete_stream(bk);
   if (d) {
@@ -86,6 +87,50 @@ void CacheStore::sweep_backing(const StreamKey& bk) {
   if (d.error().code != Errc::not_found)
     log_line(LogLevel::warn, "http-api", "cannot delete the leftover backing stream " + bk.to_string() +
                                              " of a deleted " + flavor_.what + ": " + d.error().message);
+}
+
+namespace {
+// "<prefix><incarnation>.<created_seq>.n.<name>" or "...h.<hash>" (backing_stream_name):
+// only names of that shape are taken for backing streams.
+bool backing_shape(std::string_view name, std::string_view prefix) {
+  if (!name.starts_with(prefix)) return false;
+  name.remove_prefix(prefix.size());
+  for (int field = 0; field < 2; ++field) {
+    std::size_t digits = 0;
+    while (digits < name.size() && name[digits] >= '0' && name[digits] <= '9') ++digits;
+    if (digits == 0 || digits >= name.size() || name[digits] != '.') return false;
+    name.remove_prefix(digits + 1);
+  }
+  return name.size() > 2 && (name[0] == 'n' || name[0] == 'h') && name[1] == '.';
+}
+}  // namespace
+
+bool CacheStore::sweep_leftovers() {
+  if (!node_.catalog().status().ready) return false;
+  auto snap = node_.catalog().snapshot();
+  if (!snap) return false;
+  // One snapshot: a backing stream is created only after its cache's create, and an
+  // incarnation never repeats, so a stream in it whose cache (with that incarnation and
+  // create) is not in it belongs to a delete, never to a create still under way.
+  std::set<StreamKey> live;
+  if (flavor_.what == "cache") {
+    for (const auto& c : snap->caches) live.insert(backing_key(c.key, c.incarnation, c.created_seq));
+  } else {
+    for (const auto& c : snap->counters) live.insert(backing_key(c.key, c.incarnation, c.created_seq));
+  }
+  std::string prefix = flavor_.backing_name("x", Incarnation{0}, ChangeSeq{0});
+  prefix = prefix.substr(0, prefix.find('.') + 1);
+  std::size_t found = 0;
+  for (const auto& s : snap->streams)
+    if (backing_shape(s.key.name, prefix) && !live.count(s.key)) {
+      ++found;
+      submit([this, k = s.key] { sweep_backing(k, true); });
+    }
+  if (found > 0)
+    log_line(LogLevel::info, "http-api",
+             "found " + std::to_string(found) + " backing stream(s) of deleted " + flavor_.what +
+                 "s at start (a broker died between a delete and its backing stream's); deleting them");
+  return true;
 }
 
 void CacheStore::forget_all() {

@@ -226,8 +226,14 @@ class CacheStore {
   void ensure_watch();
   void forget_all();  // a cache changed: drop every remembered resolution
   // Deletes a deleted cache's backing stream if the applied catalog still has it (the
-  // broker that handled the delete may have died before it did).
-  void sweep_backing(const StreamKey& backing);
+  // broker that handled the delete may have died before it did). `seen` says the caller
+  // saw it in a catalog snapshot, which this broker's applied catalog may not have reached.
+  void sweep_backing(const StreamKey& backing, bool seen = false);
+  // Once, when the catalog is ready: deletes every backing stream of this flavor whose cache
+  // (counter) the catalog no longer has, as of one snapshot. Catches what the change feed
+  // cannot: a delete this broker did not see (it was the only broker, or it was down).
+  // False if the catalog could not be read yet (try again).
+  bool sweep_leftovers();
   void drop_indexes(const StreamKey& backing);  // its shards' indexes (values included)
 
   StreamKey backing_key(const StreamKey& cache, Incarnation inc, ChangeSeq created) const {

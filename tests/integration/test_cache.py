@@ -279,6 +279,39 @@ class CacheTests(unittest.TestCase):
             self.assertEqual(c.get(key)[:3], (200, value, rev), key)
         self.assertEqual(sorted(c.keys()), sorted(acked))
 
+    def test_a_lone_brokers_leftover_backing_stream_is_deleted_when_it_starts_again(self):
+        """The only broker dies between a cache's catalog delete and its backing stream's
+        delete (failpoint cache.delete.after_catalog; cache.sweep.before_delete too, in case
+        its own change feed gets there first). No other broker saw the delete, so it finds
+        the leftover itself when it starts again, and a live cache's stream is kept."""
+        n = Node(env={"SLUICE_FAILPOINTS": "cache.delete.after_catalog,cache.sweep.before_delete"})
+        self.nodes.append(n)
+        n.start()
+        gone = create_cache(n, "gone")
+        kept = create_cache(n, "kept")
+        for name in ("gone", "kept"):
+            self.assertEqual(CacheClient(n, name).put("k", b"v")[0], 200)
+        backing = lambda c, name: "%s/streams/__cache.%d.%d.n.%s" % (n.ns_path(), c["incarnation"], c["created_seq"], name)
+        self.assertEqual(call(n, "GET", backing(gone, "gone"))[0], 200)
+        try:
+            n.request("DELETE", n.ns_path() + "/caches/gone")
+        except Exception:  # the failpoint kills the broker before it answers
+            pass
+        n.proc.wait(timeout=60)
+        self.assertEqual(n.proc.returncode, -9, "the failpoint was not reached:\n" + n.log_tail())
+        n.env.pop("SLUICE_FAILPOINTS")
+        n.start()
+        self.assertEqual(call(n, "GET", n.ns_path() + "/caches/gone")[0], 404, "the catalog delete was applied")
+        poll(lambda: call(n, "GET", backing(gone, "gone"))[0] == 404, "the leftover backing stream to be deleted",
+             timeout=60)
+        swept = lambda: next(int(float(l.split()[1])) for l in call(n, "GET", "/metrics")[2].decode().splitlines()
+                             if l.startswith("sluice_cache_leftovers_deleted_total "))
+        poll(lambda: swept() == 1, "the leftover to be counted")
+        with open(n.log_path, "rb") as f:
+            self.assertIn(b"found 1 backing stream(s) of deleted caches at start", f.read())
+        self.assertEqual(call(n, "GET", backing(kept, "kept"))[0], 200, "a live cache's backing stream is kept")
+        self.assertEqual(CacheClient(n, "kept").get("k")[:2], (200, b"v"))
+
     def test_compare_and_set_race_8_clients(self):
         n = self.node()
         create_cache(n)

@@ -113,6 +113,34 @@ class CountersTest(unittest.TestCase):
         self.assertEqual(self.get("k"), (200, {"key": "k", "value": 8}))
         self.assertEqual(self.get("other"), (200, {"key": "other", "value": 3}))
 
+    def test_a_lone_brokers_leftover_backing_stream_is_deleted_when_it_starts_again(self):
+        """As for caches (test_cache.py): the only broker dies between a counter's catalog
+        delete and its backing stream's delete, so no broker saw the delete in the change
+        feed; it deletes the leftover when it starts again, and keeps a live counter's."""
+        gone, kept = self.create("gone"), self.create("kept")
+        for name in ("gone", "kept"):
+            self.assertEqual(self.add("k", 1, counter=name)[0], 200)
+        backing = lambda c: "%s/streams/__counter.%d.%d.n.%s" % (self.node.ns_path(), c["incarnation"],
+                                                                  c["created_seq"], c["name"])
+        self.assertEqual(self.node.request("GET", backing(gone), raw=True)[0], 200)
+        self.node.stop()
+        self.node.env["SLUICE_FAILPOINTS"] = "cache.delete.after_catalog,cache.sweep.before_delete"
+        self.node.start()
+        try:
+            self.node.request("DELETE", self.base + "/gone")
+        except Exception:  # the failpoint kills the broker before it answers
+            pass
+        self.node.proc.wait(timeout=60)
+        self.assertEqual(self.node.proc.returncode, -9, "the failpoint was not reached:\n" + self.node.log_tail())
+        self.node.env.pop("SLUICE_FAILPOINTS")
+        self.node.start()
+        poll(lambda: self.node.request("GET", backing(gone), raw=True)[0] == 404,
+             "the leftover backing stream to be deleted", timeout=60)
+        with open(self.node.log_path, "rb") as f:
+            self.assertIn(b"found 1 backing stream(s) of deleted counters at start", f.read())
+        self.assertEqual(self.node.request("GET", backing(kept), raw=True)[0], 200)
+        self.assertEqual(self.get("k", counter="kept"), (200, {"key": "k", "value": 1}))
+
     def test_recreated_counter_starts_at_zero(self):
         self.create()
         self.assertEqual(self.add("k", 41)[1]["value"], 41)
