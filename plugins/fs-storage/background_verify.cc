@@ -165,6 +165,18 @@ std::optional<std::string> BackgroundVerifier::check_range(const VerifyJob& job,
   Segment& seg = *r.segment;
   std::uint64_t wstart = 0, wlen = 0;  // buf_ holds file bytes [wstart, wstart + wlen)
   std::uint64_t counted = 0;           // bytes [0, counted) were counted as checked
+  // What is left unread when this returns (given up: the log closed, was cut or trimmed,
+  // or the verifier stops) is no longer "to go" in the progress lines.
+  struct Uncount {
+    BackgroundVerifier* v;
+    const std::uint64_t& counted;
+    std::uint64_t end;
+    ~Uncount() {
+      if (counted >= end) return;
+      std::lock_guard lk(v->mu_);
+      v->queued_bytes_ -= std::min(v->queued_bytes_, end - counted);
+    }
+  } uncount{this, counted, r.end};
   std::uint64_t expected = seg.base();  // the offset the batch at `pos` must start at
   // Reads [from, from + want) (capped at r.end) into the window; false on a read error or a
   // short read, with `why` set, or when the range no longer needs checking (`why` empty).

@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "background_verify.h"
 #include "layout.h"
@@ -156,6 +157,33 @@ TEST_F(BackgroundVerify, ACleanLogIsCheckedWholeAndNotReported) {
   EXPECT_EQ(e.verifier()->bytes_queued(), 0u);
   EXPECT_TRUE(host_.logged("background verification done"));
   EXPECT_FALSE(fsys::exists(root() + "/" + std::string(kCorruptMarkerName)));
+}
+
+// A range given up half-read (its log closed meanwhile) leaves nothing "to go" behind: the
+// progress line counts only what is still to be read.
+TEST_F(BackgroundVerify, ARangeGivenUpHalfReadIsNoLongerCountedAsQueued) {
+  host_.set("storage.segment_bytes", std::to_string(64 << 20));
+  host_.set("storage.verify_mb_per_sec", "1");  // 1 MiB/s: the 4 MiB range takes seconds
+  {
+    FsStorageEngine e(host_, std::make_shared<PosixFileSystem>());
+    auto s = e.open_shard(test_ref(), StreamSpec{});
+    ASSERT_TRUE(s);
+    for (int i = 0; i < 64; ++i) ASSERT_TRUE(append_wait(**s, make_batch("v" + std::to_string(i), 64, 1000, 1000)));
+  }
+  FsStorageEngine e(host_, std::make_shared<PosixFileSystem>());
+  ASSERT_TRUE(e.clean_start());
+  auto s = e.open_shard(test_ref(), StreamSpec{});
+  ASSERT_TRUE(s);
+  const std::uint64_t total = e.verifier()->bytes_queued();
+  ASSERT_GT(total, 4u << 20) << "one range of several reads";
+  const auto deadline = std::chrono::steady_clock::now() + kWait;
+  while (e.verifier()->bytes_checked() == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_GT(e.verifier()->bytes_checked(), 0u);
+  e.close_shard(test_ref());  // the rest of the range no longer needs checking
+  ASSERT_TRUE(e.verifier()->wait_idle(kWait));
+  EXPECT_EQ(e.verifier()->bytes_queued(), 0u) << "checked " << e.verifier()->bytes_checked() << " of " << total;
+  EXPECT_TRUE(host_.stop_requests().empty());
 }
 
 TEST_F(BackgroundVerify, AFullCheckAtStartNeedsNoThread) {
