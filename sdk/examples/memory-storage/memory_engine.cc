@@ -1,6 +1,7 @@
 // memory-storage's engine (memory_engine.h): every shard's batches in memory.
 #include "memory_engine.h"
 
+#include <deque>
 #include <map>
 #include <mutex>
 #include <string>
@@ -29,18 +30,37 @@ class MemoryShard final : public ShardLog {
     BatchHeader h;
     if (check_batch(batch.data(), batch.size(), &h) != BatchCheck::ok || h.length != batch.size())
       return cb(Error(Errc::malformed_body, "not one well-formed record batch"));
-    if (h.producer_id != 0)
-      return cb(Error(Errc::not_supported,
-                      "memory-storage does not implement idempotent producers (producer " +
-                          std::to_string(h.producer_id) + ")",
-                      Outcome::definite));
     std::map<std::uint64_t, std::function<void()>> wake;
     AppendResult res;
     {
       std::lock_guard lk(mu_);
       if (closed_) return cb(Error(Errc::unavailable, "shard " + ref_.to_string() + " is closed"));
+      Producer* p = nullptr;
+      if (h.producer_id != 0) {
+        // Idempotent producers (storage.h): decided under the shard's lock, against state
+        // that belongs to this shard incarnation. An append here is complete when it
+        // returns, so a retry never finds its original still in flight.
+        p = &producers_[h.producer_id];
+        if (h.producer_seq != p->next_seq) {
+          for (const auto& r : p->recent)
+            if (r.seq == h.producer_seq) {
+              AppendResult dup{Offset{r.base}, r.count, true};
+              return cb(dup);  // the original offsets; nothing written
+            }
+          return cb(Error(Errc::sequence_gap, "producer " + std::to_string(h.producer_id) + " on shard " +
+                                                  ref_.to_string() + ": sequence " +
+                                                  std::to_string(h.producer_seq) + " is not the next one; expected " +
+                                                  std::to_string(p->next_seq),
+                          Outcome::definite));
+        }
+      }
       restamp_batch(batch.data(), next_, ref_.incarnation.value());
       res = {Offset{next_}, h.record_count};
+      if (p) {
+        p->recent.push_back({h.producer_seq, next_, h.record_count});
+        if (p->recent.size() > kProducerWindow) p->recent.pop_front();
+        p->next_seq = h.producer_seq + 1;
+      }
       next_ += h.record_count;
       batches_.push_back(std::move(batch));
       wake.swap(waiters_);
@@ -134,10 +154,23 @@ class MemoryShard final : public ShardLog {
   }
 
  private:
+  // Per producer id: the next sequence, and the last kProducerWindow batches it appended
+  // (a retry of one of them is a duplicate with its original offsets).
+  static constexpr std::size_t kProducerWindow = 5;
+  struct Producer {
+    struct Recent {
+      std::uint64_t seq, base;
+      std::uint32_t count;
+    };
+    std::uint64_t next_seq = 0;
+    std::deque<Recent> recent;  // oldest first
+  };
+
   ShardRef ref_;
   std::mutex mu_;
   std::uint64_t next_ = 0;
   std::vector<std::string> batches_;
+  std::map<std::uint64_t, Producer> producers_;  // this incarnation's (a new one starts empty)
   std::map<std::uint64_t, std::function<void()>> waiters_;
   std::uint64_t last_handle_ = 0;
   bool closed_ = false;

@@ -3,12 +3,12 @@
 // It keeps every shard's batches in memory, so NOTHING survives a restart and an
 // AckMode::leader acknowledgement means only "in this process's memory". It exists to
 // show the contract (sluice/storage.h): offsets assigned per shard incarnation from 0,
-// visibility, long-poll notification, exactly-once callbacks. Do not use it for data.
+// visibility, long-poll notification, exactly-once callbacks, and idempotent producers
+// (per incarnation, the last 5 sequences of each producer). Do not use it for data.
 //
 // Not implemented, each answered with Errc::not_supported (definite): consumer groups and
-// dead letters, and idempotent producers (a batch with producer_id != 0 is refused).
-// memory_storage_conformance_test.cc runs the SDK's storage conformance kit with exactly
-// these opt-outs (docs/plugin-sdk.md "Checking a storage engine").
+// dead letters. memory_storage_conformance_test.cc runs the SDK's storage conformance kit
+// with exactly these opt-outs (docs/plugin-sdk.md "Checking a storage engine").
 //
 // Thread-safety: as storage.h requires, every method may be called from any thread.
 #pragma once

@@ -15,7 +15,6 @@ sluice::testing::StorageConformanceParams memory_storage_params() {
   };
   p.opt_outs.no_restart_persistence = true;  // memory only
   p.opt_outs.no_groups = true;
-  p.opt_outs.no_idempotent_producers = true;
   return p;
 }
 
