@@ -128,6 +128,16 @@ void FsStorageEngine::verify_later(const std::string& what, const std::string& l
   verifier_->add(std::move(job));
 }
 
+std::optional<std::string> FsStorageEngine::repair_pending_group(const std::string& shard_dir) {
+  std::lock_guard lk(repair_mu_);
+  const std::string head = shard_dir + "/groups/", tail = "/dead-letters/log";
+  const std::string& p = repair_pending_log_;
+  if (p.size() <= head.size() + tail.size() || !p.starts_with(head) || !p.ends_with(tail)) return std::nullopt;
+  std::string name = p.substr(head.size(), p.size() - head.size() - tail.size());
+  if (name.find('/') != std::string::npos) return std::nullopt;
+  return name;
+}
+
 Result<std::string> FsStorageEngine::shard_directory(const ShardRef& ref) const {
   return shard_dir(opts_.dir, ref);
 }
@@ -275,6 +285,10 @@ Result<std::shared_ptr<ShardLogImpl>> FsStorageEngine::open_unlocked(const Shard
   if (!deferred.empty()) shard->defer_dir_syncs(std::move(deferred));
   if (group_clock_) shard->set_group_clock(group_clock_);
   if (group_step_hook_) shard->set_group_step_hook(group_step_hook_);
+  shard->set_verify_later([this](const std::string& what, const std::string& log_dir,
+                                 const std::shared_ptr<ShardLogImpl>& log, std::vector<UnverifiedRange> ranges) {
+    verify_later(what, log_dir, log, std::move(ranges));
+  });
   if (shard->replicated()) {
     auto ops = open_group_log(ref, dir, spec.min_insync);
     if (!ops) {
@@ -282,6 +296,15 @@ Result<std::shared_ptr<ShardLogImpl>> FsStorageEngine::open_unlocked(const Shard
       return ops.error();
     }
     shard->attach_group_ops(std::move(ops).value());
+  }
+  // A repair start whose .corrupt marker names a dead-letter log of this shard opens that
+  // group now: groups open lazily, and its recovery (a full check under repair) is what
+  // clears the marker (verify_later).
+  if (auto g = repair_pending_group(dir)) {
+    if (auto r = shard->open_group(*g); !r)
+      host_.log(LogLevel::error, kComponent,
+                "storage.repair: cannot open group " + *g + " of shard " + ref.to_string() + ": " +
+                    r.error().message);
   }
   return shard;
 }

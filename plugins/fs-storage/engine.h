@@ -136,6 +136,9 @@ class FsStorageEngine final : public StorageEngine {
   // Background verification (background_verify.h): queues what recovery of `log` skipped;
   // a confirmed corrupt batch is recorded (.corrupt) and stops the node.
   // A log recovered under storage.repair that the .corrupt marker names clears the marker.
+  // Under storage.repair: the consumer group whose dead-letter log the .corrupt marker
+  // names, if that log lies in `shard_dir`.
+  std::optional<std::string> repair_pending_group(const std::string& shard_dir);
   void verify_later(const std::string& what, const std::string& log_dir,
                     const std::shared_ptr<ShardLogImpl>& log, std::vector<UnverifiedRange> ranges);
   void on_corrupt(const std::string& log_dir, const std::string& message);

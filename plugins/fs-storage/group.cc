@@ -80,8 +80,14 @@ Result<std::unique_ptr<ConsumerGroup>> ConsumerGroup::open(
   const ShardRef dref = shard.ref();
   auto rec = recover_log(*fs, host, opts, dir + "/dead-letters/log", dref.incarnation);
   if (!rec) return rec.error();
+  auto unverified = std::move(rec->unverified);
   g->dead_ = std::make_shared<ShardLogImpl>(dref, RetentionPolicy{}, dir + "/dead-letters", opts,
                                             fs, host, pool, std::move(rec).value());
+  // What a fast start did not CRC-check here is checked in the background, as for the
+  // shard's own log (docs/architecture.md "Restart: background verification").
+  if (shard.verify_later())
+    shard.verify_later()("the dead letters of group " + name + " of shard " + dref.to_string(),
+                         dir + "/dead-letters/log", g->dead_, std::move(unverified));
   if (auto r = g->reconcile_dead_letters(); !r) return r.error();
   if (auto r = g->resolve_pending_replays(); !r) return r.error();
   g->maybe_compact();

@@ -184,6 +184,21 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   void set_group_clock(GroupClock c) { group_clock_ = std::move(c); }
   // Test seam of consumer-group crash points (group.h); set before any group call.
   void set_group_step_hook(GroupStepHook h) { group_step_hook_ = std::move(h); }
+  // Where a log this shard opens later (a group's dead letters) hands what its recovery did
+  // not CRC-check: the engine's background verification (FsStorageEngine::verify_later).
+  // Set by the engine before any group call; unset, nothing is verified later.
+  using VerifyLater = std::function<void(const std::string& what, const std::string& log_dir,
+                                         const std::shared_ptr<ShardLogImpl>& log,
+                                         std::vector<UnverifiedRange> ranges)>;
+  void set_verify_later(VerifyLater v) { verify_later_ = std::move(v); }
+  const VerifyLater& verify_later() const { return verify_later_; }
+  // Opens an existing consumer group now (groups open lazily, on their first call): a
+  // repair start opens the one whose dead-letter log its .corrupt marker names.
+  Result<void> open_group(const std::string& name) {
+    auto g = group(name, false);
+    if (!g) return g.error();
+    return {};
+  }
   // Replicated shards: the consumer groups' replicated op log (group_ops.h), attached by
   // the engine right after open, before any group call. close() closes it.
   void attach_group_ops(std::unique_ptr<GroupOps> ops) { group_ops_ = std::move(ops); }
@@ -455,6 +470,7 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
 
   GroupClock group_clock_;
   GroupStepHook group_step_hook_;
+  VerifyLater verify_later_;
 
   const bool replicated_;
   std::mutex repl_mu_;   // role changes, append_replica, truncate_to, restart_at; history writes

@@ -186,6 +186,74 @@ TEST_F(BackgroundVerify, ARangeGivenUpHalfReadIsNoLongerCountedAsQueued) {
   EXPECT_TRUE(host_.stop_requests().empty());
 }
 
+// A consumer group's dead letters are a log of their own, opened with the group (lazily):
+// what a fast start did not read there is checked in the background too, a finding stops
+// the node naming the dead-letter segment, and a repair start opens that group itself so
+// its full check clears the marker.
+TEST_F(BackgroundVerify, AFlippedByteInASealedDeadLetterSegmentIsFoundAndRepaired) {
+  std::string dl_dir;
+  {
+    FsStorageEngine e(host_, std::make_shared<PosixFileSystem>());
+    auto s = e.open_shard(test_ref(), StreamSpec{});
+    ASSERT_TRUE(s);
+    // 100 dead letters: opening the group reads only the newest 64 (its tail check), so the
+    // older sealed segments are left to the background check, as in a long-lived group.
+    for (int i = 0; i < 100; ++i)
+      ASSERT_TRUE(append_wait(**s, make_batch("d" + std::to_string(i), 1, 1000, 200)));
+    GroupOptions o;
+    o.max_deliveries = 1;
+    auto first = (*s)->group_fetch("g", 100, o);
+    ASSERT_TRUE(first) << first.error().to_string();
+    std::vector<Offset> all;
+    for (const auto& r : first->records) all.push_back(r.offset);
+    ASSERT_EQ(all.size(), 100u);
+    ASSERT_TRUE((*s)->group_nack("g", all));
+    auto again = (*s)->group_fetch("g", 100, o);  // past max_deliveries: all dead-lettered
+    ASSERT_TRUE(again) << again.error().to_string();
+    auto p = (*s)->group_position("g");
+    ASSERT_TRUE(p);
+    ASSERT_EQ(p->dead_letter_end.value(), 100u);
+    dl_dir = e.shard_directory(test_ref()).value() + "/groups/g/dead-letters/log";
+  }
+  auto segs = segment_files(dl_dir);
+  ASSERT_GT(segs.size(), 2u) << "the test needs sealed dead-letter segments";
+  const std::string sealed = segs[1];
+  const auto starts = batch_starts(sealed);
+  ASSERT_GT(starts.size(), 1u);
+  const std::uint64_t bad = starts[1];
+  flip_byte(sealed, bad + kBatchHeaderSize + 10);
+  {
+    FsStorageEngine e(host_, std::make_shared<PosixFileSystem>());
+    ASSERT_TRUE(e.clean_start());
+    auto s = e.open_shard(test_ref(), StreamSpec{});
+    ASSERT_TRUE(s);
+    auto gp = (*s)->group_position("g");
+    ASSERT_TRUE(gp) << "opening the group reads only its newest dead letters: " << gp.error().to_string();
+    ASSERT_TRUE(e.verifier()->wait_idle(kWait));
+    auto stops = host_.stop_requests();
+    ASSERT_EQ(stops.size(), 1u) << "the corrupt dead letter was not reported";
+    EXPECT_NE(stops[0].find(sealed + " at byte " + std::to_string(bad)), std::string::npos) << stops[0];
+  }
+  EXPECT_THROW(FsStorageEngine(host_, std::make_shared<PosixFileSystem>()), std::runtime_error)
+      << "a start after a finding must refuse";
+  host_.set("storage.repair", "true");
+  {
+    FsStorageEngine e(host_, std::make_shared<PosixFileSystem>());
+    EXPECT_TRUE(fsys::exists(root() + "/" + std::string(kCorruptMarkerName)));
+    auto s = e.open_shard(test_ref(), StreamSpec{});
+    ASSERT_TRUE(s) << s.error().to_string();
+    EXPECT_FALSE(fsys::exists(root() + "/" + std::string(kCorruptMarkerName)))
+        << "opening the shard opened the group the marker names, and its full check repaired it";
+  }
+  host_.set("storage.repair", "false");
+  FsStorageEngine e(host_, std::make_shared<PosixFileSystem>());
+  auto s = e.open_shard(test_ref(), StreamSpec{});
+  ASSERT_TRUE(s);
+  auto p = (*s)->group_position("g");
+  ASSERT_TRUE(p) << p.error().to_string();
+  EXPECT_LT(p->dead_letter_end.value(), 100u) << "the repair cut the dead letters at the corrupt one";
+}
+
 TEST_F(BackgroundVerify, AFullCheckAtStartNeedsNoThread) {
   fill(5);
   host_.set("storage.verify_on_start", "all");
