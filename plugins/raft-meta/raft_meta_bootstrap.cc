@@ -194,7 +194,11 @@ Result<void> RaftMetaStore::start() {
   }
 
   // Wait until the group has a leader and this member has the catalog: the leader applies
-  // everything in its log (a barrier); a follower waits until it applied init_cluster.
+  // everything in its log (a barrier); a follower waits until it applied what the leader
+  // had committed when it first heard from it. Then its own member record and the group's
+  // level floor are current, so a member restarted below the floor is refused (or found
+  // held) here, at start, rather than after it served a stale catalog (docs/upgrades.md).
+  std::uint64_t catch_up_to = 0;
   for (;;) {
     if (held_error()) break;  // a held member still announces itself (and is refused)
     const RaftRole role = n->role();
@@ -204,14 +208,18 @@ Result<void> RaftMetaStore::start() {
       if (b.error().code != Errc::not_leader && b.error().code != Errc::unavailable)
         return fail(b.error());
     } else if (role == RaftRole::follower && n->leader_id() != 0) {
+      if (catch_up_to == 0) catch_up_to = std::max<std::uint64_t>(n->commit_index(), 1);
       std::lock_guard lk(fsm_mu_);
-      if (!fsm_.cluster_id().empty()) break;
+      if (!fsm_.cluster_id().empty() && n->last_applied() >= catch_up_to) break;
     }
     if (remaining().count() <= 0)
       return fail(Error(Errc::unavailable,
                         "no leader with the catalog within " +
                             std::to_string(cfg_.start_timeout.count()) + " ms (role " +
-                            std::string(to_string(n->role())) + ")"));
+                            std::string(to_string(n->role())) + ", applied " +
+                            std::to_string(n->last_applied()) +
+                            (catch_up_to ? " of " + std::to_string(catch_up_to) + " committed" : std::string()) +
+                            ")"));
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
 

@@ -283,6 +283,7 @@ struct RaftNode::Impl {
     if (!raft_inited || closing) return;
     node->role_.store(role_of(raft_state(&raft)));
     node->last_applied_.store(raft_last_applied(&raft));
+    node->commit_index_.store(raft.commit_index);
     raft_id id = 0;
     const char* addr = nullptr;
     raft_leader(&raft, &id, &addr);

@@ -7,7 +7,7 @@
 //     apply() and barrier() block the caller on a std::future for at most `timeout`.
 //     Every raft request (ApplyReq / raft_barrier) is heap-allocated and owned by libraft
 //     until its callback runs, even when the caller has already timed out.
-//   - role(), last_applied() and leader() are atomics refreshed by a 20 ms uv timer.
+//   - role(), last_applied(), commit_index() and leader() are atomics refreshed by a 20 ms uv timer.
 //
 // Lifecycle: start() once, stop() once (idempotent; the destructor calls it). stop() calls
 // raft_close from a uv_async callback (never from an apply callback), closes the uv io and
@@ -132,6 +132,8 @@ class RaftNode {
 
   RaftRole role() const { return role_.load(); }
   std::uint64_t last_applied() const { return last_applied_.load(); }
+  // The highest index known committed (on a follower: what the leader's last message said).
+  std::uint64_t commit_index() const { return commit_index_.load(); }
   std::uint64_t leader_id() const { return leader_id_.load(); }
   bool running() const { return started_.load() && !stopping_.load(); }
 
@@ -158,6 +160,7 @@ class RaftNode {
   std::atomic<bool> stopping_{false};
   std::atomic<RaftRole> role_{RaftRole::unavailable};
   std::atomic<std::uint64_t> last_applied_{0};
+  std::atomic<std::uint64_t> commit_index_{0};
   std::atomic<std::uint64_t> leader_id_{0};
 };
 
