@@ -389,7 +389,12 @@ TEST(ControllerRpcCodec, FramesAndEnvelopesDecodeWithoutASocket) {
   // 1e400 parses as infinity, which would be forwarded as `Infinity`: not JSON (fuzz_rpc_frame).
   for (const char* bad : {"[]", "{", R"({"method":"hello"})", R"({"method":1,"cluster_id":""})",
                           R"({"method":"m","cluster_id":"c","params":{"a":[1e400]}})",
-                          R"({"method":"m","cluster_id":"c","params":-1e999})"}) {
+                          R"({"method":"m","cluster_id":"c","params":-1e999})",
+                          // No fraction or exponent is valid here, and 10e24 did not survive a
+                          // forward: it re-parsed as another double (fuzz_rpc_frame, 2026-12-04).
+                          R"({"method":"m","cluster_id":"c","params":10e24})",
+                          R"({"method":"m","cluster_id":"c","params":{"key":{"n":[1.5]}}})",
+                          R"({"method":"m","cluster_id":"c","params":{"seq":18446744073709551616}})"}) {
     auto r = rpc::decode_request(bad);
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_EQ(r.error().code, Errc::malformed_body) << bad;
