@@ -50,6 +50,7 @@ constexpr ConfigKey kConfigKeys[] = {
     {"storage.repair", "false", "Operator flag: truncate at the first corrupt batch instead of refusing to start (implies verify_on_start = all)."},
     {"storage.retention_interval_ms", "30000", "How often retention by size and age runs (0 disables it)."},
     {"storage.flush_threads", "2", "Group-commit flusher threads serving all shards (1..8)."},
+    {"storage.preallocate_segments", "true", "A shard whose syncs average at most 64 KiB rolls into a next segment written ahead as zeros by a background thread, so its syncs overwrite blocks instead of growing the file (ignored with storage.fsync = never; docs/architecture.md \"Preallocated segments\")."},
     {"storage.group_journal_compact_bytes", "1048576", "Compact a consumer group's journal into a snapshot beyond this size."},
     {"api.plugin", "http-api", "API plugin name."},
     {"http.address", "127.0.0.1", "Address the HTTP API binds."},

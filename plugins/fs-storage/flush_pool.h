@@ -12,10 +12,18 @@
 // inode, cache flush), so one thread leaves the device idle between them (docs/benchmarks.md
 // "Two flushers": +25-45% at 8 connections over one thread).
 //
-// Thread-safety: schedule() from any thread. stop() once, from the engine; flushers finish
-// the shards already queued before they exit. A schedule() after stop() flushes inline.
+// The pool also runs the engine's one spare-segment thread (started on first use): it
+// zero-fills the next segment of a shard whose active segment is half full
+// (ShardLogImpl::prepare_spare; docs/architecture.md "Preallocated segments"). One thread,
+// so the zero-fill takes at most one stream of the disk's writes away from the flushers.
+//
+// Thread-safety: schedule() and prepare_spare() from any thread. stop() once, from the
+// engine; flushers finish the shards already queued before they exit, the spare thread
+// gives up the spare it is writing and drops the rest. A schedule() after stop() flushes
+// inline; a prepare_spare() after stop() is dropped.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <memory>
@@ -35,16 +43,24 @@ class FlushPool {
   FlushPool& operator=(const FlushPool&) = delete;
 
   void schedule(std::shared_ptr<ShardLogImpl> shard);
+  // Queues `shard` for a spare segment (ShardLogImpl::prepare_spare); a shard that is gone
+  // by its turn is skipped.
+  void prepare_spare(std::weak_ptr<ShardLogImpl> shard);
   void stop();
 
  private:
   void run();
+  void run_spares();
 
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<ShardLogImpl>> ready_;
   bool stopping_ = false;
   std::vector<std::thread> threads_;
+  std::condition_variable spare_cv_;
+  std::deque<std::weak_ptr<ShardLogImpl>> spares_;
+  std::atomic<bool> spare_stop_{false};  // the spare being written is abandoned
+  std::thread spare_thread_;
 };
 
 }  // namespace sluice::fs_storage

@@ -47,6 +47,10 @@ Options Options::from_host(const PluginHost& host) {
   const std::int64_t ft = host.config_int("storage.flush_threads", 2);
   if (ft < 1 || ft > 8) throw std::invalid_argument("storage.flush_threads must be in [1, 8]");
   o.flush_threads = static_cast<unsigned>(ft);
+  // A sync of blocks already written is two device round trips where a growing file's is
+  // four (docs/architecture.md "Preallocated segments"); without syncs there is nothing to win.
+  o.preallocate_segments =
+      host.config_bool("storage.preallocate_segments", true) && o.fsync == FsyncPolicy::always;
   auto ranged = [&](const char* key, std::int64_t def, std::int64_t lo, std::int64_t hi) {
     const std::int64_t v = host.config_int(key, def);
     if (v < lo || v > hi)

@@ -37,6 +37,9 @@ struct Options {
   bool repair = false;                               // storage.repair (implies verify_on_start=all)
   std::int64_t retention_interval_ms = 30000;        // storage.retention_interval_ms (<=0: off)
   unsigned flush_threads = 1;                        // storage.flush_threads (1..8; a node's: 2)
+  // storage.preallocate_segments (a node's: true; only with fsync = always): a roll takes a
+  // zero-filled spare file (docs/architecture.md "Preallocated segments").
+  bool preallocate_segments = false;
   std::uint64_t group_journal_compact_bytes = 1 << 20;  // storage.group_journal_compact_bytes
   // Replicated shards (docs/replication.md, docs/configuration.md "replication.*").
   std::int64_t replication_max_lag_ms = 10000;       // replication.max_lag_ms

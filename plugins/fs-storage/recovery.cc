@@ -165,6 +165,16 @@ bool has_zero_sector(std::string_view data, std::uint64_t from, std::uint64_t to
   return false;
 }
 
+// Whether data[from, end) is all zero bytes (true when empty).
+bool all_zero(std::string_view data, std::uint64_t from) {
+  constexpr std::size_t kStep = 4096;
+  static const char zeros[kStep] = {};
+  for (std::uint64_t p = from; p < data.size(); p += kStep) {
+    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(kStep, data.size() - p));
+    if (std::memcmp(data.data() + p, zeros, n) != 0) return false;
+  }
+  return true;
+}
 
 void publish_scan(Segment& seg, const Scan& s) {
   seg.readable_size = s.valid_end;
@@ -176,6 +186,7 @@ void publish_scan(Segment& seg, const Scan& s) {
 
 void init_writer_fields(Segment& seg) {
   seg.write_pos = seg.readable_size;
+  seg.writer_start_pos = seg.write_pos;
   seg.last_index_pos = seg.index.empty() ? 0 : seg.index.back().position;
   seg.pending_next_offset = seg.next_offset;
   seg.pending_max_ts = seg.max_ts;
@@ -359,6 +370,24 @@ Result<RecoveredLog> recover_log_impl(FileSystem& fs, PluginHost& host, const Op
     } else {
       s = scan_segment(*data, seg->base(), incarnation, opts.index_interval_bytes, &out.producers,
                        producers_from, walked ? &*walked : nullptr, win);
+    }
+
+    // Zeros from the last batch to the end of the last segment: the unwritten space of a
+    // preallocated segment (shard_log_spare.cc), or sectors that a crash left unwritten.
+    // Either way nothing acknowledged is there. With preallocation on it stays, for the
+    // next appends to overwrite; otherwise it is cut.
+    if (s.bad && last && s.bad->batch_invalid && all_zero(*data, s.bad->pos - win)) {
+      const std::uint64_t zeros = win + data->size() - s.bad->pos;
+      if (!opts.preallocate_segments) {
+        if (auto r = seg->file().truncate(s.bad->pos); !r) return r.error();
+        if (auto r = seg->file().datasync(); !r) return r.error();
+        host.log(LogLevel::info, kComponent,
+                 "cut " + std::to_string(zeros) + " bytes of zeros after the last batch of " +
+                     seg->log_path() + " (preallocated or unwritten space)");
+      } else {
+        seg->preallocated = true;
+      }
+      s.bad.reset();
     }
 
     std::optional<std::uint64_t> follows;

@@ -11,6 +11,7 @@
 //     (one thread at a time) and are published under the segments mutex after a sync.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <limits>
 #include <memory>
@@ -70,6 +71,15 @@ class Segment {
   std::uint64_t pending_next_offset = 0;
   std::int64_t pending_max_ts = kNoTimestamp;  // running max over everything written
   std::vector<IndexEntry> pending_index;  // entries written but not yet published
+  // The file was a zero-filled spare (or recovery kept its zeros): writes overwrite
+  // written blocks (docs/architecture.md "Preallocated segments").
+  bool preallocated = false;
+  // Since the writer took this segment (roll, or recovery): where it started, when, and how
+  // many syncs it has done, for the group size and write rate that decide whether and how
+  // fast a spare is made (shard_log_spare.cc).
+  std::uint64_t writer_start_pos = 0;
+  std::chrono::steady_clock::time_point writer_start = std::chrono::steady_clock::now();
+  std::uint64_t writer_syncs = 0;
 
  private:
   std::uint64_t base_;

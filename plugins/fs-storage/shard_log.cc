@@ -293,6 +293,11 @@ Result<void> ShardLogImpl::write_group() {
     std::lock_guard lk(seg_mu_);
     seg = segments_.back();
   }
+  if (!flushing_.empty() && !seg->preallocated && opts_.preallocate_segments) {
+    if (auto r = maybe_roll_early(flushing_.front().base); !r) return r;
+    std::lock_guard lk(seg_mu_);
+    seg = segments_.back();
+  }
   iov_.clear();
   std::uint64_t run_start = seg->write_pos;
   bool dirty = false;
@@ -350,6 +355,7 @@ Result<void> ShardLogImpl::sync_and_publish(Segment& seg) {
   if (opts_.fsync == FsyncPolicy::always) {
     if (auto r = seg.file().datasync(); !r) return r;
     syncs_.fetch_add(1, std::memory_order_relaxed);
+    ++seg.writer_syncs;
   }
   // A new shard's directory entries before its first acknowledgement: an acknowledged
   // record must be findable after power loss (docs/architecture.md "Deferred directory
@@ -357,16 +363,19 @@ Result<void> ShardLogImpl::sync_and_publish(Segment& seg) {
   // never nothing is promised across a power cut, so the directories are not synced either.
   if (opts_.fsync != FsyncPolicy::never)
     if (auto r = sync_deferred_dirs(); !r) return r;
-  std::lock_guard lk(seg_mu_);
-  seg.readable_size = seg.write_pos;
-  seg.written_size = seg.write_pos;
-  seg.next_offset = seg.pending_next_offset;
-  seg.max_ts = seg.pending_max_ts;
-  seg.index.insert(seg.index.end(), seg.pending_index.begin(), seg.pending_index.end());
-  seg.pending_index.clear();
-  durable_end_.store(seg.next_offset, std::memory_order_release);
-  written_end_.store(seg.next_offset, std::memory_order_release);
-  if (!replicated_) hwm_.store(seg.next_offset, std::memory_order_release);
+  {
+    std::lock_guard lk(seg_mu_);
+    seg.readable_size = seg.write_pos;
+    seg.written_size = seg.write_pos;
+    seg.next_offset = seg.pending_next_offset;
+    seg.max_ts = seg.pending_max_ts;
+    seg.index.insert(seg.index.end(), seg.pending_index.begin(), seg.pending_index.end());
+    seg.pending_index.clear();
+    durable_end_.store(seg.next_offset, std::memory_order_release);
+    written_end_.store(seg.next_offset, std::memory_order_release);
+    if (!replicated_) hwm_.store(seg.next_offset, std::memory_order_release);
+  }
+  maybe_want_spare(seg);
   return {};
 }
 
@@ -382,6 +391,14 @@ Result<void> ShardLogImpl::roll(std::uint64_t new_base) {
   {
     std::lock_guard lk(seg_mu_);
     c.entries = old->index;
+  }
+  // A preallocated segment is cut back to its batches, durably, before the next segment
+  // exists: only the last segment may hold unwritten space (shard_log_spare.cc).
+  if (auto sz = old->file().size(); !sz) {
+    return sz.error();
+  } else if (*sz > old->write_pos) {
+    if (auto r = old->file().truncate(old->write_pos); !r) return r;
+    if (auto r = old->file().datasync(); !r) return r;
   }
   if (auto r = write_index_file(*fs_, old->index_path(), c); !r) {
     (void)fs_->remove(old->index_path());
@@ -399,15 +416,31 @@ Result<void> ShardLogImpl::roll(std::uint64_t new_base) {
     host_.log(LogLevel::warn, kComponent, "could not write producer snapshot: " + r.error().message);
   }
   const std::string path = dir + "/" + segment_file_name(new_base);
-  auto f = fs_->open(path, OpenMode::create_new);
-  if (!f) return f.error();
+  std::unique_ptr<File> file;
+  if (auto spare = take_spare()) {
+    // Synced zeros (prepare_spare): the rename is made durable by the sync_dir below.
+    if (auto r = fs_->rename(*spare, path); !r) {
+      host_.log(LogLevel::warn, kComponent, "could not use the spare segment: " + r.error().message);
+    } else {
+      auto f = fs_->open(path, OpenMode::read_write);
+      if (!f) return f.error();
+      file = std::move(f).value();
+    }
+  }
+  const bool preallocated = file != nullptr;
+  if (!file) {
+    auto f = fs_->open(path, OpenMode::create_new);
+    if (!f) return f.error();
+    file = std::move(f).value();
+  }
   // The new segment's directory entry (and the snapshot's rename) must be durable before
   // any ack depends on it.
   if (auto r = fs_->sync_dir(dir); !r) return r;
   if (snap_ok) snapshot_end_.store(new_base, std::memory_order_release);
   auto seg = std::make_shared<Segment>(new_base, path, dir + "/" + index_file_name(new_base),
-                                       std::move(f).value());
+                                       std::move(file));
   seg->pending_next_offset = new_base;
+  seg->preallocated = preallocated;
   std::lock_guard lk(seg_mu_);
   segments_.push_back(std::move(seg));
   return {};

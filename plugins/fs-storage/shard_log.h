@@ -150,6 +150,13 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
 
   // Flusher thread only (FlushPool).
   void flush();
+  // Preallocated segments (storage.preallocate_segments; docs/architecture.md "Preallocated
+  // segments"). The pool's spare thread: writes <log>/next-segment.tmp as
+  // storage.segment_bytes of zeros and syncs it, for the next roll to rename into place.
+  // Gives up, removing the file, once the log closes or `stop` is set.
+  void prepare_spare(const std::atomic<bool>& stop);
+  // A spare is written and synced, waiting for the next roll (tests).
+  bool spare_ready();
   // Drains pending appends, then closes. Idempotent. Not from a callback.
   void close();
   // The entries of a new single-replica shard's directories and first segment that are not
@@ -371,6 +378,19 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   Result<void> write_run(Segment& seg, std::uint64_t at);
   Result<void> sync_and_publish(Segment& seg);
   Result<void> roll(std::uint64_t new_base);
+  // Writer (after a sync): asks the pool for a spare once the active segment is half full,
+  // or, if it is a plain (growing) file, once it holds max(segment_bytes / 16, 1 MiB): a
+  // busy shard then moves into a preallocated segment early (maybe_roll_early) instead of
+  // growing the plain one to its end.
+  void maybe_want_spare(const Segment& seg);
+  // Writer, before a group (all earlier writes synced): rolls a plain active segment into
+  // the spare once one is ready. `next_base` is the first offset of the group.
+  Result<void> maybe_roll_early(std::uint64_t next_base);
+  // Writer (roll): the ready spare's path, handed over; nullopt if none is ready.
+  std::optional<std::string> take_spare();
+  // close_log: no spare is kept or made from here on.
+  void drop_spare();
+  std::string spare_path() const { return log_dir() + "/next-segment.tmp"; }
   void fail_all(const Error& e);
   // Deletes the first how_many() segments (called with seg_mu_ held; `why` names the caller
   // in logs), files oldest first, then fsyncs the directory: retention's and trim_before's
@@ -494,6 +514,16 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   std::atomic<bool> discard_on_close_{false};
   std::atomic<std::uint64_t> cut_floor_{~0ull};  // cut_floor()
   void lower_cut_floor(std::uint64_t offset);
+  // The spare segment: none -> preparing (queued on the pool, or being written) -> ready
+  // (synced, waiting for a roll) -> none (taken). failed: the last attempt failed; the next
+  // roll resets it, so a failing disk is retried once per segment, not once per sync.
+  enum class Spare { none, preparing, ready, failed };
+  std::mutex spare_mu_;
+  Spare spare_ = Spare::none;  // spare_mu_
+  bool spare_closed_ = false;  // spare_mu_
+  double spare_rate_ = 0;      // spare_mu_: bytes/s the spare is written at (0: unpaced)
+  std::atomic<bool> spare_abort_{false};  // set with spare_closed_: the writer stops early
+  std::atomic<bool> spare_is_ready_{false};  // spare_ == ready (one load per group)
   std::mutex deferred_mu_;
   DirSyncList deferred_dirs_;                 // deferred_mu_
   std::atomic<bool> dirs_pending_{false};     // deferred_dirs_ is not empty

@@ -76,6 +76,12 @@ bool ShardLogImpl::write_clean_state() {
               "shard " + ref_.to_string() + ": no clean-shutdown state: " + e.message);
     return false;
   };
+  // A preallocated segment is cut back to its batches: the .idx describes the whole file.
+  if (auto sz = seg->file().size(); !sz) {
+    return fail(sz.error());
+  } else if (*sz > c.log_size) {
+    if (auto r = seg->file().truncate(c.log_size); !r) return fail(r.error());
+  }
   if (auto r = seg->file().datasync(); !r) return fail(r.error());
   if (auto r = write_index_file(*fs_, seg->index_path(), c); !r) return fail(r.error());
   if (auto r = write_producer_snapshot(*fs_, dir + "/" + std::string(kProducerSnapshotName),
@@ -136,6 +142,7 @@ void ShardLogImpl::close_log() {
     std::lock_guard lk(mu_);
     failed = !failure_.empty();
   }
+  drop_spare();
   if (!failed) closed_clean_.store(write_clean_state());
   std::vector<std::shared_ptr<Segment>> segs;
   {

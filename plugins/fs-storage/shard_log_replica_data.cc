@@ -211,6 +211,8 @@ Result<void> ShardLogImpl::append_replica(std::string_view chunk, Offset expecte
     return Error(Errc::storage_failure, e.message, Outcome::uncertain);
   };
 
+  if (!batches.empty() && opts_.preallocate_segments)
+    if (auto r = maybe_roll_early(batches.front().base); !r) return fail(r.error());
   std::shared_ptr<Segment> seg;
   {
     std::lock_guard lk(seg_mu_);

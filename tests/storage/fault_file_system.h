@@ -7,8 +7,14 @@
 // (a partially persisted write) and/or appending random garbage (a torn sector), and every
 // later operation fails with EIO until restart() (the "new process").
 //
+// Overwrites of durable bytes (a preallocated segment's zeros) are modelled too: a pwritev
+// below the durable length saves the bytes it replaces, a datasync forgets them, and a
+// crash puts them back, all of them, or (keep_unsynced_prefix) those from a random point
+// of the overwritten span on, with the garbage written at that point.
+//
 // Other faults: fail_syncs() makes datasync return EIO; block_syncs() parks every datasync
-// until unblock_syncs(), so a test can hold a group between write and sync;
+// (but a spare segment's, next-segment.tmp, which syncs() does not count either) until
+// unblock_syncs(), so a test can hold a group between write and sync;
 // crash_after(n, ...) crashes just before the (n+1)-th mutating operation from now (open
 // that creates, pwritev, datasync, truncate, remove, rename, mkdir, sync_dir), which fails,
 // so a test can crash at every step of a protocol in turn.
@@ -23,6 +29,7 @@
 #include <errno.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstdint>
 #include <filesystem>
@@ -94,6 +101,7 @@ class FaultFileSystem final : public FileSystem {
     fail_syncs_ = false;
     crash_countdown_.reset();
     synced_.clear();  // files found by the new process count as durable
+    undo_.clear();
     entry_ops_.clear();
     cv_.notify_all();
   }
@@ -137,6 +145,7 @@ class FaultFileSystem final : public FileSystem {
       if (std::filesystem::is_regular_file(p))
         entry_ops_.push_back({EntryOp::removed, parent(p), p, {}, durable_bytes(p)});
       synced_.erase(p);
+      undo_.erase(p);
       return real_.remove(p);
     });
   }
@@ -163,11 +172,20 @@ class FaultFileSystem final : public FileSystem {
           synced_.erase(it);
           synced_[to] = s;
         }
+        if (auto u = undo_.find(from); u != undo_.end()) {
+          auto saved = std::move(u->second);
+          undo_.erase(u);
+          undo_[to] = std::move(saved);
+        }
         // A directory rename moves every tracked file below it.
         const std::string prefix = from + "/";
         for (auto j = synced_.lower_bound(prefix); j != synced_.end() && j->first.compare(0, prefix.size(), prefix) == 0;) {
           synced_[to + "/" + j->first.substr(prefix.size())] = j->second;
           j = synced_.erase(j);
+        }
+        for (auto j = undo_.lower_bound(prefix); j != undo_.end() && j->first.compare(0, prefix.size(), prefix) == 0;) {
+          undo_[to + "/" + j->first.substr(prefix.size())] = std::move(j->second);
+          j = undo_.erase(j);
         }
       }
       return r;
@@ -250,6 +268,31 @@ class FaultFileSystem final : public FileSystem {
         ++touched;
       }
     }
+    for (auto& [path, saved] : undo_) {
+      if (saved.empty()) continue;
+      ++touched;
+      std::uint64_t lo = ~0ull, hi = 0;
+      for (const auto& [off, bytes] : saved) {
+        lo = std::min(lo, off);
+        hi = std::max(hi, off + bytes.size());
+      }
+      // The overwrites persisted before `cut`, and not from it on.
+      const std::uint64_t cut = opt.keep_unsynced_prefix ? lo + rng() % (hi - lo + 1) : lo;
+      auto f = real_.open(path, OpenMode::read_write);
+      if (!f) std::abort();
+      for (auto u = saved.rbegin(); u != saved.rend(); ++u) {  // newest first: oldest wins
+        const std::uint64_t end = u->first + u->second.size();
+        if (end <= cut) continue;
+        const std::uint64_t from = std::max(cut, u->first);
+        if (!(*f)->pwrite(u->second.data() + (from - u->first), end - from, from)) std::abort();
+      }
+      if (opt.append_garbage && cut < hi) {
+        std::string junk(std::min<std::uint64_t>(1 + rng() % 64, hi - cut), '\0');
+        for (auto& c : junk) c = static_cast<char>(rng());
+        if (!(*f)->pwrite(junk.data(), junk.size(), cut)) std::abort();
+      }
+    }
+    undo_.clear();
     entry_ops_.clear();
     return touched;
   }
@@ -267,19 +310,35 @@ class FaultFileSystem final : public FileSystem {
       std::lock_guard lk(fs_.mu_);
       fs_.tick();
       if (fs_.crashed_) return io_error("pwritev", path(), EIO);
+      if (auto d = fs_.synced_.find(path()); d != fs_.synced_.end() && off < d->second) {
+        std::size_t len = 0;
+        for (int i = 0; i < count; ++i) len += iov[i].iov_len;
+        const std::uint64_t end = std::min<std::uint64_t>(off + len, d->second);
+        std::string old(end - off, '\0');
+        auto n = real_->pread(old.data(), old.size(), off);
+        if (!n) return n.error();
+        old.resize(*n);
+        fs_.undo_[path()].emplace_back(off, std::move(old));
+      }
       return real_->pwritev(iov, count, off);
     }
     Result<void> datasync() override {
       std::unique_lock lk(fs_.mu_);
-      ++fs_.waiting_;
-      fs_.cv_.wait(lk, [&] { return !fs_.blocked_; });
-      --fs_.waiting_;
+      // A spare segment's zero-fill is background work no acknowledgement waits for:
+      // block_syncs() and syncs() are about the shards' own syncs.
+      const bool spare = path().ends_with("/next-segment.tmp");
+      if (!spare) {
+        ++fs_.waiting_;
+        fs_.cv_.wait(lk, [&] { return !fs_.blocked_; });
+        --fs_.waiting_;
+      }
       fs_.tick();
       if (fs_.crashed_ || fs_.fail_syncs_) return io_error("fdatasync", path(), EIO);
       if (auto r = real_->datasync(); !r) return r;
-      ++fs_.syncs_;
+      if (!spare) ++fs_.syncs_;
       auto sz = real_->size();
       if (sz) fs_.synced_[path()] = *sz;
+      fs_.undo_.erase(path());
       return {};
     }
     Result<void> truncate(std::uint64_t len) override {
@@ -289,6 +348,11 @@ class FaultFileSystem final : public FileSystem {
       auto r = real_->truncate(len);
       auto it = fs_.synced_.find(path());
       if (r && it != fs_.synced_.end() && it->second > len) it->second = len;
+      if (auto u = fs_.undo_.find(path()); r && u != fs_.undo_.end()) {
+        std::erase_if(u->second, [&](const auto& e) { return e.first >= len; });
+        for (auto& [o, b] : u->second)
+          if (o + b.size() > len) b.resize(len - o);
+      }
       return r;
     }
     Result<std::uint64_t> size() override {
@@ -313,6 +377,9 @@ class FaultFileSystem final : public FileSystem {
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<std::string, std::uint64_t> synced_;
+  // Per file: (offset, bytes) that unsynced writes replaced below the durable length, oldest
+  // first (see the header comment).
+  std::map<std::string, std::vector<std::pair<std::uint64_t, std::string>>> undo_;
   bool crashed_ = false;
   bool fail_syncs_ = false;
   bool blocked_ = false;

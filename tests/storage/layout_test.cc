@@ -95,6 +95,12 @@ TEST(OptionsTest, BadValuesAreRejectedAtConstructionAndANodesDefaultsAreTheDocum
   host.set("storage.flush_threads", "9");
   EXPECT_THROW(Options::from_host(host), std::invalid_argument);
   EXPECT_EQ(o.dir, host.data_dir() + "/shards");
+  // Preallocated segments (docs/architecture.md "Preallocated segments"), but not without
+  // syncs, where they could only cost.
+  EXPECT_TRUE(o.preallocate_segments);
+  TestHost never;
+  never.set("storage.fsync", "never");
+  EXPECT_FALSE(Options::from_host(never).preallocate_segments);
 }
 
 }  // namespace

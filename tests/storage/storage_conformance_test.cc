@@ -1,7 +1,8 @@
 // fs-storage against the storage conformance kit (sdk/conformance, docs/plugin-sdk.md
 // "Checking a storage engine"), on the fault-injection file system: the crash hook drops
 // every unsynced byte (or, in FsStorageTornCrash, keeps a torn part of them plus garbage),
-// the I/O hook fails every fdatasync.
+// the I/O hook fails every fdatasync. Segments are preallocated, as on a node, except in
+// FsStoragePlainSegments.
 #include <map>
 #include <memory>
 #include <mutex>
@@ -34,12 +35,14 @@ FaultFileSystems& file_systems() {
 }
 
 sluice::testing::StorageConformanceParams fs_storage_params(unsigned flush_threads,
-                                                            CrashOptions crash = {}) {
+                                                            CrashOptions crash = {},
+                                                            bool preallocate = true) {
   sluice::testing::StorageConformanceParams p;
   p.name = "fs-storage";
   p.config = {{"storage.retention_interval_ms", "0"},
               {"storage.segment_bytes", "4096"},
-              {"storage.flush_threads", std::to_string(flush_threads)}};
+              {"storage.flush_threads", std::to_string(flush_threads)},
+              {"storage.preallocate_segments", preallocate ? "true" : "false"}};
   p.open = [](PluginHost& host, const std::string& dir) {
     auto fs = file_systems().at(dir);
     fs->restart();  // a new process: what is on disk now counts as durable
@@ -52,6 +55,8 @@ sluice::testing::StorageConformanceParams fs_storage_params(unsigned flush_threa
 
 INSTANTIATE_STORAGE_CONFORMANCE(FsStorage, fs_storage_params(1));
 INSTANTIATE_STORAGE_CONFORMANCE(FsStorageFlushThreads, fs_storage_params(4));
+// Segments that grow as they are written (a node's default preallocates them).
+INSTANTIATE_STORAGE_CONFORMANCE(FsStoragePlainSegments, fs_storage_params(1, {}, false));
 // A power loss that keeps a torn prefix of the unsynced bytes and adds garbage after it.
 INSTANTIATE_STORAGE_CONFORMANCE(FsStorageTornCrash,
                                 fs_storage_params(1, CrashOptions{.keep_unsynced_prefix = true,

@@ -1,0 +1,156 @@
+// ShardLogImpl: preallocated segments (storage.preallocate_segments; docs/architecture.md
+// "Preallocated segments").
+//
+// Why: an fdatasync of a file that grows must also write the new blocks' allocation and the
+// inode's size; one into blocks that are already written and synced needs neither. So a busy
+// shard's next segment is written ahead as zeros, by the pool's spare thread, and the roll
+// renames it into place. The rules that keep this as durable as a growing file:
+//   * the spare is synced before the rename, and the rename is synced (roll's sync_dir)
+//     before anything is written into it, so after a power cut the segment either does not
+//     exist or holds zeros wherever nothing acknowledged was written;
+//   * only the last segment may be longer than its batches: roll cuts the old segment back
+//     to its end and syncs that before the new one exists, and a clean close cuts the
+//     active one. Recovery takes an all-zero rest of the last segment as unwritten space,
+//     and anything else after its last whole batch as it always did (recovery.cc).
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "flush_pool.h"
+#include "shard_log.h"
+
+namespace sluice::fs_storage {
+
+namespace {
+constexpr std::string_view kComponent = "fs-storage";
+constexpr std::size_t kZeroChunk = 1 << 20;
+constexpr std::uint64_t kSyncEvery = 4ull << 20;  // so the zeros reach the disk in steps,
+                                                  // not as one burst behind a flusher's sync
+constexpr std::uint64_t kSmallGroup = 64 << 10;   // bytes per sync below which a spare pays
+constexpr double kMinFillRate = 16.0 * (1 << 20);  // bytes/s
+}  // namespace
+
+namespace {
+// A plain active segment moves into a spare once it holds this much (a busy shard), unless
+// that is half a segment or more: then the spare waits for the normal roll.
+std::uint64_t early_roll_bytes(const Options& o) {
+  return std::max<std::uint64_t>(o.segment_bytes / 16, 1 << 20);
+}
+}  // namespace
+
+void ShardLogImpl::maybe_want_spare(const Segment& seg) {
+  if (!opts_.preallocate_segments) return;
+  const std::uint64_t half = opts_.segment_bytes / 2;
+  if (seg.write_pos < (seg.preallocated ? half : std::min(half, early_roll_bytes(opts_)))) return;
+  // Only a shard of small groups gains: a sync into written blocks saves two device round
+  // trips (about 100 us here), while the zeros cost one extra write of every byte. At the
+  // disk's ~600 MB/s that breaks even near 64 KiB per sync (docs/architecture.md
+  // "Preallocated segments").
+  const std::uint64_t bytes = seg.write_pos - seg.writer_start_pos;
+  if (seg.writer_syncs == 0 || bytes / seg.writer_syncs > kSmallGroup) return;
+  // Paced to be done when half of what is left of the active segment is written, at this
+  // segment's rate so far: a quiet shard's zeros trickle out instead of a burst that its
+  // own small syncs would queue behind.
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - seg.writer_start).count();
+  const double rate = secs > 0 ? static_cast<double>(bytes) / secs : 0;
+  const double left = static_cast<double>(std::max<std::uint64_t>(
+      seg.write_pos < opts_.segment_bytes ? opts_.segment_bytes - seg.write_pos : 0, 1 << 20));
+  const double fill = rate > 0 ? std::max(kMinFillRate, 2 * rate * static_cast<double>(opts_.segment_bytes) / left) : 0;
+  {
+    std::lock_guard lk(spare_mu_);
+    if (spare_ != Spare::none || spare_closed_) return;
+    spare_ = Spare::preparing;
+    spare_rate_ = fill;
+  }
+  pool_.prepare_spare(weak_from_this());
+}
+
+bool ShardLogImpl::spare_ready() {
+  std::lock_guard lk(spare_mu_);
+  return spare_ == Spare::ready;
+}
+
+std::optional<std::string> ShardLogImpl::take_spare() {
+  std::lock_guard lk(spare_mu_);
+  if (spare_ == Spare::failed) spare_ = Spare::none;
+  if (spare_ != Spare::ready) return std::nullopt;
+  spare_ = Spare::none;
+  spare_is_ready_.store(false);
+  return spare_path();
+}
+
+Result<void> ShardLogImpl::maybe_roll_early(std::uint64_t next_base) {
+  if (!spare_is_ready_.load(std::memory_order_relaxed)) return {};
+  std::shared_ptr<Segment> seg;
+  {
+    std::lock_guard lk(seg_mu_);
+    seg = segments_.back();
+  }
+  const std::uint64_t early = early_roll_bytes(opts_);
+  if (seg->preallocated || early >= opts_.segment_bytes / 2 || seg->write_pos < early) return {};
+  return roll(next_base);
+}
+
+void ShardLogImpl::drop_spare() {
+  bool ready;
+  {
+    std::lock_guard lk(spare_mu_);
+    spare_closed_ = true;
+    spare_abort_.store(true);
+    ready = spare_ == Spare::ready;
+    if (ready) spare_ = Spare::none;
+    spare_is_ready_.store(false);
+  }
+  // A spare being written is removed by its writer; one never taken goes now (a start
+  // removes any *.tmp anyway).
+  if (ready) (void)fs_->remove(spare_path());
+}
+
+void ShardLogImpl::prepare_spare(const std::atomic<bool>& stop) {
+  const std::string path = spare_path();
+  auto give_up = [&](const Error* e) {
+    (void)fs_->remove(path);
+    std::lock_guard lk(spare_mu_);
+    spare_ = e ? Spare::failed : Spare::none;
+    if (e)
+      host_.log(LogLevel::warn, kComponent,
+                "shard " + ref_.to_string() + ": no spare segment (the next roll makes a plain one): " +
+                    e->message);
+  };
+  double rate;
+  {
+    std::lock_guard lk(spare_mu_);
+    if (spare_closed_) {
+      spare_ = Spare::none;
+      return;
+    }
+    rate = spare_rate_;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  auto f = fs_->open(path, OpenMode::create_truncate);
+  if (!f) return give_up(&f.error());
+  static const std::string zeros(kZeroChunk, '\0');
+  std::uint64_t pos = 0;
+  while (pos < opts_.segment_bytes) {
+    if (stop.load() || spare_abort_.load()) return give_up(nullptr);
+    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(kZeroChunk, opts_.segment_bytes - pos));
+    if (auto r = (*f)->pwrite(zeros.data(), n, pos); !r) return give_up(&r.error());
+    pos += n;
+    if (pos % kSyncEvery == 0 || pos == opts_.segment_bytes)
+      if (auto r = (*f)->datasync(); !r) return give_up(&r.error());
+    if (rate > 0 && pos < opts_.segment_bytes)  // at most 1 MiB / kMinFillRate (62 ms)
+      std::this_thread::sleep_until(t0 + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                             std::chrono::duration<double>(static_cast<double>(pos) / rate)));
+  }
+  std::lock_guard lk(spare_mu_);
+  if (spare_closed_) {
+    spare_ = Spare::none;
+    (void)fs_->remove(path);
+    return;
+  }
+  spare_ = Spare::ready;
+  spare_is_ready_.store(true);
+}
+
+}  // namespace sluice::fs_storage
