@@ -164,6 +164,18 @@ bool has_zero_sector(std::string_view data, std::uint64_t from, std::uint64_t to
   }
   return false;
 }
+// Whether the bad batch's bytes, from `from` to the end of its sector (and before `to`),
+// are all zero: the sector holding its header was not rewritten, and reads as it was
+// before the write, the synced bytes before the batch and zeros after them. A batch that
+// starts mid-sector and a later batch in another sector that did persist leave no whole
+// zero sector between them (a preallocated file shows such later sectors: its size does not
+// hide them). Bit rot flips bits; it does not zero a run that begins exactly at a batch.
+bool zero_to_sector_end(std::string_view data, std::uint64_t from, std::uint64_t to) {
+  const std::uint64_t end = std::min((from / kSector + 1) * kSector, std::min<std::uint64_t>(to, data.size()));
+  if (end <= from) return false;
+  const char* p = data.data() + from;
+  return p[0] == 0 && std::memcmp(p, p + 1, end - from - 1) == 0;
+}
 
 // Whether data[from, end) is all zero bytes (true when empty).
 bool all_zero(std::string_view data, std::uint64_t from) {
@@ -398,7 +410,8 @@ Result<RecoveredLog> recover_log_impl(FileSystem& fs, PluginHost& host, const Op
       // the sync can persist batch k+1 but not (all of) batch k. None of it was acknowledged.
       // Told apart from corruption of written data by an unwritten (all-zero) sector in the
       // bad region.
-      torn_group = follows && has_zero_sector(*data, s.bad->pos - win, *follows);
+      torn_group = follows && (has_zero_sector(*data, s.bad->pos - win, *follows) ||
+                               zero_to_sector_end(*data, s.bad->pos - win, *follows));
       if (follows) *follows += win;  // a file position from here on
     }
     if (s.bad && last && s.bad->batch_invalid && (!follows || torn_group)) {

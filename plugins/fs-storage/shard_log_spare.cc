@@ -47,6 +47,7 @@ void ShardLogImpl::maybe_want_spare(const Segment& seg) {
   // trips (about 100 us here), while the zeros cost one extra write of every byte. At the
   // disk's ~600 MB/s that breaks even near 64 KiB per sync (docs/architecture.md
   // "Preallocated segments").
+  if (seg.write_pos < seg.writer_start_pos) return;  // cut below where the writer began
   const std::uint64_t bytes = seg.write_pos - seg.writer_start_pos;
   if (seg.writer_syncs == 0 || bytes / seg.writer_syncs > kSmallGroup) return;
   // Paced to be done when half of what is left of the active segment is written, at this

@@ -10,7 +10,8 @@
 // Overwrites of durable bytes (a preallocated segment's zeros) are modelled too: a pwritev
 // below the durable length saves the bytes it replaces, a datasync forgets them, and a
 // crash puts them back, all of them, or (keep_unsynced_prefix) those from a random point
-// of the overwritten span on, with the garbage written at that point.
+// of the overwritten span on, with the garbage written at that point. A truncate below the
+// durable length is undone the same way until the next datasync.
 //
 // Other faults: fail_syncs() makes datasync return EIO; block_syncs() parks every datasync
 // (but a spare segment's, next-segment.tmp, which syncs() does not count either) until
@@ -116,6 +117,7 @@ class FaultFileSystem final : public FileSystem {
     if (!f) return f.error();
     if (mode != OpenMode::read_write) {
       synced_[path] = 0;
+      undo_.erase(path);
       if (!existed) entry_ops_.push_back({EntryOp::created, parent(path), path, {}, {}});
     } else if (!synced_.count(path)) {
       auto sz = (*f)->size();
@@ -272,19 +274,29 @@ class FaultFileSystem final : public FileSystem {
       if (saved.empty()) continue;
       ++touched;
       std::uint64_t lo = ~0ull, hi = 0;
-      for (const auto& [off, bytes] : saved) {
-        lo = std::min(lo, off);
-        hi = std::max(hi, off + bytes.size());
-      }
-      // The overwrites persisted before `cut`, and not from it on.
+      for (const auto& u : saved)
+        if (!u.whole) {
+          lo = std::min(lo, u.offset);
+          hi = std::max(hi, u.offset + u.bytes.size());
+        }
+      if (lo > hi) lo = hi = 0;  // truncates only
+      // The overwrites persisted before `cut`, and not from it on; a truncate persisted or
+      // did not, as a whole.
       const std::uint64_t cut = opt.keep_unsynced_prefix ? lo + rng() % (hi - lo + 1) : lo;
+      const bool truncates_persisted = opt.keep_unsynced_prefix && rng() % 2 == 0;
       auto f = real_.open(path, OpenMode::read_write);
       if (!f) std::abort();
       for (auto u = saved.rbegin(); u != saved.rend(); ++u) {  // newest first: oldest wins
-        const std::uint64_t end = u->first + u->second.size();
+        const std::uint64_t end = u->offset + u->bytes.size();
+        if (u->whole) {
+          if (!truncates_persisted && !u->bytes.empty() &&
+              !(*f)->pwrite(u->bytes.data(), u->bytes.size(), u->offset))
+            std::abort();
+          continue;
+        }
         if (end <= cut) continue;
-        const std::uint64_t from = std::max(cut, u->first);
-        if (!(*f)->pwrite(u->second.data() + (from - u->first), end - from, from)) std::abort();
+        const std::uint64_t from = std::max(cut, u->offset);
+        if (!(*f)->pwrite(u->bytes.data() + (from - u->offset), end - from, from)) std::abort();
       }
       if (opt.append_garbage && cut < hi) {
         std::string junk(std::min<std::uint64_t>(1 + rng() % 64, hi - cut), '\0');
@@ -318,7 +330,7 @@ class FaultFileSystem final : public FileSystem {
         auto n = real_->pread(old.data(), old.size(), off);
         if (!n) return n.error();
         old.resize(*n);
-        fs_.undo_[path()].emplace_back(off, std::move(old));
+        fs_.undo_[path()].push_back(Undo{off, std::move(old)});
       }
       return real_->pwritev(iov, count, off);
     }
@@ -345,15 +357,17 @@ class FaultFileSystem final : public FileSystem {
       std::lock_guard lk(fs_.mu_);
       fs_.tick();
       if (fs_.crashed_) return io_error("ftruncate", path(), EIO);
-      auto r = real_->truncate(len);
+      // A cut of synced bytes is durable only at the next datasync (a new size is
+      // metadata): until then a crash puts the cut bytes back, like an overwrite.
       auto it = fs_.synced_.find(path());
-      if (r && it != fs_.synced_.end() && it->second > len) it->second = len;
-      if (auto u = fs_.undo_.find(path()); r && u != fs_.undo_.end()) {
-        std::erase_if(u->second, [&](const auto& e) { return e.first >= len; });
-        for (auto& [o, b] : u->second)
-          if (o + b.size() > len) b.resize(len - o);
+      if (it != fs_.synced_.end() && it->second > len) {
+        std::string cut(it->second - len, '\0');
+        auto n = real_->pread(cut.data(), cut.size(), len);
+        if (!n) return n.error();
+        cut.resize(*n);
+        fs_.undo_[path()].push_back(Undo{len, std::move(cut), true});
       }
-      return r;
+      return real_->truncate(len);
     }
     Result<std::uint64_t> size() override {
       std::lock_guard lk(fs_.mu_);
@@ -379,7 +393,12 @@ class FaultFileSystem final : public FileSystem {
   std::map<std::string, std::uint64_t> synced_;
   // Per file: (offset, bytes) that unsynced writes replaced below the durable length, oldest
   // first (see the header comment).
-  std::map<std::string, std::vector<std::pair<std::uint64_t, std::string>>> undo_;
+  struct Undo {
+    std::uint64_t offset;
+    std::string bytes;
+    bool whole = false;  // a truncate: undone all or nothing
+  };
+  std::map<std::string, std::vector<Undo>> undo_;
   bool crashed_ = false;
   bool fail_syncs_ = false;
   bool blocked_ = false;

@@ -118,19 +118,21 @@ TEST(PreallocatedSegments, ARollTakesASyncedSpareCutsTheSealedSegmentAndACleanCl
     auto shard = engine.open_shard(test_ref(), StreamSpec{}).value();
     auto impl = std::dynamic_pointer_cast<ShardLogImpl>(shard);
     Writer w(*shard, acked, "a");
+    const std::uint64_t first_spare = roll_into_a_spare(engine, *impl, w);
+    ASSERT_FALSE(HasFatalFailure());
+    // The spare became the active segment: its full length is there from the start.
+    EXPECT_EQ(segment_sizes(engine)[first_spare], kSegment);
     const std::uint64_t second = roll_into_a_spare(engine, *impl, w);
     ASSERT_FALSE(HasFatalFailure());
     auto sizes = segment_sizes(engine);
-    ASSERT_EQ(sizes.size(), 2u);
-    // The spare became the active segment: its full length is there from the start.
+    ASSERT_EQ(sizes.size(), 3u);
     EXPECT_EQ(sizes[second], kSegment);
-    // The sealed (first) segment is cut back to its batches: it ends exactly where the
-    // second one's first batch would have gone, so it holds no zeros.
-    EXPECT_LT(sizes.begin()->second, kSegment);
+    // The sealed preallocated segment is cut back to its batches: it holds no zeros.
+    EXPECT_LT(sizes[first_spare], kSegment);
     std::string tail(64, 'x');
     {
-      std::ifstream in(segment_path(engine, test_ref(), 0), std::ios::binary);
-      in.seekg(static_cast<std::streamoff>(sizes.begin()->second - tail.size()));
+      std::ifstream in(segment_path(engine, test_ref(), first_spare), std::ios::binary);
+      in.seekg(static_cast<std::streamoff>(sizes[first_spare] - tail.size()));
       in.read(tail.data(), static_cast<std::streamsize>(tail.size()));
     }
     EXPECT_NE(tail, std::string(64, '\0')) << "the sealed segment ends in zeros";
@@ -201,7 +203,7 @@ TEST(PreallocatedSegments, AcknowledgedRecordsSurviveAPowerCutInsideAPreallocate
         });
       }
       ASSERT_TRUE(eventually([&] { return fs->blocked_sync_waiters() >= 1; }));
-      fs->crash(seed * 100 + round, CrashOptions{(seed & 1) != 0, (seed & 2) != 0});
+      fs->crash(seed * 100 + round, CrashOptions{(seed & 1) != 0, (seed & 2) != 0, (seed & 4) != 0});
       fs->unblock_syncs();
       ASSERT_TRUE(eventually([&] { return done.load() == n; }));
       shard.reset();
@@ -277,6 +279,105 @@ TEST(PreallocatedSegments, AShardOfLargeGroupsGetsNoSpare) {
   EXPECT_FALSE(impl->spare_ready());
   EXPECT_LT(segment_sizes(engine).rbegin()->second, 1u << 20) << "the new segment is a plain one";
   expect_all(*shard, acked);
+}
+
+// A power cut during one group's sync, in preallocated space: the sector holding batch k's
+// header was not rewritten (it reads as the synced bytes before k, then zeros), while the
+// sector of batch k+1 was. k starts mid-sector, so no whole zero sector lies between them.
+// Nothing of the group was acknowledged: the start cuts at k instead of refusing.
+TEST(PreallocatedSegments, ATornGroupWhoseLostSectorBeganBeforeTheBatchIsCutNotRefused) {
+  TestHost host;
+  configure(host);
+  host.set("storage.verify_on_start", "all");
+  auto fs = std::make_shared<FaultFileSystem>();
+  std::map<std::uint64_t, std::string> acked;
+  std::string path;
+  std::uint64_t k_pos = 0, k_base = 0;
+  {
+    FsStorageEngine engine(host, fs);
+    auto shard = engine.open_shard(test_ref(), StreamSpec{}).value();
+    auto impl = std::dynamic_pointer_cast<ShardLogImpl>(shard);
+    Writer w(*shard, acked, "g");
+    const std::uint64_t active = roll_into_a_spare(engine, *impl, w);
+    ASSERT_FALSE(HasFatalFailure());
+    path = segment_path(engine, test_ref(), active);
+    auto sealed = [&] {
+      std::uint64_t n = 0;
+      for (const auto& [b, sz] : segment_sizes(engine))
+        if (b != active) n += sz;
+      return n;
+    };
+    const std::string probe = make_batch("k", 1, 1000, 300);
+    // Small batches until the next one starts at least 100 bytes into a sector and ends in
+    // the next sector.
+    for (int i = 0;; ++i) {
+      ASSERT_LT(i, 200);
+      const std::uint64_t pos = impl->stats().size_bytes - sealed();
+      const std::uint64_t in_sector = pos % 512;
+      if (in_sector >= 100 && in_sector + probe.size() > 512) {
+        k_pos = pos;
+        break;
+      }
+      std::string b = make_batch("s" + std::to_string(i), 1, 1000, 50);
+      const std::string v = values_of(b).at(0);
+      auto r = append_wait(*shard, std::move(b));
+      ASSERT_TRUE(r);
+      acked[r->base_offset.value()] = v;
+    }
+    auto k = append_wait(*shard, probe);
+    ASSERT_TRUE(k);
+    k_base = k->base_offset.value();
+    ASSERT_TRUE(append_wait(*shard, make_batch("k1", 1, 1000, 50)));  // batch k+1, next sector
+    fs->crash(9, CrashOptions{});  // nothing unsynced: a SIGKILL, zeros kept
+    shard.reset();
+    impl.reset();
+    engine.shutdown();
+  }
+  // As if k and k+1 were one unsynced group and the first sector of k never reached the disk.
+  {
+    const std::uint64_t end = (k_pos / 512 + 1) * 512;
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(k_pos));
+    const std::string zeros(end - k_pos, '\0');
+    f.write(zeros.data(), static_cast<std::streamsize>(zeros.size()));
+  }
+  fs->restart();
+  FsStorageEngine engine(host, fs);
+  auto opened = engine.open_shard(test_ref(), StreamSpec{});
+  ASSERT_TRUE(opened) << "refused a torn group: " << opened.error().to_string();
+  expect_all(**opened, acked);
+  EXPECT_EQ(read_all(**opened).size(), k_base) << "batch k and k+1 are cut";
+  EXPECT_TRUE(host.logged("a torn group commit"));
+}
+
+// With preallocation turned off, a start cuts the zeros a preallocated segment kept.
+TEST(PreallocatedSegments, WithPreallocationOffAStartCutsTheZerosAfterTheLastBatch) {
+  TestHost host;
+  configure(host);
+  auto fs = std::make_shared<FaultFileSystem>();
+  std::map<std::uint64_t, std::string> acked;
+  std::uint64_t active = 0;
+  {
+    FsStorageEngine engine(host, fs);
+    auto shard = engine.open_shard(test_ref(), StreamSpec{}).value();
+    auto impl = std::dynamic_pointer_cast<ShardLogImpl>(shard);
+    Writer w(*shard, acked, "z");
+    active = roll_into_a_spare(engine, *impl, w);
+    ASSERT_FALSE(HasFatalFailure());
+    w.append();
+    ASSERT_FALSE(HasFatalFailure());
+    fs->crash(3, CrashOptions{});  // no clean close: the zeros stay
+    shard.reset();
+    impl.reset();
+    engine.shutdown();
+  }
+  fs->restart();
+  host.set("storage.preallocate_segments", "false");
+  FsStorageEngine engine(host, fs);
+  auto shard = engine.open_shard(test_ref(), StreamSpec{}).value();
+  expect_all(*shard, acked);
+  EXPECT_TRUE(host.logged("bytes of zeros after the last batch"));
+  EXPECT_LT(segment_sizes(engine)[active], kSegment);
 }
 
 // The zeros after the last batch are taken for unwritten space only when nothing but zeros
