@@ -15,14 +15,6 @@ namespace {
 
 using sluice::testing::TestHost;
 
-std::vector<std::string> values_of(const std::string& batch) {
-  std::vector<std::string> out;
-  BatchReader r(batch.data(), batch.size());
-  RecordView rv;
-  while (r.next(rv)) out.emplace_back(rv.value);
-  return out;
-}
-
 TEST(CrashRecoveryTest, AcknowledgedRecordsSurviveCrashesThatDropTearOrGarbleUnsyncedBytes) {
   bool saw_torn_tail = false;
   for (std::uint64_t seed = 1; seed <= 16; ++seed) {
@@ -35,8 +27,8 @@ TEST(CrashRecoveryTest, AcknowledgedRecordsSurviveCrashesThatDropTearOrGarbleUns
     host.set("storage.retention_interval_ms", "0");
     if (seed % 3 == 0) host.set("storage.verify_on_start", "tail");
     auto fs = std::make_shared<FaultFileSystem>();
-    std::map<std::uint64_t, std::string> acked;  // offset -> value
-    std::mutex mu;
+    AckedRecords acks;
+    auto& acked = acks.by_offset;  // offset -> value
 
     for (int round = 0; round < 3; ++round) {
       SCOPED_TRACE("round " + std::to_string(round));
@@ -57,34 +49,22 @@ TEST(CrashRecoveryTest, AcknowledgedRecordsSurviveCrashesThatDropTearOrGarbleUns
         std::string b = make_batch("s" + std::to_string(seed) + "r" + std::to_string(round) + "i" +
                                        std::to_string(i),
                                    1 + rng() % 4, 1000, rng() % 200);
-        auto vals = values_of(b);
+        auto vals = batch_values(b);
         auto r = append_wait(*shard, std::move(b));
         ASSERT_TRUE(r) << r.error().to_string();
         for (std::size_t k = 0; k < vals.size(); ++k) acked[r->base_offset.value() + k] = vals[k];
       }
 
       // Phase 2: appends written but held before fdatasync, then a crash.
-      fs->block_syncs();
       const int n2 = 1 + static_cast<int>(rng() % 20);
-      std::atomic<int> done{0};
-      for (int i = 0; i < n2; ++i) {
-        std::string b = make_batch("s" + std::to_string(seed) + "r" + std::to_string(round) + "u" +
-                                       std::to_string(i),
-                                   1 + rng() % 4, 1000, rng() % 200);
-        auto vals = values_of(b);
-        shard->append(std::move(b), AckMode::leader, [&, vals](Result<AppendResult> r) {
-          if (r) {
-            std::lock_guard lk(mu);
-            for (std::size_t k = 0; k < vals.size(); ++k) acked[r->base_offset.value() + k] = vals[k];
-          }
-          ++done;
-        });
-      }
-      ASSERT_TRUE(eventually([&] { return fs->blocked_sync_waiters() >= 1; }));
+      std::vector<std::string> held;
+      for (int i = 0; i < n2; ++i)
+        held.push_back(make_batch("s" + std::to_string(seed) + "r" + std::to_string(round) + "u" +
+                                      std::to_string(i),
+                                  1 + rng() % 4, 1000, rng() % 200));
       CrashOptions opt{rng() % 2 == 0, rng() % 2 == 0};
-      fs->crash(seed * 1000 + round, opt);
-      fs->unblock_syncs();
-      ASSERT_TRUE(eventually([&] { return done.load() == n2; }));
+      append_then_power_cut(*shard, *fs, std::move(held), acks, seed * 1000 + round, opt);
+      ASSERT_FALSE(HasFatalFailure());
       shard.reset();
       engine.shutdown();
       fs->restart();

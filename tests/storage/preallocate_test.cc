@@ -31,14 +31,6 @@ void configure(TestHost& host) {
   host.set("storage.verify_in_background", "false");
 }
 
-std::vector<std::string> values_of(const std::string& batch) {
-  std::vector<std::string> out;
-  BatchReader r(batch.data(), batch.size());
-  RecordView rv;
-  while (r.next(rv)) out.emplace_back(rv.value);
-  return out;
-}
-
 // The shard's segment files: base -> size.
 std::map<std::uint64_t, std::uint64_t> segment_sizes(FsStorageEngine& engine) {
   std::map<std::uint64_t, std::uint64_t> out;
@@ -59,7 +51,7 @@ class Writer {
   // One acknowledged batch of 4 records of ~1 KiB.
   void append() {
     std::string b = make_batch(tag_ + std::to_string(n_++), 4, 1000, 1000);
-    auto vals = values_of(b);
+    auto vals = batch_values(b);
     auto r = append_wait(shard_, std::move(b));
     ASSERT_TRUE(r) << r.error().to_string();
     for (std::size_t k = 0; k < vals.size(); ++k) acked_[r->base_offset.value() + k] = vals[k];
@@ -169,8 +161,8 @@ TEST(PreallocatedSegments, AcknowledgedRecordsSurviveAPowerCutInsideAPreallocate
     configure(host);
     if (seed % 3 == 0) host.set("storage.verify_on_start", "all");
     auto fs = std::make_shared<FaultFileSystem>();
-    std::map<std::uint64_t, std::string> acked;
-    std::mutex mu;
+    AckedRecords acks;
+    auto& acked = acks.by_offset;
     for (int round = 0; round < 2; ++round) {
       SCOPED_TRACE("round " + std::to_string(round));
       FsStorageEngine engine(host, fs);
@@ -186,26 +178,14 @@ TEST(PreallocatedSegments, AcknowledgedRecordsSurviveAPowerCutInsideAPreallocate
       ASSERT_FALSE(HasFatalFailure());
 
       // Appends written into the zeros but held before their fdatasync, then a power cut.
-      fs->block_syncs();
-      const int n = 1 + static_cast<int>(rng() % 6);
-      std::atomic<int> done{0};
-      for (int i = 0; i < n; ++i) {
-        std::string b = make_batch("s" + std::to_string(seed) + "r" + std::to_string(round) + "u" +
-                                       std::to_string(i),
-                                   1 + rng() % 4, 1000, rng() % 800);
-        auto vals = values_of(b);
-        shard->append(std::move(b), AckMode::leader, [&, vals](Result<AppendResult> r) {
-          if (r) {
-            std::lock_guard lk(mu);
-            for (std::size_t k = 0; k < vals.size(); ++k) acked[r->base_offset.value() + k] = vals[k];
-          }
-          ++done;
-        });
-      }
-      ASSERT_TRUE(eventually([&] { return fs->blocked_sync_waiters() >= 1; }));
-      fs->crash(seed * 100 + round, CrashOptions{(seed & 1) != 0, (seed & 2) != 0, (seed & 4) != 0});
-      fs->unblock_syncs();
-      ASSERT_TRUE(eventually([&] { return done.load() == n; }));
+      std::vector<std::string> held;
+      for (int i = 0, n = 1 + static_cast<int>(rng() % 6); i < n; ++i)
+        held.push_back(make_batch("s" + std::to_string(seed) + "r" + std::to_string(round) + "u" +
+                                      std::to_string(i),
+                                  1 + rng() % 4, 1000, rng() % 800));
+      append_then_power_cut(*shard, *fs, std::move(held), acks, seed * 100 + round,
+                            CrashOptions{(seed & 1) != 0, (seed & 2) != 0, (seed & 4) != 0});
+      ASSERT_FALSE(HasFatalFailure());
       shard.reset();
       impl.reset();
       engine.shutdown();
@@ -269,7 +249,7 @@ TEST(PreallocatedSegments, AShardOfLargeGroupsGetsNoSpare) {
   std::uint64_t base = 0;
   while (segment_sizes(engine).size() < 3) {  // one append (one sync) of ~96 KiB at a time
     std::string b = make_batch("big" + std::to_string(base), 96, 1000, 1000);
-    auto vals = values_of(b);
+    auto vals = batch_values(b);
     auto r = append_wait(*shard, std::move(b));
     ASSERT_TRUE(r) << r.error().to_string();
     for (std::size_t k = 0; k < vals.size(); ++k) acked[r->base_offset.value() + k] = vals[k];
@@ -319,7 +299,7 @@ TEST(PreallocatedSegments, ATornGroupWhoseLostSectorBeganBeforeTheBatchIsCutNotR
         break;
       }
       std::string b = make_batch("s" + std::to_string(i), 1, 1000, 50);
-      const std::string v = values_of(b).at(0);
+      const std::string v = batch_values(b).at(0);
       auto r = append_wait(*shard, std::move(b));
       ASSERT_TRUE(r);
       acked[r->base_offset.value()] = v;

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <fstream>
 #include <future>
 #include <thread>
@@ -29,6 +30,35 @@ std::string make_batch(const std::string& tag, std::uint32_t records, std::int64
     b.add(std::nullopt, v, {}, ts);
   }
   return b.finish();
+}
+
+std::vector<std::string> batch_values(const std::string& batch) {
+  std::vector<std::string> out;
+  BatchReader r(batch.data(), batch.size());
+  RecordView rv;
+  while (r.next(rv)) out.emplace_back(rv.value);
+  return out;
+}
+
+void append_then_power_cut(ShardLog& shard, FaultFileSystem& fs, std::vector<std::string> batches,
+                           AckedRecords& acked, std::uint64_t seed, CrashOptions opt) {
+  fs.block_syncs();
+  auto done = std::make_shared<std::atomic<std::size_t>>(0);
+  const std::size_t n = batches.size();
+  for (auto& b : batches) {
+    auto vals = batch_values(b);
+    shard.append(std::move(b), AckMode::leader, [&acked, done, vals](Result<AppendResult> r) {
+      if (r) {
+        std::lock_guard lk(acked.mu);
+        for (std::size_t k = 0; k < vals.size(); ++k) acked.by_offset[r->base_offset.value() + k] = vals[k];
+      }
+      ++*done;
+    });
+  }
+  ASSERT_TRUE(eventually([&] { return fs.blocked_sync_waiters() >= 1; }));
+  fs.crash(seed, opt);
+  fs.unblock_syncs();
+  ASSERT_TRUE(eventually([&] { return done->load() == n; }));
 }
 
 ShardRef test_ref(std::uint32_t shard, std::uint64_t incarnation) {

@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,21 @@ std::string make_batch(const std::string& tag, std::uint32_t records, std::int64
                        std::size_t value_pad = 0);
 
 ShardRef test_ref(std::uint32_t shard = 0, std::uint64_t incarnation = 0);
+
+// The record values of an encoded batch, in order.
+std::vector<std::string> batch_values(const std::string& batch);
+
+// Offset -> value of every acknowledged record (filled from append callbacks under `mu`).
+struct AckedRecords {
+  std::mutex mu;
+  std::map<std::uint64_t, std::string> by_offset;
+};
+
+// Appends `batches` while `fs` parks every sync, waits until a sync is parked, crashes `fs`
+// (seed, opt), lets the syncs go and waits for every callback; what a callback acknowledged
+// goes into `acked`. The power-cut step of the crash tests.
+void append_then_power_cut(ShardLog& shard, FaultFileSystem& fs, std::vector<std::string> batches,
+                           AckedRecords& acked, std::uint64_t seed, CrashOptions opt);
 
 // Appends and waits for the callback (30 s cap; fails the test on timeout).
 Result<AppendResult> append_wait(ShardLog& shard, std::string batch, AckMode ack = AckMode::leader);
