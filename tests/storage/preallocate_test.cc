@@ -12,6 +12,7 @@
 #include <random>
 
 #include "layout.h"
+#include "replica_node.h"
 #include "shard_log.h"
 #include "storage_test_util.h"
 
@@ -358,6 +359,58 @@ TEST(PreallocatedSegments, WithPreallocationOffAStartCutsTheZerosAfterTheLastBat
   expect_all(*shard, acked);
   EXPECT_TRUE(host.logged("bytes of zeros after the last batch"));
   EXPECT_LT(segment_sizes(engine)[active], kSegment);
+}
+
+// A follower's small append_replica chunks get spares too: it rolls into them where the
+// leader rolled, cuts the sealed ones, and after a power cut holds everything it reported
+// durable.
+TEST(PreallocatedSegments, AFollowerRollsIntoSparesAndKeepsWhatItReportedDurable) {
+  Node leader, follower;
+  for (Node* n : {&leader, &follower}) {
+    n->host.set("storage.segment_bytes", std::to_string(kSegment));
+    n->host.set("storage.preallocate_segments", n == &follower ? "true" : "false");
+    n->restart();
+    ASSERT_FALSE(HasFatalFailure());
+  }
+  ASSERT_TRUE(leader.log->become_leader(LeaderEpoch(1)));
+  ASSERT_TRUE(follower.log->become_follower(LeaderEpoch(1), NodeId(1)));
+  bool saw_spare_in_use = false;
+  for (int round = 0; round < 4; ++round) {
+    append_n(*leader.log, "r" + std::to_string(round) + "-", 80);  // ~36 KiB
+    ASSERT_FALSE(HasFatalFailure());
+    replicate(*leader.log, *follower.log, 2048);  // one sync per ~2 KiB chunk
+    ASSERT_FALSE(HasFatalFailure());
+    // Let the spare that the half-full segment asked for be written before the next round.
+    EXPECT_TRUE(eventually([&] {
+      return follower.log->spare_ready() || !fsys::exists(follower.log_dir() + "/next-segment.tmp");
+    }));
+    for (const auto& e : fsys::directory_iterator(follower.log_dir()))
+      if (e.path().extension() == ".log" && e.file_size() == kSegment) saw_spare_in_use = true;
+  }
+  EXPECT_TRUE(saw_spare_in_use) << "the follower never wrote into a preallocated segment";
+  const Offset end = leader.log->durable_end();
+  ASSERT_EQ(follower.log->durable_end(), end);
+  // Sealed segments hold exactly the leader's bytes; only the active one may be longer.
+  std::map<std::string, std::uint64_t> lsize, fsize;
+  for (const auto& e : fsys::directory_iterator(leader.log_dir()))
+    if (e.path().extension() == ".log") lsize[e.path().filename().string()] = e.file_size();
+  for (const auto& e : fsys::directory_iterator(follower.log_dir()))
+    if (e.path().extension() == ".log") fsize[e.path().filename().string()] = e.file_size();
+  ASSERT_EQ(lsize.size(), fsize.size()) << "the follower rolled where the leader did not";
+  for (auto l = lsize.begin(), f = fsize.begin(); l != lsize.end(); ++l, ++f) {
+    EXPECT_EQ(l->first, f->first);
+    if (std::next(l) != lsize.end()) EXPECT_EQ(l->second, f->second) << l->first;
+  }
+
+  follower.fs->crash(11, CrashOptions{true, true, true});
+  follower.restart();
+  ASSERT_FALSE(HasFatalFailure());
+  EXPECT_EQ(follower.log->durable_end(), end) << "a power cut took what the follower reported durable";
+  leader.log->advance_high_watermark(end);
+  follower.log->advance_high_watermark(end);
+  const auto records = read_all(*leader.log);
+  EXPECT_EQ(records.size(), end.value());
+  EXPECT_EQ(read_all(*follower.log), records);
 }
 
 // The zeros after the last batch are taken for unwritten space only when nothing but zeros
