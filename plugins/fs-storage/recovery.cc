@@ -385,7 +385,7 @@ Result<RecoveredLog> recover_log_impl(FileSystem& fs, PluginHost& host, const Op
     }
 
     // Zeros from the last batch to the end of the last segment: the unwritten space of a
-    // preallocated segment (shard_log_spare.cc), or sectors that a crash left unwritten.
+    // preallocated segment (shard_log_roll.cc), or sectors that a crash left unwritten.
     // Either way nothing acknowledged is there. With preallocation on it stays, for the
     // next appends to overwrite; otherwise it is cut.
     if (s.bad && last && s.bad->batch_invalid && all_zero(*data, s.bad->pos - win)) {

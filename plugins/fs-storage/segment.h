@@ -76,7 +76,7 @@ class Segment {
   bool preallocated = false;
   // Since the writer took this segment (roll, or recovery): where it started, when, and how
   // many syncs it has done, for the group size and write rate that decide whether and how
-  // fast a spare is made (shard_log_spare.cc).
+  // fast a spare is made (shard_log_roll.cc).
   std::uint64_t writer_start_pos = 0;
   std::chrono::steady_clock::time_point writer_start = std::chrono::steady_clock::now();
   std::uint64_t writer_syncs = 0;

@@ -1,5 +1,5 @@
-// ShardLogImpl: preallocated segments (storage.preallocate_segments; docs/architecture.md
-// "Preallocated segments").
+// ShardLogImpl: rolling to a new segment, and the preallocated segments a roll can take
+// (storage.preallocate_segments; docs/architecture.md "Preallocated segments").
 //
 // Why: an fdatasync of a file that grows must also write the new blocks' allocation and the
 // inode's size; one into blocks that are already written and synced needs neither. So a busy
@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "flush_pool.h"
+#include "layout.h"
 #include "shard_log.h"
 
 namespace sluice::fs_storage {
@@ -30,6 +31,73 @@ constexpr std::uint64_t kSyncEvery = 4ull << 20;  // so the zeros reach the disk
 constexpr std::uint64_t kSmallGroup = 64 << 10;   // bytes per sync below which a spare pays
 constexpr double kMinFillRate = 16.0 * (1 << 20);  // bytes/s
 }  // namespace
+
+Result<void> ShardLogImpl::roll(std::uint64_t new_base) {
+  std::shared_ptr<Segment> old;
+  {
+    std::lock_guard lk(seg_mu_);
+    old = segments_.back();
+  }
+  // Seal: the .idx is a cache; failing to write it costs a rebuild at the next start.
+  IndexFileContents c{old->base(), old->write_pos, old->pending_next_offset, old->pending_max_ts,
+                      {}};
+  {
+    std::lock_guard lk(seg_mu_);
+    c.entries = old->index;
+  }
+  // A preallocated segment is cut back to its batches, durably, before the next segment
+  // exists: only the last segment may hold unwritten space (below).
+  if (auto sz = old->file().size(); !sz) {
+    return sz.error();
+  } else if (*sz > old->write_pos) {
+    if (auto r = old->file().truncate(old->write_pos); !r) return r;
+    if (auto r = old->file().datasync(); !r) return r;
+  }
+  if (auto r = write_index_file(*fs_, old->index_path(), c); !r) {
+    (void)fs_->remove(old->index_path());
+    host_.log(LogLevel::warn, kComponent, "could not write index cache: " + r.error().message);
+  }
+  const std::string dir = log_dir();
+  // Producer state at the boundary (everything below new_base has been written and synced).
+  // Like the .idx it can be rebuilt from the log, so a failure is only a warning; retention
+  // then keeps the segments above the previous snapshot.
+  bool snap_ok = true;
+  if (auto r = write_producer_snapshot(*fs_, dir + "/" + std::string(kProducerSnapshotName),
+                                       written_producers_, new_base);
+      !r) {
+    snap_ok = false;
+    host_.log(LogLevel::warn, kComponent, "could not write producer snapshot: " + r.error().message);
+  }
+  const std::string path = dir + "/" + segment_file_name(new_base);
+  std::unique_ptr<File> file;
+  if (auto spare = take_spare()) {
+    // Synced zeros (prepare_spare): the rename is made durable by the sync_dir below.
+    if (auto r = fs_->rename(*spare, path); !r) {
+      host_.log(LogLevel::warn, kComponent, "could not use the spare segment: " + r.error().message);
+    } else {
+      auto f = fs_->open(path, OpenMode::read_write);
+      if (!f) return f.error();
+      file = std::move(f).value();
+    }
+  }
+  const bool preallocated = file != nullptr;
+  if (!file) {
+    auto f = fs_->open(path, OpenMode::create_new);
+    if (!f) return f.error();
+    file = std::move(f).value();
+  }
+  // The new segment's directory entry (and the snapshot's rename) must be durable before
+  // any ack depends on it.
+  if (auto r = fs_->sync_dir(dir); !r) return r;
+  if (snap_ok) snapshot_end_.store(new_base, std::memory_order_release);
+  auto seg = std::make_shared<Segment>(new_base, path, dir + "/" + index_file_name(new_base),
+                                       std::move(file));
+  seg->pending_next_offset = new_base;
+  seg->preallocated = preallocated;
+  std::lock_guard lk(seg_mu_);
+  segments_.push_back(std::move(seg));
+  return {};
+}
 
 namespace {
 // A plain active segment moves into a spare once it holds this much (a busy shard), unless
