@@ -71,7 +71,10 @@ Result<void> ShardLogImpl::roll(std::uint64_t new_base) {
   const std::string path = dir + "/" + segment_file_name(new_base);
   std::unique_ptr<File> file;
   if (auto spare = take_spare()) {
-    // Synced zeros (prepare_spare): the rename is made durable by the sync_dir below.
+    // Synced zeros (prepare_spare): the rename is made durable by the sync_dir below. A
+    // rename would replace a segment already there, where create_new refuses: refuse too.
+    if (auto there = fs_->exists(path); !there || *there)
+      return there ? Error(Errc::storage_failure, "segment " + path + " already exists") : there.error();
     if (auto r = fs_->rename(*spare, path); !r) {
       host_.log(LogLevel::warn, kComponent, "could not use the spare segment: " + r.error().message);
     } else {
