@@ -26,9 +26,10 @@ struct HttpConfig {
   // request (slow-loris) is cut off after this long.
   std::chrono::milliseconds request_timeout{30000};
   std::size_t max_header_bytes = 16 * 1024;
-  // Open connections per listener. At the limit a new connection evicts the connection
-  // that has waited or read longest without a request in progress; if every connection is
-  // busy with a request, the new one is answered 503 and closed.
+  // Open connections per listener. At the limit a new connection evicts one without a
+  // request in progress (idle first, then reading, then not yet heard from; oldest first:
+  // README "Limits"); if every connection is busy with a request, the new one is answered
+  // 503 and closed.
   std::size_t max_connections = 1024;
   // Long polls (fetches with wait_ms) parked on one shard at a time; more get 503.
   std::size_t max_waiters_per_shard = 1000;

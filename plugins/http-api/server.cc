@@ -134,10 +134,16 @@ namespace {
 // What the server and the Exchange need of a connection, whatever its stream.
 class SessionBase : public std::enable_shared_from_this<SessionBase> {
  public:
-  // Where a connection is, for eviction at http.max_connections: waiting for a request
-  // and reading one (or finishing its TLS handshake) may be evicted (oldest first); a
-  // request in progress or a closing connection may not.
-  enum Phase : int { kWaiting, kReading, kBusy, kClosing };
+  // Where a connection is, for eviction at http.max_connections (evict_one()):
+  //  - kNew: accepted, not yet a byte of its first request read (or its TLS handshake
+  //    unfinished). Evicted last: an honest client's request arrives with its first read
+  //    and is parsed in that same turn, so a flood cannot push it out in between;
+  //  - kWaiting: idle between requests. Evicted first: reconnecting costs its client least;
+  //  - kReading: a request begun and not whole yet (a slow-loris looks like this);
+  //  - kBusy (a request in progress) and kClosing are never evicted.
+  enum Phase : int { kNew, kWaiting, kReading, kBusy, kClosing };
+  // Eviction order: lower first, then oldest in its phase.
+  static int eviction_rank(int p) { return p == kWaiting ? 0 : p == kReading ? 1 : p == kNew ? 2 : -1; }
 
   explicit SessionBase(HttpServer::Impl& impl) : impl_(impl) {
     impl_.metrics.connection_opened();
@@ -157,7 +163,7 @@ class SessionBase : public std::enable_shared_from_this<SessionBase> {
   std::int64_t phase_since() const { return phase_since_.load(std::memory_order_relaxed); }
   bool mark_evicting() {
     int expected = phase();
-    while (expected == kWaiting || expected == kReading)
+    while (eviction_rank(expected) >= 0)
       if (phase_.compare_exchange_weak(expected, kClosing)) return true;
     return false;
   }
@@ -187,7 +193,7 @@ class SessionBase : public std::enable_shared_from_this<SessionBase> {
   }
 
   HttpServer::Impl& impl_;
-  std::atomic<int> phase_{kWaiting};
+  std::atomic<int> phase_{kNew};
   std::atomic<std::int64_t> phase_since_{now_ns()};
 };
 
@@ -255,7 +261,7 @@ class Session final : public SessionBase {
   // connects and stays silent is a slow-loris too); until then the connection may be evicted
   // like one reading a request. Anything but TLS (plain HTTP, say) fails it and is closed.
   void handshake() {
-    if (!set_phase(kReading)) return hard_close();
+    if (!set_phase(kNew)) return hard_close();
     lowest().expires_after(impl_.cfg.request_timeout);
     if constexpr (kTls) {
       stream_.async_handshake(ssl::stream_base::server,
@@ -282,7 +288,7 @@ class Session final : public SessionBase {
   // Waits up to http.idle_timeout_ms for the next request's first bytes, then gives the
   // whole request http.request_timeout_ms.
   void do_read() {
-    if (!set_phase(kWaiting)) return hard_close();
+    if (!set_phase(requests_ == 0 ? kNew : kWaiting)) return hard_close();
     if (buffer_.size() > 0) return begin_request();  // pipelined: already here
     lowest().expires_after(impl_.cfg.idle_timeout);
     stream_.async_read_some(buffer_.prepare(kReadChunk),
@@ -294,14 +300,30 @@ class Session final : public SessionBase {
   }
 
   void begin_request() {
-    if (!set_phase(kReading)) return hard_close();
+    if (phase() == kClosing) return hard_close();  // evicted
     parser_.emplace();
     parser_->body_limit(impl_.cfg.max_body_bytes);
     parser_->header_limit(impl_.cfg.max_header_bytes);
     lowest().expires_after(impl_.cfg.request_timeout);
-    // Header first: the body limit trips here when Content-Length is too large, and a
-    // client that sent "Expect: 100-continue" (curl does for larger bodies) is told to go
-    // on instead of waiting for its own timeout.
+    // What is already buffered (usually the whole request, which came with the first read)
+    // is parsed here, in this turn: no trip through the executor per parsing step, and no
+    // moment in kReading for eviction to catch an honest request in.
+    parser_->eager(true);
+    beast::error_code ec;
+    std::size_t used = 0;
+    while (!parser_->is_done() && buffer_.size() > 0) {
+      const std::size_t n = parser_->put(buffer_.data(), ec);
+      buffer_.consume(n);
+      used += n;
+      if (ec || n == 0) break;
+    }
+    if (ec == http::error::need_more) ec = {};
+    if (ec || parser_->is_done()) return on_read(ec, used);  // kNew or kWaiting to kBusy
+    if (!set_phase(kReading)) return hard_close();
+    impl_.metrics.add_bytes_in(used);
+    // The rest is still to come. Header first: the body limit trips here when
+    // Content-Length is too large, and a client that sent "Expect: 100-continue" (curl does
+    // for larger bodies) is told to go on instead of waiting for its own timeout.
     http::async_read_header(stream_, buffer_, *parser_,
                             beast::bind_front_handler(&Session::on_header, self()));
   }
@@ -391,6 +413,7 @@ class Session final : public SessionBase {
   std::optional<UpgradeRequest> upgrade_req_;  // a WebSocket upgrade's request, until upgrade()
   bool keep_alive_ = true;
   unsigned version_ = 11;
+  std::uint64_t requests_ = 0;  // requests read whole on this connection
   std::size_t drained_ = 0;
   char drain_buf_[4096];
 };
@@ -477,6 +500,7 @@ void Session<Stream>::on_read(beast::error_code ec, std::size_t n) {
   }
   if (ec) return hard_close();  // reset, evicted, ...
   if (!set_phase(kBusy)) return hard_close();
+  ++requests_;
 
   auto& req = parser_->get();
   keep_alive_ = req.keep_alive();
@@ -536,10 +560,14 @@ bool HttpServer::Impl::evict_one() {
   {
     std::lock_guard lk(conns_mu);
     SessionBase* best = nullptr;
+    int best_rank = 0;
     for (SessionBase* c : conns) {
-      const int p = c->phase();
-      if (p != SessionBase::kWaiting && p != SessionBase::kReading) continue;
-      if (!best || c->phase_since() < best->phase_since()) best = c;
+      const int rank = SessionBase::eviction_rank(c->phase());
+      if (rank < 0) continue;
+      if (!best || rank < best_rank || (rank == best_rank && c->phase_since() < best->phase_since())) {
+        best = c;
+        best_rank = rank;
+      }
     }
     // A session whose destructor is waiting for conns_mu has no owner left: lock() is empty.
     if (best) victim = best->weak_from_this().lock();

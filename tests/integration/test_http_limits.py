@@ -5,6 +5,7 @@ Every load loop is bounded in count and time; nothing depends on timing except g
 deadlines."""
 import json
 import re
+import signal
 import socket
 import threading
 import time
@@ -117,6 +118,46 @@ class Limits(unittest.TestCase):
         self.assertGreater(metric(n, "sluice_http_connections_evicted_total"), 0)
         self.assertEqual(metric(n, "sluice_http_connections_refused_total"), 0)
         self.assertIn("http.max_connections", n.log_tail(200))
+
+    def test_an_honest_request_queued_ahead_of_a_connection_burst_is_served(self):
+        """Regression for a CI failure of the flood test above (an honest GET answered by a
+        bare close). A node is stopped while connections pile up in its accept queue: the
+        honest client's first, its whole request with it, then 40 slow-loris ones, against
+        2 slots. Each accept evicts the oldest connection without a request in progress.
+        The honest request used to spend several executor turns in the *reading* phase
+        (header, then body, each its own completion), and a few accepts evicted it after
+        its bytes were read: the client saw EOF and no answer (10 of 10 runs before the
+        fix). Now a connection is *new*, evicted last, until its first read, and what that
+        read brings is parsed in the same turn, so the connection goes straight to busy."""
+        SLOTS = 2
+        n = self.start(http_max_connections=SLOTS, http_request_timeout_ms=60000)
+        held = []
+        try:
+            for _ in range(SLOTS):  # fill every slot with a connection reading forever
+                s = socket.create_connection(("127.0.0.1", n.http_port), timeout=10)
+                s.sendall(REQUEST_START)
+                held.append(s)
+            poll(lambda: metric(n, "sluice_http_connections") >= SLOTS, "every slot taken")
+            for round_ in range(5):
+                # The last round's evictions done: a connection closing still counts.
+                poll(lambda: metric(n, "sluice_http_connections") <= SLOTS, "evictions to finish")
+                n.proc.send_signal(signal.SIGSTOP)
+                try:
+                    honest = socket.create_connection(("127.0.0.1", n.http_port), timeout=30)
+                    honest.sendall(b"GET /readyz HTTP/1.1\r\nHost: sluice\r\nConnection: close\r\n\r\n")
+                    for _ in range(40):
+                        s = socket.create_connection(("127.0.0.1", n.http_port), timeout=10)
+                        s.sendall(REQUEST_START)
+                        held.append(s)
+                finally:
+                    n.proc.send_signal(signal.SIGCONT)
+                with honest:
+                    data = read_to_eof(honest)
+                self.assertTrue(data.startswith(b"HTTP/1.1 200"), "round %d: %r" % (round_, data[:200]))
+        finally:
+            for s in held:
+                s.close()
+        self.assertGreater(metric(n, "sluice_http_connections_evicted_total"), 0)
 
     def test_a_trickled_request_is_cut_off_at_request_timeout(self):
         n = self.start(http_request_timeout_ms=1000)
