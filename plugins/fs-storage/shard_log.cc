@@ -70,6 +70,19 @@ ShardLogImpl::ShardLogImpl(ShardRef ref, RetentionPolicy retention, std::string 
 ShardLogImpl::~ShardLogImpl() = default;
 
 void ShardLogImpl::append(std::string batch, AckMode ack, AppendCallback cb) {
+  append_to(std::move(batch), ack, std::move(cb), false);
+}
+
+// docs/architecture.md "Inline appends": the caller's thread writes and syncs the group
+// itself when nothing is queued or being flushed on this shard, which saves the two thread
+// hand-offs (to a flusher and back) that a lone append otherwise costs. Only an unreplicated
+// shard: a leader's flush also serves its followers' fetches and quorum waiters, whose
+// notifications assume a flusher thread (t_notifier_holds_no_manager_lock).
+void ShardLogImpl::append_may_block(std::string batch, AckMode ack, AppendCallback cb) {
+  append_to(std::move(batch), ack, std::move(cb), !replicated_);
+}
+
+void ShardLogImpl::append_to(std::string batch, AckMode ack, AppendCallback cb, bool may_flush_here) {
   BatchHeader h;
   const BatchCheck check = check_batch(batch.data(), batch.size(), &h);
   if (check != BatchCheck::ok) {
@@ -142,10 +155,19 @@ void ShardLogImpl::append(std::string batch, AckMode ack, AppendCallback cb) {
     if (replicated_ && ack == AckMode::quorum)
       queue_.back().deadline = std::chrono::steady_clock::now() + quorum_timeout_;
     if (!scheduled_) scheduled_ = schedule = true;
+    // Here only if this append alone makes up the group: one waiting behind others joins
+    // theirs, and a caller never writes someone else's batches.
+    // And never for ack=none, whose caller has its answer already.
+    may_flush_here = may_flush_here && schedule && queue_.size() == 1 && ack != AckMode::none;
   }
   appended_records_.fetch_add(h.record_count, std::memory_order_relaxed);
   if (ack == AckMode::none) cb(AppendResult{Offset(base), h.record_count});
-  if (schedule) pool_.schedule(shared_from_this());
+  if (!schedule) return;
+  if (may_flush_here) {
+    flush();  // as a flusher would: scheduled_ is ours until it clears it
+  } else {
+    pool_.schedule(shared_from_this());
+  }
 }
 
 void ShardLogImpl::flush() {

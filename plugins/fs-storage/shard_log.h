@@ -127,6 +127,7 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
 
   const ShardRef& ref() const override { return ref_; }
   void append(std::string batch, AckMode ack, AppendCallback cb) override;
+  void append_may_block(std::string batch, AckMode ack, AppendCallback cb) override;
   Result<FetchResult> read(Offset from, std::uint32_t max_records, std::size_t max_bytes) override;
   std::uint64_t notify_when_beyond(Offset offset, std::function<void()> cb) override;
   void cancel_notify(std::uint64_t handle) override;
@@ -148,7 +149,11 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   Result<std::uint64_t> replay_dead_letters(const std::string& group, Offset from,
                                             Offset to) override;
 
-  // Flusher thread only (FlushPool).
+  // append() and append_may_block(): may_flush_here lets this thread flush the group it
+  // starts.
+  void append_to(std::string batch, AckMode ack, AppendCallback cb, bool may_flush_here);
+  // A flusher thread (FlushPool), or the caller of append_may_block for the group it
+  // starts: whoever set scheduled_.
   void flush();
   // Preallocated segments (storage.preallocate_segments; docs/architecture.md "Preallocated
   // segments"). The pool's spare thread: writes <log>/next-segment.tmp as

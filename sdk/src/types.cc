@@ -103,6 +103,10 @@ Result<Offset> Node::roll_shard(const StreamKey&, ShardIndex) {
 Result<Offset> Node::trim_shard(const StreamKey&, ShardIndex, Offset) {
   return Error(Errc::not_supported, "this node does not trim shard logs");
 }
+void ShardLog::append_may_block(std::string batch, AckMode ack, AppendCallback cb) {
+  append(std::move(batch), ack, std::move(cb));
+}
+
 Result<Offset> ShardLog::roll_segment() {
   return Error(Errc::not_supported, "this storage engine does not roll segments on request (" +
                                         ref().to_string() + ")");

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -195,6 +196,93 @@ TEST_F(GroupCommitTest, OpenShardWaitsForAConcurrentCloseOfTheSameShard) {
   ASSERT_TRUE(c);
   EXPECT_EQ(c->base_offset.value(), 6u);
   EXPECT_EQ(read_all(**reopened).size(), 7u);
+}
+
+}  // namespace
+}  // namespace sluice::fs_storage::testing
+
+namespace sluice::fs_storage::testing {
+namespace {
+
+// docs/architecture.md "Inline appends": a lone append_may_block to an idle shard is written,
+// synced and acknowledged on the calling thread, before the call returns, and what it
+// acknowledged survives a power cut like any other acknowledged append.
+TEST_F(GroupCommitTest, AppendMayBlockOnAnIdleShardSyncsAndAnswersOnTheCallingThread) {
+  // A new shard: nothing queued or flushing. (Right after an acknowledged append the
+  // flusher may still be finishing that group; then this append would go to it.)
+  const auto syncs_before = fs_->syncs();
+  std::optional<Result<AppendResult>> got;
+  std::thread::id answered_on;
+  shard_->append_may_block(make_batch("inline", 3), AckMode::leader, [&](Result<AppendResult> r) {
+    got = std::move(r);
+    answered_on = std::this_thread::get_id();
+  });
+  ASSERT_TRUE(got.has_value()) << "the callback had not run when append_may_block returned";
+  ASSERT_TRUE(*got) << got->error().to_string();
+  EXPECT_EQ(answered_on, std::this_thread::get_id());
+  EXPECT_EQ((*got)->base_offset.value(), 0u);
+  EXPECT_GT(fs_->syncs(), syncs_before) << "acknowledged without a sync";
+  EXPECT_EQ(shard_->stats().high_watermark.value(), 3u);
+
+  CrashOptions cut;
+  cut.lose_unsynced_entries = true;
+  fs_->crash(11, cut);
+  shard_.reset();
+  engine_.reset();
+  fs_->restart();
+  engine_ = std::make_unique<FsStorageEngine>(host_, fs_);
+  auto s = engine_->open_shard(test_ref(), StreamSpec{});
+  ASSERT_TRUE(s) << s.error().to_string();
+  shard_ = *s;
+  const auto all = read_all(*shard_);
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_EQ(all.at(0), "inline#0");
+  EXPECT_EQ(all.at(2), "inline#2");
+}
+
+// A caller never writes someone else's group: behind a flush in progress its append joins
+// the flusher's next group and the call returns at once. With ack=none it never blocks
+// either. (Each call below would hang in the parked sync if it flushed on this thread.)
+TEST_F(GroupCommitTest, AppendMayBlockBehindAFlushOrWithAckNoneLeavesTheWriteToTheFlusher) {
+  fs_->block_syncs();
+  std::atomic<int> acked{0};
+  shard_->append(make_batch("a", 1), AckMode::leader, [&](Result<AppendResult> r) {
+    EXPECT_TRUE(r);
+    ++acked;
+  });
+  ASSERT_TRUE(eventually([&] { return fs_->blocked_sync_waiters() == 1; }));  // a in its sync
+  std::thread::id b_on;
+  auto caller = std::async(std::launch::async, [&] {
+    shard_->append_may_block(make_batch("b", 1), AckMode::leader, [&](Result<AppendResult> r) {
+      EXPECT_TRUE(r);
+      b_on = std::this_thread::get_id();
+      ++acked;
+    });
+    return std::this_thread::get_id();
+  });
+  const auto waited = caller.wait_for(std::chrono::seconds(30));
+  if (waited != std::future_status::ready) fs_->unblock_syncs();  // let it end, then fail
+  ASSERT_EQ(waited, std::future_status::ready) << "append_may_block waited for a flush that was not its own";
+  const auto caller_id = caller.get();
+  EXPECT_EQ(acked.load(), 0);
+  fs_->unblock_syncs();
+  ASSERT_TRUE(eventually([&] { return acked.load() == 2; }));
+  EXPECT_NE(b_on, caller_id) << "the queued append was flushed by its caller";
+
+  fs_->block_syncs();
+  bool none_answered = false;
+  auto none_caller = std::async(std::launch::async, [&] {
+    shard_->append_may_block(make_batch("c", 1), AckMode::none, [&](Result<AppendResult> r) {
+      EXPECT_TRUE(r);
+      none_answered = true;
+    });
+  });
+  const auto none_waited = none_caller.wait_for(std::chrono::seconds(30));
+  if (none_waited != std::future_status::ready) fs_->unblock_syncs();
+  ASSERT_EQ(none_waited, std::future_status::ready) << "an ack=none append blocked its caller in a sync";
+  EXPECT_TRUE(none_answered);
+  fs_->unblock_syncs();
+  ASSERT_TRUE(eventually([&] { return shard_->stats().high_watermark.value() == 3; }));
 }
 
 }  // namespace

@@ -47,6 +47,11 @@ struct PublishOptions {
   // it). A retry answers the original offsets; a skipped sequence is sequence_gap.
   std::uint64_t producer_id = 0;
   std::uint64_t sequence = 0;
+  // The calling thread may block in publish() for one write and sync (ShardLog::
+  // append_may_block), and the callback may run before publish() returns. Set by a caller
+  // with nothing else to do meanwhile (the HTTP server with no other request in flight);
+  // used for a request whose records all go to one shard led here.
+  bool caller_may_block = false;
 };
 // Results are in request order.
 using PublishCallback = std::function<void(Result<std::vector<PublishedRecord>>)>;

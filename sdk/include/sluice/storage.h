@@ -114,6 +114,13 @@ class ShardLog {
   //   anything else                  -> Errc::sequence_gap naming the expected sequence
   // An engine without idempotent producers refuses such a batch with Errc::not_supported.
   virtual void append(std::string batch, AckMode ack, AppendCallback cb) = 0;
+  // append(), from a caller whose thread may block in this call for one write and sync
+  // (docs/architecture.md "Inline appends"): an HTTP I/O thread with no other request in
+  // flight, say. An engine may then write and sync the batch on this thread, when that is
+  // sooner than a hand-off to its flusher (a lone append to an idle shard), and call `cb`
+  // before returning; otherwise it behaves as append(). The caller must hold no lock that
+  // `cb` takes. Default: append().
+  virtual void append_may_block(std::string batch, AckMode ack, AppendCallback cb);
 
   // Batches holding offsets >= from, up to about max_bytes (at least one batch if any
   // is available) and max_records. from == high watermark gives an empty result;
