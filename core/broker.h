@@ -303,8 +303,8 @@ class BrokerRuntime final : public Node {
 
   // Metrics (monotonic counters).
   std::atomic<std::uint64_t> m_publish_requests_{0}, m_publish_records_{0}, m_publish_bytes_{0},
-      m_publish_errors_{0}, m_publish_duplicates_{0}, m_fetch_requests_{0}, m_fetch_errors_{0},
-      m_deleted_dirs_{0};
+      m_publish_errors_{0}, m_publish_duplicates_{0}, m_publish_inline_{0}, m_fetch_requests_{0},
+      m_fetch_errors_{0}, m_deleted_dirs_{0};
   // Publish requests from arrival to answer, per ack mode (indexed by AckMode), successes only.
   std::array<LatencyHistogram, 3> m_publish_seconds_;
 };

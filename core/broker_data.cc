@@ -161,6 +161,7 @@ struct PublishGather {
   std::optional<Error> error;
   std::atomic<int> succeeded{0};
   PublishCallback cb;
+  std::atomic<bool> returned{false};    // publish() has returned (false in done(): inline)
   LatencyHistogram* latency = nullptr;  // observed on success
   std::chrono::steady_clock::time_point start;
 
@@ -273,7 +274,8 @@ void BrokerRuntime::publish(const StreamKey& key, const std::vector<PublishRecor
   g->latency = &m_publish_seconds_[static_cast<std::size_t>(opts.ack) % m_publish_seconds_.size()];
   g->start = start;
   g->remaining.store(static_cast<int>(builders.size()));
-  auto complete = [this, g](std::uint32_t s, Result<AppendResult> r) {
+  const bool acked_after_write = opts.ack != AckMode::none;
+  auto complete = [this, g, acked_after_write](std::uint32_t s, Result<AppendResult> r) {
     if (r) {
       g->base[s] = r->base_offset;
       g->succeeded.fetch_add(1, std::memory_order_relaxed);
@@ -284,14 +286,22 @@ void BrokerRuntime::publish(const StreamKey& key, const std::vector<PublishRecor
     }
     if (g->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       if (g->error) m_publish_errors_.fetch_add(1, std::memory_order_relaxed);
+      else if (acked_after_write && !g->returned.load(std::memory_order_acquire))
+        m_publish_inline_.fetch_add(1, std::memory_order_relaxed);
       g->done();
     }
   };
+  // docs/architecture.md "Inline appends": one batch to a shard led here may be written
+  // and synced on the caller's thread, if the caller allows it.
+  const bool may_block = opts.caller_may_block && builders.size() == 1 && remote.empty();
   for (std::size_t b = 0; b < builders.size(); ++b) {
     const std::uint32_t s = builder_shard[b];
     if (remote.empty() || remote[s].value() == 0) {
-      st->shards[s]->append(builders[b].finish(), opts.ack,
-                            [complete, s](Result<AppendResult> r) { complete(s, std::move(r)); });
+      auto done = [complete, s](Result<AppendResult> r) { complete(s, std::move(r)); };
+      if (may_block)
+        st->shards[s]->append_may_block(builders[b].finish(), opts.ack, std::move(done));
+      else
+        st->shards[s]->append(builders[b].finish(), opts.ack, std::move(done));
       continue;
     }
     // Another broker leads this shard: its batch goes there, in parallel with the others.
@@ -316,6 +326,7 @@ void BrokerRuntime::publish(const StreamKey& key, const std::vector<PublishRecor
                           complete(s, ar);
                         });
   }
+  g->returned.store(true, std::memory_order_release);
 }
 
 Result<FetchResult> BrokerRuntime::fetch(const StreamKey& key, ShardIndex shard, Offset from,

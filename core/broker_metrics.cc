@@ -15,6 +15,11 @@ std::string BrokerRuntime::metrics_text() {
   counter("sluice_publish_errors_total", "Publish requests that failed.", m_publish_errors_.load());
   counter("sluice_publish_duplicates_total", "Idempotent retries answered with their original offsets.",
           m_publish_duplicates_.load());
+  counter("sluice_publish_completed_inline_total",
+          "Publish requests (ack leader or quorum) answered before the call that received them "
+          "returned: written and synced on that thread (docs/architecture.md \"Inline appends\"), "
+          "or retries of a batch already acknowledged.",
+          m_publish_inline_.load());
   counter("sluice_fetch_requests_total", "Fetch requests.", m_fetch_requests_.load());
   counter("sluice_fetch_errors_total", "Fetch requests that failed.", m_fetch_errors_.load());
   counter("sluice_deleted_shard_dirs_total", "Shard incarnation directories deleted on the control plane's word.",

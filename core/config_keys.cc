@@ -61,6 +61,7 @@ constexpr ConfigKey kConfigKeys[] = {
     {"http.idle_timeout_ms", "60000", "Close idle keep-alive connections after this long."},
     {"http.request_timeout_ms", "30000", "A request must arrive whole (header and body) within this long of its first byte, or its connection is closed (slow clients, slow-loris)."},
     {"http.max_header_bytes", "16384", "Largest request header block; larger gets 400 and the connection is closed (1024..1048576)."},
+    {"http.inline_appends", "true", "A publish arriving while no other request is in flight may be written, synced and answered on the I/O thread that read it (docs/architecture.md \"Inline appends\")."},
     {"http.max_waiters_per_shard", "1000", "Long polls (fetches with wait_ms) parked on one shard at a time; one more gets 503 with Retry-After (1..1000000)."},
     {"quota.publish_bytes_per_s", "0", "Request-body bytes per second each tenant may publish through this broker; over it, 429 quota_exceeded with Retry-After (0: no quota)."},
     {"http.max_connections", "1024", "Open connections per listener. At the limit a new connection evicts the one idle or reading longest; if all have a request in progress it gets 503 (1..1000000)."},

@@ -39,6 +39,7 @@ HttpConfig HttpConfig::from_host(const PluginHost& h) {
       static_cast<std::size_t>(ranged(h, "http.max_header_bytes", 16 * 1024, 1024, 1 << 20));
   c.max_connections =
       static_cast<std::size_t>(ranged(h, "http.max_connections", 1024, 1, 1'000'000));
+  c.inline_appends = h.config_bool("http.inline_appends", true);
   c.max_waiters_per_shard =
       static_cast<std::size_t>(ranged(h, "http.max_waiters_per_shard", 1000, 1, 1'000'000));
   c.publish_bytes_per_s = static_cast<std::uint64_t>(

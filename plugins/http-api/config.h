@@ -33,6 +33,9 @@ struct HttpConfig {
   std::size_t max_connections = 1024;
   // Long polls (fetches with wait_ms) parked on one shard at a time; more get 503.
   std::size_t max_waiters_per_shard = 1000;
+  // A publish with no other request in flight may be written and synced on the I/O thread
+  // that read it (docs/architecture.md "Inline appends").
+  bool inline_appends = true;
   // quota.publish_bytes_per_s: request-body bytes per second each tenant may publish through
   // this broker (0: no quota).
   std::uint64_t publish_bytes_per_s = 0;

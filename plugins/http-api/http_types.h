@@ -56,6 +56,16 @@ class Exchange {
   // is called (also on the strand) first.
   virtual std::function<void()> start_timer(std::chrono::milliseconds d,
                                             std::function<void()> fn) = 0;
+
+  // Inline appends (docs/architecture.md "Inline appends"). Strand only: no other request
+  // is being served by this server, so this thread may block for one write and sync
+  // without delaying anyone.
+  virtual bool only_request_in_flight() const { return false; }
+  // Whether the calling thread is running this connection's strand now (any thread).
+  virtual bool on_strand() const { return false; }
+  // respond(), for a caller on the strand (on_strand()) that holds no lock: sends at once
+  // instead of from a posted handler, which could wake another thread to send it.
+  virtual void respond_here(HttpResponse r) { respond(std::move(r)); }
 };
 
 }  // namespace sluice::http_api

@@ -21,6 +21,7 @@ class HttpMetrics {
   void add_bytes_out(std::uint64_t n) { bytes_out_.fetch_add(n, std::memory_order_relaxed); }
   void inc_in_flight() { in_flight_.fetch_add(1, std::memory_order_relaxed); }
   void dec_in_flight() { in_flight_.fetch_sub(1, std::memory_order_relaxed); }
+  std::int64_t in_flight() const { return in_flight_.load(std::memory_order_relaxed); }
   void connection_opened() { connections_.fetch_add(1, std::memory_order_relaxed); }
   void connection_closed() { connections_.fetch_sub(1, std::memory_order_relaxed); }
   void connection_evicted() { evicted_.fetch_add(1, std::memory_order_relaxed); }

@@ -90,9 +90,12 @@ void handle_publish(Node& node, const HttpConfig& cfg, PublishQuotas& quotas, co
     ack = s->spec.default_ack;
   }
   // Core copies the records before publish() returns; `records`, `doc` and the arena may
-  // go away afterwards. The callback runs on a storage thread: render on the strand.
+  // go away afterwards. The callback runs on a storage thread: render on the strand. With
+  // no other request in flight, this thread may write and sync the batch itself and answer
+  // at once (docs/architecture.md "Inline appends").
   PublishOptions opts;
   opts.ack = *ack;
+  opts.caller_may_block = cfg.inline_appends && ex->only_request_in_flight();
   auto pid = target.param("producer_id");
   auto seq = target.param("sequence");
   if (pid || seq) {
@@ -115,12 +118,14 @@ void handle_publish(Node& node, const HttpConfig& cfg, PublishQuotas& quotas, co
   // the publish failed; none when that is not known).
   const std::optional<std::uint32_t> first_shard = records.front().shard;
   node.publish(key, records, opts, [ex, &node, key, first_shard](Result<std::vector<PublishedRecord>> r) {
-    ex->post([ex, &node, key, first_shard, r = std::move(r)] {
-      if (r) return ex->respond(with_leader(render_results(r.value()), node, key, r->front().shard));
+    auto answer = [ex, &node, key, first_shard](Result<std::vector<PublishedRecord>> r) {
+      if (r) return ex->respond_here(with_leader(render_results(r.value()), node, key, r->front().shard));
       HttpResponse resp = problem(r.error());
       if (first_shard) resp = with_leader(std::move(resp), node, key, ShardIndex{*first_shard});
-      ex->respond(std::move(resp));
-    });
+      ex->respond_here(std::move(resp));
+    };
+    if (ex->on_strand()) return answer(std::move(r));  // completed inline
+    ex->post([answer, r = std::move(r)]() mutable { answer(std::move(r)); });
   });
 }
 

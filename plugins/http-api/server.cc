@@ -432,6 +432,23 @@ class ConnExchange final : public Exchange {
       s.answer(std::move(r), route);
     });
   }
+  bool only_request_in_flight() const override { return impl_.metrics.in_flight() == 1; }
+  bool on_strand() const override {
+    auto s = session_.lock();
+    if (!s) return false;
+    const auto ex = s->executor();
+    const auto* strand = ex.target<net::strand<net::io_context::executor_type>>();
+    return strand && strand->running_in_this_thread();
+  }
+  void respond_here(HttpResponse r) override {
+    if (!on_strand()) return respond(std::move(r));
+    if (responded_.exchange(true)) return;
+    std::unique_lock lk(gate_->mu);
+    if (!gate_->open) return;
+    auto s = session_.lock();
+    lk.unlock();  // the strand is running here: the session cannot be stopped under us
+    if (s) s->answer(std::move(r), route_);
+  }
   void upgrade(Subscription sub) override {
     if (responded_.exchange(true)) return;
     on_session([sub = std::move(sub), route = route_](SessionBase& s) mutable { s.upgrade(std::move(sub), route); });
