@@ -258,8 +258,8 @@ class Session final : public SessionBase {
   beast::tcp_stream& lowest() { return beast::get_lowest_layer(stream_); }
 
   // TLS only: the handshake must complete within http.request_timeout_ms (a client that
-  // connects and stays silent is a slow-loris too); until then the connection may be evicted
-  // like one reading a request. Anything but TLS (plain HTTP, say) fails it and is closed.
+  // connects and stays silent is a slow-loris too); until then the connection is new, and
+  // evictable (last). Anything but TLS (plain HTTP, say) fails it and is closed.
   void handshake() {
     if (!set_phase(kNew)) return hard_close();
     lowest().expires_after(impl_.cfg.request_timeout);
