@@ -51,6 +51,7 @@ constexpr ConfigKey kConfigKeys[] = {
     {"storage.retention_interval_ms", "30000", "How often retention by size and age runs (0 disables it)."},
     {"storage.flush_threads", "2", "Group-commit flusher threads serving all shards (1..8)."},
     {"storage.preallocate_segments", "true", "A shard whose syncs average at most 64 KiB rolls into a next segment written ahead as zeros by a background thread, so its syncs overwrite blocks instead of growing the file (ignored with storage.fsync = never; docs/architecture.md \"Preallocated segments\")."},
+    {"storage.page_cache_window_bytes", "67108864", "Each shard keeps about this many bytes of its newest log in the page cache and drops synced bytes further back (posix_fadvise DONTNEED), so writes reuse pages instead of touching new memory; reads further back go to the disk. 0 keeps everything (the kernel evicts); ignored with storage.fsync = never (docs/architecture.md \"Page-cache window\")."},
     {"storage.group_journal_compact_bytes", "1048576", "Compact a consumer group's journal into a snapshot beyond this size."},
     {"api.plugin", "http-api", "API plugin name."},
     {"http.address", "127.0.0.1", "Address the HTTP API binds."},

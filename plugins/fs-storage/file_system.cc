@@ -40,6 +40,10 @@ class PosixFile final : public File {
     return done;
   }
 
+  void drop_cache(std::uint64_t offset, std::uint64_t len) override {
+    (void)::posix_fadvise(fd_, static_cast<off_t>(offset), static_cast<off_t>(len), POSIX_FADV_DONTNEED);
+  }
+
   Result<void> pwritev(const struct iovec* iov, int count, std::uint64_t offset) override {
     // Copy so short writes can advance through the vector without touching the caller's.
     std::vector<struct iovec> v(iov, iov + count);

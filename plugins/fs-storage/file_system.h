@@ -34,6 +34,11 @@ class File {
   // Writes all iovecs contiguously at `offset` (retries short writes, splits at IOV_MAX).
   virtual Result<void> pwritev(const struct iovec* iov, int count, std::uint64_t offset) = 0;
   virtual Result<void> datasync() = 0;  // fdatasync(2)
+  // Advice that [offset, offset + len) need not stay in the page cache (len 0: to the end
+  // of the file): posix_fadvise(POSIX_FADV_DONTNEED). Only clean (synced) pages are dropped;
+  // a later read finds the bytes on disk. A hint: it cannot fail, and a file system without
+  // a page cache ignores it (docs/architecture.md "Page-cache window").
+  virtual void drop_cache(std::uint64_t offset, std::uint64_t len) { (void)offset, (void)len; }
   virtual Result<void> truncate(std::uint64_t length) = 0;
   virtual Result<std::uint64_t> size() = 0;
 

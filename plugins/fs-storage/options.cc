@@ -51,6 +51,13 @@ Options Options::from_host(const PluginHost& host) {
   // four (docs/architecture.md "Preallocated segments"); without syncs there is nothing to win.
   o.preallocate_segments =
       host.config_bool("storage.preallocate_segments", true) && o.fsync == FsyncPolicy::always;
+  // Dropped pages are clean only after a sync; with fsync = never they would be written back
+  // by the advice itself, so the window is off there.
+  const std::int64_t pcw = host.config_int("storage.page_cache_window_bytes", 64ll << 20);
+  if (pcw != 0 && (pcw < (1ll << 20) || pcw > (1ll << 40)))
+    throw std::invalid_argument("storage.page_cache_window_bytes must be 0 or in [1048576, 1099511627776], got " +
+                                std::to_string(pcw));
+  o.page_cache_window_bytes = o.fsync == FsyncPolicy::always ? static_cast<std::uint64_t>(pcw) : 0;
   auto ranged = [&](const char* key, std::int64_t def, std::int64_t lo, std::int64_t hi) {
     const std::int64_t v = host.config_int(key, def);
     if (v < lo || v > hi)

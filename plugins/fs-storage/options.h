@@ -40,6 +40,10 @@ struct Options {
   // storage.preallocate_segments (a node's: true; only with fsync = always): a roll takes a
   // zero-filled spare file (docs/architecture.md "Preallocated segments").
   bool preallocate_segments = false;
+  // storage.page_cache_window_bytes (a node's: 64 MiB; 0: off; only with fsync = always):
+  // each shard keeps about this much of its newest log in the page cache and drops what lies
+  // further back once synced (docs/architecture.md "Page-cache window").
+  std::uint64_t page_cache_window_bytes = 0;
   std::uint64_t group_journal_compact_bytes = 1 << 20;  // storage.group_journal_compact_bytes
   // Replicated shards (docs/replication.md, docs/configuration.md "replication.*").
   std::int64_t replication_max_lag_ms = 10000;       // replication.max_lag_ms

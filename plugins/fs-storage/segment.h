@@ -80,6 +80,8 @@ class Segment {
   std::uint64_t writer_start_pos = 0;
   std::chrono::steady_clock::time_point writer_start = std::chrono::steady_clock::now();
   std::uint64_t writer_syncs = 0;
+  // Bytes from the start already dropped from the page cache (ShardLogImpl::release_cache).
+  std::uint64_t cache_dropped_to = 0;
 
  private:
   std::uint64_t base_;

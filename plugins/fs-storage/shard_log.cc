@@ -114,7 +114,10 @@ void ShardLogImpl::flush() {
     }
   }
   flushing_.clear();
-  if (r) maybe_write_recovery_point();
+  if (r) {
+    maybe_write_recovery_point();
+    release_cache();  // after the acknowledgements: a drop can take milliseconds
+  }
 
   bool again = false;
   {
@@ -266,6 +269,52 @@ Result<void> ShardLogImpl::sync_and_publish(Segment& seg) {
   }
   maybe_want_spare(seg);
   return {};
+}
+
+namespace {
+// The kernel drops only folios wholly inside the advised range, and a large folio (at most
+// 2 MiB, aligned to its size) can straddle where the last drop ended: each drop starts at
+// the 2 MiB boundary below it, which costs a lookup of pages already gone.
+std::uint64_t cache_drop_start(const Segment& seg) {
+  return seg.cache_dropped_to & ~((std::uint64_t{2} << 20) - 1);
+}
+}  // namespace
+
+// Why: a shard's log is read at its tail (consumers, followers) far more than behind it, and
+// on a VM whose host backs guest memory on first touch, writing into never-used page-cache
+// pages costs several times the copy itself (docs/benchmarks.md "Keyed publishing: the
+// page cache"). Dropping synced pages behind a window recycles pages the guest already has.
+void ShardLogImpl::release_cache() {
+  const std::uint64_t window = opts_.page_cache_window_bytes;
+  if (window == 0) return;
+  std::shared_ptr<Segment> seg;
+  {
+    std::lock_guard lk(seg_mu_);
+    seg = segments_.back();
+  }
+  const std::uint64_t step = std::max<std::uint64_t>(window / 32, 64 << 10);
+  // Drops [start of the last drop's 2 MiB block, to) of `s`, once that has grown by a step.
+  auto drop_below = [&](Segment& s, std::uint64_t to) {
+    to &= ~std::uint64_t{4095};
+    if (to < s.cache_dropped_to + step) return;
+    const std::uint64_t from = cache_drop_start(s);
+    s.file().drop_cache(from, to - from);
+    s.cache_dropped_to = to;
+  };
+  // Sealed segments, oldest first: whole once the bytes after them fill the window, else
+  // what lies behind the window's start, and the newer ones are inside it.
+  while (!cache_sealed_.empty()) {
+    Segment& s = *cache_sealed_.front();
+    const std::uint64_t newer = cache_sealed_bytes_ - s.write_pos + seg->write_pos;
+    if (newer < window) {
+      if (s.write_pos > window - newer) drop_below(s, s.write_pos - (window - newer));
+      break;
+    }
+    s.file().drop_cache(cache_drop_start(s), 0);
+    cache_sealed_bytes_ -= s.write_pos;
+    cache_sealed_.pop_front();
+  }
+  if (seg->write_pos > window) drop_below(*seg, seg->write_pos - window);
 }
 
 void ShardLogImpl::WaiterSet::add(std::uint64_t handle, std::uint64_t offset,

@@ -388,6 +388,11 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   // busy shard then moves into a preallocated segment early (maybe_roll_early) instead of
   // growing the plain one to its end.
   void maybe_want_spare(const Segment& seg);
+  // Writer (after a group's acknowledgements): drops from the page cache what lies more
+  // than storage.page_cache_window_bytes behind the synced end, across the active segment
+  // and the sealed ones still in the window, in steps of 1/32 of the window
+  // (docs/architecture.md "Page-cache window").
+  void release_cache();
   // Writer, before a group (all earlier writes synced): rolls a plain active segment into
   // the spare once one is ready. `next_base` is the first offset of the group.
   Result<void> maybe_roll_early(std::uint64_t next_base);
@@ -480,6 +485,10 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   // --- guarded by seg_mu_ ---
   std::mutex seg_mu_;
   std::vector<std::shared_ptr<Segment>> segments_;  // oldest first; back() is active
+  // Writer: segments sealed by rolls, oldest first, until release_cache has dropped all of
+  // their pages, and the sum of their sizes.
+  std::deque<std::shared_ptr<Segment>> cache_sealed_;
+  std::uint64_t cache_sealed_bytes_ = 0;
   RetentionPolicy retention_;
 
   // --- consumer groups (groups_mu_; each group has its own mutex for its work) ---

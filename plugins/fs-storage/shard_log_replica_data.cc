@@ -263,6 +263,7 @@ Result<void> ShardLogImpl::append_replica(std::string_view chunk, Offset expecte
   for (const Info& b : batches) records += b.count;
   appended_records_.fetch_add(records, std::memory_order_relaxed);
   wake_end_waiters();
+  release_cache();
   return {};
 }
 

@@ -1,0 +1,182 @@
+// The page-cache window (storage.page_cache_window_bytes; docs/architecture.md "Page-cache
+// window"): once synced, a shard's log further back than the window leaves the page cache,
+// the window itself stays, and every record still reads back (from the disk). Residency is
+// read with mincore(2) on a mapping of each segment file, on the real file system.
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <sys/mman.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <map>
+
+#include "layout.h"
+#include "shard_log.h"
+#include "storage_test_util.h"
+
+namespace sluice::fs_storage::testing {
+namespace {
+
+using sluice::testing::TestHost;
+namespace fsys = std::filesystem;
+
+constexpr std::uint64_t kWindow = 1 << 20;
+constexpr std::uint64_t kSegment = 4 << 20;
+
+// Resident pages of [from, to) of the file (to clamped to its size), and the pages counted.
+std::pair<std::size_t, std::size_t> resident_pages(const std::string& path, std::uint64_t from, std::uint64_t to) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  EXPECT_GE(fd, 0) << path;
+  const std::uint64_t size = fsys::file_size(path);
+  to = std::min(to, size);
+  const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  void* m = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  EXPECT_NE(m, MAP_FAILED) << path;
+  std::vector<unsigned char> vec((size + page - 1) / page);
+  EXPECT_EQ(::mincore(m, size, vec.data()), 0);
+  ::munmap(m, size);
+  std::size_t resident = 0, counted = 0;
+  for (std::uint64_t p = from / page; p < (to + page - 1) / page; ++p, ++counted) resident += vec[p] & 1;
+  return {resident, counted};
+}
+
+bool on_tmpfs(const std::string& path) {
+  struct statfs s{};
+  return ::statfs(path.c_str(), &s) == 0 && s.f_type == TMPFS_MAGIC;
+}
+
+// Appends `total` bytes (~6 MiB: two 4 MiB segments) in 16 KiB batches, then returns the
+// segment files.
+std::map<std::uint64_t, std::string> fill(FsStorageEngine& engine, ShardLog& shard, std::map<std::uint64_t, std::string>& acked,
+                                          std::uint64_t total = kSegment + 2 * kWindow) {
+  std::uint64_t bytes = 0;
+  for (int i = 0; bytes < total; ++i) {
+    std::string b = make_batch("w" + std::to_string(i), 16, 1000, 1000);
+    bytes += b.size();
+    auto vals = batch_values(b);
+    auto r = append_wait(shard, std::move(b));
+    EXPECT_TRUE(r) << r.error().to_string();
+    if (!r) break;
+    for (std::size_t k = 0; k < vals.size(); ++k) acked[r->base_offset.value() + k] = vals[k];
+  }
+  std::map<std::uint64_t, std::string> segs;
+  const std::string dir = engine.shard_directory(test_ref()).value() + "/log";
+  for (const auto& e : fsys::directory_iterator(dir))
+    if (auto base = parse_offset_file_name(e.path().filename().string(), ".log")) segs[*base] = e.path().string();
+  return segs;
+}
+
+void configure(TestHost& host, std::uint64_t window, std::uint64_t segment = kSegment) {
+  host.set("storage.segment_bytes", std::to_string(segment));
+  host.set("storage.retention_interval_ms", "0");
+  host.set("storage.preallocate_segments", "false");
+  host.set("storage.page_cache_window_bytes", std::to_string(window));
+}
+
+TEST(PageCacheWindow, SyncedBytesBehindTheWindowLeaveThePageCacheAndStillReadBack) {
+  TestHost host;
+  if (on_tmpfs(host.data_dir())) GTEST_SKIP() << "tmpfs has no page cache to leave";
+  configure(host, kWindow);
+  FsStorageEngine engine(host, std::make_shared<PosixFileSystem>());
+  auto shard = engine.open_shard(test_ref(), StreamSpec{}).value();
+  std::map<std::uint64_t, std::string> acked;
+  const auto segs = fill(engine, *shard, acked);
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  ASSERT_EQ(segs.size(), 2u);
+  const std::string& sealed = segs.begin()->second;
+  const std::string& active = segs.rbegin()->second;
+  const std::uint64_t active_size = fsys::file_size(active);
+  ASSERT_GT(active_size, kWindow + kWindow / 8);
+
+  // The sealed segment is wholly behind the window: the active one alone fills it.
+  auto [sealed_res, sealed_pages] = resident_pages(sealed, 0, kSegment);
+  EXPECT_GT(sealed_pages, 0u);
+  EXPECT_EQ(sealed_res, 0u) << "pages of the sealed segment still cached";
+  // The active segment: dropped up to within a step (1/32 of the window, at least 64 KiB)
+  // of the window's start, give or take a page and a folio of these 16 KiB writes that
+  // straddles the end of the last drop (the margin below is wider); the window is cached.
+  const std::uint64_t dropped_below = active_size - kWindow - kWindow / 8 - 4096 - (64 << 10);
+  auto [old_res, old_pages] = resident_pages(active, 0, dropped_below);
+  EXPECT_GT(old_pages, 0u);
+  EXPECT_EQ(old_res, 0u) << "pages behind the window still cached";
+  auto [win_res, win_pages] = resident_pages(active, active_size - kWindow, active_size);
+  EXPECT_EQ(win_res, win_pages) << "pages inside the window were dropped";
+
+  // Everything reads back, from the disk where it was dropped.
+  auto all = read_all(*shard);
+  ASSERT_EQ(all.size(), acked.size());
+  for (const auto& [off, v] : acked) ASSERT_EQ(all[off], v) << "offset " << off;
+}
+
+// Segments shorter than the window: the window spans several of them, those inside it stay
+// cached, and every segment wholly behind it is dropped.
+TEST(PageCacheWindow, SegmentsShorterThanTheWindowAreDroppedOnceBehindIt) {
+  TestHost host;
+  if (on_tmpfs(host.data_dir())) GTEST_SKIP() << "tmpfs has no page cache to leave";
+  constexpr std::uint64_t kSmall = 256 << 10;
+  configure(host, kWindow, kSmall);
+  FsStorageEngine engine(host, std::make_shared<PosixFileSystem>());
+  auto shard = engine.open_shard(test_ref(), StreamSpec{}).value();
+  std::map<std::uint64_t, std::string> acked;
+  const auto segs = fill(engine, *shard, acked, 4 * kWindow);
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  ASSERT_GE(segs.size(), 12u);
+  // From the newest segment back: bytes after each segment's end.
+  std::uint64_t after = 0;
+  std::size_t dropped = 0;
+  for (auto it = segs.rbegin(); it != segs.rend(); ++it) {
+    const std::uint64_t size = fsys::file_size(it->second);
+    auto [res, pages] = resident_pages(it->second, 0, size);
+    // Behind the window by more than the sealed segment it may still be working through.
+    if (after >= kWindow + kSmall) {
+      EXPECT_EQ(res, 0u) << it->second << " is " << after << " bytes behind the newest";
+      ++dropped;
+    } else if (after + size <= kWindow) {
+      EXPECT_EQ(res, pages) << it->second << " lies inside the window";
+    }
+    after += size;
+  }
+  EXPECT_GE(dropped, 6u);
+  auto all = read_all(*shard);
+  ASSERT_EQ(all.size(), acked.size());
+  for (const auto& [off, v] : acked) ASSERT_EQ(all[off], v) << "offset " << off;
+}
+
+// The control: with the window off the same appends leave everything cached, so the check
+// above measures the window and not the machine.
+TEST(PageCacheWindow, OffKeepsEverySyncedPageCached) {
+  TestHost host;
+  if (on_tmpfs(host.data_dir())) GTEST_SKIP() << "tmpfs has no page cache to leave";
+  configure(host, 0);
+  FsStorageEngine engine(host, std::make_shared<PosixFileSystem>());
+  auto shard = engine.open_shard(test_ref(), StreamSpec{}).value();
+  std::map<std::uint64_t, std::string> acked;
+  const auto segs = fill(engine, *shard, acked);
+  ASSERT_FALSE(::testing::Test::HasFailure());
+  ASSERT_EQ(segs.size(), 2u);
+  for (const auto& [base, path] : segs) {
+    auto [res, pages] = resident_pages(path, 0, kSegment);
+    EXPECT_EQ(res, pages) << path;
+  }
+}
+
+TEST(PageCacheWindow, AWindowBelowOneMebibyteIsRefused) {
+  TestHost host;
+  host.set("storage.page_cache_window_bytes", "4096");
+  EXPECT_THROW(Options::from_host(host), std::invalid_argument);
+  host.set("storage.page_cache_window_bytes", "-1");
+  EXPECT_THROW(Options::from_host(host), std::invalid_argument);
+  host.set("storage.page_cache_window_bytes", "0");
+  EXPECT_EQ(Options::from_host(host).page_cache_window_bytes, 0u);
+  host.set("storage.page_cache_window_bytes", "1048576");
+  EXPECT_EQ(Options::from_host(host).page_cache_window_bytes, 1048576u);
+  host.set("storage.fsync", "never");
+  EXPECT_EQ(Options::from_host(host).page_cache_window_bytes, 0u) << "unsynced pages are not dropped";
+}
+
+}  // namespace
+}  // namespace sluice::fs_storage::testing
