@@ -12,6 +12,7 @@
 
 #include <filesystem>
 #include <map>
+#include <memory>
 
 #include "layout.h"
 #include "shard_log.h"
@@ -77,18 +78,38 @@ void configure(TestHost& host, std::uint64_t window, std::uint64_t segment = kSe
   host.set("storage.page_cache_window_bytes", std::to_string(window));
 }
 
-TEST(PageCacheWindow, SyncedBytesBehindTheWindowLeaveThePageCacheAndStillReadBack) {
-  TestHost host;
-  if (on_tmpfs(host.data_dir())) GTEST_SKIP() << "tmpfs has no page cache to leave";
-  configure(host, kWindow);
-  FsStorageEngine engine(host, std::make_shared<PosixFileSystem>());
-  auto shard = engine.open_shard(test_ref(), StreamSpec{}).value();
-  std::map<std::uint64_t, std::string> acked;
-  const auto segs = fill(engine, *shard, acked);
-  ASSERT_FALSE(::testing::Test::HasFailure());
-  ASSERT_EQ(segs.size(), 2u);
-  const std::string& sealed = segs.begin()->second;
-  const std::string& active = segs.rbegin()->second;
+// One shard on the real file system, filled by fill().
+class PageCacheWindow : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (on_tmpfs(host_.data_dir())) GTEST_SKIP() << "tmpfs has no page cache to leave";
+  }
+  // Opens the shard with this window and segment size and appends `total` bytes.
+  void fill_with(std::uint64_t window, std::uint64_t segment = kSegment, std::uint64_t total = kSegment + 2 * kWindow) {
+    configure(host_, window, segment);
+    engine_ = std::make_unique<FsStorageEngine>(host_, std::make_shared<PosixFileSystem>());
+    shard_ = engine_->open_shard(test_ref(), StreamSpec{}).value();
+    segs_ = fill(*engine_, *shard_, acked_, total);
+  }
+  // Every acknowledged record reads back (from the disk where it was dropped).
+  void expect_reads_back() {
+    auto all = read_all(*shard_);
+    ASSERT_EQ(all.size(), acked_.size());
+    for (const auto& [off, v] : acked_) ASSERT_EQ(all[off], v) << "offset " << off;
+  }
+  TestHost host_;
+  std::unique_ptr<FsStorageEngine> engine_;
+  std::shared_ptr<ShardLog> shard_;
+  std::map<std::uint64_t, std::string> acked_;
+  std::map<std::uint64_t, std::string> segs_;  // base -> path
+};
+
+TEST_F(PageCacheWindow, SyncedBytesBehindTheWindowLeaveThePageCacheAndStillReadBack) {
+  fill_with(kWindow);
+  ASSERT_FALSE(HasFailure());
+  ASSERT_EQ(segs_.size(), 2u);
+  const std::string& sealed = segs_.begin()->second;
+  const std::string& active = segs_.rbegin()->second;
   const std::uint64_t active_size = fsys::file_size(active);
   ASSERT_GT(active_size, kWindow + kWindow / 8);
 
@@ -106,29 +127,20 @@ TEST(PageCacheWindow, SyncedBytesBehindTheWindowLeaveThePageCacheAndStillReadBac
   auto [win_res, win_pages] = resident_pages(active, active_size - kWindow, active_size);
   EXPECT_EQ(win_res, win_pages) << "pages inside the window were dropped";
 
-  // Everything reads back, from the disk where it was dropped.
-  auto all = read_all(*shard);
-  ASSERT_EQ(all.size(), acked.size());
-  for (const auto& [off, v] : acked) ASSERT_EQ(all[off], v) << "offset " << off;
+  expect_reads_back();
 }
 
 // Segments shorter than the window: the window spans several of them, those inside it stay
 // cached, and every segment wholly behind it is dropped.
-TEST(PageCacheWindow, SegmentsShorterThanTheWindowAreDroppedOnceBehindIt) {
-  TestHost host;
-  if (on_tmpfs(host.data_dir())) GTEST_SKIP() << "tmpfs has no page cache to leave";
+TEST_F(PageCacheWindow, SegmentsShorterThanTheWindowAreDroppedOnceBehindIt) {
   constexpr std::uint64_t kSmall = 256 << 10;
-  configure(host, kWindow, kSmall);
-  FsStorageEngine engine(host, std::make_shared<PosixFileSystem>());
-  auto shard = engine.open_shard(test_ref(), StreamSpec{}).value();
-  std::map<std::uint64_t, std::string> acked;
-  const auto segs = fill(engine, *shard, acked, 4 * kWindow);
-  ASSERT_FALSE(::testing::Test::HasFailure());
-  ASSERT_GE(segs.size(), 12u);
+  fill_with(kWindow, kSmall, 4 * kWindow);
+  ASSERT_FALSE(HasFailure());
+  ASSERT_GE(segs_.size(), 12u);
   // From the newest segment back: bytes after each segment's end.
   std::uint64_t after = 0;
   std::size_t dropped = 0;
-  for (auto it = segs.rbegin(); it != segs.rend(); ++it) {
+  for (auto it = segs_.rbegin(); it != segs_.rend(); ++it) {
     const std::uint64_t size = fsys::file_size(it->second);
     auto [res, pages] = resident_pages(it->second, 0, size);
     // Behind the window by more than the sealed segment it may still be working through.
@@ -141,30 +153,22 @@ TEST(PageCacheWindow, SegmentsShorterThanTheWindowAreDroppedOnceBehindIt) {
     after += size;
   }
   EXPECT_GE(dropped, 6u);
-  auto all = read_all(*shard);
-  ASSERT_EQ(all.size(), acked.size());
-  for (const auto& [off, v] : acked) ASSERT_EQ(all[off], v) << "offset " << off;
+  expect_reads_back();
 }
 
 // The control: with the window off the same appends leave everything cached, so the check
 // above measures the window and not the machine.
-TEST(PageCacheWindow, OffKeepsEverySyncedPageCached) {
-  TestHost host;
-  if (on_tmpfs(host.data_dir())) GTEST_SKIP() << "tmpfs has no page cache to leave";
-  configure(host, 0);
-  FsStorageEngine engine(host, std::make_shared<PosixFileSystem>());
-  auto shard = engine.open_shard(test_ref(), StreamSpec{}).value();
-  std::map<std::uint64_t, std::string> acked;
-  const auto segs = fill(engine, *shard, acked);
-  ASSERT_FALSE(::testing::Test::HasFailure());
-  ASSERT_EQ(segs.size(), 2u);
-  for (const auto& [base, path] : segs) {
+TEST_F(PageCacheWindow, OffKeepsEverySyncedPageCached) {
+  fill_with(0);
+  ASSERT_FALSE(HasFailure());
+  ASSERT_EQ(segs_.size(), 2u);
+  for (const auto& [base, path] : segs_) {
     auto [res, pages] = resident_pages(path, 0, kSegment);
     EXPECT_EQ(res, pages) << path;
   }
 }
 
-TEST(PageCacheWindow, AWindowBelowOneMebibyteIsRefused) {
+TEST(PageCacheWindowOption, AWindowBelowOneMebibyteIsRefused) {
   TestHost host;
   host.set("storage.page_cache_window_bytes", "4096");
   EXPECT_THROW(Options::from_host(host), std::invalid_argument);
