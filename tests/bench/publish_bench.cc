@@ -291,6 +291,8 @@ int main(int argc, char** argv) {
     double rps = 0, mbps = 0, p50 = 0, p99 = 0, p999 = 0;
     std::uint64_t errors = 0;
     double cpu_us = -1;    // server CPU (user + system, every server process) per record
+    double client_cpu_us = -1;  // this program's CPU per record (clients, and any fetchers)
+    double cores = 0;      // server + client CPU seconds per second: how busy the machine was
     double fetch_rps = -1; // records/s fetched by the tail consumers (if any)
     std::uint64_t fetch_errors = 0;
   };
@@ -319,6 +321,7 @@ int main(int argc, char** argv) {
   struct Slice {
     std::uint64_t records = 0, errors = 0, fetched = 0, fetch_errors = 0;
     double secs = 0, cpu_s = -1;  // cpu_s: server CPU seconds (-1: no pids)
+    double client_cpu_s = 0;      // this program's CPU seconds (the load generator)
     bool fetching = false;
     std::vector<double> lat;  // µs per acknowledged request
     std::string first_error;
@@ -329,6 +332,7 @@ int main(int argc, char** argv) {
     progress("%s: %zu connections, %d s", title, conns.size(), seconds);
     std::atomic<bool> stop{false};
     const double cpu0 = pids.empty() ? -1 : sluice_bench::cpu_seconds(pids);
+    const double client0 = sluice_bench::cpu_seconds(::getpid());
     std::unique_ptr<sluice_bench::TailFetchers> fetchers;
     if (fetch_port > 0)
       fetchers = std::make_unique<sluice_bench::TailFetchers>(
@@ -387,6 +391,7 @@ int main(int argc, char** argv) {
     r.secs = std::chrono::duration<double>(Clock::now() - t_start).count();
     const double cpu1 = pids.empty() ? -1 : sluice_bench::cpu_seconds(pids);
     if (cpu0 >= 0 && cpu1 >= 0) r.cpu_s = cpu1 - cpu0;
+    r.client_cpu_s = sluice_bench::cpu_seconds(::getpid()) - client0;
     if (fetchers) {
       r.fetching = true;
       r.fetched = fetchers->records();
@@ -399,7 +404,7 @@ int main(int argc, char** argv) {
   // The figures of one or more slices of the same load, taken together.
   auto summarize = [&](const char* title, const std::vector<Slice>& slices) {
     PhaseResult r;
-    double secs = 0, cpu_s = 0;
+    double secs = 0, cpu_s = 0, client_cpu_s = 0;
     bool cpu_known = true, fetching = false;
     std::uint64_t records = 0, fetched = 0;
     std::vector<double> lat;
@@ -410,6 +415,7 @@ int main(int argc, char** argv) {
       r.errors += sl.errors;
       cpu_known &= sl.cpu_s >= 0;
       cpu_s += sl.cpu_s;
+      client_cpu_s += sl.client_cpu_s;
       fetching |= sl.fetching;
       fetched += sl.fetched;
       r.fetch_errors += sl.fetch_errors;
@@ -417,6 +423,8 @@ int main(int argc, char** argv) {
       if (first_error.empty()) first_error = sl.first_error;
     }
     if (cpu_known && records > 0) r.cpu_us = cpu_s * 1e6 / records;
+    if (records > 0) r.client_cpu_us = client_cpu_s * 1e6 / records;
+    if (secs > 0) r.cores = ((cpu_known ? cpu_s : 0) + client_cpu_s) / secs;
     if (fetching) r.fetch_rps = fetched / secs;
     r.rps = records / secs;
     r.mbps = r.rps * o.record_bytes / 1e6;
@@ -438,6 +446,7 @@ int main(int argc, char** argv) {
     std::printf("  %-22s %9.0f rec/s %7.1f MB/s  p50 %6.2f ms  p99 %6.2f ms  p999 %6.2f ms  failed %llu",
                 name, r.rps, r.mbps, r.p50, r.p99, r.p999, static_cast<unsigned long long>(r.errors));
     if (r.cpu_us >= 0) std::printf("  server CPU %.2f us/record", r.cpu_us);
+    if (r.client_cpu_us >= 0) std::printf("  client CPU %.2f us/record  cores busy %.2f", r.client_cpu_us, r.cores);
     std::printf("\n");
     if (r.fetch_rps >= 0)
       std::printf("  %-22s %9.0f rec/s fetched at the tail beside it (fetch / publish %.2f, failed %llu)\n", "",
