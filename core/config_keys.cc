@@ -17,7 +17,7 @@ constexpr ConfigKey kConfigKeys[] = {
     {"metadata.postgres.poll_interval_ms", "1000", "Change-feed poll interval when no NOTIFY arrives (a safety net)."},
     {"metadata.postgres.pool_size", "8", "Connections one postgres-meta instance opens for catalog calls (1..64, opened on demand), so independent calls run concurrently; plus one for the change feed."},
     {"metadata.plugin", "", "Override the metadata plugin name (default from metadata.backend)."},
-    {"metadata.level", "", "Metadata level this member runs at (default: the backend's highest, 17 for both). raft-meta takes 8, 10, 14, 16 or 17, postgres-meta 8, 10, 14, 16 or 17. A lower level proposes and reports exactly as that older build would."},
+    {"metadata.level", "", "Metadata level this member runs at (default: the backend's highest, 19 for raft-meta, 18 for postgres-meta). raft-meta takes 8, 10, 14, 16, 17, 18 or 19 (19: batch entries), postgres-meta 8, 10, 14, 16, 17 or 18 (18: counters, docs/metadata-levels.md). A lower level proposes and reports exactly as that older build would."},
     {"metadata.timeout_ms", "10000", "How long a catalog call waits before answering timeout (outcome uncertain)."},
     {"raft.address", "127.0.0.1:7800", "host:port this controller's Raft transport binds."},
     {"raft.port", "", "Overrides the port of raft.address."},
