@@ -288,9 +288,16 @@ void ShardLogImpl::release_cache() {
   const std::uint64_t window = opts_.page_cache_window_bytes;
   if (window == 0) return;
   std::shared_ptr<Segment> seg;
+  std::uint64_t log_start;
   {
     std::lock_guard lk(seg_mu_);
     seg = segments_.back();
+    log_start = segments_.front()->base();
+  }
+  // Segments retention or a trim deleted: their pages went with the file; close it now.
+  while (!cache_sealed_.empty() && cache_sealed_.front()->base() < log_start) {
+    cache_sealed_bytes_ -= cache_sealed_.front()->write_pos;
+    cache_sealed_.pop_front();
   }
   const std::uint64_t step = std::max<std::uint64_t>(window / 32, 64 << 10);
   // Drops [start of the last drop's 2 MiB block, to) of `s`, once that has grown by a step.
@@ -315,6 +322,13 @@ void ShardLogImpl::release_cache() {
     cache_sealed_.pop_front();
   }
   if (seg->write_pos > window) drop_below(*seg, seg->write_pos - window);
+}
+
+void ShardLogImpl::forget_cache_queue() {
+  cache_sealed_.clear();
+  cache_sealed_bytes_ = 0;
+  std::lock_guard lk(seg_mu_);
+  for (auto& seg : segments_) seg->cache_dropped_to = std::min(seg->cache_dropped_to, seg->write_pos & ~std::uint64_t{4095});
 }
 
 void ShardLogImpl::WaiterSet::add(std::uint64_t handle, std::uint64_t offset,

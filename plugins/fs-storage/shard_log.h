@@ -393,6 +393,11 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   // and the sealed ones still in the window, in steps of 1/32 of the window
   // (docs/architecture.md "Page-cache window").
   void release_cache();
+  // Writer, when the log is cut back or restarted (truncate_to, restart_at) or closed: the
+  // sealed segments queued for release_cache are forgotten (their files close), and the
+  // active one's drop mark comes back to where its bytes now end. Advice only: forgetting
+  // costs at most pages the kernel evicts later.
+  void forget_cache_queue();
   // Writer, before a group (all earlier writes synced): rolls a plain active segment into
   // the spare once one is ready. `next_base` is the first offset of the group.
   Result<void> maybe_roll_early(std::uint64_t next_base);

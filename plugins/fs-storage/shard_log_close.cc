@@ -149,6 +149,7 @@ void ShardLogImpl::close_log() {
   }
   drop_spare();
   if (!failed) closed_clean_.store(write_clean_state());
+  forget_cache_queue();  // sealed segments' files close with the log's
   std::vector<std::shared_ptr<Segment>> segs;
   {
     std::lock_guard lk(seg_mu_);

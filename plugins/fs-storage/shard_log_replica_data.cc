@@ -357,6 +357,7 @@ Result<void> ShardLogImpl::truncate_to(Offset end_off) {
     seg->index.erase(keep, seg->index.end());
   }
   seg->write_pos = pos;
+  forget_cache_queue();  // the cut segment is active again, and later ones are gone
   seg->pending_next_offset = cut;
   seg->pending_index.clear();
   seg->last_index_pos = 0;

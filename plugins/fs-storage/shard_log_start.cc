@@ -208,6 +208,7 @@ Result<void> ShardLogImpl::restart_at(Offset start_off) {
     written_end_.store(start, std::memory_order_release);
     hwm_.store(start, std::memory_order_release);
   }
+  forget_cache_queue();  // the old segments are gone
   written_producers_ = ProducerTable();
   snapshot_end_.store(start, std::memory_order_release);
   {

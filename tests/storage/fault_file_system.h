@@ -107,6 +107,17 @@ class FaultFileSystem final : public FileSystem {
     cv_.notify_all();
   }
 
+  // Every File::drop_cache advice given so far (the page-cache window), in order. The
+  // advice reaches the real file too; it changes no byte.
+  struct CacheDrop {
+    std::string path;
+    std::uint64_t offset, len;  // len 0: to the end of the file
+  };
+  std::vector<CacheDrop> cache_drops() {
+    std::lock_guard lk(mu_);
+    return cache_drops_;
+  }
+
   // --- FileSystem ---
   Result<std::unique_ptr<File>> open(const std::string& path, OpenMode mode) override {
     std::lock_guard lk(mu_);
@@ -334,6 +345,11 @@ class FaultFileSystem final : public FileSystem {
       }
       return real_->pwritev(iov, count, off);
     }
+    void drop_cache(std::uint64_t offset, std::uint64_t len) override {
+      std::lock_guard lk(fs_.mu_);
+      fs_.cache_drops_.push_back({path(), offset, len});
+      real_->drop_cache(offset, len);
+    }
     Result<void> datasync() override {
       std::unique_lock lk(fs_.mu_);
       // A spare segment's zero-fill is background work no acknowledgement waits for:
@@ -399,6 +415,7 @@ class FaultFileSystem final : public FileSystem {
     bool whole = false;  // a truncate: undone all or nothing
   };
   std::map<std::string, std::vector<Undo>> undo_;
+  std::vector<CacheDrop> cache_drops_;
   bool crashed_ = false;
   bool fail_syncs_ = false;
   bool blocked_ = false;

@@ -15,6 +15,7 @@
 #include <memory>
 
 #include "layout.h"
+#include "replica_node.h"
 #include "shard_log.h"
 #include "storage_test_util.h"
 
@@ -90,6 +91,8 @@ class PageCacheWindow : public ::testing::Test {
     engine_ = std::make_unique<FsStorageEngine>(host_, std::make_shared<PosixFileSystem>());
     shard_ = engine_->open_shard(test_ref(), StreamSpec{}).value();
     segs_ = fill(*engine_, *shard_, acked_, total);
+    // The last group's drop runs on the flusher after its acknowledgement.
+    std::dynamic_pointer_cast<ShardLogImpl>(shard_)->wait_flushed();
   }
   // Every acknowledged record reads back (from the disk where it was dropped).
   void expect_reads_back() {
@@ -166,6 +169,56 @@ TEST_F(PageCacheWindow, OffKeepsEverySyncedPageCached) {
     auto [res, pages] = resident_pages(path, 0, kSegment);
     EXPECT_EQ(res, pages) << path;
   }
+}
+
+// Regression (found in review): a follower's cut into a sealed segment made that segment
+// active again while it was still queued as sealed, and the next drop advised away the
+// active segment (whole, or the part inside the window). After a cut and a catch-up, no
+// drop may touch the log's newest window. The fault file system records every advice.
+TEST(PageCacheWindowReplica, ACutIntoASealedSegmentKeepsTheNewestWindowCached) {
+  Node a, f;
+  for (Node* n : {&a, &f}) {
+    n->host.set("storage.segment_bytes", std::to_string(256 << 10));
+    n->host.set("storage.page_cache_window_bytes", std::to_string(kWindow));
+    n->restart();
+  }
+  ASSERT_TRUE(a.log->become_leader(LeaderEpoch(1)));
+  for (int i = 0; i < 190; ++i)  // about 3 MiB in 16 KiB batches of 16 records
+    ASSERT_TRUE(append_wait(*a.log, make_batch("x" + std::to_string(i), 16, 1000, 1000), AckMode::leader));
+  ASSERT_TRUE(f.log->become_follower(LeaderEpoch(1), NodeId(1)));
+  replicate(*a.log, *f.log, 256 << 10);
+  ASSERT_FALSE(f.fs->cache_drops().empty()) << "the follower dropped nothing behind its window";
+
+  // 20 batches back (about 330 KB): inside the sealed segment before the active one.
+  const std::uint64_t end = f.log->durable_end().value();
+  const auto before = segment_files(f.log_dir());
+  ASSERT_TRUE(f.log->truncate_to(Offset(end - 20 * 16)));
+  ASSERT_LT(segment_files(f.log_dir()).size(), before.size()) << "the cut stayed in the active segment";
+  const std::size_t cut_mark = f.fs->cache_drops().size();
+  replicate(*a.log, *f.log, 64 << 10);
+  ASSERT_EQ(f.log->durable_end().value(), end);
+
+  // The newest window, per segment file: [from, size).
+  std::map<std::string, std::uint64_t> window_from;
+  std::uint64_t left = kWindow;
+  const auto after = segment_files(f.log_dir());
+  for (auto it = after.rbegin(); it != after.rend() && left > 0; ++it) {
+    const std::uint64_t size = it->second.size();
+    window_from[f.log_dir() + "/" + it->first] = size > left ? size - left : 0;
+    left -= std::min(left, size);
+  }
+  const auto drops = f.fs->cache_drops();
+  for (std::size_t i = cut_mark; i < drops.size(); ++i) {
+    auto w = window_from.find(drops[i].path);
+    if (w == window_from.end()) continue;
+    const bool to_end = drops[i].len == 0;
+    EXPECT_TRUE(!to_end && drops[i].offset + drops[i].len <= w->second)
+        << "after the cut, a drop of " << drops[i].path << " [" << drops[i].offset << ", "
+        << (to_end ? std::string("end") : std::to_string(drops[i].offset + drops[i].len))
+        << ") reaches into the newest window (from " << w->second << ")";
+  }
+  f.log->advance_high_watermark(Offset(end));  // reads stop at a follower's high watermark
+  EXPECT_EQ(read_all(*f.log).size(), end);
 }
 
 TEST(PageCacheWindowOption, AWindowBelowOneMebibyteIsRefused) {
