@@ -1,7 +1,15 @@
 # One throwaway PostgreSQL 15 for the whole ctest run (tests/support/pg_test_server.sh),
 # shared by tests/postgres-meta and tests/conformance through the fixture `sluice_pg`.
-set(SLUICE_TEST_PG_PORT 29632 CACHE STRING "Port of the throwaway PostgreSQL for tests")
-set(SLUICE_TEST_PG_PORT2 29633 CACHE STRING "Port of the second (restartable) test PostgreSQL")
+# The ports come from the build directory's path, so two checkouts (a clone in CI, a
+# worktree, the sanitized build) run their suites side by side, and a server that a killed
+# run left behind in one does not make another's start fail with "Address already in use".
+# 20000-27999: below Linux's ephemeral range (32768-60999).
+string(MD5 _sluice_pg_hash "${CMAKE_BINARY_DIR}")
+string(SUBSTRING "${_sluice_pg_hash}" 0 4 _sluice_pg_hash)
+math(EXPR _sluice_pg_port "20000 + (0x${_sluice_pg_hash} % 4000) * 2")
+math(EXPR _sluice_pg_port2 "${_sluice_pg_port} + 1")
+set(SLUICE_TEST_PG_PORT ${_sluice_pg_port} CACHE STRING "Port of the throwaway PostgreSQL for tests")
+set(SLUICE_TEST_PG_PORT2 ${_sluice_pg_port2} CACHE STRING "Port of the second (restartable) test PostgreSQL")
 set(SLUICE_TEST_PG_DIR ${CMAKE_BINARY_DIR}/pg-test CACHE PATH "Directory of the test PostgreSQL")
 set(SLUICE_TEST_PG_SCRIPT ${CMAKE_SOURCE_DIR}/tests/support/pg_test_server.sh)
 set(SLUICE_TEST_PG_URL "host=127.0.0.1 port=${SLUICE_TEST_PG_PORT} user=postgres dbname=sluice_test")
