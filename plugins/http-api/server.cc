@@ -136,13 +136,15 @@ class SessionBase : public std::enable_shared_from_this<SessionBase> {
  public:
   // Where a connection is, for eviction at http.max_connections (evict_one()):
   //  - kNew: accepted, not yet a byte of its first request read (or its TLS handshake
-  //    unfinished). Evicted last: an honest client's request arrives with its first read
-  //    and is parsed in that same turn, so a flood cannot push it out in between;
+  //    unfinished). Evicted last, and the newest first: an honest client's request
+  //    arrives with its first read and is parsed in that same turn, but a burst of accepts
+  //    can run before that read does (a CI run evicted an honest request so), and the
+  //    connection accepted longest ago is the one whose read comes next;
   //  - kWaiting: idle between requests. Evicted first: reconnecting costs its client least;
   //  - kReading: a request begun and not whole yet (a slow-loris looks like this);
   //  - kBusy (a request in progress) and kClosing are never evicted.
   enum Phase : int { kNew, kWaiting, kReading, kBusy, kClosing };
-  // Eviction order: lower first, then oldest in its phase.
+  // Eviction order: lower first, then oldest in its phase (newest among kNew).
   static int eviction_rank(int p) { return p == kWaiting ? 0 : p == kReading ? 1 : p == kNew ? 2 : -1; }
 
   explicit SessionBase(HttpServer::Impl& impl) : impl_(impl) {
@@ -578,12 +580,17 @@ bool HttpServer::Impl::evict_one() {
     std::lock_guard lk(conns_mu);
     SessionBase* best = nullptr;
     int best_rank = 0;
+    std::int64_t best_since = 0;
     for (SessionBase* c : conns) {
       const int rank = SessionBase::eviction_rank(c->phase());
       if (rank < 0) continue;
-      if (!best || rank < best_rank || (rank == best_rank && c->phase_since() < best->phase_since())) {
+      const bool before = rank == SessionBase::eviction_rank(SessionBase::kNew)
+                              ? c->phase_since() > best_since
+                              : c->phase_since() < best_since;
+      if (!best || rank < best_rank || (rank == best_rank && before)) {
         best = c;
         best_rank = rank;
+        best_since = c->phase_since();
       }
     }
     // A session whose destructor is waiting for conns_mu has no owner left: lock() is empty.
