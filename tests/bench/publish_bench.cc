@@ -104,12 +104,14 @@ SIGKILL after 20 s; 10 s on a signal). Progress goes to stderr, figures to stdou
 )");
 }
 
+// Whether argv[1..] holds `arg` exactly.
 bool has_arg(int argc, char** argv, const char* arg) {
   for (int i = 1; i < argc; ++i)
     if (std::string(argv[i]) == arg) return true;
   return false;
 }
 
+// The limits the out-of-range message states.
 bool in_range(const Options& o) {
   return !(o.brokers < 0 || o.brokers > 16 || o.replication_factor < 1 ||
            (o.brokers > 0 && o.replication_factor > o.brokers) || o.connections < 1 || o.connections > 256 ||
@@ -182,11 +184,11 @@ bool prepare_run(Options& o) {
   ::signal(SIGPIPE, SIG_IGN);
   if (o.sluiced.empty())
     o.sluiced = (fs::read_symlink("/proc/self/exe").parent_path() / "sluiced").string();
-  const int payload = o.batch_records * (8 + o.record_bytes);
-  if (o.chunk == 0) o.chunk = payload;
+  if (o.chunk == 0) o.chunk = o.batch_records * (8 + o.record_bytes);  // one request's payload
   return true;
 }
 
+// --failover, once its own limits are checked (failover_bench.cc).
 int failover_mode(const Options& o) {
   if (o.failover_kills > 1000 || o.session_timeout_ms < 100) {
     std::fprintf(stderr, "sluice-bench: --failover takes 1..1000 kills and --session-timeout-ms >= 100\n");

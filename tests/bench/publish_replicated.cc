@@ -238,21 +238,21 @@ void print_results(const Options& o, const DiskReference& disk, const PhaseResul
   const std::string name = std::to_string(o.brokers) + " brokers, RF " + std::to_string(o.replication_factor) + ", quorum";
   print_result(name.c_str(), rep);
   print_disk_results(disk, o.chunk);
-  const double dd_mbps = disk.dd_mbps, sync_single_mbps = disk.sync_single_mbps, sync_rep_mbps = disk.sync_rep_mbps;
-  const int single_files = disk.single_files, rep_files = disk.rep_files;
-  std::printf("  single / sequential    %.2f\n", dd_mbps > 0 ? single.mbps / dd_mbps : 0);
+  std::printf("  single / sequential    %.2f\n", disk.dd_mbps > 0 ? single.mbps / disk.dd_mbps : 0);
   // All replicas share this machine's one disk: RF copies of every byte.
   std::printf("  replicated x RF / sequential %.2f  (the disk's share the replicas use)\n",
-              dd_mbps > 0 ? rep.mbps * o.replication_factor / dd_mbps : 0);
+              disk.dd_mbps > 0 ? rep.mbps * o.replication_factor / disk.dd_mbps : 0);
   std::printf("  disk, %2d files synced  %.1f MB/s (each appending %d-byte writes + fdatasync: one file per shard)\n",
-              single_files, sync_single_mbps, o.chunk);
-  std::printf("  disk, %2d files synced  %.1f MB/s (the same, one file per shard replica)\n", rep_files, sync_rep_mbps);
-  std::printf("  single / %d-file sync   %.2f\n", single_files, sync_single_mbps > 0 ? single.mbps / sync_single_mbps : 0);
+              disk.single_files, disk.sync_single_mbps, o.chunk);
+  std::printf("  disk, %2d files synced  %.1f MB/s (the same, one file per shard replica)\n", disk.rep_files,
+              disk.sync_rep_mbps);
+  std::printf("  single / %d-file sync   %.2f\n", disk.single_files,
+              disk.sync_single_mbps > 0 ? single.mbps / disk.sync_single_mbps : 0);
   std::printf("  replicated x RF / %d-file sync %.2f  (1.00: the replicas sync all the disk can in their pattern)\n",
-              rep_files, sync_rep_mbps > 0 ? rep.mbps * o.replication_factor / sync_rep_mbps : 0);
+              disk.rep_files, disk.sync_rep_mbps > 0 ? rep.mbps * o.replication_factor / disk.sync_rep_mbps : 0);
   // If the replicas used the whole of that, the ratio could reach this and no more.
   std::printf("  disk's ceiling on replicated / single %.2f  (%d-file sync / RF / single)\n",
-              single.mbps > 0 ? sync_rep_mbps / o.replication_factor / single.mbps : 0, rep_files);
+              single.mbps > 0 ? disk.sync_rep_mbps / o.replication_factor / single.mbps : 0, disk.rep_files);
   std::printf("  replicated / single    %.2f  (design goal >= 0.50)\n", single.rps > 0 ? rep.rps / single.rps : 0);
 }
 
