@@ -1,4 +1,5 @@
-// sluice-bench's options, shared by its modes (publish_bench.cc, failover_bench.cc).
+// sluice-bench's options, shared by its modes (publish_bench.cc parses them), and the modes
+// that take them.
 #pragma once
 
 #include <string>
@@ -26,6 +27,13 @@ struct Options {
   int failover_kills = 0;         // --failover: kills of the shard leader (issue 11)
   int session_timeout_ms = 3000;  // --session-timeout-ms, for --failover
 };
+
+// The default run: the disk reference, then one node's publish phases (publish_single.cc).
+int run_publish(const Options& o);
+
+// --brokers N: one broker against N brokers, their loads in alternating rounds
+// (publish_replicated.cc).
+int run_replicated(const Options& o);
 
 // --failover: kill the leader of a replication-factor-3 shard N times (failover_bench.cc).
 int run_failover(const Options& o);
