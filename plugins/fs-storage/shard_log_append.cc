@@ -40,7 +40,7 @@ void stamp_leader_time(std::string& batch, BatchHeader& h, std::int64_t now) {
   h.max_timestamp_ms = max;
   wire::put_u64(batch.data() + 32, static_cast<std::uint64_t>(first));
   wire::put_u64(batch.data() + 40, static_cast<std::uint64_t>(max));
-  // restamp_batch (append) recomputes the CRC.
+  // restamp_batch (append_to) recomputes the CRC over the whole batch.
 }
 }  // namespace
 
@@ -123,7 +123,10 @@ void ShardLogImpl::append_to(std::string batch, AckMode ack, AppendCallback cb, 
     }
     base = next_offset_;
     next_offset_ += h.record_count;
-    restamp_batch(batch.data(), base, ref_.incarnation.value());
+    // Under the lock, so not a pass over the batch: check_batch above found its CRC valid,
+    // and only a leader-time stamp changes more than the 16 bytes restamped here.
+    if (stamp) restamp_batch(batch.data(), base, ref_.incarnation.value());
+    else restamp_checked_batch(batch.data(), base, ref_.incarnation.value());
     queue_.push_back(Pending{std::move(batch), base, h.record_count, h.max_timestamp_ms, ack,
                              ack == AckMode::none ? AppendCallback() : std::move(cb),
                              h.producer_id, h.producer_seq});

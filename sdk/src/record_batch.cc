@@ -29,14 +29,7 @@ std::uint32_t crc32c_sw(const unsigned char* p, std::size_t n, std::uint32_t crc
   return crc;
 }
 
-#if defined(__x86_64__)
-// Hardware CRC-32C. One `crc32` instruction has a latency of three cycles and a throughput
-// of one, so a single dependency chain runs at a third of the unit's speed. Long inputs are
-// cut into three adjacent blocks whose CRCs run as three independent chains, then joined:
-// for the raw register, crc(s, A || B) = shift_|B|(crc(s, A)) ^ crc(0, B), where shift_n is
-// "feed n zero bytes", a linear map on 32 bits (a GF(2) matrix), applied here through four
-// 256-entry tables per block size. Batches are 64 KiB, so this is the publish path's CRC,
-// the follower's check of every replicated batch, and the recovery scan.
+// GF(2) matrices on the 32-bit CRC register (the zero-byte shifts below).
 using Gf2Op = std::array<std::uint32_t, 32>;  // column i: the image of bit i
 
 constexpr std::uint32_t gf2_apply(const Gf2Op& m, std::uint32_t v) {
@@ -52,6 +45,14 @@ constexpr Gf2Op gf2_square(const Gf2Op& m) {
   return r;
 }
 
+#if defined(__x86_64__)
+// Hardware CRC-32C. One `crc32` instruction has a latency of three cycles and a throughput
+// of one, so a single dependency chain runs at a third of the unit's speed. Long inputs are
+// cut into three adjacent blocks whose CRCs run as three independent chains, then joined:
+// for the raw register, crc(s, A || B) = shift_|B|(crc(s, A)) ^ crc(0, B), where shift_n is
+// "feed n zero bytes", a linear map on 32 bits (a GF(2) matrix), applied here through four
+// 256-entry tables per block size. Batches are 64 KiB, so this is the publish path's CRC,
+// the follower's check of every replicated batch, and the recovery scan.
 using ShiftTable = std::array<std::array<std::uint32_t, 256>, 4>;
 
 // shift by 2^log2_bytes zero bytes.
@@ -130,6 +131,43 @@ std::uint32_t crc32c(const void* data, std::size_t n, std::uint32_t seed) {
 #endif
   return ~crc;
 }
+
+namespace {
+// The raw register update (no pre/post inversion), on whichever unit crc32c() uses.
+std::uint32_t crc32c_raw(const unsigned char* p, std::size_t n, std::uint32_t crc) {
+#if defined(__x86_64__)
+  return kHaveHw ? crc32c_hw(p, n, crc) : crc32c_sw(p, n, crc);
+#else
+  return crc32c_sw(p, n, crc);
+#endif
+}
+
+// Feeding 2^k zero bytes to the raw register, for k = 0..31, as GF(2) matrices; built
+// once, on first use (4 KiB).
+const std::array<Gf2Op, 32>& zero_byte_ops() {
+  static const std::array<Gf2Op, 32> ops = [] {
+    std::array<Gf2Op, 32> o{};
+    Gf2Op op{};  // one zero bit
+    op[0] = 0x82f63b78u;
+    for (int i = 1; i < 32; ++i) op[i] = 1u << (i - 1);
+    for (int k = 0; k < 3; ++k) op = gf2_square(op);  // one zero byte
+    for (auto& x : o) {
+      x = op;
+      op = gf2_square(op);
+    }
+    return o;
+  }();
+  return ops;
+}
+
+// The raw register after feeding n zero bytes: O(log n) matrix applications.
+std::uint32_t crc32c_shift_zeros(std::uint32_t crc, std::uint64_t n) {
+  const auto& ops = zero_byte_ops();
+  for (int k = 0; n != 0 && k < 32; ++k, n >>= 1)
+    if (n & 1) crc = gf2_apply(ops[k], crc);
+  return crc;
+}
+}  // namespace
 
 BatchHeader BatchHeader::decode(const char* p) {
   BatchHeader h;
@@ -212,24 +250,37 @@ void restamp_batch(char* p, std::uint64_t base_offset, std::uint64_t incarnation
   wire::put_u32(p + 8, crc32c(p + 12, len - 12));
 }
 
+void restamp_checked_batch(char* p, std::uint64_t base_offset, std::uint64_t incarnation) {
+  // The CRC is linear: for messages of equal length, crc(new) = crc(old) ^ raw(old ^ new),
+  // where raw is the register with no inversions. old ^ new is zero but for bytes [16, 32)
+  // of the batch, which are bytes [4, 20) of the CRC's range [12, length): leading zeros
+  // leave a zero register unchanged, so raw(old ^ new) is the raw CRC of those 16 bytes,
+  // followed by the length - 32 zero bytes that come after them.
+  unsigned char delta[16];
+  std::memcpy(delta, p + 16, 16);
+  wire::put_u64(p + 16, base_offset);
+  wire::put_u64(p + 24, incarnation);
+  for (int i = 0; i < 16; ++i) delta[i] ^= static_cast<unsigned char>(p[16 + i]);
+  const std::uint32_t len = wire::get_u32(p + 4);
+  const std::uint32_t d = crc32c_shift_zeros(crc32c_raw(delta, 16, 0), len - 32);
+  wire::put_u32(p + 8, wire::get_u32(p + 8) ^ d);
+}
+
 BatchBuilder::BatchBuilder() { buf_.resize(kBatchHeaderSize); }
 
 void BatchBuilder::add(std::optional<std::string_view> key, std::string_view value,
                        std::string_view headers, std::int64_t timestamp_ms) {
-  const std::size_t klen = key ? key->size() : 0;
-  const std::size_t at = buf_.size();
-  buf_.resize(at + kRecordHeaderSize + klen + value.size() + headers.size());
-  char* p = buf_.data() + at;
-  wire::put_u32(p, key ? static_cast<std::uint32_t>(klen) : kNoKey);
-  wire::put_u32(p + 4, static_cast<std::uint32_t>(value.size()));
-  wire::put_u32(p + 8, static_cast<std::uint32_t>(headers.size()));
-  wire::put_u64(p + 12, static_cast<std::uint64_t>(timestamp_ms));
-  p += kRecordHeaderSize;
-  if (klen) std::memcpy(p, key->data(), klen);
-  p += klen;
-  if (!value.empty()) std::memcpy(p, value.data(), value.size());
-  p += value.size();
-  if (!headers.empty()) std::memcpy(p, headers.data(), headers.size());
+  // append(), not resize() + memcpy: resize would zero-fill every byte before the copy
+  // writes it (a second pass over the batch on the publish path).
+  char h[kRecordHeaderSize];
+  wire::put_u32(h, key ? static_cast<std::uint32_t>(key->size()) : kNoKey);
+  wire::put_u32(h + 4, static_cast<std::uint32_t>(value.size()));
+  wire::put_u32(h + 8, static_cast<std::uint32_t>(headers.size()));
+  wire::put_u64(h + 12, static_cast<std::uint64_t>(timestamp_ms));
+  buf_.append(h, kRecordHeaderSize);
+  if (key) buf_.append(key->data(), key->size());
+  buf_.append(value.data(), value.size());
+  buf_.append(headers.data(), headers.size());
   if (count_ == 0) first_ts_ = max_ts_ = timestamp_ms;
   if (timestamp_ms > max_ts_) max_ts_ = timestamp_ms;
   ++count_;

@@ -85,6 +85,11 @@ std::string_view to_string(BatchCheck);
 
 // Re-stamps base offset and incarnation and recomputes the CRC, in place.
 void restamp_batch(char* p, std::uint64_t base_offset, std::uint64_t incarnation);
+// The same for a batch whose CRC is known to be valid (check_batch said ok, and nothing
+// changed it since): updates the CRC for the 16 changed bytes alone, in O(log length)
+// instead of a pass over the batch. On a batch with a wrong CRC the result is just as
+// wrong, so never use it to repair one.
+void restamp_checked_batch(char* p, std::uint64_t base_offset, std::uint64_t incarnation);
 
 struct Header {
   std::string_view name;
