@@ -36,6 +36,7 @@
 #include "http_types.h"
 #include "metrics.h"
 #include "problem.h"
+#include "request_body.h"
 #include "router.h"
 #include "subscribe.h"
 #include "tls.h"
@@ -411,7 +412,7 @@ class Session final : public SessionBase {
   std::shared_ptr<ssl::context> tls_;  // before stream_, which uses it
   Stream stream_;
   beast::flat_buffer buffer_;
-  std::optional<http::request_parser<http::string_body>> parser_;
+  std::optional<http::request_parser<RequestBody>> parser_;  // request_body.h
   std::optional<UpgradeRequest> upgrade_req_;  // a WebSocket upgrade's request, until upgrade()
   bool keep_alive_ = true;
   unsigned version_ = 11;
@@ -531,7 +532,7 @@ void Session<Stream>::on_read(beast::error_code ec, std::size_t n) {
   r.authorization = std::string(req[http::field::authorization]);
   r.body = std::move(req.body());
   r.websocket = is_websocket_upgrade(req);
-  if (r.websocket) upgrade_req_.emplace(std::move(req));
+  if (r.websocket) upgrade_req_.emplace(std::move(req.base()));  // headers only: an upgrade has no body
   parser_.reset();
 
   auto ex = std::make_shared<ConnExchange>(impl_, weak_from_this(), std::move(r));

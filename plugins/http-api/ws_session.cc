@@ -470,7 +470,7 @@ class WsSession : public std::enable_shared_from_this<WsSession<NextLayer>> {
 
 }  // namespace
 
-bool is_websocket_upgrade(const UpgradeRequest& req) { return websocket::is_upgrade(req); }
+bool is_websocket_upgrade(const http::request_header<>& req) { return websocket::is_upgrade(req); }
 
 void start_websocket(beast::tcp_stream stream, UpgradeRequest req, Subscription sub, WsContext ctx) {
   std::make_shared<WsSession<beast::tcp_stream>>(std::move(stream), std::move(req), std::move(sub), std::move(ctx),

@@ -33,7 +33,7 @@ struct WsContext {
 using UpgradeRequest = boost::beast::http::request<boost::beast::http::string_body>;
 
 // RFC 6455 upgrade headers (GET, HTTP/1.1, Connection: upgrade, Upgrade: websocket).
-bool is_websocket_upgrade(const UpgradeRequest& req);
+bool is_websocket_upgrade(const boost::beast::http::request_header<>& req);
 
 // Completes the handshake on `stream` (on its strand) and runs the subscription until
 // either side closes it. `stream` must have no operation pending.
