@@ -2,66 +2,49 @@
 // connection accounting and eviction at http.max_connections, the refusal when every
 // connection is busy, rate-limited logging, teardown, and start/reload/stop. Impl and
 // SessionBase are in server_impl.h; the connections themselves in session.cc (HTTP) and
-// ws_session.cc (WebSocket). Thread model and lifetime rules: server.h.
+// ws_session.cc (WebSocket). Asio alone: Beast stays in those two. Thread model and
+// lifetime rules: server.h.
 #include "server.h"
 
 #include <pthread.h>
 #include <algorithm>
 #include <atomic>
 #include <functional>
+#include <memory>
 #include <mutex>
-#include <optional>
+#include <string>
 #include <thread>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
-#include <boost/asio/bind_executor.hpp>
-#include <boost/asio/dispatch.hpp>
-#include <boost/asio/executor_work_guard.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/buffer.hpp>
 #include <boost/asio/post.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
-#include <boost/asio/thread_pool.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
-#include <boost/beast/ssl.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/system/error_code.hpp>
 
-#include "gate.h"
-#include "http_types.h"
-#include "metrics.h"
 #include "problem.h"
-#include "request_body.h"
 #include "router.h"
 #include "server_impl.h"
-#include "subscribe.h"
 #include "tls.h"
-#include "ws_session.h"
 
 namespace sluice::http_api {
 
-namespace beast = boost::beast;
-namespace http = beast::http;
-namespace net = boost::asio;
-using tcp = net::ip::tcp;
-namespace ssl = net::ssl;
-using TlsStream = beast::ssl_stream<beast::tcp_stream>;
+using boost::system::error_code;
 
 void HttpServer::Impl::do_accept() {
-  acceptor->async_accept(net::make_strand(*ioc), [this](beast::error_code ec, tcp::socket s) {
+  acceptor->async_accept(net::make_strand(*ioc), [this](error_code ec, tcp::socket s) {
     if (ec == net::error::operation_aborted) return;
     if (ec) {
       // e.g. EMFILE: back off instead of spinning.
       log(LogLevel::warn, "accept failed: " + ec.message());
       accept_backoff->expires_after(std::chrono::milliseconds(100));
-      accept_backoff->async_wait([this](beast::error_code e) {
+      accept_backoff->async_wait([this](error_code e) {
         if (!e) do_accept();
       });
       return;
     }
-    beast::error_code ignored;
+    error_code ignored;
     s.set_option(tcp::no_delay(true), ignored);  // small responses, often pipelined
     // WebSocket subscriptions count too, as connections that are never evicted.
     std::size_t open = static_cast<std::size_t>(std::max<std::int64_t>(0, metrics.ws_open()));
@@ -117,7 +100,7 @@ void HttpServer::Impl::refuse(tcp::socket s) {
             ") with a request in progress on every connection: refused a new connection" +
             (tls ? " (closed: TLS)" : " with 503"));
   if (tls) {
-    beast::error_code ignored;
+    error_code ignored;
     s.close(ignored);
     return;
   }
@@ -135,21 +118,21 @@ void HttpServer::Impl::refuse(tcp::socket s) {
   r->out = "HTTP/1.1 " + std::to_string(p.status) + " Service Unavailable\r\nServer: sluice\r\nContent-Type: " +
            p.content_type + "\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: " +
            std::to_string(p.body.size()) + "\r\n\r\n" + p.body;
-  net::async_write(r->sock, net::buffer(r->out), [r](beast::error_code ec, std::size_t) {
-    beast::error_code ignored;
+  net::async_write(r->sock, net::buffer(r->out), [r](error_code ec, std::size_t) {
+    error_code ignored;
     if (ec) {
       r->sock.close(ignored);
       return;
     }
     r->sock.shutdown(tcp::socket::shutdown_send, ignored);
     r->timer.expires_after(std::chrono::seconds(1));
-    r->timer.async_wait([r](beast::error_code) {
-      beast::error_code ignored;
+    r->timer.async_wait([r](error_code) {
+      error_code ignored;
       r->sock.close(ignored);
     });
     auto drain = std::make_shared<std::function<void()>>();
     *drain = [r, drain] {
-      r->sock.async_read_some(net::buffer(r->sink), [r, drain](beast::error_code ec, std::size_t) {
+      r->sock.async_read_some(net::buffer(r->sink), [r, drain](error_code ec, std::size_t) {
         if (ec) {
           r->timer.cancel();
           *drain = nullptr;  // break the cycle
@@ -248,7 +231,7 @@ Result<void> HttpServer::start(Node& node) {
     m.ioc.emplace(static_cast<int>(m.cfg.threads));
     m.work.emplace(m.ioc->get_executor());
     m.pool.emplace(m.cfg.admin_threads);
-    beast::error_code ec;
+    error_code ec;
     const auto addr = net::ip::make_address(m.cfg.address, ec);
     if (ec) {
       m.teardown();
