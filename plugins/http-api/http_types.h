@@ -1,6 +1,6 @@
-// The plain request/response types shared by the Beast connection code (server.cc) and
+// The plain request/response types shared by the Beast connection code (session.cc) and
 // the Beast-free routing and rendering code (router.cc, publish.cc, fetch.cc). Keeping
-// Beast out of everything but server.cc keeps the build cheap (docs/dependencies.md).
+// Beast out of everything but the connection code keeps the build cheap (docs/dependencies.md).
 #pragma once
 
 #include <chrono>
@@ -30,7 +30,7 @@ struct HttpResponse {
   bool close = false;        // close the connection after sending
 };
 
-// One request in flight, as the router sees it. Implemented by the connection (server.cc).
+// One request in flight, as the router sees it. Implemented by the connection (session.cc).
 //
 // Threading: request() and start_timer() are for the connection's strand (the thread the
 // router's handle() is called on, or a function given to post()). respond(), upgrade(), post()

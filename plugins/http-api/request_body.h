@@ -1,4 +1,4 @@
-// The body type requests are parsed into (server.cc only: it names Beast types).
+// The body type requests are parsed into (session.cc only: it names Beast types).
 //
 // Beast's string_body reader grows its string with resize(), which zero-fills, and then
 // copies each piece over the zeros: two passes over every body, and publish bodies are

@@ -42,7 +42,7 @@ class HttpServer final : public ApiServer {
   // the error is returned (and logged). The hook a SIGHUP handler calls.
   Result<void> reload_certificates();
 
-  struct Impl;  // server.cc only (public so that file's connection classes can name it)
+  struct Impl;  // server_impl.h (public so that session.cc's connection classes can name it)
 
  private:
   std::unique_ptr<Impl> impl_;

@@ -1,6 +1,6 @@
 // TLS for the HTTP listener (docs/security.md "TLS"): the server's OpenSSL context, built
 // from tls.cert_file, tls.key_file and tls.client_ca_file. Asio's ssl headers stay in
-// tls.cc, server.cc and ws_session.cc; everyone else sees only this forward declaration.
+// tls.cc, session.cc and ws_session.cc; everyone else sees only this forward declaration.
 #pragma once
 
 #include <memory>

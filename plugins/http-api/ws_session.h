@@ -1,5 +1,5 @@
-// The WebSocket side of subscribe: server.cc hands an upgraded connection over here.
-// Only server.cc and ws_session.cc include this (it names Beast types); Beast's websocket
+// The WebSocket side of subscribe: session.cc hands an upgraded connection over here.
+// Only session.cc and ws_session.cc include this (it names Beast types); Beast's websocket
 // headers stay in ws_session.cc.
 #pragma once
 

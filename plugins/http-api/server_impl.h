@@ -1,0 +1,178 @@
+// Private to http-api's connection code (server.cc and session.cc): HttpServer::Impl, the
+// state the acceptor and the sessions share, and SessionBase, what the server and the
+// Exchange need of a connection whatever its stream. Thread model and lifetime rules:
+// server.h. Beast stays out of this header (session.cc has it); Asio is needed for the
+// io_context, acceptor and pools Impl holds.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include <boost/asio/any_io_executor.hpp>
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/thread_pool.hpp>
+
+#include "gate.h"
+#include "http_types.h"
+#include "metrics.h"
+#include "router.h"
+#include "server.h"
+#include "subscribe.h"
+#include "tls.h"
+
+namespace sluice::http_api {
+
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+
+class SessionBase;
+struct WsContext;  // ws_session.h
+
+struct HttpServer::Impl {
+  HttpConfig cfg;
+  PluginHost* host;
+  Node* node = nullptr;
+  // Declared before the io_context: sessions destroyed with it still count connections.
+  HttpMetrics metrics;
+  std::unique_ptr<TokenStore> tokens;  // auth.enabled only
+  std::mutex reload_mu;                // reload() is not concurrent with itself
+  std::unique_ptr<Router> router;
+  std::shared_ptr<Gate> gate = std::make_shared<Gate>();
+
+  // Sessions waiting for the router's answer. No pending I/O holds them, and Exchanges
+  // hold them only weakly (so a late Node callback never keeps a socket alive past the
+  // io_context).
+  std::mutex parked_mu;
+  std::unordered_map<SessionBase*, std::shared_ptr<SessionBase>> parked;
+
+  std::optional<net::io_context> ioc;
+  std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
+  std::optional<net::thread_pool> pool;
+  std::optional<tcp::acceptor> acceptor;
+  std::optional<net::steady_timer> accept_backoff;
+  std::vector<std::thread> threads;
+  std::atomic<std::uint16_t> port{0};
+
+  std::mutex state_mu;
+  bool started = false;
+  bool stopped = false;
+
+  void log(LogLevel lvl, const std::string& msg) {
+    if (host) host->log(lvl, "http-api", msg);
+  }
+  void park(std::shared_ptr<SessionBase> s) {
+    std::lock_guard lk(parked_mu);
+    SessionBase* p = s.get();
+    parked.emplace(p, std::move(s));
+  }
+  void unpark(SessionBase* s) {
+    std::shared_ptr<SessionBase> keep;  // released outside the lock
+    std::lock_guard lk(parked_mu);
+    if (auto it = parked.find(s); it != parked.end()) {
+      keep = std::move(it->second);
+      parked.erase(it);
+    }
+  }
+  // Every open session, for http.max_connections. A session registers in its constructor
+  // and leaves in its destructor.
+  std::mutex conns_mu;
+  std::unordered_set<SessionBase*> conns;
+  std::atomic<std::int64_t> last_limit_log_ns{0};
+  // tls.cert_file set: the context new connections take (reload_certificates() swaps it).
+  std::unique_ptr<TlsContextHolder> tls;
+  std::atomic<std::int64_t> last_tls_log_ns{0};
+
+  void do_accept();
+  bool evict_one();
+  void refuse(tcp::socket s);
+  void log_limit(const std::string& msg) { log_rate_limited(last_limit_log_ns, msg, true); }
+  void log_tls(const std::string& msg) { log_rate_limited(last_tls_log_ns, msg, false); }
+  void log_rate_limited(std::atomic<std::int64_t>& last, const std::string& msg, bool limit_counters);
+  void teardown();
+  // session.cc: the new connection's Session (over TLS on a TLS listener), started.
+  void start_session(tcp::socket&& s);
+  WsContext ws_context();  // session.cc
+};
+
+// What the server and the Exchange need of a connection, whatever its stream.
+class SessionBase : public std::enable_shared_from_this<SessionBase> {
+ public:
+  // Where a connection is, for eviction at http.max_connections (evict_one()):
+  //  - kNew: accepted, not yet a byte of its first request read (or its TLS handshake
+  //    unfinished). Evicted last, and the newest first: an honest client's request
+  //    arrives with its first read and is parsed in that same turn, but a burst of accepts
+  //    can run before that read does (a CI run evicted an honest request so), and the
+  //    connection accepted longest ago is the one whose read comes next;
+  //  - kWaiting: idle between requests. Evicted first: reconnecting costs its client least;
+  //  - kReading: a request begun and not whole yet (a slow-loris looks like this);
+  //  - kBusy (a request in progress) and kClosing are never evicted.
+  enum Phase : int { kNew, kWaiting, kReading, kBusy, kClosing };
+  // Eviction order: lower first, then oldest in its phase (newest among kNew).
+  static int eviction_rank(int p) { return p == kWaiting ? 0 : p == kReading ? 1 : p == kNew ? 2 : -1; }
+
+  explicit SessionBase(HttpServer::Impl& impl) : impl_(impl) {
+    impl_.metrics.connection_opened();
+    std::lock_guard lk(impl_.conns_mu);
+    impl_.conns.insert(this);
+  }
+  virtual ~SessionBase() {
+    {
+      std::lock_guard lk(impl_.conns_mu);
+      impl_.conns.erase(this);
+    }
+    impl_.metrics.connection_closed();
+  }
+
+  // Under impl.conns_mu (eviction's choice).
+  int phase() const { return phase_.load(std::memory_order_relaxed); }
+  std::int64_t phase_since() const { return phase_since_.load(std::memory_order_relaxed); }
+  bool mark_evicting() {
+    int expected = phase();
+    while (eviction_rank(expected) >= 0)
+      if (phase_.compare_exchange_weak(expected, kClosing)) return true;
+    return false;
+  }
+  // Strand only: closes a connection chosen for eviction; its pending read then fails.
+  virtual void evicted() = 0;
+  virtual net::any_io_executor executor() = 0;
+  // Strand only: sends the router's answer, then reads the next request or closes.
+  virtual void answer(HttpResponse r, const std::string& route) = 0;
+  // Strand only: the router accepted a subscription; the stream leaves this session for a
+  // WebSocket one (ws_session.cc), which completes the handshake with the kept request.
+  virtual void upgrade(Subscription sub, const std::string& route) = 0;
+
+ protected:
+  static std::int64_t now_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
+  // False if the connection was chosen for eviction meanwhile (it stays closing).
+  bool set_phase(int p) {
+    int cur = phase();
+    do {
+      if (cur == kClosing) return false;
+    } while (!phase_.compare_exchange_weak(cur, p));
+    phase_since_.store(now_ns(), std::memory_order_relaxed);
+    return true;
+  }
+
+  HttpServer::Impl& impl_;
+  std::atomic<int> phase_{kNew};
+  std::atomic<std::int64_t> phase_since_{now_ns()};
+};
+
+}  // namespace sluice::http_api
