@@ -160,11 +160,15 @@ class SessionBase : public std::enable_shared_from_this<SessionBase> {
                std::chrono::steady_clock::now().time_since_epoch())
         .count();
   }
-  // False if the connection was chosen for eviction meanwhile (it stays closing).
+  // False if the connection was chosen for eviction meanwhile (it stays closing). Setting
+  // the phase it is already in keeps its start: a new connection's first do_read() must
+  // not make it look newer than the connections accepted after it whose sessions have not
+  // run yet, or eviction's "newest kNew first" picks the one whose request is on its way.
   bool set_phase(int p) {
     int cur = phase();
     do {
       if (cur == kClosing) return false;
+      if (cur == p) return true;
     } while (!phase_.compare_exchange_weak(cur, p));
     phase_since_.store(now_ns(), std::memory_order_relaxed);
     return true;
