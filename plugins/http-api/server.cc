@@ -33,7 +33,8 @@ namespace sluice::http_api {
 using boost::system::error_code;
 
 void HttpServer::Impl::do_accept() {
-  acceptor->async_accept(net::make_strand(*ioc), [this](error_code ec, tcp::socket s) {
+  net::io_context& home = *iocs[next_ioc++ % iocs.size()];
+  acceptor->async_accept(net::make_strand(home), [this](error_code ec, tcp::socket s) {
     if (ec == net::error::operation_aborted) return;
     if (ec) {
       // e.g. EMFILE: back off instead of spinning.
@@ -46,11 +47,14 @@ void HttpServer::Impl::do_accept() {
     }
     error_code ignored;
     s.set_option(tcp::no_delay(true), ignored);  // small responses, often pipelined
-    // WebSocket subscriptions count too, as connections that are never evicted.
+    // WebSocket subscriptions count too, as connections that are never evicted. A
+    // connection already closing (evicted, its close not yet run on its io thread) does not:
+    // it is on its way out, and counting it would refuse a client for a slot that is being
+    // freed (a burst of closes can outrun their io thread).
     std::size_t open = static_cast<std::size_t>(std::max<std::int64_t>(0, metrics.ws_open()));
     {
       std::lock_guard lk(conns_mu);
-      open += conns.size();
+      for (const SessionBase* c : conns) open += c->phase() != SessionBase::kClosing;
     }
     if (open >= cfg.max_connections && !evict_one())
       refuse(std::move(s));
@@ -164,7 +168,7 @@ void HttpServer::Impl::teardown() {
     std::lock_guard lk(gate->mu);
     gate->open = false;
   }
-  if (ioc) ioc->stop();
+  for (auto& c : iocs) c->stop();
   for (auto& t : threads) {
     if (t.get_id() == std::this_thread::get_id())
       t.detach();  // stop() from an io thread: cannot join ourselves
@@ -186,8 +190,8 @@ void HttpServer::Impl::teardown() {
       p.swap(parked);
     }
   }
-  work.reset();
-  ioc.reset();  // destroys pending handlers and the sessions they hold
+  work.clear();
+  iocs.clear();  // destroys pending handlers and the sessions they hold
   pool.reset();
 }
 
@@ -228,8 +232,11 @@ Result<void> HttpServer::start(Node& node) {
         return Error(r.error().code, "http-api: " + r.error().message);
       }
     }
-    m.ioc.emplace(static_cast<int>(m.cfg.threads));
-    m.work.emplace(m.ioc->get_executor());
+    // Concurrency hint 1: each is run by one thread (other threads still post to it).
+    for (unsigned i = 0; i < m.cfg.threads; ++i) {
+      m.iocs.push_back(std::make_unique<net::io_context>(1));
+      m.work.push_back(net::make_work_guard(*m.iocs.back()));
+    }
     m.pool.emplace(m.cfg.admin_threads);
     error_code ec;
     const auto addr = net::ip::make_address(m.cfg.address, ec);
@@ -240,7 +247,7 @@ Result<void> HttpServer::start(Node& node) {
                    "http.address '" + m.cfg.address + "' is not an IP address");
     }
     const tcp::endpoint ep(addr, m.cfg.port);
-    m.acceptor.emplace(net::make_strand(*m.ioc));
+    m.acceptor.emplace(net::make_strand(*m.iocs.front()));
     m.accept_backoff.emplace(m.acceptor->get_executor());
     auto fail = [&](const char* what) -> Result<void> {
       const std::string msg = std::string("http-api: cannot ") + what + " " + m.cfg.address +
@@ -259,11 +266,11 @@ Result<void> HttpServer::start(Node& node) {
     m.port = m.acceptor->local_endpoint().port();
     m.do_accept();
     for (unsigned i = 0; i < m.cfg.threads; ++i) {
-      m.threads.emplace_back([&m] {
+      m.threads.emplace_back([&m, &ioc = *m.iocs[i]] {
         pthread_setname_np(pthread_self(), "http-io");
         for (;;) {
           try {
-            m.ioc->run();
+            ioc.run();
             return;
           } catch (const std::exception& e) {
             m.log(LogLevel::error, std::string("io thread: unexpected exception: ") + e.what());

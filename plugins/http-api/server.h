@@ -1,8 +1,11 @@
 // HttpServer: the sluice::ApiServer of the http-api plugin.
 //
 // Thread model:
-//   * `http.threads` threads run one io_context. Each connection has its own strand; all
-//     its I/O, its timers and the router's handle() run there.
+//   * `http.threads` threads, each running an io_context of its own. The acceptor hands
+//     each new connection to the next one, round robin, and it stays there: all its I/O,
+//     its timers and the router's handle() run on that thread (through the connection's
+//     strand). A thread never wakes another to run a connection's next step, which a
+//     shared io_context did on every event (docs/architecture.md "HTTP io threads").
 //   * A small thread pool (`http.admin_threads`) runs catalog calls, which may block.
 //   * Node callbacks (publish completion, notify_when_beyond) run on core/storage threads
 //     and only post back to the connection strand through the Exchange.

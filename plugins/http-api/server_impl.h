@@ -58,8 +58,11 @@ struct HttpServer::Impl {
   std::mutex parked_mu;
   std::unordered_map<SessionBase*, std::shared_ptr<SessionBase>> parked;
 
-  std::optional<net::io_context> ioc;
-  std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
+  // One io_context per io thread (server.h "Thread model"); a connection stays on the one
+  // it was accepted into, chosen round robin.
+  std::vector<std::unique_ptr<net::io_context>> iocs;
+  std::vector<net::executor_work_guard<net::io_context::executor_type>> work;
+  std::size_t next_ioc = 0;  // the acceptor's strand only
   std::optional<net::thread_pool> pool;
   std::optional<tcp::acceptor> acceptor;
   std::optional<net::steady_timer> accept_backoff;

@@ -68,6 +68,30 @@ class Session final : public SessionBase {
 
   net::any_io_executor executor() override { return stream_.get_executor(); }
 
+  // The acceptor's thread, before run() (nothing else touches the session yet): takes what
+  // came with the connection, without blocking, and puts the connection in the phase its
+  // first read would, so that eviction judges it as if that read had already run. Each io
+  // thread runs only its own connections (server.h), so in a burst the acceptor takes many
+  // connections before a session's first read runs; without this, an honest request that
+  // came with its connection looked new and could be evicted for a newer one. A whole
+  // request makes it busy, part of one reading; nothing leaves it new. Plain HTTP only (a
+  // TLS connection's first bytes are its handshake).
+  void prime() {
+    if constexpr (!kTls) {
+      auto& sock = lowest().socket();
+      beast::error_code ec;
+      sock.non_blocking(true, ec);
+      if (ec) return;
+      const std::size_t n = sock.read_some(buffer_.prepare(kReadChunk), ec);
+      beast::error_code ignored;
+      sock.non_blocking(false, ignored);
+      if (ec || n == 0) return;  // nothing yet, EOF or an error: the first read finds out
+      buffer_.commit(n);
+      primed_ = true;
+      set_phase(arrived_whole() ? kBusy : kReading);
+    }
+  }
+
   void run() {
     net::dispatch(stream_.get_executor(), [self = self()] {
       if constexpr (kTls)
@@ -135,9 +159,27 @@ class Session final : public SessionBase {
     hard_close();
   }
 
+  // prime(): does the buffer hold one whole request? Only the header is parsed (by a
+  // throwaway parser); a body is whole when Content-Length bytes follow it. A chunked body
+  // or a header it cannot parse counts as not whole (a malformed one is answered as soon as
+  // the session runs).
+  bool arrived_whole() const {
+    http::request_parser<http::empty_body> p;
+    p.eager(false);
+    p.header_limit(impl_.cfg.max_header_bytes);
+    beast::error_code ec;
+    const std::size_t used = p.put(buffer_.data(), ec);
+    if (ec || !p.is_header_done() || p.chunked()) return false;
+    return p.content_length().value_or(0) <= buffer_.size() - used;
+  }
+
   // Waits up to http.idle_timeout_ms for the next request's first bytes, then gives the
   // whole request http.request_timeout_ms.
   void do_read() {
+    if (primed_) {  // the first request's bytes came with the connection: parse them now
+      primed_ = false;
+      return begin_request();
+    }
     if (!set_phase(requests_ == 0 ? kNew : kWaiting)) return hard_close();
     if (buffer_.size() > 0) return begin_request();  // pipelined: already here
     lowest().expires_after(impl_.cfg.idle_timeout);
@@ -259,6 +301,7 @@ class Session final : public SessionBase {
   std::shared_ptr<ssl::context> tls_;  // before stream_, which uses it
   Stream stream_;
   beast::flat_buffer buffer_;
+  bool primed_ = false;  // prime() read the first request's bytes; do_read() parses them
   std::optional<http::request_parser<RequestBody>> parser_;  // request_body.h
   std::optional<UpgradeRequest> upgrade_req_;  // a WebSocket upgrade's request, until upgrade()
   bool keep_alive_ = true;
@@ -392,10 +435,13 @@ void Session<Stream>::on_read(beast::error_code ec, std::size_t n) {
 }  // namespace
 
 void HttpServer::Impl::start_session(tcp::socket&& s) {
-  if (tls)
+  if (tls) {
     std::make_shared<Session<TlsStream>>(std::move(s), *this, tls->current())->run();
-  else
-    std::make_shared<Session<beast::tcp_stream>>(std::move(s), *this, nullptr)->run();
+  } else {
+    auto session = std::make_shared<Session<beast::tcp_stream>>(std::move(s), *this, nullptr);
+    session->prime();
+    session->run();
+  }
 }
 
 WsContext HttpServer::Impl::ws_context() {
