@@ -32,6 +32,10 @@ namespace sluice::http_api {
 
 using boost::system::error_code;
 
+namespace {
+constexpr std::size_t kMinClosingBound = 1024;
+}  // namespace
+
 void HttpServer::Impl::do_accept() {
   net::io_context& home = *iocs[next_ioc++ % iocs.size()];
   acceptor->async_accept(net::make_strand(home), [this](error_code ec, tcp::socket s) {
@@ -48,18 +52,33 @@ void HttpServer::Impl::do_accept() {
     error_code ignored;
     s.set_option(tcp::no_delay(true), ignored);  // small responses, often pipelined
     // WebSocket subscriptions count too, as connections that are never evicted. A
-    // connection already closing (evicted, its close not yet run on its io thread) does not:
-    // it is on its way out, and counting it would refuse a client for a slot that is being
-    // freed (a burst of closes can outrun their io thread).
+    // connection already closing (evicted and its close not yet run on its io thread, or
+    // draining after its answer for up to 2 s) does not: it is on its way out, and counting
+    // it would refuse a client for a slot that is being freed (a burst of closes can outrun
+    // their io thread). But closing ones are bounded too, by the same limit: a client that
+    // sends a request and never reads could otherwise pile up draining connections (each a
+    // descriptor and a read buffer) at its connection rate. Beyond that a new connection is
+    // closed at once, without even the 503. The bound is at least kMinClosingBound: with a
+    // small limit, one burst's evictions alone outnumber it.
     std::size_t open = static_cast<std::size_t>(std::max<std::int64_t>(0, metrics.ws_open()));
+    std::size_t closing = 0;
     {
       std::lock_guard lk(conns_mu);
-      for (const SessionBase* c : conns) open += c->phase() != SessionBase::kClosing;
+      for (const SessionBase* c : conns) {
+        if (c->phase() == SessionBase::kClosing) ++closing;
+        else ++open;
+      }
     }
-    if (open >= cfg.max_connections && !evict_one())
+    if (closing >= std::max<std::size_t>(cfg.max_connections, kMinClosingBound)) {
+      metrics.connection_refused();
+      log_limit(std::to_string(closing) + " connections already closing (the bound: http.max_connections, "
+                "at least " + std::to_string(kMinClosingBound) + "): closed a new one at once");
+      s.close(ignored);
+    } else if (open >= cfg.max_connections && !evict_one()) {
       refuse(std::move(s));
-    else
+    } else {
       start_session(std::move(s));
+    }
     do_accept();
   });
 }
@@ -190,9 +209,11 @@ void HttpServer::Impl::teardown() {
       p.swap(parked);
     }
   }
+  // The pool first: its queued jobs may hold WebSocket sessions, whose sockets and timers
+  // must be destroyed while their io_context still exists.
+  pool.reset();
   work.clear();
   iocs.clear();  // destroys pending handlers and the sessions they hold
-  pool.reset();
 }
 
 HttpServer::HttpServer(HttpConfig cfg, PluginHost* host) : impl_(std::make_unique<Impl>()) {
