@@ -80,6 +80,7 @@ CatalogFsm::CatalogFsm(std::size_t change_retention, MetadataLevel capability)
 CatalogFsm::~CatalogFsm() { close_db(db_); }
 
 void CatalogFsm::reset() {
+  bump_generation();
   held_.reset();
   seq_ahead_ = false;
   sqlite3* fresh = open_memory_db();
@@ -244,12 +245,14 @@ ApplyResult CatalogFsm::apply(std::uint64_t index, std::string_view entry) {
   // An entry above the level this member runs at holds the member instead of being decided
   // here (a batch holds if any of its commands would).
   if (auto h = hold_reason(e)) {
+    bump_generation();
     held_ = Held{index, h->reason + "; upgrade this member", h->required};
     r.error = Error(Errc::unavailable, "member held at index " + std::to_string(index) + ": " + held_->reason);
     return r;
   }
+  if (touches_fleet(e)) bump_generation();  // before the change: see generation()
   try {
-    exec(db_, "SAVEPOINT apply");
+    run(db_, "SAVEPOINT apply");
     // Each command gets its own change sequence: the entry's index, unless a batch before
     // it used more sequences than indexes (docs/metadata-levels.md "Batch entries").
     std::uint64_t seq = next_seq(index);
@@ -286,7 +289,7 @@ ApplyResult CatalogFsm::apply(std::uint64_t index, std::string_view entry) {
       meta_set("applied_seq", std::to_string(seq));
       seq_ahead_ = true;
     }
-    exec(db_, "RELEASE apply");
+    run(db_, "RELEASE apply");
     r.seq = ChangeSeq{seq};
   } catch (const std::exception& ex) {
     return hold_after_failure(index, ex.what());
@@ -294,6 +297,38 @@ ApplyResult CatalogFsm::apply(std::uint64_t index, std::string_view entry) {
     return hold_after_failure(index, "unknown exception");
   }
   return r;
+}
+
+bool CatalogFsm::touches_fleet(const DecodedEntry& e) {
+  if (e.batch) {
+    for (const auto& i : e.inner)
+      if (touches_fleet(i)) return true;
+    return false;
+  }
+  if (!e.command) return true;  // malformed or newer: rejected or held, but err on the safe side
+  switch (e.command->type) {
+    case CommandType::create_tenant:
+    case CommandType::delete_tenant:
+    case CommandType::create_namespace:
+    case CommandType::delete_namespace:
+    case CommandType::create_stream:
+    case CommandType::delete_stream:
+    case CommandType::create_cache:
+    case CommandType::delete_cache:
+    case CommandType::create_counter:
+    case CommandType::delete_counter:
+    case CommandType::update_shard:
+    case CommandType::reassign_shard:
+      return false;
+    case CommandType::init_cluster:
+    case CommandType::register_broker:
+    case CommandType::unregister_broker:
+    case CommandType::finalize_feature:
+    case CommandType::join_member:
+    case CommandType::leave_member:
+      return true;
+  }
+  return true;  // a command type added later: assume it does
 }
 
 std::uint64_t CatalogFsm::next_seq(std::uint64_t index) const {
@@ -305,7 +340,7 @@ std::uint64_t CatalogFsm::next_seq(std::uint64_t index) const {
 // savepoint (`nested`: "one" inside the entry's "apply"; a lone entry's command uses
 // "apply" itself): a refusal changes nothing (but the floor, below).
 ApplyResult CatalogFsm::apply_one(std::uint64_t seq, const DecodedEntry& e, bool nested) {
-  if (nested) exec(db_, "SAVEPOINT one");
+  if (nested) run(db_, "SAVEPOINT one");
   ApplyResult r;
   const Command* cmd = e.command ? &*e.command : nullptr;
   const bool flagged = cmd && cmd->incarnations == IncarnationRule::flagged &&
@@ -318,7 +353,7 @@ ApplyResult CatalogFsm::apply_one(std::uint64_t seq, const DecodedEntry& e, bool
   } else {
     r = apply_command(seq, *cmd);
   }
-  if (!r.ok()) exec(db_, nested ? "ROLLBACK TO one" : "ROLLBACK TO apply");
+  if (!r.ok()) run(db_, nested ? "ROLLBACK TO one" : "ROLLBACK TO apply");
   if (raise_floor && level_floor() < kFlaggedEntriesLevel)
     meta_set("level_floor", std::to_string(kFlaggedEntriesLevel.value()));
   // The first level-16 entry applied raises the floor to 16 (it was refused, and changed
@@ -331,7 +366,7 @@ ApplyResult CatalogFsm::apply_one(std::uint64_t seq, const DecodedEntry& e, bool
   // And the first counter entry applied raises it to 18.
   if (r.ok() && cmd && is_counter_entry(*cmd) && level_floor() < kCountersLevel)
     meta_set("level_floor", std::to_string(kCountersLevel.value()));
-  if (nested) exec(db_, "RELEASE one");
+  if (nested) run(db_, "RELEASE one");
   r.seq = ChangeSeq{seq};
   return r;
 }
@@ -344,6 +379,7 @@ ApplyResult CatalogFsm::apply_one(std::uint64_t seq, const DecodedEntry& e, bool
 // replays from its snapshot and log, and holds again at the same index if the failure is
 // deterministic).
 ApplyResult CatalogFsm::hold_after_failure(std::uint64_t index, const std::string& what) {
+  bump_generation();
   try {
     exec(db_, "ROLLBACK TO apply");
     exec(db_, "RELEASE apply");

@@ -44,6 +44,7 @@
 // Thread-safety: none. The owner serializes every call (raft-meta: RaftMetaStore::fsm_mu_).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -150,6 +151,15 @@ class CatalogFsm {
   // Replaces the state with a snapshot() image. On failure the old state is kept.
   Result<void> restore(std::string_view image);
 
+  // Changes before anything a proposer reads besides names may change: the members and
+  // their levels, the finalized features, the registered brokers, and held(). Bumped by
+  // every entry with a command other than a name or shard command (and by a malformed
+  // one), by a hold, and by reset() and restore(); a name or shard command never bumps
+  // it. The only member safe to call without the owner's lock: a proposer keeps what it
+  // read under the lock, with the generation it read it at, and reads again only once
+  // this moved (RaftMetaStore::proposal_context).
+  std::uint64_t generation() const { return generation_.load(std::memory_order_acquire); }
+
   // Reads of the applied state.
   std::string cluster_id() const;
   // The last change sequence applied: the raft index of the last entry applied, or beyond
@@ -205,6 +215,10 @@ class CatalogFsm {
 
  private:
   std::optional<Held> held_;
+  std::atomic<std::uint64_t> generation_{0};
+  void bump_generation() { generation_.fetch_add(1, std::memory_order_acq_rel); }
+  // Whether applying `e` may change what generation() covers.
+  static bool touches_fleet(const DecodedEntry& e);
   bool seq_ahead_ = false;  // meta.applied_seq exists (a batch ran sequences ahead of indexes)
   std::optional<Held> hold_reason(const DecodedEntry& e) const;
   std::uint64_t next_seq(std::uint64_t index) const;

@@ -2,7 +2,9 @@
 
 #include <boost/json.hpp>
 
+#include <functional>
 #include <mutex>
+#include <string_view>
 #include <unordered_map>
 
 #include "sluice/catalog_json.h"
@@ -20,8 +22,14 @@ void exec(sqlite3* db, const char* sql) {
 
 namespace {
 // The idle prepared statements of each open database, by SQL text.
+// Looked up by string_view (a transparent hash), so borrowing and returning a statement
+// allocates nothing.
+struct SqlHash {
+  using is_transparent = void;
+  std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+};
 struct StatementCache {
-  std::unordered_map<std::string, std::vector<sqlite3_stmt*>> idle;
+  std::unordered_map<std::string, std::vector<sqlite3_stmt*>, SqlHash, std::equal_to<>> idle;
 };
 std::mutex g_caches_mu;
 std::unordered_map<sqlite3*, StatementCache> g_caches;  // guarded by g_caches_mu
@@ -43,7 +51,8 @@ sqlite3_stmt* borrow_statement(sqlite3* db, const char* sql) {
   {
     std::lock_guard lk(g_caches_mu);
     if (auto c = g_caches.find(db); c != g_caches.end())
-      if (auto it = c->second.idle.find(sql); it != c->second.idle.end() && !it->second.empty()) {
+      if (auto it = c->second.idle.find(std::string_view(sql));
+          it != c->second.idle.end() && !it->second.empty()) {
         sqlite3_stmt* s = it->second.back();
         it->second.pop_back();
         return s;
@@ -64,7 +73,10 @@ void return_statement(sqlite3_stmt* s) {
   {
     std::lock_guard lk(g_caches_mu);
     if (auto c = g_caches.find(sqlite3_db_handle(s)); c != g_caches.end()) {
-      c->second.idle[sqlite3_sql(s)].push_back(s);
+      const std::string_view sql = sqlite3_sql(s);
+      auto it = c->second.idle.find(sql);  // no key string built once the text is known
+      if (it == c->second.idle.end()) it = c->second.idle.emplace(std::string(sql), std::vector<sqlite3_stmt*>{}).first;
+      it->second.push_back(s);
       return;
     }
   }

@@ -68,7 +68,16 @@ class Stmt {
   sqlite3_stmt* s_ = nullptr;
 };
 
+// One statement, parsed on every call (schema, upgrades, the failure path).
 void exec(sqlite3* db, const char* sql);
+// One statement without parameters or rows (SAVEPOINT, RELEASE, ROLLBACK TO), prepared once
+// per database like a Stmt: an apply opens and releases two savepoints per command, and
+// parsing them each time was an eighth of an apply's CPU (docs/benchmarks.md
+// "sluice-raft-bench").
+inline void run(sqlite3* db, const char* sql) {
+  Stmt s(db, sql);
+  s.step();
+}
 sqlite3* open_memory_db();
 
 // "1,2,3" lists in TEXT columns (brokers.features, assignments.replicas).

@@ -22,6 +22,7 @@ std::string CatalogFsm::snapshot() const {
 }
 
 Result<void> CatalogFsm::restore(std::string_view image) {
+  bump_generation();  // also on failure: harmless, and nothing to reason about
   if (image.empty()) return Error(Errc::corrupt_data, "empty catalog snapshot");
   sqlite3* fresh = nullptr;
   try {

@@ -87,13 +87,7 @@ std::uint64_t RaftMetaStore::state_hash() {
 
 // --- mutations -----------------------------------------------------------------------------
 
-std::optional<Error> RaftMetaStore::held_error() {
-  std::lock_guard lk(fsm_mu_);
-  if (auto h = fsm_.held())
-    return Error(Errc::unavailable, "this metadata member is held at index " + std::to_string(h->index) +
-                                        ": " + h->reason, Outcome::definite);
-  return std::nullopt;
-}
+std::optional<Error> RaftMetaStore::held_error() { return proposal_context()->held; }
 
 Result<ApplyResult> RaftMetaStore::propose(const Command& c) {
   auto n = node();
@@ -118,11 +112,8 @@ Result<ApplyResult> RaftMetaStore::propose(const Command& c) {
 // retry, never a wrong answer.
 bool RaftMetaStore::group_allows_batches() {
   ProposerView v{cfg_.level, MetadataLevel{0}};
-  {
-    std::lock_guard lk(fsm_mu_);
-    // No recorded member yet (a group still forming): group level 0, no batching.
-    v.group = std::min(cfg_.level, fsm_.recorded_group_level().value_or(MetadataLevel{0}));
-  }
+  // No recorded member yet (a group still forming): group level 0, no batching.
+  v.group = std::min(cfg_.level, proposal_context()->recorded_group.value_or(MetadataLevel{0}));
   return may_batch(v, CommandType::create_stream);
 }
 
@@ -187,23 +178,17 @@ Command RaftMetaStore::stream_create_command(const StreamKey& key, const StreamS
   Command c = Command::create_stream(key, spec, clock);
   // Rule 2 (proposer.h): the group level, not this member's, decides the proposal and
   // the flag; a member below a rule's level writes the entry the old way.
-  (void)stamp_entry(c, proposer_view(), clock);
-  std::vector<BrokerInfo> registered;
-  {
-    std::lock_guard lk(fsm_mu_);
-    registered = fsm_.list_brokers();
-  }
+  // One context for the view, the brokers and the features: a consistent read of them.
+  const auto ctx = proposal_context();
+  (void)stamp_entry(c, ctx->view, clock);
+  const std::vector<BrokerInfo>& registered = ctx->brokers;
 
   // Placement: round robin over the live brokers sorted by id, from an offset derived from
   // the name. With no live broker, over the registered ones: a shard is placed on a broker
   // id like a replica assignment, and is served when that broker comes back (a broker that
   // slept through a delete and a recreate takes the new stream). Nobody registered ->
   // every shard unassigned (leader 0).
-  std::set<std::string, std::less<>> fin;
-  {
-    std::lock_guard lk(fsm_mu_);
-    for (auto& [name, at] : fsm_.finalized_features()) fin.insert(name);
-  }
+  const std::set<std::string, std::less<>>& fin = ctx->finalized;
   c.placement.resize(spec.shards);
   if (spec.replication_factor > 1) {
     // Replicated: distinct live brokers per shard, the leader first (catalog_rules.h).
@@ -228,15 +213,9 @@ Command RaftMetaStore::stream_create_command(const StreamKey& key, const StreamS
 
 Result<std::vector<std::vector<NodeId>>> RaftMetaStore::replica_placement(const StreamKey& key,
                                                                           const StreamSpec& spec) {
-  std::vector<BrokerInfo> registered;
-  std::set<std::string, std::less<>> fin;
-  {
-    std::lock_guard lk(fsm_mu_);
-    registered = fsm_.list_brokers();
-    for (auto& [name, at] : fsm_.finalized_features()) fin.insert(name);
-  }
+  const auto ctx = proposal_context();
   return place_replicas(key, spec.shards, spec.replication_factor,
-                        brokers_with_liveness(std::move(registered)), fin);
+                        brokers_with_liveness(ctx->brokers), ctx->finalized);
 }
 
 Result<Assignment> RaftMetaStore::update_shard(const ShardUpdate& u) {

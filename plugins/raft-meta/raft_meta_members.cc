@@ -97,17 +97,37 @@ Error RaftMetaStore::not_leader_error() {
                Outcome::transient);
 }
 
-ProposerView RaftMetaStore::proposer_view() {
-  ProposerView v;
+ProposerView RaftMetaStore::proposer_view() { return proposal_context()->view; }
+
+std::shared_ptr<const RaftMetaStore::ProposalContext> RaftMetaStore::proposal_context() {
+  const std::uint64_t seen = fsm_.generation();
+  {
+    std::lock_guard lk(ctx_mu_);
+    if (ctx_ && ctx_->generation == seen) return ctx_;
+  }
+  auto c = std::make_shared<ProposalContext>();
+  {
+    std::lock_guard lk(fsm_mu_);
+    c->generation = fsm_.generation();
+    c->recorded_group = fsm_.recorded_group_level();
+    for (auto& [name, at] : fsm_.finalized_features()) c->finalized.insert(name);
+    c->brokers = fsm_.list_brokers();
+    if (auto h = fsm_.held())
+      c->held = Error(Errc::unavailable, "this metadata member is held at index " +
+                                             std::to_string(h->index) + ": " + h->reason,
+                      Outcome::definite);
+  }
+  ProposerView& v = c->view;
   v.own = cfg_.level;
-  std::lock_guard lk(fsm_mu_);
-  v.group = std::min(cfg_.level, fsm_.recorded_group_level().value_or(cfg_.level));
-  v.stream_incarnations_finalized = fsm_.is_finalized(kStreamIncarnations);
-  v.cache_incarnations_finalized = fsm_.is_finalized(kCacheIncarnations);
-  v.replicated_shards_finalized = fsm_.is_finalized(kReplicatedShards);
-  v.shard_reassignment_finalized = fsm_.is_finalized(kShardReassignment);
-  v.counters_finalized = fsm_.is_finalized(kCounters);
-  return v;
+  v.group = std::min(cfg_.level, c->recorded_group.value_or(cfg_.level));
+  v.stream_incarnations_finalized = c->finalized.count(kStreamIncarnations) > 0;
+  v.cache_incarnations_finalized = c->finalized.count(kCacheIncarnations) > 0;
+  v.replicated_shards_finalized = c->finalized.count(kReplicatedShards) > 0;
+  v.shard_reassignment_finalized = c->finalized.count(kShardReassignment) > 0;
+  v.counters_finalized = c->finalized.count(kCounters) > 0;
+  std::lock_guard lk(ctx_mu_);
+  if (!ctx_ || ctx_->generation < c->generation) ctx_ = c;
+  return c;
 }
 
 std::vector<std::string> RaftMetaStore::peer_rpc_addresses() {

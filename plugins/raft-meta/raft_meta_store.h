@@ -19,6 +19,8 @@
 //     one at a time, in ChangeSeq order, reading the `changes` table under fsm_mu_ but
 //     calling user code with no lock held.
 //   - callers: any thread. Mutations block on RaftNode::apply (metadata.timeout_ms).
+//     What a proposal reads from the catalog (proposal_context) is kept per
+//     CatalogFsm::generation(), so a proposal takes fsm_mu_ only after that moved.
 //     Reads are linearizable: a raft_barrier first (every entry committed before the read
 //     began is applied), then a read of the applied state under fsm_mu_.
 //
@@ -36,6 +38,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -202,6 +206,21 @@ class RaftMetaStore final : public MetadataStore {
   std::shared_ptr<MetadataStore> leader_client();
   Error not_leader_error();
   ProposerView proposer_view();
+  // What a proposal reads from the catalog besides its own entry: the proposer view, the
+  // registered brokers, the finalized features, and whether this member is held. Read
+  // under fsm_mu_ once per CatalogFsm::generation() and then shared, so a create on the
+  // leader neither runs catalog queries nor waits for the fsm lock while an entry is being
+  // applied (docs/benchmarks.md "sluice-raft-bench"). As current as a read under the lock:
+  // those tables change only after the generation moved.
+  struct ProposalContext {
+    std::uint64_t generation = 0;
+    ProposerView view;
+    std::optional<MetadataLevel> recorded_group;  // nullopt: no member recorded yet
+    std::vector<BrokerInfo> brokers;              // registered (live is not filled in)
+    std::set<std::string, std::less<>> finalized;
+    std::optional<Error> held;
+  };
+  std::shared_ptr<const ProposalContext> proposal_context();
   void note_leadership();  // a new leader starts the brokers' liveness grace period
   Result<MemberInfo> announce(const std::vector<std::string>& via);  // join or re-join
   std::vector<std::string> peer_rpc_addresses();
@@ -223,6 +242,8 @@ class RaftMetaStore final : public MetadataStore {
   std::uint64_t hash_ = 0;        // guarded by fsm_mu_
   bool hash_dirty_ = true;   // guarded by fsm_mu_: set by restore (same index, new state)
   FsmAdapter adapter_{*this};
+  std::mutex ctx_mu_;  // held only to copy ctx_; never with fsm_mu_
+  std::shared_ptr<const ProposalContext> ctx_;  // guarded by ctx_mu_
 
   std::mutex life_mu_;  // serializes start/stop
   std::mutex node_mu_;

@@ -268,5 +268,58 @@ TEST(BatchEntries, OlderBuildsSeeANewerBuildsCommand) {
   EXPECT_FALSE(decode_command(b).ok());  // not one command
 }
 
+// RaftMetaStore keeps what a proposer reads (members, features, brokers, held) per
+// CatalogFsm::generation() and reads it again only once that moved, so the generation must
+// move with every entry that can change those, and must not move with names and shards
+// (or the cache would never be used).
+TEST(BatchEntries, GenerationMovesExactlyWhenWhatAProposerReadsMayChange) {
+  CatalogFsm fsm;
+  std::uint64_t i = prepare(fsm, {19, 19, 19});
+  auto moved = [&](const std::string& entry) {
+    const std::uint64_t before = fsm.generation();
+    fsm.apply(i++, entry);
+    return fsm.generation() != before;
+  };
+  // Names and shards: never.
+  EXPECT_FALSE(moved(encode_command(stream("g1", 1'700'000'000'000'101))));
+  EXPECT_FALSE(moved(encode_command(del("g1"))));
+  EXPECT_FALSE(moved(encode_command(Command::create_tenant("t2"))));
+  EXPECT_FALSE(moved(encode_command(Command::create_namespace("t2", "n2"))));
+  EXPECT_FALSE(moved(encode_batch({encode_command(stream("g2", 1'700'000'000'000'102)),
+                                   encode_command(stream("g3", 1'700'000'000'000'103))},
+                                  19)));
+  EXPECT_FALSE(moved(encode_command(stream("g2", 1'700'000'000'000'104))));  // refused: exists
+  // Brokers, features and members: always, also when the command is refused.
+  BrokerRegistration reg{NodeId{7}, "10.0.0.7:8080", "dir-7", "1.0", {}, ""};
+  EXPECT_TRUE(moved(encode_command(Command::register_broker(reg))));
+  EXPECT_TRUE(moved(encode_command(Command::unregister_broker(NodeId{7}))));
+  EXPECT_TRUE(moved(encode_command(Command::finalize_feature("no_such_feature"))));
+  JoinRequest j{NodeId{4}, "10.0.0.4:7800", "10.0.0.4:7801", MetadataLevel{19}};
+  EXPECT_TRUE(moved(encode_command(Command::join_member(j))));
+  EXPECT_TRUE(moved(encode_command(Command::leave_member(NodeId{4}))));
+  EXPECT_TRUE(moved("garbage"));
+  // A batch that carries a member command (refused inside the batch) moves it too.
+  EXPECT_TRUE(moved(encode_batch({encode_command(stream("g4", 1'700'000'000'000'105)),
+                                  encode_command(Command::join_member(j))},
+                                 19)));
+  // Restore and reset: always.
+  std::uint64_t g = fsm.generation();
+  ASSERT_TRUE(fsm.restore(fsm.snapshot()).ok());
+  EXPECT_NE(fsm.generation(), g);
+  g = fsm.generation();
+  fsm.reset();
+  EXPECT_NE(fsm.generation(), g);
+
+  // A hold (an entry above this member's level) moves it: held() is part of what is kept.
+  CatalogFsm old(kDefaultChangeRetention, MetadataLevel{18});
+  std::uint64_t k = prepare(old, {18, 18});
+  g = old.generation();
+  old.apply(k, encode_batch({encode_command(stream("h1", 1'700'000'000'000'106)),
+                             encode_command(stream("h2", 1'700'000'000'000'107))},
+                            19));
+  ASSERT_TRUE(old.held().has_value());
+  EXPECT_NE(old.generation(), g);
+}
+
 }  // namespace
 }  // namespace sluice::raft_meta
