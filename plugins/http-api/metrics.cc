@@ -34,6 +34,11 @@ std::string HttpMetrics::render() const {
   w.single("sluice_http_connections_refused_total",
            "Connections answered 503 at http.max_connections because every open one had a request in progress.",
            MetricType::counter, refused_.load());
+  w.single("sluice_http_connections_refusing",
+           "Refused connections not yet closed: their 503 sent, what the client sent being read and dropped for up "
+           "to 1 s. They count with closing connections against the bound on those (http.max_connections, at "
+           "least 1024); beyond it a new connection is closed at once.",
+           MetricType::gauge, refusing_.load());
   w.single("sluice_http_request_timeouts_total",
            "Connections closed because a request did not arrive whole within http.request_timeout_ms.",
            MetricType::counter, timed_out_.load());

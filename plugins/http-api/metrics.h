@@ -26,6 +26,11 @@ class HttpMetrics {
   void connection_closed() { connections_.fetch_sub(1, std::memory_order_relaxed); }
   void connection_evicted() { evicted_.fetch_add(1, std::memory_order_relaxed); }
   void connection_refused() { refused_.fetch_add(1, std::memory_order_relaxed); }
+  // Refused connections still open: their 503 sent, what the client sent being drained for
+  // up to 1 s before the close (server.cc refuse()).
+  void refusing_opened() { refusing_.fetch_add(1, std::memory_order_relaxed); }
+  void refusing_closed() { refusing_.fetch_sub(1, std::memory_order_relaxed); }
+  std::int64_t refusing() const { return refusing_.load(std::memory_order_relaxed); }
   void request_timed_out() { timed_out_.fetch_add(1, std::memory_order_relaxed); }
   // tls.cert_file set: a client whose TLS handshake failed (plain text, an untrusted or
   // missing client certificate, a timeout) and was closed.
@@ -56,6 +61,7 @@ class HttpMetrics {
   std::map<std::pair<std::string, int>, std::uint64_t> requests_;
   std::atomic<std::int64_t> in_flight_{0};
   std::atomic<std::int64_t> connections_{0};
+  std::atomic<std::int64_t> refusing_{0};
   std::atomic<std::uint64_t> bytes_in_{0};
   std::atomic<std::uint64_t> bytes_out_{0};
   std::atomic<std::uint64_t> evicted_{0}, refused_{0}, timed_out_{0}, tls_failed_{0};

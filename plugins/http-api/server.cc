@@ -59,9 +59,11 @@ void HttpServer::Impl::do_accept() {
     // sends a request and never reads could otherwise pile up draining connections (each a
     // descriptor and a read buffer) at its connection rate. Beyond that a new connection is
     // closed at once, without even the 503. The bound is at least kMinClosingBound: with a
-    // small limit, one burst's evictions alone outnumber it.
+    // small limit, one burst's evictions alone outnumber it. Refused connections still
+    // draining (refuse()) count as closing: a flood against a node whose every connection
+    // is busy would otherwise pile them up, each a descriptor for up to 1 s.
     std::size_t open = static_cast<std::size_t>(std::max<std::int64_t>(0, metrics.ws_open()));
-    std::size_t closing = 0;
+    std::size_t closing = static_cast<std::size_t>(std::max<std::int64_t>(0, metrics.refusing()));
     {
       std::lock_guard lk(conns_mu);
       for (const SessionBase* c : conns) {
@@ -130,14 +132,22 @@ void HttpServer::Impl::refuse(tcp::socket s) {
   HttpResponse p = problem(Error(Errc::unavailable, "too many connections: every one of the " +
                                                         std::to_string(cfg.max_connections) +
                                                         " allowed (http.max_connections) has a request in progress"));
+  // Counted in metrics.refusing() from here to its close (the destructor), so do_accept()
+  // bounds how many linger. HttpMetrics outlives the io_contexts that may destroy it.
   struct Refused {
+    Refused(tcp::socket s, HttpMetrics& m) : sock(std::move(s)), timer(sock.get_executor()), metrics(m) {
+      metrics.refusing_opened();
+    }
+    Refused(const Refused&) = delete;
+    Refused& operator=(const Refused&) = delete;
+    ~Refused() { metrics.refusing_closed(); }
     tcp::socket sock;
     net::steady_timer timer;
+    HttpMetrics& metrics;
     std::string out;
     char sink[1024];
   };
-  auto ex = s.get_executor();
-  auto r = std::make_shared<Refused>(Refused{std::move(s), net::steady_timer(ex), {}, {}});
+  auto r = std::make_shared<Refused>(std::move(s), metrics);
   r->out = "HTTP/1.1 " + std::to_string(p.status) + " Service Unavailable\r\nServer: sluice\r\nContent-Type: " +
            p.content_type + "\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: " +
            std::to_string(p.body.size()) + "\r\n\r\n" + p.body;

@@ -213,6 +213,10 @@ class Limits(unittest.TestCase):
         # Once the long polls are over, the node answers again.
         poll(lambda: raw_get(n.http_port, "/readyz")[0] == 200, "the node to answer after the long polls")
         self.assertGreater(metric(n, "sluice_http_connections_refused_total"), 0)
+        # Each refused connection counted as draining (against the bound on closing ones)
+        # until it closed, and no longer: the gauge comes back to 0 (it would stay up, or go
+        # below 0, if the count leaked either way).
+        poll(lambda: metric(n, "sluice_http_connections_refusing") == 0, "refused connections to be released")
 
     def test_long_polls_beyond_max_waiters_per_shard_get_503_and_others_are_served(self):
         n = self.start(http_max_waiters_per_shard=2, http_max_wait_ms=20000)
