@@ -185,7 +185,7 @@ std::optional<std::string> BackgroundVerifier::check_range(const VerifyJob& job,
     if (!job.stands(expected)) return false;  // closed, cut or deleted meanwhile
     const std::uint64_t n = std::min(want, r.end - from);
     if (buf_.size() < n) buf_.resize(n);
-    auto got = seg.file().pread(buf_.data(), n, from);
+    auto got = seg.file().pread_once(buf_.data(), n, from);  // leaves the page cache as it was
     if (!got) {
       why = "read error: " + got.error().message;
       return false;

@@ -44,6 +44,31 @@ class PosixFile final : public File {
     (void)::posix_fadvise(fd_, static_cast<off_t>(offset), static_cast<off_t>(len), POSIX_FADV_DONTNEED);
   }
 
+  // RWF_NOWAIT reads only what the page cache holds (a short count, or EAGAIN for none):
+  // that prefix was cached before us. The rest is read as usual and then dropped; the
+  // kernel drops only whole pages inside the range, so a page shared with the cached prefix
+  // stays. A kernel or file system without RWF_NOWAIT for buffered reads (EOPNOTSUPP,
+  // EINVAL) gets a plain pread, and the cache is left alone.
+  Result<std::size_t> pread_once(char* buf, std::size_t n, std::uint64_t offset) override {
+    std::size_t cached = 0;
+    while (cached < n) {
+      struct iovec v{buf + cached, n - cached};
+      ssize_t r = ::preadv2(fd_, &v, 1, static_cast<off_t>(offset + cached), RWF_NOWAIT);
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0 && errno != EAGAIN) {
+        if (errno == EOPNOTSUPP || errno == EINVAL) return pread(buf, n, offset);
+        return io_error("preadv2", path_, errno);
+      }
+      if (r <= 0) break;  // EAGAIN: not cached from here; 0: end of file
+      cached += static_cast<std::size_t>(r);
+    }
+    if (cached == n) return n;
+    auto rest = pread(buf + cached, n - cached, offset + cached);
+    if (!rest) return rest.error();
+    if (*rest > 0) drop_cache(offset + cached, *rest);
+    return cached + *rest;
+  }
+
   Result<void> pwritev(const struct iovec* iov, int count, std::uint64_t offset) override {
     // Copy so short writes can advance through the vector without touching the caller's.
     std::vector<struct iovec> v(iov, iov + count);

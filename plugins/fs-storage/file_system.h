@@ -39,6 +39,13 @@ class File {
   // a later read finds the bytes on disk. A hint: it cannot fail, and a file system without
   // a page cache ignores it (docs/architecture.md "Page-cache window").
   virtual void drop_cache(std::uint64_t offset, std::uint64_t len) { (void)offset, (void)len; }
+  // As pread, for a scan that reads a log once (background verification), leaving the page
+  // cache as it found it: what was cached stays cached, and the whole pages this read brought
+  // in from disk are dropped again (docs/architecture.md "Restart: background
+  // verification"). By default a plain pread.
+  virtual Result<std::size_t> pread_once(char* buf, std::size_t n, std::uint64_t offset) {
+    return pread(buf, n, offset);
+  }
   virtual Result<void> truncate(std::uint64_t length) = 0;
   virtual Result<std::uint64_t> size() = 0;
 

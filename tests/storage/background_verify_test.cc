@@ -2,7 +2,10 @@
 // verification"): after a fast start (verify_on_start=checkpoint), what recovery skipped is
 // CRC-checked on a thread; a corrupt batch is reported with file and position, recorded in
 // <storage.dir>/.corrupt and stops the node, and every later start refuses until a repair.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -53,12 +56,12 @@ class BackgroundVerify : public ::testing::Test {
   }
   std::string root() const { return host_.data_dir() + "/shards"; }
   // A shard of several sealed segments, closed cleanly; answers its log directory.
-  std::string fill(int batches = 40) {
+  std::string fill(int batches = 40, std::size_t value_pad = 60) {
     FsStorageEngine e(host_, std::make_shared<PosixFileSystem>());
     auto s = e.open_shard(test_ref(), StreamSpec{});
     EXPECT_TRUE(s);
     for (int i = 0; i < batches; ++i) {
-      auto r = append_wait(**s, make_batch("v" + std::to_string(i), 3, 1000, 60));
+      auto r = append_wait(**s, make_batch("v" + std::to_string(i), 3, 1000, value_pad));
       EXPECT_TRUE(r) << r.error().to_string();
     }
     return e.shard_directory(test_ref()).value() + "/log";
@@ -157,6 +160,64 @@ TEST_F(BackgroundVerify, ACleanLogIsCheckedWholeAndNotReported) {
   EXPECT_EQ(e.verifier()->bytes_queued(), 0u);
   EXPECT_TRUE(host_.logged("background verification done"));
   EXPECT_FALSE(fsys::exists(root() + "/" + std::string(kCorruptMarkerName)));
+}
+
+// Pages of `path` in the page cache (mincore over a read-only mapping, which faults nothing in).
+std::size_t resident_pages(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  EXPECT_GE(fd, 0) << path;
+  const std::size_t size = fsys::file_size(path);
+  const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  void* m = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  EXPECT_NE(m, MAP_FAILED) << path;
+  std::vector<unsigned char> vec((size + page - 1) / page);
+  EXPECT_EQ(::mincore(m, size, vec.data()), 0);
+  ::munmap(m, size);
+  std::size_t n = 0;
+  for (unsigned char c : vec) n += c & 1;
+  return n;
+}
+
+// Drops `path`'s clean pages from the page cache (fdatasync first, so all are clean).
+void drop_file_cache(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << path;
+  ::fdatasync(fd);
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+}
+
+// Verification reads every sealed segment once; it must not leave them in the page cache
+// (pushing out the tails consumers read), nor drop what was cached before it.
+TEST_F(BackgroundVerify, VerificationLeavesThePageCacheAsItFoundIt) {
+  host_.set("storage.segment_bytes", "65536");
+  const std::string log_dir = fill(100, 1000);  // about 300 KiB: four sealed segments or more
+  auto segs = segment_files(log_dir);
+  ASSERT_GE(segs.size(), 5u) << "the test needs sealed segments";
+  segs.pop_back();  // the active one: opening the shard may read it
+  for (const auto& f : segs) {
+    drop_file_cache(f);
+    if (resident_pages(f) != 0) GTEST_SKIP() << "this file system keeps no droppable page cache";
+  }
+  // The first sealed segment is read (and so cached) before the start; the others are not.
+  {
+    std::ifstream in(segs[0], std::ios::binary);
+    std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    ASSERT_EQ(all.size(), fsys::file_size(segs[0]));
+  }
+  const std::size_t cached_before = resident_pages(segs[0]);
+  ASSERT_GT(cached_before, 0u);
+
+  FsStorageEngine e(host_, std::make_shared<PosixFileSystem>());
+  auto s = e.open_shard(test_ref(), StreamSpec{});
+  ASSERT_TRUE(s);
+  ASSERT_TRUE(e.verifier()->wait_idle(kWait));
+  EXPECT_TRUE(host_.stop_requests().empty());
+  ASSERT_GT(e.verifier()->bytes_checked(), 3u * 60000) << "the sealed segments were checked";
+  EXPECT_EQ(resident_pages(segs[0]), cached_before) << "what was cached before stays cached";
+  for (std::size_t i = 1; i < segs.size(); ++i)
+    EXPECT_EQ(resident_pages(segs[i]), 0u) << segs[i] << " was left in the page cache";
 }
 
 // A range given up half-read (its log closed meanwhile) leaves nothing "to go" behind: the
