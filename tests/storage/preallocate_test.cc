@@ -399,7 +399,9 @@ TEST(PreallocatedSegments, AFollowerRollsIntoSparesAndKeepsWhatItReportedDurable
   ASSERT_EQ(lsize.size(), fsize.size()) << "the follower rolled where the leader did not";
   for (auto l = lsize.begin(), f = fsize.begin(); l != lsize.end(); ++l, ++f) {
     EXPECT_EQ(l->first, f->first);
-    if (std::next(l) != lsize.end()) EXPECT_EQ(l->second, f->second) << l->first;
+    if (std::next(l) != lsize.end()) {
+      EXPECT_EQ(l->second, f->second) << l->first;
+    }
   }
 
   follower.fs->crash(11, CrashOptions{true, true, true});
