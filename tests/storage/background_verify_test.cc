@@ -4,7 +4,6 @@
 // <storage.dir>/.corrupt and stops the node, and every later start refuses until a repair.
 #include <fcntl.h>
 #include <gtest/gtest.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -162,23 +161,6 @@ TEST_F(BackgroundVerify, ACleanLogIsCheckedWholeAndNotReported) {
   EXPECT_FALSE(fsys::exists(root() + "/" + std::string(kCorruptMarkerName)));
 }
 
-// Pages of `path` in the page cache (mincore over a read-only mapping, which faults nothing in).
-std::size_t resident_pages(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  EXPECT_GE(fd, 0) << path;
-  const std::size_t size = fsys::file_size(path);
-  const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
-  void* m = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
-  ::close(fd);
-  EXPECT_NE(m, MAP_FAILED) << path;
-  std::vector<unsigned char> vec((size + page - 1) / page);
-  EXPECT_EQ(::mincore(m, size, vec.data()), 0);
-  ::munmap(m, size);
-  std::size_t n = 0;
-  for (unsigned char c : vec) n += c & 1;
-  return n;
-}
-
 // Drops `path`'s clean pages from the page cache (fdatasync first, so all are clean).
 void drop_file_cache(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -198,7 +180,7 @@ TEST_F(BackgroundVerify, VerificationLeavesThePageCacheAsItFoundIt) {
   segs.pop_back();  // the active one: opening the shard may read it
   for (const auto& f : segs) {
     drop_file_cache(f);
-    if (resident_pages(f) != 0) GTEST_SKIP() << "this file system keeps no droppable page cache";
+    if (resident_pages(f).first != 0) GTEST_SKIP() << "this file system keeps no droppable page cache";
   }
   // The first sealed segment is read (and so cached) before the start; the others are not.
   {
@@ -206,7 +188,7 @@ TEST_F(BackgroundVerify, VerificationLeavesThePageCacheAsItFoundIt) {
     std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     ASSERT_EQ(all.size(), fsys::file_size(segs[0]));
   }
-  const std::size_t cached_before = resident_pages(segs[0]);
+  const std::size_t cached_before = resident_pages(segs[0]).first;
   ASSERT_GT(cached_before, 0u);
 
   FsStorageEngine e(host_, std::make_shared<PosixFileSystem>());
@@ -215,9 +197,9 @@ TEST_F(BackgroundVerify, VerificationLeavesThePageCacheAsItFoundIt) {
   ASSERT_TRUE(e.verifier()->wait_idle(kWait));
   EXPECT_TRUE(host_.stop_requests().empty());
   ASSERT_GT(e.verifier()->bytes_checked(), 3u * 60000) << "the sealed segments were checked";
-  EXPECT_EQ(resident_pages(segs[0]), cached_before) << "what was cached before stays cached";
+  EXPECT_EQ(resident_pages(segs[0]).first, cached_before) << "what was cached before stays cached";
   for (std::size_t i = 1; i < segs.size(); ++i)
-    EXPECT_EQ(resident_pages(segs[i]), 0u) << segs[i] << " was left in the page cache";
+    EXPECT_EQ(resident_pages(segs[i]).first, 0u) << segs[i] << " was left in the page cache";
 }
 
 // A range given up half-read (its log closed meanwhile) leaves nothing "to go" behind: the

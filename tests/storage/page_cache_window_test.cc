@@ -28,24 +28,6 @@ namespace fsys = std::filesystem;
 constexpr std::uint64_t kWindow = 1 << 20;
 constexpr std::uint64_t kSegment = 4 << 20;
 
-// Resident pages of [from, to) of the file (to clamped to its size), and the pages counted.
-std::pair<std::size_t, std::size_t> resident_pages(const std::string& path, std::uint64_t from, std::uint64_t to) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  EXPECT_GE(fd, 0) << path;
-  const std::uint64_t size = fsys::file_size(path);
-  to = std::min(to, size);
-  const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
-  void* m = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
-  ::close(fd);
-  EXPECT_NE(m, MAP_FAILED) << path;
-  std::vector<unsigned char> vec((size + page - 1) / page);
-  EXPECT_EQ(::mincore(m, size, vec.data()), 0);
-  ::munmap(m, size);
-  std::size_t resident = 0, counted = 0;
-  for (std::uint64_t p = from / page; p < (to + page - 1) / page; ++p, ++counted) resident += vec[p] & 1;
-  return {resident, counted};
-}
-
 // The kernel may evict any clean page at any time (a sanitized run lost 1 page of 1023
 // with the window off), so "kept" means nearly all of it; "dropped" stays strict, as
 // nothing reads those pages before they are counted.

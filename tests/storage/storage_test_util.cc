@@ -2,7 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <filesystem>
 #include <fstream>
 #include <future>
 #include <thread>
@@ -106,6 +111,23 @@ std::map<std::uint64_t, std::string> read_all(ShardLog& shard, std::uint64_t fro
 
 std::string segment_path(FsStorageEngine& engine, const ShardRef& ref, std::uint64_t base) {
   return engine.shard_directory(ref).value() + "/log/" + segment_file_name(base);
+}
+
+std::pair<std::size_t, std::size_t> resident_pages(const std::string& path, std::uint64_t from, std::uint64_t to) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  EXPECT_GE(fd, 0) << path;
+  const std::uint64_t size = std::filesystem::file_size(path);
+  to = std::min(to, size);
+  const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+  void* m = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  EXPECT_NE(m, MAP_FAILED) << path;
+  std::vector<unsigned char> vec((size + page - 1) / page);
+  EXPECT_EQ(::mincore(m, size, vec.data()), 0);
+  ::munmap(m, size);
+  std::size_t resident = 0, counted = 0;
+  for (std::uint64_t p = from / page; p < (to + page - 1) / page; ++p, ++counted) resident += vec[p] & 1;
+  return {resident, counted};
 }
 
 }  // namespace sluice::fs_storage::testing

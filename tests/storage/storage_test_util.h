@@ -9,6 +9,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine.h"
@@ -18,6 +19,11 @@
 #include "test_host.h"
 
 namespace sluice::fs_storage::testing {
+
+// Resident pages of [from, to) of the file (to clamped to its size; mincore over a
+// read-only mapping, which faults nothing in), and the pages counted.
+std::pair<std::size_t, std::size_t> resident_pages(const std::string& path, std::uint64_t from = 0,
+                                                   std::uint64_t to = UINT64_MAX);
 
 // A batch of `records` records whose values are "<tag>#<i>", timestamps `ts`.
 std::string make_batch(const std::string& tag, std::uint32_t records, std::int64_t ts = 1000,
