@@ -306,29 +306,9 @@ bool CatalogFsm::touches_fleet(const DecodedEntry& e) {
     return false;
   }
   if (!e.command) return true;  // malformed or newer: rejected or held, but err on the safe side
-  switch (e.command->type) {
-    case CommandType::create_tenant:
-    case CommandType::delete_tenant:
-    case CommandType::create_namespace:
-    case CommandType::delete_namespace:
-    case CommandType::create_stream:
-    case CommandType::delete_stream:
-    case CommandType::create_cache:
-    case CommandType::delete_cache:
-    case CommandType::create_counter:
-    case CommandType::delete_counter:
-    case CommandType::update_shard:
-    case CommandType::reassign_shard:
-      return false;
-    case CommandType::init_cluster:
-    case CommandType::register_broker:
-    case CommandType::unregister_broker:
-    case CommandType::finalize_feature:
-    case CommandType::join_member:
-    case CommandType::leave_member:
-      return true;
-  }
-  return true;  // a command type added later: assume it does
+  // The batchable commands are exactly those that read and write names and shards alone;
+  // every other one (init, members, brokers, features) changes what a proposer reads.
+  return !is_batchable(e.command->type);
 }
 
 std::uint64_t CatalogFsm::next_seq(std::uint64_t index) const {

@@ -168,7 +168,8 @@ struct Command {
 std::string encode_command(const Command& c);
 
 // Level 19: the commands a proposer may put in a batch entry (names and shard updates;
-// never one that changes the group's members, brokers or features).
+// never one that changes the group's members, brokers or features). Also what
+// CatalogFsm::touches_fleet takes as leaving a proposer's view alone.
 bool is_batchable(CommandType t);
 // Bounds of one batch entry (the proposer's; apply accepts up to kMaxBatchCommands).
 inline constexpr std::size_t kMaxBatchCommands = 64;
