@@ -320,8 +320,9 @@ void RaftMetaStore::stop() {
   ready_.store(false);
   {
     std::lock_guard lk(fwd_mu_);
-    fwd_pool_.clear();
+    fwd_idle_.clear();
     fwd_addr_.clear();
+    ++fwd_epoch_;
   }
   std::shared_ptr<RaftNode> n;
   {

@@ -61,22 +61,44 @@ std::shared_ptr<MetadataStore> RaftMetaStore::leader_client() {
     leader = fsm_.member(NodeId{static_cast<std::uint32_t>(lid)});
   }
   if (!leader || leader->rpc_address.empty()) return nullptr;
-  std::lock_guard lk(fwd_mu_);
-  if (fwd_addr_ != leader->rpc_address) {
-    fwd_pool_.clear();
-    fwd_addr_ = leader->rpc_address;
+  std::shared_ptr<RemoteMetadataStore> c;
+  std::uint64_t epoch;
+  {
+    std::lock_guard lk(fwd_mu_);
+    if (fwd_addr_ != leader->rpc_address) {
+      fwd_idle_.clear();
+      fwd_addr_ = leader->rpc_address;
+      ++fwd_epoch_;
+    }
+    epoch = fwd_epoch_;
+    if (!fwd_idle_.empty()) {
+      c = std::move(fwd_idle_.back());
+      fwd_idle_.pop_back();
+    }
   }
-  const std::size_t slot = fwd_next_++ % kForwardConnections;
-  if (slot < fwd_pool_.size()) return fwd_pool_[slot];
-  RemoteConfig rc;
-  rc.controllers = {leader->rpc_address};
-  rc.timeout = cfg_.timeout;
-  rc.forwarded = true;
-  rc.tls = cfg_.rpc_tls;
-  auto c = std::make_shared<RemoteMetadataStore>(host_, rc);
-  if (!c->start().ok()) return nullptr;
-  fwd_pool_.push_back(c);
-  return c;
+  if (!c) {  // none idle: another connection (its hello is a round trip, outside the lock)
+    RemoteConfig rc;
+    rc.controllers = {leader->rpc_address};
+    rc.timeout = cfg_.timeout;
+    rc.forwarded = true;
+    rc.tls = cfg_.rpc_tls;
+    c = std::make_shared<RemoteMetadataStore>(host_, rc);
+    if (!c->start().ok()) return nullptr;
+  }
+  // The lease: the caller's pointer, which hands the connection back when its last copy goes.
+  RemoteMetadataStore* raw = c.get();
+  return std::shared_ptr<MetadataStore>(raw, [this, c = std::move(c), epoch](MetadataStore*) mutable {
+    return_forward_client(std::move(c), epoch);
+  });
+}
+
+void RaftMetaStore::return_forward_client(std::shared_ptr<RemoteMetadataStore> c, std::uint64_t epoch) {
+  std::shared_ptr<RemoteMetadataStore> drop;  // closed after the lock is released
+  std::lock_guard lk(fwd_mu_);
+  if (epoch == fwd_epoch_ && fwd_idle_.size() < kForwardIdle)
+    fwd_idle_.push_back(std::move(c));
+  else
+    drop = std::move(c);  // a moved leader, a stopped store, or enough idle already
 }
 
 Error RaftMetaStore::not_leader_error() {

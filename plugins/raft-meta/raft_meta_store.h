@@ -255,12 +255,16 @@ class RaftMetaStore final : public MetadataStore {
   std::atomic<int> rpc_port_{0};
   std::string advertised_rpc_;            // set by start(): rpc address with the bound port
   std::mutex fwd_mu_;
-  // Clients to the leader's RPC: each serializes its requests on one connection, so a small
-  // pool lets concurrent forwarded calls proceed in parallel (kForwardConnections).
-  static constexpr std::size_t kForwardConnections = 8;
-  std::string fwd_addr_;                                   // guarded by fwd_mu_
-  std::vector<std::shared_ptr<MetadataStore>> fwd_pool_;   // guarded by fwd_mu_
-  std::size_t fwd_next_ = 0;                               // guarded by fwd_mu_
+  // Clients to the leader's RPC, each one connection that serializes its requests. A
+  // forwarded call leases an idle one, or opens another when none is idle, so every
+  // concurrent call has a connection of its own (their number is bounded by the callers'
+  // threads); at most kForwardIdle are kept idle. A lease taken before the leader moved
+  // (or the store stopped: fwd_epoch_) is closed when returned, not kept.
+  static constexpr std::size_t kForwardIdle = 32;
+  std::string fwd_addr_;                                            // guarded by fwd_mu_
+  std::vector<std::shared_ptr<class RemoteMetadataStore>> fwd_idle_;  // guarded by fwd_mu_
+  std::uint64_t fwd_epoch_ = 0;                                     // guarded by fwd_mu_
+  void return_forward_client(std::shared_ptr<class RemoteMetadataStore> c, std::uint64_t epoch);
   std::atomic<bool> was_leader_{false};
 
   // Broker liveness: leader memory, not replicated (docs/architecture.md "Metadata").

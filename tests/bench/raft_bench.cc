@@ -614,7 +614,7 @@ int run(const Options& o) {
         "  member JSON decode and the SQLite apply (stream row, assignment row, change-log row\n"
         "  and its pruning), the watch delivery wake-up, and a catalog snapshot\n"
         "  (sqlite3_serialize) every 1024 entries. Via a follower each create adds an RPC hop (a\n"
-        "  JSON frame over loopback to the leader and back, over a pool of 8 connections).");
+        "  JSON frame over loopback to the leader and back, on a connection of its own).");
     const std::uint64_t errors = s1.errors + r1.errors + sc.errors + rcp.errors + fc.errors;
     if (errors) {
       std::printf("  %llu calls failed (see above)\n", static_cast<unsigned long long>(errors));
