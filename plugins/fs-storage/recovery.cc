@@ -106,11 +106,12 @@ std::optional<Scan> walk_headers(File& f, std::uint64_t base, Incarnation inc, s
   return s;
 }
 
-// Bytes [from, end of file) of `f`.
-Result<std::string> read_from(File& f, std::uint64_t from) {
+// Bytes [from, end of file) of `f`, or [from, to) when `to` is set (and within the file).
+Result<std::string> read_from(File& f, std::uint64_t from, std::optional<std::uint64_t> to = std::nullopt) {
   auto sz = f.size();
   if (!sz) return sz.error();
-  std::string data(*sz > from ? *sz - from : 0, '\0');
+  const std::uint64_t end = to ? std::min(*to, *sz) : *sz;
+  std::string data(end > from ? end - from : 0, '\0');
   auto n = f.pread(data.data(), data.size(), from);
   if (!n) return n.error();
   data.resize(*n);
@@ -371,33 +372,67 @@ Result<RecoveredLog> recover_log_impl(FileSystem& fs, PluginHost& host, const Op
                "the recovery point of " + dir + " does not match " + seg->log_path() +
                    "; checking every batch");
     const std::uint64_t win = walked ? walked->valid_end / 4096 * 4096 : 0;  // sector-aligned
-    auto data = walked ? read_from(seg->file(), win) : read_whole_file(seg->file());
-    if (!data) return data.error();
+    const bool follows_prev = !(prev_next && *prev_next != seg->base());
+    // A reservation (recovery_point.h "Reserved end"): nothing was ever written into this
+    // segment at or beyond it, so what lies there is the spare's zeros and is not read, as
+    // long as what lies below it is whole batches and then zeros. Anything else (a batch
+    // that does not check, or bytes after the first zero one) reads the file whole, as
+    // without a reservation. The trial scan records producers into a copy, kept only if
+    // the trial stands.
+    std::uint64_t limit = 0;
+    if (last && follows_prev && rp && rp->segment_base == seg->base() && rp->reserved_end > win) {
+      auto sz = seg->file().size();
+      if (!sz) return sz.error();
+      if (*sz > rp->reserved_end) limit = rp->reserved_end;
+    }
+    Result<std::string> data = std::string();
     Scan s;
-    if (prev_next && *prev_next != seg->base()) {
-      s.next_offset = seg->base();
-      s.bad = Bad{0, "segment base offset " + std::to_string(seg->base()) +
-                         " does not follow the previous segment's end " +
-                         std::to_string(*prev_next), false};
-    } else {
-      s = scan_segment(*data, seg->base(), incarnation, opts.index_interval_bytes, &out.producers,
+    std::optional<std::uint64_t> zeros_from;  // file position: unwritten space from there on
+    if (limit > 0) {
+      ProducerTable trial = out.producers;
+      data = read_from(seg->file(), win, limit);
+      if (!data) return data.error();
+      s = scan_segment(*data, seg->base(), incarnation, opts.index_interval_bytes, &trial,
                        producers_from, walked ? &*walked : nullptr, win);
+      if (!s.bad) {
+        zeros_from = limit;
+      } else if (s.bad->batch_invalid && all_zero(*data, s.bad->pos - win)) {
+        zeros_from = s.bad->pos;
+      }
+      if (zeros_from) out.producers = std::move(trial);
+    }
+    if (!zeros_from) {
+      data = walked ? read_from(seg->file(), win) : read_whole_file(seg->file());
+      if (!data) return data.error();
+      if (!follows_prev) {
+        s = Scan{};
+        s.next_offset = seg->base();
+        s.bad = Bad{0, "segment base offset " + std::to_string(seg->base()) +
+                           " does not follow the previous segment's end " +
+                           std::to_string(*prev_next), false};
+      } else {
+        s = scan_segment(*data, seg->base(), incarnation, opts.index_interval_bytes, &out.producers,
+                         producers_from, walked ? &*walked : nullptr, win);
+      }
+      if (s.bad && last && s.bad->batch_invalid && all_zero(*data, s.bad->pos - win)) zeros_from = s.bad->pos;
     }
 
     // Zeros from the last batch to the end of the last segment: the unwritten space of a
     // preallocated segment (shard_log_roll.cc), or sectors that a crash left unwritten.
     // Either way nothing acknowledged is there. With preallocation on it stays, for the
     // next appends to overwrite; otherwise it is cut.
-    if (s.bad && last && s.bad->batch_invalid && all_zero(*data, s.bad->pos - win)) {
-      const std::uint64_t zeros = win + data->size() - s.bad->pos;
+    if (zeros_from) {
       if (!opts.preallocate_segments) {
-        if (auto r = seg->file().truncate(s.bad->pos); !r) return r.error();
+        auto sz = seg->file().size();
+        if (!sz) return sz.error();
+        if (auto r = seg->file().truncate(*zeros_from); !r) return r.error();
         if (auto r = seg->file().datasync(); !r) return r.error();
         host.log(LogLevel::info, kComponent,
-                 "cut " + std::to_string(zeros) + " bytes of zeros after the last batch of " +
+                 "cut " + std::to_string(*sz - *zeros_from) + " bytes of zeros after the last batch of " +
                      seg->log_path() + " (preallocated or unwritten space)");
       } else {
         seg->preallocated = true;
+        if (limit > 0) seg->reserved_end = limit;  // still true: the writer starts below it
       }
       s.bad.reset();
     }

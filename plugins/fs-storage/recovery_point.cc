@@ -21,6 +21,7 @@ std::string encode_recovery_point(const RecoveryPoint& rp) {
   wire::put_u64(p + 16, rp.position);
   wire::put_u64(p + 24, rp.next_offset);
   wire::put_u64(p + 32, static_cast<std::uint64_t>(rp.max_ts));
+  wire::put_u32(p + 40, static_cast<std::uint32_t>((rp.reserved_end + 4095) / 4096));
   wire::put_u32(p + 44, crc32c(p, 44));
   return out;
 }
@@ -35,11 +36,14 @@ std::optional<RecoveryPoint> decode_recovery_point(std::string_view b) {
   rp.position = wire::get_u64(p + 16);
   rp.next_offset = wire::get_u64(p + 24);
   rp.max_ts = static_cast<std::int64_t>(wire::get_u64(p + 32));
+  rp.reserved_end = std::uint64_t{wire::get_u32(p + 40)} * 4096;
   if (rp.next_offset < rp.segment_base) return std::nullopt;
+  if (rp.reserved_end != 0 && rp.reserved_end < rp.position) return std::nullopt;
   return rp;
 }
 
-Result<void> write_recovery_point(FileSystem& fs, const std::string& log_dir, const RecoveryPoint& rp) {
+Result<void> write_recovery_point(FileSystem& fs, const std::string& log_dir, const RecoveryPoint& rp,
+                                  bool durable) {
   const std::string path = log_dir + "/" + std::string(kRecoveryPointName);
   const std::string bytes = encode_recovery_point(rp);
   {
@@ -48,7 +52,8 @@ Result<void> write_recovery_point(FileSystem& fs, const std::string& log_dir, co
     if (auto r = (*f)->pwrite(bytes.data(), bytes.size(), 0); !r) return r;
     if (auto r = (*f)->datasync(); !r) return r;
   }
-  return fs.rename(path + ".tmp", path);
+  if (auto r = fs.rename(path + ".tmp", path); !r || !durable) return r;
+  return fs.sync_dir(log_dir);
 }
 
 std::optional<RecoveryPoint> read_recovery_point(FileSystem& fs, const std::string& log_dir) {

@@ -3,12 +3,18 @@
 //
 //   <log dir>/recovery-point   (48 bytes, little-endian)
 //     0 u32 magic "SLRP"  4 u32 version 1  8 u64 segment base  16 u64 position
-//     24 u64 next_offset  32 i64 max_ts    40 u32 reserved (0)  44 u32 crc32c of bytes [0, 44)
+//     24 u64 next_offset  32 i64 max_ts    40 u32 reserved end / 4096 (0: none)
+//     44 u32 crc32c of bytes [0, 44)
 //   Claim: every segment below `segment base` is whole and was fdatasync'ed, and bytes
 //   [0, position) of segment `segment base` are whole batches that were fdatasync'ed,
 //   ending at offset next_offset (max_ts: the running max over them). It never claims more
 //   than was synced: the writer takes the published (post-fdatasync) fields, and every cut
 //   below it (truncate_to, restart_at, repair) removes it durably first.
+//   Reserved end (a preallocated segment only): nothing was ever written into segment
+//   `segment base` at or beyond that byte since it was a spare of zeros, so recovery after
+//   a crash checks its zeros only that far (docs/architecture.md "Preallocated segments").
+//   The writer makes a point naming a larger one durable, directory included, before it
+//   writes beyond it. A build before it wrote 0 there and ignores it (a whole read).
 //   Written as .tmp + fdatasync + rename, without a directory fsync: a power cut leaves the
 //   new point, the previous one or none, and each claims only synced bytes.
 //
@@ -43,13 +49,17 @@ struct RecoveryPoint {
   std::uint64_t position = 0;
   std::uint64_t next_offset = 0;
   std::int64_t max_ts = kNoTimestamp;
+  std::uint64_t reserved_end = 0;  // a multiple of 4096; 0: no claim (see above)
 };
 
 std::string encode_recovery_point(const RecoveryPoint& rp);
 // nullopt unless the bytes are exactly one well-formed record (size, magic, version, CRC).
 std::optional<RecoveryPoint> decode_recovery_point(std::string_view bytes);
 
-Result<void> write_recovery_point(FileSystem& fs, const std::string& log_dir, const RecoveryPoint& rp);
+// `durable`: the log directory is fsynced after the rename too, so a power cut cannot bring
+// back an older point (a reservation needs that; a periodic point does not).
+Result<void> write_recovery_point(FileSystem& fs, const std::string& log_dir, const RecoveryPoint& rp,
+                                  bool durable = false);
 // The point on disk, if any and well-formed (a torn or corrupt file reads as none).
 std::optional<RecoveryPoint> read_recovery_point(FileSystem& fs, const std::string& log_dir);
 // Removes it durably (remove + fsync of the log directory): before any cut of the log.

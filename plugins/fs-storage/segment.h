@@ -74,6 +74,11 @@ class Segment {
   // The file was a zero-filled spare (or recovery kept its zeros): writes overwrite
   // written blocks (docs/architecture.md "Preallocated segments").
   bool preallocated = false;
+  // Preallocated: a durable recovery point names this segment and says nothing was written
+  // at or beyond this byte (ShardLogImpl::reserve_through). 0: none yet; kUnreserved: writes
+  // go on without one (no points are written, or one failed), and a start reads it whole.
+  static constexpr std::uint64_t kUnreserved = ~std::uint64_t{0};
+  std::uint64_t reserved_end = 0;
   // Since the writer took this segment (roll, or recovery): where it started, when, and how
   // many syncs it has done, for the group size and write rate that decide whether and how
   // fast a spare is made (shard_log_roll.cc).

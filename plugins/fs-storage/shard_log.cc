@@ -228,6 +228,11 @@ Result<void> ShardLogImpl::write_group() {
 }
 
 Result<void> ShardLogImpl::write_run(Segment& seg, std::uint64_t at) {
+  if (seg.preallocated) {
+    std::uint64_t end = at;
+    for (const auto& v : iov_) end += v.iov_len;
+    if (auto r = reserve_through(seg, end); !r) return r;
+  }
   auto r = seg.file().pwritev(iov_.data(), static_cast<int>(iov_.size()), at);
   iov_.clear();
   if (!r || !replicated_) return r;

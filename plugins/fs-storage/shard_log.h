@@ -442,6 +442,11 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   // lowers cut_floor() to `cut_from` (the first offset that may change), removes the
   // recovery point durably, and the next sync writes a new one.
   Result<void> drop_recovery_point(std::uint64_t cut_from);
+  // Before a write into a preallocated segment that ends beyond its reservation
+  // (Segment::reserved_end; recovery_point.h "Reserved end"): makes a recovery point naming
+  // a reservation past `end` durable, so a start after a crash checks only that much of the
+  // segment's zeros. A failure removes the point instead (the next start reads it whole).
+  Result<void> reserve_through(Segment& seg, std::uint64_t end);
   // Persists (current, entries) and `led` (default: unchanged), then adopts them.
   Result<void> save_history(LeaderEpoch current, std::vector<EpochEntry> entries,
                             std::optional<LeaderEpoch> led = std::nullopt);

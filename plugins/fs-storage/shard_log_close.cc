@@ -22,7 +22,8 @@ void ShardLogImpl::maybe_write_recovery_point() {
     std::lock_guard lk(seg_mu_);
     if (segments_.empty()) return;
     const auto& seg = *segments_.back();
-    rp = RecoveryPoint{seg.base(), seg.readable_size, seg.next_offset, seg.max_ts};
+    rp = RecoveryPoint{seg.base(), seg.readable_size, seg.next_offset, seg.max_ts,
+                       seg.reserved_end == Segment::kUnreserved ? 0 : seg.reserved_end};
   }
   if (rp.next_offset == rp_end_) return;
   rp_written_ = now;
@@ -44,6 +45,45 @@ Result<void> ShardLogImpl::drop_recovery_point(std::uint64_t cut_from) {
   lower_cut_floor(cut_from);  // before the cut it announces (background_verify.h)
   if (auto r = remove_recovery_point(*fs_, log_dir()); !r) return r;
   rp_end_ = ~0ull;
+  {
+    std::lock_guard lk(seg_mu_);
+    for (auto& seg : segments_) seg->reserved_end = 0;  // went with the point
+  }
+  return {};
+}
+
+// Why: after a crash, recovery must check that a preallocated segment holds only zeros from
+// its last batch on, or a zeroed run inside acknowledged data could hide the batches after
+// it; without a bound that is the whole spare, up to storage.segment_bytes per quiet shard
+// (docs/benchmarks.md "What a spare costs a restart after a crash"). The point is made
+// durable, directory included, before any byte lands beyond it, and it moves ahead in
+// steps of segment_bytes / 16 (4 MiB by default): one small write and two syncs per step.
+Result<void> ShardLogImpl::reserve_through(Segment& seg, std::uint64_t end) {
+  if (!seg.preallocated || end <= seg.reserved_end) return {};
+  if (opts_.verify_on_start != VerifyOnStart::checkpoint || opts_.fsync != FsyncPolicy::always) {
+    seg.reserved_end = Segment::kUnreserved;  // no points: a start reads the segment whole
+    return {};
+  }
+  const std::uint64_t step = std::max<std::uint64_t>(opts_.segment_bytes / 16, 4096);
+  RecoveryPoint rp;
+  {
+    std::lock_guard lk(seg_mu_);
+    rp = RecoveryPoint{seg.base(), seg.readable_size, seg.next_offset, seg.max_ts};
+  }
+  rp.reserved_end = (end + step + 4095) / 4096 * 4096;
+  if (auto r = write_recovery_point(*fs_, log_dir(), rp, /*durable=*/true); !r) {
+    host_.log(LogLevel::warn, kComponent,
+              "shard " + ref_.to_string() + ": could not reserve " + seg.log_path() +
+                  " in its recovery point (" + r.error().message +
+                  "); a start after a crash reads the segment whole");
+    if (auto d = remove_recovery_point(*fs_, log_dir()); !d) return d;
+    rp_end_ = ~0ull;
+    seg.reserved_end = Segment::kUnreserved;
+    return {};
+  }
+  seg.reserved_end = rp.reserved_end;
+  rp_end_ = rp.next_offset;
+  rp_written_ = std::chrono::steady_clock::now();
   return {};
 }
 

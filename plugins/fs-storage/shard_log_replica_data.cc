@@ -224,6 +224,7 @@ Result<void> ShardLogImpl::append_replica(std::string_view chunk, Offset expecte
   for (const Info& b : batches) {
     if (seg->write_pos > 0 && seg->write_pos + b.len > opts_.segment_bytes) {
       if (dirty) {
+        if (auto r = reserve_through(*seg, run_at + (b.pos - run_from)); !r) return fail(r.error());
         if (auto r = seg->file().pwrite(chunk.data() + run_from, b.pos - run_from, run_at); !r)
           return fail(r.error());
         if (auto r = sync_and_publish(*seg); !r) return fail(r.error());
@@ -249,6 +250,7 @@ Result<void> ShardLogImpl::append_replica(std::string_view chunk, Offset expecte
     dirty = true;
   }
   if (dirty) {
+    if (auto r = reserve_through(*seg, run_at + (chunk.size() - run_from)); !r) return fail(r.error());
     if (auto r = seg->file().pwrite(chunk.data() + run_from, chunk.size() - run_from, run_at); !r)
       return fail(r.error());
     if (auto r = sync_and_publish(*seg); !r) return fail(r.error());

@@ -12,6 +12,7 @@
 #include <random>
 
 #include "layout.h"
+#include "recovery_point.h"
 #include "replica_node.h"
 #include "shard_log.h"
 #include "storage_test_util.h"
@@ -207,6 +208,62 @@ TEST(PreallocatedSegments, AcknowledgedRecordsSurviveAPowerCutInsideAPreallocate
   }
   EXPECT_TRUE(saw_torn) << "some seed should have kept torn bytes in the zeros";
   EXPECT_TRUE(saw_zero_end) << "some seed should have put every zero back";
+}
+
+// After a crash, a preallocated segment's zeros are checked only up to the reservation its
+// recovery point names (recovery_point.h "Reserved end"): the log never wrote beyond it, and
+// a start does not read there. The bytes there are made non-zero on purpose: a start that
+// read the whole spare would take them for a torn tail and cut the file at the last batch.
+TEST(PreallocatedSegments, ACrashRestartReadsASpareOnlyUpToItsReservation) {
+  TestHost host;
+  configure(host);
+  auto fs = std::make_shared<FaultFileSystem>();
+  std::map<std::uint64_t, std::string> acked;
+  std::string path, log_dir;
+  std::uint64_t active = 0;
+  {
+    FsStorageEngine engine(host, fs);
+    auto shard = engine.open_shard(test_ref(), StreamSpec{}).value();
+    auto impl = std::dynamic_pointer_cast<ShardLogImpl>(shard);
+    Writer w(*shard, acked, "r");
+    active = roll_into_a_spare(engine, *impl, w);
+    ASSERT_FALSE(HasFatalFailure());
+    for (int i = 0; i < 2; ++i) w.append();
+    ASSERT_FALSE(HasFatalFailure());
+    path = segment_path(engine, test_ref(), active);
+    log_dir = engine.shard_directory(test_ref()).value() + "/log";
+    fs->crash(7, CrashOptions{});  // a SIGKILL: nothing unsynced to lose
+    shard.reset();
+    impl.reset();
+    engine.shutdown();
+  }
+  fs->restart();
+  auto rp = read_recovery_point(*fs, log_dir);
+  ASSERT_TRUE(rp) << "no recovery point";
+  ASSERT_EQ(rp->segment_base, active) << "the point does not name the spare being written";
+  ASSERT_GT(rp->reserved_end, rp->position);
+  ASSERT_LT(rp->reserved_end + 200, kSegment) << "the reservation covers the whole spare";
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(kSegment - 200));
+    const std::string junk(100, 'X');
+    f.write(junk.data(), static_cast<std::streamsize>(junk.size()));
+  }
+  FsStorageEngine engine(host, fs);
+  auto opened = engine.open_shard(test_ref(), StreamSpec{});
+  ASSERT_TRUE(opened) << opened.error().to_string();
+  expect_all(**opened, acked);
+  ASSERT_FALSE(HasFatalFailure());
+  EXPECT_FALSE(host.logged("truncated torn tail")) << "the start read past the reservation";
+  EXPECT_EQ(fsys::file_size(path), kSegment) << "the start read past the reservation and cut the spare";
+  // The log goes on over the zeros, its reservation moving ahead of the writes.
+  Writer w(**opened, acked, "after");
+  for (int i = 0; i < 4; ++i) w.append();
+  ASSERT_FALSE(HasFatalFailure());
+  expect_all(**opened, acked);
+  auto moved = read_recovery_point(*fs, log_dir);
+  ASSERT_TRUE(moved);
+  EXPECT_GT(moved->reserved_end, rp->reserved_end);
 }
 
 // A busy shard does not grow its plain first segment to the end: once that holds

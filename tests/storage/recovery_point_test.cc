@@ -54,6 +54,24 @@ class RecoveryPointTest : public ::testing::Test {
   std::map<std::uint64_t, std::string> acked_;
 };
 
+// The reserved end (recovery_point.h) rides in the record's once-reserved field, in 4 KiB
+// units rounded up (a larger bound only checks more); one below the position is malformed.
+TEST(RecoveryPointRecord, TheReservedEndRoundTripsRoundedUpToAPage) {
+  RecoveryPoint rp{4096, 10000, 5000, 77, 0};
+  auto none = decode_recovery_point(encode_recovery_point(rp));
+  ASSERT_TRUE(none);
+  EXPECT_EQ(none->reserved_end, 0u);
+  rp.reserved_end = 20001;
+  auto back = decode_recovery_point(encode_recovery_point(rp));
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->reserved_end, 20480u);  // 5 pages
+  EXPECT_EQ(back->position, 10000u);
+  EXPECT_EQ(back->next_offset, 5000u);
+  EXPECT_EQ(back->max_ts, 77);
+  rp.reserved_end = 4096;  // below the position
+  EXPECT_FALSE(decode_recovery_point(encode_recovery_point(rp)));
+}
+
 TEST_F(RecoveryPointTest, CleanShutdownWritesTheMarkerLastAndTheNextStartTakesIt) {
   std::string log_dir;
   {
