@@ -337,12 +337,13 @@ Result<RecoveredLog> recover_log_impl(FileSystem& fs, PluginHost& host, const Op
     if (!opened) return opened.error();
     auto seg = std::move(opened).value();
     const bool last = i + 1 == bases.size();
-    const std::optional<std::uint64_t> prev_next =
-        out.segments.empty() ? std::nullopt : std::optional(out.segments.back()->next_offset);
+    // Where the previous segment ended: this one must start there (the first one may start anywhere).
+    const std::uint64_t prev_next = out.segments.empty() ? seg->base() : out.segments.back()->next_offset;
+    const bool follows_prev = prev_next == seg->base();
 
     if (!last && trust_sealed && snap &&
         load_trusted_index(fs, *seg) && seg->next_offset <= producers_from &&
-        prev_next.value_or(seg->base()) == seg->base()) {
+        follows_prev) {
       init_writer_fields(*seg);
       out.unverified.push_back({seg, seg->readable_size});
       out.segments.push_back(std::move(seg));
@@ -353,7 +354,7 @@ Result<RecoveredLog> recover_log_impl(FileSystem& fs, PluginHost& host, const Op
     if (last && clean && rp && rp->segment_base == seg->base() && snap &&
         load_trusted_index(fs, *seg) && seg->readable_size == rp->position &&
         seg->next_offset == rp->next_offset && producers_from == rp->next_offset &&
-        prev_next.value_or(seg->base()) == seg->base()) {
+        follows_prev) {
       (void)fs.remove(seg->index_path());  // an active segment has no valid cache
       init_writer_fields(*seg);
       out.unverified.push_back({seg, seg->readable_size});
@@ -364,7 +365,7 @@ Result<RecoveredLog> recover_log_impl(FileSystem& fs, PluginHost& host, const Op
 
     // Below a recovery point only headers are read; the bytes from there on are checked.
     std::optional<Scan> walked;
-    if (trusted_end > 0 && !(prev_next && *prev_next != seg->base()))
+    if (trusted_end > 0 && follows_prev)
       walked = walk_headers(seg->file(), seg->base(), incarnation, opts.index_interval_bytes,
                             trusted_end, &out.producers, producers_from);
     if (trusted_end > 0 && !walked)
@@ -372,7 +373,6 @@ Result<RecoveredLog> recover_log_impl(FileSystem& fs, PluginHost& host, const Op
                "the recovery point of " + dir + " does not match " + seg->log_path() +
                    "; checking every batch");
     const std::uint64_t win = walked ? walked->valid_end / 4096 * 4096 : 0;  // sector-aligned
-    const bool follows_prev = !(prev_next && *prev_next != seg->base());
     // A reservation (recovery_point.h "Reserved end"): nothing was ever written into this
     // segment at or beyond it, so what lies there is the spare's zeros and is not read, as
     // long as what lies below it is whole batches and then zeros. Anything else (a batch
@@ -395,7 +395,13 @@ Result<RecoveredLog> recover_log_impl(FileSystem& fs, PluginHost& host, const Op
       s = scan_segment(*data, seg->base(), incarnation, opts.index_interval_bytes, &trial,
                        producers_from, walked ? &*walked : nullptr, win);
       if (!s.bad) {
-        zeros_from = limit;
+        // Whole batches right up to the reservation: the page there must be spare zeros
+        // too. A writer that went on past a reservation it no longer held (a point left
+        // over by a run that kept none, or by an older build) starts a batch header there,
+        // and a header is never zero (docs/architecture.md "Restart: recovery point").
+        auto page = read_from(seg->file(), limit, limit + 4096);
+        if (!page) return page.error();
+        if (all_zero(*page, 0)) zeros_from = limit;
       } else if (s.bad->batch_invalid && all_zero(*data, s.bad->pos - win)) {
         zeros_from = s.bad->pos;
       }
@@ -409,7 +415,7 @@ Result<RecoveredLog> recover_log_impl(FileSystem& fs, PluginHost& host, const Op
         s.next_offset = seg->base();
         s.bad = Bad{0, "segment base offset " + std::to_string(seg->base()) +
                            " does not follow the previous segment's end " +
-                           std::to_string(*prev_next), false};
+                           std::to_string(prev_next), false};
       } else {
         s = scan_segment(*data, seg->base(), incarnation, opts.index_interval_bytes, &out.producers,
                          producers_from, walked ? &*walked : nullptr, win);
@@ -558,6 +564,15 @@ Result<RecoveredLog> recover_log_impl(FileSystem& fs, PluginHost& host, const Op
     } else {
       out.snapshot_end = out.next_offset;
     }
+  }
+  // A reservation that the log no longer keeps (its tail was cut, the segment is no longer
+  // treated as preallocated, or a later segment is active): the writer will write past it
+  // without moving it, so it goes now, before any write, and the next start checks every
+  // byte after the point's position instead of trusting zeros at the reserved end.
+  if (rp && rp->reserved_end > 0 &&
+      !(out.segments.back()->base() == rp->segment_base &&
+        out.segments.back()->reserved_end == rp->reserved_end)) {
+    if (auto r = remove_recovery_point(fs, dir); !r) return r.error();
   }
   return out;
 }

@@ -14,7 +14,11 @@
 //   `segment base` at or beyond that byte since it was a spare of zeros, so recovery after
 //   a crash checks its zeros only that far (docs/architecture.md "Preallocated segments").
 //   The writer makes a point naming a larger one durable, directory included, before it
-//   writes beyond it. A build before it wrote 0 there and ignores it (a whole read).
+//   writes beyond it. A build before it wrote 0 there and ignores it (a whole read), and
+//   since a point left by such a build (or by a run that kept no points) may claim a
+//   reserved end that writes went past, recovery takes batches ending exactly there as
+//   the end only if the page there is zeros, and removes a point whose reservation it did
+//   not keep (docs/upgrades.md "A broker's data directory across builds").
 //   Written as .tmp + fdatasync + rename, without a directory fsync: a power cut leaves the
 //   new point, the previous one or none, and each claims only synced bytes.
 //

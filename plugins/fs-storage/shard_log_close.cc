@@ -61,7 +61,11 @@ Result<void> ShardLogImpl::drop_recovery_point(std::uint64_t cut_from) {
 Result<void> ShardLogImpl::reserve_through(Segment& seg, std::uint64_t end) {
   if (!seg.preallocated || end <= seg.reserved_end) return {};
   if (opts_.verify_on_start != VerifyOnStart::checkpoint || opts_.fsync != FsyncPolicy::always) {
-    seg.reserved_end = Segment::kUnreserved;  // no points: a start reads the segment whole
+    // No points kept: a start reads the segment whole. A point left by an earlier run that
+    // kept them would claim a reserved end this writer is about to pass; it goes first.
+    if (auto r = remove_recovery_point(*fs_, log_dir()); !r) return r;
+    rp_end_ = ~0ull;
+    seg.reserved_end = Segment::kUnreserved;
     return {};
   }
   const std::uint64_t step = std::max<std::uint64_t>(opts_.segment_bytes / 16, 4096);

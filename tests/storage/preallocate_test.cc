@@ -266,6 +266,64 @@ TEST(PreallocatedSegments, ACrashRestartReadsASpareOnlyUpToItsReservation) {
   EXPECT_GT(moved->reserved_end, rp->reserved_end);
 }
 
+// A recovery point's reservation that the writer went past without moving it (left by a
+// run that kept no points, or by a build that did not know the field) must not hide the
+// batches beyond it. The worst case is batches that end exactly at the reserved end: the
+// trial read up to it sees only whole batches, and only the page at the reserved end (a
+// batch header, never zero) tells it that the writer went on.
+TEST(PreallocatedSegments, AStaleReservationDoesNotHideBatchesWrittenPastIt) {
+  TestHost host;
+  configure(host);
+  auto fs = std::make_shared<FaultFileSystem>();
+  std::map<std::uint64_t, std::string> acked;
+  std::string log_dir;
+  std::uint64_t aligned = 0;
+  {
+    FsStorageEngine engine(host, fs);
+    auto shard = engine.open_shard(test_ref(), StreamSpec{}).value();
+    log_dir = engine.shard_directory(test_ref()).value() + "/log";
+    auto append = [&](std::string b) {
+      auto vals = batch_values(b);
+      auto r = append_wait(*shard, std::move(b));
+      ASSERT_TRUE(r) << r.error().to_string();
+      for (std::size_t k = 0; k < vals.size(); ++k) acked[r->base_offset.value() + k] = vals[k];
+    };
+    for (int i = 0; i < 3; ++i) append(make_batch("s" + std::to_string(i), 4, 1000, 1000));
+    ASSERT_FALSE(HasFatalFailure());
+    // One batch padded to end on a page boundary: the reserved end a stale point names.
+    const std::uint64_t pos = segment_sizes(engine).at(0);
+    std::string fit;
+    for (std::size_t pad = 0; pad < 8192 && fit.empty(); ++pad) {
+      std::string b = make_batch("fit", 1, 1000, pad);
+      if ((pos + b.size()) % 4096 == 0) fit = std::move(b);
+    }
+    ASSERT_FALSE(fit.empty()) << "no padding ends a batch on a page boundary";
+    aligned = pos + fit.size();
+    append(std::move(fit));
+    ASSERT_FALSE(HasFatalFailure());
+    ASSERT_EQ(segment_sizes(engine).at(0), aligned);
+    for (int i = 0; i < 3; ++i) append(make_batch("past" + std::to_string(i), 4, 1000, 1000));
+    ASSERT_FALSE(HasFatalFailure());
+    ASSERT_EQ(segment_sizes(engine).size(), 1u) << "the test expects one segment";
+    fs->crash(11, CrashOptions{});  // a SIGKILL: nothing unsynced to lose
+    shard.reset();
+    engine.shutdown();
+  }
+  fs->restart();
+  // The stale point: no trusted prefix, a reservation at the page boundary.
+  ASSERT_TRUE(write_recovery_point(*fs, log_dir, RecoveryPoint{0, 0, 0, 0, aligned}, true));
+  ASSERT_EQ(read_recovery_point(*fs, log_dir)->reserved_end, aligned);
+  FsStorageEngine engine(host, fs);
+  auto opened = engine.open_shard(test_ref(), StreamSpec{});
+  ASSERT_TRUE(opened) << opened.error().to_string();
+  expect_all(**opened, acked);
+  ASSERT_FALSE(HasFatalFailure());
+  EXPECT_GT((*opened)->stats().high_watermark.value(), acked.rbegin()->first) << "records past the reservation were lost";
+  // The start removed the point whose reservation it did not keep.
+  auto left = read_recovery_point(*fs, log_dir);
+  EXPECT_FALSE(left && left->reserved_end == aligned) << "the stale reservation is still on disk";
+}
+
 // A busy shard does not grow its plain first segment to the end: once that holds
 // max(segment_bytes / 16, 1 MiB), a spare is made and the next group rolls into it.
 TEST(PreallocatedSegments, ABusyShardMovesFromItsPlainSegmentIntoASpareEarly) {
