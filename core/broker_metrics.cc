@@ -88,8 +88,11 @@ std::string BrokerRuntime::metrics_text() {
             MetricType::gauge, [](const ShardStats& s) { return s.high_watermark.value(); });
   per_shard("sluice_shard_log_start", "First retained offset, per shard incarnation.", MetricType::gauge,
             [](const ShardStats& s) { return s.log_start.value(); });
-  per_shard("sluice_shard_size_bytes", "Bytes on disk, per shard incarnation.", MetricType::gauge,
+  per_shard("sluice_shard_size_bytes", "Bytes of batches in the log, per shard incarnation.", MetricType::gauge,
             [](const ShardStats& s) { return s.size_bytes; });
+  per_shard("sluice_shard_preallocated_bytes",
+            "Bytes of zeros on disk held ahead of the writes (a preallocated segment's unwritten end, a spare), per shard incarnation; on disk beside sluice_shard_size_bytes.",
+            MetricType::gauge, [](const ShardStats& s) { return s.preallocated_bytes; });
   per_shard("sluice_shard_syncs_total", "fdatasync calls since the shard opened.", MetricType::counter,
             [](const ShardStats& s) { return s.syncs; });
   per_shard("sluice_shard_appended_records_total", "Records appended since the shard opened.", MetricType::counter,

@@ -519,13 +519,30 @@ Result<FetchResult> ShardLogImpl::read(Offset from_off, std::uint32_t max_record
 
 ShardStats ShardLogImpl::stats() {
   ShardStats st;
+  std::shared_ptr<Segment> preallocated;  // the active segment, if its file runs ahead
+  std::uint64_t written = 0;
   {
     std::lock_guard lk(seg_mu_);
     st.log_start = Offset(segments_.empty() ? 0 : segments_.front()->base());
     st.high_watermark = Offset(hwm_.load(std::memory_order_acquire));
     for (auto& s : segments_) st.size_bytes += s->readable_size;
     st.segments = segments_.size();
+    if (!segments_.empty() && segments_.back()->preallocated) {
+      preallocated = segments_.back();
+      written = preallocated->written_size;
+    }
   }
+  // Zeros ahead of the writes, from the files themselves (fstat, outside the locks): the
+  // active segment's unwritten end and a spare, ready or being written.
+  if (preallocated)
+    if (auto sz = preallocated->file().size(); sz && *sz > written) st.preallocated_bytes += *sz - written;
+  bool spare;
+  {
+    std::lock_guard lk(spare_mu_);
+    spare = spare_ != Spare::none;
+  }
+  if (spare)
+    if (auto sz = fs_->file_size(spare_path()); sz) st.preallocated_bytes += *sz;
   {
     std::lock_guard lk(mu_);
     st.log_end = Offset(next_offset_);

@@ -1,11 +1,12 @@
 """GET /metrics on a real node: the publish latency histogram (docs/operations.md
 "Metrics") counts each successful publish once, under its ack mode, with cumulative
 buckets that agree with its count; failed publishes are not in it."""
+import os
 import re
 import unittest
 import urllib.request
 
-from harness import HttpError, Node, record_value
+from harness import HttpError, Node, poll, record_value
 
 
 def scrape(node):
@@ -76,6 +77,57 @@ class Metrics(unittest.TestCase):
         n.start()
         got = [record_value(r) for r in n.fetch_all("inl", 0)]
         self.assertEqual(got, sent)
+
+    def test_shard_size_and_preallocated_bytes_add_up_to_the_files_on_disk(self):
+        """docs/operations.md "Metrics": sluice_shard_size_bytes counts batches, and
+        sluice_shard_preallocated_bytes the zeros held ahead of the writes (a spare, a
+        preallocated active segment's unwritten end); together they are the segment files'
+        size on disk. Small segments and small syncs, so that a spare is made and taken."""
+        seg = 1 << 20
+        n = Node(extra={"storage.segment_bytes": str(seg)})
+        self.node.cleanup()
+        self.node = n
+        n.start()
+        n.create_stream("pm", shards=1)
+        labels = 'tenant="t",namespace="n",stream="pm",shard="0"'
+
+        def shard_metric(text, name):
+            m = re.search(r"^%s\{%s,incarnation=\"\d+\"\} (\S+)$" % (name, labels), text, re.M)
+            return None if m is None else int(float(m.group(1)))
+
+        def on_disk():
+            dirs = n.stream_dirs("t", "n", "pm")
+            self.assertEqual(len(dirs), 1, dirs)
+            log = os.path.join(n.data_dir, "shards", "t", "n", "pm", dirs[0], "log")
+            return sum(os.path.getsize(os.path.join(log, f)) for f in os.listdir(log)
+                       if f.endswith(".log") or f == "next-segment.tmp")
+
+        def agree():
+            text = scrape(n)
+            size, pre = shard_metric(text, "sluice_shard_size_bytes"), shard_metric(text, "sluice_shard_preallocated_bytes")
+            disk = on_disk()
+            agree.last = (size, pre, disk)
+            return size is not None and pre is not None and size + pre == disk and (size, pre)
+        agree.last = None
+
+        # 16 KiB per request, one sync each: past half a segment a spare is made.
+        value = b"p" * 1000
+        sent = 0
+        while sent < 48:
+            n.publish_binary("pm", [(b"k", value)] * 16, ack="leader")
+            sent += 1
+        size, pre = poll(lambda: agree() and agree.last[1] >= seg and agree.last[:2],
+                         lambda: "a spare's zeros in the metrics (size, preallocated, on disk): %s" % (agree.last,))
+        self.assertGreater(size, 48 * 16 * 1000)
+        # Then the roll takes the spare: the active segment's unwritten end is what is left.
+        while sent < 80:
+            n.publish_binary("pm", [(b"k", value)] * 16, ack="leader")
+            sent += 1
+        size, pre = poll(agree, lambda: "metrics that add up to the files (size, preallocated, on disk): %s" % (agree.last,))
+        self.assertGreater(pre, 0, "the active segment should be a preallocated one by now")
+        self.assertLess(pre, 2 * seg)
+        hwm = shard_metric(scrape(n), "sluice_shard_high_watermark")
+        self.assertEqual(hwm, sent * 16)
 
 
 if __name__ == "__main__":

@@ -82,6 +82,7 @@ std::uint64_t roll_into_a_spare(FsStorageEngine& engine, ShardLogImpl& impl, Wri
   }
   EXPECT_TRUE(eventually([&] { return impl.spare_ready(); })) << "no spare was made";
   EXPECT_EQ(fsys::file_size(spare_file(engine)), kSegment);
+  EXPECT_GE(impl.stats().preallocated_bytes, kSegment) << "the spare's zeros are not reported";
   while (segment_sizes(engine).size() == before.size()) {
     w.append();
     if (::testing::Test::HasFatalFailure()) return 0;
@@ -116,6 +117,13 @@ TEST(PreallocatedSegments, ARollTakesASyncedSpareCutsTheSealedSegmentAndACleanCl
     ASSERT_FALSE(HasFatalFailure());
     // The spare became the active segment: its full length is there from the start.
     EXPECT_EQ(segment_sizes(engine)[first_spare], kSegment);
+    {
+      // Its unwritten end is reported beside the batches (sluice_shard_preallocated_bytes).
+      auto on_disk = segment_sizes(engine);
+      const auto st = impl->stats();
+      EXPECT_EQ(st.preallocated_bytes, kSegment - (st.size_bytes - on_disk.begin()->second));
+      EXPECT_FALSE(fsys::exists(spare_file(engine)));
+    }
     const std::uint64_t second = roll_into_a_spare(engine, *impl, w);
     ASSERT_FALSE(HasFatalFailure());
     auto sizes = segment_sizes(engine);
@@ -374,6 +382,7 @@ TEST(PreallocatedSegments, AShardOfLargeGroupsGetsNoSpare) {
   }
   EXPECT_FALSE(impl->spare_ready());
   EXPECT_LT(segment_sizes(engine).rbegin()->second, 1u << 20) << "the new segment is a plain one";
+  EXPECT_EQ(impl->stats().preallocated_bytes, 0u);
   expect_all(*shard, acked);
 }
 

@@ -88,7 +88,11 @@ struct ShardStats {
   LeaderEpoch leader_epoch;   // the highest epoch this replica has acted in
   bool leading = true;        // false on a follower
   std::vector<ReplicaProgress> replicas;  // the leader's view of every replica; empty elsewhere
-  std::uint64_t size_bytes = 0;
+  std::uint64_t size_bytes = 0;       // bytes of batches in the log
+  // Bytes on disk held ahead of the writes: zeros an engine preallocated (fs-storage: a
+  // preallocated active segment's unwritten end and a spare segment). On disk beside
+  // size_bytes; 0 for an engine that preallocates nothing.
+  std::uint64_t preallocated_bytes = 0;
   std::uint64_t segments = 0;
   std::uint64_t appended_records = 0;  // since open
   std::uint64_t syncs = 0;             // fdatasync calls since open
