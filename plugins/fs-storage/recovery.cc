@@ -388,24 +388,31 @@ Result<RecoveredLog> recover_log_impl(FileSystem& fs, PluginHost& host, const Op
     Result<std::string> data = std::string();
     Scan s;
     std::optional<std::uint64_t> zeros_from;  // file position: unwritten space from there on
+    bool reservation_held = false;            // the trial below stood: the writer starts below limit
     if (limit > 0) {
       ProducerTable trial = out.producers;
       data = read_from(seg->file(), win, limit);
       if (!data) return data.error();
       s = scan_segment(*data, seg->base(), incarnation, opts.index_interval_bytes, &trial,
                        producers_from, walked ? &*walked : nullptr, win);
-      if (!s.bad) {
-        // Whole batches right up to the reservation: the page there must be spare zeros
-        // too. A writer that went on past a reservation it no longer held (a point left
-        // over by a run that kept none, or by an older build) starts a batch header there,
-        // and a header is never zero (docs/architecture.md "Restart: recovery point").
-        auto page = read_from(seg->file(), limit, limit + 4096);
-        if (!page) return page.error();
-        if (all_zero(*page, 0)) zeros_from = limit;
-      } else if (s.bad->batch_invalid && all_zero(*data, s.bad->pos - win)) {
-        zeros_from = s.bad->pos;
+      // The page at the reservation must be spare zeros too. A writer that went on past a
+      // reservation it no longer held (a point left over by a run that kept none, or by an
+      // older build) put bytes there: a batch header if its batches ended exactly there (a
+      // header is never zero), or the rest of an unacknowledged group whose start a power
+      // cut lost, which a whole read cuts (docs/architecture.md "Restart: recovery point").
+      auto page = read_from(seg->file(), limit, limit + 4096);
+      if (!page) return page.error();
+      if (all_zero(*page, 0)) {
+        if (!s.bad) {
+          zeros_from = limit;
+        } else if (s.bad->batch_invalid && all_zero(*data, s.bad->pos - win)) {
+          zeros_from = s.bad->pos;
+        }
       }
-      if (zeros_from) out.producers = std::move(trial);
+      if (zeros_from) {
+        out.producers = std::move(trial);
+        reservation_held = true;
+      }
     }
     if (!zeros_from) {
       data = walked ? read_from(seg->file(), win) : read_whole_file(seg->file());
@@ -438,7 +445,7 @@ Result<RecoveredLog> recover_log_impl(FileSystem& fs, PluginHost& host, const Op
                      seg->log_path() + " (preallocated or unwritten space)");
       } else {
         seg->preallocated = true;
-        if (limit > 0) seg->reserved_end = limit;  // still true: the writer starts below it
+        if (reservation_held) seg->reserved_end = limit;  // still true: the writer starts below it
       }
       s.bad.reset();
     }

@@ -354,6 +354,7 @@ Result<void> ShardLogImpl::truncate_to(Offset end_off) {
     seg->readable_size = pos;
     seg->written_size = pos;
     seg->next_offset = cut;
+    seg->preallocated = false;  // the file ends at the cut: writes append from here
     auto keep = std::find_if(seg->index.begin(), seg->index.end(),
                              [&](const IndexEntry& e) { return e.position >= pos; });
     seg->index.erase(keep, seg->index.end());

@@ -278,28 +278,34 @@ TEST(PreallocatedSegments, ACrashRestartReadsASpareOnlyUpToItsReservation) {
 // run that kept no points, or by a build that did not know the field) must not hide the
 // batches beyond it. The worst case is batches that end exactly at the reserved end: the
 // trial read up to it sees only whole batches, and only the page at the reserved end (a
-// batch header, never zero) tells it that the writer went on.
-TEST(PreallocatedSegments, AStaleReservationDoesNotHideBatchesWrittenPastIt) {
+// batch header, never zero) tells it that the writer went on. Run in the plain first
+// segment (the file ends at the last batch) and in a spare (zeros after the last batch).
+void stale_reservation_hides_nothing(bool in_a_spare) {
   TestHost host;
   configure(host);
   auto fs = std::make_shared<FaultFileSystem>();
   std::map<std::uint64_t, std::string> acked;
-  std::string log_dir;
-  std::uint64_t aligned = 0;
+  std::string log_dir, path;
+  std::uint64_t active = 0, aligned = 0;
   {
     FsStorageEngine engine(host, fs);
     auto shard = engine.open_shard(test_ref(), StreamSpec{}).value();
+    auto impl = std::dynamic_pointer_cast<ShardLogImpl>(shard);
     log_dir = engine.shard_directory(test_ref()).value() + "/log";
-    auto append = [&](std::string b) {
-      auto vals = batch_values(b);
-      auto r = append_wait(*shard, std::move(b));
-      ASSERT_TRUE(r) << r.error().to_string();
-      for (std::size_t k = 0; k < vals.size(); ++k) acked[r->base_offset.value() + k] = vals[k];
+    Writer w(*shard, acked, "s");
+    if (in_a_spare) active = roll_into_a_spare(engine, *impl, w);
+    ASSERT_FALSE(::testing::Test::HasFatalFailure());
+    for (int i = 0; i < 3; ++i) w.append();
+    ASSERT_FALSE(::testing::Test::HasFatalFailure());
+    // Where the active segment's batches end: the shard's bytes less the sealed segments'.
+    auto active_end = [&] {
+      std::uint64_t sealed = 0;
+      for (const auto& [base, size] : segment_sizes(engine))
+        if (base != active) sealed += size;
+      return impl->stats().size_bytes - sealed;
     };
-    for (int i = 0; i < 3; ++i) append(make_batch("s" + std::to_string(i), 4, 1000, 1000));
-    ASSERT_FALSE(HasFatalFailure());
     // One batch padded to end on a page boundary: the reserved end a stale point names.
-    const std::uint64_t pos = segment_sizes(engine).at(0);
+    const std::uint64_t pos = active_end();
     std::string fit;
     for (std::size_t pad = 0; pad < 8192 && fit.empty(); ++pad) {
       std::string b = make_batch("fit", 1, 1000, pad);
@@ -307,29 +313,45 @@ TEST(PreallocatedSegments, AStaleReservationDoesNotHideBatchesWrittenPastIt) {
     }
     ASSERT_FALSE(fit.empty()) << "no padding ends a batch on a page boundary";
     aligned = pos + fit.size();
-    append(std::move(fit));
-    ASSERT_FALSE(HasFatalFailure());
-    ASSERT_EQ(segment_sizes(engine).at(0), aligned);
-    for (int i = 0; i < 3; ++i) append(make_batch("past" + std::to_string(i), 4, 1000, 1000));
-    ASSERT_FALSE(HasFatalFailure());
-    ASSERT_EQ(segment_sizes(engine).size(), 1u) << "the test expects one segment";
+    auto vals = batch_values(fit);
+    auto r = append_wait(*shard, std::move(fit));
+    ASSERT_TRUE(r) << r.error().to_string();
+    acked[r->base_offset.value()] = vals.at(0);
+    ASSERT_EQ(active_end(), aligned);
+    for (int i = 0; i < 3; ++i) w.append();
+    ASSERT_FALSE(::testing::Test::HasFatalFailure());
+    ASSERT_EQ(segment_sizes(engine).rbegin()->first, active) << "the test expects no roll";
+    path = segment_path(engine, test_ref(), active);
+    EXPECT_EQ(fsys::file_size(path) == kSegment, in_a_spare);
     fs->crash(11, CrashOptions{});  // a SIGKILL: nothing unsynced to lose
     shard.reset();
+    impl.reset();
     engine.shutdown();
   }
   fs->restart();
   // The stale point: no trusted prefix, a reservation at the page boundary.
-  ASSERT_TRUE(write_recovery_point(*fs, log_dir, RecoveryPoint{0, 0, 0, 0, aligned}, true));
+  ASSERT_TRUE(write_recovery_point(*fs, log_dir, RecoveryPoint{active, 0, active, 0, aligned}, true));
   ASSERT_EQ(read_recovery_point(*fs, log_dir)->reserved_end, aligned);
   FsStorageEngine engine(host, fs);
   auto opened = engine.open_shard(test_ref(), StreamSpec{});
   ASSERT_TRUE(opened) << opened.error().to_string();
   expect_all(**opened, acked);
-  ASSERT_FALSE(HasFatalFailure());
-  EXPECT_GT((*opened)->stats().high_watermark.value(), acked.rbegin()->first) << "records past the reservation were lost";
-  // The start removed the point whose reservation it did not keep.
+  ASSERT_FALSE(::testing::Test::HasFatalFailure());
+  EXPECT_GT((*opened)->stats().high_watermark.value(), acked.rbegin()->first)
+      << "records past the reservation were lost";
+  EXPECT_FALSE(host.logged("truncated torn tail"));
+  EXPECT_EQ(fsys::file_size(path) == kSegment, in_a_spare) << "a spare's zeros stay for the writes";
+  // The start removed the point whose reservation it did not keep, before any write.
   auto left = read_recovery_point(*fs, log_dir);
   EXPECT_FALSE(left && left->reserved_end == aligned) << "the stale reservation is still on disk";
+}
+
+TEST(PreallocatedSegments, AStaleReservationDoesNotHideBatchesWrittenPastIt) {
+  stale_reservation_hides_nothing(false);
+}
+
+TEST(PreallocatedSegments, AStaleReservationInASpareDoesNotHideBatchesWrittenPastIt) {
+  stale_reservation_hides_nothing(true);
 }
 
 // A busy shard does not grow its plain first segment to the end: once that holds
