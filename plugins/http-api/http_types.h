@@ -61,7 +61,8 @@ class Exchange {
   // is being served by this server, so this thread may block for one write and sync
   // without delaying anyone.
   virtual bool only_request_in_flight() const { return false; }
-  // Whether the calling thread is running this connection's strand now (any thread).
+  // Whether the calling thread may act as this connection's strand now (any thread): its
+  // io thread, which runs no other handler of the connection meanwhile.
   virtual bool on_strand() const { return false; }
   // respond(), for a caller on the strand (on_strand()) that holds no lock: sends at once
   // instead of from a posted handler, which could wake another thread to send it.

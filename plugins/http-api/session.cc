@@ -13,6 +13,7 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <thread>
 
 #include <boost/asio/bind_executor.hpp>
 #include <boost/asio/dispatch.hpp>
@@ -314,7 +315,8 @@ class Session final : public SessionBase {
 class ConnExchange final : public Exchange {
  public:
   ConnExchange(HttpServer::Impl& impl, std::weak_ptr<SessionBase> s, HttpRequest req)
-      : impl_(impl), gate_(impl.gate), session_(std::move(s)), req_(std::move(req)) {}
+      : impl_(impl), gate_(impl.gate), session_(std::move(s)), req_(std::move(req)),
+        home_(std::this_thread::get_id()) {}  // made on the connection's strand
 
   const HttpRequest& request() const override { return req_; }
   void set_route(std::string route) override { route_ = std::move(route); }
@@ -326,13 +328,12 @@ class ConnExchange final : public Exchange {
     });
   }
   bool only_request_in_flight() const override { return impl_.metrics.in_flight() == 1; }
-  bool on_strand() const override {
-    auto s = session_.lock();
-    if (!s) return false;
-    const auto ex = s->executor();
-    const auto* strand = ex.target<net::strand<net::io_context::executor_type>>();
-    return strand && strand->running_in_this_thread();
-  }
+  // The connection's io thread, the one thread that runs its io_context (docs/architecture.md
+  // "HTTP io threads"): any handler there excludes every other handler of the connection,
+  // so it may act as the strand. Decided without touching the session: a storage thread
+  // that asks must not take a reference, since dropping the last one there would destroy
+  // the session against an io_context that stop() may already have destroyed.
+  bool on_strand() const override { return std::this_thread::get_id() == home_; }
   void respond_here(HttpResponse r) override {
     if (!on_strand()) return respond(std::move(r));
     if (responded_.exchange(true)) return;
@@ -384,6 +385,7 @@ class ConnExchange final : public Exchange {
   std::shared_ptr<Gate> gate_;
   std::weak_ptr<SessionBase> session_;
   HttpRequest req_;
+  const std::thread::id home_;
   std::string route_ = "unmatched";
   std::atomic<bool> responded_{false};
 };
