@@ -70,6 +70,10 @@ Result<void> RaftMetaStore::start() {
   std::lock_guard life(life_mu_);
   if (ready_.load()) return {};
   starting_.store(true);
+  {
+    std::lock_guard lk(fwd_mu_);
+    fwd_stopped_ = false;
+  }
   struct Reset {
     std::atomic<bool>& f;
     ~Reset() { f.store(false); }
@@ -318,12 +322,17 @@ void RaftMetaStore::stop() {
     rpc_port_ = 0;
   }
   ready_.store(false);
+  std::vector<std::shared_ptr<RemoteMetadataStore>> idle;  // closed after the lock is released
   {
     std::lock_guard lk(fwd_mu_);
-    fwd_idle_.clear();
+    idle.swap(fwd_idle_);
     fwd_addr_.clear();
     ++fwd_epoch_;
+    fwd_open_ = 0;
+    fwd_stopped_ = true;  // a call that passed ready_ before this neither opens nor keeps one
+    fwd_cv_.notify_all();
   }
+  idle.clear();
   std::shared_ptr<RaftNode> n;
   {
     std::lock_guard lk(node_mu_);

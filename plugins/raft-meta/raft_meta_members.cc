@@ -63,19 +63,34 @@ std::shared_ptr<MetadataStore> RaftMetaStore::leader_client() {
   if (!leader || leader->rpc_address.empty()) return nullptr;
   std::shared_ptr<RemoteMetadataStore> c;
   std::uint64_t epoch;
+  std::vector<std::shared_ptr<RemoteMetadataStore>> drop;  // closed after the lock is released
   {
-    std::lock_guard lk(fwd_mu_);
+    std::unique_lock lk(fwd_mu_);
+    if (fwd_stopped_) return nullptr;
     if (fwd_addr_ != leader->rpc_address) {
-      fwd_idle_.clear();
+      drop.swap(fwd_idle_);
+      fwd_open_ = 0;  // counted per leader: leases to the old one close when they come back
       fwd_addr_ = leader->rpc_address;
       ++fwd_epoch_;
+      fwd_cv_.notify_all();
     }
+    // At most kForwardOpen connections to the leader: its RPC server's connection limit is
+    // shared with the brokers and the other members. Beyond that a call waits for one.
+    if (fwd_idle_.empty() && fwd_open_ >= kForwardOpen &&
+        !fwd_cv_.wait_for(lk, cfg_.timeout, [&] {
+          return fwd_stopped_ || !fwd_idle_.empty() || fwd_open_ < kForwardOpen;
+        }))
+      return nullptr;  // answered as by a member that cannot reach the leader
+    if (fwd_stopped_) return nullptr;
     epoch = fwd_epoch_;
     if (!fwd_idle_.empty()) {
       c = std::move(fwd_idle_.back());
       fwd_idle_.pop_back();
+    } else {
+      ++fwd_open_;  // this call's new connection, counted before it exists
     }
   }
+  drop.clear();
   if (!c) {  // none idle: another connection (its hello is a round trip, outside the lock)
     RemoteConfig rc;
     rc.controllers = {leader->rpc_address};
@@ -83,7 +98,13 @@ std::shared_ptr<MetadataStore> RaftMetaStore::leader_client() {
     rc.forwarded = true;
     rc.tls = cfg_.rpc_tls;
     c = std::make_shared<RemoteMetadataStore>(host_, rc);
-    if (!c->start().ok()) return nullptr;
+    if (!c->start().ok()) {
+      c.reset();
+      std::lock_guard lk(fwd_mu_);
+      if (epoch == fwd_epoch_) --fwd_open_;
+      fwd_cv_.notify_one();
+      return nullptr;
+    }
   }
   // The lease: the caller's pointer, which hands the connection back when its last copy goes.
   RemoteMetadataStore* raw = c.get();
@@ -95,10 +116,15 @@ std::shared_ptr<MetadataStore> RaftMetaStore::leader_client() {
 void RaftMetaStore::return_forward_client(std::shared_ptr<RemoteMetadataStore> c, std::uint64_t epoch) {
   std::shared_ptr<RemoteMetadataStore> drop;  // closed after the lock is released
   std::lock_guard lk(fwd_mu_);
-  if (epoch == fwd_epoch_ && fwd_idle_.size() < kForwardIdle)
+  if (epoch == fwd_epoch_ && !fwd_stopped_ && fwd_idle_.size() < kForwardIdle) {
     fwd_idle_.push_back(std::move(c));
-  else
+  } else {
     drop = std::move(c);  // a moved leader, a stopped store, or enough idle already
+    // Counted only in the epoch it was opened in: a leader move or stop uncounted the
+    // idle ones then, and starts the count again for the new leader.
+    if (epoch == fwd_epoch_) --fwd_open_;
+  }
+  fwd_cv_.notify_one();
 }
 
 Error RaftMetaStore::not_leader_error() {

@@ -261,6 +261,11 @@ class RaftMetaStore final : public MetadataStore {
   // threads); at most kForwardIdle are kept idle. A lease taken before the leader moved
   // (or the store stopped: fwd_epoch_) is closed when returned, not kept.
   static constexpr std::size_t kForwardIdle = 32;
+  // At most this many open (idle or leased) in the current epoch; more callers wait for one.
+  static constexpr std::size_t kForwardOpen = 128;
+  std::condition_variable fwd_cv_;  // a connection came back or closed, or the epoch moved
+  std::size_t fwd_open_ = 0;        // guarded by fwd_mu_: opened in fwd_epoch_, not yet closed
+  bool fwd_stopped_ = false;        // guarded by fwd_mu_: stop() ran; start() clears it
   std::string fwd_addr_;                                            // guarded by fwd_mu_
   std::vector<std::shared_ptr<class RemoteMetadataStore>> fwd_idle_;  // guarded by fwd_mu_
   std::uint64_t fwd_epoch_ = 0;                                     // guarded by fwd_mu_

@@ -68,6 +68,40 @@ RemoteMetadataStore::~RemoteMetadataStore() {
   join_retired(/*only_done=*/false);  // watch threads whose handles ended on them
 }
 
+namespace {
+// ::connect, bounded by `timeout`: an address that drops SYNs (a leader's host gone, a
+// partition) costs at most that, not the kernel's two minutes of retries. The socket is
+// left blocking. On failure errno says why (ETIMEDOUT for the bound).
+bool connect_within(int fd, const sockaddr_in& sa, std::chrono::milliseconds timeout) {
+  const int flags = ::fcntl(fd, F_GETFL, 0);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) return false;
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof sa) != 0) {
+    if (errno != EINPROGRESS) return false;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    pollfd p{fd, POLLOUT, 0};
+    for (;;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                            deadline - std::chrono::steady_clock::now()).count();
+      if (left <= 0) {
+        errno = ETIMEDOUT;
+        return false;
+      }
+      const int n = ::poll(&p, 1, static_cast<int>(std::min<long long>(left, 1 << 30)));
+      if (n > 0) break;
+      if (n < 0 && errno != EINTR) return false;
+    }
+    int err = 0;
+    socklen_t len = sizeof err;
+    if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) return false;
+    if (err != 0) {
+      errno = err;
+      return false;
+    }
+  }
+  return ::fcntl(fd, F_SETFL, flags) == 0;
+}
+}  // namespace
+
 bool RemoteMetadataStore::connect(Conn& c, std::string& why) {
   c.close();
   for (auto& a : cfg_.controllers) {
@@ -82,7 +116,7 @@ bool RemoteMetadataStore::connect(Conn& c, std::string& why) {
       continue;
     }
     int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) == 0) {
+    if (connect_within(fd, sa, cfg_.timeout)) {
       // Long polls wait up to kMaxWaitMs on the server: allow for it.
       set_timeouts(fd, cfg_.timeout + std::chrono::milliseconds(kMaxWaitMs));
       if (cfg_.tls) {

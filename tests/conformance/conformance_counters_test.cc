@@ -15,7 +15,9 @@ TEST_P(Conformance, CounterIncarnationsStrictlyIncreaseAcrossDeleteAndRecreate) 
     auto c = s.create_counter(kCounter);
     ASSERT_TRUE(c.ok()) << c.error().to_string();
     ASSERT_GT(c->incarnation.value(), 0u) << "a counter is always incarnated";
-    if (!seen.empty()) EXPECT_GT(c->incarnation.value(), seen.back());
+    if (!seen.empty()) {
+      EXPECT_GT(c->incarnation.value(), seen.back());
+    }
     seen.push_back(c->incarnation.value());
     EXPECT_EQ(c->key, kCounter);
     auto g = s.get_counter(kCounter);

@@ -427,6 +427,45 @@ TEST(ControllerRpc, UnreachableControllerMeansNotReady) {
   EXPECT_TRUE(bh.cluster_id().empty());
 }
 
+// A controller address that drops SYNs (its host gone, a partition) fails a call within
+// metadata.timeout_ms instead of the kernel's two minutes of SYN retries, which a member
+// forwarding to a vanished leader, or a broker starting, would otherwise wait. Modelled on
+// loopback by a listener whose accept queue is full: the kernel drops further SYNs.
+TEST(ControllerRpc, AConnectToAnAddressThatDropsSynsEndsWithinTheTimeout) {
+  const int lfd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(lfd, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(lfd, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+  ASSERT_EQ(::listen(lfd, 0), 0);  // never accepted: one queued connection fills it
+  socklen_t len = sizeof sa;
+  ASSERT_EQ(::getsockname(lfd, reinterpret_cast<sockaddr*>(&sa), &len), 0);
+  std::vector<int> fillers;
+  for (int i = 0; i < 4; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    ASSERT_GE(fd, 0);
+    (void)::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa);
+    fillers.push_back(fd);
+  }
+  TestHost host;
+  RemoteConfig rc;
+  rc.controllers = {"127.0.0.1:" + std::to_string(ntohs(sa.sin_port))};
+  rc.timeout = std::chrono::milliseconds(300);
+  RemoteMetadataStore remote(host, rc);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = remote.start();
+  const auto took = std::chrono::steady_clock::now() - t0;
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, Errc::unavailable);
+  EXPECT_NE(r.error().message.find("timed out"), std::string::npos) << r.error().message;
+  // Generous against the 300 ms bound (a loaded machine), far below the first SYN
+  // retries' 1 + 3 + 7 + 15 s that an unbounded connect would wait through at least.
+  EXPECT_LT(took, std::chrono::seconds(20));
+  for (int fd : fillers) ::close(fd);
+  ::close(lfd);
+}
+
 TEST(ControllerRpc, ClientReconnectsAfterTheControllerRestarts) {
   Controller c;
   ASSERT_TRUE(c.store.start().ok());
