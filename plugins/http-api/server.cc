@@ -8,6 +8,7 @@
 
 #include <pthread.h>
 #include <algorithm>
+#include <iterator>
 #include <atomic>
 #include <functional>
 #include <memory>
@@ -89,24 +90,32 @@ bool HttpServer::Impl::evict_one() {
   std::shared_ptr<SessionBase> victim;
   {
     std::lock_guard lk(conns_mu);
-    SessionBase* best = nullptr;
-    int best_rank = 0;
-    std::int64_t best_since = 0;
-    for (SessionBase* c : conns) {
-      const int rank = SessionBase::eviction_rank(c->phase());
-      if (rank < 0) continue;
-      const bool before = rank == SessionBase::eviction_rank(SessionBase::kNew)
-                              ? c->phase_since() > best_since
-                              : c->phase_since() < best_since;
-      if (!best || rank < best_rank || (rank == best_rank && before)) {
-        best = c;
-        best_rank = rank;
-        best_since = c->phase_since();
+    const std::int64_t now = SessionBase::now_ns();
+    // A choice that cannot be taken (its destructor is waiting for conns_mu, so lock() is
+    // empty; or it left an evictable phase meanwhile) is passed over for the next best:
+    // refusing the newcomer would turn it away for a slot that is being freed.
+    SessionBase* skipped[4];
+    std::size_t n_skipped = 0;
+    while (!victim && n_skipped < std::size(skipped)) {
+      SessionBase* best = nullptr;
+      int best_rank = 0;
+      std::int64_t best_since = 0;
+      for (SessionBase* c : conns) {
+        const std::int64_t since = c->phase_since();
+        const int rank = SessionBase::eviction_rank(c->phase(), since, now);
+        if (rank < 0 || std::find(skipped, skipped + n_skipped, c) != skipped + n_skipped) continue;
+        const bool before = rank == SessionBase::kFreshNew ? since > best_since : since < best_since;
+        if (!best || rank < best_rank || (rank == best_rank && before)) {
+          best = c;
+          best_rank = rank;
+          best_since = since;
+        }
       }
+      if (!best) break;
+      victim = best->weak_from_this().lock();
+      if (victim && !victim->mark_evicting()) victim.reset();
+      if (!victim) skipped[n_skipped++] = best;
     }
-    // A session whose destructor is waiting for conns_mu has no owner left: lock() is empty.
-    if (best) victim = best->weak_from_this().lock();
-    if (victim && !victim->mark_evicting()) victim.reset();
   }
   if (!victim) return false;
   log_limit("at http.max_connections (" + std::to_string(cfg.max_connections) +

@@ -115,16 +115,36 @@ class SessionBase : public std::enable_shared_from_this<SessionBase> {
  public:
   // Where a connection is, for eviction at http.max_connections (evict_one()):
   //  - kNew: accepted, not yet a byte of its first request read (or its TLS handshake
-  //    unfinished). Evicted last, and the newest first: an honest client's request
-  //    arrives with its first read and is parsed in that same turn, but a burst of accepts
-  //    can run before that read does (a CI run evicted an honest request so), and the
-  //    connection accepted longest ago is the one whose read comes next;
+  //    unfinished). Within kNewGrace of entering the phase it is evicted last, and the
+  //    newest first: an honest client's request or handshake is on its way, a burst of
+  //    accepts can run before its first read does (a CI run evicted an honest request so),
+  //    and the connection accepted longest ago is the one whose read comes next. Silent
+  //    for longer than that, it is evicted right after the idle ones, oldest first: a
+  //    flood of silent connections (or TLS ones that never finish a handshake) must not
+  //    outlast honest clients that are still handshaking or sending;
   //  - kWaiting: idle between requests. Evicted first: reconnecting costs its client least;
-  //  - kReading: a request begun and not whole yet (a slow-loris looks like this);
+  //  - kReading: a request begun and not whole yet (a slow-loris looks like this, and so
+  //    does an honest request larger than one read);
   //  - kBusy (a request in progress) and kClosing are never evicted.
   enum Phase : int { kNew, kWaiting, kReading, kBusy, kClosing };
-  // Eviction order: lower first, then oldest in its phase (newest among kNew).
-  static int eviction_rank(int p) { return p == kWaiting ? 0 : p == kReading ? 1 : p == kNew ? 2 : -1; }
+  static constexpr std::int64_t kNewGraceNs = 1'000'000'000;
+  // Eviction order, lower first (-1: never); within a rank the oldest in its phase goes,
+  // except within kFreshNew, where the newest goes.
+  static constexpr int kFreshNew = 3;
+  static int eviction_rank(int p, std::int64_t since, std::int64_t now) {
+    switch (p) {
+      case kWaiting: return 0;
+      case kNew: return now - since >= kNewGraceNs ? 1 : kFreshNew;
+      case kReading: return 2;
+      default: return -1;
+    }
+  }
+  static bool evictable(int p) { return p == kWaiting || p == kNew || p == kReading; }
+  static std::int64_t now_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
 
   explicit SessionBase(HttpServer::Impl& impl) : impl_(impl) {
     impl_.metrics.connection_opened();
@@ -144,7 +164,7 @@ class SessionBase : public std::enable_shared_from_this<SessionBase> {
   std::int64_t phase_since() const { return phase_since_.load(std::memory_order_relaxed); }
   bool mark_evicting() {
     int expected = phase();
-    while (eviction_rank(expected) >= 0)
+    while (evictable(expected))
       if (phase_.compare_exchange_weak(expected, kClosing)) return true;
     return false;
   }
@@ -158,11 +178,6 @@ class SessionBase : public std::enable_shared_from_this<SessionBase> {
   virtual void upgrade(Subscription sub, const std::string& route) = 0;
 
  protected:
-  static std::int64_t now_ns() {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(
-               std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-  }
   // False if the connection was chosen for eviction meanwhile (it stays closing). Setting
   // the phase it is already in keeps its start: a new connection's first do_read() must
   // not make it look newer than the connections accepted after it whose sessions have not

@@ -181,8 +181,10 @@ class Session final : public SessionBase {
       primed_ = false;
       return begin_request();
     }
+    // Pipelined: the next request's bytes are already here, so it is reading, not idle
+    // (evicted first), while begin_request() parses it.
+    if (buffer_.size() > 0) return set_phase(kReading) ? begin_request() : hard_close();
     if (!set_phase(requests_ == 0 ? kNew : kWaiting)) return hard_close();
-    if (buffer_.size() > 0) return begin_request();  // pipelined: already here
     lowest().expires_after(impl_.cfg.idle_timeout);
     stream_.async_read_some(buffer_.prepare(kReadChunk),
                             [self = self()](beast::error_code ec, std::size_t n) {

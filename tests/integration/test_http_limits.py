@@ -159,6 +159,42 @@ class Limits(unittest.TestCase):
                 s.close()
         self.assertGreater(metric(n, "sluice_http_connections_evicted_total"), 0)
 
+    def test_silent_connections_do_not_outlast_an_honest_client_that_is_still_sending(self):
+        """A flood that holds every slot with silent connections (or TLS ones that never
+        finish their handshake) used to evict each honest newcomer at the next accept,
+        before its request arrived: among *new* connections the newest went first. Now a
+        new connection silent for more than a second goes right after the idle ones, oldest
+        first, and only those within that grace keep the newest-first rule. The honest
+        client here connects, the flood connects twice more, and only then does the honest
+        client send its request: what a TLS client's handshake, or a slow sender, looks
+        like to the server."""
+        SLOTS = 4
+        n = self.start(http_max_connections=SLOTS, http_idle_timeout_ms=60000,
+                       http_request_timeout_ms=60000)
+        held = []
+        try:
+            for _ in range(2 * SLOTS):  # silent; more than the slots, so the node is full
+                held.append(socket.create_connection(("127.0.0.1", n.http_port), timeout=10))
+            poll(lambda: metric(n, "sluice_http_connections_evicted_total") >= SLOTS,
+                 "the flood to fill every slot")
+            for round_ in range(3):
+                # The flood's connections are now silent past the 1 s grace. (A flood that
+                # connects faster than the slots per second keeps every connection within
+                # it, and then the newest goes, whoever that is: no rule can tell an honest
+                # silent connection from a fresh attacking one.)
+                time.sleep(1.5)
+                honest = socket.create_connection(("127.0.0.1", n.http_port), timeout=30)
+                for _ in range(2):  # the flood goes on, each connect needing a victim
+                    held.append(socket.create_connection(("127.0.0.1", n.http_port), timeout=10))
+                honest.sendall(b"GET /readyz HTTP/1.1\r\nHost: sluice\r\nConnection: close\r\n\r\n")
+                with honest:
+                    data = read_to_eof(honest)
+                self.assertTrue(data.startswith(b"HTTP/1.1 200"), "round %d: %r" % (round_, data[:200]))
+        finally:
+            for s in held:
+                s.close()
+        self.assertEqual(metric(n, "sluice_http_connections_refused_total"), 0)
+
     def test_a_trickled_request_is_cut_off_at_request_timeout(self):
         n = self.start(http_request_timeout_ms=1000)
         # Counted from here: on a loaded machine one of the harness's own readiness polls
