@@ -117,12 +117,13 @@ void BackgroundVerifier::run() {
     ++jobs;
     std::optional<std::string> bad;
     for (const auto& r : job.ranges) {
-      if (!job.stands(r.segment->base())) {  // closed, cut below it, or deleted: nothing to check
+      const std::shared_ptr<Segment> seg = r.segment.lock();  // held while it is read, no longer
+      if (!seg || !job.stands(seg->base())) {  // closed, cut below it, or deleted: nothing to check
         std::lock_guard lk(mu_);
         queued_bytes_ -= std::min(queued_bytes_, r.end);
         continue;
       }
-      bad = check_range(job, r);
+      bad = check_range(job, *seg, r);
       if (bad) break;
       if (std::chrono::steady_clock::now() - last_progress >= kProgressEvery) {
         last_progress = std::chrono::steady_clock::now();
@@ -160,9 +161,8 @@ void BackgroundVerifier::run() {
   }
 }
 
-std::optional<std::string> BackgroundVerifier::check_range(const VerifyJob& job,
+std::optional<std::string> BackgroundVerifier::check_range(const VerifyJob& job, Segment& seg,
                                                            const UnverifiedRange& r) {
-  Segment& seg = *r.segment;
   std::uint64_t wstart = 0, wlen = 0;  // buf_ holds file bytes [wstart, wstart + wlen)
   std::uint64_t counted = 0;           // bytes [0, counted) were counted as checked
   // What is left unread when this returns (given up: the log closed, was cut or trimmed,

@@ -41,9 +41,12 @@
 
 namespace sluice::fs_storage {
 
-// Bytes [0, end) of `segment` were not CRC-checked when the log was recovered.
+// Bytes [0, end) of `segment` were not CRC-checked when the log was recovered. Weak: a
+// segment that retention deletes while its range waits (hours, on a large broker at the
+// verifier's rate) must not stay open, its disk space held, until the verifier gets to it;
+// the verifier holds it only while it reads it.
 struct UnverifiedRange {
-  std::shared_ptr<Segment> segment;
+  std::weak_ptr<Segment> segment;
   std::uint64_t end = 0;
 };
 
@@ -77,7 +80,7 @@ class BackgroundVerifier {
  private:
   void run();
   // The first confirmed corruption of one range, if any; nullopt when clean, moot, or stopped.
-  std::optional<std::string> check_range(const VerifyJob& job, const UnverifiedRange& r);
+  std::optional<std::string> check_range(const VerifyJob& job, Segment& seg, const UnverifiedRange& r);
   // Accounts `read` bytes just read (`fresh` of them not counted before) and waits so that
   // the reads since the wave started keep to the rate; false if stopped.
   bool pace(std::uint64_t read, std::uint64_t fresh);

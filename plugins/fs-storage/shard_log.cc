@@ -299,11 +299,16 @@ void ShardLogImpl::release_cache() {
     seg = segments_.back();
     log_start = segments_.front()->base();
   }
-  // Segments retention or a trim deleted: their pages went with the file; close it now.
-  while (!cache_sealed_.empty() && cache_sealed_.front()->base() < log_start) {
-    cache_sealed_bytes_ -= cache_sealed_.front()->write_pos;
-    cache_sealed_.pop_front();
-  }
+  // Segments retention or a trim deleted: their pages went with the file.
+  auto front = [&]() -> std::shared_ptr<Segment> {
+    while (!cache_sealed_.empty()) {
+      auto s = cache_sealed_.front().seg.lock();
+      if (s && s->base() >= log_start) return s;
+      cache_sealed_bytes_ -= cache_sealed_.front().bytes;
+      cache_sealed_.pop_front();
+    }
+    return nullptr;
+  };
   const std::uint64_t step = std::max<std::uint64_t>(window / 32, 64 << 10);
   // Drops [start of the last drop's 2 MiB block, to) of `s`, once that has grown by a step.
   auto drop_below = [&](Segment& s, std::uint64_t to) {
@@ -315,15 +320,15 @@ void ShardLogImpl::release_cache() {
   };
   // Sealed segments, oldest first: whole once the bytes after them fill the window, else
   // what lies behind the window's start, and the newer ones are inside it.
-  while (!cache_sealed_.empty()) {
-    Segment& s = *cache_sealed_.front();
+  while (auto sp = front()) {
+    Segment& s = *sp;
     const std::uint64_t newer = cache_sealed_bytes_ - s.write_pos + seg->write_pos;
     if (newer < window) {
       if (s.write_pos > window - newer) drop_below(s, s.write_pos - (window - newer));
       break;
     }
     s.file().drop_cache(cache_drop_start(s), 0);
-    cache_sealed_bytes_ -= s.write_pos;
+    cache_sealed_bytes_ -= cache_sealed_.front().bytes;
     cache_sealed_.pop_front();
   }
   if (seg->write_pos > window) drop_below(*seg, seg->write_pos - window);

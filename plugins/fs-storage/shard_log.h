@@ -496,8 +496,13 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   std::mutex seg_mu_;
   std::vector<std::shared_ptr<Segment>> segments_;  // oldest first; back() is active
   // Writer: segments sealed by rolls, oldest first, until release_cache has dropped all of
-  // their pages, and the sum of their sizes.
-  std::deque<std::shared_ptr<Segment>> cache_sealed_;
+  // their pages, and the sum of their sizes. Weak: one that retention deletes closes then,
+  // not at this shard's next sync (a quiet shard may have none for days).
+  struct CacheSealed {
+    std::weak_ptr<Segment> seg;
+    std::uint64_t bytes;  // its write_pos when sealed
+  };
+  std::deque<CacheSealed> cache_sealed_;
   std::uint64_t cache_sealed_bytes_ = 0;
   RetentionPolicy retention_;
 

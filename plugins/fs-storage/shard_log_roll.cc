@@ -99,7 +99,7 @@ Result<void> ShardLogImpl::roll(std::uint64_t new_base) {
   seg->preallocated = preallocated;
   if (opts_.page_cache_window_bytes > 0) {
     cache_sealed_bytes_ += old->write_pos;
-    cache_sealed_.push_back(old);
+    cache_sealed_.push_back({old, old->write_pos});
   }
   std::lock_guard lk(seg_mu_);
   segments_.push_back(std::move(seg));

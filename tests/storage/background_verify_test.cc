@@ -360,5 +360,39 @@ TEST_F(BackgroundVerify, TheCutFloorFallsAtACloseAndStaysUpOtherwise) {
   EXPECT_EQ(log->cut_floor(), 0u);
 }
 
+// A range waiting in the queue does not keep its segment open: a segment that retention
+// deletes meanwhile gives its disk space back at once, not when the verifier reaches it
+// (hours later on a large broker at the verifier's rate).
+TEST_F(BackgroundVerify, AQueuedRangeDoesNotKeepItsSegmentOpen) {
+  const std::string log_dir = fill();
+  const auto files = segment_files(log_dir);
+  ASSERT_GE(files.size(), 2u);
+  auto fs = std::make_shared<PosixFileSystem>();
+  auto open_segment = [&](const std::string& path) {
+    auto file = fs->open(path, OpenMode::read_write);
+    EXPECT_TRUE(file);
+    auto base = parse_offset_file_name(fsys::path(path).filename().string(), ".log");
+    EXPECT_TRUE(base);
+    return std::make_shared<Segment>(base.value_or(0), path, path + ".idx", std::move(file).value());
+  };
+  auto first = open_segment(files[0]);
+  auto second = open_segment(files[1]);
+  // One byte a second: the first job's first read leaves the verifier pacing until stop().
+  BackgroundVerifier v(host_, 1, [](const std::string&, const std::string&) {});
+  for (const auto& seg : {first, second}) {
+    VerifyJob job;
+    job.what = "test";
+    job.log_dir = log_dir;
+    job.incarnation = test_ref().incarnation;
+    job.ranges.push_back({seg, fsys::file_size(seg->log_path())});
+    job.stands = [](std::uint64_t) { return true; };
+    v.add(std::move(job));
+  }
+  std::weak_ptr<Segment> queued = second;
+  second.reset();  // retention deletes it: the log's reference goes
+  EXPECT_TRUE(queued.expired()) << "a range waiting in the verifier's queue keeps its segment open";
+  v.stop();
+}
+
 }  // namespace
 }  // namespace sluice::fs_storage::testing
