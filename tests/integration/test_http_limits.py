@@ -23,6 +23,11 @@ def metric(node, name):
     return float(m.group(1))
 
 
+def close_all(socks):
+    for s in socks:
+        s.close()
+
+
 def read_to_eof(s):
     data = b""
     while True:
@@ -63,6 +68,11 @@ class Limits(unittest.TestCase):
         self.assertEqual(problem["code"], "unavailable")
         self.assertIn("Retry-After: 1", seen["head"])
         return problem
+
+    def assert_answered_200(self, s, what):
+        with s:
+            data = read_to_eof(s)
+        self.assertTrue(data.startswith(b"HTTP/1.1 200"), "%s: %r" % (what, data[:200]))
 
     def start(self, **extra):
         self.node = Node(extra={k.replace("_", ".", 1): str(v) for k, v in extra.items()}).start()
@@ -151,12 +161,9 @@ class Limits(unittest.TestCase):
                         held.append(s)
                 finally:
                     n.proc.send_signal(signal.SIGCONT)
-                with honest:
-                    data = read_to_eof(honest)
-                self.assertTrue(data.startswith(b"HTTP/1.1 200"), "round %d: %r" % (round_, data[:200]))
+                self.assert_answered_200(honest, "round %d" % round_)
         finally:
-            for s in held:
-                s.close()
+            close_all(held)
         self.assertGreater(metric(n, "sluice_http_connections_evicted_total"), 0)
 
     def test_silent_connections_do_not_outlast_an_honest_client_that_is_still_sending(self):
@@ -187,12 +194,9 @@ class Limits(unittest.TestCase):
                 for _ in range(2):  # the flood goes on, each connect needing a victim
                     held.append(socket.create_connection(("127.0.0.1", n.http_port), timeout=10))
                 honest.sendall(b"GET /readyz HTTP/1.1\r\nHost: sluice\r\nConnection: close\r\n\r\n")
-                with honest:
-                    data = read_to_eof(honest)
-                self.assertTrue(data.startswith(b"HTTP/1.1 200"), "round %d: %r" % (round_, data[:200]))
+                self.assert_answered_200(honest, "round %d" % round_)
         finally:
-            for s in held:
-                s.close()
+            close_all(held)
         self.assertEqual(metric(n, "sluice_http_connections_refused_total"), 0)
 
     def test_a_trickled_request_is_cut_off_at_request_timeout(self):
