@@ -53,8 +53,10 @@ class PgRestartDuringFailover(base.Replication):
         for res, v in zip(self.publish(self.nodes[old_id], vals), vals):
             acked[res["offset"]] = v
         others = [i for i in self.nodes if i != old_id]
-        self.nodes[old_id].kill()
+        # The catalog goes down first: were the leader killed first, its session could lapse
+        # (1-3 s) and the failover be written before a slow halt finished.
         self.pg("halt")
+        self.nodes[old_id].kill()
         # Beyond the session timeout (3 s): the old leader is dead, yet no decision can be
         # written while the catalog is down.
         time.sleep(5)
