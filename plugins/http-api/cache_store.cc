@@ -32,20 +32,25 @@ constexpr std::size_t kMaxBatchRecords = 512;
 constexpr std::size_t kMaxBatchBytes = 4u << 20;
 constexpr auto kVisibleWait = std::chrono::seconds(30);
 // A write whose append fails with a transient error (nothing written) is tried again
-// every kTransientPause for up to kTransientRetry.
+// every kTransientPause for up to CacheConfig::transient_retry.
 constexpr auto kTransientPause = std::chrono::milliseconds(50);
-constexpr auto kTransientRetry = std::chrono::seconds(10);
 
-// A read whose catch-up fails with a transient error (the shard's leader moving, not
-// open yet) is tried again, like a write, for up to kTransientRetry (docs/api.md "Caches").
+// A read whose catch-up fails with an error that is not definite (the shard's leader
+// moving, not open yet, or lost mid-call) is tried again, like a write, for up to
+// `window` (docs/api.md "Caches"). A read changes nothing, so a call the transport lost
+// ("uncertain": it cannot know whether the leader acted on it) is as safe to repeat as a
+// transient one, and a read that still fails says "transient", never "uncertain".
 template <class F>
-auto retry_transient(F&& once) {
-  const auto deadline = std::chrono::steady_clock::now() + kTransientRetry;
+auto retry_read(std::chrono::milliseconds window, F&& once) {
+  const auto deadline = std::chrono::steady_clock::now() + window;
   for (;;) {
     auto r = once();
-    if (r || r.error().outcome != Outcome::transient ||
-        std::chrono::steady_clock::now() + kTransientPause >= deadline)
-      return r;
+    if (r || r.error().outcome == Outcome::definite) return r;
+    if (std::chrono::steady_clock::now() + kTransientPause >= deadline) {
+      Error e = r.error();
+      e.outcome = Outcome::transient;
+      return decltype(r)(std::move(e));
+    }
     std::this_thread::sleep_for(kTransientPause);
   }
 }
@@ -160,6 +165,8 @@ Result<void> CacheStore::catch_up(Shard& sh, const StreamInfo& backing, ShardInd
       // the trimmed range.
       auto st = node_.shard_stats(backing.key, s);
       if (st && st->log_start.value() > sh.end) {
+        if (sh.watch_offset != UINT64_MAX && sh.watch_offset >= sh.end && sh.watch_offset < st->log_start.value())
+          sh.watch_lost = true;
         sh.index.clear();
         sh.end = st->log_start.value();
         sh.next_seq = 0;  // from the first producer batch read (a restate batch at the latest)
@@ -253,7 +260,7 @@ Result<CacheEntry> CacheStore::get(const StreamKey& cache, std::string_view key)
 }
 
 Result<std::optional<CacheEntry>> CacheStore::find(const StreamKey& cache, std::string_view key) {
-  return retry_transient([&]() -> Result<std::optional<CacheEntry>> { return get_once(cache, key); });
+  return retry_read(cfg_.transient_retry, [&]() -> Result<std::optional<CacheEntry>> { return get_once(cache, key); });
 }
 
 Result<std::optional<CacheEntry>> CacheStore::get_once(const StreamKey& cache, std::string_view key) {
@@ -288,7 +295,7 @@ Result<CacheStore::Write> CacheStore::write(const StreamKey& cache, std::string_
     std::atomic<std::size_t>& n;
     ~Leave() { n.fetch_sub(1, std::memory_order_relaxed); }
   } leave{pending_};
-  me.transient_deadline = std::chrono::steady_clock::now() + kTransientRetry;
+  me.transient_deadline = std::chrono::steady_clock::now() + cfg_.transient_retry;
   std::unique_lock lk(sh->mu);
   sh->queue.push_back(&me);
   // One thread at a time writes a shard's queue as batches (group commit), until its own
@@ -333,12 +340,15 @@ void CacheStore::write_batch(Shard& sh, std::unique_lock<std::mutex>& lk, const 
       sh.queue.pop_front();
     }
   }
-  // Nothing decided or written yet: a transient failure (the leader moving) puts the
-  // writes back and tries again shortly, until the first one's deadline.
+  // Nothing decided or written yet (a write a lost round put back was not appended either):
+  // a failure of the catch-up, which only reads, puts the writes back and tries again
+  // shortly, until the first one's deadline, whether it was transient (the leader moving)
+  // or "uncertain" (the leader lost mid-call: which a read may be, and no harm done). One
+  // that outlasts the deadline is transient: nothing was written.
   auto again = [&](const Error& e) {
-    if (e.outcome != Outcome::transient ||
-        std::chrono::steady_clock::now() + kTransientPause >= taken.front()->transient_deadline)
-      return fail_all(taken, e);
+    if (e.outcome == Outcome::definite) return fail_all(taken, e);
+    if (std::chrono::steady_clock::now() + kTransientPause >= taken.front()->transient_deadline)
+      return fail_all(taken, Error(e.code, e.message, Outcome::transient));
     for (auto it = taken.rbegin(); it != taken.rend(); ++it) sh.queue.push_front(*it);
     lk.unlock();
     std::this_thread::sleep_for(kTransientPause);
@@ -392,6 +402,7 @@ void CacheStore::write_batch(Shard& sh, std::unique_lock<std::mutex>& lk, const 
   sh.watch_offset = expected;
   sh.watch_nonce = 0;
   sh.watch_stamp = -1;
+  sh.watch_lost = false;
   auto prom = std::make_shared<std::promise<Result<std::vector<PublishedRecord>>>>();
   auto f = prom->get_future();
   node_.publish(si.key, recs, opts,
@@ -445,6 +456,14 @@ void CacheStore::write_batch(Shard& sh, std::unique_lock<std::mutex>& lk, const 
                                    v.error().message + "; the write was appended and may have taken effect",
                                    Outcome::uncertain));
   }
+  // Compaction trimmed the batch at `base` before this broker read it back: it may be this
+  // one. Retrying would apply it twice if it was (a counter add counted twice; a put with
+  // if_revision refused by its own write), so the answer is "uncertain" (review finding).
+  if (std::exchange(sh.watch_lost, false))
+    return fail_all(writing, Error(Errc::unavailable,
+                                   "the " + flavor_.what + " shard was compacted before this broker read the "
+                                   "write back; it may or may not have taken effect",
+                                   Outcome::uncertain));
   if (sh.watch_nonce != writing.front()->rec.nonce) return retry();  // another broker's batch won
   for (std::size_t i = 0; i < writing.size(); ++i) {
     Write w;
@@ -490,7 +509,8 @@ Result<CacheStore::Write> CacheStore::erase(const StreamKey& cache, std::string_
 
 Result<CacheStore::Listed> CacheStore::list(const StreamKey& cache, std::string_view prefix, std::string_view after,
                                             std::size_t limit) {
-  return retry_transient([&]() -> Result<Listed> { return list_once(cache, prefix, after, limit); });
+  return retry_read(cfg_.transient_retry,
+                    [&]() -> Result<Listed> { return list_once(cache, prefix, after, limit); });
 }
 
 Result<CacheStore::Listed> CacheStore::list_once(const StreamKey& cache, std::string_view prefix,

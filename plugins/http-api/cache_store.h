@@ -68,6 +68,9 @@ struct CacheConfig {
   // cache.compact_sweep_ms: how often the leader looks for backing shards due (it reads the
   // catalog's snapshot: a controller call on a raft-meta broker).
   std::int64_t compact_sweep_ms = 30000;
+  // How long a write or a read that meets a transient failure is tried again (fixed; a
+  // unit test shortens it).
+  std::chrono::milliseconds transient_retry{10000};
 };
 
 // What a store keeps: caches, or counters (whose catalog entries it reads as a CacheInfo
@@ -173,6 +176,9 @@ class CacheStore {
     std::uint64_t watch_offset = UINT64_MAX;  // write_once: the nonce found at this offset
     std::uint64_t watch_nonce = 0;
     std::int64_t watch_stamp = -1;  // ... and the leader's timestamp there
+    // A rebuild after a trim skipped watch_offset before it was indexed: whose batch is
+    // there can no longer be read (compaction restates values, not nonces).
+    bool watch_lost = false;
     // Compaction (cache_compact.cc): one at a time per shard, checked at most once a second.
     bool compacting = false;
     std::chrono::steady_clock::time_point compact_check{};

@@ -142,5 +142,63 @@ TEST(CacheStore, AReadWaitsForTheLeadersLogEndNotItsHighWatermark) {
   EXPECT_EQ(got->revision, fresh->revision);
 }
 
+// Regression (CI, test_cache.CacheBrokers.test_acknowledged_puts_survive_a_leader_kill): a
+// read whose fetch was forwarded to a leader that died mid-call failed with "unavailable,
+// uncertain" (the transport cannot know whether a call it lost took effect) and went to
+// the client as a 503 at once, because only "transient" errors were retried. A read changes
+// nothing, so it is retried on any failure that is not definite, and never reports
+// "uncertain"; so is a write's catch-up before it decides (docs/api.md "Caches").
+TEST(CacheStore, AReadWhoseLeaderConnectionDiedIsRetried) {
+  FakeNode node;
+  ASSERT_TRUE(node.catalog().create_cache(kCache, CacheSpec{}).ok());
+  CacheConfig quick = one_shard();
+  quick.transient_retry = std::chrono::milliseconds(500);
+  CacheStore a(node, one_shard()), b(node, quick);
+  auto w = put(a, "k", "v");
+  ASSERT_TRUE(w.ok());
+  const Error lost(Errc::unavailable, "peer 2 at 127.0.0.1:1: the connection was closed", Outcome::uncertain);
+  node.fail_next_fetches(3, lost);
+  auto got = b.get(kCache, "k");
+  ASSERT_TRUE(got.ok()) << got.error().message;
+  EXPECT_EQ(got->value, "v");
+  EXPECT_EQ(got->revision, w->revision);
+  EXPECT_EQ(node.failing_fetches(), 0);
+
+  // A write's catch-up (a read, before anything is decided or appended) likewise.
+  ASSERT_TRUE(put(a, "k3", "from-a").ok());
+  node.fail_next_fetches(3, lost);
+  auto w3 = put(b, "k3", "from-b");
+  ASSERT_TRUE(w3.ok()) << w3.error().message;
+  EXPECT_EQ(node.failing_fetches(), 0);
+  EXPECT_EQ(a.get(kCache, "k3")->value, "from-b");
+
+  // When the failure outlasts the retry, the read says so as transient, not uncertain.
+  ASSERT_TRUE(put(a, "k2", "v2").ok());  // b must fetch to list
+  node.fail_next_fetches(1 << 30, lost);
+  auto listed = b.list(kCache, "", "", 10);
+  node.fail_next_fetches(0, lost);
+  ASSERT_FALSE(listed.ok());
+  EXPECT_EQ(listed.error().code, Errc::unavailable);
+  EXPECT_EQ(listed.error().outcome, Outcome::transient);
+}
+
+// Regression (review): compaction on the leader trimmed a write's batch before its broker
+// read the batch back; the rebuild from the log start never saw the batch's nonce, the
+// write took it for another broker's win and was decided and appended again: a counter add
+// counted twice. Whether it won can no longer be known: the answer is "uncertain", and
+// nothing is appended again.
+TEST(CacheStore, AWriteWhoseBatchWasTrimmedBeforeItWasReadBackIsUncertainNotRepeated) {
+  FakeNode node;
+  ASSERT_TRUE(node.catalog().create_cache(kCache, CacheSpec{}).ok());
+  CacheStore a(node, one_shard());
+  ASSERT_TRUE(put(a, "seed", "0").ok());
+  const std::size_t before = node.stored_total();
+  node.trim_after_next_publish();
+  auto w = put(a, "k", "v");
+  ASSERT_FALSE(w.ok());
+  EXPECT_EQ(w.error().outcome, Outcome::uncertain) << w.error().message;
+  EXPECT_EQ(node.stored_total(), before + 1) << "the write was appended again";
+}
+
 }  // namespace
 }  // namespace sluice::http_api

@@ -259,6 +259,16 @@ class FakeNode : public Node {
     std::lock_guard lk(mu_);
     hold_next_ = true;
   }
+  // The next `n` fetches fail with `e` (a peer lost mid-call, say) and read nothing.
+  void fail_next_fetches(int n, Error e) {
+    std::lock_guard lk(mu_);
+    failing_fetches_ = n;
+    fetch_error_ = std::move(e);
+  }
+  int failing_fetches() {
+    std::lock_guard lk(mu_);
+    return failing_fetches_;
+  }
   std::size_t held_publishes() {
     std::lock_guard lk(mu_);
     return held_.size();
@@ -356,20 +366,48 @@ class FakeNode : public Node {
         }
       }
     }
+    {
+      // A compaction on the leader trims the log past this batch before its writer answers.
+      std::lock_guard lk(mu_);
+      if (trim_after_next_publish_) {
+        trim_after_next_publish_ = false;
+        const std::uint32_t shard = records.empty() || !records.front().shard ? 0 : *records.front().shard;
+        log_start_[{key, shard}] = shards_[{key, shard}].size();
+      }
+    }
     // Like storage: callbacks run on "another" thread; here, the publishing thread.
     for (auto& f : fire) f();
     cb(std::move(out));
+  }
+  // The next publish's shard is trimmed to its end right after it is appended (its records,
+  // and everything before, readable no more: offset_out_of_range).
+  void trim_after_next_publish() {
+    std::lock_guard lk(mu_);
+    trim_after_next_publish_ = true;
+  }
+  std::size_t stored_total() {  // records appended, in every shard of every stream
+    std::lock_guard lk(mu_);
+    std::size_t n = 0;
+    for (const auto& [k, v] : shards_) n += v.size();
+    return n;
   }
 
   Result<FetchResult> fetch(const StreamKey& key, ShardIndex shard, Offset from,
                             std::uint32_t max_records, std::size_t) override {
     ++calls_;
     std::lock_guard lk(mu_);
+    if (failing_fetches_ > 0) {
+      --failing_fetches_;
+      return fetch_error_;
+    }
     auto& v = shards_[{key, shard.value()}];
     if (from.value() > visible(v)) return Error(Errc::invalid_argument, "offset beyond the end");
+    const std::uint64_t log_start = log_start_[{key, shard.value()}];
+    if (from.value() < log_start)
+      return Error(Errc::offset_out_of_range, "offset " + std::to_string(from.value()) + " is below the log start");
     FetchResult fr;
     fr.high_watermark = Offset{visible(v)};
-    fr.log_start = Offset{0};
+    fr.log_start = Offset{log_start};
     // Batches of up to 3 records aligned at multiples of 3, so the first batch may start
     // before `from` (readers must skip).
     std::uint64_t start = from.value() / 3 * 3;
@@ -400,7 +438,7 @@ class FakeNode : public Node {
     ++calls_;
     std::lock_guard lk(mu_);
     ShardStats st;
-    st.log_start = Offset{0};
+    st.log_start = Offset{log_start_[{key, shard.value()}]};
     st.high_watermark = Offset{visible(shards_[{key, shard.value()}])};
     st.log_end = Offset{shards_[{key, shard.value()}].size()};
     return st;
@@ -460,7 +498,7 @@ class FakeNode : public Node {
   Result<GroupDelivery> group_fetch(const StreamKey& key, ShardIndex shard, const std::string& group,
                                     std::uint32_t max_records, const GroupOptions&) override {
     ++calls_;
-    std::lock_guard lk(mu_);
+    std::unique_lock lk(mu_);
     auto& g = groups_[{group, shard.value()}];
     auto& v = shards_[{key, shard.value()}];
     GroupDelivery d;
@@ -478,7 +516,18 @@ class FakeNode : public Node {
       restamp_batch(batch.data(), first, 0);
       d.batches.push_back(std::move(batch));
     }
+    if (after_group_fetch_) {
+      auto hook = std::move(after_group_fetch_);
+      after_group_fetch_ = nullptr;
+      lk.unlock();
+      hook();  // once, outside the lock: it may publish
+    }
     return d;
+  }
+  // Runs `f` once, right after the next group fetch has read (a publish racing a poll).
+  void after_next_group_fetch(std::function<void()> f) {
+    std::lock_guard lk(mu_);
+    after_group_fetch_ = std::move(f);
   }
   Result<void> group_ack(const StreamKey&, ShardIndex shard, const std::string& group,
                          const std::vector<Offset>& offsets) override {
@@ -536,6 +585,9 @@ class FakeNode : public Node {
     return hwm_cap_ ? std::min<std::uint64_t>(*hwm_cap_, v.size()) : v.size();
   }
   std::vector<std::function<void()>> held_;
+  int failing_fetches_ = 0;
+  std::function<void()> after_group_fetch_;
+  Error fetch_error_{Errc::internal, "unset"};
   std::uint64_t last_handle_ = 0;
   std::size_t cancelled_ = 0;
   struct Notify {
@@ -554,6 +606,8 @@ class FakeNode : public Node {
   std::string why_;
   AckMode last_ack_ = AckMode::leader;
   std::map<std::pair<StreamKey, std::uint32_t>, std::vector<StoredRecord>> shards_;
+  std::map<std::pair<StreamKey, std::uint32_t>, std::uint64_t> log_start_;  // trimmed below
+  bool trim_after_next_publish_ = false;
   std::vector<Notify> notifies_;
 };
 
