@@ -217,6 +217,22 @@ bool BrokerRuntime::wait_applied(ChangeSeq seq, std::int64_t timeout_ms) {
                               [&] { return applied_ >= seq; });
 }
 
+bool BrokerRuntime::wait_forgotten(const StreamKey& key, Incarnation incarnation, std::int64_t timeout_ms) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  std::unique_lock lk(applied_mu_);
+  for (;;) {
+    // A change to the streams is made before mark_applied moves applied_: one applied
+    // after `seen` is read wakes the wait below.
+    const ChangeSeq seen = applied_;
+    lk.unlock();
+    auto st = find(key);
+    const bool gone = !st || st->info.incarnation != incarnation;
+    lk.lock();
+    if (gone) return true;
+    if (!applied_cv_.wait_until(lk, deadline, [&] { return applied_ > seen; })) return false;
+  }
+}
+
 NodeInfo BrokerRuntime::info() {
   NodeInfo i = info_;
   i.cluster_id = host_.cluster_id();

@@ -145,6 +145,11 @@ class BrokerRuntime final : public Node {
 
   // Blocks until this node has applied every change up to `seq`, or the timeout.
   bool wait_applied(ChangeSeq seq, std::int64_t timeout_ms);
+  // Blocks until this node no longer serves `key` at `incarnation` (it applied the delete),
+  // or the timeout. The delete's own change seq is not part of the catalog contract, and a
+  // store's status().applied can lag its own commit (postgres-meta learns of it through
+  // its feed), so a wait on that returned before the delete was applied.
+  bool wait_forgotten(const StreamKey& key, Incarnation incarnation, std::int64_t timeout_ms);
 
  private:
   // One stream incarnation as this broker knows it. `held[i]` is the open log of shard i when
@@ -184,6 +189,9 @@ class BrokerRuntime final : public Node {
   // Sends one forwarded call and waits for its answer (not from a transport thread).
   Result<std::string> forward(NodeId leader, PeerMessageType type, std::string payload,
                               std::int64_t timeout_ms);
+  // forward() for a call that changes nothing: a call lost after it was sent answers
+  // "transient", not "uncertain".
+  Result<std::string> forward_read(NodeId leader, PeerMessageType type, std::string payload, std::int64_t timeout_ms);
   void serve_forwarded(PeerMessageType type, NodeId from, std::string payload, PeerResponder respond);
   void hold_wait(NodeId from, const fwd::ShardHeader& h, std::shared_ptr<ShardLog> log, Offset offset,
                  std::uint32_t hold_ms, std::uint64_t wait_id, PeerResponder respond);
@@ -223,6 +231,7 @@ class BrokerRuntime final : public Node {
   // Applies changes queued together, in order: each is replayed into the image, then the
   // names they touch are planned once and the merged plan is applied (one floors sync for
   // all of them). Marks the last one applied.
+  void forget_refused_deleted(const std::set<StreamKey>* scope);  // nullptr: every name
   void apply_changes(const std::vector<ChangeEvent>& events);
   Result<void> resync();
   Result<void> register_self();

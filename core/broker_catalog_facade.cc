@@ -44,7 +44,7 @@ class CatalogFacade final : public MetadataStore {
   Result<StreamInfo> delete_stream(const StreamKey& key) override {
     if (auto v = validate_stream_key(key); !v) return v.error();
     auto r = in_.delete_stream(key);
-    if (r && !b_.wait_applied(latest_seq(), timeout_ms_))
+    if (r && !b_.wait_forgotten(key, r->incarnation, timeout_ms_))
       return Error(Errc::timeout, "stream deleted in the catalog, but this broker has not applied it yet");
     return r;
   }

@@ -282,7 +282,7 @@ void BrokerRuntime::publish(const StreamKey& key, const std::vector<PublishRecor
       if (r->duplicate) m_publish_duplicates_.fetch_add(1, std::memory_order_relaxed);
     } else {
       std::lock_guard lk(g->mu);
-      if (!g->error) g->error = r.error();
+      fwd::keep_most_uncertain(g->error, r.error());
     }
     if (g->remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       if (g->error) m_publish_errors_.fetch_add(1, std::memory_order_relaxed);
@@ -347,7 +347,7 @@ Result<ShardStats> BrokerRuntime::shard_stats(const StreamKey& key, ShardIndex s
   auto rt = route(key, shard);
   if (!rt) return rt.error();
   if (rt->log) return rt->log->stats();
-  auto a = forward(rt->leader, fwd::kStats, shard_header(key, *rt, shard), opts_.forward_timeout_ms);
+  auto a = forward_read(rt->leader, fwd::kStats, shard_header(key, *rt, shard), opts_.forward_timeout_ms);
   if (!a) return a.error();
   return fwd::decode_stats(*a);
 }
@@ -468,7 +468,7 @@ Result<std::vector<GroupPosition>> BrokerRuntime::group_positions(const StreamKe
     } else {
       fwd::Writer w;
       w.bytes(shard_header(key, *rt, ShardIndex{i})).str(group);
-      auto a = forward(rt->leader, fwd::kGroupPosition, w.take(), opts_.forward_timeout_ms);
+      auto a = forward_read(rt->leader, fwd::kGroupPosition, w.take(), opts_.forward_timeout_ms);
       p = a ? fwd::decode_position(*a, group) : Result<GroupPosition>(a.error());
     }
     if (!p && p.error().code == Errc::not_found) {
@@ -499,7 +499,7 @@ Result<std::vector<std::string>> BrokerRuntime::groups(const StreamKey& key) {
     if (rt->log) {
       g = rt->log->list_groups();
     } else {
-      auto a = forward(rt->leader, fwd::kGroupList, shard_header(key, *rt, ShardIndex{i}), opts_.forward_timeout_ms);
+      auto a = forward_read(rt->leader, fwd::kGroupList, shard_header(key, *rt, ShardIndex{i}), opts_.forward_timeout_ms);
       g = a ? fwd::decode_names(*a) : Result<std::vector<std::string>>(a.error());
     }
     if (!g) return g.error();
@@ -520,7 +520,7 @@ Result<FetchResult> BrokerRuntime::dead_letters(const StreamKey& key, ShardIndex
   } else {
     fwd::Writer w;
     w.bytes(shard_header(key, *rt, shard)).str(group).u64(from.value()).u32(max_records).u64(max_bytes);
-    auto a = forward(rt->leader, fwd::kDeadLetters, w.take(), opts_.forward_timeout_ms);
+    auto a = forward_read(rt->leader, fwd::kDeadLetters, w.take(), opts_.forward_timeout_ms);
     r = a ? fwd::decode_fetch_result(*a) : Result<FetchResult>(a.error());
   }
   if (!r && r.error().code == Errc::not_found) return FetchResult{};  // no such group: none

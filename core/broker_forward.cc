@@ -56,12 +56,23 @@ Result<std::string> BrokerRuntime::forward(NodeId leader, PeerMessageType type, 
   return f.get();  // the transport runs every callback exactly once (timeout included)
 }
 
+Result<std::string> BrokerRuntime::forward_read(NodeId leader, PeerMessageType type, std::string payload,
+                                                std::int64_t timeout_ms) {
+  auto a = forward(leader, type, std::move(payload), timeout_ms);
+  // A call sent and then lost (the leader died mid-call, or its answer timed out) is
+  // "uncertain" to the transport, which cannot tell a read from a write. A read changed
+  // nothing: "transient", so a client retries it (docs/api.md "Errors").
+  if (!a && a.error().outcome == Outcome::uncertain)
+    return Error(a.error().code, a.error().message + " (a read: nothing changed)", Outcome::transient);
+  return a;
+}
+
 Result<FetchResult> BrokerRuntime::forward_fetch(const StreamKey& key, ShardIndex shard, const ShardRoute& r,
                                                  Offset from, std::uint32_t max_records,
                                                  std::size_t max_bytes) {
   fwd::Writer w;
   w.bytes(shard_header(key, r, shard)).u64(from.value()).u32(max_records).u64(max_bytes);
-  auto a = forward(r.leader, fwd::kFetch, w.take(), opts_.forward_timeout_ms);
+  auto a = forward_read(r.leader, fwd::kFetch, w.take(), opts_.forward_timeout_ms);
   if (!a) return a.error();
   return fwd::decode_fetch_result(*a);
 }

@@ -315,11 +315,25 @@ Result<void> BrokerRuntime::resync() {
     resync_pending_ = true;  // try the whole plan again, after a pause
     return r;
   }
+  forget_refused_deleted(nullptr);
   mark_applied(snap->seq);
   watch_ = catalog_.watch(
       snap->seq, [this](const ChangeEvent& ev) { enqueue({Task::Kind::change, ev}); },
       [this] { enqueue({Task::Kind::resync, {}}); });
   return {};
+}
+
+// A name this broker refuses to serve (never served: held() leaves it out, so no plan
+// forgets it) that the catalog no longer has: the name is gone here too (404, not the
+// refusal), and a DELETE through this broker sees it go (wait_forgotten).
+void BrokerRuntime::forget_refused_deleted(const std::set<StreamKey>* scope) {
+  std::unique_lock lk(streams_mu_);
+  for (auto it = streams_.begin(); it != streams_.end();) {
+    if (!it->second->refused.empty() && (!scope || scope->count(it->first)) && !image_.streams.count(it->first))
+      it = streams_.erase(it);
+    else
+      ++it;
+  }
 }
 
 void BrokerRuntime::apply_changes(const std::vector<ChangeEvent>& events) {
@@ -376,6 +390,7 @@ void BrokerRuntime::apply_changes(const std::vector<ChangeEvent>& events) {
       enqueue({Task::Kind::resync, {}});
       return;
     }
+    forget_refused_deleted(&touched);
   }
   mark_applied(last);
 }

@@ -48,6 +48,11 @@ std::string encode_stats(const ShardStats& s) {
   return w.take();
 }
 
+void keep_most_uncertain(std::optional<Error>& kept, const Error& e) {
+  auto rank = [](Outcome o) { return o == Outcome::uncertain ? 2 : o == Outcome::transient ? 1 : 0; };
+  if (!kept || rank(e.outcome) > rank(kept->outcome)) kept = e;
+}
+
 Result<ShardStats> decode_stats(std::string_view payload) {
   Reader r(payload);
   ShardStats s;

@@ -42,6 +42,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -159,6 +160,12 @@ std::string encode_names(const std::vector<std::string>& names);
 Result<std::vector<std::string>> decode_names(std::string_view payload);
 std::string encode_offsets(const std::vector<Offset>& offsets);  // u32 n | n u64
 std::vector<Offset> decode_offsets(Reader& r);
+
+// The error a request that failed in parts (one publish over several shards) reports: the
+// first one seen, unless a later one says more may have happened. "uncertain" beats
+// "transient" beats "definite": were a shard's "nothing written" kept over another's
+// "sent, then the connection was lost", a client would retry and duplicate that batch.
+void keep_most_uncertain(std::optional<Error>& kept, const Error& e);
 
 // A deadline queue on one thread, for the leader's hold on a forwarded wait.
 class Timers {

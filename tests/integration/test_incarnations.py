@@ -152,8 +152,11 @@ class Incarnations(unittest.TestCase):
         self.assertEqual(dirs(n, "phoenix"), ["0-%016x" % new["incarnation"]])
         self.assertIn("not serving: stream t/n/phoenix incarnation %d" % old["incarnation"], n.current_log())
         self.assertEqual(n.request("GET", "/readyz", raw=True)[0], 200)
-        # The way out: delete and recreate on the restored control plane.
+        # The way out: delete and recreate on the restored control plane. Deleted, the
+        # refused name is gone here too (404, no longer the refusal's 409).
         n.request("DELETE", n.ns_path() + "/streams/phoenix")
+        e = self.problem(lambda: n.fetch("phoenix", 0, "earliest"))
+        self.assertEqual((e.status, e.problem["code"]), (404, "not_found"))
         fresh = n.create_stream("phoenix", shards=1)
         self.assertGreater(fresh["incarnation"], new["incarnation"])
         self.assertEqual(n.fetch("phoenix", 0, "earliest")["records"], [])

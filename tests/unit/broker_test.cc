@@ -2,7 +2,9 @@
 // guard across a resync and across a restart (docs/architecture.md "Broker runtime").
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
+#include <functional>
 #include <condition_variable>
 #include <future>
 #include <set>
@@ -10,6 +12,7 @@
 #include <thread>
 
 #include "broker.h"
+#include "broker_catalog_facade.h"
 #include "engine.h"
 #include "sluice/record_batch.h"
 #include "test_host.h"
@@ -91,7 +94,9 @@ class ScriptedCatalog final : public MetadataStore {
   Result<void> delete_namespace(const std::string&, const std::string&) override { return no(); }
   Result<std::vector<NamespaceInfo>> list_namespaces(const std::string&) override { return no(); }
   Result<StreamInfo> create_stream(const StreamKey&, const StreamSpec&) override { return no(); }
-  Result<StreamInfo> delete_stream(const StreamKey&) override { return no(); }
+  // Set by a test: what a delete answers (without emitting its change).
+  std::function<Result<StreamInfo>(const StreamKey&)> on_delete;
+  Result<StreamInfo> delete_stream(const StreamKey& k) override { return on_delete ? on_delete(k) : no(); }
   Result<StreamInfo> get_stream(const StreamKey&) override { return no(); }
   Result<std::vector<StreamInfo>> list_streams(const std::string&, const std::string&) override { return no(); }
   Result<void> unregister_broker(NodeId) override { return no(); }
@@ -263,6 +268,49 @@ TEST(Broker, changes_applied_together_end_as_if_applied_in_order) {
   b->stop();
 }
 
+// Regression (review): a DELETE through the broker's catalog waited for the store's
+// status().applied, which on postgres-meta lags the store's own commit (the feed learns of
+// it later): the delete answered at once while this broker still served, and accepted
+// publishes into, the deleted incarnation. It answers once the broker has applied it.
+TEST(Broker, a_delete_answers_once_this_broker_no_longer_serves_the_incarnation) {
+  sluice::testing::TestHost host;
+  ScriptedCatalog cat;
+  fs_storage::FsStorageEngine storage(host, std::make_shared<fs_storage::PosixFileSystem>());
+  cat.set_snapshot(catalog_with(10, I1));
+  auto b = make_broker(host, cat, storage);
+  ASSERT_TRUE(b->start());
+  auto info = b->stream(K);
+  ASSERT_TRUE(info);
+  std::atomic<bool> called{false}, returned{false};
+  cat.on_delete = [&](const StreamKey&) -> Result<StreamInfo> {
+    called = true;
+    return *info;
+  };
+  auto facade = make_catalog_facade(*b, cat, 60000);
+  Result<StreamInfo> r{Error(Errc::internal, "unset")};
+  std::thread t([&] {
+    r = facade->delete_stream(K);
+    returned = true;
+  });
+  ASSERT_TRUE(eventually([&] { return called.load(); }));
+  // The catalog committed the delete; this broker has not applied it yet.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_FALSE(returned.load()) << "the delete answered while this broker still served the stream";
+  EXPECT_TRUE(b->stream(K));
+  ChangeEvent ev{};
+  ev.kind = ChangeEvent::Kind::stream_deleted;
+  ev.seq = ChangeSeq{11};
+  ev.stream = *info;
+  ev.assignments = catalog_with(10, I1).assignments;
+  ev.tombstone = Tombstone{K, Incarnation{I1}, ChangeSeq{11}};
+  cat.emit(ev);
+  t.join();
+  ASSERT_TRUE(r) << r.error().to_string();
+  EXPECT_FALSE(b->stream(K));
+  EXPECT_FALSE(held_on_disk(storage, I1));
+  b->stop();
+}
+
 // Review finding: a plan that closes one shard of a name must keep serving the shards of
 // that name that stay here. Step 2 took the name out of service, and step 5 no longer
 // found the open shard 0 to carry it over: it stayed open in storage but unserved.
@@ -371,6 +419,11 @@ class Loopback {
     if (down) down_.insert(id.value());
     else down_.erase(id.value());
   }
+  void set_answers_lost(NodeId id, bool lost) {
+    std::lock_guard lk(mu_);
+    if (lost) lost_.insert(id.value());
+    else lost_.erase(id.value());
+  }
   // Waits until no request is being delivered (before the brokers are destroyed).
   void drain() {
     std::unique_lock lk(mu_);
@@ -407,7 +460,17 @@ class Loopback {
         if (h) ++running_[to.value()];
       }
       if (!h) return cb(Error(Errc::not_supported, "no handler"));
-      h(PeerIdentity{from, ""}, std::move(payload), PeerResponder([cb](Result<std::string> a) { cb(std::move(a)); }));
+      bool lose = false;
+      {
+        std::lock_guard lk(mu_);
+        lose = lost_.count(to.value()) > 0;
+      }
+      // Lost: the peer handles the call, and its answer never arrives (as the transport
+      // reports a connection closed after the request was sent).
+      h(PeerIdentity{from, ""}, std::move(payload), PeerResponder([cb, lose](Result<std::string> a) {
+          if (lose) return cb(Error(Errc::unavailable, "the connection was closed", Outcome::uncertain));
+          cb(std::move(a));
+        }));
       std::lock_guard lk(mu_);
       --running_[to.value()];
       idle_.notify_all();
@@ -417,6 +480,7 @@ class Loopback {
   std::mutex mu_;
   std::map<std::pair<std::uint32_t, PeerMessageType>, PeerHandler> handlers_;
   std::set<std::uint32_t> down_;
+  std::set<std::uint32_t> lost_;  // answers from these never arrive
   std::map<PeerMessageType, int> counts_;
   std::map<std::uint32_t, int> running_;  // handler calls in progress, per node
   int inflight_ = 0;                       // requests posted and not yet delivered
@@ -595,6 +659,37 @@ TEST(Forwarding, publish_fetch_and_groups_on_another_brokers_shard_go_to_its_lea
   EXPECT_EQ(partial.error().outcome, Outcome::uncertain);
 }
 
+// Review finding: a read forwarded to a leader that died after the request was sent failed
+// "uncertain", which tells a client the call may have taken effect; a read changes
+// nothing, so it is transient (retry). A write lost the same way stays uncertain.
+TEST(Forwarding, a_read_whose_answer_was_lost_is_transient_and_a_write_uncertain) {
+  Pair p;
+  ASSERT_TRUE(p.b1->start());
+  ASSERT_TRUE(p.b2->start());
+  PublishRecord a;
+  a.value = "one";
+  a.shard = 1;
+  ASSERT_TRUE(publish_sync(*p.b1, {a}));
+  p.net.set_answers_lost(NodeId{2}, true);
+  auto f = p.b1->fetch(K, ShardIndex{1}, Offset{0}, 10, 1 << 20);
+  ASSERT_FALSE(f);
+  EXPECT_EQ(f.error().code, Errc::unavailable);
+  EXPECT_EQ(f.error().outcome, Outcome::transient) << f.error().to_string();
+  auto st = p.b1->shard_stats(K, ShardIndex{1});
+  ASSERT_FALSE(st);
+  EXPECT_EQ(st.error().outcome, Outcome::transient);
+  auto pos = p.b1->group_positions(K, "workers");
+  ASSERT_FALSE(pos);
+  EXPECT_EQ(pos.error().outcome, Outcome::transient);
+  auto w = publish_sync(*p.b1, {a});
+  ASSERT_FALSE(w);
+  EXPECT_EQ(w.error().outcome, Outcome::uncertain) << "the publish was sent: it may have been appended";
+  auto g = p.b1->group_fetch(K, ShardIndex{1}, "workers", 10, GroupOptions{});
+  ASSERT_FALSE(g);
+  EXPECT_EQ(g.error().outcome, Outcome::uncertain) << "a group fetch records deliveries";
+  p.net.set_answers_lost(NodeId{2}, false);
+}
+
 TEST(Forwarding, a_forwarded_call_is_never_forwarded_again) {
   // Broker 1 thinks broker 2 leads shard 1; broker 2 thinks nobody does (it lags, or the
   // leader moved): broker 2 answers not_leader and does not send the call anywhere.
@@ -622,6 +717,26 @@ TEST(Forwarding, a_shard_without_a_leader_is_shard_unavailable) {
   EXPECT_EQ(r.error().code, Errc::shard_unavailable);
   EXPECT_NE(r.error().message.find("shard 1"), std::string::npos) << r.error().message;
   EXPECT_EQ(p.b1->leader_address(K, ShardIndex{1}), "");
+}
+
+// Regression (review): a publish over two shards whose first answer was "transient,
+// nothing written" (a local shard closing) and whose second was "uncertain" (forwarded,
+// then the connection was lost) answered transient, so a client retried and could
+// duplicate the second shard's batch. The most uncertain outcome is the request's.
+TEST(Forwarding, a_request_failed_in_parts_reports_its_most_uncertain_error) {
+  std::optional<Error> kept;
+  fwd::keep_most_uncertain(kept, Error(Errc::invalid_argument, "definite", Outcome::definite));
+  fwd::keep_most_uncertain(kept, Error(Errc::shard_unavailable, "closing", Outcome::transient));
+  ASSERT_TRUE(kept);
+  EXPECT_EQ(kept->outcome, Outcome::transient);
+  fwd::keep_most_uncertain(kept, Error(Errc::unavailable, "lost", Outcome::uncertain));
+  EXPECT_EQ(kept->outcome, Outcome::uncertain);
+  EXPECT_EQ(kept->message, "lost");
+  // Once uncertain, a later transient or definite answer does not hide it; among equals
+  // the first is kept.
+  fwd::keep_most_uncertain(kept, Error(Errc::shard_unavailable, "closing too", Outcome::transient));
+  fwd::keep_most_uncertain(kept, Error(Errc::timeout, "second uncertain", Outcome::uncertain));
+  EXPECT_EQ(kept->message, "lost");
 }
 
 TEST(Forwarding, codec_round_trips) {
