@@ -132,8 +132,9 @@ void GroupOps::finish_call() {
   contiguous_ = false;
 }
 
-void GroupOps::close() {
-  log_->close();  // fails a pending proposal at once (unavailable); then the call ends
+void GroupOps::close_log() { log_->close(); }  // fails a pending proposal at once (unavailable)
+
+void GroupOps::checkpoint() {
   std::lock_guard lk(mu_);
   const std::uint64_t applied = applied_;
   const std::string path = dir_ + "/" + std::string(kAppliedName);

@@ -83,8 +83,13 @@ class GroupOps {
   // wrote meanwhile, e.g. replicated here as a follower, is never skipped).
   void begin_call();
   void finish_call();
-  // Writes the applied checkpoint (best effort) and closes the group log.
-  void close();
+  // Closing is two steps, so that the shard can close its data log in between:
+  // close_log() closes the group log (failing a pending proposal at once); checkpoint()
+  // waits for the group call in progress (mu()) and writes the applied checkpoint (best
+  // effort). A call in progress may wait on the data log (a replay's quorum append): it
+  // ends only once that log is closed too.
+  void close_log();
+  void checkpoint();
 
  private:
   std::shared_ptr<ShardLogImpl> log_;

@@ -96,7 +96,7 @@ void ShardLogImpl::flush() {
           if (p.ack != AckMode::quorum)
             done.emplace_back(std::move(p.cb), res);
           else if (role_ != Role::leader)
-            done.emplace_back(std::move(p.cb), fenced_error(led_epoch_, epoch_));
+            done.emplace_back(std::move(p.cb), fenced_error(led_epoch_, epoch_, true));
           else
             quorum_waiters_.push_back(QuorumWaiter{p.base + p.count, res, p.deadline,
                                                    std::move(p.cb)});
@@ -400,11 +400,20 @@ void ShardLogImpl::wake_end_waiters() {
   for (auto& cb : ready) cb();
 }
 
+namespace {
+// Waiter handles are unique in the process, not per log: a caller cancels by stream name
+// and shard, which after a delete and recreate (or a reopen) finds another ShardLogImpl;
+// a per-log count would hand out the same numbers there, and a stale cancel would drop
+// another subscriber's waiter (review finding).
+std::atomic<std::uint64_t> g_waiter_handles{0};
+std::uint64_t next_waiter_handle() { return g_waiter_handles.fetch_add(1, std::memory_order_relaxed) + 1; }
+}  // namespace
+
 std::uint64_t ShardLogImpl::notify_when_beyond(Offset offset, std::function<void()> cb) {
   {
     std::lock_guard lk(mu_);
     if (state_ != State::closed && hwm_.load(std::memory_order_acquire) <= offset.value()) {
-      const std::uint64_t h = ++last_waiter_handle_;
+      const std::uint64_t h = next_waiter_handle();
       waiters_.add(h, offset.value(), std::move(cb));
       return h;
     }
@@ -427,7 +436,7 @@ std::uint64_t ShardLogImpl::notify_when_end_beyond(Offset offset, std::function<
     std::lock_guard lk(mu_);
     if (state_ != State::closed &&
         written_end_.load(std::memory_order_acquire) <= offset.value()) {
-      const std::uint64_t h = ++last_waiter_handle_;
+      const std::uint64_t h = next_waiter_handle();
       end_waiters_.add(h, offset.value(), std::move(cb));
       return h;
     }

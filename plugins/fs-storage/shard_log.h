@@ -424,7 +424,10 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   void complete_quorum();
   // Takes every quorum and duplicate waiter (mu_ held) for failing outside mu_.
   void take_replica_waiters(std::vector<QuorumWaiter>& q, std::vector<DupWaiter>& d);
-  Error fenced_error(LeaderEpoch deposed, LeaderEpoch newer) const;
+  // `appended`: the write is already in the log (a pending quorum append or duplicate):
+  // not acknowledged, yet a new leader may keep it, so its outcome is uncertain. Otherwise
+  // it was refused before anything was written (definite).
+  Error fenced_error(LeaderEpoch deposed, LeaderEpoch newer, bool appended) const;
   Error role_error() const;  // mu_ held: why a client append is refused
   // Becomes the exclusive writer (mu_ held via lk): waits for a flush to drain.
   Result<void> acquire_writer(std::unique_lock<std::mutex>& lk);
@@ -473,7 +476,6 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   std::vector<Pending> queue_;
   WaiterSet waiters_;      // notify_when_beyond (high watermark)
   WaiterSet end_waiters_;  // notify_when_end_beyond (durable end)
-  std::uint64_t last_waiter_handle_ = 0;
   Role role_;
   bool switching_ = false;  // become_leader is persisting a new epoch: appends wait outside
   LeaderEpoch epoch_;      // == history_.current() once persisted (fence: raised first)

@@ -145,12 +145,16 @@ bool ShardLogImpl::write_clean_state() {
 
 void ShardLogImpl::close() {
   // Order matters: a group call may be waiting for a quorum (its group log op, or a replay's
-  // append to this log) while holding its group's mutex, or groups_mu_ while a group opens.
-  // Once the replication manager has let go of the shard nothing expires those waits, so
-  // both logs close first, failing them at once; then the groups, whose calls have ended.
+  // append to this log) while holding the group ops' mutex and its group's, or groups_mu_
+  // while a group opens. Once the replication manager has let go of the shard nothing
+  // expires those waits, so both logs close first, failing them at once; only then the
+  // group ops' checkpoint and the groups, which wait for those calls to end. (The
+  // checkpoint was taken before the data log closed: a replay waiting on this log's quorum
+  // held the mutex, and the close waited for ever; review finding.)
   groups_closing_.store(true);  // new group calls answer unavailable from here on
-  if (group_ops_) group_ops_->close();
+  if (group_ops_) group_ops_->close_log();
   close_log();
+  if (group_ops_) group_ops_->checkpoint();
   std::map<std::string, std::shared_ptr<ConsumerGroup>> groups;
   {
     std::lock_guard lk(groups_mu_);

@@ -14,16 +14,21 @@ constexpr std::string_view kComponent = "fs-storage";
 std::string epoch_str(LeaderEpoch e) { return std::to_string(e.value()); }
 }  // namespace
 
-Error ShardLogImpl::fenced_error(LeaderEpoch deposed, LeaderEpoch newer) const {
-  return Error(Errc::fenced, "shard " + ref_.to_string() + ": leader epoch " + epoch_str(deposed) +
-                                 " was deposed by epoch " + epoch_str(newer) +
-                                 "; the write was not acknowledged");
+Error ShardLogImpl::fenced_error(LeaderEpoch deposed, LeaderEpoch newer, bool appended) const {
+  const std::string head =
+      "shard " + ref_.to_string() + ": leader epoch " + epoch_str(deposed) + " was deposed by epoch " + epoch_str(newer);
+  // docs/api.md "Ack modes": an appended batch may survive in the next leader's log (a
+  // follower fetched it), so a client told "definite" and retrying would write it twice.
+  if (appended)
+    return Error(Errc::fenced, head + "; the write was not acknowledged, and it may still be in the log",
+                 Outcome::uncertain);
+  return Error(Errc::fenced, head + "; the write was not acknowledged: nothing was written", Outcome::definite);
 }
 
 Error ShardLogImpl::role_error() const {
   const std::string s = "shard " + ref_.to_string();
   switch (role_) {
-    case Role::fenced: return fenced_error(led_epoch_, epoch_);
+    case Role::fenced: return fenced_error(led_epoch_, epoch_, false);
     case Role::follower:
       return Error(Errc::not_leader, s + " is a follower in leader epoch " + epoch_str(epoch_) +
                                          "; its leader is broker " +
@@ -233,8 +238,8 @@ Result<void> ShardLogImpl::become_follower(LeaderEpoch e, NodeId leader) {
       take_replica_waiters(quorum, dups);
     }
   }
-  for (auto& q : quorum) q.cb(fenced_error(deposed, e));
-  for (auto& d : dups) d.cb(fenced_error(deposed, e));
+  for (auto& q : quorum) q.cb(fenced_error(deposed, e, true));
+  for (auto& d : dups) d.cb(fenced_error(deposed, e, true));
   bool write = false;
   {
     std::lock_guard lk(epoch_mu_);
@@ -274,8 +279,8 @@ Result<void> ShardLogImpl::fence(LeaderEpoch newer) {
     leader_ = NodeId(0);
     take_replica_waiters(quorum, dups);
   }
-  for (auto& q : quorum) q.cb(fenced_error(deposed, newer));
-  for (auto& d : dups) d.cb(fenced_error(deposed, newer));
+  for (auto& q : quorum) q.cb(fenced_error(deposed, newer, true));
+  for (auto& d : dups) d.cb(fenced_error(deposed, newer, true));
   if (!persist) return {};
   return save_history(newer, epoch_entries());
 }

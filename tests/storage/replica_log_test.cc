@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -74,6 +75,24 @@ TEST(ReplicaLogTest, SingleReplicaShardsAreUnchangedAndWriteNoEpochHistory) {
   EXPECT_EQ(read_all(*n.log).size(), 3u);
   EXPECT_FALSE(std::filesystem::exists(n.shard_dir() + "/" + std::string(kEpochHistoryName)));
   EXPECT_FALSE(std::filesystem::exists(n.shard_dir() + "/" + std::string(kHighWatermarkName)));
+}
+
+// Regression (review): waiter handles were numbered per log, and a cancel finds its log by
+// stream name: after a delete and recreate, a subscriber's stale cancel of handle 3 dropped
+// another subscriber's handle 3 on the new log, which then waited forever.
+TEST(ReplicaLogTest, AWaiterHandleOfOneLogNeverCancelsAnothersWaiter) {
+  Node a(0, StreamSpec{}), b(0, StreamSpec{});
+  std::atomic<bool> fired_a{false}, fired_b{false};
+  const auto ha = a.log->notify_when_beyond(Offset(0), [&] { fired_a = true; });
+  const auto hb = b.log->notify_when_beyond(Offset(0), [&] { fired_b = true; });
+  ASSERT_NE(ha, 0u);
+  ASSERT_NE(hb, 0u);
+  EXPECT_NE(ha, hb);
+  b.log->cancel_notify(ha);  // the old log's handle, cancelled on the new one
+  ASSERT_TRUE(append_wait(*b.log, batch("x"), AckMode::leader));
+  EXPECT_TRUE(eventually([&] { return fired_b.load(); }));
+  EXPECT_FALSE(fired_a.load());
+  a.log->cancel_notify(ha);
 }
 
 TEST(ReplicaLogTest, ADamagedEpochHistoryRefusesTheOpen) {
@@ -437,12 +456,17 @@ TEST(ReplicaLogTest, DeposedLeaderFailsPendingAndLaterQuorumAppendsWithFenced) {
   EXPECT_EQ(r.error().code, Errc::fenced);
   EXPECT_NE(r.error().message.find("epoch 4 was deposed by epoch 5"), std::string::npos)
       << r.error().message;
+  // Regression (review): it was appended, and a follower may have it and lead next, so its
+  // outcome is uncertain (docs/api.md "Ack modes"); "definite" told a client that a retry
+  // could not duplicate it.
+  EXPECT_EQ(r.error().outcome, Outcome::uncertain);
   // Its high watermark moving (it cannot, without followers; here by hand) acks nothing.
   n.log->advance_high_watermark(Offset(9));
   for (auto ack : {AckMode::quorum, AckMode::leader}) {
     auto later = append_wait(*n.log, batch("later"), ack);
     ASSERT_FALSE(later);
     EXPECT_EQ(later.error().code, Errc::fenced);
+    EXPECT_EQ(later.error().outcome, Outcome::definite);  // refused: nothing written
   }
   EXPECT_EQ(n.log->leader_epoch(), LeaderEpoch(5));
   EXPECT_EQ(n.log->fence(LeaderEpoch(3)).error().code, Errc::fenced);
@@ -468,6 +492,7 @@ TEST(ReplicaLogTest, DeposedLeaderWithAnEmptyLogFailsAnInFlightQuorumAppend) {
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, Errc::fenced);
   EXPECT_NE(r.error().message.find("epoch 1 was deposed by epoch 2"), std::string::npos);
+  EXPECT_EQ(r.error().outcome, Outcome::uncertain);  // written, then fenced in flight
   n.log->advance_high_watermark(Offset(3));
 
   // And with nothing in flight at all: the check is on the epoch, not on data.
@@ -477,6 +502,7 @@ TEST(ReplicaLogTest, DeposedLeaderWithAnEmptyLogFailsAnInFlightQuorumAppend) {
   auto e = append_wait(*empty.log, batch("x"), AckMode::quorum);
   ASSERT_FALSE(e);
   EXPECT_EQ(e.error().code, Errc::fenced);
+  EXPECT_EQ(e.error().outcome, Outcome::definite);
   EXPECT_EQ(empty.log->durable_end(), Offset(0));
 }
 
@@ -494,6 +520,59 @@ TEST(ReplicaLogTest, FencingByItsOwnEpochStopsALeader) {
   EXPECT_EQ(n.log->become_leader(LeaderEpoch(3)).error().code, Errc::fenced);
   ASSERT_TRUE(n.log->fence(LeaderEpoch(3)));  // again: nothing to do
   ASSERT_TRUE(n.log->become_leader(LeaderEpoch(4)));
+}
+
+// Regression (review): closing a replicated shard took the group ops' mutex (to write its
+// checkpoint) before it closed the data log. A dead-letter replay holds that mutex while
+// its record waits for the data log's quorum, and once the replication manager has let go
+// of the shard nothing expires that wait: close (a delete, a shutdown) hung for ever.
+TEST(ReplicaLogTest, ClosingAShardEndsAReplayWaitingForItsQuorum) {
+  Node n;
+  ASSERT_TRUE(n.log->become_leader(LeaderEpoch(1)));
+  GroupOps* ops = n.log->group_ops();
+  ASSERT_NE(ops, nullptr);
+  ASSERT_TRUE(ops->log()->become_leader(LeaderEpoch(1)));
+  ops->log()->set_in_sync(1, 1);
+  n.log->set_in_sync(1, 1);
+  // The manager's part, by hand: the high watermarks follow the leader's durable ends; the
+  // data log's stops following once `hold_data` is set.
+  std::atomic<bool> stop{false}, hold_data{false};
+  std::thread manager([&] {
+    while (!stop.load()) {
+      ops->log()->advance_high_watermark(ops->log()->durable_end());
+      if (!hold_data.load()) n.log->advance_high_watermark(n.log->durable_end());
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+  append_n(*n.log, "data", 1);  // offsets 0..2
+  GroupOptions o;
+  o.max_deliveries = 1;
+  auto d = n.log->group_fetch("g", 10, o);
+  ASSERT_TRUE(d) << d.error().to_string();
+  ASSERT_EQ(d->records.size(), 3u);
+  ASSERT_TRUE(n.log->group_nack("g", {Offset(0)}));
+  auto again = n.log->group_fetch("g", 10, o);  // offset 0 would exceed max_deliveries
+  ASSERT_TRUE(again) << again.error().to_string();
+  EXPECT_TRUE(again->records.empty());
+
+  hold_data = true;  // the replay's record now waits for a quorum that never comes
+  auto replayed = std::make_shared<std::promise<Result<std::uint64_t>>>();
+  auto replay_done = replayed->get_future();
+  std::thread([log = n.log, replayed] { replayed->set_value(log->replay_dead_letters("g", Offset(0), Offset(1))); })
+      .detach();
+  wait_durable_beyond(*n.log, 3);  // the replayed copy is written at offset 3
+  auto closed = std::make_shared<std::promise<void>>();
+  auto close_done = closed->get_future();
+  std::thread([engine = n.engine.get(), ref = n.ref, closed] {
+    engine->close_shard(ref);
+    closed->set_value();
+  }).detach();
+  const bool ended = close_done.wait_for(std::chrono::seconds(60)) == std::future_status::ready;
+  stop = true;
+  manager.join();
+  ASSERT_TRUE(ended) << "closing the shard waited for a replay that waited for the closed shard";
+  ASSERT_EQ(replay_done.wait_for(std::chrono::seconds(60)), std::future_status::ready);
+  EXPECT_FALSE(replay_done.get()) << "the replay was not acknowledged";
 }
 
 TEST(ReplicaLogTest, BecomingFollowerFailsTheFormerLeadersQuorumAppends) {
