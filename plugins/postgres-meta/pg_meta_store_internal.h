@@ -178,6 +178,12 @@ class WriteBatch {
       tx_.exec(head_ + tail_ + "COMMIT");
     } catch (const pqxx::broken_connection& e) {
       throw pqxx::in_doubt_error(e.what());
+    } catch (const pqxx::statement_completion_unknown& e) {
+      // 40003: the server cannot say whether COMMIT took effect. A transaction_rollback,
+      // which the runner retries as "nothing committed": a retried create would answer
+      // already_exists for its own row (review finding). libpqxx's own commit() maps it
+      // to in_doubt_error; this one-round-trip commit must too.
+      throw pqxx::in_doubt_error(e.what());
     } catch (const pqxx::sql_error& e) {
       if (detail::is_connection_state(e.sqlstate())) throw pqxx::in_doubt_error(e.what());
       throw;

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "pg_meta_store_internal.h"
 #include "pg_test_util.h"
 
 namespace sluice::postgres_meta {
@@ -278,6 +279,18 @@ TEST(PostgresMetaPool, deadlock_victim_is_retried) {
   ASSERT_TRUE(r.has_value());
   EXPECT_TRUE(r->ok()) << r->error().to_string();
   expect_gap_free(schema);
+}
+
+// Regression (review): a batched write's one-round-trip COMMIT turned a lost connection
+// into in_doubt_error (answered "uncertain"), but not 40003 statement_completion_unknown,
+// a transaction_rollback that the runner retries as "nothing committed". The server's
+// 40003 is raised here by the batch itself.
+TEST(PostgresMetaPool, a_batched_commit_the_server_cannot_confirm_is_in_doubt) {
+  pqxx::connection c(pgtest::base_url());
+  pqxx::work tx(c);
+  postgres_meta::WriteBatch b(tx, "");
+  b.then("DO $$ BEGIN RAISE EXCEPTION 'completion unknown' USING ERRCODE = '40003'; END $$");
+  EXPECT_THROW(b.commit(), pqxx::in_doubt_error);
 }
 
 TEST(PostgresMetaPool, pool_size_is_validated) {
