@@ -140,6 +140,9 @@ HttpResponse render_dead_letters(const FetchResult& r, Offset from, std::uint32_
       next = rv.offset + 1;
     }
   }
+  // Nothing left to show (the rest of the log was replayed already): storage read up to
+  // r.next_offset; answering `from` again would page a client in a loop (review finding).
+  if (recs.empty()) next = std::max(next, r.next_offset.value());
   json::object out;
   out["records"] = std::move(recs);
   out["next_offset"] = std::max(next, r.log_start.value());
@@ -235,13 +238,20 @@ void handle_groups(Node& node, const HttpConfig& cfg, const std::shared_ptr<Exch
     const auto w = std::chrono::milliseconds(*wait);
     Node* n = &node;
     ex->run_blocking([n, ex, key, shard = *shard, group, m, opts, w] {
+      // A poll that may wait reads the high watermark before it fetches: a record published
+      // between the two is then either delivered by the fetch or beyond the mark waited
+      // for. Read after an empty fetch, the mark could include a record the fetch missed,
+      // and the poll would sleep to its timeout with a record ready (review finding).
+      Result<ShardStats> stats = ShardStats{};
+      if (w.count() > 0) {
+        stats = n->shard_stats(key, shard);
+        if (!stats) return ex->respond(with_leader(problem(stats.error()), *n, key, shard));
+      }
       auto r = n->group_fetch(key, shard, group, m, opts);
       if (!r) return ex->respond(with_leader(problem(r.error()), *n, key, shard));
       if (!r->records.empty() || w.count() == 0)
         return ex->respond(with_leader(render_delivery(*r), *n, key, shard));
       // Nothing to deliver: park until a new record or the timeout, then try once more.
-      auto stats = n->shard_stats(key, shard);
-      if (!stats) return ex->respond(with_leader(problem(stats.error()), *n, key, shard));
       auto poll = std::make_shared<GroupPoll>(GroupPoll{ex, n, key, shard, group, m, opts});
       ex->post([poll, w, hwm = stats->high_watermark] {
         poll->cancel_timer = poll->ex->start_timer(w, [poll] { poll->finish(); });

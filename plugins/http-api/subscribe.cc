@@ -79,6 +79,19 @@ Result<void> common_params(const Target& target, Subscription& sub) {
 
 }  // namespace
 
+Result<void> check_incarnation(Node& node, const Subscription& sub) {
+  auto si = node.stream(sub.key);
+  if (!si) {
+    if (si.error().code != Errc::not_found) return si.error();
+    return Error(Errc::not_found, "stream " + sub.key.to_string() + " was deleted");
+  }
+  if (si->incarnation != sub.incarnation)
+    return Error(Errc::not_found, "stream " + sub.key.to_string() + " was deleted and created again (incarnation " +
+                                      std::to_string(sub.incarnation.value()) + ", now " +
+                                      std::to_string(si->incarnation.value()) + ")");
+  return {};
+}
+
 void handle_group_subscribe(Node& node, const std::shared_ptr<Exchange>& ex, const StreamKey& key,
                             ShardIndex shard, const std::string& group, const Target& target) {
   Subscription sub;
@@ -93,8 +106,12 @@ void handle_group_subscribe(Node& node, const std::shared_ptr<Exchange>& ex, con
   const bool upgrade = ex->request().websocket;
   // Group calls run on the blocking pool; an unknown stream or shard is the group fetch's 404.
   ex->run_blocking([&node, ex, sub = std::move(sub), upgrade]() mutable {
+    auto si = node.stream(sub.key);
+    if (!si) return ex->respond(problem(si.error()));
+    sub.incarnation = si->incarnation;
     auto st = node.shard_stats(sub.key, sub.shard);
     if (!st) return ex->respond(with_leader(problem(st.error()), node, sub.key, sub.shard));
+    if (auto c = check_incarnation(node, sub); !c) return ex->respond(problem(c.error()));
     if (!upgrade) return ex->respond(upgrade_required());
     ex->upgrade(std::move(sub));
   });
@@ -112,10 +129,15 @@ void handle_subscribe(Node& node, const std::shared_ptr<Exchange>& ex, const Str
   const bool upgrade = ex->request().websocket;
   auto check = [&node, ex, sub = std::move(sub), off, upgrade]() mutable {
     auto fail = [&](const Error& e) { ex->respond(with_leader(problem(e), node, sub.key, sub.shard)); };
+    auto si = node.stream(sub.key);
+    if (!si) return fail(si.error());
+    sub.incarnation = si->incarnation;
     auto from = resolve_offset(node, sub.key, sub.shard, off);
     if (!from) return fail(from.error());
     // The read a fetch at this offset makes, for the same answers (one record, any size).
     if (auto r = node.fetch(sub.key, sub.shard, *from, 1, 1); !r) return fail(r.error());
+    // The offset was resolved on the incarnation subscribed to, not on a newer one.
+    if (auto c = check_incarnation(node, sub); !c) return fail(c.error());
     if (!upgrade) return ex->respond(upgrade_required());
     sub.from = *from;
     ex->upgrade(std::move(sub));

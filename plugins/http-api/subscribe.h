@@ -24,7 +24,17 @@ struct Subscription {
   bool remote = false;        // another broker leads the shard: reads run on the blocking pool
   std::string group;          // a group subscription when not empty
   GroupOptions opts;          // the group's max_deliveries and ack_timeout_ms
+  // The stream's incarnation when the subscription began: a subscription ends with it. A
+  // name deleted and created again is another stream, whose offsets (and groups) have
+  // nothing to do with this one's (docs/api.md "Subscribe").
+  Incarnation incarnation{0};
 };
+
+// Whether `sub`'s stream still is the incarnation it subscribed to, on this broker: a
+// not_found error (close 4404) says it was deleted, or deleted and created again. Reads
+// and group calls are bracketed by it: incarnations never come back, so a check that
+// passes before and after a call proves the call went to the subscribed incarnation.
+Result<void> check_incarnation(Node& node, const Subscription& sub);
 
 // Limits of the credit protocol.
 inline constexpr std::uint64_t kDefaultCredit = 1000;           // `credit` when absent

@@ -149,6 +149,11 @@ class WsSession : public std::enable_shared_from_this<WsSession<NextLayer>> {
     ctx_.run_blocking([self = this->shared_from_this(), ack = std::move(ack), nack = std::move(nack)] {
       Node& n = *self->ctx_.node;
       const Subscription& s = self->sub_;
+      // Acks of the subscribed incarnation's offsets must not land on a recreated stream's
+      // group: the subscription ends instead. (A recreate between this check and the call
+      // is not caught: the Node calls do not take an incarnation yet.)
+      if (auto c = check_incarnation(n, s); !c)
+        return self->post([self, e = c.error()] { self->close_error(e); });
       std::vector<std::string> answers;
       bool nacked = false;
       for (const bool is_ack : {true, false}) {
@@ -204,12 +209,23 @@ class WsSession : public std::enable_shared_from_this<WsSession<NextLayer>> {
     const auto max = static_cast<std::uint32_t>(std::min<std::int64_t>(credit_, kMaxRecordsPerFrame));
     const std::size_t room = ctx_.cfg->ws_send_buffer_bytes - queued_bytes_;
     const std::size_t max_bytes = std::max<std::size_t>(1, std::min(ctx_.cfg->fetch_max_bytes, room));
-    if (!sub_.remote) return on_fetched(from, max, ctx_.node->fetch(sub_.key, sub_.shard, from, max, max_bytes));
+    if (!sub_.remote) return on_fetched(from, max, fetch_pinned(*ctx_.node, sub_, from, max, max_bytes));
     // Another broker leads: the read is a round trip to it, off the I/O thread.
     ctx_.run_blocking([self = this->shared_from_this(), from, max, max_bytes] {
-      auto r = self->ctx_.node->fetch(self->sub_.key, self->sub_.shard, from, max, max_bytes);
+      auto r = fetch_pinned(*self->ctx_.node, self->sub_, from, max, max_bytes);
       self->post([self, from, max, r = std::move(r)]() mutable { self->on_fetched(from, max, std::move(r)); });
     });
+  }
+
+  // A read of the subscribed incarnation only. Without the checks, a subscriber that held
+  // no credit while the stream was deleted and created again read the new stream at its
+  // old offset, as if one continued the other (review finding).
+  static Result<FetchResult> fetch_pinned(Node& n, const Subscription& s, Offset from, std::uint32_t max,
+                                          std::size_t max_bytes) {
+    if (auto c = check_incarnation(n, s); !c) return c.error();
+    auto r = n.fetch(s.key, s.shard, from, max, max_bytes);
+    if (auto c = check_incarnation(n, s); !c) return c.error();
+    return r;
   }
 
   void on_fetched(Offset from, std::uint32_t max, Result<FetchResult> r) {
@@ -253,8 +269,14 @@ class WsSession : public std::enable_shared_from_this<WsSession<NextLayer>> {
     ctx_.run_blocking([self = this->shared_from_this(), max] {
       Node& n = *self->ctx_.node;
       const Subscription& s = self->sub_;
-      auto st = n.shard_stats(s.key, s.shard);
+      // Pinned like a shard read (fetch_pinned): a group of the new incarnation is another
+      // group, which this subscription must neither create nor take deliveries of.
+      auto st = [&]() -> Result<ShardStats> {
+        if (auto c = check_incarnation(n, s); !c) return c.error();
+        return n.shard_stats(s.key, s.shard);
+      }();
       Result<GroupDelivery> r = st ? n.group_fetch(s.key, s.shard, s.group, max, s.opts) : Result<GroupDelivery>(st.error());
+      if (auto c = check_incarnation(n, s); r && !c) r = c.error();
       const Offset hwm = st ? st->high_watermark : Offset{0};
       self->post([self, max, hwm, r = std::move(r)]() mutable { self->on_group_fetched(max, hwm, std::move(r)); });
     });

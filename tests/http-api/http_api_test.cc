@@ -648,6 +648,28 @@ TEST_F(HttpApiTest, IdempotentPublishParameters) {
                    400, "invalid_argument");
 }
 
+// Regression (review): a group long poll read the high watermark after its empty fetch; a
+// record published in between was under that mark, so the poll slept to its timeout with
+// the record ready. The poll may wait 30 s (the longest); the record is published right
+// after the fetch.
+TEST_F(HttpApiTest, AGroupLongPollWakesForARecordPublishedRightAfterItsFetch) {
+  make_stream("gp");
+  node_.after_next_group_fetch([this] {
+    PublishRecord r;
+    r.value = "late";
+    r.shard = 0;
+    node_.publish(StreamKey{"acme", "prod", "gp"}, {r}, PublishOptions{}, [](Result<std::vector<PublishedRecord>>) {});
+  });
+  const auto start = std::chrono::steady_clock::now();
+  auto d = req("GET", kNs + "/streams/gp/groups/workers/shards/0/records?max=10&wait_ms=30000");
+  ASSERT_EQ(d.status, 200) << d.body;
+  auto recs = obj(d)["records"].as_array();
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_EQ(recs[0].as_object().at("value").as_string(), "late");
+  // Woken by the record, not by the 30 s timeout's second fetch.
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15));
+}
+
 TEST_F(HttpApiTest, GroupDeliverAckAndNeverDeliveredAck) {
   make_stream("g");
   ASSERT_EQ(req("POST", kNs + "/streams/g/records", R"({"records":[{"value":"a"},{"value":"b"}]})").status, 200);

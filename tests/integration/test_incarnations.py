@@ -378,6 +378,12 @@ class Incarnations(unittest.TestCase):
         self.assertEqual(n.request("GET", base + q)["records"], [])
         replayed = n.request("POST", base + "/dead-letters/replay", {"from": 0, "to": 1})
         self.assertEqual(replayed["replayed"], 1)
+        # Every dead letter replayed: the page is empty and names the end as next_offset, so
+        # a client paging to the end stops (regression: it answered `from`, 0, for ever).
+        dl = n.request("GET", base + "/dead-letters")
+        self.assertEqual(dl["records"], [])
+        self.assertGreaterEqual(dl["end"], 1)
+        self.assertEqual(dl["next_offset"], dl["end"])
         redo = n.request("GET", base + q)["records"]
         self.assertEqual([record_value(r) for r in redo], [b"job-2"])
         self.assertEqual(redo[0]["offset"], 3)

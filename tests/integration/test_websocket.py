@@ -331,6 +331,47 @@ class WebSocketSubscribe(unittest.TestCase):
         self.assertIn(closed.code, (4404, 4503), closed)
         self.assertIn(closed.reason.split(":")[0], ("not_found", "unavailable", "stale_route"))
 
+    def test_a_recreated_stream_ends_the_old_incarnations_subscriptions_with_4404(self):
+        """Regression (review): a subscriber with no credit while its stream was deleted and
+        created again read the new stream at its old offset once it granted credit, as if
+        one continued the other (and a group subscription created and consumed the new
+        stream's group). Both end with 4404 instead. The stall timeout is long here, so no
+        slow-consumer close can come first."""
+        n = Node(extra={"http.ws_stall_timeout_ms": "600000"})
+        self.addCleanup(n.cleanup)
+        n.start()
+        n.create_stream("re")
+        n.publish_binary("re", [(None, b"old-%d" % i) for i in range(3)])
+        shard_url = "ws://127.0.0.1:%d%s/streams/re/shards/0/subscribe?offset=0&credit=3" % (
+            n.http_port, n.ns_path())
+        group_url = "ws://127.0.0.1:%d%s/streams/re/groups/g/shards/0/subscribe?credit=3&ack_timeout_ms=600000" % (
+            n.http_port, n.ns_path())
+
+        async def run():
+            async with websockets.connect(shard_url) as ws, websockets.connect(group_url) as gs:
+                for sock in (ws, gs):
+                    got = []
+                    while len(got) < 3:
+                        got += json.loads(await asyncio.wait_for(sock.recv(), DEADLINE_S))["records"]
+                    self.assertEqual([r["value"] for r in got], ["old-0", "old-1", "old-2"])
+                await asyncio.to_thread(n.request, "DELETE", n.ns_path() + "/streams/re")
+                await asyncio.to_thread(n.create_stream, "re")
+                await asyncio.to_thread(n.publish_binary, "re", [(None, b"new-%d" % i) for i in range(6)])
+                closes = []
+                for sock in (ws, gs):
+                    await sock.send(json.dumps({"credit": 10}))
+                    with self.assertRaises(websockets.ConnectionClosed) as closed:
+                        while True:
+                            frame = json.loads(await asyncio.wait_for(sock.recv(), DEADLINE_S))
+                            self.assertNotIn("records", frame, "the new stream's records reached an old subscription")
+                    closes.append(closed.exception)
+                return closes
+        for closed in asyncio.run(run()):
+            self.assertEqual(closed.code, 4404, closed)
+            self.assertIn("created again", closed.reason)
+        # The old group subscription did not create the group in the new stream.
+        self.assertEqual(n.request("GET", n.ns_path() + "/streams/re/groups")["groups"], [])
+
     # ---- bad input before the upgrade: REST problem details ------------------------------
     def upgrade(self, path, websocket=True):
         conn = http.client.HTTPConnection("127.0.0.1", self.node.http_port, timeout=DEADLINE_S)
