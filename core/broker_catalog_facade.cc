@@ -1,5 +1,8 @@
 #include "broker_catalog_facade.h"
 
+#include <algorithm>
+#include <chrono>
+
 #include "broker.h"
 #include "sluice/names.h"
 
@@ -44,7 +47,15 @@ class CatalogFacade final : public MetadataStore {
   Result<StreamInfo> delete_stream(const StreamKey& key) override {
     if (auto v = validate_stream_key(key); !v) return v.error();
     auto r = in_.delete_stream(key);
-    if (r && !b_.wait_forgotten(key, r->incarnation, timeout_ms_))
+    // The create first (a broker whose feed lags may not hold the stream yet: it would
+    // open it later and serve it until the delete arrives), then the delete.
+    const auto start = std::chrono::steady_clock::now();
+    auto left = [&] {
+      return std::max<std::int64_t>(
+          0, timeout_ms_ - std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start)
+                               .count());
+    };
+    if (r && !(b_.wait_applied(r->created_seq, timeout_ms_) && b_.wait_forgotten(key, r->incarnation, left())))
       return Error(Errc::timeout, "stream deleted in the catalog, but this broker has not applied it yet");
     return r;
   }

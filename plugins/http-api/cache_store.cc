@@ -165,7 +165,8 @@ Result<void> CacheStore::catch_up(Shard& sh, const StreamInfo& backing, ShardInd
       // the trimmed range.
       auto st = node_.shard_stats(backing.key, s);
       if (st && st->log_start.value() > sh.end) {
-        if (sh.watch_offset != UINT64_MAX && sh.watch_offset >= sh.end && sh.watch_offset < st->log_start.value())
+        if (sh.watch_offset != UINT64_MAX && sh.watch_nonce == 0 && sh.watch_offset >= sh.end &&
+            sh.watch_offset < st->log_start.value())
           sh.watch_lost = true;
         sh.index.clear();
         sh.end = st->log_start.value();

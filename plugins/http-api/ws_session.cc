@@ -329,6 +329,13 @@ class WsSession : public std::enable_shared_from_this<WsSession<NextLayer>> {
       return close_error(h.error());
     }
     notify_handle_ = *h;
+    // The wait is routed by name: armed after a delete and recreate, it waits on the new
+    // stream's log at this one's offset, and nothing may ever fire (review finding).
+    if (auto c = check_incarnation(*ctx_.node, sub_); !c) {
+      cancel_notify();
+      notify_armed_ = false;
+      return close_error(c.error());
+    }
   }
 
   void on_notify() {

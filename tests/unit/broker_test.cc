@@ -311,6 +311,51 @@ TEST(Broker, a_delete_answers_once_this_broker_no_longer_serves_the_incarnation)
   b->stop();
 }
 
+// Review finding on the fix above: a broker whose catalog feed had not delivered the create
+// yet held nothing under the name, and the wait ended at once; it then opened the stream
+// and served it until the delete arrived. The delete waits for the create first.
+TEST(Broker, a_delete_through_a_broker_that_lags_the_create_waits_for_both) {
+  sluice::testing::TestHost host;
+  ScriptedCatalog cat;
+  fs_storage::FsStorageEngine storage(host, std::make_shared<fs_storage::PosixFileSystem>());
+  const StreamKey K2{"t", "n", "late"};
+  cat.set_snapshot(catalog_with(10, I1));
+  auto b = make_broker(host, cat, storage);
+  ASSERT_TRUE(b->start());
+  ChangeEvent created{};
+  created.kind = ChangeEvent::Kind::stream_created;
+  created.seq = ChangeSeq{11};
+  created.stream.key = K2;
+  created.stream.incarnation = Incarnation{I2};
+  created.stream.spec.shards = 1;
+  created.stream.created_seq = ChangeSeq{11};
+  created.assignments = {Assignment{K2, ShardIndex{0}, Incarnation{I2}, Generation{11}, NodeId{1}, {NodeId{1}}}};
+  std::atomic<bool> called{false}, returned{false};
+  cat.on_delete = [&](const StreamKey&) -> Result<StreamInfo> {
+    called = true;
+    return created.stream;  // created at 11, deleted at 12: this broker has applied neither
+  };
+  auto facade = make_catalog_facade(*b, cat, 60000);
+  Result<StreamInfo> r{Error(Errc::internal, "unset")};
+  std::thread t([&] {
+    r = facade->delete_stream(K2);
+    returned = true;
+  });
+  ASSERT_TRUE(eventually([&] { return called.load(); }));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_FALSE(returned.load()) << "the delete answered before this broker had even applied the create";
+  cat.emit(created);
+  ChangeEvent deleted = created;
+  deleted.kind = ChangeEvent::Kind::stream_deleted;
+  deleted.seq = ChangeSeq{12};
+  deleted.tombstone = Tombstone{K2, Incarnation{I2}, ChangeSeq{12}};
+  cat.emit(deleted);
+  t.join();
+  ASSERT_TRUE(r) << r.error().to_string();
+  EXPECT_FALSE(b->stream(K2));
+  b->stop();
+}
+
 // Review finding: a plan that closes one shard of a name must keep serving the shards of
 // that name that stay here. Step 2 took the name out of service, and step 5 no longer
 // found the open shard 0 to carry it over: it stayed open in storage but unserved.
