@@ -53,6 +53,7 @@ constexpr ConfigKey kConfigKeys[] = {
     {"storage.preallocate_segments", "true", "A shard whose syncs average at most 64 KiB rolls into a next segment written ahead as zeros by a background thread, so its syncs overwrite blocks instead of growing the file (ignored with storage.fsync = never; docs/architecture.md \"Preallocated segments\")."},
     {"storage.page_cache_window_bytes", "67108864", "Each shard keeps about this many bytes of its newest log in the page cache and drops synced bytes further back (posix_fadvise DONTNEED), so writes reuse pages instead of touching new memory; reads further back go to the disk. 0 keeps everything (the kernel evicts); ignored with storage.fsync = never (docs/architecture.md \"Page-cache window\")."},
     {"storage.group_journal_compact_bytes", "1048576", "Compact a consumer group's journal into a snapshot beyond this size."},
+    {"storage.group_max_outstanding", "100000", "Deliveries a consumer group holds unacknowledged per shard (1..100000000); beyond it a fetch delivers only records due again."},
     {"api.plugin", "http-api", "API plugin name."},
     {"http.address", "127.0.0.1", "Address the HTTP API binds."},
     {"http.port", "8080", "Port the HTTP API binds (0 = ephemeral; the bound port is logged)."},

@@ -23,10 +23,10 @@ std::int64_t steady_now_ms() {
 
 ConsumerGroup::ConsumerGroup(std::string name, std::string dir, ShardLogImpl& shard,
                              std::shared_ptr<FileSystem> fs, PluginHost& host, GroupClock clock,
-                             GroupStepHook hook, std::uint64_t compact_bytes)
+                             GroupStepHook hook, std::uint64_t compact_bytes, std::uint64_t max_outstanding)
     : name_(std::move(name)), dir_(std::move(dir)), shard_(shard), fs_(std::move(fs)),
       host_(host), clock_(std::move(clock)), hook_(std::move(hook)),
-      compact_bytes_(compact_bytes), next_compact_at_(compact_bytes) {}
+      compact_bytes_(compact_bytes), max_outstanding_(max_outstanding), next_compact_at_(compact_bytes) {}
 
 ConsumerGroup::~ConsumerGroup() { close(); }
 
@@ -50,7 +50,7 @@ Result<std::unique_ptr<ConsumerGroup>> ConsumerGroup::open(
   if (auto r = make_dirs(*fs, dir + "/dead-letters/log"); !r) return r.error();
   std::unique_ptr<ConsumerGroup> g(new ConsumerGroup(
       name, dir, shard, fs, host, clock ? std::move(clock) : GroupClock(steady_now_ms),
-      std::move(hook), opts.group_journal_compact_bytes));
+      std::move(hook), opts.group_journal_compact_bytes, opts.group_max_outstanding));
   g->replicate_ = std::move(replicate);
   // An unfinished compaction's temporary files: the renamed files are what counts.
   for (const char* tmp : {"/snapshot.tmp", "/journal.tmp"})
@@ -170,8 +170,14 @@ Result<GroupDelivery> ConsumerGroup::fetch(std::uint32_t max_records, const Grou
     st.deadline_ms = now + o.ack_timeout_ms;
     items.push_back({Offset(off), st.deliveries});
   }
-  // 2. New records from the cursor up to the high watermark.
-  while (items.size() < max_records) {
+  // 2. New records from the cursor up to the high watermark. Bounded twice (review
+  // finding): a consumer that fetches and never acks holds at most max_outstanding_
+  // deliveries (not the whole shard), and one delivery holds about kMaxDeliveryBytes of
+  // batches (at least one), not max_records of them.
+  std::size_t cached = 0;
+  for (const auto& [base, b] : cache) cached += b.size();
+  while (items.size() < max_records && outstanding_.size() < max_outstanding_ &&
+         (items.empty() || cached < kMaxDeliveryBytes)) {
     auto r = shard_.read(Offset(cursor_), max_records - static_cast<std::uint32_t>(items.size()),
                          kFetchBytes);
     if (!r) return r.error();
@@ -179,15 +185,17 @@ Result<GroupDelivery> ConsumerGroup::fetch(std::uint32_t max_records, const Grou
     for (auto& b : r->batches) {
       BatchHeader h = BatchHeader::decode(b.data());
       std::uint64_t off = std::max(cursor_, h.base_offset);
-      for (; off < h.next_offset() && items.size() < max_records; ++off) {
+      for (; off < h.next_offset() && items.size() < max_records && outstanding_.size() < max_outstanding_; ++off) {
         // Done without a DELIVER record (a dead-letter move recorded at open): never again.
         if (off < committed_ || done_.count(off)) continue;
         outstanding_[off] = Outstanding{1, now + o.ack_timeout_ms};
         items.push_back({Offset(off), 1});
       }
       cursor_ = std::max(cursor_, off);
+      cached += b.size();
       cache.emplace(h.base_offset, std::move(b));
-      if (items.size() >= max_records) break;
+      if (items.size() >= max_records || outstanding_.size() >= max_outstanding_ || cached >= kMaxDeliveryBytes)
+        break;
     }
   }
   std::sort(items.begin(), items.end(),

@@ -136,7 +136,7 @@ class ConsumerGroup {
   };
   ConsumerGroup(std::string name, std::string dir, ShardLogImpl& shard,
                 std::shared_ptr<FileSystem> fs, PluginHost& host, GroupClock clock,
-                GroupStepHook hook, std::uint64_t compact_bytes);
+                GroupStepHook hook, std::uint64_t compact_bytes, std::uint64_t max_outstanding);
 
   Result<void> load_snapshot(bool* found, std::uint64_t* gen, std::uint64_t* offset);
   Result<void> replay_journal(bool have_snapshot, std::uint64_t snap_gen, std::uint64_t snap_off);
@@ -176,6 +176,7 @@ class ConsumerGroup {
   const GroupStepHook hook_;
   GroupReplicate replicate_;  // set once by open()
   const std::uint64_t compact_bytes_;
+  const std::uint64_t max_outstanding_;  // storage.group_max_outstanding
 
   std::mutex mu_;
   std::unique_ptr<File> journal_;

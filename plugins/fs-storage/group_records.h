@@ -15,6 +15,8 @@ inline constexpr std::uint8_t kDeliver = 1, kAck = 2, kDead = 3, kReplayed = 4, 
 inline constexpr std::size_t kRecHeader = 9;  // u32 payload_len | u32 crc | u8 type
 // How much of the shard (or the dead-letter log) one read asks for.
 inline constexpr std::size_t kFetchBytes = 1 << 20;
+// What one group delivery holds of new records' batches, at most (and at least one batch).
+inline constexpr std::size_t kMaxDeliveryBytes = 4u << 20;
 
 inline void put64(std::string& s, std::uint64_t v) {
   char b[8];

@@ -75,6 +75,7 @@ Options Options::from_host(const PluginHost& host) {
   if (gc < 1 || gc > (1ll << 40))
     throw std::invalid_argument("storage.group_journal_compact_bytes must be in [1, 1099511627776]");
   o.group_journal_compact_bytes = static_cast<std::uint64_t>(gc);
+  o.group_max_outstanding = static_cast<std::uint64_t>(ranged("storage.group_max_outstanding", 100000, 1, 100000000));
   return o;
 }
 

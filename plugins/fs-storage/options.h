@@ -45,6 +45,9 @@ struct Options {
   // further back once synced (docs/architecture.md "Page-cache window").
   std::uint64_t page_cache_window_bytes = 0;
   std::uint64_t group_journal_compact_bytes = 1 << 20;  // storage.group_journal_compact_bytes
+  // storage.group_max_outstanding: deliveries a group holds unacked per shard; beyond it a
+  // fetch delivers only what is due again (docs/api.md "Consumer groups and dead letters").
+  std::uint64_t group_max_outstanding = 100000;
   // Replicated shards (docs/replication.md, docs/configuration.md "replication.*").
   std::int64_t replication_max_lag_ms = 10000;       // replication.max_lag_ms
   std::int64_t replication_fetch_wait_ms = 500;      // replication.fetch_wait_ms

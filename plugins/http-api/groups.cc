@@ -3,8 +3,8 @@
 //   GET  {ns}/streams/{s}/groups                                  {"groups":[names]}
 //   GET  {ns}/streams/{s}/groups/{g}                              {"group","positions":[...]}
 //   GET  {ns}/streams/{s}/groups/{g}/shards/{n}/records?max=&wait_ms=&max_deliveries=&ack_timeout_ms=
-//        {"records":[{...record, "delivery"}]}   (long poll like fetch)
-//   POST {ns}/streams/{s}/groups/{g}/shards/{n}/ack   {"offsets":[...]}   -> 204
+//        {"records":[{...record, "delivery"}],"incarnation"}   (long poll like fetch)
+//   POST {ns}/streams/{s}/groups/{g}/shards/{n}/ack   {"offsets":[...],"incarnation"?} -> 204 / 409
 //   POST {ns}/streams/{s}/groups/{g}/shards/{n}/nack  {"offsets":[...]}   -> 204
 //   GET  {ns}/streams/{s}/groups/{g}/shards/{n}/dead-letters?offset=&max=
 //   POST {ns}/streams/{s}/groups/{g}/shards/{n}/dead-letters/replay {"from","to"}
@@ -13,6 +13,8 @@
 // Group calls may sync to disk (acks, dead letters), so they run on the blocking pool.
 // Answers about one shard carry Sluice-Leader (the leader's HTTP address) when known; a
 // shard another broker leads is served through it (the core forwards the call).
+
+#include <optional>
 
 #include <boost/json/array.hpp>
 #include <boost/json/object.hpp>
@@ -97,13 +99,52 @@ json::object position_json(const GroupPosition& p) {
   return o;
 }
 
-Result<std::vector<Offset>> offsets_body(std::string_view body) {
+// An ack or nack body: the offsets, and optionally the incarnation that delivered them
+// (the group fetch's `incarnation`).
+struct OffsetsBody {
+  std::vector<Offset> offsets;
+  std::optional<Incarnation> incarnation;
+};
+
+Result<OffsetsBody> offsets_body(std::string_view body) {
   json::monotonic_resource mr;
   json::value v(json::storage_ptr{&mr});
   if (auto r = parse_json_object(body, v); !r) return r.error();
   const auto& o = v.as_object();
-  if (auto r = check_fields(o, {"offsets"}, ""); !r) return r.error();
-  return offsets_array(o.if_contains("offsets"), "offsets");
+  if (auto r = check_fields(o, {"offsets", "incarnation"}, ""); !r) return r.error();
+  auto offs = offsets_array(o.if_contains("offsets"), "offsets");
+  if (!offs) return offs.error();
+  OffsetsBody out{std::move(*offs), std::nullopt};
+  if (const auto* x = o.if_contains("incarnation")) {
+    if (x->is_uint64()) out.incarnation = Incarnation{x->as_uint64()};
+    else if (x->is_int64() && x->as_int64() >= 0) out.incarnation = Incarnation{static_cast<std::uint64_t>(x->as_int64())};
+    else return Error(Errc::invalid_argument, "incarnation must be a non-negative integer (the group fetch's)");
+  }
+  return out;
+}
+
+// The stream's incarnation on this broker, for a group call to be pinned to.
+Result<Incarnation> current_incarnation(Node& n, const StreamKey& key) {
+  auto si = n.stream(key);
+  if (!si) return si.error();
+  return si->incarnation;
+}
+
+// A group fetch answered with the incarnation that delivered it, read before and after the
+// call: incarnations never come back, so equal readings prove which stream it was. A
+// recreate during the call answers 503 (transient: fetch again; what was delivered is
+// delivered again after its ack timeout).
+HttpResponse pinned_delivery(Node& n, const StreamKey& key, ShardIndex shard, Incarnation before,
+                             const Result<GroupDelivery>& r) {
+  if (!r) return with_leader(problem(r.error()), n, key, shard);
+  auto after = current_incarnation(n, key);
+  if (!after || *after != before)
+    return problem(Error(Errc::unavailable,
+                         "stream " + key.to_string() + " was deleted or created again during the group fetch; fetch again",
+                         Outcome::transient));
+  json::object out = delivery_json(*r);
+  out["incarnation"] = before.value();
+  return with_leader(json_response(200, out), n, key, shard);
 }
 
 Result<std::pair<Offset, Offset>> range_body(std::string_view body) {
@@ -125,7 +166,6 @@ Result<std::pair<Offset, Offset>> range_body(std::string_view body) {
   return std::make_pair(Offset{*from}, Offset{*to});
 }
 
-HttpResponse render_delivery(const GroupDelivery& d) { return json_response(200, delivery_json(d)); }
 
 HttpResponse render_dead_letters(const FetchResult& r, Offset from, std::uint32_t max) {
   json::array recs;
@@ -170,6 +210,7 @@ struct GroupPoll {
   std::string group;
   std::uint32_t max;
   GroupOptions opts;
+  Incarnation incarnation{0};  // the stream's when the poll began
   bool done = false;
   std::function<void()> cancel_timer;
   std::uint64_t notify_handle = 0;
@@ -179,9 +220,11 @@ struct GroupPoll {
     if (cancel_timer) std::exchange(cancel_timer, nullptr)();
     if (notify_handle) node->cancel_notify(key, shard, std::exchange(notify_handle, 0));
     Node* n = node;
-    blocking_call(ex, [n, key = key, shard = shard, group = group, max = max, opts = opts] {
-      auto r = n->group_fetch(key, shard, group, max, opts);
-      return with_leader(r ? render_delivery(*r) : problem(r.error()), *n, key, shard);
+    blocking_call(ex, [n, key = key, shard = shard, group = group, max = max, opts = opts, inc = incarnation] {
+      if (auto now = current_incarnation(*n, key); !now || *now != inc)
+        return problem(now ? Error(Errc::not_found, "stream " + key.to_string() + " was deleted during the poll")
+                           : now.error());
+      return pinned_delivery(*n, key, shard, inc, n->group_fetch(key, shard, group, max, opts));
     });
   }
 };
@@ -242,17 +285,17 @@ void handle_groups(Node& node, const HttpConfig& cfg, const std::shared_ptr<Exch
       // between the two is then either delivered by the fetch or beyond the mark waited
       // for. Read after an empty fetch, the mark could include a record the fetch missed,
       // and the poll would sleep to its timeout with a record ready (review finding).
+      auto inc = current_incarnation(*n, key);
+      if (!inc) return ex->respond(with_leader(problem(inc.error()), *n, key, shard));
       Result<ShardStats> stats = ShardStats{};
       if (w.count() > 0) {
         stats = n->shard_stats(key, shard);
         if (!stats) return ex->respond(with_leader(problem(stats.error()), *n, key, shard));
       }
       auto r = n->group_fetch(key, shard, group, m, opts);
-      if (!r) return ex->respond(with_leader(problem(r.error()), *n, key, shard));
-      if (!r->records.empty() || w.count() == 0)
-        return ex->respond(with_leader(render_delivery(*r), *n, key, shard));
+      if (!r || !r->records.empty() || w.count() == 0) return ex->respond(pinned_delivery(*n, key, shard, *inc, r));
       // Nothing to deliver: park until a new record or the timeout, then try once more.
-      auto poll = std::make_shared<GroupPoll>(GroupPoll{ex, n, key, shard, group, m, opts});
+      auto poll = std::make_shared<GroupPoll>(GroupPoll{ex, n, key, shard, group, m, opts, *inc});
       ex->post([poll, w, hwm = stats->high_watermark] {
         poll->cancel_timer = poll->ex->start_timer(w, [poll] { poll->finish(); });
         std::weak_ptr<GroupPoll> weak = poll;
@@ -267,10 +310,23 @@ void handle_groups(Node& node, const HttpConfig& cfg, const std::shared_ptr<Exch
   }
   if (op == "subscribe") return handle_group_subscribe(node, ex, key, *shard, group, target);
   if (op == "ack" || op == "nack") {
-    auto offsets = offsets_body(req.body);
-    if (!offsets) return ex->respond(problem(offsets.error()));
+    auto body = offsets_body(req.body);
+    if (!body) return ex->respond(problem(body.error()));
     const bool ack = op == "ack";
-    return blocking_call(ex, [&node, key, shard = *shard, group, ack, offs = std::move(*offsets)] {
+    return blocking_call(ex, [&node, key, shard = *shard, group, ack, body = std::move(*body)] {
+      // Offsets a deleted stream delivered must not settle the recreated stream's group
+      // (docs/api.md "Consumer groups and dead letters").
+      if (body.incarnation) {
+        auto now = current_incarnation(node, key);
+        if (!now) return with_leader(problem(now.error()), node, key, shard);
+        if (*now != *body.incarnation)
+          return problem(Error(Errc::conflict, "stream " + key.to_string() + " was deleted and created again "
+                                               "(the offsets came from incarnation " +
+                                                   std::to_string(body.incarnation->value()) + "; it is now " +
+                                                   std::to_string(now->value()) + "): nothing was " +
+                                                   (ack ? "acked" : "nacked")));
+      }
+      const auto& offs = body.offsets;
       auto r = ack ? node.group_ack(key, shard, group, offs) : node.group_nack(key, shard, group, offs);
       if (!r) return with_leader(problem(r.error()), node, key, shard);
       HttpResponse resp;

@@ -289,7 +289,9 @@ class WsSession : public std::enable_shared_from_this<WsSession<NextLayer>> {
     const std::size_t n = r->records.size();
     if (n) {
       credit_ -= static_cast<std::int64_t>(n);
-      enqueue(Frame{boost::json::serialize(delivery_json(*r)), false});
+      auto body = delivery_json(*r);
+      body["incarnation"] = sub_.incarnation.value();  // as the group fetch answers
+      enqueue(Frame{boost::json::serialize(body), false});
     }
     // A full read may have left more; a short one delivered all there was below `hwm`:
     // then wait for a record beyond it, a nack, or the redelivery of an expired one.

@@ -388,6 +388,40 @@ class Incarnations(unittest.TestCase):
         self.assertEqual([record_value(r) for r in redo], [b"job-2"])
         self.assertEqual(redo[0]["offset"], 3)
 
+    def test_an_ack_of_a_deleted_streams_offsets_never_settles_the_recreated_streams_group(self):
+        """Regression (review): consumer 1 fetched offsets 0-2 of a stream; the stream was
+        deleted and created again, and consumer 2 fetched the new stream's 0-2; consumer 1's
+        late ack then committed the new records for the group, and had consumer 2 crashed
+        they were never redelivered. The fetch names its incarnation; an ack or nack that
+        sends it is refused (409) once the stream is another one."""
+        n = self.node().start()
+        n.create_stream("jobs2", shards=1)
+        n.publish_binary("jobs2", [(None, b"old-%d" % i) for i in range(3)])
+        base = n.ns_path() + "/streams/jobs2/groups/w/shards/0"
+        q = "/records?max=10&ack_timeout_ms=600000"
+        first = n.request("GET", base + q)
+        self.assertEqual([r["offset"] for r in first["records"]], [0, 1, 2])
+        self.assertEqual(first["incarnation"], n.request("GET", n.ns_path() + "/streams/jobs2")["incarnation"])
+        n.request("DELETE", n.ns_path() + "/streams/jobs2")
+        n.create_stream("jobs2", shards=1)
+        n.publish_binary("jobs2", [(None, b"new-%d" % i) for i in range(3)])
+        second = n.request("GET", base + q)
+        self.assertEqual([record_value(r) for r in second["records"]], [b"new-0", b"new-1", b"new-2"])
+        self.assertGreater(second["incarnation"], first["incarnation"])
+        for op in ("ack", "nack"):
+            e = self.problem(lambda: n.request("POST", base + "/" + op,
+                                               {"offsets": [0, 1, 2], "incarnation": first["incarnation"]}))
+            self.assertEqual((e.status, e.problem["code"]), (409, "conflict"))
+            self.assertIn("created again", e.problem["detail"])
+        pos = n.request("GET", n.ns_path() + "/streams/jobs2/groups/w")["positions"][0]
+        self.assertEqual((pos["committed"], pos["outstanding"]), (0, 3), "nothing changed")
+        for bad in (-1, "7", 1.5):
+            e = self.problem(lambda: n.request("POST", base + "/ack", {"offsets": [0], "incarnation": bad}))
+            self.assertEqual((e.status, e.problem["code"]), (400, "invalid_argument"), bad)
+        n.request("POST", base + "/ack", {"offsets": [0, 1, 2], "incarnation": second["incarnation"]})
+        pos = n.request("GET", n.ns_path() + "/streams/jobs2/groups/w")["positions"][0]
+        self.assertEqual((pos["committed"], pos["outstanding"]), (3, 0))
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -100,6 +100,47 @@ TEST_F(GroupTest, DeliversEveryRecordOnceInOrderWithWholeBatches) {
   EXPECT_EQ(*shard_->list_groups(), std::vector<std::string>{"g"});
 }
 
+// Review finding: a consumer that fetched in a loop and never acked moved the whole shard
+// into the group's outstanding set (memory, and a scan of it on every fetch), and one
+// delivery held max_records batches whatever their size. Both are bounded now.
+TEST_F(GroupTest, OutstandingDeliveriesAndADeliverysBytesAreBounded) {
+  host_.set("storage.group_max_outstanding", "5");
+  shard_.reset();
+  engine_.reset();
+  start();
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(append_wait(*shard_, make_batch("r" + std::to_string(i), 3)));  // 12 records
+  EXPECT_EQ(offsets_of(fetch(100)), (std::vector<std::uint64_t>{0, 1, 2, 3, 4}));
+  EXPECT_TRUE(fetch(100).records.empty()) << "no new delivery beyond 5 outstanding";
+  EXPECT_EQ(pos().outstanding, 5u);
+  ASSERT_TRUE(shard_->group_ack("g", offs({0, 1})));
+  EXPECT_EQ(offsets_of(fetch(100)), (std::vector<std::uint64_t>{5, 6}));
+  // Due again (a nack) is still delivered at the bound: redeliveries never wait.
+  ASSERT_TRUE(shard_->group_nack("g", offs({2})));
+  auto again = fetch(100);
+  EXPECT_EQ(offsets_of(again), (std::vector<std::uint64_t>{2}));
+  EXPECT_EQ(deliveries_of(again), (std::vector<std::uint32_t>{2}));
+
+  // Bytes: 20 more records of 512 KiB, one per batch (offsets 12..31); a delivery of "up
+  // to 100" for another group takes about 4 MiB of batches, not all 10 MiB.
+  host_.set("storage.group_max_outstanding", "100000");
+  shard_.reset();
+  engine_.reset();
+  start();
+  const std::string big(512 << 10, 'x');
+  for (int i = 0; i < 20; ++i) {
+    BatchBuilder bb;
+    bb.add(std::nullopt, big, {}, 1000);
+    ASSERT_TRUE(append_wait(*shard_, bb.finish()));
+  }
+  auto d = shard_->group_fetch("big", 100, GroupOptions{});
+  ASSERT_TRUE(d) << d.error().to_string();
+  EXPECT_GT(d->records.size(), 12u) << "some of the large records";
+  EXPECT_LT(d->records.size(), 32u) << "not all of them";
+  std::size_t bytes = 0;
+  for (const auto& b : d->batches) bytes += b.size();
+  EXPECT_LT(bytes, std::size_t{5} << 20);
+}
+
 TEST_F(GroupTest, CommittedStopsAtTheFirstUnackedOffset) {
   ASSERT_TRUE(append_wait(*shard_, make_batch("a", 5)));
   fetch(5);
