@@ -62,6 +62,26 @@ Result<std::unique_ptr<pqxx::connection>> PgMetaStore::connect_once() {
     // can tell which node of which cluster a backend serves. PostgreSQL keeps 63 bytes.
     c->set_variable("application_name",
                     c->quote(application_name(host_.node_id(), cfg_.schema)));
+    // Once started, every new connection (a pool slot, the feed's reconnect) must reach the
+    // cluster this node joined: a URL whose name, address or pooler now leads to another
+    // database would have this node write into another cluster's catalog, and apply its
+    // deletes (review finding). started_ is stored after cluster_id_ is.
+    if (started_.load()) {
+      std::string got;
+      try {
+        pqxx::nontransaction tx(*c);
+        auto r = tx.exec("SELECT id FROM cluster");
+        got = r.empty() ? std::string("no cluster") : "cluster " + r[0][0].as<std::string>();
+      } catch (const std::exception& e) {
+        got = "no cluster table (" + clean(e.what()) + ")";
+      }
+      if (got != "cluster " + cluster_id_)
+        return Error(Errc::cluster_id_mismatch,
+                     "PostgreSQL " + target_ + " schema " + cfg_.schema + " now holds " + got + ", not cluster " +
+                         cluster_id_ + " that this node joined; not using it (is the URL pointing at another "
+                         "database?)",
+                     Outcome::transient);
+    }
     return c;
   } catch (const std::exception& e) {
     std::string m = clean(e.what());

@@ -114,6 +114,7 @@ void PgMetaStore::feed_main() {
   auto next_lease_try = Clock::now();
   auto last_poll = Clock::now() - cfg_.poll_interval;
   bool was_down = false;
+  std::string mismatch_logged;
   auto drop = [&](const std::string& why) {
     rx.reset();
     c.reset();
@@ -135,6 +136,12 @@ void PgMetaStore::feed_main() {
         {
           std::lock_guard lk(err_mu_);
           last_error_ = r.error().message;
+        }
+        // Said once, not at every retry: the operator must see it (a connection that drops
+        // and cannot come back is only a warning above).
+        if (r.error().code == Errc::cluster_id_mismatch && r.error().message != mismatch_logged) {
+          log(LogLevel::error, r.error().message + "; not ready until it holds this cluster again");
+          mismatch_logged = r.error().message;
         }
         feed_up_ = false;
         sleep_for(backoff);

@@ -232,6 +232,8 @@ Result<T> PgMetaStore::run(Mode mode, F&& fn) {
       };
       auto c = slot_connection(*slot);
       if (!c.ok()) {
+        // Another cluster's database behind the URL: nothing was sent; say so at once.
+        if (c.error().code == Errc::cluster_id_mismatch) return c.error();
         last = c.error().message;
       } else {
         try {

@@ -192,6 +192,31 @@ TEST(PostgresMetaPool, connection_terminated_while_idle_is_replaced) {
   expect_gap_free(schema);
 }
 
+// Regression (review): the cluster id was read once, at start. A connection opened later
+// (a pool slot, the feed's reconnect) to a database that now holds another cluster (the
+// URL's name or pooler moved) was used: this node wrote into another cluster's catalog and
+// applied its deletes. Every new connection now checks the id; here the row is changed
+// under the node and its connections are cut.
+TEST(PostgresMetaPool, a_new_connection_to_another_cluster_is_refused) {
+  auto schema = pgtest::fresh_schema(pgtest::current_test_name());
+  Node n(pool_config(schema, 2));
+  ASSERT_TRUE(n->create_tenant("acme").ok());
+  const std::string mine = n->status().cluster_id;
+  ASSERT_FALSE(mine.empty());
+  pgtest::sql(schema, "UPDATE cluster SET id = '00000000-0000-4000-8000-000000000000'");
+  terminate_and_wait(schema, sluiced_backends(schema));
+  auto r = n->create_namespace("acme", "prod");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, Errc::cluster_id_mismatch) << r.error().to_string();
+  EXPECT_NE(r.error().message.find("00000000-0000-4000-8000-000000000000"), std::string::npos);
+  EXPECT_TRUE(pgtest::eventually([&] { return !n->status().ready; })) << "the feed must not reconnect either";
+  EXPECT_TRUE(pgtest::sql(schema, "SELECT 1 FROM namespaces").empty()) << "nothing was written";
+  // The database back as it was: the node uses it again.
+  pgtest::sql(schema, "UPDATE cluster SET id = '" + mine + "'");
+  EXPECT_TRUE(pgtest::eventually([&] { return n->status().ready; }));
+  EXPECT_TRUE(n->create_namespace("acme", "prod").ok());
+}
+
 // Connections killed while calls run: each call succeeds (retried on a new connection),
 // or answers unavailable (transient), or, if the connection broke while its commit was in
 // flight, timeout with outcome uncertain. The sequence stays gap-free and every success is
