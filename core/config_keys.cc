@@ -74,7 +74,7 @@ constexpr ConfigKey kConfigKeys[] = {
     {"http.ws_send_buffer_bytes", "1048576", "Frame bytes queued per WebSocket subscription; the broker reads no more until they are written (4096..1073741824)."},
     {"auth.enabled", "false", "Require a bearer token (auth.tokens_file) on every HTTP path but /healthz, /readyz and, with auth.metrics_open, /metrics (docs/security.md)."},
     {"auth.tokens_file", "", "The tokens file: one 'sha256:<hex> NAME ROLE[:SCOPE] ...' line per token, hashes only (`sluice token hash` prints a line). Re-read on SIGHUP; a malformed file keeps the previous tokens."},
-    {"auth.allow_insecure", "false", "With auth.enabled = false, serve on an http.address that is not loopback anyway (otherwise sluiced refuses to start)."},
+    {"auth.allow_insecure", "false", "With auth.enabled = false, serve on an http.address that is not loopback anyway; with auth.enabled = true, serve the peer transport on a transport.address that is not loopback without transport.tls.* anyway (otherwise sluiced refuses to start in both cases)."},
     {"auth.metrics_open", "false", "Serve GET /metrics without a token (for a scraper on a trusted network); otherwise it needs the metrics or admin role."},
     {"tls.cert_file", "", "PEM certificate chain (leaf first) of the HTTP API. Set with tls.key_file: the listener speaks HTTPS only (docs/security.md \"TLS\")."},
     {"tls.key_file", "", "PEM private key of tls.cert_file."},

@@ -18,6 +18,7 @@
 #include <malloc.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <arpa/inet.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -92,6 +93,20 @@ std::vector<std::string> sorted_list(const std::string& s) {
   auto out = split_list(s);
   std::sort(out.begin(), out.end());
   return out;
+}
+
+// Whether the host of a host:port address is loopback ("localhost", 127.0.0.0/8, ::1).
+bool loopback_host(const std::string& address) {
+  std::string host = address.substr(0, address.rfind(':'));
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  if (host == "localhost") return true;
+  unsigned char b[16];
+  if (::inet_pton(AF_INET, host.c_str(), b) == 1) return b[0] == 127;
+  if (::inet_pton(AF_INET6, host.c_str(), b) == 1) {
+    static constexpr unsigned char v6_loopback[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+    return std::memcmp(b, v6_loopback, 16) == 0;
+  }
+  return false;
 }
 
 bool roles_have(const std::string& roles, const std::string& role) {
@@ -334,6 +349,19 @@ int main(int argc, char** argv) {
     if (const auto ta = cfg->get_string("transport.address", "127.0.0.1:7802");
         ta.rfind(':') == std::string::npos || ta.rfind(':') == 0 || ta.rfind(':') + 1 == ta.size())
       throw std::invalid_argument("transport.address must be host:port, got '" + ta + "'");
+    // The peer transport's hello carries the cluster id, which is no secret: without TLS
+    // anyone who reaches transport.address may publish, read and ack on any shard, past
+    // every token (review finding). With authentication on, a reachable one needs TLS.
+    if (const auto ta = cfg->get_string("transport.address", "127.0.0.1:7802");
+        roles_have(cfg->get_string("node.roles", "controller,broker"), "broker") &&
+        cfg->get_bool("auth.enabled", false) && !cfg->get_bool("auth.allow_insecure", false) &&
+        cfg->get_string("transport.tls.cert_file", "").empty() && !loopback_host(ta))
+      throw std::invalid_argument(
+          "refusing to serve the peer transport on " + ta +
+          " without TLS while auth.enabled = true: its only check is the cluster id, which is no secret, so anyone "
+          "who reaches it could read and write every stream past the tokens. Set transport.tls.cert_file, "
+          "transport.tls.key_file and transport.tls.ca_file, or auth.allow_insecure = true to accept the risk "
+          "(docs/security.md)");
     if (bopts.heartbeat_interval_ms < 10) throw std::invalid_argument("broker.heartbeat_interval_ms must be at least 10");
     if (backend != "raft" && backend != "postgres")
       throw std::invalid_argument("metadata.backend must be raft or postgres, got '" + backend + "'");

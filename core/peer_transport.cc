@@ -66,6 +66,25 @@ bool key_mismatch(const boost::system::error_code& ec) {
 }
 
 // OpenSSL's reason for the last failure (its error queue), or Asio's message.
+// Bytes a peer sent, fit for a log line: at most 80, anything but printable ASCII as \xNN
+// (an unauthenticated client must not write lines or control characters into the log).
+std::string printable(std::string_view s) {
+  std::string out;
+  for (std::size_t i = 0; i < s.size() && i < 80; ++i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      static constexpr char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out.push_back(kHex[c >> 4]);
+      out.push_back(kHex[c & 15]);
+    }
+  }
+  if (s.size() > 80) out += "...";
+  return out;
+}
+
 std::string ssl_reason(const boost::system::error_code& ec) {
   std::string r = ec.message();
   if (unsigned long e = ERR_peek_last_error(); e != 0) {
@@ -384,6 +403,13 @@ struct Conn : std::enable_shared_from_this<Conn> {
       close(LogLevel::warn, "malformed frame: " + h.error().message, lost("it sent a malformed frame"));
       return;
     }
+    if (state == State::hello_wait && h->payload_len > kMaxHelloBytes) {
+      close(LogLevel::warn,
+            "malformed frame: the first frame claims " + std::to_string(h->payload_len) + " bytes, more than a hello (" +
+                std::to_string(kMaxHelloBytes) + ")",
+            lost("it sent a malformed frame"));
+      return;
+    }
     body.assign(h->payload_len, '\0');
     if (h->payload_len == 0) {
       on_frame(*h);
@@ -417,7 +443,7 @@ struct Conn : std::enable_shared_from_this<Conn> {
       }
       if (hello->cluster_id != t.opts.cluster_id) {
         const std::string msg = "peer node " + std::to_string(hello->node.value()) + " at " + address +
-                                " belongs to cluster " + hello->cluster_id + ", this node (" +
+                                " belongs to cluster " + printable(hello->cluster_id) + ", this node (" +
                                 std::to_string(t.opts.self.value()) + ") to cluster " + t.opts.cluster_id;
         close(LogLevel::error, "refused: cluster id mismatch: " + msg, Error(Errc::cluster_id_mismatch, msg));
         return;

@@ -27,6 +27,10 @@ inline constexpr std::size_t kHeaderBytes = 16;
 inline constexpr PeerMessageType kHelloType = 0;
 inline constexpr char kHelloMagic[] = "SLUICEPT";
 inline constexpr std::uint16_t kHelloVersion = 1;
+// A hello is magic, version, node and two short ids: a first frame that claims more is
+// refused before anything is allocated for it (a 64 MiB frame per unauthenticated
+// connection was a way to exhaust memory; review finding).
+inline constexpr std::uint32_t kMaxHelloBytes = 1024;
 
 struct Header {
   std::uint8_t flags = 0;

@@ -196,8 +196,10 @@ bool TokenTable::SameHash::operator()(const TokenHash& a, const TokenHash& b) co
   return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
 
-const TokenEntry* TokenTable::find(std::string_view token) const {
-  const auto it = index_.find(sha256(token));
+const TokenEntry* TokenTable::find(std::string_view token) const { return find_hash(sha256(token)); }
+
+const TokenEntry* TokenTable::find_hash(const TokenHash& hash) const {
+  const auto it = index_.find(hash);
   return it == index_.end() ? nullptr : &entries_[it->second];
 }
 

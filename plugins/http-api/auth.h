@@ -64,6 +64,7 @@ class TokenTable {
   // the client sent, never by a secret, and hashes are compared with CRYPTO_memcmp
   // (constant time), so timing tells nothing about the stored tokens (docs/security.md).
   const TokenEntry* find(std::string_view token) const;
+  const TokenEntry* find_hash(const TokenHash& hash) const;  // by the token's SHA-256
   std::size_t size() const { return entries_.size(); }
 
  private:

@@ -42,6 +42,9 @@ class Exchange {
   virtual const HttpRequest& request() const = 0;
   // Strand only, before respond(): the route template, used as a metrics label.
   virtual void set_route(std::string route) = 0;
+  // Strand only, before upgrade(): whether the request's token still allows it, asked again
+  // by a WebSocket session for as long as it lives (tokens are revoked by a reload).
+  virtual void set_authorization(std::function<bool()> still_allowed) { (void)still_allowed; }
   // Sends the response on the connection's strand. Only the first call counts.
   virtual void respond(HttpResponse r) = 0;
   // Instead of respond(): accepts the WebSocket upgrade of request() and hands the

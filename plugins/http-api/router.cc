@@ -289,6 +289,13 @@ void Router::dispatch(const std::shared_ptr<Exchange>& ex) {
   if (who) {
     const Need need = required(def->route, seg, req.method, cfg_.metrics_open);
     if (!allows(*who, need)) return ex->respond(forbidden(req, need));
+    // A subscription outlives this check: it asks again, against the tokens in force then.
+    if (req.websocket)
+      ex->set_authorization([store = tokens_, hash = who->hash, need] {
+        auto t = store->current();
+        const TokenEntry* e = t ? t->find_hash(hash) : nullptr;
+        return e && allows(*e, need);
+      });
   }
   // Every name in the path is validated before anything touches the Node.
   static constexpr NameKind kinds[] = {NameKind::tenant, NameKind::ns, NameKind::stream};

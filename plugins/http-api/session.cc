@@ -322,6 +322,7 @@ class ConnExchange final : public Exchange {
 
   const HttpRequest& request() const override { return req_; }
   void set_route(std::string route) override { route_ = std::move(route); }
+  void set_authorization(std::function<bool()> still_allowed) override { authorized_ = std::move(still_allowed); }
 
   void respond(HttpResponse r) override {
     if (responded_.exchange(true)) return;
@@ -347,6 +348,7 @@ class ConnExchange final : public Exchange {
   }
   void upgrade(Subscription sub) override {
     if (responded_.exchange(true)) return;
+    sub.still_authorized = authorized_;  // set on the strand before the handler ran
     on_session([sub = std::move(sub), route = route_](SessionBase& s) mutable { s.upgrade(std::move(sub), route); });
   }
   void post(std::function<void()> fn) override {
@@ -389,6 +391,7 @@ class ConnExchange final : public Exchange {
   HttpRequest req_;
   const std::thread::id home_;
   std::string route_ = "unmatched";
+  std::function<bool()> authorized_;  // set_authorization()
   std::atomic<bool> responded_{false};
 };
 

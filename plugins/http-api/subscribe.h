@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string_view>
 
@@ -28,6 +29,9 @@ struct Subscription {
   // name deleted and created again is another stream, whose offsets (and groups) have
   // nothing to do with this one's (docs/api.md "Subscribe").
   Incarnation incarnation{0};
+  // With authentication on: whether the upgrade's token still allows the subscription
+  // (docs/security.md "Tokens file": a reload revokes). Empty when authentication is off.
+  std::function<bool()> still_authorized;
 };
 
 // Whether `sub`'s stream still is the incarnation it subscribed to, on this broker: a

@@ -146,6 +146,7 @@ class WsSession : public std::enable_shared_from_this<WsSession<NextLayer>> {
   // changes nothing and keeps the subscription. The next client message is read after the
   // answers are queued, so a client cannot pile up calls.
   void settle(std::vector<Offset> ack, std::vector<Offset> nack) {
+    if (!still_authorized()) return;
     ctx_.run_blocking([self = this->shared_from_this(), ack = std::move(ack), nack = std::move(nack)] {
       Node& n = *self->ctx_.node;
       const Subscription& s = self->sub_;
@@ -202,7 +203,17 @@ class WsSession : public std::enable_shared_from_this<WsSession<NextLayer>> {
 
   bool group() const { return !sub_.group.empty(); }
 
+  // The token that opened the subscription, against the tokens in force now: a reload that
+  // revoked it (or took the grant away) ends the subscription at its next read or ack
+  // with 1008 (review finding: it streamed on for as long as it lived).
+  bool still_authorized() {
+    if (!sub_.still_authorized || sub_.still_authorized()) return true;
+    close_with(1008, "unauthorized", "the token was revoked or no longer allows this subscription");
+    return false;
+  }
+
   void read() {
+    if (!still_authorized()) return;
     reading_ = true;
     if (group()) return read_group();
     const Offset from = next_;

@@ -388,6 +388,39 @@ class AuthNode(unittest.TestCase):
              self.node.current_log().count("reload done") + self.node.current_log().count("reload failed"),
              "the reload to be logged (%s)" % text)
 
+    def test_a_revoked_token_ends_its_subscription(self):
+        """Regression (review): a WebSocket subscription was authorized once, at the upgrade,
+        and streamed on after its token was revoked by a reload. It ends with 1008 at its next
+        read once the token is gone."""
+        tok = token("revocable")
+        base = self.base_tokens()
+        n = self.node
+        self.write_tokens(base + line(tok, "revocable", "consume:tb/n/s"))
+        self.hup_and_wait("reload: 9 tokens", occurrence=n.current_log().count("reload: 9 tokens") + 1)
+        url = "ws://127.0.0.1:%d%s/shards/0/subscribe?offset=0&credit=1" % (n.http_port, S % {"t": "tb"})
+
+        async def run():
+            async with websockets.connect(url, extra_headers={"Authorization": "Bearer " + tok},
+                                          open_timeout=30) as ws:
+                first = json.loads(await asyncio.wait_for(ws.recv(), 60))
+                self.assertEqual(len(first["records"]), 1)
+                self.write_tokens(base)
+                await asyncio.to_thread(self.hup_and_wait, "reload: 8 tokens",
+                                        n.current_log().count("reload: 8 tokens") + 1)
+                await ws.send(json.dumps({"credit": 10}))
+                with self.assertRaises(websockets.ConnectionClosed) as closed:
+                    while True:
+                        frame = json.loads(await asyncio.wait_for(ws.recv(), 60))
+                        self.assertNotIn("records", frame, "records after the token was revoked")
+                return closed.exception
+        try:
+            closed = asyncio.run(run())
+        finally:
+            self.write_tokens(base)
+            n.proc.send_signal(signal.SIGHUP)
+        self.assertEqual(closed.code, 1008, closed)
+        self.assertIn("revoked", closed.reason)
+
     # --- CLI ---------------------------------------------------------------------------
     def cli(self, *args, env=None, stdin=None):
         e = dict(os.environ)
@@ -472,6 +505,25 @@ class InsecureStart(unittest.TestCase):
         n.start()
         self.assertIn("auth.enabled = false", n.current_log())
         self.assertIn("WARN", [l for l in n.current_log().splitlines() if "auth.enabled = false" in l][0])
+
+    def test_auth_with_a_reachable_peer_transport_without_tls_is_refused(self):
+        """Regression (review): the peer transport's only check without TLS is the cluster
+        id, which any broker sends first; a client that reaches it makes Node calls past
+        every token. With auth on, a non-loopback transport.address needs transport.tls.*."""
+        n = Node(extra={"auth.enabled": "true", "transport.address": "0.0.0.0:0"})
+        self.addCleanup(scanned(n))
+        path = os.path.join(n.workdir, "tokens")
+        with open(path, "w") as f:
+            f.write("# nobody\n")
+        n.extra["auth.tokens_file"] = path
+        code, out = n.start_expect_failure()
+        self.assertNotEqual(code, 0)
+        self.assertIn("peer transport on 0.0.0.0:0 without TLS", out)
+        self.assertIn("transport.tls.cert_file", out)
+        # Accepting the risk (bound to every address; the test talks to loopback only).
+        n.extra["auth.allow_insecure"] = "true"
+        n.start()
+        self.assertEqual(call(n, "GET", "/v1/cluster")[0], 401)
 
     def test_enabled_without_tokens_file_or_with_a_bad_one_is_refused(self):
         n = Node(extra={"auth.enabled": "true"})

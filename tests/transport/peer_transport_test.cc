@@ -408,6 +408,18 @@ TEST(PeerTransport, BadFramesCloseThatConnectionAndTheNodeServesOn) {
     EXPECT_TRUE(nohello.closed_by_peer());
     EXPECT_TRUE(poll_until([&] { return b.log->has("not a hello"); })) << b.log->all();
   }
+  {
+    // Regression (review): a first frame claiming 64 MiB was allocated and zeroed in full
+    // before it was known to be a hello, per unauthenticated connection. It is refused from
+    // its header: the connection closes without the payload ever being sent.
+    RawClient huge(b.t->port());
+    std::string header = peerwire::encode_frame(peerwire::Header{0, peerwire::kHelloType, 0, 0}, "");
+    const std::uint32_t len = kMaxPeerFrameBytes - 64;  // a legal frame size, no legal hello
+    for (int i = 0; i < 4; ++i) header[12 + i] = static_cast<char>((len >> (8 * i)) & 0xff);
+    huge.send(header);
+    EXPECT_TRUE(huge.closed_by_peer());
+    EXPECT_TRUE(poll_until([&] { return b.log->has("malformed frame", "more than a hello"); })) << b.log->all();
+  }
   Answer ans;
   a.t->request(NodeId{2}, kEcho, "still", 10s, ans.cb());
   auto r = ans.get();
