@@ -489,6 +489,14 @@ class AuthNode(unittest.TestCase):
 
 
 class InsecureStart(unittest.TestCase):
+    @staticmethod
+    def no_tokens(n):
+        """Auth on with a tokens file that grants nothing."""
+        path = os.path.join(n.workdir, "tokens")
+        with open(path, "w") as f:
+            f.write("# nobody\n")
+        n.extra["auth.tokens_file"] = path
+
     def test_non_loopback_without_auth_is_refused(self):
         n = Node(extra={"http.address": "0.0.0.0"})
         self.addCleanup(scanned(n))
@@ -512,10 +520,7 @@ class InsecureStart(unittest.TestCase):
         every token. With auth on, a non-loopback transport.address needs transport.tls.*."""
         n = Node(extra={"auth.enabled": "true", "transport.address": "0.0.0.0:0"})
         self.addCleanup(scanned(n))
-        path = os.path.join(n.workdir, "tokens")
-        with open(path, "w") as f:
-            f.write("# nobody\n")
-        n.extra["auth.tokens_file"] = path
+        self.no_tokens(n)
         code, out = n.start_expect_failure()
         self.assertNotEqual(code, 0)
         self.assertIn("peer transport on 0.0.0.0:0 without TLS", out)
@@ -542,10 +547,7 @@ class InsecureStart(unittest.TestCase):
     def test_metrics_open(self):
         n = Node(extra={"auth.enabled": "true", "auth.metrics_open": "true"})
         self.addCleanup(scanned(n))
-        path = os.path.join(n.workdir, "tokens")
-        with open(path, "w") as f:
-            f.write("# nobody\n")
-        n.extra["auth.tokens_file"] = path
+        self.no_tokens(n)
         n.start()
         self.assertEqual(call(n, "GET", "/metrics")[0], 200)
         self.assertEqual(call(n, "GET", "/v1/cluster")[0], 401)

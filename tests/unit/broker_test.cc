@@ -268,6 +268,37 @@ TEST(Broker, changes_applied_together_end_as_if_applied_in_order) {
   b->stop();
 }
 
+// A DELETE through broker `b`'s catalog facade, on its own thread, against a catalog that
+// answers `deleted` without emitting the change: a test checks that it has not answered
+// yet, emits the change(s), then join()s.
+struct PendingDelete {
+  std::atomic<bool> called{false}, returned{false};
+  Result<StreamInfo> result{Error(Errc::internal, "unset")};
+  std::unique_ptr<MetadataStore> facade;
+  std::thread t;
+  PendingDelete(BrokerRuntime& b, ScriptedCatalog& cat, const StreamKey& key, StreamInfo deleted) {
+    cat.on_delete = [this, deleted](const StreamKey&) -> Result<StreamInfo> {
+      called = true;
+      return deleted;
+    };
+    facade = make_catalog_facade(b, cat, 60000);
+    t = std::thread([this, key] {
+      result = facade->delete_stream(key);
+      returned = true;
+    });
+  }
+  // The catalog committed the delete; whether the broker answered within 300 ms anyway.
+  bool answered_early() {
+    EXPECT_TRUE(eventually([&] { return called.load(); }));
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    return returned.load();
+  }
+  void join() { t.join(); }
+  ~PendingDelete() {
+    if (t.joinable()) t.join();
+  }
+};
+
 // Regression (review): a DELETE through the broker's catalog waited for the store's
 // status().applied, which on postgres-meta lags the store's own commit (the feed learns of
 // it later): the delete answered at once while this broker still served, and accepted
@@ -281,21 +312,8 @@ TEST(Broker, a_delete_answers_once_this_broker_no_longer_serves_the_incarnation)
   ASSERT_TRUE(b->start());
   auto info = b->stream(K);
   ASSERT_TRUE(info);
-  std::atomic<bool> called{false}, returned{false};
-  cat.on_delete = [&](const StreamKey&) -> Result<StreamInfo> {
-    called = true;
-    return *info;
-  };
-  auto facade = make_catalog_facade(*b, cat, 60000);
-  Result<StreamInfo> r{Error(Errc::internal, "unset")};
-  std::thread t([&] {
-    r = facade->delete_stream(K);
-    returned = true;
-  });
-  ASSERT_TRUE(eventually([&] { return called.load(); }));
-  // The catalog committed the delete; this broker has not applied it yet.
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  EXPECT_FALSE(returned.load()) << "the delete answered while this broker still served the stream";
+  PendingDelete del(*b, cat, K, *info);
+  EXPECT_FALSE(del.answered_early()) << "the delete answered while this broker still served the stream";
   EXPECT_TRUE(b->stream(K));
   ChangeEvent ev{};
   ev.kind = ChangeEvent::Kind::stream_deleted;
@@ -304,8 +322,8 @@ TEST(Broker, a_delete_answers_once_this_broker_no_longer_serves_the_incarnation)
   ev.assignments = catalog_with(10, I1).assignments;
   ev.tombstone = Tombstone{K, Incarnation{I1}, ChangeSeq{11}};
   cat.emit(ev);
-  t.join();
-  ASSERT_TRUE(r) << r.error().to_string();
+  del.join();
+  ASSERT_TRUE(del.result) << del.result.error().to_string();
   EXPECT_FALSE(b->stream(K));
   EXPECT_FALSE(held_on_disk(storage, I1));
   b->stop();
@@ -330,28 +348,17 @@ TEST(Broker, a_delete_through_a_broker_that_lags_the_create_waits_for_both) {
   created.stream.spec.shards = 1;
   created.stream.created_seq = ChangeSeq{11};
   created.assignments = {Assignment{K2, ShardIndex{0}, Incarnation{I2}, Generation{11}, NodeId{1}, {NodeId{1}}}};
-  std::atomic<bool> called{false}, returned{false};
-  cat.on_delete = [&](const StreamKey&) -> Result<StreamInfo> {
-    called = true;
-    return created.stream;  // created at 11, deleted at 12: this broker has applied neither
-  };
-  auto facade = make_catalog_facade(*b, cat, 60000);
-  Result<StreamInfo> r{Error(Errc::internal, "unset")};
-  std::thread t([&] {
-    r = facade->delete_stream(K2);
-    returned = true;
-  });
-  ASSERT_TRUE(eventually([&] { return called.load(); }));
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  EXPECT_FALSE(returned.load()) << "the delete answered before this broker had even applied the create";
+  // Created at 11, deleted at 12: this broker has applied neither.
+  PendingDelete del(*b, cat, K2, created.stream);
+  EXPECT_FALSE(del.answered_early()) << "the delete answered before this broker had even applied the create";
   cat.emit(created);
   ChangeEvent deleted = created;
   deleted.kind = ChangeEvent::Kind::stream_deleted;
   deleted.seq = ChangeSeq{12};
   deleted.tombstone = Tombstone{K2, Incarnation{I2}, ChangeSeq{12}};
   cat.emit(deleted);
-  t.join();
-  ASSERT_TRUE(r) << r.error().to_string();
+  del.join();
+  ASSERT_TRUE(del.result) << del.result.error().to_string();
   EXPECT_FALSE(b->stream(K2));
   b->stop();
 }
