@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <set>
 #include <stdexcept>
@@ -63,6 +64,9 @@ bool PgMetaStore::deliver_all(pqxx::connection& c) {
     wake_ = false;
   }
   std::uint64_t last_seq = applied_.load();  // kept if every watch ends before its fetch
+  // The last change before one this build cannot decode: applied never passes it, since
+  // no watcher has seen (or will see, until a newer build runs) what lies beyond.
+  std::uint64_t stuck_at = std::numeric_limits<std::uint64_t>::max();
   if (watches_.empty()) {
     pqxx::read_transaction tx(c);
     applied_ = u64(tx.exec1("SELECT last_seq FROM counter")[0]);
@@ -93,6 +97,7 @@ bool PgMetaStore::deliver_all(pqxx::connection& c) {
           log(LogLevel::error, ev.error().message + "; the change feed stops before change " +
                                    std::to_string(i64(r[0])) + " until a build that reads it runs");
           b.more = false;
+          stuck_at = std::min(stuck_at, u64(r[0]) - 1);
           break;
         }
         b.events.push_back(std::move(ev.value()));
@@ -102,7 +107,7 @@ bool PgMetaStore::deliver_all(pqxx::connection& c) {
     return b;
   };
   bool more = watches_.deliver(fetch, [this](const std::string& m) { log(LogLevel::error, m); }).more;
-  applied_ = last_seq;
+  applied_ = std::min(last_seq, stuck_at);
   return more;
 }
 

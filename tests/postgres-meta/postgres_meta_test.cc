@@ -694,6 +694,33 @@ TEST(PostgresMeta, two_instances_share_the_catalog_feed_and_one_lease) {
   }
 }
 
+// A change this build cannot decode (written by a newer one) stops the feed before it, and
+// status().applied stays before it too: a DELETE waiting for applied must not think the
+// broker has seen what lies beyond.
+TEST(PostgresMeta, a_change_the_feed_cannot_decode_holds_applied_before_it) {
+  auto schema = test_schema();
+  Node n(pgtest::config(schema));
+  ASSERT_TRUE(n->create_tenant("acme").ok());
+  std::atomic<int> seen{0};
+  auto h = n->watch(n->snapshot()->seq, [&](const ChangeEvent&) { ++seen; }, [] {});
+  const auto bad = pgtest::sql(schema,
+                               "WITH s AS (UPDATE counter SET last_seq = last_seq + 1 RETURNING last_seq) "
+                               "INSERT INTO changes(seq, kind, payload) SELECT last_seq, 'from_a_newer_build', "
+                               "'{}' FROM s RETURNING seq")[0][0]
+                       .as<std::int64_t>();
+  ASSERT_TRUE(n->create_namespace("acme", "prod").ok());
+  const std::string stop = "the change feed stops before change " + std::to_string(bad);
+  auto stops = [&] {
+    int k = 0;
+    for (const auto& l : n.host.logs()) k += l.find(stop) != std::string::npos;
+    return k;
+  };
+  // Two refusals: the first delivery round (which sets applied) has finished.
+  ASSERT_TRUE(pgtest::eventually([&] { return stops() >= 2; })) << "the feed never reached the change";
+  EXPECT_EQ(n->status().applied.value(), static_cast<std::uint64_t>(bad) - 1);
+  EXPECT_EQ(seen.load(), 0) << "nothing beyond the undecodable change was delivered";
+}
+
 // PostgreSQL stops and starts in the middle: its own server (not the shared one).
 TEST(PostgresMeta, restart_postgres_mid_test) {
   auto env_or = [](const char* k, const char* def) {
