@@ -29,7 +29,7 @@ answer is 409 revision_mismatch and nothing is written. list prints every live k
 its revision, following the pages. drop deletes the cache and everything in it.
 )"};
 
-std::string cache_path(const Args& a) { return parse_stream(kCache, a.pos()[0]).ns_path() + "/caches/" + parse_stream(kCache, a.pos()[0]).name; }
+std::string cache_path(const Args& a) { return parse_stream(kCache, a.pos()[0]).ns_path() + "/caches/" + encode_segment(parse_stream(kCache, a.pos()[0]).name); }
 
 std::string key_path(const Args& a) { return cache_path(a) + "/keys/" + encode_segment(a.pos()[1]); }
 

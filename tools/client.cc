@@ -116,53 +116,90 @@ Client::Client(const std::string& url, std::string token) : uri_(url), token_(st
 
 Client::~Client() = default;
 
+namespace {
+bool g_progress_open = false;
+std::function<std::string()> g_failure_note;
+
+void end_progress_line() {
+  if (g_progress_open) std::fputc('\n', stderr);
+  g_progress_open = false;
+}
+[[noreturn]] void exit_failed() {
+  if (g_failure_note)
+    if (const std::string note = g_failure_note(); !note.empty()) std::fprintf(stderr, "sluice: %s\n", note.c_str());
+  std::exit(1);
+}
+}  // namespace
+
+void set_progress_line_open(bool open) { g_progress_open = open; }
+void set_failure_note(std::function<std::string()> note) { g_failure_note = std::move(note); }
+
 Response Client::call(const std::string& method, const std::string& path, const std::string& body,
                       const std::string& content_type, Replay replay) {
-  for (int attempt = 0;; ++attempt) {
-    if (!conn_ || conn_->mustReconnect() || conn_->peer_closed())
-      conn_ = connect_to(uri_);
-    try {
-      conn_->open();
-    } catch (const Poco::Exception& e) {
-      conn_.reset();
+  for (int tries = 0;; ++tries) {
+    Failure why;
+    if (auto r = attempt(method, path, body, content_type, why)) return std::move(*r);
+    end_progress_line();
+    if (!why.sent) {
       std::fprintf(stderr, "sluice: cannot reach %s: %s (nothing was sent)\n", uri_.toString().c_str(),
-                   e.displayText().c_str());
-      std::exit(1);
+                   why.message.c_str());
+      exit_failed();
     }
-    try {
-      Poco::Net::HTTPRequest req(method, path, Poco::Net::HTTPMessage::HTTP_1_1);
-      req.setKeepAlive(true);
-      if (!token_.empty()) req.setCredentials("Bearer", token_);
-      if (!body.empty() || method == "POST") {
-        req.setContentType(content_type);
-        req.setContentLength(static_cast<std::streamsize>(body.size()));
-      }
-      std::ostream& os = conn_->session().sendRequest(req);
-      os.write(body.data(), static_cast<std::streamsize>(body.size()));
-      Poco::Net::HTTPResponse res;
-      std::istream& is = conn_->session().receiveResponse(res);
-      Response out;
-      out.status = res.getStatus();
-      out.content_type = res.getContentType();
-      for (const auto& [k, v] : res) out.headers.emplace_back(k, v);
-      std::ostringstream ss;
-      ss << is.rdbuf();
-      out.body = ss.str();
-      return out;
-    } catch (const Poco::Exception& e) {
-      conn_.reset();
-      const bool replay_ok = replayable(method, replay);
-      if (attempt == 0 && replay_ok && dynamic_cast<const Poco::Net::NetException*>(&e)) continue;
-      if (!replay_ok) {
-        std::fprintf(stderr,
-                     "sluice: %s %s: the connection to %s failed after the request was sent: %s; "
-                     "outcome uncertain: it may or may not have taken effect, and was not re-sent\n",
-                     method.c_str(), path.c_str(), uri_.toString().c_str(), e.displayText().c_str());
-      } else {
-        std::fprintf(stderr, "sluice: cannot reach %s: %s\n", uri_.toString().c_str(), e.displayText().c_str());
-      }
-      std::exit(1);
+    const bool replay_ok = replayable(method, replay);
+    if (tries == 0 && replay_ok && why.network) continue;
+    if (!replay_ok) {
+      std::fprintf(stderr,
+                   "sluice: %s %s: the connection to %s failed after the request was sent: %s; "
+                   "outcome uncertain: it may or may not have taken effect, and was not re-sent\n",
+                   method.c_str(), path.c_str(), uri_.toString().c_str(), why.message.c_str());
+    } else {
+      std::fprintf(stderr, "sluice: cannot reach %s: %s\n", uri_.toString().c_str(), why.message.c_str());
     }
+    exit_failed();
+  }
+}
+
+std::optional<Response> Client::try_get(const std::string& path, std::string* error) {
+  Failure why;
+  auto r = attempt("GET", path, "", "application/json", why);
+  if (!r && error) *error = why.message;
+  return r;
+}
+
+std::optional<Response> Client::attempt(const std::string& method, const std::string& path, const std::string& body,
+                                        const std::string& content_type, Failure& why) {
+  if (!conn_ || conn_->mustReconnect() || conn_->peer_closed()) conn_ = connect_to(uri_);
+  try {
+    conn_->open();
+  } catch (const Poco::Exception& e) {
+    conn_.reset();
+    why = Failure{false, true, e.displayText()};
+    return std::nullopt;
+  }
+  try {
+    Poco::Net::HTTPRequest req(method, path, Poco::Net::HTTPMessage::HTTP_1_1);
+    req.setKeepAlive(true);
+    if (!token_.empty()) req.setCredentials("Bearer", token_);
+    if (!body.empty() || method == "POST") {
+      req.setContentType(content_type);
+      req.setContentLength(static_cast<std::streamsize>(body.size()));
+    }
+    std::ostream& os = conn_->session().sendRequest(req);
+    os.write(body.data(), static_cast<std::streamsize>(body.size()));
+    Poco::Net::HTTPResponse res;
+    std::istream& is = conn_->session().receiveResponse(res);
+    Response out;
+    out.status = res.getStatus();
+    out.content_type = res.getContentType();
+    for (const auto& [k, v] : res) out.headers.emplace_back(k, v);
+    std::ostringstream ss;
+    ss << is.rdbuf();
+    out.body = ss.str();
+    return out;
+  } catch (const Poco::Exception& e) {
+    conn_.reset();
+    why = Failure{true, dynamic_cast<const Poco::Net::NetException*>(&e) != nullptr, e.displayText()};
+    return std::nullopt;
   }
 }
 
@@ -188,8 +225,9 @@ void Client::fail(const Response& r) {
     if (auto* d = v.if_contains("detail")) detail = json::value_to<std::string>(*d);
   } catch (...) {
   }
+  end_progress_line();
   std::fprintf(stderr, "sluice: %d %s: %s\n", r.status, code.c_str(), detail.c_str());
-  std::exit(1);
+  exit_failed();
 }
 
 }  // namespace sluice::cli

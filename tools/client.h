@@ -13,7 +13,9 @@
 
 #include <Poco/URI.h>
 
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -54,6 +56,13 @@ struct TlsOptions {
 // Set once in main(), before the first Client: every Client of the process uses them.
 void set_tls_options(TlsOptions o);
 
+// For a long operation that prints progress on stderr. While `open` is true the progress
+// line has no newline yet, so a failure's message first ends it. The note (if set) is
+// printed after a failed call's message, before exit 1: what the operation had done by
+// then (e.g. how many records a publish had acknowledged).
+void set_progress_line_open(bool open);
+void set_failure_note(std::function<std::string()> note);
+
 // A bare session to the URL's node (HTTPS for https://, with the options above), for a
 // WebSocket subscription.
 std::unique_ptr<Poco::Net::HTTPClientSession> open_session(const Poco::URI& uri);
@@ -69,6 +78,10 @@ class Client {
   Response call(const std::string& method, const std::string& path, const std::string& body = "",
                 const std::string& content_type = "application/json", Replay replay = Replay::by_method);
 
+  // One GET that does not end the process when the node cannot be reached or the connection
+  // fails (nullopt, with the reason in *error): for probing nodes of which some may be down.
+  std::optional<Response> try_get(const std::string& path, std::string* error = nullptr);
+
   // Calls and exits with the server's problem details on a non-2xx answer; returns the
   // parsed body (null when empty).
   boost::json::value call_ok(const std::string& method, const std::string& path, const std::string& body = "",
@@ -83,6 +96,15 @@ class Client {
   [[noreturn]] static void fail(const Response& r);
 
  private:
+  struct Failure {
+    bool sent = false;     // the request may have been written
+    bool network = false;  // a network error (a retry on a fresh connection may succeed)
+    std::string message;
+  };
+  // One try on the kept connection (reconnecting first if it is closed); nullopt on failure.
+  std::optional<Response> attempt(const std::string& method, const std::string& path, const std::string& body,
+                                  const std::string& content_type, Failure& why);
+
   Poco::URI uri_;
   std::string token_;
   std::unique_ptr<Connection> conn_;

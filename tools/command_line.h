@@ -62,8 +62,8 @@ std::string subcommand(const Usage& usage, const std::vector<std::string>& words
 // The words after words[0].
 std::vector<std::string> rest(const std::vector<std::string>& words);
 
-// A path segment (a cache or counter key): anything but unreserved characters is
-// percent-encoded so that '/', '?', '%' and '#' stay in it (the server checks the key).
+// A path segment (a name, a cache or counter key): anything but unreserved characters is
+// percent-encoded so that '/', '?', '%' and '#' stay in it (the server checks it).
 std::string encode_segment(const std::string& s);
 
 // A non-negative integer, or a usage error naming `what`.
@@ -72,8 +72,10 @@ std::uint64_t parse_u64(const Usage& usage, const std::string& what, const std::
 // TENANT/NAMESPACE/STREAM.
 struct StreamPath {
   std::string tenant, ns, name;
-  std::string ns_path() const { return "/v1/tenants/" + tenant + "/namespaces/" + ns; }
-  std::string path() const { return ns_path() + "/streams/" + name; }
+  // Each name percent-encoded (encode_segment): a '?', '%' or space stays in the name, for
+  // the server to judge, instead of changing which resource the request names.
+  std::string ns_path() const { return "/v1/tenants/" + encode_segment(tenant) + "/namespaces/" + encode_segment(ns); }
+  std::string path() const { return ns_path() + "/streams/" + encode_segment(name); }
 };
 StreamPath parse_stream(const Usage& usage, const std::string& s);
 

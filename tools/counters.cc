@@ -33,7 +33,7 @@ a retry of one of the producer's last 5 sequences answers the original value
 
 std::string counter_path(const Args& a) {
   auto k = parse_stream(kCounter, a.pos()[0]);
-  return k.ns_path() + "/counters/" + k.name;
+  return k.ns_path() + "/counters/" + encode_segment(k.name);
 }
 
 std::string key_path(const Args& a) { return counter_path(a) + "/keys/" + encode_segment(a.pos()[1]); }
@@ -58,7 +58,7 @@ std::string ns_path(const std::string& s) {
   if (slash == std::string::npos || slash == 0 || slash + 1 == s.size() ||
       s.find('/', slash + 1) != std::string::npos)
     usage_error(kCounter, "expected TENANT/NS, got '" + s + "'");
-  return "/v1/tenants/" + s.substr(0, slash) + "/namespaces/" + s.substr(slash + 1);
+  return "/v1/tenants/" + encode_segment(s.substr(0, slash)) + "/namespaces/" + encode_segment(s.substr(slash + 1));
 }
 
 }  // namespace

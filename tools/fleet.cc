@@ -52,7 +52,7 @@ int cmd_feature(Client& c, const Words& words) {
   } else if (op == "finalize") {
     Args a(kFeature, rest(words), {.min_args = 1, .max_args = 1});
     // Idempotent by the API (docs/api.md, "Fleet"), so it may be re-sent.
-    print_json(c.call_ok("POST", "/v1/features/" + a.pos()[0] + "/finalize", "{}", "application/json",
+    print_json(c.call_ok("POST", "/v1/features/" + encode_segment(a.pos()[0]) + "/finalize", "{}", "application/json",
                          Replay::safe));
   } else {
     usage_error(kFeature, "unknown operation '" + op + "'");

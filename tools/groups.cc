@@ -42,7 +42,7 @@ std::string offsets_json(const std::vector<std::string>& offs, std::size_t from)
 
 // GROUP under STREAM: ".../streams/s/groups/g".
 std::string group_path(const Usage& usage, const Args& a) {
-  return parse_stream(usage, a.pos()[0]).path() + "/groups/" + a.pos()[1];
+  return parse_stream(usage, a.pos()[0]).path() + "/groups/" + encode_segment(a.pos()[1]);
 }
 
 std::string shard_path(const Usage& usage, const Args& a) {

@@ -116,6 +116,7 @@ int reassign(Client& c, const Words& words) {
   if (!a.has("shard")) a.error("--shard K is required");
   if (!a.has("replicas")) a.error("--replicas B1,B2,... is required");
   const std::uint64_t shard = a.get_u64("shard", 0);
+  const std::uint64_t timeout_s = a.get_u64("timeout-s", 600);  // every option is checked before the POST
   json::array reps;
   const std::string list = a.get("replicas");
   std::size_t at = 0;
@@ -130,7 +131,7 @@ int reassign(Client& c, const Words& words) {
   auto v = c.call_ok("POST", p.path() + "/shards/" + std::to_string(shard) + "/reassign", json::serialize(body));
   print_json(v);
   if (a.has("no-wait") || !v.as_object().contains("target_replicas")) return 0;
-  return wait_done(c, {{p.tenant + "/" + p.ns + "/" + p.name, shard, ids_text(reps)}}, a.get_u64("timeout-s", 600))
+  return wait_done(c, {{p.tenant + "/" + p.ns + "/" + p.name, shard, ids_text(reps)}}, timeout_s)
              ? 0
              : 1;
 }
@@ -140,6 +141,7 @@ int cmd_broker(Client& c, const Words& words) {
   if (op != "drain") usage_error(kBroker, "unknown operation '" + op + "'");
   Args a(kBroker, rest(words), {.values = {"timeout-s"}, .flags = {"no-wait"}, .min_args = 1, .max_args = 1});
   const std::uint64_t broker = parse_u64(kBroker, "BROKER", a.pos()[0]);
+  const std::uint64_t timeout_s = a.get_u64("timeout-s", 600);  // every option is checked before the POST
   auto v = c.call_ok("POST", "/v1/brokers/" + std::to_string(broker) + "/drain", "{}");
   std::vector<Watch> watch;
   std::size_t refused = 0;
@@ -161,7 +163,7 @@ int cmd_broker(Client& c, const Words& words) {
               watch.size(), refused);
   std::fflush(stdout);
   bool ok = true;
-  if (!a.has("no-wait")) ok = wait_done(c, std::move(watch), a.get_u64("timeout-s", 600));
+  if (!a.has("no-wait")) ok = wait_done(c, std::move(watch), timeout_s);
   return ok && refused == 0 ? 0 : 1;
 }
 

@@ -34,7 +34,7 @@ const Usage kPublish{"publish",
                       [--producer-id ID [--sequence S]]
 
 Reads standard input and publishes each line (without its newline) as one record,
-N lines per request (default 500), over the binary batch API. With --key every record
+N lines (and at most 1 MiB) per request (default 500 lines), over the binary batch API. With --key every record
 gets KEY (so all land on one shard, in order). Prints progress and a summary on stderr.
 
 With --producer-id the publish is idempotent: request k carries sequence S+k (S defaults
@@ -62,6 +62,9 @@ exits 1.
 )"};
 
 volatile std::sig_atomic_t g_stop = 0;
+
+// A publish request is sent once it holds --batch lines or this many bytes.
+constexpr std::size_t kMaxRequestBytes = 1 << 20;
 
 void put_u32(std::string& out, std::uint32_t v) {
   char b[4];
@@ -92,18 +95,32 @@ int cmd_publish(Client& c, const Words& words) {
   std::string body;
   std::uint64_t in_body = 0, total = 0, requests = 0;
   auto t0 = std::chrono::steady_clock::now();
+  // A failed request ends the command (exit 1); this says how far it got, so the operator
+  // knows which lines to send again (and, with --producer-id, from which sequence).
+  set_failure_note([&] {
+    std::string note = total == 0 ? std::string("no record was acknowledged")
+                                  : std::to_string(total) + " record(s) (input lines 1.." + std::to_string(total) +
+                                        ") were acknowledged in " + std::to_string(requests) + " request(s)";
+    note += "; the request with input lines " + std::to_string(total + 1) + ".." + std::to_string(total + in_body);
+    if (idempotent) note += " (sequence " + std::to_string(sequence) + ")";
+    return note + " failed, and nothing after it was sent";
+  });
   auto flush = [&] {
     if (!in_body) return;
     const std::string target =
-        idempotent ? path + (query.empty() ? "?" : "&") + "sequence=" + std::to_string(sequence++) : path;
+        idempotent ? path + (query.empty() ? "?" : "&") + "sequence=" + std::to_string(sequence) : path;
     // Only a sequenced publish may be re-sent: the server answers a repeat with the
     // original offsets instead of writing it twice.
     c.call_ok("POST", target, body, "application/vnd.sluice.batch", idempotent ? Replay::safe : Replay::by_method);
+    ++sequence;
     total += in_body;
     ++requests;
     body.clear();
     in_body = 0;
-    if (!quiet && requests % 20 == 0) std::fprintf(stderr, "\rpublished %llu records", (unsigned long long)total);
+    if (!quiet && requests % 20 == 0) {
+      std::fprintf(stderr, "\rpublished %llu records", (unsigned long long)total);
+      set_progress_line_open(true);
+    }
   };
   std::string line;
   while (std::getline(std::cin, line)) {
@@ -111,9 +128,12 @@ int cmd_publish(Client& c, const Words& words) {
     put_u32(body, static_cast<std::uint32_t>(line.size()));
     if (has_key) body += key;
     body += line;
-    if (++in_body >= batch) flush();
+    // Bounded by bytes too, well under the server's http.max_body_bytes (8 MiB by default).
+    if (++in_body >= batch || body.size() >= kMaxRequestBytes) flush();
   }
   flush();
+  set_failure_note(nullptr);
+  set_progress_line_open(false);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!quiet)
     std::fprintf(stderr, "\rpublished %llu records in %llu requests (%.1f s, %.0f records/s)\n",
@@ -144,6 +164,8 @@ struct Follow {
   }
 };
 
+void follow_frames(Poco::Net::WebSocket& ws, std::uint32_t shard, Follow& f);
+
 // Follows one shard over a WebSocket subscription until interrupted or --max. A refused
 // upgrade is explained by the same GET without the upgrade: its problem details.
 void follow_shard(const std::string& url, const std::string& token, const std::string& shard_path,
@@ -166,19 +188,35 @@ void follow_shard(const std::string& url, const std::string& token, const std::s
     std::exit(1);
   }
   ws->setReceiveTimeout(Poco::Timespan(120, 0));  // a frame that started arrives whole
+  // Anything this thread cannot go on from (a reset while answering a ping or granting
+  // credit, a frame that is not the JSON it should be) ends this shard's follow with a
+  // message and exit 1, never std::terminate.
+  try {
+    follow_frames(*ws, shard, f);
+  } catch (const Poco::Exception& e) {
+    std::fprintf(stderr, "sluice: shard %u: subscription lost: %s\n", shard, e.displayText().c_str());
+    f.failed = 1;
+    return;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "sluice: shard %u: subscription lost: %s\n", shard, e.what());
+    f.failed = 1;
+    return;
+  }
+  try {
+    ws->shutdown();  // close 1000
+  } catch (const Poco::Exception&) {
+  }
+}
+
+void follow_frames(Poco::Net::WebSocket& socket, std::uint32_t shard, Follow& f) {
+  namespace pn = Poco::Net;
+  pn::WebSocket* ws = &socket;
   Poco::Buffer<char> buf(0);
   while (!f.done()) {
     if (!ws->poll(Poco::Timespan(0, 300000), pn::Socket::SELECT_READ)) continue;
     int flags = 0;
     buf.resize(0);
-    int n = 0;
-    try {
-      n = ws->receiveFrame(buf, flags);
-    } catch (const Poco::Exception& e) {
-      std::fprintf(stderr, "sluice: shard %u: subscription lost: %s\n", shard, e.displayText().c_str());
-      f.failed = 1;
-      return;
-    }
+    const int n = ws->receiveFrame(buf, flags);
     const int op = flags & pn::WebSocket::FRAME_OP_BITMASK;
     if (op == pn::WebSocket::FRAME_OP_PING) {
       ws->sendFrame(buf.begin(), n, static_cast<int>(pn::WebSocket::FRAME_FLAG_FIN) | static_cast<int>(pn::WebSocket::FRAME_OP_PONG));
@@ -209,10 +247,6 @@ void follow_shard(const std::string& url, const std::string& token, const std::s
       ws->sendFrame(credit.data(), static_cast<int>(credit.size()), pn::WebSocket::FRAME_TEXT);
     }
   }
-  try {
-    ws->shutdown();  // close 1000
-  } catch (const Poco::Exception&) {
-  }
 }
 
 }  // namespace
@@ -227,7 +261,9 @@ int cmd_consume(Client& c, const Words& words) {
   if (from != "earliest" && from != "latest") parse_u64(kConsume, "--from", from);
   std::vector<std::uint32_t> shard_list;
   if (a.has("shard")) {
-    shard_list.push_back(static_cast<std::uint32_t>(a.get_u64("shard", 0)));
+    const std::uint64_t shard = a.get_u64("shard", 0);
+    if (shard > UINT32_MAX) a.error("--shard must be at most " + std::to_string(UINT32_MAX));
+    shard_list.push_back(static_cast<std::uint32_t>(shard));
   } else {
     auto info = c.call_ok("GET", p.path()).as_object();
     auto n = info.at("shards").to_number<std::uint32_t>();

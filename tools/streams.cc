@@ -53,7 +53,7 @@ void ensure_parents(Client& c, const StreamPath& p) {
   auto r = c.call("POST", "/v1/tenants", json::serialize(t));
   if (r.status != 201 && r.status != 409) Client::fail(r);
   json::object n{{"name", p.ns}};
-  r = c.call("POST", "/v1/tenants/" + p.tenant + "/namespaces", json::serialize(n));
+  r = c.call("POST", "/v1/tenants/" + encode_segment(p.tenant) + "/namespaces", json::serialize(n));
   if (r.status != 201 && r.status != 409) Client::fail(r);
 }
 
@@ -69,7 +69,7 @@ int cmd_tenant(Client& c, const Words& words) {
     print_json(c.call_ok("POST", "/v1/tenants", json::serialize(json::object{{"name", a.pos()[0]}})));
   } else if (op == "delete") {
     Args a(kTenant, rest(words), {.min_args = 1, .max_args = 1});
-    c.call_ok("DELETE", "/v1/tenants/" + a.pos()[0]);
+    c.call_ok("DELETE", "/v1/tenants/" + encode_segment(a.pos()[0]));
   } else {
     usage_error(kTenant, "unknown operation '" + op + "'");
   }
@@ -80,12 +80,12 @@ int cmd_namespace(Client& c, const Words& words) {
   const std::string op = subcommand(kNamespace, words);
   if (op == "list") {
     Args a(kNamespace, rest(words), {.min_args = 1, .max_args = 1});
-    print_json(c.call_ok("GET", "/v1/tenants/" + a.pos()[0] + "/namespaces"));
+    print_json(c.call_ok("GET", "/v1/tenants/" + encode_segment(a.pos()[0]) + "/namespaces"));
   } else if (op == "create" || op == "delete") {
     Args a(kNamespace, rest(words), {.min_args = 2, .max_args = 2});
-    const std::string base = "/v1/tenants/" + a.pos()[0] + "/namespaces";
+    const std::string base = "/v1/tenants/" + encode_segment(a.pos()[0]) + "/namespaces";
     if (op == "create") print_json(c.call_ok("POST", base, json::serialize(json::object{{"name", a.pos()[1]}})));
-    else c.call_ok("DELETE", base + "/" + a.pos()[1]);
+    else c.call_ok("DELETE", base + "/" + encode_segment(a.pos()[1]));
   } else {
     usage_error(kNamespace, "unknown operation '" + op + "'");
   }
@@ -100,7 +100,7 @@ int cmd_stream(Client& c, const Words& words) {
     auto slash = ns.find('/');
     if (slash == std::string::npos || ns.find('/', slash + 1) != std::string::npos)
       a.error("stream list expects TENANT/NAMESPACE, got '" + ns + "'");
-    print_json(c.call_ok("GET", "/v1/tenants/" + ns.substr(0, slash) + "/namespaces/" + ns.substr(slash + 1) +
+    print_json(c.call_ok("GET", "/v1/tenants/" + encode_segment(ns.substr(0, slash)) + "/namespaces/" + encode_segment(ns.substr(slash + 1)) +
                                     "/streams"));
   } else if (op == "create") {
     Args a(kStream, rest(words),
@@ -159,10 +159,22 @@ int elect(Client& c, const Words& words) {
     if (const auto* live = bo.if_contains("live"); live && live->is_bool() && !live->get_bool()) continue;
     const auto* addr = bo.if_contains("address");
     if (!addr || !addr->is_string()) continue;
-    Client peer("http://" + std::string(addr->get_string()), c.token());
-    auto r = peer.call("GET", p.path() + "/shards");
-    if (r.status != 200) continue;
-    const auto v = boost::json::parse(r.body);
+    // The scheme of --url (the brokers of a cluster serve the same one); a broker that does
+    // not answer is skipped: what it holds is not known.
+    Client peer(c.uri().getScheme() + "://" + std::string(addr->get_string()), c.token());
+    std::string why;
+    auto r = peer.try_get(p.path() + "/shards", &why);
+    if (!r || r->status != 200) {
+      std::fprintf(stderr, "sluice: broker %llu (%s) did not answer: %s\n", static_cast<unsigned long long>(id),
+                   std::string(addr->get_string()).c_str(), r ? ("status " + std::to_string(r->status)).c_str() : why.c_str());
+      continue;
+    }
+    boost::json::value v;
+    try {
+      v = boost::json::parse(r->body);
+    } catch (const std::exception&) {
+      continue;
+    }
     const auto& shards = v.as_object().at("shards").as_array();
     if (shard >= shards.size()) continue;
     const auto& so = shards[shard].as_object();

@@ -123,6 +123,36 @@ class Cli(unittest.TestCase):
                 return s
         self.fail("no shard holds the records")
 
+    def test_names_are_sent_as_one_path_segment_each(self):
+        # A '?', '%xx', space or '#' in a name once changed which resource a command named:
+        # `stream delete 'cli/ns/enc?x'` deleted cli/ns/enc. The server now judges the name.
+        self.sluice("stream", "create", "cli/ns/enc")
+        for name in ("cli/ns/enc?x", "cli/ns/%65nc", "cli/ns/e nc", "cli/ns/enc#x", "cli/ns/enc\r\nX-A: b"):
+            p = self.sluice("stream", "delete", name, ok=False)
+            self.assertEqual(p.returncode, 1, (name, p.stderr))
+            self.assertIn("invalid_name", p.stderr, name)
+        self.sluice("stream", "get", "cli/ns/enc")  # still there
+        p = self.sluice("tenant", "delete", "cli?x", ok=False)
+        self.assertIn("invalid_name", p.stderr)
+
+    def test_options_are_checked_before_anything_is_sent(self):
+        p = self.sluice("consume", "cli/ns/enc", "--shard", "4294967296", ok=False)
+        self.assertUsageError(p, "--shard must be at most", "sluice consume")
+        # --timeout-s was read after the POST: the moves started, then exit 2 said "usage".
+        self.sluice("stream", "create", "cli/ns/mv")
+        p = self.sluice("stream", "reassign", "cli/ns/mv", "--shard", "0", "--replicas", "1", "--timeout-s", "10m",
+                        ok=False)
+        self.assertUsageError(p, "--timeout-s", "sluice stream")
+        p = self.sluice("broker", "drain", "1", "--timeout-s", "10m", ok=False)
+        self.assertUsageError(p, "--timeout-s", "sluice broker")
+        self.assertEqual(p.stdout, "", "nothing was started, so nothing is reported")
+
+    def test_a_failed_publish_says_how_far_it_got(self):
+        self.sluice("stream", "create", "cli/ns/far")
+        p = self.sluice("publish", "cli/ns/far", "--batch", "2", "--ack", "bogus", stdin="a\nb\nc\n", ok=False)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("no record was acknowledged; the request with input lines 1..2 failed", p.stderr)
+
     def test_usage_errors_exit_2(self):
         p = self.sluice("stream", "create", "not-a-stream-path", ok=False)
         self.assertEqual(p.returncode, 2)
@@ -187,6 +217,7 @@ class RetryPolicy(unittest.TestCase):
         self.assertEqual(p.returncode, 1, p.stderr)
         self.assertEqual([m for m, _ in self.server.requests], ["POST"])
         self.assertIn("outcome uncertain", p.stderr)
+        self.assertIn("the request with input lines 1..1 failed, and nothing after it was sent", p.stderr)
 
     def test_a_sequenced_publish_is_resent_after_a_network_error(self):
         p = self.sluice("publish", "t/n/s", "--producer-id", "7", "--sequence", "3", stdin="one\n")
