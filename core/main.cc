@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -220,13 +221,12 @@ int run_admin(const std::vector<std::string>& args, const core::Config& cfg, Plu
       return 2;
     }
     StreamKey key{path.substr(0, a), path.substr(a + 1, b - a - 1), path.substr(b + 1)};
+    // Digits only: stoull would take "-1" (every incarnation, the live one too) and " 5".
     std::uint64_t up_to = 0;
-    try {
-      std::size_t n = 0;
-      up_to = std::stoull(args[4], &n);
-      if (n != args[4].size()) throw std::invalid_argument(args[4]);
-    } catch (const std::exception&) {
-      std::fprintf(stderr, "sluiced: --up-to expects an incarnation number, got '%s'\n", args[4].c_str());
+    const std::string& text = args[4];
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), up_to);
+    if (text.empty() || text[0] < '0' || text[0] > '9' || ec != std::errc() || end != text.data() + text.size()) {
+      std::fprintf(stderr, "sluiced: --up-to expects an incarnation number, got '%s'\n", text.c_str());
       return 2;
     }
     auto r = storage->delete_incarnations(key, Incarnation{up_to});
@@ -340,9 +340,20 @@ int main(int argc, char** argv) {
                                   std::to_string(kBuildMetadataLevel.value()));
     metadata_level = MetadataLevel{static_cast<std::uint32_t>(level)};
     bopts.features = parse_features(*cfg);
+    // Ranged here, as a config error (exit 2): out of range, these keys were truncated or
+    // made the controller spin (interval 0) or every catalog call time out (timeout 0).
+    auto ranged = [&](const char* key, std::int64_t def, std::int64_t lo, std::int64_t hi) {
+      const auto v = cfg->get_int(key, def);
+      if (v < lo || v > hi)
+        throw std::invalid_argument(std::string(key) + " must be between " + std::to_string(lo) + " and " +
+                                    std::to_string(hi) + ", got " + std::to_string(v));
+      return v;
+    };
     bopts.max_records_per_publish =
-        static_cast<std::uint32_t>(cfg->get_int("broker.max_records_per_publish", 100000));
-    bopts.catalog_timeout_ms = cfg->get_int("metadata.timeout_ms", 10000);
+        static_cast<std::uint32_t>(ranged("broker.max_records_per_publish", 100000, 1, 10'000'000));
+    bopts.catalog_timeout_ms = ranged("metadata.timeout_ms", 10000, 1, 3'600'000);
+    ranged("controller.interval_ms", 500, 10, 3'600'000);
+    ranged("controller.preferred_leader_interval_ms", 300000, 0, 86'400'000);
     bopts.heartbeat_interval_ms = cfg->get_int("broker.heartbeat_interval_ms", 2000);
     if (auto peers = core::PeerDirectory::parse_static(cfg->get_string("transport.peers", "")); !peers)
       throw std::invalid_argument(peers.error().message);

@@ -41,6 +41,12 @@ class Admin(unittest.TestCase):
         self.assertEqual(bad.returncode, 1)
         self.assertIn("stream name has '.' at position 0", bad.stderr)
         self.assertEqual(self.admin("delete-data", "t/n/left", "--up-to", "x").returncode, 2)
+        # Not an incarnation number: "-1" once read as 2^64-1 (every incarnation, the live one too).
+        for up_to in ("-1", " 0", "+0", "0x1", "", "18446744073709551616"):
+            refused = self.admin("delete-data", "t/n/left", "--up-to", up_to)
+            self.assertEqual(refused.returncode, 2, (up_to, refused.stderr))
+            self.assertIn("--up-to expects an incarnation number", refused.stderr)
+        self.assertEqual(len(n.stream_dirs("t", "n", "left")), 2, "a refused delete-data deleted nothing")
 
         done = self.admin("delete-data", "t/n/left", "--up-to", "0")
         self.assertEqual(done.returncode, 0, done.stderr)

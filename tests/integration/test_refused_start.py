@@ -41,6 +41,21 @@ class RefusedStart(unittest.TestCase):
         self.assertIn(expect_in_log, out)
         self.assertEqual(tree(node.workdir), before, "the refused start changed the disk:\n" + out)
 
+    def test_out_of_range_node_keys_are_config_errors(self):
+        # Once taken as they came: controller.interval_ms = 0 spun the controller,
+        # metadata.timeout_ms = 0 timed out every catalog call, and a huge
+        # broker.max_records_per_publish was truncated to 32 bits.
+        for key, value in (("controller.interval_ms", "0"), ("controller.interval_ms", "-5"),
+                           ("metadata.timeout_ms", "0"), ("broker.max_records_per_publish", "4294967297"),
+                           ("controller.preferred_leader_interval_ms", "-1")):
+            node = self.node()
+            node.extra[key] = value
+            before = tree(node.workdir)
+            code, out = node.start_expect_failure()
+            self.assertEqual(code, 2, (key, value, out))
+            self.assertIn(key + " must be between", out)
+            self.assertEqual(tree(node.workdir), before, "the refused start changed the disk:\n" + out)
+
     def test_refused_start_of_another_clusters_data_dir_bootstraps_no_raft_dir(self):
         # A node of cluster X, then its data directory started with a new raft.dir outside
         # it: raft-meta bootstraps cluster Y, which the data directory refuses.
