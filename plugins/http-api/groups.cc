@@ -270,10 +270,13 @@ void handle_groups(Node& node, const HttpConfig& cfg, const std::shared_ptr<Exch
   if (!shard) return ex->respond(problem(shard.error()));
   const std::string& op = seg[11];
   if (op == "records") {
-    auto max = u64_param(target, "max", kDefaultMax, 1, kMaxMax);
-    auto wait = u64_param(target, "wait_ms", 0, 0, static_cast<std::uint64_t>(cfg.max_wait.count()));
+    // Capped, not refused, as a plain fetch caps them (docs/api.md "Fetch").
+    auto max = u64_param(target, "max", kDefaultMax, 1, UINT64_MAX);
+    auto wait = u64_param(target, "wait_ms", 0, 0, UINT64_MAX);
     for (auto* r : {&max, &wait})
       if (!*r) return ex->respond(problem(r->error()));
+    *max = std::min<std::uint64_t>(*max, kMaxMax);
+    *wait = std::min<std::uint64_t>(*wait, static_cast<std::uint64_t>(cfg.max_wait.count()));
     auto group_opts = group_options(target);
     if (!group_opts) return ex->respond(problem(group_opts.error()));
     const GroupOptions opts = *group_opts;
@@ -336,9 +339,10 @@ void handle_groups(Node& node, const HttpConfig& cfg, const std::shared_ptr<Exch
   }
   if (op == "dead-letters" && seg.size() == 12 && get) {
     auto off = u64_param(target, "offset", 0, 0, UINT64_MAX);
-    auto max = u64_param(target, "max", kDefaultMax, 1, kMaxMax);
+    auto max = u64_param(target, "max", kDefaultMax, 1, UINT64_MAX);
     if (!off) return ex->respond(problem(off.error()));
     if (!max) return ex->respond(problem(max.error()));
+    *max = std::min<std::uint64_t>(*max, kMaxMax);
     return blocking_call(ex, [&node, &cfg, key, shard = *shard, group, from = Offset{*off},
                               m = static_cast<std::uint32_t>(*max)] {
       auto r = node.dead_letters(key, shard, group, from, m, cfg.fetch_max_bytes);

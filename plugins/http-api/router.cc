@@ -240,6 +240,35 @@ HttpResponse forbidden(const HttpRequest& req, const Need& need) {
 
 }  // namespace
 
+std::optional<HttpResponse> Router::authenticate(const HttpRequest& req, const std::vector<std::string>& seg,
+                                                 const std::optional<RouteDef>& def,
+                                                 std::shared_ptr<const TokenTable>& table,
+                                                 const TokenEntry*& who) const {
+  if (!tokens_ || (def && required(def->route, seg, req.method, cfg_.metrics_open).kind == Need::open))
+    return std::nullopt;
+  auto tok = bearer_token(req.authorization);
+  if (!tok) return unauthorized(tok.error().message, false);
+  table = tokens_->current();
+  who = table ? table->find(*tok) : nullptr;
+  if (!who) return unauthorized("the bearer token is not valid", true);
+  return std::nullopt;
+}
+
+std::optional<HttpResponse> Router::refusal_before_body(const HttpRequest& head) const {
+  if (!tokens_) return std::nullopt;
+  auto target = parse_target(head.target);
+  if (!target) return std::nullopt;  // answered in full once the body is read
+  const auto& seg = target->segments;
+  const auto def = match_route(seg);
+  std::shared_ptr<const TokenTable> table;
+  const TokenEntry* who = nullptr;
+  if (auto refusal = authenticate(head, seg, def, table, who)) return refusal;
+  if (!who || !def || !method_allowed(def->allow, head.method)) return std::nullopt;
+  const Need need = required(def->route, seg, head.method, cfg_.metrics_open);
+  if (!allows(*who, need)) return forbidden(head, need);
+  return std::nullopt;
+}
+
 void Router::handle(const std::shared_ptr<Exchange>& ex) {
   try {
     dispatch(ex);
@@ -263,15 +292,8 @@ void Router::dispatch(const std::shared_ptr<Exchange>& ex) {
   // client without a valid token learns nothing, not even which routes exist.
   std::shared_ptr<const TokenTable> table;
   const TokenEntry* who = nullptr;
-  if (tokens_ &&
-      !(def && required(def->route, seg, req.method, cfg_.metrics_open).kind == Need::open)) {
-    if (def) ex->set_route(std::string(def->label));
-    auto tok = bearer_token(req.authorization);
-    if (!tok) return ex->respond(unauthorized(tok.error().message, false));
-    table = tokens_->current();
-    who = table ? table->find(*tok) : nullptr;
-    if (!who) return ex->respond(unauthorized("the bearer token is not valid", true));
-  }
+  if (tokens_ && def) ex->set_route(std::string(def->label));
+  if (auto refusal = authenticate(req, seg, def, table, who)) return ex->respond(std::move(*refusal));
   if (!def) {
     ex->respond(problem(Error(Errc::not_found, "no such route")));
     return;

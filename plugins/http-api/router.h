@@ -16,6 +16,9 @@
 #pragma once
 
 #include <memory>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "auth.h"
 #include "cache_store.h"
@@ -57,8 +60,20 @@ class Router {
   // Answers through ex->respond(), exactly once (unless the server stops first).
   void handle(const std::shared_ptr<Exchange>& ex);
 
+  // The 401 or 403 that `head` (method, target and Authorization; no body) is sure to get,
+  // or nullopt. The session asks once a request's header has arrived and before it reads
+  // the body, so a client without a valid token cannot make the server read up to
+  // http.max_body_bytes (nor invite it with "Expect: 100-continue"). Thread-safe.
+  std::optional<HttpResponse> refusal_before_body(const HttpRequest& head) const;
+
  private:
   void dispatch(const std::shared_ptr<Exchange>& ex);
+  // With auth.enabled and a route that is not open: the 401 for a missing or unknown
+  // bearer token, else nullopt with `who` (and the `table` holding it) set.
+  std::optional<HttpResponse> authenticate(const HttpRequest& req, const std::vector<std::string>& seg,
+                                           const std::optional<RouteDef>& def,
+                                           std::shared_ptr<const TokenTable>& table,
+                                           const TokenEntry*& who) const;
 
   Node& node_;
   HttpMetrics& metrics_;

@@ -227,6 +227,20 @@ class Session final : public SessionBase {
     if (ec) return on_read(ec, n);
     impl_.metrics.add_bytes_in(n);
     auto& req = parser_->get();
+    // A body is still to come: a request its header alone refuses (401, 403) is answered
+    // now and the connection closed, so no body is read (or invited) for it.
+    if (!parser_->is_done()) {
+      HttpRequest head;
+      head.method = std::string(req.method_string());
+      head.target = std::string(req.target());
+      head.authorization = std::string(req[http::field::authorization]);
+      if (auto refusal = impl_.router->refusal_before_body(head)) {
+        version_ = req.version();
+        refusal->close = true;
+        impl_.metrics.request_done("refused_before_body", refusal->status);
+        return send(std::move(*refusal));
+      }
+    }
     if (beast::iequals(req[http::field::expect], "100-continue") && !parser_->is_done()) {
       auto cont = std::make_shared<http::response<http::empty_body>>(http::status::continue_,
                                                                       req.version());

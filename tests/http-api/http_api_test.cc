@@ -428,6 +428,20 @@ TEST_F(HttpApiTest, LongPollCappedByMaxWait) {
   EXPECT_EQ(obj(r)["records"].as_array().size(), 0u);
 }
 
+// A group fetch caps max and wait_ms as a plain fetch does (it once refused them, so
+// `sluice group consume --follow`, which asks wait_ms=10000, failed on a node whose
+// http.max_wait_ms was lower).
+TEST_F(HttpApiTest, GroupFetchCapsMaxAndWaitLikeFetch) {
+  start({{"http.max_wait_ms", "10"}});
+  make_stream("lp4");
+  auto r = req("GET", kNs + "/streams/lp4/groups/g/shards/0/records?max=1000000&wait_ms=3600000");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(obj(r)["records"].as_array().size(), 0u);
+  auto d = req("GET", kNs + "/streams/lp4/groups/g/shards/0/dead-letters?max=1000000");
+  EXPECT_EQ(d.status, 200) << d.body;
+  expect_problem(req("GET", kNs + "/streams/lp4/groups/g/shards/0/records?max=0"), 400, "invalid_argument");
+}
+
 TEST_F(HttpApiTest, BodyTooLarge) {
   start({{"http.max_body_bytes", "1024"}});
   make_stream("big");
@@ -470,6 +484,31 @@ TEST_F(HttpApiTest, MalformedAndUnknownFields) {
   expect_problem(req("POST", kNs + "/streams/m/records", R"({"records":[{"key":"k"}]})"), 400,
                  "invalid_argument");
   expect_problem(req("POST", kNs + "/streams/m/records", R"([1,2])"), 400, "invalid_argument");
+}
+
+// A field named twice in one object is refused (Boost.JSON alone keeps the last one, so the
+// first records of {"records":[a],"records":[b]} were dropped with a 200), whatever the
+// depth, escaping or object size; the same key in two objects is fine.
+TEST_F(HttpApiTest, ADuplicateFieldIsRefusedAndWritesNothing) {
+  make_stream("dup");
+  const int before = node_.calls();
+  for (const std::string& body :
+       {std::string(R"({"records":[{"value":"a"}],"records":[{"value":"b"}]})"),
+        std::string(R"({"records":[{"value":"a","value":"b"}]})"),
+        std::string(R"({"records":[{"value":"a","headers":{"h":"1","\u0068":"2"}}]})")}) {
+    auto r = req("POST", kNs + "/streams/dup/records", body);
+    expect_problem(r, 400, "malformed_body");
+    EXPECT_NE(obj(r)["detail"].as_string().find("twice"), json::string::npos) << r.body;
+  }
+  EXPECT_EQ(node_.calls(), before) << "a refused body reached the node";
+  // Many keys (past the linear scan), the last one repeating the first.
+  std::string many = R"({"records":[{"value":"a","headers":{)";
+  for (int i = 0; i < 40; ++i) many += "\"h" + std::to_string(i) + "\":\"v\",";
+  many += R"("h0":"again"}}]})";
+  expect_problem(req("POST", kNs + "/streams/dup/records", many), 400, "malformed_body");
+  expect_problem(req("POST", "/v1/tenants", R"({"name":"t1","name":"t2"})"), 400, "malformed_body");
+  // The same key in sibling objects, and a well-formed body, still work.
+  EXPECT_EQ(req("POST", kNs + "/streams/dup/records", R"({"records":[{"value":"a"},{"value":"b"}]})").status, 200);
 }
 
 TEST_F(HttpApiTest, InvalidNamesNeverReachTheNode) {

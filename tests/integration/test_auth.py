@@ -14,6 +14,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import tempfile
 import unittest
@@ -341,6 +342,38 @@ class AuthNode(unittest.TestCase):
         for method, path, _ in OPEN:
             self.assertEqual(call(self.node, method, path)[0], 200, path)
         self.assertEqual(self.snapshot("ta"), before)
+
+    def head_only(self, method, path, headers):
+        """Sends a request's header announcing a 1 MB body, and none of the body: the
+        status line of the answer, read within 20 s (under http.request_timeout_ms, 30 s)."""
+        with socket.create_connection(("127.0.0.1", self.node.http_port), timeout=20) as s:
+            s.sendall(("%s %s HTTP/1.1\r\nHost: sluice\r\nContent-Type: application/json\r\n"
+                       "Content-Length: 1000000\r\n%s\r\n" %
+                       (method, path, "".join("%s: %s\r\n" % kv for kv in headers.items()))).encode())
+            got = b""
+            while b"\r\n" not in got:
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                got += chunk
+            return got.split(b"\r\n")[0].decode()
+
+    def test_a_refused_request_is_answered_before_its_body_is_read(self):
+        # Without this a client with no token could make the server read http.max_body_bytes
+        # per connection, and "Expect: 100-continue" was answered "go on".
+        path = S % {"t": "ta"} + "/records"
+        for what, headers, status in [
+            ("no token", {}, "401"),
+            ("no token, expecting 100-continue", {"Expect": "100-continue"}, "401"),
+            ("unknown token", {"Authorization": "Bearer tok-unknown-0123456789"}, "401"),
+            ("another tenant's producer", {"Authorization": "Bearer " + self.tok["tb-prod"]}, "403"),
+            ("a consumer may not publish", {"Authorization": "Bearer " + self.tok["ta-cons"],
+                                            "Expect": "100-continue"}, "403"),
+            ("a producer is told to go on", {"Authorization": "Bearer " + self.tok["ta-prod"],
+                                             "Expect": "100-continue"}, "100"),
+        ]:
+            line_ = self.head_only("POST", path, headers)
+            self.assertRegex(line_, r"^HTTP/1\.1 %s " % status, what)
 
     def ws_status(self, path, tok, headers=None):
         """The HTTP status of a WebSocket upgrade: 101 if accepted."""
