@@ -361,7 +361,14 @@ bool RaftMetaStore::is_controller() {
   // no proposal passed through this member meanwhile.
   note_leadership();
   auto n = node();
-  return ready_.load() && !starting_.load() && n && n->role() == RaftRole::leader && !held_error();
+  if (!(ready_.load() && !starting_.load() && n && n->role() == RaftRole::leader && !held_error())) return false;
+  // Not during the liveness grace of a new leadership (or a restart): every registered
+  // broker then counts as live without having been heard from, and the controller would
+  // act on that guess: elect a dead replica for a leaderless shard, or finish a
+  // reassignment (dropping a live in-sync copy) because a crashed target "is live". The
+  // grace suppresses failovers anyway, so waiting it out delays none of them.
+  std::lock_guard lk(live_mu_);
+  return now() >= grace_until_;
 }
 
 MetadataStatus RaftMetaStore::status() {

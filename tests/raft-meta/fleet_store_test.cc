@@ -227,8 +227,12 @@ TEST(RaftMetaFleet, LivenessFollowsHeartbeatsWithARestartGrace) {
   ASSERT_TRUE(store.start().ok());
   EXPECT_TRUE((*store.list_brokers())[0].live);
   EXPECT_TRUE((*store.snapshot()).brokers[0].live);
+  // ... and the controller waits that grace out: it must not act on liveness it only
+  // assumed (a dead broker elected, a reassignment finished onto a crashed target).
+  EXPECT_FALSE(store.is_controller());
   clock.advance(std::chrono::milliseconds(1000));
   EXPECT_FALSE((*store.list_brokers())[0].live);
+  EXPECT_TRUE(store.is_controller()) << "the grace is over: this leader is the controller";
   auto fin = store.finalize_feature(kInc);
   EXPECT_TRUE(fin.ok()) << fin.error().to_string();
 }
