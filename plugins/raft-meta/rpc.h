@@ -138,6 +138,10 @@ class RemoteMetadataStore final : public MetadataStore {
   struct Conn {
     int fd = -1;
     std::unique_ptr<rpc::ByteStream> io;  // over fd: plain or TLS
+    // The index in metadata.controllers connect() tries first: the one it last reached, or
+    // the next one after a controller that answered `unavailable` (a held member, one
+    // without a quorum), so a connection does not stick to a member that cannot serve.
+    std::size_t first = 0;
     Conn();
     ~Conn();
     void close();

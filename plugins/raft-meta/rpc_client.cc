@@ -104,7 +104,10 @@ bool connect_within(int fd, const sockaddr_in& sa, std::chrono::milliseconds tim
 
 bool RemoteMetadataStore::connect(Conn& c, std::string& why) {
   c.close();
-  for (auto& a : cfg_.controllers) {
+  const std::size_t n = cfg_.controllers.size();
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::size_t at = (c.first + i) % n;
+    const std::string& a = cfg_.controllers[at];
     std::string ip;
     int port = 0;
     split_host_port(a, ip, port);
@@ -133,6 +136,7 @@ bool RemoteMetadataStore::connect(Conn& c, std::string& why) {
         c.io = std::make_unique<rpc::PlainStream>(fd);
       }
       c.fd = fd;
+      c.first = at;
       return true;
     }
     why = "connect " + a + ": " + std::strerror(errno);
@@ -196,6 +200,12 @@ Result<std::string> RemoteMetadataStore::call_on(Conn& c, const std::string& met
     bool malformed = false;
     auto answer = decode_response(resp, &malformed);
     if (malformed || (!answer && answer.error().code == Errc::cluster_id_mismatch)) c.close();
+    if (!malformed && !answer && answer.error().code == Errc::unavailable && cfg_.controllers.size() > 1) {
+      // This member cannot serve (held at a change above its level, no quorum, stopping):
+      // the next call starts at the next controller instead of asking it again for ever.
+      c.close();
+      c.first = (c.first + 1) % cfg_.controllers.size();
+    }
     return answer;
   }
   ready_ = false;

@@ -543,5 +543,74 @@ TEST(ControllerRpc, AWrittenCreateIsNotResentWhenTheAnswerIsLost) {
   server.join();
 }
 
+// A member that answers `unavailable` (here: as a held member answers changes_after) is
+// left for the next controller: a broker whose metadata.controllers listed a held member
+// first once polled it for ever, and its catalog view froze (no new leaders, no streams).
+TEST(ControllerRpc, AWatchMovesOnFromAMemberThatCannotServe) {
+  Controller ctrl;
+  ASSERT_TRUE(ctrl.store.start().ok());
+  const std::string cid = ctrl.host.cluster_id();
+  int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(lfd, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+  ASSERT_EQ(::listen(lfd, 16), 0);
+  socklen_t len = sizeof sa;
+  ::getsockname(lfd, reinterpret_cast<sockaddr*>(&sa), &len);
+  std::atomic<int> refused{0};
+  std::mutex conns_mu;
+  std::vector<std::thread> conns;  // one per connection: the client holds several open
+  std::vector<int> fds;
+  std::thread held([&] {
+    for (;;) {
+      int fd = ::accept(lfd, nullptr, nullptr);
+      if (fd < 0) return;
+      std::lock_guard lk(conns_mu);
+      fds.push_back(fd);
+      conns.emplace_back([&, fd] {
+        std::string req;
+        while (rpc::read_frame(fd, req, nullptr)) {
+          const auto method = std::string(json::parse(req).as_object().at("method").as_string());
+          json::object answer{{"ok", true}, {"result", {{"cluster_id", cid}}}};
+          if (method != "hello") {
+            ++refused;
+            answer = json::object{{"ok", false},
+                                  {"error", {{"code", "unavailable"},
+                                             {"message", "this metadata member is held at index 7"},
+                                             {"outcome", "transient"}}}};
+          }
+          if (!rpc::write_frame(fd, json::serialize(answer), nullptr)) break;
+        }
+      });
+    }
+  });
+  {
+    TestHost bh(broker_config("127.0.0.1:" + std::to_string(ntohs(sa.sin_port)) + "," + ctrl.address()));
+    RemoteMetadataStore remote(bh);
+    ASSERT_TRUE(remote.start().ok());  // hello: answered by the held member
+    std::mutex mu;
+    std::vector<ChangeEvent> seen;
+    auto w = remote.watch(ctrl.store.snapshot()->seq, [&](const ChangeEvent& e) {
+      std::lock_guard lk(mu);
+      seen.push_back(e);
+    }, [] {});
+    ASSERT_TRUE(ctrl.store.create_tenant("acme").ok());
+    EXPECT_TRUE(eventually([&] {
+      std::lock_guard lk(mu);
+      return !seen.empty();
+    })) << "the watch kept asking the member that cannot serve";
+    EXPECT_GE(refused.load(), 1) << "the held member was never asked: the test proves nothing";
+    // Calls move on too.
+    EXPECT_TRUE(remote.list_tenants().ok() || remote.list_tenants().ok());
+  }
+  ::shutdown(lfd, SHUT_RDWR);
+  held.join();
+  ::close(lfd);
+  for (int fd : fds) ::shutdown(fd, SHUT_RDWR);
+  for (auto& t : conns) t.join();
+  for (int fd : fds) ::close(fd);
+}
+
 }  // namespace
 }  // namespace sluice::raft_meta
