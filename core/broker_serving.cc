@@ -299,8 +299,17 @@ Result<void> BrokerRuntime::resync() {
   watch_.reset();
   auto snap = catalog_.snapshot();
   if (!snap) return snap.error();
-  std::vector<FeatureInfo> features;  // when each feature was finalized (the snapshot has only names)
-  if (auto f = catalog_.list_features(); f) features = std::move(f.value());
+  // When each feature was finalized (the snapshot has only names). Without it, a finalized
+  // feature would count as finalized at change 0, which turns off the refusal of streams
+  // created at incarnation 0 after stream_incarnations was finalized (serving_plan.cc):
+  // this broker alone would serve (and reopen legacy data under) what the others refuse.
+  // So a failed read fails the resync, which is retried.
+  std::vector<FeatureInfo> features;
+  if (!snap->finalized_features.empty()) {
+    auto f = catalog_.list_features();
+    if (!f) return f.error();
+    features = std::move(f.value());
+  }
   image_ = image_from_snapshot(*snap, features);
   if (opts_.peers) opts_.peers->replace_from_catalog(snap->brokers);
   resync_pending_ = false;

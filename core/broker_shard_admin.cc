@@ -3,6 +3,7 @@
 // "Reassignment"). Each decision is a pure rule of catalog_rules.h applied to this node's
 // view; the catalog's compare-and-set refuses it (conflict, naming the stored version) if
 // the shard has moved on since.
+#include <algorithm>
 #include <chrono>
 
 #include "broker.h"
@@ -88,6 +89,19 @@ Result<Assignment> BrokerRuntime::move_leader(const StreamKey& key, ShardIndex s
   // naming the stored version) if the shard has moved on since.
   auto u = plan_leader_move(*cur, broker);
   if (!u) return u.error();
+  // In the in-sync set is not enough: the broker must be eligible (live, and holding the
+  // data directory the set recorded), as for any election. A broker back with an empty
+  // disk would be written down as leader, fence the old one, and then refuse to lead.
+  auto brokers = catalog_.list_brokers();
+  if (!brokers) return brokers.error();
+  const bool ok = std::any_of(cur->in_sync.begin(), cur->in_sync.end(),
+                              [&](const InSyncReplica& m) { return m.broker == broker && eligible(m, *brokers); });
+  if (!ok)
+    return Error(Errc::conflict, key.to_string() + " shard " + std::to_string(shard.value()) + ": broker " +
+                                     std::to_string(broker.value()) +
+                                     " may not lead it: it is not live, or its data directory is not the one "
+                                     "the in-sync set recorded (an empty or replaced disk); wait until it has "
+                                     "caught up again");
   auto r = catalog_.update_shard(*u);
   if (!r) return r.error();
   host_.log(LogLevel::info, "broker",

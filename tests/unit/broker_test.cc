@@ -54,7 +54,17 @@ class ScriptedCatalog final : public MetadataStore {
     std::lock_guard lk(mu_);
     return snap_;
   }
-  Result<std::vector<FeatureInfo>> list_features() override { return std::vector<FeatureInfo>{}; }
+  // Empty unless a test sets it; `features_failures` calls fail (unavailable) first.
+  Result<std::vector<FeatureInfo>> list_features() override {
+    std::lock_guard lk(mu_);
+    if (features_failures > 0) {
+      --features_failures;
+      return Error(Errc::unavailable, "scripted: list_features failed");
+    }
+    return features;
+  }
+  std::vector<FeatureInfo> features;  // set before start
+  int features_failures = 0;          // set before start
   Result<BrokerInfo> register_broker(const BrokerRegistration& reg) override {
     BrokerInfo b;
     b.id = reg.id;
@@ -100,7 +110,17 @@ class ScriptedCatalog final : public MetadataStore {
   Result<StreamInfo> get_stream(const StreamKey&) override { return no(); }
   Result<std::vector<StreamInfo>> list_streams(const std::string&, const std::string&) override { return no(); }
   Result<void> unregister_broker(NodeId) override { return no(); }
-  Result<std::vector<BrokerInfo>> list_brokers() override { return no(); }
+  std::vector<BrokerInfo> brokers;  // what list_brokers answers (set by a test)
+  std::vector<ShardUpdate> updates;  // every update_shard asked (answered not_supported)
+  Result<std::vector<BrokerInfo>> list_brokers() override {
+    std::lock_guard lk(mu_);
+    return brokers;
+  }
+  Result<Assignment> update_shard(const ShardUpdate& u) override {
+    std::lock_guard lk(mu_);
+    updates.push_back(u);
+    return no();
+  }
   Result<FeatureInfo> finalize_feature(const std::string&) override { return no(); }
   Result<std::vector<Tombstone>> list_tombstones() override { return no(); }
 
@@ -212,6 +232,66 @@ TEST(Broker, restart_onto_a_restored_catalog_refuses_the_deleted_incarnation) {
   EXPECT_EQ(fetch_answer(*b), "conflict");
   EXPECT_FALSE(held_on_disk(storage, I1)) << "the deleted incarnation was reopened";
   EXPECT_TRUE(host.logged("not serving: stream t/n/s incarnation " + std::to_string(I1)));
+  b->stop();
+}
+
+// Regression (review): when list_features failed during a resync, every finalized feature
+// counted as finalized at change 0, which turned off the refusal of a stream a pre-
+// incarnation member created at incarnation 0 after stream_incarnations was finalized:
+// this broker alone served it (and could reopen the name's legacy data). The resync now
+// fails and is retried until it knows when each feature was finalized.
+TEST(Broker, a_resync_without_the_finalize_changes_does_not_serve_a_legacy_create) {
+  sluice::testing::TestHost host;
+  ScriptedCatalog cat;
+  fs_storage::FsStorageEngine storage(host, std::make_shared<fs_storage::PosixFileSystem>());
+  CatalogSnapshot snap = catalog_with(160, 0);  // created at incarnation 0, change 160
+  cat.set_snapshot(snap);
+  FeatureInfo inc;
+  inc.name = std::string(kStreamIncarnations);
+  inc.finalized = true;
+  inc.finalized_seq = ChangeSeq{100};
+  cat.features = {inc};
+  cat.features_failures = 2;
+  auto b = make_broker(host, cat, storage);
+  ASSERT_TRUE(b->start());
+  EXPECT_EQ(fetch_answer(*b), "conflict");
+  EXPECT_FALSE(held_on_disk(storage, 0)) << "the legacy create was opened";
+  EXPECT_TRUE(host.logged("after stream_incarnations was finalized"));
+  b->stop();
+}
+
+// Regression (review): an operator's leader move checked only that the broker was in the
+// in-sync set. A broker back with an empty disk (a new directory id) whose stale entry was
+// still there was written down as leader, fenced the old one and then refused to lead.
+TEST(Broker, a_leader_move_needs_an_eligible_broker_not_just_an_in_sync_entry) {
+  sluice::testing::TestHost host;
+  ScriptedCatalog cat;
+  fs_storage::FsStorageEngine storage(host, std::make_shared<fs_storage::PosixFileSystem>());
+  CatalogSnapshot snap = catalog_with(10, I1);
+  snap.assignments[0].replicas = {NodeId{1}, NodeId{2}};
+  snap.assignments[0].in_sync = {{NodeId{1}, "dir-1"}, {NodeId{2}, "dir-2"}};
+  cat.set_snapshot(snap);
+  auto live = [](std::uint32_t id, std::string dir) {
+    BrokerInfo b;
+    b.id = NodeId{id};
+    b.directory_id = std::move(dir);
+    b.live = true;
+    return b;
+  };
+  auto b = make_broker(host, cat, storage);
+  ASSERT_TRUE(b->start());
+  cat.brokers = {live(1, "dir-1"), live(2, "dir-2-new-disk")};
+  auto r = b->move_leader(K, ShardIndex{0}, NodeId{2});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, Errc::conflict) << r.error().to_string();
+  EXPECT_NE(r.error().message.find("data directory"), std::string::npos) << r.error().message;
+  cat.brokers = {live(1, "dir-1"), live(2, "dir-2")};
+  cat.brokers[1].live = false;
+  EXPECT_EQ(b->move_leader(K, ShardIndex{0}, NodeId{2}).error().code, Errc::conflict) << "a dead broker";
+  EXPECT_TRUE(cat.updates.empty()) << "nothing may be written for an ineligible broker";
+  cat.brokers[1].live = true;
+  b->move_leader(K, ShardIndex{0}, NodeId{2});  // eligible: the compare-and-set is asked
+  EXPECT_EQ(cat.updates.size(), 1u);
   b->stop();
 }
 
