@@ -129,8 +129,8 @@ void ReplicaManager::fetch_step(const std::shared_ptr<Shard>& s, std::uint64_t g
   auto exec = exec_;
   transport_.request(
       leader, kReplicaFetch, encode(req), opts_.fetch_wait + opts_.request_timeout,
-      [this, exec, s, gen, base = req.fetch_offset](Result<std::string> answer) {
-        exec->post([this, s, gen, base, answer = std::move(answer)] {
+      [this, exec, s, gen, base = req.fetch_offset, asked_in = req.env.leader_epoch](Result<std::string> answer) {
+        exec->post([this, s, gen, base, asked_in, answer = std::move(answer)] {
           if (!answer) {
             if (answer.error().code == Errc::conflict) {
               std::lock_guard lk(s->mu);
@@ -172,8 +172,13 @@ void ReplicaManager::fetch_step(const std::shared_ptr<Shard>& s, std::uint64_t g
             ++counters_.log_restarts;
           }
           if (!resp->chunk.empty()) {
-            if (auto r = log->append_replica(resp->chunk, base, resp->chunk_epoch); !r)
+            if (auto r = log->append_replica(resp->chunk, base, resp->chunk_epoch, asked_in); !r) {
+              if (r.error().code == Errc::conflict) {
+                std::lock_guard lk(s->mu);
+                if (s->gen == gen) s->truncated = false;  // not where the leader's log goes on: find the cut again
+              }
               return retry(s, gen, r.error());
+            }
             std::lock_guard clk(mu_);
             ++counters_.chunks_appended;
             counters_.bytes_appended += resp->chunk.size();

@@ -399,6 +399,16 @@ void ReplicaManager::check_shard(const std::shared_ptr<Shard>& s, Clock::time_po
   // The group op log follows the data log's in-sync set (assign, change_in_sync).
   if (s->kind != LogKind::data) return;
   if (s->in_sync_change_in_flight || s->refused_at == s->ra.version) return;
+  if (s->proposed_at == s->ra.version) {
+    // The last change's outcome is unknown and no newer assignment came: send the same
+    // compare-and-set again (applied already, it is refused with conflict, and the
+    // assignment that applied it is on its way). Its members keep counting meanwhile.
+    s->in_sync_change_in_flight = true;
+    auto again = s->proposed_in_sync;
+    lk.unlock();
+    change_in_sync(s, std::move(again), "retrying an in-sync change whose outcome was unknown");
+    return;
+  }
   std::unique_lock<std::mutex> glk;
   if (g) {
     glk = std::unique_lock(g->mu);
@@ -485,9 +495,15 @@ void ReplicaManager::check_shard(const std::shared_ptr<Shard>& s, Clock::time_po
   }
   if (!changed) return;
   s->in_sync_change_in_flight = true;
-  // The proposed members hold the high watermark back while the change is written.
+  // The proposed members hold the high watermark back while the change is written, on
+  // the group log too: its committed ops (acks, dead letters) are the shard's state as
+  // much as its records, and a member the catalog records must hold them.
   s->proposed_in_sync = next;
   update_high_watermark(*s);
+  if (g && glk.owns_lock()) {
+    g->proposed_in_sync = next;
+    update_high_watermark(*g);
+  }
   if (glk.owns_lock()) glk.unlock();
   lk.unlock();
   change_in_sync(s, std::move(next), why);
@@ -499,8 +515,10 @@ void ReplicaManager::change_in_sync(const std::shared_ptr<Shard>& s,
   ShardUpdate u;
   std::uint64_t gen = 0;
   std::size_t before = 0;
+  bool retrying = false;
   {
     std::lock_guard lk(s->mu);
+    retrying = s->proposed_at.has_value();
     u.key = s->ref.stream;
     u.shard = s->ref.shard;
     u.incarnation = s->ref.incarnation;
@@ -522,15 +540,48 @@ void ReplicaManager::change_in_sync(const std::shared_ptr<Shard>& s,
   auto r = update_shard_(u);  // blocks for at most the metadata timeout; no lock held
   std::lock_guard lk(s->mu);
   s->in_sync_change_in_flight = false;
-  s->proposed_in_sync.clear();
+  // Keeps the proposed set counting (both logs) until an assignment above `at` arrives.
+  auto keep_counting = [&](ShardVersion at) {
+    s->proposed_at = at;
+    if (g) {
+      std::lock_guard glk(g->mu);
+      if (g->ref.incarnation == s->ref.incarnation) g->proposed_at = at;
+    }
+  };
+  auto stop_counting = [&] {
+    s->proposed_in_sync.clear();
+    s->proposed_at.reset();
+    update_high_watermark(*s);
+    if (g) {
+      std::lock_guard glk(g->mu);
+      if (g->ref.incarnation == s->ref.incarnation) {
+        g->proposed_in_sync.clear();
+        g->proposed_at.reset();
+        update_high_watermark(*g);
+      }
+    }
+  };
   if (!r) {
-    if (r.error().code == Errc::conflict || r.error().code == Errc::stale_route)
-      s->refused_at = u.expected_version;
-    // A conflict means someone else changed the shard: their assignment is on its way.
+    const bool refused = r.error().code == Errc::conflict || r.error().code == Errc::stale_route;
+    if (refused) s->refused_at = u.expected_version;
+    if (r.error().outcome == Outcome::definite && !(refused && retrying)) {
+      // Not applied (a conflict: someone else changed the shard, and their assignment is
+      // on its way): the proposed members never counted in the catalog.
+      stop_counting();
+    } else {
+      // The catalog may have applied it (a lost answer; or a retry refused because the
+      // first try did): acknowledging past a member it may record could lose records
+      // once that member leads. Counted until the catalog's next word, retried meanwhile.
+      keep_counting(u.expected_version);
+    }
     log_(LogLevel::warn, shard_name(s->ref, s->kind) + ": in-sync set change to " + describe(in_sync) +
-                             " refused: " + r.error().message);
+                             (refused ? " refused: " : " not confirmed (retried): ") + r.error().message);
     return;
   }
+  // Applied: the catalog's in-sync set replaces the proposal, on both logs, before either
+  // high watermark is computed again (so a joining member never stops counting).
+  s->proposed_in_sync.clear();
+  s->proposed_at.reset();
   log_(LogLevel::info, shard_name(s->ref, s->kind) + ": in-sync set is now " + describe(r->in_sync) +
                            " (version " + std::to_string(r->version.value()) + "): " + why);
   {
@@ -540,18 +591,23 @@ void ReplicaManager::change_in_sync(const std::shared_ptr<Shard>& s,
     else
       ++counters_.isr_expands;
   }
-  if (s->gen != gen || r->version <= s->ra.version) return;
-  s->ra.in_sync = r->in_sync;
-  s->ra.version = r->version;
-  s->log->set_in_sync(s->ra.in_sync.size(), s->ra.min_insync);
+  if (s->gen == gen && r->version > s->ra.version) {
+    s->ra.in_sync = r->in_sync;
+    s->ra.version = r->version;
+    s->log->set_in_sync(s->ra.in_sync.size(), s->ra.min_insync);
+  }
   update_high_watermark(*s);
   // Lock order: a data log's entry, then its group log's.
   if (g) {
     std::lock_guard glk(g->mu);
-    if (g->ref.incarnation == s->ref.incarnation && g->log && r->version > g->ra.version) {
-      g->ra.in_sync = r->in_sync;
-      g->ra.version = r->version;
-      g->log->set_in_sync(g->ra.in_sync.size(), g->ra.min_insync);
+    if (g->ref.incarnation == s->ref.incarnation && g->log) {
+      if (r->version > g->ra.version) {
+        g->ra.in_sync = r->in_sync;
+        g->ra.version = r->version;
+        g->log->set_in_sync(g->ra.in_sync.size(), g->ra.min_insync);
+      }
+      g->proposed_in_sync.clear();
+      g->proposed_at.reset();
       update_high_watermark(*g);
     }
   }

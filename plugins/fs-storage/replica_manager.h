@@ -90,8 +90,10 @@ class ReplicaLog {
   virtual Result<ReplicaChunk> read_raw(Offset from, std::size_t max_bytes,
                                         std::size_t headroom = 0) = 0;
   // Appends a chunk read from the leader at `base` (== log end), written in `epoch`,
-  // synced before it returns.
-  virtual Result<void> append_replica(std::string_view chunk, Offset base, LeaderEpoch epoch) = 0;
+  // synced before it returns. `fetched_in`: the follower's epoch when it asked; refused
+  // (conflict) if the follower has moved to another epoch since.
+  virtual Result<void> append_replica(std::string_view chunk, Offset base, LeaderEpoch epoch,
+                                      LeaderEpoch fetched_in) = 0;
   virtual Result<void> truncate_to(Offset end) = 0;
   // Drops the whole log (which ends at or below `start`) and continues with an empty one
   // starting at `start`, the leader's log start; crash-safe and durable when it returns.

@@ -65,7 +65,12 @@ struct ReplicaManager::Shard {
   Offset epoch_start;  // the log end when this leadership began
   std::vector<std::shared_ptr<Parked>> parked;
   bool in_sync_change_in_flight = false;
-  std::vector<InSyncReplica> proposed_in_sync;  // while a change is in flight (leader)
+  // While a change is in flight (leader), and after one whose outcome is unknown (a
+  // timeout: the catalog may have applied it) until an assignment above `proposed_at`
+  // arrives: its members count toward the high watermark (maximal ISR). Mirrored on the
+  // shard's group log.
+  std::vector<InSyncReplica> proposed_in_sync;
+  std::optional<ShardVersion> proposed_at;  // set while an unknown outcome keeps it counting
   // The catalog refused a change at this version: someone else moved the shard on, and
   // their assignment is on its way. No further change is tried until it arrives.
   std::optional<ShardVersion> refused_at;

@@ -307,7 +307,11 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   // is recorded in the history (durable) before the data is written. The chunk is written
   // with one pwrite per segment it touches (rolling like appends), fdatasynced, then the
   // durable end advances. Producer state is updated from the headers. Returns when durable.
-  Result<void> append_replica(std::string_view chunk, Offset expected_base, LeaderEpoch epoch);
+  // `fetched_in`: the follower epoch the chunk was fetched in; a chunk fetched in another
+  // epoch than the current one is refused (conflict): it may come from a deposed leader
+  // and land after the new epoch's truncation. The manager always passes it.
+  Result<void> append_replica(std::string_view chunk, Offset expected_base, LeaderEpoch epoch,
+                              std::optional<LeaderEpoch> fetched_in = std::nullopt);
   // Removes everything at and after `end` (the log then ends at the base of the batch
   // holding `end`), across segments, fsynced; the epoch history drops entries starting at
   // or after the new end; producer state is rebuilt. Refused on a leader (conflict), below
@@ -431,6 +435,8 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   Error role_error() const;  // mu_ held: why a client append is refused
   // Becomes the exclusive writer (mu_ held via lk): waits for a flush to drain.
   Result<void> acquire_writer(std::unique_lock<std::mutex>& lk);
+  // Waits until the flusher has written everything queued (no writer token taken).
+  void wait_flush_drained();
   void release_writer();
   Result<void> rebuild_producers(std::uint64_t end);
   // close() without the consumer groups: fails waiters, checkpoints, drops segments.

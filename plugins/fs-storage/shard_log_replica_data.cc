@@ -118,7 +118,7 @@ Result<RawChunk> ShardLogImpl::read_raw(Offset from_off, std::size_t max_bytes,
 // --- append_replica ----------------------------------------------------------------------
 
 Result<void> ShardLogImpl::append_replica(std::string_view chunk, Offset expected_base,
-                                          LeaderEpoch epoch) {
+                                          LeaderEpoch epoch, std::optional<LeaderEpoch> fetched_in) {
   if (!replicated_)
     return Error(Errc::not_supported, "shard " + ref_.to_string() + " is not replicated");
   std::lock_guard rl(repl_mu_);
@@ -131,6 +131,10 @@ Result<void> ShardLogImpl::append_replica(std::string_view chunk, Offset expecte
       return Error(Errc::conflict, "shard " + ref_.to_string() + ": a chunk of leader epoch " +
                                        epoch_str(epoch) + " is above this follower's epoch " +
                                        epoch_str(epoch_));
+    if (fetched_in && *fetched_in != epoch_)
+      return Error(Errc::conflict, "shard " + ref_.to_string() + ": a chunk fetched in epoch " +
+                                       epoch_str(*fetched_in) + " arrived after this follower moved to epoch " +
+                                       epoch_str(epoch_) + " (it may come from a deposed leader); fetching again");
     if (auto r = acquire_writer(lk); !r) return r;
   }
   struct Release {
@@ -184,6 +188,24 @@ Result<void> ShardLogImpl::append_replica(std::string_view chunk, Offset expecte
   // A new epoch is durable in the history before any of its data.
   {
     std::vector<EpochEntry> entries = epoch_entries();
+    // Entries that start at the log end hold no data: an epoch this replica led without
+    // writing anything (become_leader records its start first), or one a crash left behind
+    // after truncate_to cut its data. The leader's log goes on there in an earlier epoch
+    // (it kept what it wrote before): such entries are dropped, as Kafka's epoch cache drops
+    // entries beyond the log end, else every chunk is refused for ever (review finding).
+    bool dropped = false;
+    while (!entries.empty() && entries.back().epoch > epoch && entries.back().start_offset.value() >= log_end) {
+      entries.pop_back();
+      dropped = true;
+    }
+    if (dropped && !entries.empty() && epoch == entries.back().epoch) {
+      LeaderEpoch current;
+      {
+        std::lock_guard lk(mu_);
+        current = epoch_;
+      }
+      if (auto r = save_history(current, entries); !r) return r;
+    }
     if (!entries.empty() && epoch < entries.back().epoch)
       return Error(Errc::conflict, "shard " + ref_.to_string() + ": a chunk of leader epoch " +
                                        epoch_str(epoch) + " at offset " +

@@ -46,8 +46,9 @@ class ShardReplicaLog final : public ReplicaLog {
     if (!r) return r.error();
     return ReplicaChunk{std::move(r->bytes), r->next_offset, r->last_epoch};
   }
-  Result<void> append_replica(std::string_view chunk, Offset base, LeaderEpoch epoch) override {
-    return log_->append_replica(chunk, base, epoch);
+  Result<void> append_replica(std::string_view chunk, Offset base, LeaderEpoch epoch,
+                              LeaderEpoch fetched_in) override {
+    return log_->append_replica(chunk, base, epoch, fetched_in);
   }
   Result<void> truncate_to(Offset end) override { return log_->truncate_to(end); }
   Result<void> restart_at(Offset start) override { return log_->restart_at(start); }

@@ -61,9 +61,12 @@ class FaultFileSystem final : public FileSystem {
     std::lock_guard lk(mu_);
     fail_syncs_ = on;
   }
-  void block_syncs() {
+  // `only`: block only the syncs of files whose path contains it (e.g. "/log/": segments,
+  // not the epoch history); empty: every sync.
+  void block_syncs(std::string only = {}) {
     std::lock_guard lk(mu_);
     blocked_ = true;
+    blocked_only_ = std::move(only);
   }
   void unblock_syncs() {
     std::lock_guard lk(mu_);
@@ -355,7 +358,7 @@ class FaultFileSystem final : public FileSystem {
       // A spare segment's zero-fill is background work no acknowledgement waits for:
       // block_syncs() and syncs() are about the shards' own syncs.
       const bool spare = path().ends_with("/next-segment.tmp");
-      if (!spare) {
+      if (!spare && (fs_.blocked_only_.empty() || path().find(fs_.blocked_only_) != std::string::npos)) {
         ++fs_.waiting_;
         fs_.cv_.wait(lk, [&] { return !fs_.blocked_; });
         --fs_.waiting_;
@@ -419,6 +422,7 @@ class FaultFileSystem final : public FileSystem {
   bool crashed_ = false;
   bool fail_syncs_ = false;
   bool blocked_ = false;
+  std::string blocked_only_;
   int waiting_ = 0;
   std::uint64_t syncs_ = 0;
   std::vector<EntryOp> entry_ops_;  // oldest first

@@ -128,7 +128,7 @@ class ModelLog : public ReplicaLog {
     c.next = Offset{start_ + i};
     return c;
   }
-  Result<void> append_replica(std::string_view chunk, Offset base, LeaderEpoch) override {
+  Result<void> append_replica(std::string_view chunk, Offset base, LeaderEpoch, LeaderEpoch) override {
     std::unique_lock lk(mu_);
     if (base.value() != end())
       return Error(Errc::conflict, "chunk at " + std::to_string(base.value()) + ", log end " +
@@ -445,6 +445,8 @@ class Cluster {
       catalog_.in_sync = u.in_sync;
       catalog_.version = ShardVersion{catalog_.version.value() + 1};
       ++updates_;
+      if (lose_answers_)  // applied, but the answer never reaches the leader
+        return Error(Errc::timeout, "the catalog's answer was lost", Outcome::uncertain);
       Assignment a;
       a.key = u.key;
       a.shard = u.shard;
@@ -495,6 +497,7 @@ class Cluster {
   std::mutex cat_mu_;
   ReplicaAssignment catalog_;
   int updates_ = 0;
+  bool lose_answers_ = false;  // under cat_mu_: update_shard applies, then answers timeout
 };
 
 inline bool ready(std::future<Result<Offset>>& f) {

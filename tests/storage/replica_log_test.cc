@@ -654,7 +654,7 @@ TEST(ReplicaLogTest, ShardReplicaLogServesTheReplicaManagerSeam) {
     auto c = leader->read_raw(follower->durable_end(), 1);
     ASSERT_TRUE(c) << c.error().to_string();
     EXPECT_EQ(c->epoch, LeaderEpoch(2));
-    ASSERT_TRUE(follower->append_replica(c->bytes, follower->durable_end(), c->epoch));
+    ASSERT_TRUE(follower->append_replica(c->bytes, follower->durable_end(), c->epoch, LeaderEpoch(2)));
     EXPECT_EQ(follower->durable_end(), c->next);
   }
   EXPECT_EQ(follower->last_data_epoch(), LeaderEpoch(2));

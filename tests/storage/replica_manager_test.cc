@@ -93,6 +93,46 @@ TEST(ReplicaManager, ALaggingReplicaLeavesTheInSyncSetButNeverBelowMinInsyncAndC
   EXPECT_EQ(c.logs_[1]->entries(), c.logs_[3]->entries());
 }
 
+// Regression (review): an in-sync change the catalog applied but whose answer was lost (a
+// timeout) stopped counting its members at once. A joining replica the catalog now
+// records could then lack records the leader acknowledged without it, and be elected.
+// The proposal counts (maximal ISR) until the catalog's next word arrives.
+TEST(ReplicaManager, AnInSyncChangeWithALostAnswerKeepsCountingItsMembers) {
+  Cluster c(3);
+  c.tell();
+  ASSERT_TRUE(c.logs_[1]->append(1).get());
+  c.net_.cut[3][1] = true;
+  ASSERT_TRUE(eventually([&] {
+    c.managers_[1]->check_now();
+    return c.catalog().in_sync.size() == 2;
+  }));
+  c.tell();
+  // Broker 3 catches up; the catalog records it, but the leader never hears the answer.
+  {
+    std::lock_guard lk(c.cat_mu_);
+    c.lose_answers_ = true;
+  }
+  c.net_.cut[3][1] = false;
+  ASSERT_TRUE(eventually([&] {
+    c.managers_[1]->check_now();
+    return c.catalog().in_sync.size() == 3;
+  }));
+  // Broker 3, a member in the catalog's word, is cut off again before the leader hears it.
+  c.net_.cut[3][1] = true;
+  auto f = c.logs_[1]->append(2, 30s);
+  for (int i = 0; i < 5; ++i) c.managers_[1]->check_now();  // the retried change is refused
+  EXPECT_NE(f.wait_for(300ms), std::future_status::ready)
+      << "acknowledged without broker 3, which the catalog records as in sync";
+  // The catalog's word arrives: broker 3 is a member, so the append still waits for it.
+  c.tell();
+  c.managers_[1]->check_now();
+  EXPECT_FALSE(ready(f));
+  c.net_.cut[3][1] = false;
+  ASSERT_EQ(f.wait_for(30s), std::future_status::ready);
+  EXPECT_TRUE(f.get());
+  ASSERT_TRUE(eventually([&] { return c.logs_[3]->entries() == c.logs_[1]->entries(); }));
+}
+
 // Seed pulsar-fenced-empty-ledger-loss: a leader deposed while partitioned must not
 // acknowledge anything with quorum, with data or with an empty log.
 void deposed_leader_acknowledges_nothing(bool with_data) {
