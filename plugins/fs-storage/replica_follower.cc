@@ -76,13 +76,16 @@ void ReplicaManager::truncate_step(const std::shared_ptr<Shard>& s, std::uint64_
           }
           // KIP-279: keep what both logs hold in the same epoch; cut the rest.
           Offset target = std::min(resp->end, log->durable_end());
+          bool ask_again = false;
           if (resp->epoch < asked) {
             auto mine = log->end_offset_for(resp->epoch);
             if (!mine) return retry(s, gen, mine.error());
-            if (mine->epoch == resp->epoch)
-              target = std::min(target, mine->end);
-            else
-              target = std::min(target, log->high_watermark());
+            target = std::min(target, mine->end);
+            // This replica never held the leader's epoch: cut to where its own largest
+            // epoch below it ends, and ask again with that epoch (KIP-279's iteration; it
+            // once cut to its own high watermark instead, which may lag the leader's and so
+            // cut committed records from an in-sync replica).
+            ask_again = mine->epoch != resp->epoch;
           }
           const Offset hwm = log->high_watermark();
           if (target < hwm) {
@@ -101,6 +104,9 @@ void ReplicaManager::truncate_step(const std::shared_ptr<Shard>& s, std::uint64_
             std::lock_guard clk(mu_);
             ++counters_.truncations;
           }
+          // Each round asks a lower epoch, so this ends; a cut held at the high watermark
+          // leaves the asked epoch's data in place, and the fetch's conflict check decides.
+          if (ask_again && log->last_data_epoch() < asked) return truncate_step(s, gen);
           {
             std::lock_guard lk(s->mu);
             if (s->gen != gen) return;

@@ -193,15 +193,19 @@ void ReplicaManager::serve_fetch(const std::shared_ptr<Shard>& s, FetchRequest r
   if (s->role != Role::leader)
     return respond(Error(Errc::not_leader, "broker " + std::to_string(self_.value()) +
                                                " no longer leads " + shard_name(s->ref, s->kind)));
-  record_progress(*s, req.env.sender, req.env.directory_id, req.durable_end, Clock::now());
-  update_high_watermark(*s);
+  // A follower that holds more than this leader wrote holds a tail this leader does not
+  // have: its position says nothing about what it shares with this log, so it is not
+  // recorded (it would count as caught up and, in the in-sync set, toward the high
+  // watermark) until it has truncated.
   const Offset end = s->log->written_end();
-  if (req.fetch_offset > end)
+  if (req.fetch_offset > end || req.durable_end > end)
     return respond(Error(Errc::conflict, "fetch offset " +
                                              std::to_string(req.fetch_offset.value()) +
                                              " is beyond the leader's log end " +
                                              std::to_string(end.value()) + " of " +
                                              shard_name(s->ref, s->kind) + "; truncate first"));
+  record_progress(*s, req.env.sender, req.env.directory_id, req.durable_end, Clock::now());
+  update_high_watermark(*s);
   // Anything below the end is answered at once, an offset below the log start included
   // (the log start is never above the end): answer_fetch tells that follower where the log
   // starts (docs/replication.md "Below the leader's log start").

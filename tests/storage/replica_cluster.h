@@ -147,6 +147,7 @@ class ModelLog : public ReplicaLog {
     if (end.value() < start_) return Error(Errc::offset_out_of_range, "below the log start");
     if (end.value() < this->end()) entries_.resize(end.value() - start_);
     ++truncations_;
+    lowest_cut_ = std::min(lowest_cut_, end);
     return {};
   }
   Result<void> restart_at(Offset start) override {
@@ -225,6 +226,10 @@ class ModelLog : public ReplicaLog {
     std::lock_guard lk(mu_);
     return truncations_;
   }
+  Offset lowest_cut() {  // the lowest end any truncation cut to (max: none)
+    std::lock_guard lk(mu_);
+    return lowest_cut_;
+  }
   int restarts() {
     std::lock_guard lk(mu_);
     return restarts_;
@@ -296,6 +301,7 @@ class ModelLog : public ReplicaLog {
   std::map<std::uint64_t, std::pair<Offset, std::function<void()>>> notifies_;
   std::uint64_t next_handle_ = 0;
   int truncations_ = 0;
+  Offset lowest_cut_{UINT64_MAX};
   int restarts_ = 0;
 };
 

@@ -293,6 +293,26 @@ TEST(ReplicaManager, AFollowerNeverTruncatesBelowItsHighWatermark) {
   for (std::uint64_t i = 0; i < 8; ++i) EXPECT_EQ(e[i].second, i);
 }
 
+// Regression (review): when the leader answered an epoch this follower never held, the
+// follower cut to its own high watermark, which may lag the leader's: committed records
+// were cut from a replica that could be elected before fetching them again. KIP-279: cut to
+// where its own largest epoch below the answer ends, and ask again with that epoch.
+TEST(ReplicaManager, AFollowerWithoutTheLeadersEpochAsksAgainInsteadOfCuttingToItsHighWatermark) {
+  Cluster c(2);
+  // Epoch 2 (the leader's) and epoch 3 (the follower's, as a short-lived leader) both wrote
+  // at 3 and diverge there; epoch 1's [0, 3) is shared.
+  c.logs_[1]->put_entries(LeaderEpoch{1}, {0, 1, 2});
+  c.logs_[1]->put_entries(LeaderEpoch{2}, {20, 21, 22});
+  c.logs_[1]->put_entries(LeaderEpoch{6}, {60});
+  c.logs_[2]->put_entries(LeaderEpoch{1}, {0, 1, 2});
+  c.logs_[2]->put_entries(LeaderEpoch{3}, {30, 31, 32, 33, 34});
+  c.logs_[2]->set_hwm(Offset{1});  // behind the leader's
+  c.set_catalog([](ReplicaAssignment& a) { a.leader_epoch = LeaderEpoch{6}; });
+  c.tell();
+  ASSERT_TRUE(eventually([&] { return c.logs_[2]->entries() == c.logs_[1]->entries(); }));
+  EXPECT_EQ(c.logs_[2]->lowest_cut(), Offset{3}) << "cut below the end of the epoch both logs share";
+}
+
 class Envelope : public ::testing::Test {
  protected:
   void SetUp() override { c.tell(); }
@@ -317,6 +337,21 @@ TEST_F(Envelope, AnotherIncarnationIsAStaleRoute) {
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().code, Errc::stale_route);
   EXPECT_NE(r.error().message.find("incarnation 7"), std::string::npos) << r.error().message;
+}
+
+// Regression (review): a fetch from beyond the leader's end (a follower holding a tail
+// the leader does not have) was refused only after its position had been recorded, so the
+// replica looked caught up and could join the in-sync set with a divergent log.
+TEST_F(Envelope, AFetchFromBeyondTheLeadersEndRecordsNoProgress) {
+  ASSERT_TRUE(c.logs_[1]->append(1).get());  // the leader's log ends at 1
+  auto req = good();
+  req.fetch_offset = Offset{5};
+  req.durable_end = Offset{5};
+  auto r = send(req);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::conflict);
+  for (const auto& p : c.managers_[1]->progress(shard_ref()))
+    if (p.broker == NodeId{2}) EXPECT_LT(p.durable_end, Offset{5}) << "a divergent position was recorded";
 }
 
 TEST_F(Envelope, AnUnknownShardIsNotFound) {
