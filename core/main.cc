@@ -18,12 +18,14 @@
 #include <malloc.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <arpa/inet.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <charconv>
+#include <optional>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -97,6 +99,23 @@ std::vector<std::string> sorted_list(const std::string& s) {
 }
 
 // Whether the host of a host:port address is loopback ("localhost", 127.0.0.0/8, ::1).
+// Why a private key file may not be used, or nullopt. PostgreSQL's rule for its own key:
+// readable by its owner only (0600), or by a group too when root owns it (0640 root:sluice,
+// as the package installs /etc/sluice): never by others, never writable by the group.
+std::optional<std::string> key_file_mode_error(const std::string& path) {
+  struct stat st{};
+  if (::stat(path.c_str(), &st) != 0) return std::string("cannot be read: ") + std::strerror(errno);
+  const mode_t m = st.st_mode & 0777;
+  if ((m & 0007) != 0 || (m & 0030) != 0 || ((m & 0040) != 0 && st.st_uid != 0)) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", static_cast<unsigned>(m));
+    return std::string("has mode ") + mode +
+           ": a private key must be readable by its owner only (chmod 600), or by a group too when root "
+           "owns it (chmod 640)";
+  }
+  return std::nullopt;
+}
+
 bool loopback_host(const std::string& address) {
   std::string host = address.substr(0, address.rfind(':'));
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
@@ -374,6 +393,11 @@ int main(int argc, char** argv) {
           "transport.tls.key_file and transport.tls.ca_file, or auth.allow_insecure = true to accept the risk "
           "(docs/security.md)");
     if (bopts.heartbeat_interval_ms < 10) throw std::invalid_argument("broker.heartbeat_interval_ms must be at least 10");
+    // Private keys are checked here, for every plugin that reads one (docs/security.md "Files").
+    for (const char* key : {"tls.key_file", "transport.tls.key_file", "metadata.rpc_tls.key_file"})
+      if (const auto path = cfg->get_string(key, ""); !path.empty())
+        if (auto why = key_file_mode_error(path))
+          throw std::invalid_argument(std::string(key) + " '" + path + "' " + *why);
     if (backend != "raft" && backend != "postgres")
       throw std::invalid_argument("metadata.backend must be raft or postgres, got '" + backend + "'");
     if (backend == "postgres" && roles_have(cfg->get_string("node.roles", "controller,broker"), "controller"))

@@ -386,6 +386,30 @@ class BadConfiguration(unittest.TestCase):
         self.refused({"tls.cert_file": PKI["dir"] + "/nope.pem", "tls.key_file": PKI["server"][1]},
                      "tls.cert_file '%s/nope.pem'" % PKI["dir"])
 
+    def test_a_private_key_others_may_read_is_refused(self):
+        # PostgreSQL's rule: 0600, or 0640 when root owns the file; never readable by others.
+        for key_name, mode in (("tls.key_file", 0o644), ("tls.key_file", 0o660),
+                               ("transport.tls.key_file", 0o604)):
+            loose = os.path.join(PKI["dir"], "loose-%o.key" % mode)
+            shutil.copy(PKI["server"][1], loose)
+            os.chmod(loose, mode)
+            cfg = tls_config() if key_name == "tls.key_file" else transport_tls("peer1")
+            cfg[key_name] = loose
+            node = Node(extra=cfg)
+            self.addCleanup(node.cleanup)
+            code, out = node.start_expect_failure()
+            self.assertEqual(code, 2, out)
+            self.assertIn("%s '%s' has mode %04o" % (key_name, loose, mode), out)
+            self.assertIn("chmod 600", out)
+        # Group-readable and owned by root (the package's layout; the tests run as root): served.
+        ok = os.path.join(PKI["dir"], "root-group.key")
+        shutil.copy(PKI["server"][1], ok)
+        os.chmod(ok, 0o640)
+        if os.geteuid() == 0:
+            node = TlsNode(extra=dict(tls_config(), **{"tls.key_file": ok}))
+            self.addCleanup(node.cleanup)
+            node.start()
+
     def test_key_of_another_certificate(self):
         self.refused({"tls.cert_file": PKI["server"][0], "tls.key_file": PKI["client"][1]},
                      "tls.key_file", "does not match the certificate")
