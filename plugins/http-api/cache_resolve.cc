@@ -28,7 +28,23 @@ Result<StreamInfo> CacheStore::ensure_backing(const CacheInfo& ci) {
   bool created = false;
   for (;;) {
     auto si = node_.stream(bk);
-    if (si && si->created_seq.value() > ci.created_seq.value()) return *si;
+    if (si && si->created_seq.value() > ci.created_seq.value()) {
+      if (!created) return *si;
+      // Made here: the cache (or counter) may have been deleted since it was looked up,
+      // and its delete may have removed the backing stream before this create. Looked up
+      // again now: if it is gone (or is another incarnation), the stream made for it is
+      // removed, not left behind until a restart's sweep. A delete after this check
+      // removes it itself (the catalog entry goes first, then the backing stream).
+      auto again = flavor_.lookup(node_, ci.key);
+      if (!again && again.error().code != Errc::not_found) return *si;  // not known: kept
+      if (!again || again->incarnation != ci.incarnation || again->created_seq != ci.created_seq) {
+        auto d = node_.catalog().delete_stream(bk);
+        if (!d && d.error().code != Errc::not_found) return d.error();
+        if (again) return Error(Errc::stale_route, "the " + flavor_.what + " was deleted and created again; retry");
+        return Error(Errc::not_found, "the " + flavor_.what + " " + ci.key.to_string() + " was deleted");
+      }
+      return *si;
+    }
     if (si) {
       // Left over from an earlier cache of this name whose delete did not reach it (a
       // crash between the two): never serve it. Delete it and create a fresh one.

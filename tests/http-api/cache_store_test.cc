@@ -39,6 +39,24 @@ Result<CacheStore::Write> put(CacheStore& s, std::string_view k, std::string_vie
   return s.put(kCache, k, v, std::nullopt, std::nullopt, std::nullopt);
 }
 
+// Regression: a write that looked the cache up just before it was deleted created the
+// backing stream after the delete had removed it; the stream stayed until a restart's
+// sweep. The write now looks the cache up again after the create and removes what it made.
+TEST(CacheStore, AWriteRacingTheCachesDeleteLeavesNoBackingStreamBehind) {
+  FakeNode node;
+  ASSERT_TRUE(node.catalog().create_cache(kCache, CacheSpec{}));
+  CacheStore store(node, one_shard());
+  // The delete lands between the write's lookup and its create of the backing stream.
+  node.catalog_for_test().after_next_create_stream = [&](const StreamKey&) { (void)node.catalog().delete_cache(kCache); };
+  auto w = put(store, "k", "v");
+  ASSERT_FALSE(w);
+  EXPECT_EQ(w.error().code, Errc::not_found) << w.error().to_string();
+  auto left = node.catalog().list_streams("t", "n");
+  ASSERT_TRUE(left);
+  EXPECT_TRUE(left->empty()) << "a backing stream was left for the deleted cache: " << left->front().key.to_string();
+  store.stop();
+}
+
 // Regression: a broker whose batch of three writes lost its sequence to another broker's
 // batch of one waited for the third offset of a batch that was never its own (the leader
 // answers the winner's base), timed out after 30 s and answered all three "uncertain"

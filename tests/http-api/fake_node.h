@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "sluice/catalog_rules.h"
@@ -71,12 +72,20 @@ class FakeCatalog : public MetadataStore {
     return v;
   }
   Result<StreamInfo> create_stream(const StreamKey& key, const StreamSpec& spec) override {
-    std::lock_guard lk(mu_);
-    ++calls_;
-    if (streams_.count(key)) return Error(Errc::already_exists, "stream '" + key.to_string() + "' exists");
-    StreamInfo s{key, Incarnation{0}, spec, ChangeSeq{++seq_}, 0};
-    return streams_[key] = s;
+    StreamInfo s;
+    std::function<void(const StreamKey&)> hook;
+    {
+      std::lock_guard lk(mu_);
+      ++calls_;
+      if (streams_.count(key)) return Error(Errc::already_exists, "stream '" + key.to_string() + "' exists");
+      s = streams_[key] = StreamInfo{key, Incarnation{0}, spec, ChangeSeq{++seq_}, 0};
+      hook = std::exchange(after_next_create_stream, nullptr);
+    }
+    if (hook) hook(key);
+    return s;
   }
+  // Runs once, right after the next stream is created (outside the lock): a test's race.
+  std::function<void(const StreamKey&)> after_next_create_stream;
   Result<StreamInfo> delete_stream(const StreamKey& key) override {
     std::lock_guard lk(mu_);
     ++calls_;
@@ -109,6 +118,15 @@ class FakeCatalog : public MetadataStore {
     if (caches_.count(key)) return Error(Errc::already_exists, "cache '" + key.to_string() + "' exists");
     const ChangeSeq seq{++seq_};
     return caches_[key] = CacheInfo{key, Incarnation{seq.value()}, spec, seq};
+  }
+  Result<CacheInfo> delete_cache(const StreamKey& key) override {
+    std::lock_guard lk(mu_);
+    ++calls_;
+    auto it = caches_.find(key);
+    if (it == caches_.end()) return Error(Errc::not_found, "cache '" + key.to_string() + "' not found");
+    auto c = it->second;
+    caches_.erase(it);
+    return c;
   }
   Result<CacheInfo> get_cache(const StreamKey& key) override {
     std::lock_guard lk(mu_);

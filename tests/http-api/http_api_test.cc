@@ -821,8 +821,9 @@ TEST_F(HttpApiTest, CacheRoutesRefuseBadInputAndPassTheRestToTheCatalog) {
   expect_problem(req("POST", caches, "[1]"), 400, "invalid_argument");
   expect_problem(req("GET", caches), 501, "not_supported");
   EXPECT_EQ(req("GET", caches + "/c1").status, 200);
-  expect_problem(req("DELETE", caches + "/c1"), 501, "not_supported");
   expect_problem(req("GET", caches + "/..%2Fx"), 400, "invalid_name");
+  EXPECT_EQ(req("DELETE", caches + "/c1").status, 200);
+  expect_problem(req("GET", caches + "/c1"), 404, "not_found");
   expect_problem(req("PUT", caches + "/c1"), 405, "method_not_allowed");
 }
 
