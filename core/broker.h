@@ -128,11 +128,14 @@ class BrokerRuntime final : public Node {
                                     const std::vector<NodeId>& target) override;
   Result<DrainPlan> drain_broker(NodeId broker) override;
   Result<GroupDelivery> group_fetch(const StreamKey& key, ShardIndex shard, const std::string& group,
-                                    std::uint32_t max_records, const GroupOptions& opts) override;
+                                    std::uint32_t max_records, const GroupOptions& opts,
+                                    std::optional<Incarnation> incarnation = std::nullopt) override;
   Result<void> group_ack(const StreamKey& key, ShardIndex shard, const std::string& group,
-                         const std::vector<Offset>& offsets) override;
+                         const std::vector<Offset>& offsets,
+                         std::optional<Incarnation> incarnation = std::nullopt) override;
   Result<void> group_nack(const StreamKey& key, ShardIndex shard, const std::string& group,
-                          const std::vector<Offset>& offsets) override;
+                          const std::vector<Offset>& offsets,
+                          std::optional<Incarnation> incarnation = std::nullopt) override;
   Result<std::vector<GroupPosition>> group_positions(const StreamKey& key,
                                                      const std::string& group) override;
   Result<std::vector<std::string>> groups(const StreamKey& key) override;
@@ -181,7 +184,10 @@ class BrokerRuntime final : public Node {
     NodeId leader{0};
     Incarnation incarnation;
   };
-  Result<ShardRoute> route(const StreamKey& key, ShardIndex shard);
+  // `expected`: the incarnation the caller's call is for; another one is conflict. The
+  // route's log (or the forwarded header) is that incarnation's, so the call stays pinned.
+  Result<ShardRoute> route(const StreamKey& key, ShardIndex shard,
+                           std::optional<Incarnation> expected = std::nullopt);
   Error not_led_here(const StreamState& st, const StreamKey& key, std::uint32_t shard) const;
   // --- forwarding (broker_forward.cc) ---
   void start_forwarding();

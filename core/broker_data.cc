@@ -68,11 +68,17 @@ Error BrokerRuntime::not_led_here(const StreamState& st, const StreamKey& key, s
                                      "), which cannot forward to it (no peer transport)");
 }
 
-Result<BrokerRuntime::ShardRoute> BrokerRuntime::route(const StreamKey& key, ShardIndex shard) {
+Result<BrokerRuntime::ShardRoute> BrokerRuntime::route(const StreamKey& key, ShardIndex shard,
+                                                       std::optional<Incarnation> expected) {
   if (auto v = validate_stream_key(key); !v) return v.error();
   if (!storage_) return no_broker_role();
   auto st = find(key);
   if (!st) return Error(Errc::not_found, "stream " + key.to_string() + " does not exist");
+  if (expected && st->info.incarnation != *expected)
+    return Error(Errc::conflict, "stream " + key.to_string() + " is incarnation " +
+                                     std::to_string(st->info.incarnation.value()) + " now, not incarnation " +
+                                     std::to_string(expected->value()) +
+                                     " (deleted and created again); nothing was done");
   if (!st->refused.empty()) return Error(Errc::conflict, st->refused);
   const std::uint32_t i = shard.value();
   if (i >= st->shards.size())
@@ -411,9 +417,9 @@ Result<void> check_group(const std::string& group) { return validate_name(NameKi
 
 Result<GroupDelivery> BrokerRuntime::group_fetch(const StreamKey& key, ShardIndex shard,
                                                  const std::string& group, std::uint32_t max_records,
-                                                 const GroupOptions& opts) {
+                                                 const GroupOptions& opts, std::optional<Incarnation> incarnation) {
   if (auto v = check_group(group); !v) return v.error();
-  auto rt = route(key, shard);
+  auto rt = route(key, shard, incarnation);
   if (!rt) return rt.error();
   if (rt->log) return rt->log->group_fetch(group, max_records, opts);
   fwd::Writer w;
@@ -424,9 +430,9 @@ Result<GroupDelivery> BrokerRuntime::group_fetch(const StreamKey& key, ShardInde
 }
 
 Result<void> BrokerRuntime::group_ack(const StreamKey& key, ShardIndex shard, const std::string& group,
-                                      const std::vector<Offset>& offsets) {
+                                      const std::vector<Offset>& offsets, std::optional<Incarnation> incarnation) {
   if (auto v = check_group(group); !v) return v.error();
-  auto rt = route(key, shard);
+  auto rt = route(key, shard, incarnation);
   if (!rt) return rt.error();
   if (rt->log) return rt->log->group_ack(group, offsets);
   fwd::Writer w;
@@ -437,9 +443,9 @@ Result<void> BrokerRuntime::group_ack(const StreamKey& key, ShardIndex shard, co
 }
 
 Result<void> BrokerRuntime::group_nack(const StreamKey& key, ShardIndex shard, const std::string& group,
-                                       const std::vector<Offset>& offsets) {
+                                       const std::vector<Offset>& offsets, std::optional<Incarnation> incarnation) {
   if (auto v = check_group(group); !v) return v.error();
-  auto rt = route(key, shard);
+  auto rt = route(key, shard, incarnation);
   if (!rt) return rt.error();
   if (rt->log) return rt->log->group_nack(group, offsets);
   fwd::Writer w;

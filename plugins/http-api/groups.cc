@@ -136,12 +136,14 @@ Result<Incarnation> current_incarnation(Node& n, const StreamKey& key) {
 // delivered again after its ack timeout).
 HttpResponse pinned_delivery(Node& n, const StreamKey& key, ShardIndex shard, Incarnation before,
                              const Result<GroupDelivery>& r) {
-  if (!r) return with_leader(problem(r.error()), n, key, shard);
+  // The fetch itself was pinned to `before` (Node::group_fetch's incarnation): a recreate
+  // in between made it answer conflict, and nothing of the new stream was delivered.
   auto after = current_incarnation(n, key);
   if (!after || *after != before)
     return problem(Error(Errc::unavailable,
                          "stream " + key.to_string() + " was deleted or created again during the group fetch; fetch again",
                          Outcome::transient));
+  if (!r) return with_leader(problem(r.error()), n, key, shard);
   json::object out = delivery_json(*r);
   out["incarnation"] = before.value();
   return with_leader(json_response(200, out), n, key, shard);
@@ -224,7 +226,7 @@ struct GroupPoll {
       if (auto now = current_incarnation(*n, key); !now || *now != inc)
         return problem(now ? Error(Errc::not_found, "stream " + key.to_string() + " was deleted during the poll")
                            : now.error());
-      return pinned_delivery(*n, key, shard, inc, n->group_fetch(key, shard, group, max, opts));
+      return pinned_delivery(*n, key, shard, inc, n->group_fetch(key, shard, group, max, opts, inc));
     });
   }
 };
@@ -295,7 +297,7 @@ void handle_groups(Node& node, const HttpConfig& cfg, const std::shared_ptr<Exch
         stats = n->shard_stats(key, shard);
         if (!stats) return ex->respond(with_leader(problem(stats.error()), *n, key, shard));
       }
-      auto r = n->group_fetch(key, shard, group, m, opts);
+      auto r = n->group_fetch(key, shard, group, m, opts, *inc);
       if (!r || !r->records.empty() || w.count() == 0) return ex->respond(pinned_delivery(*n, key, shard, *inc, r));
       // Nothing to deliver: park until a new record or the timeout, then try once more.
       auto poll = std::make_shared<GroupPoll>(GroupPoll{ex, n, key, shard, group, m, opts, *inc});
@@ -330,7 +332,9 @@ void handle_groups(Node& node, const HttpConfig& cfg, const std::shared_ptr<Exch
                                                    (ack ? "acked" : "nacked")));
       }
       const auto& offs = body.offsets;
-      auto r = ack ? node.group_ack(key, shard, group, offs) : node.group_nack(key, shard, group, offs);
+      // Pinned all the way to the shard: a recreate after the check above is refused too.
+      auto r = ack ? node.group_ack(key, shard, group, offs, body.incarnation)
+                   : node.group_nack(key, shard, group, offs, body.incarnation);
       if (!r) return with_leader(problem(r.error()), node, key, shard);
       HttpResponse resp;
       resp.status = 204;

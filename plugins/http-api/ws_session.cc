@@ -151,8 +151,8 @@ class WsSession : public std::enable_shared_from_this<WsSession<NextLayer>> {
       Node& n = *self->ctx_.node;
       const Subscription& s = self->sub_;
       // Acks of the subscribed incarnation's offsets must not land on a recreated stream's
-      // group: the subscription ends instead. (A recreate between this check and the call
-      // is not caught: the Node calls do not take an incarnation yet.)
+      // group: the subscription ends instead. The calls are pinned to the incarnation as
+      // well, so a recreate between this check and them is refused (conflict) too.
       if (auto c = check_incarnation(n, s); !c)
         return self->post([self, e = c.error()] { self->close_error(e); });
       std::vector<std::string> answers;
@@ -160,7 +160,8 @@ class WsSession : public std::enable_shared_from_this<WsSession<NextLayer>> {
       for (const bool is_ack : {true, false}) {
         const auto& offs = is_ack ? ack : nack;
         if (offs.empty()) continue;
-        auto r = is_ack ? n.group_ack(s.key, s.shard, s.group, offs) : n.group_nack(s.key, s.shard, s.group, offs);
+        auto r = is_ack ? n.group_ack(s.key, s.shard, s.group, offs, s.incarnation)
+                        : n.group_nack(s.key, s.shard, s.group, offs, s.incarnation);
         boost::json::array a;
         for (auto o : offs) a.push_back(o.value());
         const std::string list = boost::json::serialize(a);
@@ -286,7 +287,8 @@ class WsSession : public std::enable_shared_from_this<WsSession<NextLayer>> {
         if (auto c = check_incarnation(n, s); !c) return c.error();
         return n.shard_stats(s.key, s.shard);
       }();
-      Result<GroupDelivery> r = st ? n.group_fetch(s.key, s.shard, s.group, max, s.opts) : Result<GroupDelivery>(st.error());
+      Result<GroupDelivery> r =
+          st ? n.group_fetch(s.key, s.shard, s.group, max, s.opts, s.incarnation) : Result<GroupDelivery>(st.error());
       if (auto c = check_incarnation(n, s); r && !c) r = c.error();
       const Offset hwm = st ? st->high_watermark : Offset{0};
       self->post([self, max, hwm, r = std::move(r)]() mutable { self->on_group_fetched(max, hwm, std::move(r)); });

@@ -513,9 +513,19 @@ class FakeNode : public Node {
 
   // Groups: a minimal model. Delivers every stored record once per fetch round, tracks
   // what is outstanding, and refuses acks of anything else (as storage does).
+  // With an incarnation: refused (conflict) unless the catalog's stream is that one.
+  Result<void> pinned(const StreamKey& key, std::optional<Incarnation> incarnation) {
+    if (!incarnation) return {};
+    auto si = catalog_.get_stream(key);
+    if (!si) return si.error();
+    if (si->incarnation != *incarnation) return Error(Errc::conflict, "stream " + key.to_string() + " is another incarnation now");
+    return {};
+  }
   Result<GroupDelivery> group_fetch(const StreamKey& key, ShardIndex shard, const std::string& group,
-                                    std::uint32_t max_records, const GroupOptions&) override {
+                                    std::uint32_t max_records, const GroupOptions&,
+                                    std::optional<Incarnation> incarnation = std::nullopt) override {
     ++calls_;
+    if (auto p = pinned(key, incarnation); !p) return p.error();
     std::unique_lock lk(mu_);
     auto& g = groups_[{group, shard.value()}];
     auto& v = shards_[{key, shard.value()}];
@@ -547,9 +557,11 @@ class FakeNode : public Node {
     std::lock_guard lk(mu_);
     after_group_fetch_ = std::move(f);
   }
-  Result<void> group_ack(const StreamKey&, ShardIndex shard, const std::string& group,
-                         const std::vector<Offset>& offsets) override {
+  Result<void> group_ack(const StreamKey& key, ShardIndex shard, const std::string& group,
+                         const std::vector<Offset>& offsets,
+                         std::optional<Incarnation> incarnation = std::nullopt) override {
     ++calls_;
+    if (auto p = pinned(key, incarnation); !p) return p.error();
     std::lock_guard lk(mu_);
     auto& g = groups_[{group, shard.value()}];
     for (auto o : offsets)
@@ -559,8 +571,9 @@ class FakeNode : public Node {
     return {};
   }
   Result<void> group_nack(const StreamKey& k, ShardIndex shard, const std::string& group,
-                          const std::vector<Offset>& offsets) override {
-    return group_ack(k, shard, group, offsets);
+                          const std::vector<Offset>& offsets,
+                          std::optional<Incarnation> incarnation = std::nullopt) override {
+    return group_ack(k, shard, group, offsets, incarnation);
   }
   Result<std::vector<GroupPosition>> group_positions(const StreamKey&, const std::string& group) override {
     ++calls_;

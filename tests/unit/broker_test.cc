@@ -290,7 +290,7 @@ TEST(Broker, a_leader_move_needs_an_eligible_broker_not_just_an_in_sync_entry) {
   EXPECT_EQ(b->move_leader(K, ShardIndex{0}, NodeId{2}).error().code, Errc::conflict) << "a dead broker";
   EXPECT_TRUE(cat.updates.empty()) << "nothing may be written for an ineligible broker";
   cat.brokers[1].live = true;
-  b->move_leader(K, ShardIndex{0}, NodeId{2});  // eligible: the compare-and-set is asked
+  (void)b->move_leader(K, ShardIndex{0}, NodeId{2});  // eligible: the compare-and-set is asked (scripted: not_supported)
   EXPECT_EQ(cat.updates.size(), 1u);
   b->stop();
 }
@@ -759,7 +759,20 @@ TEST(Forwarding, publish_fetch_and_groups_on_another_brokers_shard_go_to_its_lea
   ASSERT_TRUE(g) << g.error().to_string();
   ASSERT_EQ(g->records.size(), 3u);
   EXPECT_EQ(g->records[0].delivery, 1u);
-  ASSERT_TRUE(p.b1->group_ack(K, ShardIndex{1}, "workers", {Offset{0}, Offset{1}, Offset{2}}));
+  // Pinned to another incarnation (ABI 20): refused, on the leader and before anything is
+  // forwarded; nothing is acked. Pinned to this one: done, forwarded with it.
+  const auto acks_sent = p.net.requests(fwd::kGroupAck);
+  for (auto* b : {p.b1.get(), p.b2.get()}) {
+    auto stale = b->group_ack(K, ShardIndex{1}, "workers", {Offset{0}}, Incarnation{I2});
+    ASSERT_FALSE(stale);
+    EXPECT_EQ(stale.error().code, Errc::conflict) << stale.error().to_string();
+    EXPECT_NE(stale.error().message.find("not incarnation " + std::to_string(I2)), std::string::npos);
+    EXPECT_EQ(b->group_fetch(K, ShardIndex{1}, "workers", 10, GroupOptions{}, Incarnation{I2}).error().code,
+              Errc::conflict);
+  }
+  EXPECT_EQ(p.net.requests(fwd::kGroupAck), acks_sent) << "a call for another incarnation was forwarded";
+  ASSERT_TRUE(p.b1->group_ack(K, ShardIndex{1}, "workers", {Offset{0}}, Incarnation{I1}));
+  ASSERT_TRUE(p.b1->group_ack(K, ShardIndex{1}, "workers", {Offset{1}, Offset{2}}));
   auto pos = p.b1->group_positions(K, "workers");
   ASSERT_TRUE(pos) << pos.error().to_string();
   ASSERT_EQ(pos->size(), 2u);

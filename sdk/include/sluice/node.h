@@ -155,13 +155,20 @@ class Node {
   virtual Result<DrainPlan> drain_broker(NodeId broker);
 
   // --- consumer groups and dead letters (storage.h has the semantics) -----------------
+  // With `incarnation`, the call acts only on that incarnation of the stream, pinned from
+  // the check to the shard it reaches (a forwarded call carries it): once the name is
+  // another stream (deleted and created again), it answers conflict naming both, and
+  // nothing of the new stream's group changes. Without it, the current incarnation.
   virtual Result<GroupDelivery> group_fetch(const StreamKey& key, ShardIndex shard,
                                             const std::string& group, std::uint32_t max_records,
-                                            const GroupOptions& opts) = 0;
+                                            const GroupOptions& opts,
+                                            std::optional<Incarnation> incarnation = std::nullopt) = 0;
   virtual Result<void> group_ack(const StreamKey& key, ShardIndex shard, const std::string& group,
-                                 const std::vector<Offset>& offsets) = 0;
+                                 const std::vector<Offset>& offsets,
+                                 std::optional<Incarnation> incarnation = std::nullopt) = 0;
   virtual Result<void> group_nack(const StreamKey& key, ShardIndex shard, const std::string& group,
-                                  const std::vector<Offset>& offsets) = 0;
+                                  const std::vector<Offset>& offsets,
+                                  std::optional<Incarnation> incarnation = std::nullopt) = 0;
   // One position per shard.
   virtual Result<std::vector<GroupPosition>> group_positions(const StreamKey& key,
                                                              const std::string& group) = 0;
