@@ -278,6 +278,15 @@ Result<std::shared_ptr<ShardLogImpl>> FsStorageEngine::open_unlocked(const Shard
                 "cannot open shard " + ref.to_string() + ": " + r.error().message);
       return r.error();
     }
+  // The recovered tail was just synced; the directory entries leading to it may be as
+  // unsynced as it was (a new shard killed before its first flush): synced now too.
+  if (recovered->kept_unsynced_tail && !deferred.empty()) {
+    if (auto r = deferred.sync(*fs_); !r) {
+      host_.log(LogLevel::error, kComponent, "cannot open shard " + ref.to_string() + ": " + r.error().message);
+      return r.error();
+    }
+    deferred = DirSyncList{};
+  }
   auto unverified = std::move(recovered->unverified);
   auto shard = std::make_shared<ShardLogImpl>(ref, spec.retention, dir, opts_, fs_, host_, pool_,
                                               std::move(recovered).value(), std::move(replica));
@@ -336,6 +345,15 @@ Result<std::unique_ptr<GroupOps>> FsStorageEngine::open_group_log(const ShardRef
                                 gdir + "/log", *recovered->restarted_at, &replica.history);
         !r)
       return fail(r.error());
+  // The recovered tail was just synced; its directory entries too (the shard's own chain
+  // is synced by the data log's open).
+  if (recovered->kept_unsynced_tail) {
+    DirSyncList dirs;
+    dirs.add(gdir + "/log");
+    dirs.add(gdir);
+    dirs.add(parent_dir(gdir));
+    if (auto r = dirs.sync(*fs_); !r) return fail(r.error());
+  }
   auto unverified = std::move(recovered->unverified);
   auto log = std::make_shared<ShardLogImpl>(ref, RetentionPolicy{}, gdir, opts_, fs_, host_, pool_,
                                             std::move(recovered).value(), std::move(replica));

@@ -518,6 +518,14 @@ Result<RecoveredLog> recover_log_impl(FileSystem& fs, PluginHost& host, const Op
 
     publish_scan(*seg, s);
     init_writer_fields(*seg);
+    // Bytes beyond what a recovery point says was synced, kept after an unclean stop: a
+    // killed process's unsynced writes, still in the page cache. Synced now, before the
+    // log serves them or answers a producer's retry as a duplicate of them: otherwise a
+    // power cut before the next flush would take back what was answered (review finding).
+    if (last && seg->readable_size > trusted_end) {
+      if (auto r = seg->file().datasync(); !r) return r.error();
+      out.kept_unsynced_tail = true;
+    }
     // Below a recovery point only the headers were read.
     if (walked && walked->valid_end > 0) out.unverified.push_back({seg, walked->valid_end});
     if (!last) {

@@ -62,6 +62,11 @@ struct RecoveredLog {
   // active segment below its recovery point or after a clean shutdown): the caller hands it
   // to background verification (background_verify.h). Empty with verify_on_start=all.
   std::vector<UnverifiedRange> unverified;
+  // The active segment held bytes beyond its recovery point after an unclean stop: what a
+  // killed process wrote but never synced, still in the page cache. Recovery fdatasyncs
+  // the segment before it is used (a power cut must not take back what is served and
+  // answered as duplicates from now on), and the caller syncs the directory chain too.
+  bool kept_unsynced_tail = false;
 };
 
 Result<RecoveredLog> recover_log(FileSystem& fs, PluginHost& host, const Options& opts,

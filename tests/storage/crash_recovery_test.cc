@@ -89,6 +89,57 @@ TEST(CrashRecoveryTest, AcknowledgedRecordsSurviveCrashesThatDropTearOrGarbleUns
 // The fault file system's model of directory entries (fault_file_system.h): a power cut
 // undoes creations, removals and renames that no sync_dir made durable; crash_after cuts
 // before the n-th mutating operation.
+// Regression (review): after a SIGKILL, recovery kept the killed process's written but
+// unsynced batches (the page cache still had them) and served them, and a producer's retry
+// of such a batch was answered as a duplicate, without syncing them: a power cut before the
+// shard's next flush took back what had been served and answered. Recovery now syncs a
+// tail it keeps beyond its recovery point, and the directories leading to it.
+TEST(CrashRecoveryTest, WhatRecoveryKeepsAfterAKillSurvivesALaterPowerCut) {
+  for (const bool fresh_shard : {true, false}) {
+    SCOPED_TRACE(fresh_shard ? "a new shard, killed before its first sync" : "a shard with acknowledged data");
+    TestHost host;
+    host.set("storage.retention_interval_ms", "0");
+    auto fs = std::make_shared<FaultFileSystem>();
+    std::uint64_t acked_end = 0;
+    {
+      FsStorageEngine engine(host, fs);
+      auto shard = engine.open_shard(test_ref(), StreamSpec{});
+      ASSERT_TRUE(shard) << shard.error().to_string();
+      if (!fresh_shard) {
+        auto a = append_wait(**shard, make_batch("acked", 3, 100, 1));
+        ASSERT_TRUE(a) << a.error().to_string();
+        acked_end = a->base_offset.value() + a->count;
+      }
+      // Written, its sync held: never acknowledged. Then the process is killed.
+      fs->block_syncs();
+      (*shard)->append(make_batch("unsynced", 3, 100, 2), AckMode::leader, [](Result<AppendResult>) {});
+      ASSERT_TRUE(eventually([&] { return fs->blocked_sync_waiters() == 1; }));
+      fs->kill();
+      shard->reset();
+      engine.shutdown();
+    }
+    fs->restart_after_kill();
+    std::size_t served = 0;
+    {
+      FsStorageEngine engine(host, fs);
+      auto shard = engine.open_shard(test_ref(), StreamSpec{});
+      ASSERT_TRUE(shard) << shard.error().to_string();
+      served = read_all(**shard).size();
+      ASSERT_EQ(served, acked_end + 3) << "recovery keeps the batch the page cache still held";
+      // A power cut while it serves (no clean stop, which would sync): whatever was never
+      // synced is gone. What recovery served must stay.
+      fs->crash(1, CrashOptions{});
+      shard->reset();
+      engine.shutdown();
+    }
+    fs->restart();
+    FsStorageEngine engine(host, fs);
+    auto shard = engine.open_shard(test_ref(), StreamSpec{});
+    ASSERT_TRUE(shard) << shard.error().to_string();
+    EXPECT_EQ(read_all(**shard).size(), served) << "records recovery served were lost to a power cut";
+  }
+}
+
 TEST(FaultFileSystemTest, APowerCutUndoesDirectoryEntriesNoSyncDirMadeDurable) {
   TestHost host;
   FaultFileSystem fs;

@@ -109,6 +109,22 @@ class FaultFileSystem final : public FileSystem {
     entry_ops_.clear();
     cv_.notify_all();
   }
+  // SIGKILL: the process dies (its further operations fail, EIO) but the page cache stays.
+  // Nothing is undone, and what was unsynced stays unsynced: a later crash() (a power cut)
+  // still takes it back, unless the next process syncs it. Then restart_after_kill().
+  void kill() {
+    std::lock_guard lk(mu_);
+    crashed_ = true;
+    blocked_ = false;
+    cv_.notify_all();
+  }
+  void restart_after_kill() {
+    std::lock_guard lk(mu_);
+    crashed_ = false;
+    fail_syncs_ = false;
+    crash_countdown_.reset();
+    cv_.notify_all();
+  }
 
   // Every File::drop_cache advice given so far (the page-cache window), in order. The
   // advice reaches the real file too; it changes no byte.
