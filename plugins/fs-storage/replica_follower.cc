@@ -89,10 +89,16 @@ void ReplicaManager::truncate_step(const std::shared_ptr<Shard>& s, std::uint64_
           }
           const Offset hwm = log->high_watermark();
           if (target < hwm) {
-            log_(LogLevel::error,
-                 shard_name(s->ref, s->kind) + ": the leader's history would cut this replica to " +
-                     std::to_string(target.value()) + ", below its high watermark " +
-                     std::to_string(hwm.value()) + "; keeping everything below it");
+            const std::string msg = shard_name(s->ref, s->kind) + ": the leader's history would cut this replica to " +
+                                    std::to_string(target.value()) + ", below its high watermark " +
+                                    std::to_string(hwm.value()) + "; keeping everything below it";
+            bool fresh = false;  // logged once, not at every round of a replica stuck here
+            {
+              std::lock_guard lk(s->mu);
+              fresh = s->last_hold != msg;
+              if (fresh) s->last_hold = msg;
+            }
+            if (fresh) log_(LogLevel::error, msg);
             target = hwm;
           }
           if (target < log->durable_end()) {

@@ -568,9 +568,16 @@ void ReplicaManager::change_in_sync(const std::shared_ptr<Shard>& s,
   if (!r) {
     const bool refused = r.error().code == Errc::conflict || r.error().code == Errc::stale_route;
     if (refused) s->refused_at = u.expected_version;
-    if (r.error().outcome == Outcome::definite && !(refused && retrying)) {
-      // Not applied (a conflict: someone else changed the shard, and their assignment is
-      // on its way): the proposed members never counted in the catalog.
+    // May the catalog have applied it? Only if this try's outcome is unknown, or an
+    // earlier try's was (a retry refused because that one applied, or failing otherwise).
+    const bool may_have_applied = r.error().outcome == Outcome::uncertain || retrying;
+    // A newer assignment already arrived (or the role changed): the catalog's word after
+    // this change is here, and says which members count. Counting on would hold the high
+    // watermark for a member that word may not name (a reassignment dropped it) until some
+    // unrelated change came (review finding).
+    const bool superseded = s->gen != gen || s->ra.version != u.expected_version;
+    if (superseded || !may_have_applied) {
+      // Not applied, or superseded: the proposed members count no more.
       stop_counting();
     } else {
       // The catalog may have applied it (a lost answer; or a retry refused because the

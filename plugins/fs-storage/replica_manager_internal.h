@@ -81,6 +81,7 @@ struct ReplicaManager::Shard {
   // Follower.
   bool truncated = false;  // the epoch-end truncation ran in this generation
   std::string last_error;  // logged once per distinct error, not once per retry
+  std::string last_hold;   // the last "keeping everything below the high watermark" logged
 };
 
 struct ReplicaManager::Parked {
