@@ -64,12 +64,17 @@ bool PgMetaStore::deliver_all(pqxx::connection& c) {
     wake_ = false;
   }
   std::uint64_t last_seq = applied_.load();  // kept if every watch ends before its fetch
-  // The last change before one this build cannot decode: applied never passes it, since
-  // no watcher has seen (or will see, until a newer build runs) what lies beyond.
-  std::uint64_t stuck_at = std::numeric_limits<std::uint64_t>::max();
+  // Applied is what every watcher has been given: never past a change this build cannot
+  // decode (remembered across rounds: no watcher sees beyond it until a newer build runs),
+  // nor past where a fetch that stopped early left its watcher.
+  std::uint64_t reached = std::numeric_limits<std::uint64_t>::max();
+  auto clamp = [&](std::uint64_t v) {
+    const std::uint64_t stuck = undecodable_at_.load();
+    return std::min({v, reached, stuck == 0 ? v : stuck - 1});
+  };
   if (watches_.empty()) {
     pqxx::read_transaction tx(c);
-    applied_ = u64(tx.exec1("SELECT last_seq FROM counter")[0]);
+    applied_ = clamp(u64(tx.exec1("SELECT last_seq FROM counter")[0]));
     tx.commit();
     return false;
   }
@@ -97,17 +102,24 @@ bool PgMetaStore::deliver_all(pqxx::connection& c) {
           log(LogLevel::error, ev.error().message + "; the change feed stops before change " +
                                    std::to_string(i64(r[0])) + " until a build that reads it runs");
           b.more = false;
-          stuck_at = std::min(stuck_at, u64(r[0]) - 1);
+          const std::uint64_t seq = u64(r[0]);
+          std::uint64_t seen = undecodable_at_.load();
+          while ((seen == 0 || seq < seen) && !undecodable_at_.compare_exchange_weak(seen, seq)) {
+          }
           break;
         }
         b.events.push_back(std::move(ev.value()));
       }
+      // Where this watcher now stands: the last change it was given, or everything there
+      // is if the fetch read to the end.
+      const std::uint64_t at = b.events.empty() ? after.value() : b.events.back().seq.value();
+      reached = std::min(reached, b.more || rs.size() != b.events.size() ? at : std::max(at, last_seq));
     }
     tx.commit();
     return b;
   };
   bool more = watches_.deliver(fetch, [this](const std::string& m) { log(LogLevel::error, m); }).more;
-  applied_ = std::min(last_seq, stuck_at);
+  applied_ = clamp(last_seq);
   return more;
 }
 

@@ -213,6 +213,7 @@ class PgMetaStore final : public MetadataStore {
   std::atomic<bool> feed_up_{false};
   std::atomic<bool> lease_held_{false};
   std::atomic<std::uint64_t> applied_{0};
+  std::atomic<std::uint64_t> undecodable_at_{0};  // the first change the feed cannot decode (0: none)
   std::mutex err_mu_;
   std::string last_error_;  // guarded by err_mu_
 
