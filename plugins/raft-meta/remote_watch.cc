@@ -96,7 +96,7 @@ class RemoteWatch final : public WatchHandle {
     {
       std::lock_guard lk(feed_->mu);
       feed_->stop = true;
-      if (feed_->conn.fd >= 0) ::shutdown(feed_->conn.fd, SHUT_RDWR);  // ends a long poll
+      feed_->conn.interrupt();  // ends a long poll
     }
     feed_->cv.notify_all();
     watch_.reset();  // waits for a running callback, unless this is it

@@ -142,9 +142,17 @@ class RemoteMetadataStore final : public MetadataStore {
     // the next one after a controller that answered `unavailable` (a held member, one
     // without a quorum), so a connection does not stick to a member that cannot serve.
     std::size_t first = 0;
+    // Set when moving on from a member that answered unavailable: that one is reachable,
+    // so the others get a short connect timeout (1 s), not metadata.timeout_ms each.
+    bool moving_on = false;
     Conn();
     ~Conn();
     void close();
+    // Ends a blocking call on this connection from another thread (shutdown(2) under the
+    // lock that close() and connect() take: never a reused descriptor number).
+    void interrupt();
+    void set_fd(int new_fd);
+    std::mutex fd_mu;
   };
   // `retry`: one more attempt on a fresh connection after an I/O failure.
   Result<std::string> call_on(Conn& c, const std::string& method, const std::string& params_json,

@@ -55,8 +55,17 @@ RemoteMetadataStore::Conn::Conn() = default;
 RemoteMetadataStore::Conn::~Conn() { close(); }
 void RemoteMetadataStore::Conn::close() {
   io.reset();  // a TLS stream says close_notify on the still-open socket
+  std::lock_guard lk(fd_mu);
   if (fd >= 0) ::close(fd);
   fd = -1;
+}
+void RemoteMetadataStore::Conn::interrupt() {
+  std::lock_guard lk(fd_mu);
+  if (fd >= 0) ::shutdown(fd, SHUT_RDWR);
+}
+void RemoteMetadataStore::Conn::set_fd(int new_fd) {
+  std::lock_guard lk(fd_mu);
+  fd = new_fd;
 }
 
 RemoteMetadataStore::RemoteMetadataStore(PluginHost& host)
@@ -119,7 +128,9 @@ bool RemoteMetadataStore::connect(Conn& c, std::string& why) {
       continue;
     }
     int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (connect_within(fd, sa, cfg_.timeout)) {
+    const auto connect_timeout =
+        c.moving_on ? std::min<std::chrono::milliseconds>(cfg_.timeout, std::chrono::milliseconds(1000)) : cfg_.timeout;
+    if (connect_within(fd, sa, connect_timeout)) {
       // Long polls wait up to kMaxWaitMs on the server: allow for it.
       set_timeouts(fd, cfg_.timeout + std::chrono::milliseconds(kMaxWaitMs));
       if (cfg_.tls) {
@@ -135,13 +146,15 @@ bool RemoteMetadataStore::connect(Conn& c, std::string& why) {
       } else {
         c.io = std::make_unique<rpc::PlainStream>(fd);
       }
-      c.fd = fd;
+      c.set_fd(fd);
       c.first = at;
+      c.moving_on = false;
       return true;
     }
     why = "connect " + a + ": " + std::strerror(errno);
     ::close(fd);
   }
+  c.moving_on = false;
   return false;
 }
 
@@ -205,6 +218,7 @@ Result<std::string> RemoteMetadataStore::call_on(Conn& c, const std::string& met
       // the next call starts at the next controller instead of asking it again for ever.
       c.close();
       c.first = (c.first + 1) % cfg_.controllers.size();
+      c.moving_on = true;
     }
     return answer;
   }
