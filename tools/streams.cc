@@ -3,6 +3,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "command_line.h"
 #include "commands.h"
@@ -153,6 +154,7 @@ int elect(Client& c, const Words& words) {
   std::optional<std::uint64_t> end, start;
   std::uint64_t best_hwm = 0;
   std::uint64_t best_from = 0;
+  std::vector<std::uint64_t> unanswered;  // live brokers whose high watermark is unknown
   for (const auto& b : brokers.as_object().at("brokers").as_array()) {
     const auto& bo = b.as_object();
     const auto id = bo.at("id").to_number<std::uint64_t>();
@@ -167,12 +169,14 @@ int elect(Client& c, const Words& words) {
     if (!r || r->status != 200) {
       std::fprintf(stderr, "sluice: broker %llu (%s) did not answer: %s\n", static_cast<unsigned long long>(id),
                    std::string(addr->get_string()).c_str(), r ? ("status " + std::to_string(r->status)).c_str() : why.c_str());
+      unanswered.push_back(id);
       continue;
     }
     boost::json::value v;
     try {
       v = boost::json::parse(r->body);
     } catch (const std::exception&) {
+      unanswered.push_back(id);
       continue;
     }
     const auto& shards = v.as_object().at("shards").as_array();
@@ -204,6 +208,13 @@ int elect(Client& c, const Words& words) {
       std::printf("no live replica reports an acknowledged record beyond offset %llu; records only a lost replica "
                   "acknowledged cannot be counted\n",
                   static_cast<unsigned long long>(*end));
+  }
+  if (!unanswered.empty()) {
+    std::string ids;
+    for (auto id : unanswered) ids += (ids.empty() ? "" : ", ") + std::to_string(id);
+    std::printf("WARNING: the loss estimate is incomplete: live broker(s) %s did not answer, and may hold "
+                "acknowledged records beyond what is reported above\n",
+                ids.c_str());
   }
   if (!a.has("yes")) {
     std::fprintf(stderr, "sluice shards elect: refused without --yes (an unclean election may lose acknowledged records)\n");
