@@ -34,7 +34,9 @@ class Handler {
   static constexpr std::size_t max_string_size = json::string::max_size();
 
   json::value_stack st;
+  static constexpr std::size_t kMaxFields = 10000;  // per object: keeps the key index bounded
   bool has_duplicate = false;
+  bool too_many = false;
   std::string duplicate;  // the key named twice, once found
 
   bool on_document_begin(boost::system::error_code&) { return true; }
@@ -61,6 +63,11 @@ class Handler {
   }
   bool on_key(json::string_view s, std::size_t, boost::system::error_code& ec) {
     key_.append(s.data(), s.size());
+    if (keys_.size() - levels_.back().start >= kMaxFields) {
+      too_many = true;
+      ec = make_error_code(boost::system::errc::invalid_argument);
+      return false;
+    }
     if (!admit_key()) {
       has_duplicate = true;
       duplicate = std::move(key_);
@@ -142,6 +149,9 @@ Result<void> parse_json_object(std::string_view body, json::value& out) {
   json::basic_parser<Handler> p{json::parse_options{}};
   p.handler().st.reset(out.storage());
   const std::size_t used = p.write_some(false, body.data(), body.size(), ec);
+  if (p.handler().too_many)
+    return Error(Errc::malformed_body, "request body has an object with more than " +
+                                           std::to_string(Handler::kMaxFields) + " fields");
   if (p.handler().has_duplicate) {
     const std::string& k = p.handler().duplicate;
     return Error(Errc::malformed_body, "request body names field \"" +

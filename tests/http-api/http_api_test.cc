@@ -507,6 +507,13 @@ TEST_F(HttpApiTest, ADuplicateFieldIsRefusedAndWritesNothing) {
   many += R"("h0":"again"}}]})";
   expect_problem(req("POST", kNs + "/streams/dup/records", many), 400, "malformed_body");
   expect_problem(req("POST", "/v1/tenants", R"({"name":"t1","name":"t2"})"), 400, "malformed_body");
+  // An object's fields are bounded (10000), so the index that finds duplicates is too.
+  std::string wide = R"({"records":[{"value":"a","headers":{)";
+  for (int i = 0; i <= 10000; ++i) wide += (i ? ",\"h" : "\"h") + std::to_string(i) + "\":\"\"";
+  wide += "}}]}";
+  auto w = req("POST", kNs + "/streams/dup/records", wide);
+  expect_problem(w, 400, "malformed_body");
+  EXPECT_NE(obj(w)["detail"].as_string().find("more than 10000 fields"), json::string::npos) << w.body;
   // The same key in sibling objects, and a well-formed body, still work.
   EXPECT_EQ(req("POST", kNs + "/streams/dup/records", R"({"records":[{"value":"a"},{"value":"b"}]})").status, 200);
 }
