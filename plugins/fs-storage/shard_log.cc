@@ -57,10 +57,12 @@ void ShardLogImpl::flush() {
       if (failure_.empty()) failure_ = r.error().message;
       later.swap(queue_);
     }
-    if (failed_already.empty())
+    if (failed_already.empty()) {
       host_.log(LogLevel::error, kComponent,
                 "shard " + ref_.to_string() + " failed, refusing appends until reopened: " +
                     r.error().message);
+      cut_unpublished_tail();
+    }
     if (failed_already.empty()) {
       fail_all(r.error());
     } else {  // queued behind an earlier failure: never written
@@ -127,6 +129,34 @@ void ShardLogImpl::flush() {
     drained_cv_.notify_all();
   }
   if (again) pool_.schedule(shared_from_this());
+}
+
+// After a failed write or sync: the group's bytes past the published end are cut from the
+// active segment. Left there, a reopen in the same boot would find them whole in the page
+// cache (Linux marks pages whose writeback failed clean, and a later fdatasync reports
+// success) and build acknowledged appends on bytes the disk may not hold (review finding).
+// The cut also drops those pages. If the cut fails, the file keeps them: the shard stays
+// failed, and a reopen checks them as any unsynced tail.
+void ShardLogImpl::cut_unpublished_tail() {
+  std::shared_ptr<Segment> seg;
+  std::uint64_t keep = 0;
+  {
+    std::lock_guard lk(seg_mu_);
+    seg = segments_.back();
+    keep = seg->readable_size;
+  }
+  auto size = seg->file().size();
+  if (!size || *size <= keep) return;
+  if (auto r = seg->file().truncate(keep); !r) {
+    host_.log(LogLevel::error, kComponent,
+              "shard " + ref_.to_string() + ": could not cut the failed group's bytes from " + seg->log_path() +
+                  ": " + r.error().message);
+    return;
+  }
+  (void)seg->file().datasync();  // best effort: the disk already failed once
+  host_.log(LogLevel::warn, kComponent,
+            "shard " + ref_.to_string() + ": cut " + std::to_string(*size - keep) + " bytes the failed group wrote to " +
+                seg->log_path() + " (never acknowledged)");
 }
 
 void ShardLogImpl::defer_dir_syncs(DirSyncList dirs) {

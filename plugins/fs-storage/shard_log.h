@@ -437,6 +437,8 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   Result<void> acquire_writer(std::unique_lock<std::mutex>& lk);
   // Waits until the flusher has written everything queued (no writer token taken).
   void wait_flush_drained();
+  // After a failed group: cuts the active segment back to its published end.
+  void cut_unpublished_tail();
   void release_writer();
   Result<void> rebuild_producers(std::uint64_t end);
   // close() without the consumer groups: fails waiters, checkpoints, drops segments.

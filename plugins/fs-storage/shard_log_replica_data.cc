@@ -230,6 +230,7 @@ Result<void> ShardLogImpl::append_replica(std::string_view chunk, Offset expecte
     }
     host_.log(LogLevel::error, kComponent,
               "shard " + ref_.to_string() + " failed, refusing writes until reopened: " + e.message);
+    cut_unpublished_tail();  // as after a leader's failed group (shard_log.cc)
     return Error(Errc::storage_failure, e.message, Outcome::uncertain);
   };
 
