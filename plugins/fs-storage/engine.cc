@@ -188,6 +188,11 @@ Result<std::shared_ptr<ShardLog>> FsStorageEngine::open_shard(const ShardRef& re
   for (const auto& d : deleting_)
     if (d.covers(ref))
       return Error(Errc::unavailable, "shard " + ref.to_string() + " is being deleted");
+  for (const auto& d : half_deleted_)
+    if (d.covers(ref))
+      return Error(Errc::storage_failure, "shard " + ref.to_string() +
+                                              " is being deleted (a delete failed after its marker was written; "
+                                              "the next start finishes it)");
   if (auto it = shards_.find(ref); it != shards_.end()) {
     it->second->set_retention(spec.retention);
     return std::shared_ptr<ShardLog>(it->second);

@@ -177,6 +177,9 @@ class FsStorageEngine final : public StorageEngine {
   // Steps 0-4 of the delete protocol for what `d` covers; answers the directories moved.
   Result<std::uint32_t> delete_doomed(const Doomed& d, const std::string& what);
   std::vector<Doomed> deleting_;  // at most one per stream name (same-name deletes wait)
+  // Deletes whose durable marker this process could not finish: their shards are never
+  // opened again here (the next start finishes the marker).
+  std::vector<Doomed> half_deleted_;
   std::condition_variable delete_cv_;  // a delete finished (deleting_ shrank)
 
   std::atomic<std::uint64_t> delete_seq_{0};

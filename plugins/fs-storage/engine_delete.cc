@@ -216,11 +216,21 @@ Result<std::uint32_t> FsStorageEngine::delete_doomed(const Doomed& doomed, const
     if (auto r = fs_->rename(tmp, marker); !r) return r.error();
     if (auto r = fs_->sync_dir(pending); !r) return r.error();
   }
+  // 2.-4. The marker is durable: the next start finishes it whatever happens now. If this
+  //    attempt stops, the shards it names stay refused in this process (half_deleted_):
+  //    reopened and appended to, they would be deleted by that next start with records
+  //    acknowledged in between (review finding).
+  auto half_done = [&](Error e) {
+    std::lock_guard lk(mu_);
+    half_deleted_.push_back(doomed);
+    host_.log(LogLevel::error, kComponent,
+              "the delete of " + what + " stopped after its marker " + marker +
+                  " was written; its shards stay closed until the next start finishes it: " + e.message);
+    return e;
+  };
   if (stop_at("storage.delete.after_marker"))
-    return Error(Errc::internal, "delete stopped after the marker (test hook)");
-
-  // 2.-4.
-  if (auto r = finish_marker(marker, id, rel_dirs, doomed.shard.has_value()); !r) return r.error();
+    return half_done(Error(Errc::internal, "delete stopped after the marker (test hook)"));
+  if (auto r = finish_marker(marker, id, rel_dirs, doomed.shard.has_value()); !r) return half_done(r.error());
   remove_if_empty();
   host_.log(LogLevel::info, kComponent,
             "deleted " + std::to_string(rel_dirs.size()) + " shard director" +
@@ -254,6 +264,13 @@ Result<void> FsStorageEngine::finish_marker(const std::string& marker, const std
     if (!is_dir) return is_dir.error();
     if (!*is_dir) continue;
     const std::string dst = single ? dest_root : dest_root + "/" + std::to_string(i);
+    // A build before the one-directory rule made <id>/<tenant>/<ns>/<stream> first, then
+    // renamed into it; a crash in between left <id> holding empty directories, which a
+    // rename cannot replace (ENOTEMPTY: the start would fail). The source is still here, so
+    // nothing of it was moved there: that tree is garbage.
+    if (single)
+      if (auto there = fs_->is_directory(dst); there && *there)
+        if (auto r = remove_tree(*fs_, dst); !r) return r;
     if (auto r = fs_->rename(src, dst); !r) return r;
     for (const auto& p : {parent_dir(src), parent_dir(dst)})
       if (std::find(parents.begin(), parents.end(), p) == parents.end()) parents.push_back(p);

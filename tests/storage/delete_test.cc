@@ -182,6 +182,12 @@ TEST_F(DeleteTest, CrashAfterEachStepIsFinishedAtTheNextStart) {
       // The state a crash at this step leaves.
       EXPECT_EQ(entries(root + "/.delete-pending").size(), step == "storage.delete.after_unmark" ? 0u : 1u);
       EXPECT_EQ(stdfs::exists(root + "/acme/orders/events/0"), step == "storage.delete.after_marker");
+      // Without a crash, the process goes on: what the marker names is never reopened here
+      // (appends to it would be deleted by the next start's recovery of the marker).
+      auto again = e.open_shard(test_ref(0, 0), StreamSpec{});
+      ASSERT_FALSE(again) << "a shard its durable delete marker names was reopened";
+      EXPECT_EQ(again.error().code, Errc::storage_failure);
+      EXPECT_TRUE(e.open_shard(test_ref(0, 4), StreamSpec{})) << "an incarnation the delete spares opens";
     }
     FsStorageEngine e(host, std::make_shared<PosixFileSystem>());
     EXPECT_TRUE(entries(root + "/.delete-pending").empty());
@@ -233,6 +239,27 @@ TEST_F(DeleteTest, RecoveryMovesWhatIsLeftAndIgnoresAnUnfinishedMarkerTmp) {
   EXPECT_TRUE(entries(root_ + "/.deleted").empty());
   EXPECT_EQ(on_disk(*e), std::vector<ShardRef>{test_ref(2, 0)});
   EXPECT_TRUE(host_.logged("finished interrupted delete " + id + ": moved 1 of 2 directories"));
+}
+
+// Upgrade (review finding): a build before the one-directory rule made
+// .deleted/<id>/<tenant>/<ns>/<stream> and then renamed the shard into it; a crash between
+// the two left that tree, which a rename to .deleted/<id> cannot replace (ENOTEMPTY), and
+// the start failed. The marker names one directory, still in place: the tree is garbage.
+TEST_F(DeleteTest, AnOlderBuildsHalfMadeDestinationDoesNotStopTheStart) {
+  { auto e = make_engine(); fill(*e, test_ref(0, 0)); fill(*e, test_ref(1, 0)); }
+  const std::string id = "0000000000000003-000003";
+  stdfs::create_directories(root_ + "/.deleted/" + id + "/acme/orders/events");
+  stdfs::create_directories(root_ + "/.delete-pending");
+  {
+    std::string body = "sluice-delete-marker 1\nacme/orders/events/0\n";
+    char crc[16];
+    std::snprintf(crc, sizeof crc, "%08x", crc32c(body.data(), body.size()));
+    std::ofstream(root_ + "/.delete-pending/" + id + ".marker") << body << "crc " << crc << "\n";
+  }
+  auto e = make_engine();
+  EXPECT_TRUE(entries(root_ + "/.delete-pending").empty());
+  EXPECT_TRUE(entries(root_ + "/.deleted").empty());
+  EXPECT_EQ(on_disk(*e), std::vector<ShardRef>{test_ref(1, 0)});
 }
 
 TEST_F(DeleteTest, CorruptMarkerFailsTheStartInsteadOfServing) {
