@@ -484,20 +484,25 @@ TEST(ControllerRpc, ClientReconnectsAfterTheControllerRestarts) {
   EXPECT_TRUE(remote.status().ready);
 }
 
+// A listening socket on an ephemeral loopback port (a fake controller): {fd, port}.
+std::pair<int, int> listen_loopback() {
+  int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::bind(lfd, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+  EXPECT_EQ(::listen(lfd, 16), 0);
+  socklen_t len = sizeof sa;
+  ::getsockname(lfd, reinterpret_cast<sockaddr*>(&sa), &len);
+  return {lfd, ntohs(sa.sin_port)};
+}
+
 // A controller that takes a request and dies before answering. A create that was written
 // may have happened: the client must say so (unavailable, outcome uncertain) and never
 // re-send it -- a re-sent create would answer "already exists" for a create that worked.
 // A read is safe to re-send and is retried on a fresh connection.
 TEST(ControllerRpc, AWrittenCreateIsNotResentWhenTheAnswerIsLost) {
-  int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(lfd, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
-  ASSERT_EQ(::listen(lfd, 16), 0);
-  socklen_t len = sizeof sa;
-  ::getsockname(lfd, reinterpret_cast<sockaddr*>(&sa), &len);
-  const int port = ntohs(sa.sin_port);
+  const auto [lfd, port] = listen_loopback();
   const std::string cid = "11111111-2222-4333-8444-555555555555";
   std::mutex mu;
   std::map<std::string, int> seen;  // method -> requests received
@@ -550,14 +555,7 @@ TEST(ControllerRpc, AWatchMovesOnFromAMemberThatCannotServe) {
   Controller ctrl;
   ASSERT_TRUE(ctrl.store.start().ok());
   const std::string cid = ctrl.host.cluster_id();
-  int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(lfd, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
-  ASSERT_EQ(::listen(lfd, 16), 0);
-  socklen_t len = sizeof sa;
-  ::getsockname(lfd, reinterpret_cast<sockaddr*>(&sa), &len);
+  const auto [lfd, port] = listen_loopback();
   std::atomic<int> refused{0};
   std::mutex conns_mu;
   std::vector<std::thread> conns;  // one per connection: the client holds several open
@@ -586,7 +584,7 @@ TEST(ControllerRpc, AWatchMovesOnFromAMemberThatCannotServe) {
     }
   });
   {
-    TestHost bh(broker_config("127.0.0.1:" + std::to_string(ntohs(sa.sin_port)) + "," + ctrl.address()));
+    TestHost bh(broker_config("127.0.0.1:" + std::to_string(port) + "," + ctrl.address()));
     RemoteMetadataStore remote(bh);
     ASSERT_TRUE(remote.start().ok());  // hello: answered by the held member
     std::mutex mu;
