@@ -218,8 +218,8 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   // Applies one committed op of the group log to the group it names (created if new);
   // with_group_ops calls it for every op it catches up on. Public for tests.
   Result<void> apply_group_op(const GroupOp& op);
-  // Waits until no flush is queued or running (tests: the flusher's effects after a sync,
-  // such as registering quorum waiters, are done).
+  // Waits until no flush is queued or running: the flusher's effects after a sync (such as
+  // registering quorum waiters) are done, and a deposed leader's batches are on disk.
   void wait_flushed() {
     std::unique_lock lk(mu_);
     drained_cv_.wait(lk, [&] { return !scheduled_; });
@@ -435,8 +435,6 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   Error role_error() const;  // mu_ held: why a client append is refused
   // Becomes the exclusive writer (mu_ held via lk): waits for a flush to drain.
   Result<void> acquire_writer(std::unique_lock<std::mutex>& lk);
-  // Waits until the flusher has written everything queued (no writer token taken).
-  void wait_flush_drained();
   // After a failed group: cuts the active segment back to its published end.
   void cut_unpublished_tail();
   void release_writer();

@@ -247,10 +247,10 @@ Result<void> ShardLogImpl::become_follower(LeaderEpoch e, NodeId leader) {
   }
   if (write)
     if (auto r = save_history(e, epoch_entries()); !r) {
-      wait_flush_drained();
+      wait_flushed();
       return r;
     }
-  wait_flush_drained();
+  wait_flushed();
   std::lock_guard lk(mu_);
   role_ = Role::follower;
   epoch_ = e;
@@ -287,7 +287,7 @@ Result<void> ShardLogImpl::fence(LeaderEpoch newer) {
   for (auto& d : dups) d.cb(fenced_error(deposed, newer, true));
   Result<void> r;
   if (persist) r = save_history(newer, epoch_entries());
-  wait_flush_drained();
+  wait_flushed();
   return r;
 }
 
@@ -333,15 +333,11 @@ std::vector<EpochEntry> ShardLogImpl::epoch_entries() {
 // --- the exclusive writer token --------------------------------------------------------
 
 // A deposed leader's flusher may still be writing (or have queued) batches it accepted in
-// its epoch. They must be on disk before the role change returns: the follower loop then
-// asks where the leader's history diverges and cuts from the log end it sees, and a batch
-// landing after that cut would stay, unseen, under the new leader's data (review finding:
-// replicas differing below the high watermark). No new batch can queue: the role is no
-// longer leader.
-void ShardLogImpl::wait_flush_drained() {
-  std::unique_lock lk(mu_);
-  drained_cv_.wait(lk, [&] { return !scheduled_; });
-}
+// its epoch. They must be on disk before a role change returns (wait_flushed, in
+// become_follower and fence): the follower loop then asks where the leader's history
+// diverges and cuts from the log end it sees, and a batch landing after that cut would
+// stay, unseen, under the new leader's data (review finding: replicas differing below the
+// high watermark). No new batch can queue: the role is no longer leader.
 
 Result<void> ShardLogImpl::acquire_writer(std::unique_lock<std::mutex>& lk) {
   drained_cv_.wait(lk, [&] { return !scheduled_; });
