@@ -69,6 +69,7 @@ FsStorageEngine::FsStorageEngine(PluginHost& host, std::shared_ptr<FileSystem> f
   if (!clean)
     throw std::runtime_error("cannot remove the clean-shutdown marker in " + opts_.dir + ": " +
                              clean.error().message);
+  stopped_cleanly_ = *clean;
   clean_start_ = *clean && opts_.verify_on_start == VerifyOnStart::checkpoint;
   if (clean_start_)
     host_.log(LogLevel::info, kComponent,
@@ -188,8 +189,8 @@ Result<std::shared_ptr<ShardLog>> FsStorageEngine::open_shard(const ShardRef& re
   for (const auto& d : deleting_)
     if (d.covers(ref))
       return Error(Errc::unavailable, "shard " + ref.to_string() + " is being deleted");
-  for (const auto& d : half_deleted_)
-    if (d.covers(ref))
+  for (const auto& h : half_deleted_)
+    if (h.doomed.covers(ref))
       return Error(Errc::storage_failure, "shard " + ref.to_string() +
                                               " is being deleted (a delete failed after its marker was written; "
                                               "the next start finishes it)");
@@ -265,7 +266,7 @@ Result<std::shared_ptr<ShardLogImpl>> FsStorageEngine::open_unlocked(const Shard
     recovered = fresh_log(*fs_, ldir);
     deferred.add(ldir);  // the first segment's entry
   } else {
-    recovered = recover_log(*fs_, host_, opts_, ldir, ref.incarnation, clean_start_);
+    recovered = recover_log(*fs_, host_, opts_, ldir, ref.incarnation, clean_start_, stopped_cleanly_);
   }
   if (!recovered) {
     host_.log(LogLevel::error, kComponent,
@@ -342,7 +343,7 @@ Result<std::unique_ptr<GroupOps>> FsStorageEngine::open_group_log(const ShardRef
   replica.min_insync = min_insync;
   replica.history = std::move(history).value();
   replica.hwm_checkpoint = read_hwm_checkpoint(*fs_, gdir).value_or(Offset(0));
-  auto recovered = recover_log(*fs_, host_, opts_, gdir + "/log", ref.incarnation, clean_start_);
+  auto recovered = recover_log(*fs_, host_, opts_, gdir + "/log", ref.incarnation, clean_start_, stopped_cleanly_);
   if (!recovered) return fail(recovered.error());
   replica.history.forget_beyond(Offset(recovered->next_offset));
   if (recovered->restarted_at)
@@ -480,8 +481,9 @@ void FsStorageEngine::shutdown() {
   delete_cv_.notify_all();
   pool_.stop();
   for (const auto& sh : shards) clean = clean && sh->closed_clean();
-  if (clean && opts_.verify_on_start == VerifyOnStart::checkpoint) {
-    // Only now: every segment, .idx, producer snapshot and recovery point is synced.
+  if (clean) {
+    // Only now: every segment (and with checkpoint, .idx, producer snapshot and recovery
+    // point) is synced. In every verify mode: a start after a clean stop syncs no tail.
     auto root = fs_->is_directory(opts_.dir);
     if (root && *root)
       if (auto r = write_clean_marker(*fs_, opts_.dir); !r)

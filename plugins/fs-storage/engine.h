@@ -177,9 +177,15 @@ class FsStorageEngine final : public StorageEngine {
   // Steps 0-4 of the delete protocol for what `d` covers; answers the directories moved.
   Result<std::uint32_t> delete_doomed(const Doomed& d, const std::string& what);
   std::vector<Doomed> deleting_;  // at most one per stream name (same-name deletes wait)
-  // Deletes whose durable marker this process could not finish: their shards are never
-  // opened again here (the next start finishes the marker).
-  std::vector<Doomed> half_deleted_;
+  // Deletes whose durable marker this process could not finish: their shards are not
+  // opened again until the marker is finished, by the next delete of the name or the next
+  // start.
+  struct HalfDeleted {
+    Doomed doomed;
+    std::string marker, id;
+    std::vector<std::string> rel_dirs;
+  };
+  std::vector<HalfDeleted> half_deleted_;
   std::condition_variable delete_cv_;  // a delete finished (deleting_ shrank)
 
   std::atomic<std::uint64_t> delete_seq_{0};
@@ -190,6 +196,7 @@ class FsStorageEngine final : public StorageEngine {
   // The constructor took a clean-shutdown marker (storage.verify_on_start=checkpoint):
   // recovery may trust each log's clean state (recovery_point.h).
   bool clean_start_ = false;
+  bool stopped_cleanly_ = false;  // the last stop left the clean-shutdown marker (any verify mode)
 
   // The replication manager, created by the first replicated assign(); stopped first at
   // shutdown. Guarded by manager_mu_ (never taken under mu_).

@@ -171,6 +171,32 @@ Result<std::uint32_t> FsStorageEngine::delete_doomed(const Doomed& doomed, const
     });
   }
 
+  // An earlier delete of this name stopped after its marker: finished first, so its
+  // shards may open again (and its marker cannot delete them later).
+  {
+    std::vector<HalfDeleted> earlier;
+    {
+      std::lock_guard lk(mu_);
+      for (auto it = half_deleted_.begin(); it != half_deleted_.end();) {
+        if (it->doomed.stream == stream) {
+          earlier.push_back(std::move(*it));
+          it = half_deleted_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    for (std::size_t i = 0; i < earlier.size(); ++i) {
+      const auto& h = earlier[i];
+      if (auto r = finish_marker(h.marker, h.id, h.rel_dirs, h.doomed.shard.has_value()); !r) {
+        std::lock_guard lk(mu_);
+        for (std::size_t j = i; j < earlier.size(); ++j) half_deleted_.push_back(std::move(earlier[j]));
+        return r.error();
+      }
+      host_.log(LogLevel::info, kComponent, "finished the earlier stopped delete " + h.id);
+    }
+  }
+
   const std::string rel_stream = stream.tenant + "/" + stream.ns + "/" + stream.name;
   const std::string stream_dir = opts_.dir + "/" + rel_stream;
   auto exists = fs_->is_directory(stream_dir);
@@ -222,7 +248,7 @@ Result<std::uint32_t> FsStorageEngine::delete_doomed(const Doomed& doomed, const
   //    acknowledged in between (review finding).
   auto half_done = [&](Error e) {
     std::lock_guard lk(mu_);
-    half_deleted_.push_back(doomed);
+    half_deleted_.push_back(HalfDeleted{doomed, marker, id, rel_dirs});
     host_.log(LogLevel::error, kComponent,
               "the delete of " + what + " stopped after its marker " + marker +
                   " was written; its shards stay closed until the next start finishes it: " + e.message);

@@ -261,7 +261,8 @@ std::string corrupt_batch_message(const std::string& file, std::uint64_t pos, co
 }
 
 Result<RecoveredLog> recover_log(FileSystem& fs, PluginHost& host, const Options& opts,
-                                 const std::string& dir, Incarnation incarnation, bool clean) {
+                                 const std::string& dir, Incarnation incarnation, bool clean,
+                                 bool stopped_cleanly) {
   auto restart = read_restart_marker(fs, dir);
   if (!restart) return restart.error();
   if (*restart) {
@@ -269,7 +270,17 @@ Result<RecoveredLog> recover_log(FileSystem& fs, PluginHost& host, const Options
     if (auto r = drop_below(fs, dir, **restart); !r) return r.error();
   }
   auto out = recover_log_impl(fs, host, opts, dir, incarnation, true, clean && !*restart);
-  if (out) out->restarted_at = *restart;
+  if (!out) return out;
+  out->restarted_at = *restart;
+  // Bytes kept beyond the recovery point after an unclean stop: a killed process's unsynced
+  // writes, still in the page cache. Synced now, before the log serves them or answers a
+  // producer's retry as a duplicate of them: otherwise a power cut before the next flush
+  // would take back what was answered (review finding). After a clean stop everything was
+  // synced at close (with storage.fsync = never nothing is promised).
+  if (out->kept_unsynced_tail && (stopped_cleanly || opts.fsync == FsyncPolicy::never))
+    out->kept_unsynced_tail = false;
+  if (out->kept_unsynced_tail)
+    if (auto r = out->segments.back()->file().datasync(); !r) return r.error();
   return out;
 }
 
@@ -518,14 +529,9 @@ Result<RecoveredLog> recover_log_impl(FileSystem& fs, PluginHost& host, const Op
 
     publish_scan(*seg, s);
     init_writer_fields(*seg);
-    // Bytes beyond what a recovery point says was synced, kept after an unclean stop: a
-    // killed process's unsynced writes, still in the page cache. Synced now, before the
-    // log serves them or answers a producer's retry as a duplicate of them: otherwise a
-    // power cut before the next flush would take back what was answered (review finding).
-    if (last && seg->readable_size > trusted_end) {
-      if (auto r = seg->file().datasync(); !r) return r.error();
-      out.kept_unsynced_tail = true;
-    }
+    // Bytes beyond what a recovery point says was synced: recover_log syncs them unless the
+    // last stop was clean.
+    if (last && seg->readable_size > trusted_end) out.kept_unsynced_tail = true;
     // Below a recovery point only the headers were read.
     if (walked && walked->valid_end > 0) out.unverified.push_back({seg, walked->valid_end});
     if (!last) {

@@ -66,11 +66,14 @@ struct RecoveredLog {
   // killed process wrote but never synced, still in the page cache. Recovery fdatasyncs
   // the segment before it is used (a power cut must not take back what is served and
   // answered as duplicates from now on), and the caller syncs the directory chain too.
+  // False after a clean stop, and with storage.fsync = never (nothing is promised then).
   bool kept_unsynced_tail = false;
 };
 
+// `clean`: the fast path after a clean shutdown (checkpoint mode). `stopped_cleanly`: the
+// last stop was clean (any mode): a kept tail was synced then and is not synced again.
 Result<RecoveredLog> recover_log(FileSystem& fs, PluginHost& host, const Options& opts,
                                  const std::string& log_dir, Incarnation incarnation,
-                                 bool clean = false);
+                                 bool clean = false, bool stopped_cleanly = false);
 
 }  // namespace sluice::fs_storage

@@ -552,16 +552,22 @@ void ReplicaManager::change_in_sync(const std::shared_ptr<Shard>& s,
       if (g->ref.incarnation == s->ref.incarnation) g->proposed_at = at;
     }
   };
-  auto stop_counting = [&] {
+  // `may_have_applied`: the group log has not necessarily had the newer assignment yet (the
+  // engine assigns the data log first): it keeps counting until its own arrives.
+  auto stop_counting = [&](bool may_have_applied = false) {
     s->proposed_in_sync.clear();
     s->proposed_at.reset();
     update_high_watermark(*s);
     if (g) {
       std::lock_guard glk(g->mu);
       if (g->ref.incarnation == s->ref.incarnation) {
-        g->proposed_in_sync.clear();
-        g->proposed_at.reset();
-        update_high_watermark(*g);
+        if (may_have_applied && g->ra.version == u.expected_version) {
+          g->proposed_at = u.expected_version;
+        } else {
+          g->proposed_in_sync.clear();
+          g->proposed_at.reset();
+          update_high_watermark(*g);
+        }
       }
     }
   };
@@ -578,7 +584,7 @@ void ReplicaManager::change_in_sync(const std::shared_ptr<Shard>& s,
     const bool superseded = s->gen != gen || s->ra.version != u.expected_version;
     if (superseded || !may_have_applied) {
       // Not applied, or superseded: the proposed members count no more.
-      stop_counting();
+      stop_counting(may_have_applied);
     } else {
       // The catalog may have applied it (a lost answer; or a retry refused because the
       // first try did): acknowledging past a member it may record could lose records

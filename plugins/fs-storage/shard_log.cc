@@ -144,6 +144,10 @@ void ShardLogImpl::cut_unpublished_tail() {
     std::lock_guard lk(seg_mu_);
     seg = segments_.back();
     keep = seg->readable_size;
+    // What a leader shipped before its sync is no longer there: followers asking beyond
+    // the durable end get "truncate first", not reads past the cut.
+    seg->written_size = seg->readable_size;
+    written_end_.store(durable_end_.load(std::memory_order_acquire), std::memory_order_release);
   }
   auto size = seg->file().size();
   if (!size || *size <= keep) return;

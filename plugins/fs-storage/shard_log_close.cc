@@ -101,7 +101,12 @@ bool ShardLogImpl::write_clean_state() {
   // (docs/architecture.md "Deferred directory syncs of a new shard"). The broker closes a
   // name's shards before deleting it, so syncing here cost a delete 4 fsyncs.
   if (discard_on_close_.load()) return false;
-  if (opts_.verify_on_start != VerifyOnStart::checkpoint) return false;
+  if (opts_.verify_on_start != VerifyOnStart::checkpoint) {
+    // No state to write in these modes; clean means every written byte was published (and
+    // so synced): the next start need not sync a tail (recovery.h kept_unsynced_tail).
+    std::lock_guard lk(seg_mu_);
+    return !segments_.empty() && segments_.back()->write_pos == segments_.back()->readable_size;
+  }
   std::shared_ptr<Segment> seg;
   RecoveryPoint rp;
   IndexFileContents c;

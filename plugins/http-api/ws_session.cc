@@ -289,7 +289,7 @@ class WsSession : public std::enable_shared_from_this<WsSession<NextLayer>> {
       }();
       Result<GroupDelivery> r =
           st ? n.group_fetch(s.key, s.shard, s.group, max, s.opts, s.incarnation) : Result<GroupDelivery>(st.error());
-      if (auto c = check_incarnation(n, s); r && !c) r = c.error();
+      if (auto c = check_incarnation(n, s); !c) r = c.error();  // a recreate: 4404, whatever the fetch said
       const Offset hwm = st ? st->high_watermark : Offset{0};
       self->post([self, max, hwm, r = std::move(r)]() mutable { self->on_group_fetched(max, hwm, std::move(r)); });
     });

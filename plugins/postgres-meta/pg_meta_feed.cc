@@ -85,6 +85,9 @@ bool PgMetaStore::deliver_all(pqxx::connection& c) {
     auto ctr = tx.exec1("SELECT last_seq, pruned_up_to FROM counter");
     last_seq = u64(ctr[0]);
     const std::uint64_t pruned = u64(ctr[1]);
+    // The undecodable change was pruned: every watcher resyncs past it, so it no longer
+    // holds applied back.
+    if (std::uint64_t u = undecodable_at_.load(); u != 0 && pruned >= u) undecodable_at_.compare_exchange_strong(u, 0);
     // Behind the retained window, or ahead of the database (a restore rewound it).
     if (after.value() < pruned || after.value() > last_seq) {
       b.resync = true;

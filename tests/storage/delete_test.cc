@@ -211,6 +211,34 @@ TEST_F(DeleteTest, CrashAfterEachStepIsFinishedAtTheNextStart) {
   }
 }
 
+// A delete stopped after its marker keeps its shards closed only until the marker is
+// finished: the next delete of the name finishes it first, and they open again (empty).
+TEST_F(DeleteTest, AStoppedDeleteIsFinishedByTheNextDeleteOfTheName) {
+  TestHost host;
+  host.set("storage.retention_interval_ms", "0");
+  const std::string root = host.data_dir() + "/shards";
+  FsStorageEngine e(host, std::make_shared<PosixFileSystem>());
+  for (auto inc : {0u, 2u}) {
+    auto s = e.open_shard(test_ref(0, inc), StreamSpec{});
+    ASSERT_TRUE(s);
+    ASSERT_TRUE(append_wait(**s, make_batch("old" + std::to_string(inc), 4)));
+  }
+  e.set_delete_step_hook([&](std::string_view s) { return s == "storage.delete.after_marker"; });
+  ASSERT_FALSE(e.delete_incarnations(test_ref().stream, Incarnation(0)));
+  EXPECT_FALSE(e.open_shard(test_ref(0, 0), StreamSpec{}));
+  e.set_delete_step_hook(nullptr);
+  auto again = e.delete_incarnations(test_ref().stream, Incarnation(0));
+  ASSERT_TRUE(again) << again.error().to_string();
+  EXPECT_TRUE(host.logged("finished the earlier stopped delete"));
+  EXPECT_TRUE(entries(root + "/.delete-pending").empty());
+  auto reopened = e.open_shard(test_ref(0, 0), StreamSpec{});
+  ASSERT_TRUE(reopened) << reopened.error().to_string();
+  EXPECT_TRUE(read_all(**reopened).empty());
+  auto kept = e.open_shard(test_ref(0, 2), StreamSpec{});
+  ASSERT_TRUE(kept);
+  EXPECT_EQ(read_all(**kept).size(), 4u);
+}
+
 // The partial state of a crash in the middle of step 2, built by hand: one listed dir
 // already in .deleted/, the other still in place; plus a marker .tmp of a delete that never
 // started (its dir must stay).
