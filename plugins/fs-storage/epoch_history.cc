@@ -60,8 +60,12 @@ Result<EpochHistory> EpochHistory::decode(std::string_view b, const std::string&
 }
 
 Result<EpochHistory> EpochHistory::load(FileSystem& fs, const std::string& shard_dir) {
+  (void)fs.remove(shard_dir + "/" + std::string(kEpochHistoryName) + ".tmp");
+  return read(fs, shard_dir);
+}
+
+Result<EpochHistory> EpochHistory::read(FileSystem& fs, const std::string& shard_dir) {
   const std::string path = shard_dir + "/" + std::string(kEpochHistoryName);
-  (void)fs.remove(path + ".tmp");
   auto ex = fs.exists(path);
   if (!ex) return ex.error();
   if (!*ex) return EpochHistory();

@@ -65,9 +65,12 @@ class EpochHistory {
  public:
   EpochHistory() = default;
 
-  // Reads <shard_dir>/leader-epochs (an absent file is an empty history at epoch 0) and
-  // removes a leftover .tmp.
+  // Recovery: removes a leftover .tmp (a save cut short), then read()s. Only for a shard
+  // nobody is saving to: the .tmp it removes may be a concurrent save's.
   static Result<EpochHistory> load(FileSystem& fs, const std::string& shard_dir);
+  // Reads <shard_dir>/leader-epochs (an absent file is an empty history at epoch 0) and
+  // changes nothing, so it may run beside a save (which renames over the file atomically).
+  static Result<EpochHistory> read(FileSystem& fs, const std::string& shard_dir);
 
   // Writes `next` durably (see the file comment) and then adopts it. On failure the
   // in-memory copy is unchanged.

@@ -54,6 +54,14 @@ struct CrashOptions {
   bool lose_unsynced_entries = false; // undo directory entries not yet fsynced (see above)
 };
 
+class FaultFileSystem;
+// Unblocks syncs when a test leaves its scope, so a failed ASSERT does not leave a future's
+// destructor waiting for ever on a sync it blocked. Declare it after those futures.
+struct UnblockSyncsOnExit {
+  FaultFileSystem& fs;
+  ~UnblockSyncsOnExit();
+};
+
 class FaultFileSystem final : public FileSystem {
  public:
   // --- faults ---
@@ -446,5 +454,7 @@ class FaultFileSystem final : public FileSystem {
   std::uint64_t crash_seed_ = 0;
   CrashOptions crash_opts_;
 };
+
+inline UnblockSyncsOnExit::~UnblockSyncsOnExit() { fs.unblock_syncs(); }
 
 }  // namespace sluice::fs_storage::testing

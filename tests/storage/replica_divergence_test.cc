@@ -32,9 +32,12 @@ TEST(ReplicaDivergenceTest, ADeposedLeadersQueuedBatchesAreOnDiskBeforeItFollows
   ASSERT_TRUE(eventually([&] { return n.fs->blocked_sync_waiters() == 1; }));
   auto b = start_append(*n.log, batch("b"), AckMode::leader);  // [6, 9), queued
   auto follow = std::async(std::launch::async, [&] { return n.log->become_follower(LeaderEpoch(2), NodeId(2)); });
-  // Its new epoch reaches the history file (not blocked) ...
+  // Declared after the futures so a failed assertion unblocks before their destructors wait.
+  UnblockSyncsOnExit unblock{*n.fs};
+  // Its new epoch reaches the history file (not blocked) ... read() beside the log's own
+  // saves: load() would remove the .tmp a save is about to rename.
   ASSERT_TRUE(eventually([&] {
-    auto h = EpochHistory::load(*n.fs, n.shard_dir());
+    auto h = EpochHistory::read(*n.fs, n.shard_dir());
     return h && h->current() == LeaderEpoch(2);
   }));
   // ... but it does not return while the deposed epoch's batches are still to be written.
@@ -104,7 +107,7 @@ TEST(ReplicaDivergenceTest, AnEpochLedWithoutDataDoesNotBlockTheNextLeadersEarli
   EXPECT_EQ(b.log->durable_end(), Offset(9));
   // Its history no longer claims an epoch 5 it holds no data of; after a restart too.
   EXPECT_EQ(b.log->last_data_epoch(), LeaderEpoch(4));
-  auto h = EpochHistory::load(*b.fs, b.shard_dir());
+  auto h = EpochHistory::read(*b.fs, b.shard_dir());
   ASSERT_TRUE(h) << h.error().to_string();
   for (const auto& e : h->entries()) EXPECT_NE(e.epoch, LeaderEpoch(5));
   b.restart();

@@ -1,5 +1,5 @@
 // The replica-log primitives of fs-storage (shard_log.h "Replicated shards";
-// docs/replication.md): the persistent leader-epoch history, read_raw -> append_replica
+// docs/replication.md): read_raw -> append_replica
 // copies, truncation of a divergent suffix, the high watermark, quorum acks and fencing.
 // Completion is observed through callbacks and notifications, never through sleeps.
 #include <gtest/gtest.h>
@@ -23,45 +23,6 @@ namespace {
 
 using sluice::testing::TestHost;
 using namespace std::chrono_literals;
-
-// --- the epoch history file --------------------------------------------------------------
-
-TEST(EpochHistoryTest, EndOffsetForFollowsKip279) {
-  auto fs = std::make_shared<PosixFileSystem>();
-  TestHost host;
-  EpochHistory h;
-  ASSERT_TRUE(h.save(*fs, host.data_dir(), LeaderEpoch(7), LeaderEpoch(4),
-                     {{LeaderEpoch(2), Offset(0)}, {LeaderEpoch(4), Offset(10)},
-                      {LeaderEpoch(5), Offset(25)}}));
-  auto loaded = EpochHistory::load(*fs, host.data_dir());
-  ASSERT_TRUE(loaded) << loaded.error().to_string();
-  EXPECT_EQ(loaded->current(), LeaderEpoch(7));
-  EXPECT_EQ(loaded->led(), LeaderEpoch(4));
-  EXPECT_EQ(loaded->entries(), h.entries());
-  auto at = [&](std::uint64_t e) { return loaded->end_offset_for(LeaderEpoch(e), Offset(40)); };
-  EXPECT_EQ(at(1).epoch, LeaderEpoch(1));  // below every entry: the first start
-  EXPECT_EQ(at(1).end, Offset(0));
-  EXPECT_EQ(at(2).end, Offset(10));
-  EXPECT_EQ(at(3).epoch, LeaderEpoch(2));  // largest epoch <= 3 is 2
-  EXPECT_EQ(at(3).end, Offset(10));
-  EXPECT_EQ(at(4).end, Offset(25));
-  EXPECT_EQ(at(5).end, Offset(40));  // the latest: the log end
-  EXPECT_EQ(at(9).epoch, LeaderEpoch(5));
-  EXPECT_EQ(at(9).end, Offset(40));
-  EXPECT_EQ(loaded->epoch_at(Offset(9)), LeaderEpoch(2));
-  EXPECT_EQ(loaded->epoch_at(Offset(10)), LeaderEpoch(4));
-  EXPECT_EQ(loaded->truncated(Offset(25)).size(), 2u);  // an entry at the cut goes
-
-  // A damaged file is refused, never read as "no epochs".
-  const std::string path = host.data_dir() + "/" + std::string(kEpochHistoryName);
-  std::string bytes = slurp(path);
-  bytes[9] ^= 1;
-  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
-  auto bad = EpochHistory::load(*fs, host.data_dir());
-  ASSERT_FALSE(bad);
-  EXPECT_EQ(bad.error().code, Errc::corrupt_data);
-  EXPECT_NE(bad.error().message.find(path), std::string::npos);
-}
 
 TEST(ReplicaLogTest, SingleReplicaShardsAreUnchangedAndWriteNoEpochHistory) {
   Node n(0, StreamSpec{});
