@@ -98,7 +98,6 @@ std::vector<std::string> sorted_list(const std::string& s) {
   return out;
 }
 
-// Whether the host of a host:port address is loopback ("localhost", 127.0.0.0/8, ::1).
 // Why a private key file may not be used, or nullopt. PostgreSQL's rule for its own key:
 // readable by its owner only (0600), or by a group too when root owns it (0640 root:sluice,
 // as the package installs /etc/sluice): never by others, never writable by the group.
@@ -116,6 +115,17 @@ std::optional<std::string> key_file_mode_error(const std::string& path) {
   return std::nullopt;
 }
 
+// The first private key named in the config whose file may not be used, or nullopt: checked
+// at start and again before every SIGHUP reload (a key made world-readable since the start
+// is refused then too).
+std::optional<std::string> private_keys_error(const core::Config& cfg) {
+  for (const char* key : {"tls.key_file", "transport.tls.key_file", "metadata.rpc_tls.key_file"})
+    if (const auto path = cfg.get_string(key, ""); !path.empty())
+      if (auto why = key_file_mode_error(path)) return std::string(key) + " '" + path + "' " + *why;
+  return std::nullopt;
+}
+
+// Whether the host of a host:port address is loopback ("localhost", 127.0.0.0/8, ::1).
 bool loopback_host(const std::string& address) {
   std::string host = address.substr(0, address.rfind(':'));
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
@@ -394,10 +404,7 @@ int main(int argc, char** argv) {
           "(docs/security.md)");
     if (bopts.heartbeat_interval_ms < 10) throw std::invalid_argument("broker.heartbeat_interval_ms must be at least 10");
     // Private keys are checked here, for every plugin that reads one (docs/security.md "Files").
-    for (const char* key : {"tls.key_file", "transport.tls.key_file", "metadata.rpc_tls.key_file"})
-      if (const auto path = cfg->get_string(key, ""); !path.empty())
-        if (auto why = key_file_mode_error(path))
-          throw std::invalid_argument(std::string(key) + " '" + path + "' " + *why);
+    if (auto why = private_keys_error(*cfg)) throw std::invalid_argument(*why);
     if (backend != "raft" && backend != "postgres")
       throw std::invalid_argument("metadata.backend must be raft or postgres, got '" + backend + "'");
     if (backend == "postgres" && roles_have(cfg->get_string("node.roles", "controller,broker"), "controller"))
@@ -551,6 +558,10 @@ int main(int argc, char** argv) {
     if (sigwait(&sigs, &sig) != 0) continue;
     if (sig != SIGHUP) break;
     log_line(LogLevel::info, "sluiced", "SIGHUP: reloading");
+    if (auto why = private_keys_error(*cfg)) {
+      log_line(LogLevel::error, "sluiced", "reload failed, the previous state stays in force: " + *why);
+      continue;
+    }
     std::string failed;
     if (auto r = api->reload(); !r) failed = r.error().message;
     // The peer transport's certificates, when transport.tls.* is set.

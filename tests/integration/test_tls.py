@@ -154,6 +154,16 @@ class CertificateReloadOnSighup(unittest.TestCase):
         hup("reload done")
         self.assertTrue(handshake_ok(n.http_port, PKI["other_ca"][0]), "the new certificate serves")
         self.assertFalse(handshake_ok(n.http_port, PKI["ca"][0]))
+        # A key that others may read is refused on reload as at start: nothing reloads.
+        replace(cert, src=PKI["server"][0])
+        replace(key, src=PKI["server"][1])
+        os.chmod(key, 0o644)
+        hup("has mode 0644")
+        self.assertIn("reload failed, the previous state stays in force: tls.key_file", n.current_log())
+        self.assertTrue(handshake_ok(n.http_port, PKI["other_ca"][0]), "the old certificate still serves")
+        os.chmod(key, 0o600)
+        hup("reload done")
+        self.assertTrue(handshake_ok(n.http_port, PKI["ca"][0]), "the fixed key loads")
         self.assertIsNone(n.proc.poll())
 
 
