@@ -4,6 +4,7 @@
 #include <csignal>
 #include <cstdint>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,12 +18,16 @@ namespace {
 
 const Usage kGroup{"group", R"(Usage: sluice group consume TENANT/NS/STREAM GROUP --shard N [--max N] [--ack]
                            [--follow] [--max-deliveries N] [--ack-timeout-ms MS]
-       sluice group ack  TENANT/NS/STREAM GROUP --shard N OFFSET...
-       sluice group nack TENANT/NS/STREAM GROUP --shard N OFFSET...
+       sluice group ack  TENANT/NS/STREAM GROUP --shard N [--incarnation I] OFFSET...
+       sluice group nack TENANT/NS/STREAM GROUP --shard N [--incarnation I] OFFSET...
        sluice group positions TENANT/NS/STREAM GROUP
 
-consume prints "offset delivery value" per record. With --ack it acknowledges each batch
-after printing it; without, records are redelivered after the ack timeout.
+consume prints "offset delivery value" per record, and "incarnation I" on stderr: the
+stream incarnation that delivered them. With --ack it acknowledges each batch after
+printing it, for that incarnation; without, records are redelivered after the ack timeout.
+Give ack and nack the --incarnation consume printed: if the stream was deleted and created
+again since, the answer is 409 conflict and nothing changes (without it, the offsets are
+taken as the current stream's).
 )"};
 
 const Usage kDeadLetters{"dead-letters",
@@ -34,10 +39,15 @@ replay publishes dead letters [A, B) to the stream again, as new records.
 
 volatile std::sig_atomic_t g_stop = 0;
 
-std::string offsets_json(const std::vector<std::string>& offs, std::size_t from) {
+// {"offsets":[...],"incarnation"?}: with the incarnation, the broker refuses (409) offsets
+// delivered by a stream that has since been deleted and created again.
+std::string offsets_json(const std::vector<std::string>& offs, std::size_t from,
+                         std::optional<std::uint64_t> incarnation) {
   json::array arr;
   for (std::size_t i = from; i < offs.size(); ++i) arr.push_back(parse_u64(kGroup, "offset", offs[i]));
-  return json::serialize(json::object{{"offsets", arr}});
+  json::object body{{"offsets", arr}};
+  if (incarnation) body["incarnation"] = *incarnation;
+  return json::serialize(body);
 }
 
 // GROUP under STREAM: ".../streams/s/groups/g".
@@ -58,8 +68,12 @@ int group_consume(Client& c, const Args& a) {
   const bool follow = a.has("follow");
   if (follow) q += "&wait_ms=10000";
   std::signal(SIGINT, [](int) { g_stop = 1; });
+  std::optional<std::uint64_t> shown;
   do {
     auto res = c.call_ok("GET", q).as_object();
+    const auto incarnation = res.at("incarnation").to_number<std::uint64_t>();
+    if (shown != incarnation) std::cerr << "incarnation " << incarnation << std::endl;
+    shown = incarnation;
     std::vector<std::string> offs;
     for (auto& rv : res.at("records").as_array()) {
       auto& r = rv.as_object();
@@ -71,7 +85,7 @@ int group_consume(Client& c, const Args& a) {
       offs.push_back(std::to_string(off));
     }
     std::cout.flush();
-    if (a.has("ack") && !offs.empty()) c.call_ok("POST", shard_base + "/ack", offsets_json(offs, 0));
+    if (a.has("ack") && !offs.empty()) c.call_ok("POST", shard_base + "/ack", offsets_json(offs, 0, incarnation));
   } while (follow && !g_stop);
   return 0;
 }
@@ -84,8 +98,10 @@ int cmd_group(Client& c, const Words& words) {
     Args a(kGroup, rest(words), {.min_args = 2, .max_args = 2});
     print_json(c.call_ok("GET", group_path(kGroup, a)));
   } else if (op == "ack" || op == "nack") {
-    Args a(kGroup, rest(words), {.values = {"shard"}, .min_args = 3, .max_args = SIZE_MAX});
-    c.call_ok("POST", shard_path(kGroup, a) + "/" + op, offsets_json(a.pos(), 2));
+    Args a(kGroup, rest(words), {.values = {"shard", "incarnation"}, .min_args = 3, .max_args = SIZE_MAX});
+    std::optional<std::uint64_t> incarnation;
+    if (a.has("incarnation")) incarnation = a.get_u64("incarnation", 0);
+    c.call_ok("POST", shard_path(kGroup, a) + "/" + op, offsets_json(a.pos(), 2, incarnation));
   } else if (op == "consume") {
     Args a(kGroup, rest(words),
            {.values = {"shard", "max", "max-deliveries", "ack-timeout-ms"},

@@ -1,6 +1,7 @@
 """The sluice CLI against a real node: create, publish from stdin, consume, delete, --help."""
 import http.server
 import json
+import re
 import subprocess
 import threading
 import unittest
@@ -115,6 +116,30 @@ class Cli(unittest.TestCase):
         p = self.sluice("shards", "move-leader", "cli/ns/tab", "zero", "2", ok=False)
         self.assertEqual(p.returncode, 2)
         self.assertEqual(json.loads(self.sluice("shards", "cli/ns/tab", "--json").stdout), got)
+
+    def test_group_acks_name_the_incarnation_that_delivered(self):
+        self.sluice("stream", "create", "cli/ns/grp", "--shards", "1")
+        self.sluice("publish", "cli/ns/grp", stdin="a\nb\nc\n")
+        p = self.sluice("group", "consume", "cli/ns/grp", "g", "--shard", "0", "--max", "3")
+        self.assertEqual([l.split()[0] for l in p.stdout.splitlines()], ["0", "1", "2"])
+        m = re.search(r"^incarnation (\d+)$", p.stderr, re.M)
+        self.assertTrue(m, p.stderr)
+        old = m.group(1)
+        self.sluice("group", "ack", "cli/ns/grp", "g", "--shard", "0", "--incarnation", old, "0")
+        # Deleted and created again: the old incarnation's offsets settle nothing in the new one.
+        self.sluice("stream", "delete", "cli/ns/grp")
+        self.sluice("stream", "create", "cli/ns/grp", "--shards", "1")
+        self.sluice("publish", "cli/ns/grp", stdin="x\ny\n")
+        p = self.sluice("group", "ack", "cli/ns/grp", "g", "--shard", "0", "--incarnation", old, "1", ok=False)
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("409 conflict", p.stderr)
+        # consume --ack acknowledges for the incarnation it read: nothing is delivered again.
+        p = self.sluice("group", "consume", "cli/ns/grp", "g", "--shard", "0", "--ack", "--ack-timeout-ms", "1000")
+        self.assertEqual(len(p.stdout.splitlines()), 2)
+        self.assertNotIn("incarnation " + old + "\n", p.stderr)
+        p = self.sluice("group", "consume", "cli/ns/grp", "g", "--shard", "0", "--ack-timeout-ms", "1000")
+        self.assertEqual(p.stdout, "", "acked records are not delivered again")
+        self.sluice("stream", "delete", "cli/ns/grp")
 
     def shard_of_key(self):
         for s in ("0", "1"):
