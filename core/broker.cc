@@ -170,8 +170,22 @@ void BrokerRuntime::control_loop() {
     std::vector<ChangeEvent> changes;
     {
       std::unique_lock lk(tasks_mu_);
-      tasks_cv_.wait(lk, [&] { return stopping_ || !tasks_.empty(); });
+      // Storage work that failed is tried again when its pause is over, between tasks.
+      bool retry_due = false;
+      while (!stopping_ && tasks_.empty()) {
+        if (retry_at_ && std::chrono::steady_clock::now() >= *retry_at_) {
+          retry_due = true;
+          break;
+        }
+        if (retry_at_) tasks_cv_.wait_until(lk, *retry_at_);
+        else tasks_cv_.wait(lk);
+      }
       if (stopping_) return;
+      if (retry_due) {
+        lk.unlock();
+        retry_failed();
+        continue;
+      }
       t = std::move(tasks_.front());
       tasks_.pop_front();
       if (t.kind == Task::Kind::change) {
@@ -201,6 +215,12 @@ void BrokerRuntime::note_failure(const std::string& what) {
   host_.log(LogLevel::error, "broker", what);
   std::lock_guard lk(applied_mu_);
   failure_ = what;
+}
+
+void BrokerRuntime::note_failure(const StreamKey& key, const std::string& what) {
+  host_.log(LogLevel::error, "broker", what);
+  std::lock_guard lk(applied_mu_);
+  name_failures_[key] = what;
 }
 
 void BrokerRuntime::mark_applied(ChangeSeq seq) {
@@ -252,6 +272,14 @@ bool BrokerRuntime::ready(std::string* why) {
   std::lock_guard lk(applied_mu_);
   if (!failure_.empty()) {
     if (why) *why = failure_;
+    return false;
+  }
+  if (!name_failures_.empty()) {
+    if (why) {
+      *why = name_failures_.begin()->second + " (retried";
+      if (name_failures_.size() > 1) *why += "; " + std::to_string(name_failures_.size() - 1) + " more name(s) failed";
+      *why += ")";
+    }
     return false;
   }
   return true;

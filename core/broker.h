@@ -52,6 +52,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <shared_mutex>
 #include <string>
@@ -87,6 +88,9 @@ struct BrokerOptions {
   // Called (from the heartbeat thread) when the control plane refuses this broker while it
   // runs, e.g. a feature it lacks was finalized while it was paused. The node must stop.
   std::function<void(const std::string&)> on_fenced;
+  // The first pause before a shard that did not open (or a delete that failed) is tried
+  // again; it doubles with every failure, up to 30 s.
+  std::chrono::milliseconds retry_min_ms{1000};
 };
 
 class BrokerRuntime final : public Node {
@@ -97,7 +101,9 @@ class BrokerRuntime final : public Node {
   ~BrokerRuntime() override;
 
   // Applies tombstones, registers, opens assigned shards, follows the change feed. Fails if
-  // registration is refused or a shard cannot be recovered.
+  // registration is refused, a delete the catalog asks for fails, or a shard's data is
+  // damaged (corrupt_data). A shard that cannot be opened for another reason does not fail
+  // the start: the node serves the rest, is not ready, and retries it.
   Result<void> start();
   // Closes shards. The broker stays registered (its heartbeats lapse; see stop()).
   void stop();
@@ -166,6 +172,9 @@ class BrokerRuntime final : public Node {
     std::atomic<std::uint32_t> sticky{0};
     // Non-empty: known but not served, and why (every data call answers conflict).
     std::string refused;
+    // Per shard: why this broker could not open its replica (empty: opened, or not its to
+    // open). The other shards are served; the failed ones are retried (retry_failed()).
+    std::vector<std::string> open_failed;
   };
   struct Task {
     enum class Kind { change, resync } kind;
@@ -219,7 +228,10 @@ class BrokerRuntime final : public Node {
   ServingNode serving_node() const;
   // Applies a plan (serving_plan.h) in its order. `registration`: at start, register between
   // the deletes and the opens. Fails if the floors cannot be persisted (then nothing was
-  // acted on) or, only with Registration::at_start, if registration or an open fails.
+  // acted on) or, only with Registration::at_start, if registration or a delete fails or
+  // a shard's data is damaged. Otherwise a shard that does not open is a failure of that
+  // shard alone: the name's other shards are served, the node is not ready, and the name is
+  // planned again after a pause.
   enum class Registration { at_start, done };
   Result<void> apply_plan(const ServingPlan& plan, Registration registration);
   // Makes the raised floors durable (an append, or a rewrite when the file is missing, torn
@@ -231,7 +243,7 @@ class BrokerRuntime final : public Node {
   // Steps 3-5 of a plan outside start: per name its deletes, drops and opens, in order, the
   // names on up to kStorageWorkers threads. Failures are noted (the node is not ready).
   void act_per_name(const ServingPlan& plan, std::map<ShardRef, std::shared_ptr<ShardLog>>& opened,
-                    std::set<StreamKey>& failed);
+                    std::map<ShardRef, std::string>& open_errors);
   void close_shard(const ShardAction& c);
   Result<void> delete_data(const DataDelete& d);
   // Applies changes queued together, in order: each is replayed into the image, then the
@@ -240,6 +252,13 @@ class BrokerRuntime final : public Node {
   void forget_refused_deleted(const std::set<StreamKey>* scope);  // nullptr: every name
   void apply_changes(const std::vector<ChangeEvent>& events);
   Result<void> resync();
+  // The plans of `names` against the image, merged into one (one floors sync).
+  ServingPlan plan_names(const std::set<StreamKey>& names);
+  // Plans the names with a noted failure again (a shard that did not open, a delete that
+  // failed), once retry_at_ has come; a failure again doubles the pause, up to 30 s.
+  void retry_failed();
+  // After a plan: the next retry's time if a name failed, else none.
+  void schedule_retry();
   Result<void> register_self();
   void control_loop();
   // Why a leaderless shard has no leader (unavailable_reason, catalog_rules.h), from the
@@ -256,6 +275,12 @@ class BrokerRuntime final : public Node {
   void enqueue(Task t);
   void mark_applied(ChangeSeq seq);
   void note_failure(const std::string& what);
+  // A failure of one name's storage work: logged, the node not ready until a plan of the
+  // name carries it out (the retry, a change of the name, or a resync).
+  void note_failure(const StreamKey& key, const std::string& what);
+  // Forgets the noted failures of the names a plan is about to act on (it notes them
+  // again if they fail again).
+  void clear_failures(const ServingPlan& plan);
   Error no_broker_role() const;
 
   NodeInfo info_;
@@ -284,6 +309,11 @@ class BrokerRuntime final : public Node {
   std::condition_variable applied_cv_;
   ChangeSeq applied_{0};
   std::string failure_;  // non-empty: something could not be applied; not ready
+  std::map<StreamKey, std::string> name_failures_;  // per name, the same (retried)
+  // Guarded by tasks_mu_: when retry_failed() runs next on the control thread (none while
+  // nothing failed), and the pause before it.
+  std::optional<std::chrono::steady_clock::time_point> retry_at_;
+  std::chrono::milliseconds retry_pause_{0};
 
   std::mutex tasks_mu_;
   std::condition_variable tasks_cv_;

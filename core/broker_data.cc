@@ -61,8 +61,14 @@ Error BrokerRuntime::not_led_here(const StreamState& st, const StreamKey& key, s
     return Error(Errc::shard_unavailable, what + " has no leader" + (why.empty() ? "" : ": " + why),
                  Outcome::transient);
   }
-  if (leader == info_.node_id)
+  if (leader == info_.node_id) {
+    if (shard < st.open_failed.size() && !st.open_failed[shard].empty())
+      return Error(Errc::shard_unavailable,
+                   what + " is led by this broker, which could not open it (retried; or move its leader): " +
+                       st.open_failed[shard],
+                   Outcome::transient);
     return Error(Errc::unavailable, what + " is led by this broker but not open yet", Outcome::transient);
+  }
   return Error(Errc::not_leader, what + " is led by broker " + std::to_string(leader.value()) +
                                      ", not by this node (" + std::to_string(info_.node_id.value()) +
                                      "), which cannot forward to it (no peer transport)");

@@ -62,7 +62,7 @@ Result<void> BrokerRuntime::delete_data(const DataDelete& d) {
   if (!storage_) return {};
   auto r = storage_->delete_incarnations(d.key, d.up_to);
   if (!r) {
-    note_failure("cannot delete data of " + d.key.to_string() + ": " + r.error().message);
+    note_failure(d.key, "cannot delete data of " + d.key.to_string() + ": " + r.error().message);
     return r.error();
   }
   if (r.value() > 0) {
@@ -124,8 +124,9 @@ Result<void> BrokerRuntime::apply_plan(const ServingPlan& plan, Registration reg
     }
   }
   for (const auto& c : plan.close) close_shard(c);
+  clear_failures(plan);
   std::map<ShardRef, std::shared_ptr<ShardLog>> opened;
-  std::set<StreamKey> failed;
+  std::map<ShardRef, std::string> open_errors;  // shards that did not open: served by no one here
   if (at_start) {
     // 3. Delete, on the control plane's word only.
     for (const auto& d : plan.remove)
@@ -134,15 +135,20 @@ Result<void> BrokerRuntime::apply_plan(const ServingPlan& plan, Registration reg
     // 4. Register before serving: a refusal stops the node.
     if (storage_ && !registered_)
       if (auto r = register_self(); !r) return r;
-    // 5. Open.
+    // 5. Open. Damaged data stops the start, naming the file and the position: the operator
+    // decides (storage.repair cuts it; docs/operations.md). Any other failure to open a
+    // shard (a full disk, a file in the way, a half-finished delete) is that shard's alone:
+    // the node starts, serves the rest, is not ready, and retries it (retry_failed()).
     for (const auto& o : plan.open) {
-      if (!storage_ || failed.count(o.ref.stream)) continue;
+      if (!storage_) continue;
       auto log = storage_->open_shard(o.ref, plan.streams.at(o.ref.stream).info.spec);
-      if (!log) {
-        failed.insert(o.ref.stream);
-        return Error(log.error().code,
-                     "cannot open stream " + o.ref.stream.to_string() + ": " + log.error().message,
+      if (!log && log.error().code == Errc::corrupt_data)
+        return Error(log.error().code, "cannot open stream " + o.ref.stream.to_string() + ": " + log.error().message,
                      log.error().outcome);
+      if (!log) {
+        open_errors[o.ref] = log.error().message;
+        note_failure(o.ref.stream, "cannot open shard " + o.ref.to_string() + ": " + log.error().message);
+        continue;
       }
       opened[o.ref] = std::move(log.value());
     }
@@ -150,7 +156,7 @@ Result<void> BrokerRuntime::apply_plan(const ServingPlan& plan, Registration reg
     // 3.-5. for a batch of changes: each name's deletes, drops and opens in that order, the
     // names side by side (they share nothing; the storage engine's syncs for different
     // names then overlap instead of queueing behind one another on this thread).
-    act_per_name(plan, opened, failed);
+    act_per_name(plan, opened, open_errors);
   }
   // Install what each name is served as.
   for (const auto& [key, sv] : plan.streams) {
@@ -162,10 +168,12 @@ Result<void> BrokerRuntime::apply_plan(const ServingPlan& plan, Registration reg
     st->refused = sv.refused;
     st->held.resize(sv.info.spec.shards);
     st->shards.resize(sv.info.spec.shards);
+    st->open_failed.resize(sv.info.spec.shards);
     std::uint32_t fresh = 0;
     for (std::uint32_t i = 0; i < sv.hold.size(); ++i) {
       if (!sv.hold[i]) continue;
       const ShardRef ref{key, ShardIndex{i}, sv.info.incarnation};
+      if (auto e = open_errors.find(ref); e != open_errors.end()) st->open_failed[i] = e->second;
       const Assignment* was = nullptr;
       if (auto it = opened.find(ref); it != opened.end()) {
         st->held[i] = it->second;
@@ -195,13 +203,6 @@ Result<void> BrokerRuntime::apply_plan(const ServingPlan& plan, Registration reg
       }
       if (sv.serve[i] && ok) st->shards[i] = st->held[i];
     }
-    if (failed.count(key)) {
-      for (auto& s : st->held)
-        if (s) storage_->close_shard(s->ref());
-      std::unique_lock lk(streams_mu_);
-      streams_.erase(key);
-      continue;
-    }
     if (!sv.refused.empty() && (!cur || cur->refused != sv.refused))
       host_.log(LogLevel::warn, "broker", "not serving: " + sv.refused);
     if (fresh)
@@ -215,7 +216,7 @@ Result<void> BrokerRuntime::apply_plan(const ServingPlan& plan, Registration reg
 }
 
 void BrokerRuntime::act_per_name(const ServingPlan& plan, std::map<ShardRef, std::shared_ptr<ShardLog>>& opened,
-                                 std::set<StreamKey>& failed) {
+                                 std::map<ShardRef, std::string>& open_errors) {
   struct Work {
     std::vector<const DataDelete*> remove;
     std::vector<const ShardAction*> drop, open;
@@ -226,7 +227,7 @@ void BrokerRuntime::act_per_name(const ServingPlan& plan, std::map<ShardRef, std
   for (const auto& o : plan.open) by_name[o.ref.stream].open.push_back(&o);
   std::vector<std::pair<const StreamKey*, const Work*>> units;
   for (const auto& [k, w] : by_name) units.emplace_back(&k, &w);
-  std::mutex mu;  // opened, failed
+  std::mutex mu;  // opened, open_errors
   std::atomic<std::size_t> next{0};
   auto worker = [&] {
     for (std::size_t i; (i = next.fetch_add(1)) < units.size();) {
@@ -236,12 +237,13 @@ void BrokerRuntime::act_per_name(const ServingPlan& plan, std::map<ShardRef, std
       if (!storage_) continue;
       for (const auto* o : w->open) {
         auto log = storage_->open_shard(o->ref, plan.streams.at(*key).info.spec);
-        std::lock_guard lk(mu);
         if (!log) {
-          failed.insert(*key);
-          note_failure("cannot open stream " + key->to_string() + ": " + log.error().message);
-          break;
+          note_failure(*key, "cannot open shard " + o->ref.to_string() + ": " + log.error().message);
+          std::lock_guard lk(mu);
+          open_errors[o->ref] = log.error().message;
+          continue;
         }
+        std::lock_guard lk(mu);
         opened[o->ref] = std::move(log.value());
       }
     }
@@ -319,6 +321,13 @@ Result<void> BrokerRuntime::resync() {
   auto plan = plan_serving(image_, serving_node(), held(), floors_);
   skip_removes_without_data(plan);
   const auto registration = started_ ? Registration::done : Registration::at_start;
+  {
+    // The whole catalog is planned again: what failed before is tried again (and noted
+    // again if it fails again).
+    std::lock_guard lk(applied_mu_);
+    failure_.clear();
+    name_failures_.clear();
+  }
   if (auto r = apply_plan(plan, registration); !r) {
     if (!started_) return r;
     resync_pending_ = true;  // try the whole plan again, after a pause
@@ -329,6 +338,9 @@ Result<void> BrokerRuntime::resync() {
   watch_ = catalog_.watch(
       snap->seq, [this](const ChangeEvent& ev) { enqueue({Task::Kind::change, ev}); },
       [this] { enqueue({Task::Kind::resync, {}}); });
+  // Last: from here the control thread may run the retry (at start this is start()'s
+  // thread, and the image is the control thread's only once this returns).
+  schedule_retry();
   return {};
 }
 
@@ -376,32 +388,87 @@ void BrokerRuntime::apply_changes(const std::vector<ChangeEvent>& events) {
   }
   if (resync_pending_ || last.value() == 0) return;
   if (!touched.empty()) {
-    // One plan per touched name, against the image after the whole batch (each name's plan
-    // reads only that name; a name created and deleted in one batch is planned once, as
-    // deleted), merged into one plan: one floors sync for the batch.
-    const HeldStreams now_held = held();
-    ServingPlan merged;
-    for (const auto& key : touched) {
-      ServingPlan p = plan_serving(image_, serving_node(), now_held, floors_, key);
-      merged.floors.merge(p.floors);
-      for (auto* v : {&p.close, &p.drop, &p.open}) {
-        auto& into = v == &p.close ? merged.close : v == &p.drop ? merged.drop : merged.open;
-        into.insert(into.end(), std::make_move_iterator(v->begin()), std::make_move_iterator(v->end()));
-      }
-      merged.remove.insert(merged.remove.end(), p.remove.begin(), p.remove.end());
-      merged.streams.merge(p.streams);
-      merged.forget.insert(merged.forget.end(), p.forget.begin(), p.forget.end());
-    }
-    if (auto r = apply_plan(merged, Registration::done); !r) {
+    if (auto r = apply_plan(plan_names(touched), Registration::done); !r) {
       // Not carried out (apply_plan logged why): nothing after it is marked applied until
       // a resync has planned the whole catalog again.
       resync_pending_ = true;
       enqueue({Task::Kind::resync, {}});
       return;
     }
+    schedule_retry();
     forget_refused_deleted(&touched);
   }
   mark_applied(last);
+}
+
+ServingPlan BrokerRuntime::plan_names(const std::set<StreamKey>& names) {
+  // One plan per name, against the image after the whole batch (each name's plan reads only
+  // that name; a name created and deleted in one batch is planned once, as deleted), merged
+  // into one plan: one floors sync for the batch.
+  const HeldStreams now_held = held();
+  ServingPlan merged;
+  for (const auto& key : names) {
+    ServingPlan p = plan_serving(image_, serving_node(), now_held, floors_, key);
+    merged.floors.merge(p.floors);
+    for (auto* v : {&p.close, &p.drop, &p.open}) {
+      auto& into = v == &p.close ? merged.close : v == &p.drop ? merged.drop : merged.open;
+      into.insert(into.end(), std::make_move_iterator(v->begin()), std::make_move_iterator(v->end()));
+    }
+    merged.remove.insert(merged.remove.end(), p.remove.begin(), p.remove.end());
+    merged.streams.merge(p.streams);
+    merged.forget.insert(merged.forget.end(), p.forget.begin(), p.forget.end());
+  }
+  return merged;
+}
+
+void BrokerRuntime::clear_failures(const ServingPlan& plan) {
+  std::lock_guard lk(applied_mu_);
+  if (name_failures_.empty()) return;
+  for (const auto& [key, sv] : plan.streams) name_failures_.erase(key);
+  for (const auto& key : plan.forget) name_failures_.erase(key);
+  for (const auto& d : plan.remove) name_failures_.erase(d.key);
+}
+
+void BrokerRuntime::schedule_retry() {
+  bool failed = false;
+  {
+    std::lock_guard lk(applied_mu_);
+    failed = !name_failures_.empty();
+  }
+  {
+    std::lock_guard lk(tasks_mu_);
+    if (!failed) {
+      retry_at_.reset();
+      retry_pause_ = std::chrono::milliseconds(0);
+      return;
+    }
+    if (retry_at_) return;  // already set: a plan between retries does not push it back
+    retry_pause_ = std::clamp(retry_pause_ * 2, opts_.retry_min_ms, std::chrono::milliseconds(30000));
+    retry_at_ = std::chrono::steady_clock::now() + retry_pause_;
+  }
+  tasks_cv_.notify_all();  // start() schedules from its own thread: the control loop waits
+}
+
+void BrokerRuntime::retry_failed() {
+  {
+    std::lock_guard lk(tasks_mu_);
+    retry_at_.reset();
+  }
+  if (resync_pending_) return;  // the queued resync plans every name
+  std::set<StreamKey> names;
+  {
+    std::lock_guard lk(applied_mu_);
+    for (const auto& [key, why] : name_failures_) names.insert(key);
+  }
+  if (names.empty()) return;
+  host_.log(LogLevel::info, "broker", "retrying the storage work that failed for " + std::to_string(names.size()) +
+                                          " name(s)");
+  if (auto r = apply_plan(plan_names(names), Registration::done); !r) {
+    resync_pending_ = true;
+    enqueue({Task::Kind::resync, {}});
+    return;
+  }
+  schedule_retry();
 }
 
 ServingNode BrokerRuntime::serving_node() const {

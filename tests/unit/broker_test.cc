@@ -2,6 +2,9 @@
 // guard across a resync and across a restart (docs/architecture.md "Broker runtime").
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+
 #include "broker_test_support.h"
 
 // Regression (issue: resync() dropped the stream before serve_stream checked it): a resync
@@ -291,6 +294,52 @@ TEST(Broker, moving_one_shard_away_keeps_serving_the_shard_that_stays) {
   ASSERT_TRUE(eventually([&] { return !b->fetch(K, ShardIndex{1}, Offset{0}, 10, 1 << 20); }));
   auto r = b->fetch(K, ShardIndex{0}, Offset{0}, 10, 1 << 20);
   EXPECT_TRUE(r) << "shard 0 stayed here and must still be served: " << r.error().to_string();
+  b->stop();
+}
+
+// A shard that could not be opened took its whole name down: at start the node refused to
+// start, and later the name was dropped from service (every shard of it answered
+// not_found) and never tried again. Now only that shard is unavailable, with the reason;
+// the node is not ready while it is; and it is retried until it opens.
+TEST(Broker, a_shard_that_does_not_open_is_retried_and_its_siblings_serve) {
+  sluice::testing::TestHost host;
+  ScriptedCatalog cat;
+  fs_storage::FsStorageEngine storage(host, std::make_shared<fs_storage::PosixFileSystem>());
+  CatalogSnapshot s = catalog_with(10, I1);
+  s.streams[0].spec.shards = 2;
+  s.assignments.push_back(Assignment{K, ShardIndex{1}, Incarnation{I1}, Generation{10}, NodeId{1}, {NodeId{1}}});
+  cat.set_snapshot(s);
+  // A plain file where shard 1's directory goes: its open fails.
+  auto dir = storage.shard_directory(ShardRef{K, ShardIndex{1}, Incarnation{I1}});
+  ASSERT_TRUE(dir) << dir.error().to_string();
+  std::filesystem::create_directories(std::filesystem::path(*dir).parent_path());
+  std::ofstream(*dir) << "in the way";
+
+  NodeInfo info;
+  info.node_id = NodeId{1};
+  BrokerOptions opts;
+  opts.heartbeat_interval_ms = 600000;
+  opts.retry_min_ms = std::chrono::milliseconds(50);
+  auto b = std::make_unique<BrokerRuntime>(info, cat, &storage, opts, host);
+  auto started = b->start();
+  ASSERT_TRUE(started) << "one shard must not stop the node: " << started.error().to_string();
+  auto r0 = b->fetch(K, ShardIndex{0}, Offset{0}, 10, 1 << 20);
+  EXPECT_TRUE(r0) << "shard 0 opened and is served: " << r0.error().to_string();
+  auto r1 = b->fetch(K, ShardIndex{1}, Offset{0}, 10, 1 << 20);
+  ASSERT_FALSE(r1);
+  EXPECT_EQ(r1.error().code, Errc::shard_unavailable) << r1.error().to_string();
+  EXPECT_NE(r1.error().message.find("could not open it"), std::string::npos) << r1.error().message;
+  std::string why;
+  EXPECT_FALSE(b->ready(&why));
+  EXPECT_NE(why.find("cannot open shard"), std::string::npos) << why;
+  // Retried while it fails (the log says so), and served once it opens.
+  ASSERT_TRUE(eventually([&] { return host.logged("retrying the storage work that failed"); }));
+  EXPECT_FALSE(b->fetch(K, ShardIndex{1}, Offset{0}, 10, 1 << 20));
+  std::filesystem::remove(*dir);
+  ASSERT_TRUE(eventually([&] { return bool(b->fetch(K, ShardIndex{1}, Offset{0}, 10, 1 << 20)); }))
+      << "shard 1 was never opened again";
+  EXPECT_TRUE(eventually([&] { return b->ready(nullptr); }));
+  EXPECT_TRUE(b->fetch(K, ShardIndex{0}, Offset{0}, 10, 1 << 20));
   b->stop();
 }
 
