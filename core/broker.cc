@@ -130,7 +130,11 @@ void BrokerRuntime::heartbeat_loop() {
     auto r = catalog_.heartbeat_broker(info_.node_id);
     if (!r && r.error().code == Errc::conflict) {
       // Refused while running: stop serving at once, then let the node exit.
-      note_failure("the control plane refuses this broker: " + r.error().message);
+      host_.log(LogLevel::error, "broker", "the control plane refuses this broker: " + r.error().message);
+      {
+        std::lock_guard alk(applied_mu_);
+        fenced_ = "the control plane refuses this broker: " + r.error().message;
+      }
       {
         std::unique_lock slk(streams_mu_);
         for (auto& [key, st] : streams_)
@@ -171,19 +175,31 @@ void BrokerRuntime::control_loop() {
     {
       std::unique_lock lk(tasks_mu_);
       // Storage work that failed is tried again when its pause is over, between tasks.
+      // Checked before the queue, so a steady stream of changes cannot starve it.
       bool retry_due = false;
-      while (!stopping_ && tasks_.empty()) {
+      while (!stopping_) {
         if (retry_at_ && std::chrono::steady_clock::now() >= *retry_at_) {
           retry_due = true;
           break;
         }
+        if (!tasks_.empty()) break;
         if (retry_at_) tasks_cv_.wait_until(lk, *retry_at_);
         else tasks_cv_.wait(lk);
       }
       if (stopping_) return;
       if (retry_due) {
         lk.unlock();
-        retry_failed();
+        bool fenced = false;
+        {
+          std::lock_guard alk(applied_mu_);
+          fenced = !fenced_.empty();
+        }
+        if (fenced) {
+          std::lock_guard tlk(tasks_mu_);
+          retry_at_.reset();
+        } else {
+          retry_failed();
+        }
         continue;
       }
       t = std::move(tasks_.front());
@@ -194,6 +210,15 @@ void BrokerRuntime::control_loop() {
           changes.push_back(std::move(tasks_.front().event));
           tasks_.pop_front();
         }
+      }
+    }
+    {
+      // Refused by the control plane: nothing is opened or served again (the node exits).
+      std::unique_lock alk(applied_mu_);
+      if (!fenced_.empty()) {
+        alk.unlock();
+        host_.log(LogLevel::warn, "broker", "fenced by the control plane: a catalog change is not applied");
+        continue;
       }
     }
     if (t.kind == Task::Kind::resync) {
@@ -217,10 +242,18 @@ void BrokerRuntime::note_failure(const std::string& what) {
   failure_ = what;
 }
 
-void BrokerRuntime::note_failure(const StreamKey& key, const std::string& what) {
+void BrokerRuntime::note_failed_delete(const DataDelete& d, const std::string& what) {
   host_.log(LogLevel::error, "broker", what);
   std::lock_guard lk(applied_mu_);
-  name_failures_[key] = what;
+  auto& f = failed_deletes_[d.key];
+  if (f.first.up_to <= d.up_to) f.first = d;  // the highest word covers the lower ones
+  f.second = what;
+}
+
+void BrokerRuntime::note_failed_open(const ShardRef& ref, const std::string& what) {
+  host_.log(LogLevel::error, "broker", what);
+  std::lock_guard lk(applied_mu_);
+  failed_opens_[ref] = what;
 }
 
 void BrokerRuntime::mark_applied(ChangeSeq seq) {
@@ -241,15 +274,20 @@ bool BrokerRuntime::wait_forgotten(const StreamKey& key, Incarnation incarnation
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   std::unique_lock lk(applied_mu_);
   for (;;) {
-    // A change to the streams is made before mark_applied moves applied_: one applied
-    // after `seen` is read wakes the wait below.
+    // A change to the streams is made before mark_applied moves applied_, and a plan marks
+    // its names in progress before it takes them out of service and until its storage work
+    // is done: gone, and not in progress before and after, means the delete is done (a
+    // name leaves service before its data is deleted; answering then let a client see the
+    // data still on disk).
     const ChangeSeq seen = applied_;
+    const std::uint64_t plans = plans_done_;
+    const bool busy_before = applying_.count(key) > 0;
     lk.unlock();
     auto st = find(key);
     const bool gone = !st || st->info.incarnation != incarnation;
     lk.lock();
-    if (gone) return true;
-    if (!applied_cv_.wait_until(lk, deadline, [&] { return applied_ > seen; })) return false;
+    if (gone && !busy_before && !applying_.count(key)) return true;
+    if (!applied_cv_.wait_until(lk, deadline, [&] { return applied_ > seen || plans_done_ != plans; })) return false;
   }
 }
 
@@ -270,14 +308,17 @@ bool BrokerRuntime::ready(std::string* why) {
     return false;
   }
   std::lock_guard lk(applied_mu_);
-  if (!failure_.empty()) {
-    if (why) *why = failure_;
-    return false;
-  }
-  if (!name_failures_.empty()) {
+  for (const auto* f : {&fenced_, &failure_})
+    if (!f->empty()) {
+      if (why) *why = *f;
+      return false;
+    }
+  const std::size_t failed = failed_deletes_.size() + failed_opens_.size();
+  if (failed > 0) {
     if (why) {
-      *why = name_failures_.begin()->second + " (retried";
-      if (name_failures_.size() > 1) *why += "; " + std::to_string(name_failures_.size() - 1) + " more name(s) failed";
+      *why = (!failed_deletes_.empty() ? failed_deletes_.begin()->second.second : failed_opens_.begin()->second) +
+             " (retried";
+      if (failed > 1) *why += "; " + std::to_string(failed - 1) + " more failed";
       *why += ")";
     }
     return false;

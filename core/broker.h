@@ -154,8 +154,8 @@ class BrokerRuntime final : public Node {
 
   // Blocks until this node has applied every change up to `seq`, or the timeout.
   bool wait_applied(ChangeSeq seq, std::int64_t timeout_ms);
-  // Blocks until this node no longer serves `key` at `incarnation` (it applied the delete),
-  // or the timeout. The delete's own change seq is not part of the catalog contract, and a
+  // Blocks until this node no longer serves `key` at `incarnation` and no plan touching the
+  // name is in progress (the delete's storage work is done too), or the timeout. The delete's own change seq is not part of the catalog contract, and a
   // store's status().applied can lag its own commit (postgres-meta learns of it through
   // its feed), so a wait on that returned before the delete was applied.
   bool wait_forgotten(const StreamKey& key, Incarnation incarnation, std::int64_t timeout_ms);
@@ -254,8 +254,9 @@ class BrokerRuntime final : public Node {
   Result<void> resync();
   // The plans of `names` against the image, merged into one (one floors sync).
   ServingPlan plan_names(const std::set<StreamKey>& names);
-  // Plans the names with a noted failure again (a shard that did not open, a delete that
-  // failed), once retry_at_ has come; a failure again doubles the pause, up to 30 s.
+  // Runs the failed deletes again and plans the names of the shards that did not open again,
+  // once retry_at_ has come (even while changes keep arriving); a failure again doubles the
+  // pause, up to 30 s.
   void retry_failed();
   // After a plan: the next retry's time if a name failed, else none.
   void schedule_retry();
@@ -275,12 +276,17 @@ class BrokerRuntime final : public Node {
   void enqueue(Task t);
   void mark_applied(ChangeSeq seq);
   void note_failure(const std::string& what);
-  // A failure of one name's storage work: logged, the node not ready until a plan of the
-  // name carries it out (the retry, a change of the name, or a resync).
-  void note_failure(const StreamKey& key, const std::string& what);
-  // Forgets the noted failures of the names a plan is about to act on (it notes them
-  // again if they fail again).
-  void clear_failures(const ServingPlan& plan);
+  // Storage work that failed for one incarnation (logged; the node is not ready until it is
+  // done, and retry_failed() tries it again). A delete is retried as it was asked, until it
+  // succeeds: a later create of the name does not clear it (the new incarnation is above its
+  // up_to). A shard that did not open is retried while a plan still wants that very shard
+  // (same incarnation) here; see settle_opens().
+  void note_failed_delete(const DataDelete& d, const std::string& what);
+  void note_failed_open(const ShardRef& ref, const std::string& what);
+  // After a plan acted: forgets the failed opens it carried out or no longer wants (another
+  // incarnation, a shard no longer held here, a forgotten name), notes the new ones.
+  void settle_opens(const ServingPlan& plan, const std::map<ShardRef, std::shared_ptr<ShardLog>>& opened,
+                    const std::map<ShardRef, std::string>& open_errors);
   Error no_broker_role() const;
 
   NodeInfo info_;
@@ -308,8 +314,17 @@ class BrokerRuntime final : public Node {
   std::mutex applied_mu_;
   std::condition_variable applied_cv_;
   ChangeSeq applied_{0};
-  std::string failure_;  // non-empty: something could not be applied; not ready
-  std::map<StreamKey, std::string> name_failures_;  // per name, the same (retried)
+  std::string failure_;  // non-empty: something could not be applied; not ready (a resync clears it)
+  std::string fenced_;   // non-empty: the control plane refused this broker; never cleared
+  // What retry_failed() tries again (note_failed_delete, note_failed_open): per name, the
+  // delete that failed and why; per shard incarnation, why it did not open.
+  std::map<StreamKey, std::pair<DataDelete, std::string>> failed_deletes_;
+  std::map<ShardRef, std::string> failed_opens_;
+  // Names a plan is acting on (from before it takes them out of service until its storage
+  // work is done), and how many plans have finished: wait_forgotten's "done" (a name leaves
+  // service before its data is deleted).
+  std::map<StreamKey, int> applying_;
+  std::uint64_t plans_done_ = 0;
   // Guarded by tasks_mu_: when retry_failed() runs next on the control thread (none while
   // nothing failed), and the pause before it.
   std::optional<std::chrono::steady_clock::time_point> retry_at_;

@@ -40,6 +40,9 @@ Result<std::shared_ptr<ShardLog>> BrokerRuntime::find_shard(const StreamKey& key
     NodeId leader{0};
     for (const auto& a : st->assignments)
       if (a.shard == shard) leader = a.leader;
+    // Led here but not open (it failed to open, or is opening): the same answer a direct
+    // call gets, not not_leader naming this node.
+    if (leader == info_.node_id) return not_led_here(*st, key, shard.value());
     return Error(Errc::not_leader, "shard " + std::to_string(shard.value()) + " of " + key.to_string() +
                                        " is led by broker " + std::to_string(leader.value()) +
                                        ", not by this node (" + std::to_string(info_.node_id.value()) + ")");
@@ -334,7 +337,11 @@ void BrokerRuntime::publish(const StreamKey& key, const std::vector<PublishRecor
                           ar.base_offset = Offset{rd.u64()};
                           ar.count = rd.u32();
                           ar.duplicate = rd.u8() != 0;
-                          if (auto c = rd.check("publish answer"); !c) return complete(s, c.error());
+                          // The leader answered, so it may have appended: not "nothing written".
+                          if (auto c = rd.check("publish answer"); !c)
+                            return complete(s, Error(Errc::internal,
+                                                     c.error().message + " (the batch may have been appended)",
+                                                     Outcome::uncertain));
                           complete(s, ar);
                         });
   }
@@ -552,7 +559,8 @@ Result<std::uint64_t> BrokerRuntime::replay_dead_letters(const StreamKey& key, S
   if (!a) return a.error();
   fwd::Reader rd(*a);
   const std::uint64_t n = rd.u64();
-  if (auto c = rd.check("replay answer"); !c) return c.error();
+  if (auto c = rd.check("replay answer"); !c)
+    return Error(Errc::internal, c.error().message + " (the records may have been replayed)", Outcome::uncertain);
   return n;
 }
 

@@ -62,8 +62,14 @@ Result<void> BrokerRuntime::delete_data(const DataDelete& d) {
   if (!storage_) return {};
   auto r = storage_->delete_incarnations(d.key, d.up_to);
   if (!r) {
-    note_failure(d.key, "cannot delete data of " + d.key.to_string() + ": " + r.error().message);
+    note_failed_delete(d, "cannot delete data of " + d.key.to_string() + " (incarnations up to " +
+                              std::to_string(d.up_to.value()) + "): " + r.error().message);
     return r.error();
+  }
+  {
+    std::lock_guard lk(applied_mu_);
+    auto it = failed_deletes_.find(d.key);
+    if (it != failed_deletes_.end() && it->second.first.up_to <= d.up_to) failed_deletes_.erase(it);
   }
   if (r.value() > 0) {
     m_deleted_dirs_.fetch_add(r.value(), std::memory_order_relaxed);
@@ -76,6 +82,28 @@ Result<void> BrokerRuntime::delete_data(const DataDelete& d) {
 
 Result<void> BrokerRuntime::apply_plan(const ServingPlan& plan, Registration registration) {
   const bool at_start = registration == Registration::at_start;
+  // The names this plan acts on are "in progress" until it returns (wait_forgotten).
+  std::set<StreamKey> acting(plan.forget.begin(), plan.forget.end());
+  for (const auto& c : plan.close) acting.insert(c.ref.stream);
+  for (const auto& d : plan.remove) acting.insert(d.key);
+  for (const auto& [k, sv] : plan.streams) acting.insert(k);
+  {
+    std::lock_guard lk(applied_mu_);
+    for (const auto& k : acting) ++applying_[k];
+  }
+  struct Done {
+    BrokerRuntime* b;
+    const std::set<StreamKey>& names;
+    ~Done() {
+      {
+        std::lock_guard lk(b->applied_mu_);
+        for (const auto& k : names)
+          if (auto it = b->applying_.find(k); it != b->applying_.end() && --it->second == 0) b->applying_.erase(it);
+        ++b->plans_done_;
+      }
+      b->applied_cv_.notify_all();
+    }
+  } done{this, acting};
   // 1. The floors are durable before anything is acted on: a crash or a restored control
   //    plane afterwards cannot undo them.
   if (!plan.floors.empty() && storage_) {
@@ -114,6 +142,7 @@ Result<void> BrokerRuntime::apply_plan(const ServingPlan& plan, Registration reg
       keep->held = old.held;
       keep->shards = old.shards;
       keep->sticky.store(old.sticky.load(std::memory_order_relaxed), std::memory_order_relaxed);
+      keep->open_failed = old.open_failed;  // still answered with its reason meanwhile
       for (const auto& c : plan.close)
         if (c.ref.stream == k && c.ref.incarnation == old.info.incarnation) {
           const auto i = c.ref.shard.value();
@@ -124,7 +153,6 @@ Result<void> BrokerRuntime::apply_plan(const ServingPlan& plan, Registration reg
     }
   }
   for (const auto& c : plan.close) close_shard(c);
-  clear_failures(plan);
   std::map<ShardRef, std::shared_ptr<ShardLog>> opened;
   std::map<ShardRef, std::string> open_errors;  // shards that did not open: served by no one here
   if (at_start) {
@@ -147,7 +175,6 @@ Result<void> BrokerRuntime::apply_plan(const ServingPlan& plan, Registration reg
                      log.error().outcome);
       if (!log) {
         open_errors[o.ref] = log.error().message;
-        note_failure(o.ref.stream, "cannot open shard " + o.ref.to_string() + ": " + log.error().message);
         continue;
       }
       opened[o.ref] = std::move(log.value());
@@ -158,6 +185,7 @@ Result<void> BrokerRuntime::apply_plan(const ServingPlan& plan, Registration reg
     // names then overlap instead of queueing behind one another on this thread).
     act_per_name(plan, opened, open_errors);
   }
+  settle_opens(plan, opened, open_errors);
   // Install what each name is served as.
   for (const auto& [key, sv] : plan.streams) {
     auto prior = before.find(key);
@@ -238,7 +266,6 @@ void BrokerRuntime::act_per_name(const ServingPlan& plan, std::map<ShardRef, std
       for (const auto* o : w->open) {
         auto log = storage_->open_shard(o->ref, plan.streams.at(*key).info.spec);
         if (!log) {
-          note_failure(*key, "cannot open shard " + o->ref.to_string() + ": " + log.error().message);
           std::lock_guard lk(mu);
           open_errors[o->ref] = log.error().message;
           continue;
@@ -326,7 +353,8 @@ Result<void> BrokerRuntime::resync() {
     // again if it fails again).
     std::lock_guard lk(applied_mu_);
     failure_.clear();
-    name_failures_.clear();
+    failed_deletes_.clear();  // the whole plan deletes every word again
+    failed_opens_.clear();
   }
   if (auto r = apply_plan(plan, registration); !r) {
     if (!started_) return r;
@@ -421,19 +449,32 @@ ServingPlan BrokerRuntime::plan_names(const std::set<StreamKey>& names) {
   return merged;
 }
 
-void BrokerRuntime::clear_failures(const ServingPlan& plan) {
+void BrokerRuntime::settle_opens(const ServingPlan& plan,
+                                 const std::map<ShardRef, std::shared_ptr<ShardLog>>& opened,
+                                 const std::map<ShardRef, std::string>& open_errors) {
+  for (const auto& [ref, why] : open_errors) note_failed_open(ref, "cannot open shard " + ref.to_string() + ": " + why);
   std::lock_guard lk(applied_mu_);
-  if (name_failures_.empty()) return;
-  for (const auto& [key, sv] : plan.streams) name_failures_.erase(key);
-  for (const auto& key : plan.forget) name_failures_.erase(key);
-  for (const auto& d : plan.remove) name_failures_.erase(d.key);
+  const std::set<StreamKey> forget(plan.forget.begin(), plan.forget.end());
+  for (auto it = failed_opens_.begin(); it != failed_opens_.end();) {
+    const ShardRef& ref = it->first;
+    bool drop = false;
+    if (forget.count(ref.stream)) {
+      drop = true;
+    } else if (auto sv = plan.streams.find(ref.stream); sv != plan.streams.end()) {
+      const auto i = ref.shard.value();
+      const bool wanted = sv->second.info.incarnation == ref.incarnation && i < sv->second.hold.size() &&
+                          sv->second.hold[i];
+      drop = !wanted || opened.count(ref);
+    }
+    it = drop ? failed_opens_.erase(it) : std::next(it);
+  }
 }
 
 void BrokerRuntime::schedule_retry() {
   bool failed = false;
   {
     std::lock_guard lk(applied_mu_);
-    failed = !name_failures_.empty();
+    failed = !failed_deletes_.empty() || !failed_opens_.empty();
   }
   {
     std::lock_guard lk(tasks_mu_);
@@ -443,7 +484,7 @@ void BrokerRuntime::schedule_retry() {
       return;
     }
     if (retry_at_) return;  // already set: a plan between retries does not push it back
-    retry_pause_ = std::clamp(retry_pause_ * 2, opts_.retry_min_ms, std::chrono::milliseconds(30000));
+    retry_pause_ = std::min(std::max(retry_pause_ * 2, opts_.retry_min_ms), std::chrono::milliseconds(30000));
     retry_at_ = std::chrono::steady_clock::now() + retry_pause_;
   }
   tasks_cv_.notify_all();  // start() schedules from its own thread: the control loop waits
@@ -455,19 +496,27 @@ void BrokerRuntime::retry_failed() {
     retry_at_.reset();
   }
   if (resync_pending_) return;  // the queued resync plans every name
+  std::vector<DataDelete> deletes;
   std::set<StreamKey> names;
   {
     std::lock_guard lk(applied_mu_);
-    for (const auto& [key, why] : name_failures_) names.insert(key);
+    for (const auto& [key, d] : failed_deletes_) deletes.push_back(d.first);
+    for (const auto& [ref, why] : failed_opens_) names.insert(ref.stream);
   }
-  if (names.empty()) return;
-  host_.log(LogLevel::info, "broker", "retrying the storage work that failed for " + std::to_string(names.size()) +
-                                          " name(s)");
-  if (auto r = apply_plan(plan_names(names), Registration::done); !r) {
-    resync_pending_ = true;
-    enqueue({Task::Kind::resync, {}});
-    return;
-  }
+  if (deletes.empty() && names.empty()) return;
+  host_.log(LogLevel::info, "broker",
+            "retrying the storage work that failed: " + std::to_string(deletes.size()) + " delete(s), shards of " +
+                std::to_string(names.size()) + " name(s) to open");
+  // A delete is retried as it was asked: its floor is already saved, so a plan of the name
+  // would not ask for it again. It covers only incarnations up to its word, which nothing
+  // serves any more.
+  for (const auto& d : deletes) (void)delete_data(d);
+  if (!names.empty())
+    if (auto r = apply_plan(plan_names(names), Registration::done); !r) {
+      resync_pending_ = true;
+      enqueue({Task::Kind::resync, {}});
+      return;
+    }
   schedule_retry();
 }
 

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <future>
 
 #include "broker_test_support.h"
 
@@ -231,6 +232,56 @@ TEST(Broker, a_delete_answers_once_this_broker_no_longer_serves_the_incarnation)
   b->stop();
 }
 
+// Regression (CI): the wait above ended once the name left service, which a plan does
+// before it deletes the data: the DELETE answered while the old incarnation's directories
+// were still on disk (test_incarnations saw them). It answers once the plan is done.
+TEST(Broker, a_delete_answers_only_after_the_data_is_deleted) {
+  sluice::testing::TestHost host;
+  ScriptedCatalog cat;
+  fs_storage::FsStorageEngine storage(host, std::make_shared<fs_storage::PosixFileSystem>());
+  std::promise<void> release;
+  std::shared_future<void> released = release.get_future().share();
+  std::atomic<bool> reached{false};
+  storage.set_delete_step_hook([&](std::string_view step) {
+    if (step == "storage.delete.after_marker") {
+      reached = true;
+      released.wait();  // the delete is in progress: its marker is written, nothing moved yet
+    }
+    return false;
+  });
+  struct Release {
+    std::promise<void>& p;
+    ~Release() {
+      try {
+        p.set_value();
+      } catch (...) {
+      }
+    }
+  } release_on_exit{release};
+  cat.set_snapshot(catalog_with(10, I1));
+  auto b = make_broker(host, cat, storage);
+  ASSERT_TRUE(b->start());
+  auto info = b->stream(K);
+  ASSERT_TRUE(info);
+  ChangeEvent ev{};
+  ev.kind = ChangeEvent::Kind::stream_deleted;
+  ev.seq = ChangeSeq{11};
+  ev.stream = *info;
+  ev.assignments = catalog_with(10, I1).assignments;
+  ev.tombstone = Tombstone{K, Incarnation{I1}, ChangeSeq{11}};
+  cat.emit(ev);
+  ASSERT_TRUE(eventually([&] { return reached.load(); }));
+  EXPECT_FALSE(b->stream(K)) << "out of service before its data is deleted";
+  // The DELETE's wait starts now, with the name already out of service.
+  PendingDelete del(*b, cat, K, *info);
+  EXPECT_FALSE(del.answered_early()) << "the delete answered while its data was being deleted";
+  release.set_value();
+  del.join();
+  ASSERT_TRUE(del.result) << del.result.error().to_string();
+  EXPECT_FALSE(held_on_disk(storage, I1));
+  b->stop();
+}
+
 // Review finding on the fix above: a broker whose catalog feed had not delivered the create
 // yet held nothing under the name, and the wait ended at once; it then opened the stream
 // and served it until the delete arrived. The delete waits for the create first.
@@ -340,6 +391,84 @@ TEST(Broker, a_shard_that_does_not_open_is_retried_and_its_siblings_serve) {
       << "shard 1 was never opened again";
   EXPECT_TRUE(eventually([&] { return b->ready(nullptr); }));
   EXPECT_TRUE(b->fetch(K, ShardIndex{0}, Offset{0}, 10, 1 << 20));
+  b->stop();
+}
+
+// Regression (review): a delete of a name's data that failed was "retried" by planning the
+// name again, but its floor was already saved, so that plan asked for no delete: the data
+// stayed and the node stayed not ready. A recreate of the name cleared the failure (the
+// failures were per name), leaving the old incarnation's data on disk for good. A failed
+// delete is now retried as it was asked, whatever happens to the name meanwhile.
+TEST(Broker, a_failed_delete_is_retried_as_asked_even_after_the_name_is_recreated) {
+  sluice::testing::TestHost host;
+  ScriptedCatalog cat;
+  fs_storage::FsStorageEngine storage(host, std::make_shared<fs_storage::PosixFileSystem>());
+  std::atomic<int> failures{1};
+  storage.set_delete_step_hook([&](std::string_view step) {
+    return step == "storage.delete.after_marker" && failures.fetch_sub(1) > 0;
+  });
+  cat.set_snapshot(catalog_with(10, I1));
+  NodeInfo info;
+  info.node_id = NodeId{1};
+  BrokerOptions opts;
+  opts.heartbeat_interval_ms = 600000;
+  opts.retry_min_ms = std::chrono::milliseconds(50);
+  auto b = std::make_unique<BrokerRuntime>(info, cat, &storage, opts, host);
+  ASSERT_TRUE(b->start());
+  ASSERT_TRUE(held_on_disk(storage, I1));
+
+  ChangeEvent del{};
+  del.kind = ChangeEvent::Kind::stream_deleted;
+  del.seq = ChangeSeq{11};
+  del.stream = catalog_with(10, I1).streams[0];
+  del.assignments = catalog_with(10, I1).assignments;
+  del.tombstone = Tombstone{K, Incarnation{I1}, ChangeSeq{11}};
+  cat.emit(del);
+  ASSERT_TRUE(eventually([&] { return host.logged("cannot delete data of t/n/s"); }));
+  std::string why;
+  EXPECT_FALSE(b->ready(&why));
+  EXPECT_NE(why.find("cannot delete data"), std::string::npos) << why;
+
+  ChangeEvent again{};
+  again.kind = ChangeEvent::Kind::stream_created;
+  again.seq = ChangeSeq{12};
+  again.stream = catalog_with(12, I2).streams[0];
+  again.assignments = catalog_with(12, I2).assignments;
+  cat.emit(again);
+  ASSERT_TRUE(eventually([&] { return fetch_answer(*b) == "served"; }));
+  EXPECT_TRUE(eventually([&] { return !held_on_disk(storage, I1); }))
+      << "the deleted incarnation's data was never deleted";
+  EXPECT_TRUE(eventually([&] { return b->ready(nullptr); }));
+  EXPECT_TRUE(held_on_disk(storage, I2));
+  EXPECT_EQ(failures.load(), 0) << "the delete never failed: the test tested nothing";
+  b->stop();
+}
+
+// Regression (review): a resync cleared every noted failure, the fencing too: a broker the
+// control plane refused reported ready again and reopened its shards if a resync was queued
+// before the node exited.
+TEST(Broker, a_fenced_broker_stays_not_ready_and_serves_nothing_after_a_resync) {
+  sluice::testing::TestHost host;
+  ScriptedCatalog cat;
+  fs_storage::FsStorageEngine storage(host, std::make_shared<fs_storage::PosixFileSystem>());
+  cat.set_snapshot(catalog_with(10, I1));
+  NodeInfo info;
+  info.node_id = NodeId{1};
+  BrokerOptions opts;
+  opts.heartbeat_interval_ms = 20;
+  std::atomic<bool> fenced{false};
+  opts.on_fenced = [&](const std::string&) { fenced = true; };
+  auto b = std::make_unique<BrokerRuntime>(info, cat, &storage, opts, host);
+  ASSERT_TRUE(b->start());
+  ASSERT_EQ(fetch_answer(*b), "served");
+  cat.refuse_heartbeats = true;
+  ASSERT_TRUE(eventually([&] { return fenced.load(); }));
+  cat.force_resync();
+  ASSERT_TRUE(eventually([&] { return host.logged("fenced by the control plane: a catalog change is not applied"); }));
+  std::string why;
+  EXPECT_FALSE(b->ready(&why));
+  EXPECT_NE(why.find("refuses this broker"), std::string::npos) << why;
+  EXPECT_NE(fetch_answer(*b), "served");
   b->stop();
 }
 

@@ -89,7 +89,11 @@ class ScriptedCatalog final : public MetadataStore {
     ASSERT_TRUE(f) << "the broker is not watching";
     f(ev);
   }
-  Result<void> heartbeat_broker(NodeId) override { return {}; }
+  std::atomic<bool> refuse_heartbeats{false};  // set by a test: heartbeats answer conflict (fenced)
+  Result<void> heartbeat_broker(NodeId) override {
+    if (refuse_heartbeats) return Error(Errc::conflict, "scripted: this broker is fenced");
+    return {};
+  }
   std::unique_ptr<WatchHandle> watch(ChangeSeq, std::function<void(const ChangeEvent&)> on_change,
                                      std::function<void()> resync) override {
     std::lock_guard lk(mu_);

@@ -2,6 +2,9 @@
 // and the real fs-storage engine.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+
 #include "broker_test_support.h"
 #include "forwarding.h"
 
@@ -354,6 +357,24 @@ TEST(Forwarding, a_shard_without_a_leader_is_shard_unavailable) {
   EXPECT_EQ(r.error().code, Errc::shard_unavailable);
   EXPECT_NE(r.error().message.find("shard 1"), std::string::npos) << r.error().message;
   EXPECT_EQ(p.b1->leader_address(K, ShardIndex{1}), "");
+}
+
+// Regression (review): a call forwarded to the leader of a shard the leader could not open
+// answered not_leader, naming the leader itself as the leader; a direct call there answered
+// shard_unavailable with the reason. Both now answer the same.
+TEST(Forwarding, a_call_forwarded_to_a_leader_that_could_not_open_the_shard_is_shard_unavailable) {
+  Pair p;
+  auto dir = p.storage2->shard_directory(ShardRef{K, ShardIndex{1}, Incarnation{I1}});
+  ASSERT_TRUE(dir) << dir.error().to_string();
+  std::filesystem::create_directories(std::filesystem::path(*dir).parent_path());
+  std::ofstream(*dir) << "in the way";  // shard 1's open fails on broker 2
+  ASSERT_TRUE(p.b1->start());
+  ASSERT_TRUE(p.b2->start());
+  auto r = p.b1->fetch(K, ShardIndex{1}, Offset{0}, 10, 1 << 20);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::shard_unavailable) << r.error().to_string();
+  EXPECT_NE(r.error().message.find("could not open it"), std::string::npos) << r.error().message;
+  EXPECT_EQ(p.net.requests(fwd::kFetch), 1);
 }
 
 // Regression (review): a publish over two shards whose first answer was "transient,
