@@ -1,5 +1,7 @@
 #include "forwarding.h"
 
+#include <cstdio>
+
 #include <pthread.h>
 
 namespace sluice::core::fwd {
@@ -181,6 +183,20 @@ void Timers::cancel(std::uint64_t id) {
   when_.erase(w);
 }
 
+namespace {
+// A task that throws must not take the broker down with it (std::terminate from a thread):
+// it is reported on stderr (the journal) and the thread goes on with the next one.
+void run_guarded(const std::function<void()>& fn, const char* what) {
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "sluiced: a %s threw: %s\n", what, e.what());
+  } catch (...) {
+    std::fprintf(stderr, "sluiced: a %s threw\n", what);
+  }
+}
+}  // namespace
+
 void Timers::loop() {
   std::unique_lock lk(mu_);
   while (!stop_) {
@@ -197,7 +213,7 @@ void Timers::loop() {
     when_.erase(q_.begin()->second.first);
     q_.erase(q_.begin());
     lk.unlock();
-    fn();
+    run_guarded(fn, "forwarding timer");
     fn = nullptr;
     lk.lock();
   }
@@ -214,7 +230,7 @@ Workers::Workers(int n) {
         auto fn = std::move(q_.front());
         q_.pop_front();
         lk.unlock();
-        fn();
+        run_guarded(fn, "forwarded call");  // its caller times out (uncertain) if it never answered
         fn = nullptr;
         lk.lock();
       }

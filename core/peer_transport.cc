@@ -41,6 +41,8 @@ namespace sluice::core {
 using namespace peerwire;
 
 namespace {
+// What one connection may hold queued for a peer that does not read (several maximal frames).
+constexpr std::size_t kMaxQueuedBytes = std::size_t{256} << 20;
 
 std::string type_name(PeerMessageType t) {
   char buf[16];
@@ -208,6 +210,17 @@ struct AsioPeerTransport::Impl : std::enable_shared_from_this<Impl> {
 
   // I/O thread only.
   std::map<NodeId, std::shared_ptr<Conn>> outgoing;
+  // A peer whose last connection failed before its hello (refused, no route, TLS or cluster
+  // id refused): no new connection before `until`, and requests meanwhile fail at once with
+  // the last reason (transient: nothing was sent), so a dead or misconfigured peer costs
+  // each call nothing instead of a connect, a handshake and a log line. The pause doubles
+  // from 50 ms to 2 s; a hello resets it.
+  struct Backoff {
+    std::chrono::steady_clock::time_point until;
+    std::chrono::milliseconds pause{0};
+    Error last{Errc::unavailable, ""};
+  };
+  std::map<NodeId, Backoff> backoff;
   std::set<std::shared_ptr<Conn>> conns;
   std::uint64_t next_id = 1;
   Failpoints failpoints;
@@ -221,6 +234,17 @@ struct AsioPeerTransport::Impl : std::enable_shared_from_this<Impl> {
   }
 
   void log(LogLevel level, const std::string& msg) { opts.log(level, msg); }
+  // Runs a request's callback; one that throws is logged, and whatever the caller was doing
+  // (the other callbacks of a closing connection, re-arming the read) carries on.
+  void deliver(PeerCallback& cb, Result<std::string> r) {
+    try {
+      cb(std::move(r));
+    } catch (const std::exception& e) {
+      log(LogLevel::error, std::string("a peer request's callback threw: ") + e.what());
+    } catch (...) {
+      log(LogLevel::error, "a peer request's callback threw");
+    }
+  }
   Hello own_hello() const { return Hello{opts.self, opts.cluster_id, opts.directory_id}; }
 
   void accept();
@@ -256,6 +280,9 @@ struct Conn : std::enable_shared_from_this<Conn> {
   unsigned char hdr[kHeaderBytes];
   std::string body;
   std::deque<OutFrame> wq;  // a frame's header and payload go out as two buffers (no copy)
+  // Bytes in wq and unsent: a peer that stops reading holds at most kMaxQueuedBytes of this
+  // node's memory (further requests fail at once, transient).
+  std::size_t queued = 0;
   bool writing = false;
   std::map<std::uint64_t, Pending> pending;        // outgoing requests awaiting an answer
   std::deque<std::pair<std::uint64_t, OutFrame>> unsent;  // queued until the hello
@@ -282,6 +309,11 @@ struct Conn : std::enable_shared_from_this<Conn> {
     ::setsockopt(sock.native_handle(), IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
     ::setsockopt(sock.native_handle(), IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
     ::setsockopt(sock.native_handle(), IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
+    // Keepalive probes only an idle connection. With requests in flight (unacknowledged
+    // bytes) the kernel would retransmit for about 15 minutes (tcp_retries2) before giving
+    // up; this bounds that to 30 s as well.
+    const unsigned user_timeout_ms = 30000;
+    ::setsockopt(sock.native_handle(), IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof user_timeout_ms);
     if (!outgoing) arm_setup_timer();  // an outgoing one armed it before connecting
     tls_ctx = t.tls_context();
     if (!tls_ctx) return start_hello();
@@ -352,11 +384,17 @@ struct Conn : std::enable_shared_from_this<Conn> {
 
   void enqueue(OutFrame frame) {
     if (state == State::closed) return;
+    queued += kHeaderBytes + frame.payload.size();
     wq.push_back(std::move(frame));
     if (!writing) write_next();
   }
 
   void write_next() {
+    while (!wq.empty() && wq.front().dropped) wq.pop_front();
+    if (wq.empty()) {
+      writing = false;
+      return;
+    }
     writing = true;
     const auto& f = wq.front();
     const std::array<asio::const_buffer, 2> bufs{asio::buffer(f.header), asio::buffer(f.payload)};
@@ -369,9 +407,30 @@ struct Conn : std::enable_shared_from_this<Conn> {
                                       self->lost("the connection failed: " + ec.message()));
                           return;
                         }
+                        self->queued -= kHeaderBytes + self->wq.front().payload.size();
                         self->wq.pop_front();
                         if (!self->wq.empty()) self->write_next();
                       });
+  }
+
+  // A request that timed out: its frame is not sent if it is still queued (the one being
+  // written, if it is that one, goes out whole).
+  void forget_frame(std::uint64_t id) {
+    for (auto it = unsent.begin(); it != unsent.end(); ++it)
+      if (it->first == id) {
+        queued -= kHeaderBytes + it->second.payload.size();
+        unsent.erase(it);
+        return;
+      }
+    // Marked, not erased: erasing from a deque may move the frame being written, whose
+    // buffers the write holds.
+    for (auto it = wq.begin() + (writing && !wq.empty() ? 1 : 0); it != wq.end(); ++it)
+      if (it->request == id && !it->dropped) {
+        queued -= kHeaderBytes + it->payload.size();
+        it->dropped = true;
+        it->payload = std::string();
+        return;
+      }
   }
 
   Error lost(const std::string& why) const {
@@ -410,23 +469,33 @@ struct Conn : std::enable_shared_from_this<Conn> {
             lost("it sent a malformed frame"));
       return;
     }
-    body.assign(h->payload_len, '\0');
+    body.clear();
     if (h->payload_len == 0) {
       on_frame(*h);
       return;
     }
-    io_read(asio::buffer(body.data(), body.size()),
-                     [self = shared_from_this(), hh = *h](const boost::system::error_code& ec, std::size_t n) {
-                       if (self->state == State::closed) return;
-                       if (ec) {
-                         self->close(LogLevel::warn,
-                                     "truncated frame: " + std::to_string(n) + " of " +
-                                         std::to_string(hh.payload_len) + " payload bytes, then " + ec.message(),
-                                     self->lost("the connection was closed"));
-                         return;
-                       }
-                       self->on_frame(hh);
-                     });
+    read_body(*h, 0);
+  }
+
+  // The payload, into a buffer that grows with the bytes that came (1 MiB, then doubling):
+  // a header alone claiming 64 MiB does not make this node allocate and zero 64 MiB.
+  void read_body(const Header& h, std::size_t have) {
+    constexpr std::size_t kFirstChunk = std::size_t{1} << 20;
+    const std::size_t want = std::min<std::size_t>(h.payload_len, std::max(have * 2, kFirstChunk));
+    body.resize(want);
+    io_read(asio::buffer(body.data() + have, want - have),
+            [self = shared_from_this(), h, have, want](const boost::system::error_code& ec, std::size_t n) {
+              if (self->state == State::closed) return;
+              if (ec) {
+                self->close(LogLevel::warn,
+                            "truncated frame: " + std::to_string(have + n) + " of " + std::to_string(h.payload_len) +
+                                " payload bytes, then " + ec.message(),
+                            self->lost("the connection was closed"));
+                return;
+              }
+              if (want < h.payload_len) return self->read_body(h, want);
+              self->on_frame(h);
+            });
   }
 
   void on_frame(const Header& h) {
@@ -461,9 +530,11 @@ struct Conn : std::enable_shared_from_this<Conn> {
       }
       state = State::ready;
       hello_timer.cancel();
+      if (outgoing) t.backoff.erase(target);
       while (!unsent.empty()) {
         auto [id, frame] = std::move(unsent.front());
         unsent.pop_front();
+        queued -= kHeaderBytes + frame.payload.size();
         if (auto it = pending.find(id); it != pending.end()) {
           it->second.sent = true;
           send(std::move(frame));
@@ -483,9 +554,9 @@ struct Conn : std::enable_shared_from_this<Conn> {
         pending.erase(it);
         p.timer->cancel();
         if (h.flags & kFlagError)
-          p.cb(decode_error(body));
+          t.deliver(p.cb, decode_error(body));
         else
-          p.cb(std::move(body));
+          t.deliver(p.cb, std::move(body));
       }
     } else {
       t.serve(shared_from_this(), h, std::move(body));
@@ -509,16 +580,23 @@ struct Conn : std::enable_shared_from_this<Conn> {
     if (outgoing) {
       auto it = t.outgoing.find(target);
       if (it != t.outgoing.end() && it->second == self) t.outgoing.erase(it);
+      if (was != State::ready && target.value() != 0 && !t.stopped) {
+        auto& b = t.backoff[target];
+        b.pause = std::min(std::max(b.pause * 2, std::chrono::milliseconds(50)), std::chrono::milliseconds(2000));
+        b.until = std::chrono::steady_clock::now() + b.pause;
+        b.last = why;
+      }
     }
     auto pend = std::move(pending);
     pending.clear();
     unsent.clear();
     wq.clear();
+    queued = 0;
     for (auto& [id, p] : pend) {
       p.timer->cancel();
       Error e = why;
       if (why.code == Errc::unavailable) e.outcome = p.sent ? Outcome::uncertain : Outcome::transient;
-      p.cb(std::move(e));
+      t.deliver(p.cb, std::move(e));
     }
   }
 };
@@ -566,6 +644,19 @@ void AsioPeerTransport::Impl::do_request(NodeId peer, PeerMessageType type, std:
              Outcome::transient));
     return;
   }
+  if (!outgoing.count(peer))
+    if (auto b = backoff.find(peer); b != backoff.end()) {
+      const auto now = std::chrono::steady_clock::now();
+      if (now < b->second.until) {
+        Error e = b->second.last;
+        e.outcome = Outcome::transient;  // nothing was sent
+        e.message += " (the next attempt to connect is in " +
+                     std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(b->second.until - now).count() + 1) +
+                     " ms)";
+        deliver(cb, std::move(e));
+        return;
+      }
+    }
   std::shared_ptr<Conn> c;
   if (auto it = outgoing.find(peer); it != outgoing.end()) {
     c = it->second;
@@ -611,6 +702,13 @@ void AsioPeerTransport::Impl::do_request(NodeId peer, PeerMessageType type, std:
           });
     }
   }
+  if (c->queued > 0 && c->queued + kHeaderBytes + payload.size() > kMaxQueuedBytes) {
+    deliver(cb, Error(Errc::unavailable,
+                      c->peer_name() + " at " + c->address + " is not taking requests: " +
+                          std::to_string(c->queued >> 20) + " MiB are queued for it",
+                      Outcome::transient));
+    return;
+  }
   const std::uint64_t id = next_id++;
   Conn::Pending p;
   p.cb = std::move(cb);
@@ -624,16 +722,19 @@ void AsioPeerTransport::Impl::do_request(NodeId peer, PeerMessageType type, std:
     if (it == c->pending.end()) return;
     auto pp = std::move(it->second);
     c->pending.erase(it);
-    pp.cb(Error(Errc::timeout, "peer " + std::to_string(peer.value()) + " did not answer a request of type " +
+    c->forget_frame(id);
+    c->t.deliver(pp.cb, Error(Errc::timeout, "peer " + std::to_string(peer.value()) + " did not answer a request of type " +
                                    type_name(type) + " within " + std::to_string(timeout.count()) + " ms"));
   });
   OutFrame frame = make_frame(Header{0, type, id, 0}, std::move(payload));
+  frame.request = id;
   if (c->state == Conn::State::ready) {
     p.sent = true;
     c->pending.emplace(id, std::move(p));
     c->send(std::move(frame));
   } else {
     c->pending.emplace(id, std::move(p));
+    c->queued += kHeaderBytes + frame.payload.size();
     c->unsent.emplace_back(id, std::move(frame));
   }
 }

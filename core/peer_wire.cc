@@ -116,13 +116,20 @@ std::string encode_error(const Error& e) {
 }
 
 Error decode_error(std::string_view s) {
-  if (s.size() < 3) return Error(Errc::internal, "the peer sent a malformed error answer");
+  // What the peer did is unknown unless its answer says: uncertain (a client that retries
+  // must not take "nothing happened" for granted and duplicate a write).
+  if (s.size() < 3) return Error(Errc::internal, "the peer sent a malformed error answer", Outcome::uncertain);
   const auto* p = reinterpret_cast<const unsigned char*>(s.data());
   const auto code = get_le(p, 2);
   const auto outcome = p[2];
-  if (code > static_cast<std::uint16_t>(Errc::shard_unavailable) || outcome > static_cast<int>(Outcome::uncertain))
-    return Error(Errc::internal, "the peer answered an error this build does not know (code " +
-                                     std::to_string(code) + "): " + std::string(s.substr(3)));
+  const bool known_outcome = outcome <= static_cast<int>(Outcome::uncertain);
+  if (code > static_cast<std::uint16_t>(Errc::shard_unavailable) || !known_outcome)
+    // A newer peer (a rolling upgrade) may answer a code this build does not know; its
+    // outcome byte still says what happened, when this build knows that one.
+    return Error(Errc::internal,
+                 "the peer answered an error this build does not know (code " + std::to_string(code) + "): " +
+                     std::string(s.substr(3)),
+                 known_outcome ? static_cast<Outcome>(outcome) : Outcome::uncertain);
   return Error(static_cast<Errc>(code), std::string(s.substr(3)), static_cast<Outcome>(outcome));
 }
 }  // namespace peerwire

@@ -49,6 +49,8 @@ struct Hello {
 struct OutFrame {
   std::array<unsigned char, kHeaderBytes> header{};
   std::string payload;
+  std::uint64_t request = 0;  // an outgoing request's id (0: a hello or an answer)
+  bool dropped = false;       // its request timed out before it was written: skipped
 };
 OutFrame make_frame(const Header& h, std::string payload);            // sets payload_len
 std::string encode_frame(const Header& h, std::string_view payload);  // the same, as one string

@@ -1,0 +1,166 @@
+// The peer transport's limits and failure handling (core/peer_transport.cc): reconnect
+// backoff, the per-connection queue bound, callbacks that throw, and error answers from a
+// newer peer. Findings of a review; each test fails with its fix reverted.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <memory>
+
+#include "peer_test_support.h"
+#include "peer_wire.h"
+
+namespace {
+
+std::uint16_t free_port() {
+  asio::io_context io;
+  tcp::acceptor acc(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+  return acc.local_endpoint().port();
+}  // closed: nothing listens there
+
+}  // namespace
+
+// A peer that refuses connections cost every call a connect (and a log line): a connect
+// storm under load. After a failed connect, calls fail at once (transient, naming the last
+// reason) until a pause is over, and the peer is reached again once it is back.
+TEST(PeerTransportLimits, AFailedConnectBacksOffThenThePeerIsReachedAgain) {
+  TestNode a(1);
+  TestNode b(2);
+  echo_handler(*b.t);
+  a.dir->set_static({{NodeId{2}, "127.0.0.1:" + std::to_string(free_port())}});
+  int backed_off = 0;
+  for (int i = 0; i < 12 && backed_off == 0; ++i) {
+    Answer ans;
+    a.t->request(NodeId{2}, kEcho, "x", 10s, ans.cb());
+    auto r = ans.get();
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.error().code, Errc::unavailable) << r.error().to_string();
+    EXPECT_NE(r.error().outcome, Outcome::uncertain) << "nothing was sent";
+    if (r.error().message.find("the next attempt to connect is in") != std::string::npos) {
+      ++backed_off;
+      EXPECT_NE(r.error().message.find("cannot connect"), std::string::npos) << "names the last reason: "
+                                                                              << r.error().message;
+      EXPECT_EQ(r.error().outcome, Outcome::transient);
+    }
+  }
+  // The pause doubles from 50 ms to 2 s, so a call right after a failure meets it well
+  // before twelve attempts.
+  EXPECT_EQ(backed_off, 1) << a.log->all();
+  // The peer is back (at its address): reached once the pause is over.
+  a.knows(b);
+  EXPECT_TRUE(poll_until([&] {
+    Answer ans;
+    a.t->request(NodeId{2}, kEcho, "x", 10s, ans.cb());
+    return ans.get().ok();
+  }));
+}
+
+// A peer that stops reading (a partition, a stuck I/O thread) made its connection queue
+// every request's frame, up to 64 MiB each, without bound. Past 256 MiB a request fails at
+// once (transient, nothing sent), and a request that timed out gives its queued bytes back.
+TEST(PeerTransportLimits, APeerThatDoesNotReadHoldsABoundedQueue) {
+  asio::io_context io;
+  tcp::acceptor mute(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));  // never accepts
+  std::array<Answer, 4> timed_out;
+  std::array<Answer, 5> held;
+  TestNode a(1, "cluster-a", "", 120s);  // the hello never comes: requests stay queued
+  a.dir->set_static({{NodeId{2}, "127.0.0.1:" + std::to_string(mute.local_endpoint().port())}});
+  const std::string big(60u << 20, 'x');
+  // Four that time out: their frames leave the queue with them.
+  for (auto& ans : timed_out) a.t->request(NodeId{2}, kEcho, big, 200ms, ans.cb());
+  for (auto& ans : timed_out) {
+    auto r = ans.get();
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.error().code, Errc::timeout) << r.error().to_string();
+  }
+  // Four more fit (240 MiB) because the timed-out ones gave their bytes back...
+  for (int i = 0; i < 4; ++i) a.t->request(NodeId{2}, kEcho, big, 120s, held[i].cb());
+  // ...and the fifth does not.
+  a.t->request(NodeId{2}, kEcho, big, 120s, held[4].cb());
+  auto r = held[4].get();
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, Errc::unavailable) << r.error().to_string();
+  EXPECT_EQ(r.error().outcome, Outcome::transient);
+  EXPECT_NE(r.error().message.find("MiB are queued"), std::string::npos) << r.error().message;
+  for (int i = 0; i < 4; ++i)
+    EXPECT_EQ(held[i].f.wait_for(0ms), std::future_status::timeout) << "request " << i << " was refused too";
+  a.t->stop();  // the held ones fail now (transient: never sent)
+  for (int i = 0; i < 4; ++i) EXPECT_FALSE(held[i].get().ok());
+}
+
+// Payloads are read into a buffer that grows with the bytes that came (1 MiB, then
+// doubling), not one sized from the header alone: large ones arrive whole and in order.
+TEST(PeerTransportLimits, LargePayloadsArriveWholeThroughTheGrowingBuffer) {
+  TestNode a(1), b(2);
+  a.knows(b);
+  ASSERT_TRUE(b.t->handle(kHold, [](const PeerIdentity&, std::string p, PeerResponder r) {
+                 r(std::to_string(p.size()) + ":" + std::to_string(std::hash<std::string>{}(p)));
+               }).ok());
+  for (std::size_t size : {std::size_t{1} << 20, (std::size_t{1} << 20) + 1, std::size_t{5} << 20, std::size_t{33} << 20}) {
+    std::string payload(size, '\0');
+    for (std::size_t i = 0; i < size; ++i) payload[i] = static_cast<char>((i * 2654435761u) >> 13);
+    Answer ans;
+    a.t->request(NodeId{2}, kHold, payload, 30s, ans.cb());
+    auto r = ans.get();
+    ASSERT_TRUE(r.ok()) << r.error().to_string();
+    EXPECT_EQ(*r, std::to_string(size) + ":" + std::to_string(std::hash<std::string>{}(payload))) << size;
+  }
+}
+
+// A callback that threw in the middle of a connection's close left the rest of that
+// connection's callbacks uncalled: their callers waited for ever.
+TEST(PeerTransportLimits, ACallbackThatThrowsDoesNotStrandTheOthers) {
+  TestNode a(1);
+  auto b = std::make_unique<TestNode>(2);
+  a.knows(*b);
+  std::atomic<int> got{0};
+  std::mutex mu;
+  std::vector<PeerResponder> slots;
+  ASSERT_TRUE(b->t->handle(kHold, [&](const PeerIdentity&, std::string, PeerResponder r) {
+                  std::lock_guard lk(mu);
+                  slots.push_back(std::move(r));
+                  ++got;
+                }).ok());
+  std::atomic<int> thrown{0};
+  a.t->request(NodeId{2}, kHold, "", 60s, [&](Result<std::string>) {
+    ++thrown;
+    throw std::runtime_error("a caller's bug");
+  });
+  Answer second;
+  a.t->request(NodeId{2}, kHold, "", 60s, second.cb());
+  ASSERT_TRUE(poll_until([&] { return got.load() == 2; }));
+  b->t->stop();  // both requests are lost with the connection
+  auto r = second.get();
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, Errc::unavailable) << "the second callback was never called: " << r.error().to_string();
+  EXPECT_EQ(thrown.load(), 1);
+  EXPECT_TRUE(poll_until([&] { return a.log->has("callback threw", "a caller's bug"); })) << a.log->all();
+  {
+    std::lock_guard lk(mu);
+    slots.clear();
+  }
+}
+
+// An error code this build does not know (a newer peer, mid rolling upgrade) was decoded as
+// `internal, definite`, dropping the peer's own outcome: a write the peer said may have
+// happened looked like "nothing happened", and a client's retry could duplicate it.
+TEST(PeerWire, AnUnknownErrorCodeKeepsThePeersOutcome) {
+  auto coded = [](std::uint16_t code, std::uint8_t outcome) {
+    std::string s;
+    s.push_back(static_cast<char>(code & 0xff));
+    s.push_back(static_cast<char>(code >> 8));
+    s.push_back(static_cast<char>(outcome));
+    return s + "from the future";
+  };
+  auto e = peerwire::decode_error(coded(999, static_cast<std::uint8_t>(Outcome::uncertain)));
+  EXPECT_EQ(e.code, Errc::internal);
+  EXPECT_EQ(e.outcome, Outcome::uncertain);
+  EXPECT_NE(e.message.find("from the future"), std::string::npos);
+  EXPECT_EQ(peerwire::decode_error(coded(999, static_cast<std::uint8_t>(Outcome::transient))).outcome,
+            Outcome::transient);
+  EXPECT_EQ(peerwire::decode_error(coded(999, 7)).outcome, Outcome::uncertain);
+  EXPECT_EQ(peerwire::decode_error("x").outcome, Outcome::uncertain);
+  // A known one round-trips as it was.
+  auto k = peerwire::decode_error(peerwire::encode_error(Error(Errc::not_leader, "no", Outcome::definite)));
+  EXPECT_EQ(k.code, Errc::not_leader);
+  EXPECT_EQ(k.outcome, Outcome::definite);
+}
