@@ -505,6 +505,10 @@ Result<RecoveredLog> recover_log_impl(FileSystem& fs, PluginHost& host, const Op
         (void)fs.remove(dir + "/" + index_file_name(bases[j]));
         ++dropped_segments;
       }
+      // The later segments' removal is durable before this one is cut (a power cut in
+      // between would otherwise leave them behind a shorter segment: a gap).
+      if (dropped_segments > 0)
+        if (auto r = fs.sync_dir(dir); !r) return r.error();
       (void)fs.remove(seg->index_path());
       if (drop_this) {
         if (auto r = fs.remove(seg->log_path()); !r) return r.error();

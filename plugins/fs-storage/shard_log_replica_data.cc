@@ -401,11 +401,16 @@ Result<void> ShardLogImpl::truncate_to(Offset end_off) {
               "reopened: " + e.message);
     return Error(Errc::storage_failure, e.message);
   };
-  // On disk: newest segment first, so a crash leaves a contiguous prefix.
+  // On disk: the later segments go first, durably (their directory synced), and only then
+  // is the cut segment shortened. In the other order a power cut after the cut's datasync
+  // but before the directory's sync brought the removed segments back behind a shorter
+  // one: a gap that recovery refuses as damage (until storage.repair), not a torn tail.
   for (auto it = doomed.rbegin(); it != doomed.rend(); ++it) {
     if (auto r = fs_->remove((*it)->log_path()); !r) return fail(r.error());
     (void)fs_->remove((*it)->index_path());
   }
+  if (!doomed.empty())
+    if (auto r = fs_->sync_dir(log_dir()); !r) return fail(r.error());
   if (auto r = seg->file().truncate(pos); !r) return fail(r.error());
   if (auto r = seg->file().datasync(); !r) return fail(r.error());
   if (had_index) (void)fs_->remove(seg->index_path());  // an active segment has no cache

@@ -308,6 +308,42 @@ TEST(ReplicaLogTest, TruncationRemovesOnlyTheDivergentSuffixAndNeverGoesBelowThe
   EXPECT_EQ(f.log->high_watermark(), Offset(18));  // the checkpoint from its close
 }
 
+// Regression (review): a truncation across segments removed the later ones, cut and synced
+// the segment before them, and only then synced the directory: a power cut in between
+// brought the removed segments back behind the shorter one, a gap the open refuses as damage
+// ("does not follow the previous segment's end") until storage.repair. A power cut before
+// each mutating step of the truncation in turn: every restart opens, holding a prefix of
+// the leader's log.
+TEST(ReplicaLogTest, APowerCutAtAnyStepOfATruncationLeavesALogThatOpens) {
+  bool finished = false;
+  for (int step = 0; step < 60 && !finished; ++step) {
+    SCOPED_TRACE("a power cut before mutating operation " + std::to_string(step + 1) + " of the truncation");
+    Node a, f;
+    ASSERT_TRUE(a.log->become_leader(LeaderEpoch(1)));
+    append_n(*a.log, "e1-", 10);
+    ASSERT_TRUE(f.log->become_follower(LeaderEpoch(1), NodeId(1)));
+    replicate(*a.log, *f.log);
+    ASSERT_EQ(f.log->durable_end(), Offset(30));
+    ASSERT_GT(segment_files(f.log_dir()).size(), 3u);
+    f.fs->crash_after(step, static_cast<std::uint64_t>(step) + 1, CrashOptions{false, false, true});
+    auto r = f.log->truncate_to(Offset(15));  // inside a segment, with whole segments after it
+    if (!f.fs->crashed()) {
+      ASSERT_TRUE(r) << r.error().to_string();
+      finished = true;
+    }
+    f.restart();  // the open must succeed
+    const auto end = f.log->durable_end();
+    EXPECT_TRUE(end == Offset(15) || end == Offset(18) || end == Offset(30)) << end.value();
+    auto lf = segment_files(a.log_dir());
+    for (auto& [name, bytes] : segment_files(f.log_dir())) {
+      ASSERT_TRUE(lf.count(name)) << name;
+      ASSERT_LE(bytes.size(), lf[name].size());
+      EXPECT_EQ(bytes, lf[name].substr(0, bytes.size())) << name;
+    }
+  }
+  EXPECT_TRUE(finished) << "the truncation has more steps than the test tried";
+}
+
 TEST(ReplicaLogTest, TruncationInsideASegmentCutsAtTheBatchAndRebuildsProducerState) {
   Node a, f;
   ASSERT_TRUE(a.log->become_leader(LeaderEpoch(1)));
