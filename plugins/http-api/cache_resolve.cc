@@ -234,7 +234,20 @@ Result<std::optional<CacheStore::Resolved>> CacheStore::resolve_uncached(const S
   auto si = node_.stream(bk);
   if (si && si->created_seq.value() > ci->created_seq.value()) return std::optional<Resolved>(Resolved{*ci, *si});
   if (si || si.error().code == Errc::not_found) {
-    if (!create) return std::optional<Resolved>{};  // nothing written yet
+    if (!create) {
+      // Nothing written yet, or written through another broker and not applied here yet?
+      // A read must not answer "nothing" (404, a counter's 0) after an acknowledged write:
+      // the catalog tells, and a backing stream it has that this broker has not applied is
+      // transient (the read is retried while the feed catches up).
+      auto cs = node_.catalog().get_stream(bk);
+      if (cs && cs->created_seq.value() > ci->created_seq.value())
+        return Error(Errc::unavailable,
+                     "this broker has not applied the backing stream of " + flavor_.what + " " + cache.to_string() +
+                         " yet",
+                     Outcome::transient);
+      if (!cs && cs.error().code != Errc::not_found) return cs.error();
+      return std::optional<Resolved>{};  // nothing written yet
+    }
     auto e = ensure_backing(*ci);
     if (!e) return e.error();
     return std::optional<Resolved>(Resolved{*ci, *e});

@@ -523,6 +523,7 @@ Result<CacheStore::Listed> CacheStore::list_once(const StreamKey& cache, std::st
   const auto& si = (*r)->backing;
   bool more = false;
   const std::int64_t now = now_ms() + cfg_.clock_skew_ms;
+  const auto by_key = [](const auto& a, const auto& b) { return a.first < b.first; };
   for (std::uint32_t i = 0; i < si.spec.shards; ++i) {
     auto sh = shard(si.key, ShardIndex{i});
     std::unique_lock lk(sh->mu);
@@ -530,12 +531,15 @@ Result<CacheStore::Listed> CacheStore::list_once(const StreamKey& cache, std::st
     more |= sh->index.scan(prefix, after, limit, now, [&](const std::string& k, const CacheEntry& e) {
       out.keys.emplace_back(k, CacheEntry{e.revision, e.expires_at_ms, {}});
     });
+    // The first `limit` keys overall are among each shard's first `limit`: keep only those
+    // as shards are added, so a listing holds at most 2 x limit keys, not shards x limit.
+    if (out.keys.size() > limit) {
+      std::nth_element(out.keys.begin(), out.keys.begin() + static_cast<std::ptrdiff_t>(limit), out.keys.end(), by_key);
+      out.keys.resize(limit);
+      more = true;
+    }
   }
-  std::sort(out.keys.begin(), out.keys.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  if (out.keys.size() > limit) {
-    out.keys.resize(limit);
-    more = true;
-  }
+  std::sort(out.keys.begin(), out.keys.end(), by_key);
   if (more && !out.keys.empty()) out.next = out.keys.back().first;
   return out;
 }

@@ -218,5 +218,41 @@ TEST(CacheStore, AWriteWhoseBatchWasTrimmedBeforeItWasReadBackIsUncertainNotRepe
   EXPECT_EQ(node.stored_total(), before + 1) << "the write was appended again";
 }
 
+// Regression (review): a broker whose feed had not yet applied a cache's backing stream
+// (made by a write through another broker) took the miss for "nothing written": a read
+// after an acknowledged write answered 404, a counter 0, a listing nothing. The catalog
+// now tells the two apart, and the lag is transient (the read is retried, then 503).
+TEST(CacheStore, AReadOnABrokerThatHasNotAppliedTheBackingStreamIsNotANotFound) {
+  FakeNode node;
+  ASSERT_TRUE(node.catalog().create_cache(kCache, CacheSpec{}).ok());
+  CacheStore a(node, one_shard());
+  ASSERT_TRUE(put(a, "k", "v").ok());
+  CacheConfig cfg = one_shard();
+  cfg.transient_retry = std::chrono::milliseconds(100);
+  CacheStore b(node, cfg);  // another broker, behind on the feed
+  node.lagging = true;
+  auto g = b.get(kCache, "k");
+  ASSERT_FALSE(g) << "answered as if nothing was written";
+  EXPECT_EQ(g.error().code, Errc::unavailable) << g.error().to_string();
+  EXPECT_EQ(g.error().outcome, Outcome::transient);
+  auto l = b.list(kCache, "", "", 10);
+  ASSERT_FALSE(l);
+  EXPECT_EQ(l.error().code, Errc::unavailable) << l.error().to_string();
+  node.lagging = false;  // the feed caught up
+  auto g2 = b.get(kCache, "k");
+  ASSERT_TRUE(g2) << g2.error().to_string();
+  EXPECT_EQ(g2->value, "v");
+  // A cache never written to is still an honest miss.
+  const StreamKey empty{"t", "n", "empty"};
+  ASSERT_TRUE(node.catalog().create_cache(empty, CacheSpec{}).ok());
+  node.lagging = true;
+  auto m = b.get(empty, "k");
+  ASSERT_FALSE(m);
+  EXPECT_EQ(m.error().code, Errc::not_found) << m.error().to_string();
+  node.lagging = false;
+  a.stop();
+  b.stop();
+}
+
 }  // namespace
 }  // namespace sluice::http_api

@@ -250,7 +250,13 @@ class FakeNode : public Node {
     if (auto r = validate_stream_spec(spec); !r) return r.error();
     return catalog_.create_stream(key, spec);  // counts the call
   }
-  Result<StreamInfo> stream(const StreamKey& key) override { return catalog_.get_stream(key); }
+  // A broker whose catalog feed has not applied the streams yet: stream() (this broker's
+  // applied view) answers not_found while the catalog has them.
+  std::atomic<bool> lagging{false};
+  Result<StreamInfo> stream(const StreamKey& key) override {
+    if (lagging) return Error(Errc::not_found, "stream " + key.to_string() + " does not exist here (not applied yet)");
+    return catalog_.get_stream(key);
+  }
 
   // Caps every shard's high watermark (a new leader whose followers have not fetched yet:
   // its log holds acknowledged records it does not yet show); nullopt lifts the cap and
