@@ -176,9 +176,22 @@ class WsSession : public std::enable_shared_from_this<WsSession<NextLayer>> {
         if (nacked) self->beyond_ = true;  // nacked records are delivered again
         self->do_write();
         self->pump();
-        self->do_read();
+        self->resume_read();
       });
     });
+  }
+
+  // The client's next message is read only while the send buffer has room. The answers to
+  // its acks are queued whatever the buffer holds (pump() alone respects it), so a client
+  // that sent acks and never read would otherwise grow it without bound (review finding).
+  // on_write() resumes the read once the buffer drains below the limit.
+  void resume_read() {
+    if (queued_bytes_ >= ctx_.cfg->ws_send_buffer_bytes) {
+      read_paused_ = true;
+      return;
+    }
+    read_paused_ = false;
+    do_read();
   }
 
   // ---- reading the shard ----
@@ -398,6 +411,11 @@ class WsSession : public std::enable_shared_from_this<WsSession<NextLayer>> {
     ctx_.metrics->ws_buffered(-static_cast<std::int64_t>(size));
     if (ec) return end("disconnected");
     ctx_.metrics->ws_frame_sent();
+    // (While closing, async_close reads up to the client's close frame itself.)
+    if (read_paused_ && !closing_ && queued_bytes_ < ctx_.cfg->ws_send_buffer_bytes) {
+      read_paused_ = false;
+      do_read();
+    }
     if (closing_) return;
     do_write();
     pump();
@@ -497,6 +515,7 @@ class WsSession : public std::enable_shared_from_this<WsSession<NextLayer>> {
 
   std::deque<Frame> queue_;  // front() is being written while writing_
   std::size_t queued_bytes_ = 0;
+  bool read_paused_ = false;  // the client's messages wait for room (resume_read)
   bool writing_ = false;
   Clock::time_point write_started_;
   bool starved_ = false;  // no credit while records wait

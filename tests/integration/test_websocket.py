@@ -475,5 +475,53 @@ class WebSocketSubscribe(unittest.TestCase):
         self.assertIn("subscribe", p.stdout + p.stderr)
 
 
+
+class GroupSubscriberThatNeverReads(unittest.TestCase):
+    """Regression (review): a group subscriber's acks are answered with frames queued
+    whatever the send buffer held, and the next message was read right after: a client that
+    sent acks and never read grew the broker's buffer without bound (only the shard reads
+    respected http.ws_send_buffer_bytes, and the stall timeout is long here)."""
+
+    def setUp(self):
+        self.node = Node(extra={"http.ws_stall_timeout_ms": "600000", "http.ws_send_buffer_bytes": "65536"})
+        self.node.start()
+
+    def tearDown(self):
+        self.node.cleanup()
+
+    def test_acks_from_a_client_that_never_reads_do_not_grow_the_send_buffer(self):
+        n = self.node
+        n.create_stream("flood")
+        url = "ws://127.0.0.1:%d%s/streams/flood/groups/g/shards/0/subscribe?ack_timeout_ms=600000" % (
+            n.http_port, n.ns_path())
+        message = json.dumps({"ack": [0] * 1300})  # about 3.9 KB, answered with as much
+        limit = 65536
+
+        async def run():
+            ws = await websockets.connect(url, max_size=None, max_queue=1, read_limit=2 ** 12)
+            sent, blocked = 0, False
+            try:
+                for _ in range(6000):  # 23 MB at most
+                    try:
+                        await asyncio.wait_for(ws.send(message), 3)
+                    except asyncio.TimeoutError:
+                        blocked = True  # the broker stopped reading this client
+                        break
+                    sent += 1
+                seen = 0.0
+                end = time.monotonic() + 3
+                while time.monotonic() < end:
+                    seen = max(seen, await asyncio.to_thread(metric, n, "sluice_http_ws_buffered_bytes"))
+                    await asyncio.sleep(0.05)
+                return sent, blocked, seen
+            finally:
+                ws.transport.abort()
+        sent, blocked, seen = asyncio.run(run())
+        print("sent %d ack messages (%s); the broker's send buffer peaked at %d bytes" %
+              (sent, "then the broker stopped reading" if blocked else "all of them", seen))
+        # The queue may pass the limit by one message's answers, never by more.
+        self.assertLess(seen, limit + 16 * 1024, "the broker queued %d bytes for a client that reads nothing" % seen)
+        self.assertTrue(blocked, "the broker read every message of a client that never read its answers")
+
 if __name__ == "__main__":
     unittest.main()
