@@ -7,8 +7,9 @@
 //   POST {ns}/streams/{s}/groups/{g}/shards/{n}/ack   {"offsets":[...],"incarnation"?} -> 204 / 409
 //   POST {ns}/streams/{s}/groups/{g}/shards/{n}/nack  {"offsets":[...]}   -> 204
 //   GET  {ns}/streams/{s}/groups/{g}/shards/{n}/dead-letters?offset=&max=
-//   POST {ns}/streams/{s}/groups/{g}/shards/{n}/dead-letters/replay {"from","to"}
-//        -> {"replayed": n}
+//        {"records":[...],"next_offset","incarnation"}
+//   POST {ns}/streams/{s}/groups/{g}/shards/{n}/dead-letters/replay {"from","to","incarnation"?}
+//        -> {"replayed": n} / 409
 //
 // Group calls may sync to disk (acks, dead letters), so they run on the blocking pool.
 // Answers about one shard carry Sluice-Leader (the leader's HTTP address) when known; a
@@ -149,12 +150,19 @@ HttpResponse pinned_delivery(Node& n, const StreamKey& key, ShardIndex shard, In
   return with_leader(json_response(200, out), n, key, shard);
 }
 
-Result<std::pair<Offset, Offset>> range_body(std::string_view body) {
+// A replay body: the range, and optionally the incarnation whose dead letters were listed
+// (the dead-letters answer's `incarnation`).
+struct RangeBody {
+  Offset from, to;
+  std::optional<Incarnation> incarnation;
+};
+
+Result<RangeBody> range_body(std::string_view body) {
   json::monotonic_resource mr;
   json::value v(json::storage_ptr{&mr});
   if (auto r = parse_json_object(body, v); !r) return r.error();
   const auto& o = v.as_object();
-  if (auto r = check_fields(o, {"from", "to"}, ""); !r) return r.error();
+  if (auto r = check_fields(o, {"from", "to", "incarnation"}, ""); !r) return r.error();
   auto get = [&](const char* k) -> std::optional<std::uint64_t> {
     const auto* x = o.if_contains(k);
     if (!x) return std::nullopt;
@@ -165,11 +173,17 @@ Result<std::pair<Offset, Offset>> range_body(std::string_view body) {
   auto from = get("from"), to = get("to");
   if (!from || !to || *to < *from)
     return Error(Errc::invalid_argument, "replay needs integer offsets from <= to (to is exclusive)");
-  return std::make_pair(Offset{*from}, Offset{*to});
+  RangeBody out{Offset{*from}, Offset{*to}, std::nullopt};
+  if (o.if_contains("incarnation")) {
+    auto inc = get("incarnation");
+    if (!inc) return Error(Errc::invalid_argument, "incarnation must be a non-negative integer (the dead-letters answer's)");
+    out.incarnation = Incarnation{*inc};
+  }
+  return out;
 }
 
 
-HttpResponse render_dead_letters(const FetchResult& r, Offset from, std::uint32_t max) {
+HttpResponse render_dead_letters(const FetchResult& r, Offset from, std::uint32_t max, Incarnation incarnation) {
   json::array recs;
   std::vector<Header> scratch;
   std::uint64_t next = from.value();
@@ -188,6 +202,7 @@ HttpResponse render_dead_letters(const FetchResult& r, Offset from, std::uint32_
   json::object out;
   out["records"] = std::move(recs);
   out["next_offset"] = std::max(next, r.log_start.value());
+  out["incarnation"] = incarnation.value();
   out["end"] = r.high_watermark.value();
   return json_response(200, out);
 }
@@ -349,15 +364,47 @@ void handle_groups(Node& node, const HttpConfig& cfg, const std::shared_ptr<Exch
     *max = std::min<std::uint64_t>(*max, kMaxMax);
     return blocking_call(ex, [&node, &cfg, key, shard = *shard, group, from = Offset{*off},
                               m = static_cast<std::uint32_t>(*max)] {
+      // Answered with the incarnation they belong to, read before and after (incarnations
+      // never come back), so a replay can name it.
+      auto before = current_incarnation(node, key);
+      if (!before) return with_leader(problem(before.error()), node, key, shard);
       auto r = node.dead_letters(key, shard, group, from, m, cfg.fetch_max_bytes);
-      return with_leader(r ? render_dead_letters(*r, from, m) : problem(r.error()), node, key, shard);
+      auto after = current_incarnation(node, key);
+      if (!after || *after != *before)
+        return problem(Error(Errc::unavailable,
+                             "stream " + key.to_string() + " was deleted or created again while its dead letters "
+                             "were read; read again",
+                             Outcome::transient));
+      if (!r) return with_leader(problem(r.error()), node, key, shard);
+      return with_leader(render_dead_letters(*r, from, m, *before), node, key, shard);
     });
   }
   if (op == "dead-letters" && seg.size() == 13) {
     auto range = range_body(req.body);
     if (!range) return ex->respond(problem(range.error()));
     return blocking_call(ex, [&node, key, shard = *shard, group, range = *range] {
-      auto r = node.replay_dead_letters(key, shard, group, range.first, range.second);
+      // Dead letters listed from a deleted stream must not replay the recreated stream's
+      // (docs/api.md "Consumer groups and dead letters"): refused before, and a recreate
+      // during the call makes its outcome uncertain (the replay is not pinned below here).
+      if (range.incarnation) {
+        auto now = current_incarnation(node, key);
+        if (!now) return with_leader(problem(now.error()), node, key, shard);
+        if (*now != *range.incarnation)
+          return problem(Error(Errc::conflict, "stream " + key.to_string() +
+                                                   " was deleted and created again (the dead letters came from "
+                                                   "incarnation " +
+                                                   std::to_string(range.incarnation->value()) + "; it is now " +
+                                                   std::to_string(now->value()) + "): nothing was replayed"));
+      }
+      auto r = node.replay_dead_letters(key, shard, group, range.from, range.to);
+      if (range.incarnation) {
+        auto now = current_incarnation(node, key);
+        if (!now || *now != *range.incarnation)
+          return problem(Error(Errc::conflict,
+                               "stream " + key.to_string() + " was deleted or created again during the replay: what it "
+                               "replayed, and into which incarnation, is not known",
+                               Outcome::uncertain));
+      }
       if (!r) return with_leader(problem(r.error()), node, key, shard);
       json::object o;
       o["replayed"] = *r;

@@ -423,5 +423,43 @@ class Incarnations(unittest.TestCase):
         self.assertEqual((pos["committed"], pos["outstanding"]), (3, 0))
 
 
+    def test_a_replay_of_a_deleted_streams_dead_letters_never_replays_the_recreated_streams(self):
+        """Regression (review): dead letters listed from one incarnation, then the stream
+        deleted and created again with dead letters of its own: a replay of [0, 1) published
+        the new stream's dead letter. The dead-letters answer names its incarnation; a replay
+        that sends it is refused (409) once the stream is another one."""
+        n = self.node().start()
+        base = n.ns_path() + "/streams/dl/groups/w/shards/0"
+        q = "/records?max=10&max_deliveries=1&ack_timeout_ms=600000"
+
+        def one_dead_letter(value):
+            n.create_stream("dl", shards=1)
+            n.publish_binary("dl", [(None, value)])
+            got = n.request("GET", base + q)["records"]
+            self.assertEqual([record_value(r) for r in got], [value])
+            n.request("POST", base + "/nack", {"offsets": [0]})
+            self.assertEqual(n.request("GET", base + q)["records"], [])  # a second delivery: dead
+            dl = n.request("GET", base + "/dead-letters")
+            self.assertEqual([record_value(r) for r in dl["records"]], [value])
+            self.assertEqual(dl["incarnation"], n.request("GET", n.ns_path() + "/streams/dl")["incarnation"])
+            return dl["incarnation"]
+        old = one_dead_letter(b"old")
+        n.request("DELETE", n.ns_path() + "/streams/dl")
+        new = one_dead_letter(b"new")
+        self.assertGreater(new, old)
+        e = self.problem(lambda: n.request("POST", base + "/dead-letters/replay",
+                                           {"from": 0, "to": 1, "incarnation": old}))
+        self.assertEqual((e.status, e.problem["code"]), (409, "conflict"))
+        self.assertIn("nothing was replayed", e.problem["detail"])
+        self.assertEqual(n.request("GET", base + q)["records"], [], "the new stream's dead letter was replayed")
+        for bad in (-1, "7", 1.5):
+            e = self.problem(lambda: n.request("POST", base + "/dead-letters/replay",
+                                               {"from": 0, "to": 1, "incarnation": bad}))
+            self.assertEqual((e.status, e.problem["code"]), (400, "invalid_argument"), bad)
+        replayed = n.request("POST", base + "/dead-letters/replay", {"from": 0, "to": 1, "incarnation": new})
+        self.assertEqual(replayed["replayed"], 1)
+        redo = n.request("GET", base + q)["records"]
+        self.assertEqual([record_value(r) for r in redo], [b"new"])
+
 if __name__ == "__main__":
     unittest.main()
