@@ -366,12 +366,8 @@ TEST(Broker, a_shard_that_does_not_open_is_retried_and_its_siblings_serve) {
   std::filesystem::create_directories(std::filesystem::path(*dir).parent_path());
   std::ofstream(*dir) << "in the way";
 
-  NodeInfo info;
-  info.node_id = NodeId{1};
-  BrokerOptions opts;
-  opts.heartbeat_interval_ms = 600000;
-  opts.retry_min_ms = std::chrono::milliseconds(50);
-  auto b = std::make_unique<BrokerRuntime>(info, cat, &storage, opts, host);
+  auto b = make_broker(host, cat, storage, nullptr,
+                       [](BrokerOptions& o) { o.retry_min_ms = std::chrono::milliseconds(50); });
   auto started = b->start();
   ASSERT_TRUE(started) << "one shard must not stop the node: " << started.error().to_string();
   auto r0 = b->fetch(K, ShardIndex{0}, Offset{0}, 10, 1 << 20);
@@ -408,12 +404,8 @@ TEST(Broker, a_failed_delete_is_retried_as_asked_even_after_the_name_is_recreate
     return step == "storage.delete.after_marker" && failures.fetch_sub(1) > 0;
   });
   cat.set_snapshot(catalog_with(10, I1));
-  NodeInfo info;
-  info.node_id = NodeId{1};
-  BrokerOptions opts;
-  opts.heartbeat_interval_ms = 600000;
-  opts.retry_min_ms = std::chrono::milliseconds(50);
-  auto b = std::make_unique<BrokerRuntime>(info, cat, &storage, opts, host);
+  auto b = make_broker(host, cat, storage, nullptr,
+                       [](BrokerOptions& o) { o.retry_min_ms = std::chrono::milliseconds(50); });
   ASSERT_TRUE(b->start());
   ASSERT_TRUE(held_on_disk(storage, I1));
 
@@ -452,13 +444,11 @@ TEST(Broker, a_fenced_broker_stays_not_ready_and_serves_nothing_after_a_resync) 
   ScriptedCatalog cat;
   fs_storage::FsStorageEngine storage(host, std::make_shared<fs_storage::PosixFileSystem>());
   cat.set_snapshot(catalog_with(10, I1));
-  NodeInfo info;
-  info.node_id = NodeId{1};
-  BrokerOptions opts;
-  opts.heartbeat_interval_ms = 20;
   std::atomic<bool> fenced{false};
-  opts.on_fenced = [&](const std::string&) { fenced = true; };
-  auto b = std::make_unique<BrokerRuntime>(info, cat, &storage, opts, host);
+  auto b = make_broker(host, cat, storage, nullptr, [&](BrokerOptions& o) {
+    o.heartbeat_interval_ms = 20;
+    o.on_fenced = [&](const std::string&) { fenced = true; };
+  });
   ASSERT_TRUE(b->start());
   ASSERT_EQ(fetch_answer(*b), "served");
   cat.refuse_heartbeats = true;

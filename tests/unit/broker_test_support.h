@@ -155,14 +155,17 @@ inline CatalogSnapshot catalog_with(std::uint64_t seq, std::uint64_t inc, std::o
   return s;
 }
 
+// Broker 1 (heartbeats every 10 minutes); `tune` changes its options further.
 inline std::unique_ptr<BrokerRuntime> make_broker(sluice::testing::TestHost& host, ScriptedCatalog& cat, StorageEngine& storage,
-                                           std::shared_ptr<PeerDirectory> peers = nullptr) {
+                                           std::shared_ptr<PeerDirectory> peers = nullptr,
+                                           const std::function<void(BrokerOptions&)>& tune = {}) {
   NodeInfo info;
   info.node_id = NodeId{1};
   BrokerOptions opts;
   opts.heartbeat_interval_ms = 600000;
   opts.peer_address = "127.0.0.1:7902";
   opts.peers = std::move(peers);
+  if (tune) tune(opts);
   return std::make_unique<BrokerRuntime>(info, cat, &storage, opts, host);
 }
 
