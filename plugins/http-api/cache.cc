@@ -1,10 +1,12 @@
 // The cache data plane's HTTP side (docs/api.md "Caches"); the rules are in cache_store.h.
 //
-//   PUT    {ns}/caches/{c}/keys/{k}?ttl_ms=&if_revision=&ack=   body: the value (raw bytes)
-//            -> 200 {"revision","expires_at_ms"?}; 409 revision_mismatch {"current_revision"}
+//   PUT    {ns}/caches/{c}/keys/{k}?ttl_ms=&if_revision=&if_incarnation=&ack=   body: the value
+//            -> 200 {"revision","expires_at_ms"?,"incarnation"}; 409 revision_mismatch
+//            {"current_revision"}; 409 conflict (if_incarnation: the cache is another one now)
 //   GET    {ns}/caches/{c}/keys/{k}  -> 200 the value (application/octet-stream) with
-//            Sluice-Revision and Sluice-Expires-At (absent when it does not expire); 404
-//   DELETE {ns}/caches/{c}/keys/{k}?if_revision=&ack=  -> 200 {"revision"}; 404; 409
+//            Sluice-Revision, Sluice-Cache-Incarnation and Sluice-Expires-At (absent when
+//            it does not expire); 404
+//   DELETE {ns}/caches/{c}/keys/{k}?if_revision=&if_incarnation=&ack=  -> 200 {"revision","incarnation"}; 404; 409
 //   GET    {ns}/caches/{c}/keys?prefix=&after=&limit=  -> 200 {"keys":[...],"next"?}
 #include <boost/json/array.hpp>
 #include <boost/json/object.hpp>
@@ -43,12 +45,14 @@ HttpResponse write_json(const CacheStore::Write& w) {
   json::object o;
   o["revision"] = w.revision;
   if (w.expires_at_ms >= 0) o["expires_at_ms"] = w.expires_at_ms;
+  o["incarnation"] = w.incarnation.value();
   return json_response(200, o);
 }
 
 // The shared query parameters of writes.
 struct WriteParams {
   std::optional<std::uint64_t> if_revision;
+  std::optional<Incarnation> if_incarnation;
   std::optional<AckMode> ack;
   std::optional<std::int64_t> ttl_ms;
 };
@@ -59,6 +63,11 @@ Result<WriteParams> write_params(const Target& t, bool put) {
     if (!x || *x > static_cast<std::uint64_t>(INT64_MAX))
       return Error(Errc::invalid_argument, "if_revision must be a non-negative integer (0: only if absent)");
     p.if_revision = *x;
+  }
+  if (auto v = t.param("if_incarnation")) {
+    auto x = parse_u64(*v);
+    if (!x) return Error(Errc::invalid_argument, "if_incarnation must be a non-negative integer (Sluice-Cache-Incarnation)");
+    p.if_incarnation = Incarnation{*x};
   }
   if (auto a = t.param("ack")) {
     p.ack = parse_ack_mode(*a);
@@ -125,12 +134,14 @@ void handle_cache_keys(CacheStore& store, const std::shared_ptr<Exchange>& ex, c
   if (auto r = validate_cache_key(key, store.config().max_key_bytes); !r) return ex->respond(invalid_key(r.error()));
   if (req.method == "GET") {
     return run([&store, cache, key]() -> HttpResponse {
-      auto r = store.get(cache, key);
+      Incarnation incarnation{0};
+      auto r = store.get(cache, key, &incarnation);
       if (!r) return problem(r.error());
       HttpResponse resp;
       resp.content_type = "application/octet-stream";
       resp.body = std::move(r->value);
       resp.headers.emplace_back("Sluice-Revision", std::to_string(r->revision));
+      resp.headers.emplace_back("Sluice-Cache-Incarnation", std::to_string(incarnation.value()));
       if (r->expires_at_ms >= 0) resp.headers.emplace_back("Sluice-Expires-At", std::to_string(r->expires_at_ms));
       return resp;
     });
@@ -146,14 +157,14 @@ void handle_cache_keys(CacheStore& store, const std::shared_ptr<Exchange>& ex, c
                                                                  " (cache.max_value_bytes)")));
     // The request (and its body) lives as long as the exchange, which the task holds.
     return run([&store, ex, cache, key, p = *p]() -> HttpResponse {
-      auto r = store.put(cache, key, ex->request().body, p.ttl_ms, p.if_revision, p.ack);
+      auto r = store.put(cache, key, ex->request().body, p.ttl_ms, p.if_revision, p.ack, p.if_incarnation);
       if (!r) return problem(r.error());
       if (r->status == CacheStore::Write::Status::mismatch) return mismatch(*r, key);
       return write_json(*r);
     });
   }
   run([&store, cache, key, p = *p]() -> HttpResponse {
-    auto r = store.erase(cache, key, p.if_revision, p.ack);
+    auto r = store.erase(cache, key, p.if_revision, p.ack, p.if_incarnation);
     if (!r) return problem(r.error());
     if (r->status == CacheStore::Write::Status::mismatch) return mismatch(*r, key);
     if (r->status == CacheStore::Write::Status::absent)

@@ -253,21 +253,25 @@ Result<void> CacheStore::catch_up_to_log_end(Shard& sh, std::unique_lock<std::mu
   return catch_up(sh, si, s);
 }
 
-Result<CacheEntry> CacheStore::get(const StreamKey& cache, std::string_view key) {
-  auto r = find(cache, key);
+Result<CacheEntry> CacheStore::get(const StreamKey& cache, std::string_view key, Incarnation* incarnation) {
+  auto r = find(cache, key, incarnation);
   if (!r) return r.error();
   if (!*r) return Error(Errc::not_found, flavor_.what + " '" + cache.name + "' has no key '" + std::string(key) + "'");
   return std::move(**r);
 }
 
-Result<std::optional<CacheEntry>> CacheStore::find(const StreamKey& cache, std::string_view key) {
-  return retry_read(cfg_.transient_retry, [&]() -> Result<std::optional<CacheEntry>> { return get_once(cache, key); });
+Result<std::optional<CacheEntry>> CacheStore::find(const StreamKey& cache, std::string_view key,
+                                                   Incarnation* incarnation) {
+  return retry_read(cfg_.transient_retry,
+                    [&]() -> Result<std::optional<CacheEntry>> { return get_once(cache, key, incarnation); });
 }
 
-Result<std::optional<CacheEntry>> CacheStore::get_once(const StreamKey& cache, std::string_view key) {
+Result<std::optional<CacheEntry>> CacheStore::get_once(const StreamKey& cache, std::string_view key,
+                                                       Incarnation* incarnation) {
   auto r = resolve(cache, false);
   if (!r) return r.error();
   if (!*r) return std::optional<CacheEntry>{};  // nothing written yet
+  if (incarnation) *incarnation = (*r)->cache.incarnation;
   const auto& si = (*r)->backing;
   const ShardIndex s = shard_of(key, si);
   auto sh = shard(si.key, s);
@@ -280,11 +284,16 @@ Result<std::optional<CacheEntry>> CacheStore::get_once(const StreamKey& cache, s
 
 Result<CacheStore::Write> CacheStore::write(const StreamKey& cache, std::string_view key, CacheRecord rec,
                                             std::optional<std::int64_t> ttl_ms, std::optional<AckMode> ack,
-                                            const Decide& check) {
+                                            const Decide& check, std::optional<Incarnation> if_incarnation) {
   auto r = resolve(cache, true);
   if (!r) return r.error();
   const auto& ci = (*r)->cache;
   const auto& si = (*r)->backing;
+  if (if_incarnation && *if_incarnation != ci.incarnation)
+    return Error(Errc::conflict, "the " + flavor_.what + " " + cache.to_string() +
+                                     " was deleted and created again (the request names incarnation " +
+                                     std::to_string(if_incarnation->value()) + "; it is now " +
+                                     std::to_string(ci.incarnation.value()) + "): nothing was written");
   const AckMode mode = ack.value_or(si.spec.default_ack);
   if (mode == AckMode::none)
     return Error(Errc::invalid_argument, "a " + flavor_.what + " write needs ack=leader or ack=quorum");
@@ -303,7 +312,10 @@ Result<CacheStore::Write> CacheStore::write(const StreamKey& cache, std::string_
   // write is answered; the others wait for their answer, or for the writer to leave.
   while (sh->writing) {
     sh->cv.wait(lk, [&] { return me.done || !sh->writing; });
-    if (me.done) return std::move(*me.answer);
+    if (me.done) {
+      if (*me.answer) (*me.answer)->incarnation = ci.incarnation;
+      return std::move(*me.answer);
+    }
   }
   sh->writing = true;
   while (!me.done) {
@@ -313,6 +325,7 @@ Result<CacheStore::Write> CacheStore::write(const StreamKey& cache, std::string_
   sh->writing = false;
   sh->cv.notify_all();
   maybe_compact(sh, si, s);  // cache_compact.cc
+  if (*me.answer) (*me.answer)->incarnation = ci.incarnation;
   return std::move(*me.answer);
 }
 
@@ -478,15 +491,18 @@ void CacheStore::write_batch(Shard& sh, std::unique_lock<std::mutex>& lk, const 
 
 Result<CacheStore::Write> CacheStore::put(const StreamKey& cache, std::string_view key, std::string_view value,
                                           std::optional<std::int64_t> ttl_ms, std::optional<std::uint64_t> if_revision,
-                                          std::optional<AckMode> ack) {
+                                          std::optional<AckMode> ack, std::optional<Incarnation> if_incarnation) {
   CacheRecord rec;
   rec.op = CacheRecord::Op::put;
   rec.value = value;
-  return write(cache, key, rec, ttl_ms, ack, [&](const CacheEntry* e, std::optional<std::string>&) -> std::optional<Write> {
-    const std::uint64_t cur = e ? e->revision : 0;
-    if (if_revision && *if_revision != cur) return Write{Write::Status::mismatch, cur, -1};
-    return std::nullopt;
-  });
+  return write(
+      cache, key, rec, ttl_ms, ack,
+      [&](const CacheEntry* e, std::optional<std::string>&) -> std::optional<Write> {
+        const std::uint64_t cur = e ? e->revision : 0;
+        if (if_revision && *if_revision != cur) return Write{Write::Status::mismatch, cur, -1};
+        return std::nullopt;
+      },
+      if_incarnation);
 }
 
 Result<CacheStore::Write> CacheStore::update(const StreamKey& cache, std::string_view key, std::optional<AckMode> ack,
@@ -497,15 +513,19 @@ Result<CacheStore::Write> CacheStore::update(const StreamKey& cache, std::string
 }
 
 Result<CacheStore::Write> CacheStore::erase(const StreamKey& cache, std::string_view key,
-                                            std::optional<std::uint64_t> if_revision, std::optional<AckMode> ack) {
+                                            std::optional<std::uint64_t> if_revision, std::optional<AckMode> ack,
+                                            std::optional<Incarnation> if_incarnation) {
   CacheRecord rec;
   rec.op = CacheRecord::Op::del;
-  return write(cache, key, rec, std::nullopt, ack, [&](const CacheEntry* e, std::optional<std::string>&) -> std::optional<Write> {
-    const std::uint64_t cur = e ? e->revision : 0;
-    if (if_revision && *if_revision != cur) return Write{Write::Status::mismatch, cur, -1};
-    if (!e) return Write{Write::Status::absent, 0, -1};
-    return std::nullopt;
-  });
+  return write(
+      cache, key, rec, std::nullopt, ack,
+      [&](const CacheEntry* e, std::optional<std::string>&) -> std::optional<Write> {
+        const std::uint64_t cur = e ? e->revision : 0;
+        if (if_revision && *if_revision != cur) return Write{Write::Status::mismatch, cur, -1};
+        if (!e) return Write{Write::Status::absent, 0, -1};
+        return std::nullopt;
+      },
+      if_incarnation);
 }
 
 Result<CacheStore::Listed> CacheStore::list(const StreamKey& cache, std::string_view prefix, std::string_view after,

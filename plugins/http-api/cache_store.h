@@ -118,11 +118,16 @@ class CacheStore {
     Status status = Status::ok;
     std::uint64_t revision = 0;      // ok: the write's; mismatch: the current (0: absent)
     std::int64_t expires_at_ms = -1;
+    // The cache's incarnation the write was decided in (revisions mean something only
+    // within one: a cache deleted and created again starts over).
+    Incarnation incarnation{0};
   };
-  // not_found: unknown cache, or no live entry.
-  Result<CacheEntry> get(const StreamKey& cache, std::string_view key);
+  // not_found: unknown cache, or no live entry. `incarnation`, if given, gets the cache's
+  // incarnation the entry was read from.
+  Result<CacheEntry> get(const StreamKey& cache, std::string_view key, Incarnation* incarnation = nullptr);
   // As get, but a key without a live entry is nullopt (not_found: unknown cache only).
-  Result<std::optional<CacheEntry>> find(const StreamKey& cache, std::string_view key);
+  Result<std::optional<CacheEntry>> find(const StreamKey& cache, std::string_view key,
+                                         Incarnation* incarnation = nullptr);
   // A read-modify-write: `decide` gets the key's live entry (null when absent) and returns
   // an answer (nothing is written) or nullopt after setting `value` to the value to write
   // (without expiry). It may be called again (another broker's write came first); the last
@@ -131,12 +136,14 @@ class CacheStore {
   Result<Write> update(const StreamKey& cache, std::string_view key, std::optional<AckMode> ack,
                        const Decide& decide);
   // `ttl_ms` absent: the cache's default_ttl_ms. `if_revision` 0: only if absent.
+  // `if_incarnation`: conflict, nothing written, unless the cache is that incarnation (a
+  // revision read from a deleted cache must not match the recreated cache's).
   Result<Write> put(const StreamKey& cache, std::string_view key, std::string_view value,
                     std::optional<std::int64_t> ttl_ms, std::optional<std::uint64_t> if_revision,
-                    std::optional<AckMode> ack);
+                    std::optional<AckMode> ack, std::optional<Incarnation> if_incarnation = std::nullopt);
   // absent: no live entry (nothing written).
   Result<Write> erase(const StreamKey& cache, std::string_view key, std::optional<std::uint64_t> if_revision,
-                      std::optional<AckMode> ack);
+                      std::optional<AckMode> ack, std::optional<Incarnation> if_incarnation = std::nullopt);
   struct Listed {
     std::vector<std::pair<std::string, CacheEntry>> keys;  // values left empty
     std::optional<std::string> next;  // pass as `after` for the next page
@@ -189,7 +196,7 @@ class CacheStore {
     StreamInfo backing;
   };
   // One try of get and list; get and list retry a transient failure for a while.
-  Result<std::optional<CacheEntry>> get_once(const StreamKey& cache, std::string_view key);
+  Result<std::optional<CacheEntry>> get_once(const StreamKey& cache, std::string_view key, Incarnation* incarnation);
   Result<Listed> list_once(const StreamKey& cache, std::string_view prefix, std::string_view after,
                            std::size_t limit);
   // not_found for an unknown cache; with `create`, a missing backing stream is created.
@@ -209,7 +216,8 @@ class CacheStore {
   // The write loop of put, erase and update. `check` decides against the live entry (null
   // when absent): nullopt to write (the value it set, if it set one), else the answer.
   Result<Write> write(const StreamKey& cache, std::string_view key, CacheRecord rec, std::optional<std::int64_t> ttl_ms,
-                      std::optional<AckMode> ack, const Decide& check);
+                      std::optional<AckMode> ack, const Decide& check,
+                      std::optional<Incarnation> if_incarnation = std::nullopt);
   void run();
   // --- compaction (cache_compact.cc; docs/architecture.md "Cache compaction") ---
   // After a write: schedules a compaction of shard `s` on the pool if it is due (sh.mu held).

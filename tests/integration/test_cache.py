@@ -339,6 +339,36 @@ class CacheTests(unittest.TestCase):
         self.assertEqual(c.get("old0")[1], b"new")
         self.assertEqual(c.put("old1", b"x", if_revision=0)[0], 200, "old1 is absent in the new incarnation")
 
+    def test_a_compare_and_set_read_from_a_deleted_cache_never_writes_the_recreated_one(self):
+        """Regression (review): revisions count within one incarnation, so a client that read
+        revision R from a cache that was then deleted and created again could win an
+        if_revision=R write on the new cache once a key there reached R. Reads and writes
+        name the cache's incarnation; if_incarnation refuses another (409 conflict)."""
+        n = self.node()
+        old = create_cache(n)
+        c = CacheClient(n)
+        st, body = c.put("k", b"old")
+        self.assertEqual((st, body["incarnation"]), (200, old["incarnation"]))
+        st, h, _ = call(n, "GET", c.path("k"))
+        self.assertEqual((st, int(h["sluice-cache-incarnation"])), (200, old["incarnation"]))
+        n.request("DELETE", n.ns_path() + "/caches/c")
+        new = create_cache(n)
+        st, body = c.put("k", b"new")
+        self.assertEqual((st, body["incarnation"]), (200, new["incarnation"]))
+        rev = body["revision"]  # the revision matches: only the incarnation tells them apart
+        for op in (lambda: c.put("k", b"stale", if_revision=rev, if_incarnation=old["incarnation"]),
+                   lambda: c.delete("k", if_revision=rev, if_incarnation=old["incarnation"])):
+            st, body = op()
+            self.assertEqual((st, body["code"]), (409, "conflict"), body)
+            self.assertIn("created again", body["detail"])
+        self.assertEqual(c.get("k")[1:3], (b"new", rev), "nothing was written")
+        for bad in ("-1", "x", "1.5"):
+            st, body = c.put("k", b"v", if_incarnation=bad)
+            self.assertEqual((st, body["code"]), (400, "invalid_argument"), bad)
+        st, body = c.put("k", b"newer", if_revision=rev, if_incarnation=new["incarnation"])
+        self.assertEqual(st, 200, body)
+        self.assertEqual(c.get("k")[1], b"newer")
+
     def test_delete_and_recreate_at_once_never_serves_the_old_incarnation(self):
         """The broker that handles a delete forgets the cache at once, not when its change
         feed reports the delete: a recreate right after it (before the feed has caught up)
