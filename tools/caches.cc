@@ -17,15 +17,19 @@ namespace {
 const Usage kCache{"cache", R"(Usage: sluice cache create TENANT/NS/CACHE [--default-ttl-ms MS]
        sluice cache list   TENANT/NS/CACHE [--prefix P] [--limit N]
        sluice cache get    TENANT/NS/CACHE KEY [--json]
-       sluice cache put    TENANT/NS/CACHE KEY [VALUE] [--ttl-ms MS] [--if-revision R] [--ack leader|quorum]
-       sluice cache delete TENANT/NS/CACHE KEY [--if-revision R] [--ack leader|quorum]
+       sluice cache put    TENANT/NS/CACHE KEY [VALUE] [--ttl-ms MS] [--if-revision R] [--if-incarnation I]
+                           [--ack leader|quorum]
+       sluice cache delete TENANT/NS/CACHE KEY [--if-revision R] [--if-incarnation I] [--ack leader|quorum]
        sluice cache drop   TENANT/NS/CACHE
 
 get prints the value as stored (no newline added); --json prints
-{"value","revision","expires_at_ms"} instead (the value must then be UTF-8). put stores VALUE,
-or standard input when VALUE is left out, and prints {"revision","expires_at_ms"?}.
---if-revision R writes only if the key is at revision R (0: only if absent); otherwise the
-answer is 409 revision_mismatch and nothing is written. list prints every live key with
+{"value","revision","incarnation","expires_at_ms"?} instead (the value must then be UTF-8).
+put stores VALUE, or standard input when VALUE is left out, and prints
+{"revision","expires_at_ms"?,"incarnation"}. --if-revision R writes only if the key is at
+revision R (0: only if absent); otherwise the answer is 409 revision_mismatch and nothing is
+written. Revisions count within one incarnation of the cache: --if-incarnation I (the
+incarnation a get or write printed) writes only if the cache was not deleted and created
+again since (else 409 conflict, nothing written). list prints every live key with
 its revision, following the pages. drop deletes the cache and everything in it.
 )"};
 
@@ -38,6 +42,7 @@ std::string write_query(const Args& a, bool put) {
   auto add = [&](const std::string& k, const std::string& v) { q += (q.empty() ? "?" : "&") + k + "=" + v; };
   if (put && a.has("ttl-ms")) add("ttl_ms", std::to_string(a.get_u64("ttl-ms", 0)));
   if (a.has("if-revision")) add("if_revision", std::to_string(a.get_u64("if-revision", 0)));
+  if (a.has("if-incarnation")) add("if_incarnation", std::to_string(a.get_u64("if-incarnation", 0)));
   if (a.has("ack")) {
     const std::string ack = a.get("ack");
     if (ack != "leader" && ack != "quorum") a.error("--ack is leader or quorum");
@@ -83,6 +88,7 @@ int cmd_cache(Client& c, const Words& words) {
     if (r.status != 200) Client::fail(r);
     if (a.has("json")) {
       json::object o{{"value", r.body}, {"revision", std::stoull(r.header("Sluice-Revision"))}};
+      if (auto i = r.header("Sluice-Cache-Incarnation"); !i.empty()) o["incarnation"] = std::stoull(i);
       if (auto e = r.header("Sluice-Expires-At"); !e.empty()) o["expires_at_ms"] = std::stoll(e);
       print_json(o);
     } else {
@@ -90,7 +96,7 @@ int cmd_cache(Client& c, const Words& words) {
       std::cout.flush();
     }
   } else if (op == "put") {
-    Args a(kCache, rest(words), {.values = {"ttl-ms", "if-revision", "ack"}, .min_args = 2, .max_args = 3});
+    Args a(kCache, rest(words), {.values = {"ttl-ms", "if-revision", "if-incarnation", "ack"}, .min_args = 2, .max_args = 3});
     std::string value;
     if (a.pos().size() == 3) {
       value = a.pos()[2];
@@ -99,7 +105,7 @@ int cmd_cache(Client& c, const Words& words) {
     }
     print_json(c.call_ok("PUT", key_path(a) + write_query(a, true), value, "application/octet-stream"));
   } else if (op == "delete") {
-    Args a(kCache, rest(words), {.values = {"if-revision", "ack"}, .min_args = 2, .max_args = 2});
+    Args a(kCache, rest(words), {.values = {"if-revision", "if-incarnation", "ack"}, .min_args = 2, .max_args = 2});
     print_json(c.call_ok("DELETE", key_path(a) + write_query(a, false)));
   } else {
     usage_error(kCache, "unknown operation '" + op + "'");

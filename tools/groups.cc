@@ -32,9 +32,11 @@ taken as the current stream's).
 
 const Usage kDeadLetters{"dead-letters",
                          R"(Usage: sluice dead-letters list   TENANT/NS/STREAM GROUP --shard N [--from OFFSET]
-       sluice dead-letters replay TENANT/NS/STREAM GROUP --shard N --from A --to B
+       sluice dead-letters replay TENANT/NS/STREAM GROUP --shard N --from A --to B [--incarnation I]
 
-replay publishes dead letters [A, B) to the stream again, as new records.
+list prints the page with the stream's "incarnation". replay publishes dead letters [A, B)
+to the stream again, as new records; with --incarnation (the list's), a stream deleted and
+created again since is refused (409 conflict) and nothing is replayed.
 )"};
 
 volatile std::sig_atomic_t g_stop = 0;
@@ -122,9 +124,10 @@ int cmd_dead_letters(Client& c, const Words& words) {
     print_json(c.call_ok("GET", shard_path(kDeadLetters, a) + "/dead-letters?offset=" +
                                     std::to_string(a.get_u64("from", 0))));
   } else if (op == "replay") {
-    Args a(kDeadLetters, rest(words), {.values = {"shard", "from", "to"}, .min_args = 2, .max_args = 2});
+    Args a(kDeadLetters, rest(words), {.values = {"shard", "from", "to", "incarnation"}, .min_args = 2, .max_args = 2});
     if (!a.has("from") || !a.has("to")) a.error("replay needs --from A --to B");
     json::object body{{"from", a.get_u64("from", 0)}, {"to", a.get_u64("to", 0)}};
+    if (a.has("incarnation")) body["incarnation"] = a.get_u64("incarnation", 0);
     print_json(c.call_ok("POST", shard_path(kDeadLetters, a) + "/dead-letters/replay", json::serialize(body)));
   } else {
     usage_error(kDeadLetters, "unknown operation '" + op + "'");

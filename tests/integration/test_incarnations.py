@@ -3,9 +3,10 @@ Each test is a named regression test from the felix post-mortem; see docs/upgrad
 import json
 import os
 import shutil
+import subprocess
 import unittest
 
-from harness import cleanup_all, HttpError, Node, poll, record_value
+from harness import DEADLINE_S, SLUICE_CLI, cleanup_all, HttpError, Node, poll, record_value
 
 # replicated_shards (level 16) and shard_reassignment (17) too: the "older build" brokers below
 # report no feature.
@@ -456,8 +457,16 @@ class Incarnations(unittest.TestCase):
             e = self.problem(lambda: n.request("POST", base + "/dead-letters/replay",
                                                {"from": 0, "to": 1, "incarnation": bad}))
             self.assertEqual((e.status, e.problem["code"]), (400, "invalid_argument"), bad)
-        replayed = n.request("POST", base + "/dead-letters/replay", {"from": 0, "to": 1, "incarnation": new})
-        self.assertEqual(replayed["replayed"], 1)
+        p = subprocess.run([SLUICE_CLI, "--url", n.url, "dead-letters", "replay", "t/n/dl", "w", "--shard", "0",
+                            "--from", "0", "--to", "1", "--incarnation", str(old)],
+                           capture_output=True, text=True, timeout=DEADLINE_S)
+        self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+        self.assertIn("409 conflict", p.stderr)
+        p = subprocess.run([SLUICE_CLI, "--url", n.url, "dead-letters", "replay", "t/n/dl", "w", "--shard", "0",
+                            "--from", "0", "--to", "1", "--incarnation", str(new)],
+                           capture_output=True, text=True, timeout=DEADLINE_S)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(json.loads(p.stdout)["replayed"], 1)
         redo = n.request("GET", base + q)["records"]
         self.assertEqual([record_value(r) for r in redo], [b"new"])
 
