@@ -236,6 +236,11 @@ void BrokerRuntime::control_loop() {
   }
 }
 
+bool BrokerRuntime::fenced() {
+  std::lock_guard lk(applied_mu_);
+  return !fenced_.empty();
+}
+
 void BrokerRuntime::note_failure(const std::string& what) {
   host_.log(LogLevel::error, "broker", what);
   std::lock_guard lk(applied_mu_);
@@ -243,17 +248,21 @@ void BrokerRuntime::note_failure(const std::string& what) {
 }
 
 void BrokerRuntime::note_failed_delete(const DataDelete& d, const std::string& what) {
+  {
+    std::lock_guard lk(applied_mu_);  // noted before it is logged: a reader of the log sees it
+    auto& f = failed_deletes_[d.key];
+    if (f.first.up_to <= d.up_to) f.first = d;  // the highest word covers the lower ones
+    f.second = what;
+  }
   host_.log(LogLevel::error, "broker", what);
-  std::lock_guard lk(applied_mu_);
-  auto& f = failed_deletes_[d.key];
-  if (f.first.up_to <= d.up_to) f.first = d;  // the highest word covers the lower ones
-  f.second = what;
 }
 
 void BrokerRuntime::note_failed_open(const ShardRef& ref, const std::string& what) {
+  {
+    std::lock_guard lk(applied_mu_);
+    failed_opens_[ref] = what;
+  }
   host_.log(LogLevel::error, "broker", what);
-  std::lock_guard lk(applied_mu_);
-  failed_opens_[ref] = what;
 }
 
 void BrokerRuntime::mark_applied(ChangeSeq seq) {
@@ -279,6 +288,11 @@ bool BrokerRuntime::wait_forgotten(const StreamKey& key, Incarnation incarnation
     // is done: gone, and not in progress before and after, means the delete is done (a
     // name leaves service before its data is deleted; answering then let a client see the
     // data still on disk).
+    // A delete of the name that failed (retried) is not done either: its data is on disk.
+    const auto delete_failed = [&] {
+      auto f = failed_deletes_.find(key);
+      return f != failed_deletes_.end() && f->second.first.up_to >= incarnation;
+    };
     const ChangeSeq seen = applied_;
     const std::uint64_t plans = plans_done_;
     const bool busy_before = applying_.count(key) > 0;
@@ -286,7 +300,7 @@ bool BrokerRuntime::wait_forgotten(const StreamKey& key, Incarnation incarnation
     auto st = find(key);
     const bool gone = !st || st->info.incarnation != incarnation;
     lk.lock();
-    if (gone && !busy_before && !applying_.count(key)) return true;
+    if (gone && !busy_before && !applying_.count(key) && !delete_failed()) return true;
     if (!applied_cv_.wait_until(lk, deadline, [&] { return applied_ > seen || plans_done_ != plans; })) return false;
   }
 }

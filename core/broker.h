@@ -262,6 +262,7 @@ class BrokerRuntime final : public Node {
   void schedule_retry();
   Result<void> register_self();
   void control_loop();
+  bool fenced();  // the control plane refused this broker (fenced_)
   // Why a leaderless shard has no leader (unavailable_reason, catalog_rules.h), from the
   // registered brokers read at most once a second (every call to such a shard asks).
   std::string leaderless_reason(const Assignment& a) const;

@@ -69,8 +69,12 @@ Result<void> BrokerRuntime::delete_data(const DataDelete& d) {
   {
     std::lock_guard lk(applied_mu_);
     auto it = failed_deletes_.find(d.key);
-    if (it != failed_deletes_.end() && it->second.first.up_to <= d.up_to) failed_deletes_.erase(it);
+    if (it != failed_deletes_.end() && it->second.first.up_to <= d.up_to) {
+      failed_deletes_.erase(it);
+      ++plans_done_;  // wakes a DELETE waiting for it (wait_forgotten)
+    }
   }
+  applied_cv_.notify_all();
   if (r.value() > 0) {
     m_deleted_dirs_.fetch_add(r.value(), std::memory_order_relaxed);
     host_.log(LogLevel::info, "broker",
@@ -238,6 +242,16 @@ Result<void> BrokerRuntime::apply_plan(const ServingPlan& plan, Registration reg
                 "serving stream " + key.to_string() + " incarnation " + std::to_string(sv.info.incarnation.value()) +
                     " (" + std::to_string(fresh) + " of " + std::to_string(sv.info.spec.shards) + " shards here)");
     std::unique_lock lk(streams_mu_);
+    // Checked under streams_mu_: the heartbeat thread notes the fence before it takes that
+    // lock to close and clear what is served, so a state installed here is either cleared
+    // by it or not installed at all.
+    if (fenced()) {
+      lk.unlock();
+      // Refused by the control plane while this plan ran: nothing it opened is served.
+      for (const auto& log : st->held)
+        if (log && storage_) storage_->close_shard(log->ref());
+      continue;
+    }
     streams_[key] = std::move(st);
   }
   return {};

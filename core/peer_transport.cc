@@ -216,6 +216,7 @@ struct AsioPeerTransport::Impl : std::enable_shared_from_this<Impl> {
   // each call nothing instead of a connect, a handshake and a log line. The pause doubles
   // from 50 ms to 2 s; a hello resets it.
   struct Backoff {
+    std::string address;  // the pause holds for this address only (a moved peer is tried at once)
     std::chrono::steady_clock::time_point until;
     std::chrono::milliseconds pause{0};
     Error last{Errc::unavailable, ""};
@@ -284,6 +285,7 @@ struct Conn : std::enable_shared_from_this<Conn> {
   // node's memory (further requests fail at once, transient).
   std::size_t queued = 0;
   bool writing = false;
+  bool replaced = false;  // closed because the peer's address changed: no backoff for that
   std::map<std::uint64_t, Pending> pending;        // outgoing requests awaiting an answer
   std::deque<std::pair<std::uint64_t, OutFrame>> unsent;  // queued until the hello
 
@@ -580,8 +582,9 @@ struct Conn : std::enable_shared_from_this<Conn> {
     if (outgoing) {
       auto it = t.outgoing.find(target);
       if (it != t.outgoing.end() && it->second == self) t.outgoing.erase(it);
-      if (was != State::ready && target.value() != 0 && !t.stopped) {
+      if (was != State::ready && target.value() != 0 && !t.stopped && !replaced) {
         auto& b = t.backoff[target];
+        if (b.address != address) b = Impl::Backoff{address, {}, std::chrono::milliseconds(0), why};
         b.pause = std::min(std::max(b.pause * 2, std::chrono::milliseconds(50)), std::chrono::milliseconds(2000));
         b.until = std::chrono::steady_clock::now() + b.pause;
         b.last = why;
@@ -645,7 +648,7 @@ void AsioPeerTransport::Impl::do_request(NodeId peer, PeerMessageType type, std:
     return;
   }
   if (!outgoing.count(peer))
-    if (auto b = backoff.find(peer); b != backoff.end()) {
+    if (auto b = backoff.find(peer); b != backoff.end() && b->second.address == *addr) {
       const auto now = std::chrono::steady_clock::now();
       if (now < b->second.until) {
         Error e = b->second.last;
@@ -661,6 +664,7 @@ void AsioPeerTransport::Impl::do_request(NodeId peer, PeerMessageType type, std:
   if (auto it = outgoing.find(peer); it != outgoing.end()) {
     c = it->second;
     if (c->address != *addr) {
+      c->replaced = true;
       c->close(LogLevel::info, "the peer's address changed to " + *addr, c->lost("its address changed"));
       c.reset();
     }

@@ -282,6 +282,41 @@ TEST(Broker, a_delete_answers_only_after_the_data_is_deleted) {
   b->stop();
 }
 
+// Review finding on the fix above: a delete whose storage work failed (and is retried)
+// ended its plan all the same, so the wait ended too and the DELETE answered while the data
+// was still on disk.
+TEST(Broker, a_delete_whose_storage_work_failed_answers_once_a_retry_did_it) {
+  sluice::testing::TestHost host;
+  ScriptedCatalog cat;
+  fs_storage::FsStorageEngine storage(host, std::make_shared<fs_storage::PosixFileSystem>());
+  std::atomic<bool> fail{true};
+  storage.set_delete_step_hook([&](std::string_view step) {
+    return fail && (step == "storage.delete.after_marker" || step == "storage.delete.after_move");
+  });
+  cat.set_snapshot(catalog_with(10, I1));
+  auto b = make_broker(host, cat, storage, nullptr,
+                       [](BrokerOptions& o) { o.retry_min_ms = std::chrono::milliseconds(50); });
+  ASSERT_TRUE(b->start());
+  auto info = b->stream(K);
+  ASSERT_TRUE(info);
+  ChangeEvent ev{};
+  ev.kind = ChangeEvent::Kind::stream_deleted;
+  ev.seq = ChangeSeq{11};
+  ev.stream = *info;
+  ev.assignments = catalog_with(10, I1).assignments;
+  ev.tombstone = Tombstone{K, Incarnation{I1}, ChangeSeq{11}};
+  cat.emit(ev);
+  ASSERT_TRUE(eventually([&] { return host.logged("cannot delete data of t/n/s"); }));
+  PendingDelete del(*b, cat, K, *info);
+  EXPECT_FALSE(del.answered_early()) << "the delete answered while its storage work was failing";
+  fail = false;
+  del.join();
+  ASSERT_TRUE(del.result) << del.result.error().to_string();
+  EXPECT_TRUE(b->ready(nullptr));
+  EXPECT_FALSE(held_on_disk(storage, I1));
+  b->stop();
+}
+
 // Review finding on the fix above: a broker whose catalog feed had not delivered the create
 // yet held nothing under the name, and the wait ended at once; it then opened the stream
 // and served it until the delete arrived. The delete waits for the create first.
@@ -399,9 +434,14 @@ TEST(Broker, a_failed_delete_is_retried_as_asked_even_after_the_name_is_recreate
   sluice::testing::TestHost host;
   ScriptedCatalog cat;
   fs_storage::FsStorageEngine storage(host, std::make_shared<fs_storage::PosixFileSystem>());
-  std::atomic<int> failures{1};
+  // Every attempt fails (the first after its marker, the retries, which finish that marker,
+  // after moving the directories) until the test lets them through: no race with the retry.
+  std::atomic<bool> fail{true};
+  std::atomic<int> failures{0};
   storage.set_delete_step_hook([&](std::string_view step) {
-    return step == "storage.delete.after_marker" && failures.fetch_sub(1) > 0;
+    if (!fail || (step != "storage.delete.after_marker" && step != "storage.delete.after_move")) return false;
+    ++failures;
+    return true;
   });
   cat.set_snapshot(catalog_with(10, I1));
   auto b = make_broker(host, cat, storage, nullptr,
@@ -428,11 +468,17 @@ TEST(Broker, a_failed_delete_is_retried_as_asked_even_after_the_name_is_recreate
   again.assignments = catalog_with(12, I2).assignments;
   cat.emit(again);
   ASSERT_TRUE(eventually([&] { return fetch_answer(*b) == "served"; }));
+  // Retried (and failing) after the recreate: the recreate did not cancel it.
+  const int before = failures.load();
+  ASSERT_TRUE(eventually([&] { return failures.load() > before; })) << "not retried after the recreate";
+  EXPECT_FALSE(b->ready(&why)) << "the recreate cleared the failed delete";
+  EXPECT_NE(why.find("cannot delete data"), std::string::npos) << why;
+
+  fail = false;
   EXPECT_TRUE(eventually([&] { return !held_on_disk(storage, I1); }))
       << "the deleted incarnation's data was never deleted";
   EXPECT_TRUE(eventually([&] { return b->ready(nullptr); }));
   EXPECT_TRUE(held_on_disk(storage, I2));
-  EXPECT_EQ(failures.load(), 0) << "the delete never failed: the test tested nothing";
   b->stop();
 }
 
