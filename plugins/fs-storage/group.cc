@@ -145,27 +145,49 @@ Result<GroupDelivery> ConsumerGroup::fetch(std::uint32_t max_records, const Grou
   if (auto r = check_group_options(o); !r) return r.error();
   if (max_records == 0) max_records = 1;
   std::lock_guard lk(mu_);
-  if (!dead_) return Error(Errc::unavailable, "shard " + shard_.ref().to_string() + " is closed");
+  if (auto u = usable(); !u) return u.error();
   const std::int64_t now = clock_();
-  skip_below(shard_.stats().log_start.value());
+  const ShardStats stats = shard_.stats();
+  skip_below(stats.log_start.value());
+  // Everything below committed_ is done: a group that learned its acks from the group log
+  // (a new leader: ACK ops do not move the cursor) does not read them all again to find
+  // nothing to deliver (review finding: a whole acked shard read into memory per fetch).
+  cursor_ = std::max(cursor_, committed_);
+  // Only what the high watermark covers is readable: an outstanding offset or a cursor
+  // above it (a new leader whose watermark is not back up yet) waits, rather than failing
+  // the fetch with "beyond the high watermark".
+  const std::uint64_t readable = stats.high_watermark.value();
   std::map<std::uint64_t, std::string> cache;  // batches by base offset
+  std::size_t cached = 0;                      // their bytes
   std::vector<GroupDelivery::Item> items;
   std::string deliver;  // DELIVER payload (count patched in at the end)
   put32(deliver, 0);
 
   // 1. Redeliveries: nacked or timed out, oldest offset first.
+  // Bounded like new records (review finding): one delivery holds about kMaxDeliveryBytes
+  // of batches, whatever the due offsets' spread.
   std::vector<std::uint64_t> due;
   for (auto& [off, o2] : outstanding_)
-    if (o2.deadline_ms <= now) due.push_back(off);
+    if (o2.deadline_ms <= now && off < readable) due.push_back(off);
+  const auto account = [&](std::size_t before, const std::string* b) {
+    if (cache.size() > before) cached += b->size();
+  };
   for (std::uint64_t off : due) {
-    if (items.size() >= max_records) break;
+    if (items.size() >= max_records || (!items.empty() && cached >= kMaxDeliveryBytes)) break;
     auto& st = outstanding_[off];
     if (st.deliveries + 1 > o.max_deliveries) {
+      const std::size_t before = cache.size();
       if (auto r = dead_letter(off, st.deliveries, cache); !r) return r.error();
+      if (cache.size() > before) {
+        auto it = std::prev(cache.upper_bound(off));
+        cached += it->second.size();
+      }
       continue;
     }
+    const std::size_t before = cache.size();
     auto b = batch_for(off, cache);
     if (!b) return b.error();
+    account(before, *b);
     ++st.deliveries;
     st.deadline_ms = now + o.ack_timeout_ms;
     items.push_back({Offset(off), st.deliveries});
@@ -174,10 +196,12 @@ Result<GroupDelivery> ConsumerGroup::fetch(std::uint32_t max_records, const Grou
   // finding): a consumer that fetches and never acks holds at most max_outstanding_
   // deliveries (not the whole shard), and one delivery holds about kMaxDeliveryBytes of
   // batches (at least one), not max_records of them.
-  std::size_t cached = 0;
-  for (const auto& [base, b] : cache) cached += b.size();
-  while (items.size() < max_records && outstanding_.size() < max_outstanding_ &&
-         (items.empty() || cached < kMaxDeliveryBytes)) {
+  // Batches with nothing to deliver (done above committed_) are scanned, not kept, and at
+  // most kMaxScanBytes of them per call: the cursor moves past them for the next call.
+  constexpr std::size_t kMaxScanBytes = 4 * kMaxDeliveryBytes;
+  std::size_t scanned = 0;
+  while (items.size() < max_records && outstanding_.size() < max_outstanding_ && cursor_ < readable &&
+         scanned < kMaxScanBytes && (items.empty() || cached < kMaxDeliveryBytes)) {
     auto r = shard_.read(Offset(cursor_), max_records - static_cast<std::uint32_t>(items.size()),
                          kFetchBytes);
     if (!r) return r.error();
@@ -185,6 +209,7 @@ Result<GroupDelivery> ConsumerGroup::fetch(std::uint32_t max_records, const Grou
     for (auto& b : r->batches) {
       BatchHeader h = BatchHeader::decode(b.data());
       std::uint64_t off = std::max(cursor_, h.base_offset);
+      const std::size_t had = items.size();
       for (; off < h.next_offset() && items.size() < max_records && outstanding_.size() < max_outstanding_; ++off) {
         // Done without a DELIVER record (a dead-letter move recorded at open): never again.
         if (off < committed_ || done_.count(off)) continue;
@@ -192,9 +217,13 @@ Result<GroupDelivery> ConsumerGroup::fetch(std::uint32_t max_records, const Grou
         items.push_back({Offset(off), 1});
       }
       cursor_ = std::max(cursor_, off);
-      cached += b.size();
-      cache.emplace(h.base_offset, std::move(b));
-      if (items.size() >= max_records || outstanding_.size() >= max_outstanding_ || cached >= kMaxDeliveryBytes)
+      scanned += b.size();
+      if (items.size() > had) {
+        cached += b.size();
+        cache.emplace(h.base_offset, std::move(b));
+      }
+      if (items.size() >= max_records || outstanding_.size() >= max_outstanding_ || cached >= kMaxDeliveryBytes ||
+          scanned >= kMaxScanBytes)
         break;
     }
   }
@@ -234,7 +263,7 @@ Result<void> ConsumerGroup::check_outstanding(const std::vector<Offset>& offsets
 
 Result<void> ConsumerGroup::ack(const std::vector<Offset>& offsets) {
   std::lock_guard lk(mu_);
-  if (!dead_) return Error(Errc::unavailable, "shard " + shard_.ref().to_string() + " is closed");
+  if (auto u = usable(); !u) return u;
   if (auto r = check_outstanding(offsets, "ack"); !r) return r;
   if (offsets.empty()) return {};
   std::string payload;
@@ -249,7 +278,7 @@ Result<void> ConsumerGroup::ack(const std::vector<Offset>& offsets) {
 
 Result<void> ConsumerGroup::nack(const std::vector<Offset>& offsets) {
   std::lock_guard lk(mu_);
-  if (!dead_) return Error(Errc::unavailable, "shard " + shard_.ref().to_string() + " is closed");
+  if (auto u = usable(); !u) return u;
   if (auto r = check_outstanding(offsets, "nack"); !r) return r;
   // Not journaled: after a crash every outstanding record is due at once anyway.
   const std::int64_t now = clock_();

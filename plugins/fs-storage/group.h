@@ -164,6 +164,8 @@ class ConsumerGroup {
   Result<void> dead_letter(std::uint64_t offset, std::uint32_t deliveries,
                            std::map<std::uint64_t, std::string>& cache);
   bool replayed(std::uint64_t dl_offset) const;
+  // unavailable once closed; storage_failure once a journal write or sync failed (mu_ held).
+  Result<void> usable() const;
   // How a replay's batch is appended to the shard: quorum on a replicated shard.
   AckMode shard_ack() const;
 
@@ -184,6 +186,11 @@ class ConsumerGroup {
   std::uint64_t generation_ = 0;      // of the open journal
   std::uint64_t next_compact_at_ = 0;  // journal size that triggers compaction
   bool dir_unsynced_ = false;         // a journal rename whose directory fsync failed
+  // Set when a journal write or sync failed: the group refuses calls until the shard is
+  // reopened (the journal is read again from disk). A record whose fdatasync failed may
+  // never reach the disk, and replay stops at it: a later acknowledged ack written after it
+  // would be cut with it after a power cut.
+  std::string failed_;
   std::shared_ptr<ShardLogImpl> dead_;  // the dead-letter log
 
   std::uint64_t committed_ = 0;

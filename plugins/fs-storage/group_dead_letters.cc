@@ -206,6 +206,29 @@ Result<void> ConsumerGroup::resolve_pending_replays() {
   while (!pending_.empty()) {
     const PendingReplay p = pending_.front();
     const std::string prefix = name_ + ":";
+    // The search must see every batch the earlier attempt may have appended. One above the
+    // high watermark is not decided yet (it commits, or a failover cuts it): wait, bounded,
+    // for the watermark to cover what the log holds now, else answer transient (review
+    // finding: a quorum replay that timed out was appended again and both copies committed).
+    if (const ShardStats now = shard_.stats(); now.high_watermark < now.log_end) {
+      auto settled = std::make_shared<std::promise<void>>();
+      auto f = settled->get_future();
+      const std::uint64_t h = shard_.notify_when_beyond(Offset(now.log_end.value() - 1), [settled] {
+        try {
+          settled->set_value();
+        } catch (const std::future_error&) {
+        }
+      });
+      if (f.wait_for(kReplaySettleWait) != std::future_status::ready) {
+        shard_.cancel_notify(h);
+        return Error(Errc::unavailable,
+                     "group " + name_ + ": an earlier replay of dead letters [" + std::to_string(p.from) + ", " +
+                         std::to_string(p.to) + ") is not settled yet (the shard's high watermark " +
+                         std::to_string(now.high_watermark.value()) + " is below its end " +
+                         std::to_string(now.log_end.value()) + "); retry",
+                     Outcome::transient);
+      }
+    }
     const ShardStats st = shard_.stats();
     bool found = false;
     std::uint64_t at = std::max(p.shard_from, st.log_start.value());
@@ -257,7 +280,7 @@ Result<void> ConsumerGroup::resolve_pending_replays() {
 
 Result<std::uint64_t> ConsumerGroup::replay(Offset from, Offset to) {
   std::lock_guard lk(mu_);
-  if (!dead_) return Error(Errc::unavailable, "shard " + shard_.ref().to_string() + " is closed");
+  if (auto u = usable(); !u) return u.error();
   // An earlier replay whose append failed must not be appended twice.
   if (auto r = resolve_pending_replays(); !r) return r.error();
   const ShardStats st = dead_->stats();
@@ -295,7 +318,7 @@ Result<std::uint64_t> ConsumerGroup::replay(Offset from, Offset to) {
 Result<void> ConsumerGroup::apply_op(std::uint8_t type, std::string_view payload,
                                      std::string_view extra) {
   std::lock_guard lk(mu_);
-  if (!dead_) return Error(Errc::unavailable, "shard " + shard_.ref().to_string() + " is closed");
+  if (auto u = usable(); !u) return u;
   auto bad = [&](const std::string& why) {
     return Error(Errc::corrupt_data, "group " + name_ + " of shard " + shard_.ref().to_string() +
                                          ": group log op " + std::to_string(type) + ": " + why);

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "group_records.h"
+#include "shard_log.h"
 #include "segment.h"
 #include "sluice/record_batch.h"
 
@@ -267,16 +268,29 @@ Result<void> ConsumerGroup::replay_journal(bool have_snap, std::uint64_t snap_ge
 
 Result<void> ConsumerGroup::append_journal(std::uint8_t type, const std::string& payload,
                                            bool sync) {
+  if (auto u = usable(); !u) return u;
+  const auto failed = [&](const Error& e) -> Result<void> {
+    failed_ = "the journal of group " + name_ + " of shard " + shard_.ref().to_string() + " failed (" + e.message +
+              "); the group refuses calls until the shard is reopened";
+    host_.log(LogLevel::error, kComponent, failed_);
+    return Error(Errc::storage_failure, failed_);
+  };
   const std::string rec = journal_record(type, payload);
-  if (auto r = journal_->pwrite(rec.data(), rec.size(), journal_size_); !r) return r;
+  if (auto r = journal_->pwrite(rec.data(), rec.size(), journal_size_); !r) return failed(r.error());
   journal_size_ += rec.size();
   if (sync) {
     if (dir_unsynced_) {  // the journal's rename must be durable before this record counts
-      if (auto r = fs_->sync_dir(dir_); !r) return r;
+      if (auto r = fs_->sync_dir(dir_); !r) return failed(r.error());
       dir_unsynced_ = false;
     }
-    if (auto r = journal_->datasync(); !r) return r;
+    if (auto r = journal_->datasync(); !r) return failed(r.error());
   }
+  return {};
+}
+
+Result<void> ConsumerGroup::usable() const {
+  if (!dead_) return Error(Errc::unavailable, "shard " + shard_.ref().to_string() + " is closed");
+  if (!failed_.empty()) return Error(Errc::storage_failure, failed_);
   return {};
 }
 

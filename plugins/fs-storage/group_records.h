@@ -2,6 +2,7 @@
 // shared by the group's files (group.cc, group_journal.cc, group_dead_letters.cc).
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -17,6 +18,9 @@ inline constexpr std::size_t kRecHeader = 9;  // u32 payload_len | u32 crc | u8 
 inline constexpr std::size_t kFetchBytes = 1 << 20;
 // What one group delivery holds of new records' batches, at most (and at least one batch).
 inline constexpr std::size_t kMaxDeliveryBytes = 4u << 20;
+// How long a replay waits for an earlier, unfinished one to settle (its batch committed or
+// cut) before it answers transient.
+inline constexpr std::chrono::milliseconds kReplaySettleWait{5000};
 
 inline void put64(std::string& s, std::uint64_t v) {
   char b[8];

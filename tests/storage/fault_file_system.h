@@ -89,6 +89,11 @@ class FaultFileSystem final : public FileSystem {
     std::lock_guard lk(mu_);
     return syncs_;
   }
+  // Bytes read through pread so far (what a scan costs).
+  std::uint64_t read_bytes() {
+    std::lock_guard lk(mu_);
+    return read_bytes_;
+  }
 
   // Drops unsynced bytes of every tracked file; returns how many files lost bytes.
   int crash(std::uint64_t seed, CrashOptions opt) {
@@ -354,7 +359,9 @@ class FaultFileSystem final : public FileSystem {
     Result<std::size_t> pread(char* buf, std::size_t n, std::uint64_t off) override {
       std::lock_guard lk(fs_.mu_);
       if (fs_.crashed_) return io_error("pread", path(), EIO);
-      return real_->pread(buf, n, off);
+      auto r = real_->pread(buf, n, off);
+      if (r) fs_.read_bytes_ += *r;
+      return r;
     }
     Result<void> pwritev(const struct iovec* iov, int count, std::uint64_t off) override {
       std::lock_guard lk(fs_.mu_);
@@ -449,6 +456,7 @@ class FaultFileSystem final : public FileSystem {
   std::string blocked_only_;
   int waiting_ = 0;
   std::uint64_t syncs_ = 0;
+  std::uint64_t read_bytes_ = 0;
   std::vector<EntryOp> entry_ops_;  // oldest first
   std::optional<int> crash_countdown_;
   std::uint64_t crash_seed_ = 0;

@@ -359,5 +359,81 @@ TEST_F(GroupTest, ApplyingACommittedGroupLogOpTwiceChangesNothingMore) {
   EXPECT_EQ(pos().dead_letter_end.value(), 1u);
 }
 
+// Review finding: a group that learned its acks from the group log (a new leader after a
+// failover: ACK ops move committed, not the cursor) read the whole acked part of the shard
+// into memory on its first fetch, to find nothing to deliver.
+TEST_F(GroupTest, AGroupWhoseAcksCameFromTheGroupLogDoesNotReadThemAgain) {
+  const std::string big(512 << 10, 'x');
+  for (int i = 0; i < 16; ++i) {  // 8 MiB, one record per batch
+    BatchBuilder bb;
+    bb.add(std::nullopt, big, {}, 1000);
+    ASSERT_TRUE(append_wait(*shard_, bb.finish()));
+  }
+  auto impl = engine_->replica(test_ref());
+  ASSERT_TRUE(impl);
+  std::string ack("\x10\0\0\0", 4);  // 16 offsets
+  for (std::uint64_t off = 0; off < 16; ++off) {
+    char b[8];
+    wire::put_u64(b, off);
+    ack.append(b, 8);
+  }
+  ASSERT_TRUE(impl->apply_group_op(GroupOp{"g", group_records::kAck, ack, {}}));
+  EXPECT_EQ(pos().committed.value(), 16u);
+  const auto read_before = fs_->read_bytes();
+  EXPECT_TRUE(fetch(100).records.empty());
+  EXPECT_LT(fs_->read_bytes() - read_before, std::uint64_t{1} << 20) << "the acked records were read again";
+  ASSERT_TRUE(append_wait(*shard_, make_batch("new", 2)));
+  EXPECT_EQ(offsets_of(fetch(100)), (std::vector<std::uint64_t>{16, 17}));
+}
+
+// Review finding: redeliveries had no byte bound (only new records did): due offsets one
+// per large batch made one fetch hold all of those batches.
+TEST_F(GroupTest, RedeliveriesAreBoundedInBytesToo) {
+  const std::string big(512 << 10, 'x');
+  for (int i = 0; i < 20; ++i) {  // 10 MiB, one record per batch
+    BatchBuilder bb;
+    bb.add(std::nullopt, big, {}, 1000);
+    ASSERT_TRUE(append_wait(*shard_, bb.finish()));
+  }
+  std::vector<Offset> all;
+  for (int round = 0; round < 10 && all.size() < 20; ++round)
+    for (auto& it : fetch(100).records) all.push_back(it.offset);
+  ASSERT_EQ(all.size(), 20u);
+  ASSERT_TRUE(shard_->group_nack("g", all));
+  auto d = fetch(100);
+  std::size_t bytes = 0;
+  for (const auto& b : d.batches) bytes += b.size();
+  EXPECT_GT(d.records.size(), 0u);
+  EXPECT_LT(bytes, std::size_t{5} << 20) << d.records.size() << " redeliveries in one fetch";
+}
+
+// Review finding: after a journal write whose fdatasync failed, the group went on: a later
+// ack was written after the failed record and answered, and after a power cut the journal's
+// replay stops at the failed record, cutting that acknowledged ack too. The group refuses
+// calls once its journal failed, until the shard is reopened.
+TEST_F(GroupTest, AGroupWhoseJournalFailedRefusesCallsUntilReopened) {
+  ASSERT_TRUE(append_wait(*shard_, make_batch("a", 3)));
+  EXPECT_EQ(offsets_of(fetch(10)), (std::vector<std::uint64_t>{0, 1, 2}));
+  fs_->fail_syncs(true);
+  auto failed = shard_->group_ack("g", offs({0}));
+  ASSERT_FALSE(failed);
+  fs_->fail_syncs(false);
+  auto later = shard_->group_ack("g", offs({1}));
+  ASSERT_FALSE(later) << "an ack after a failed journal sync was answered";
+  EXPECT_EQ(later.error().code, Errc::storage_failure) << later.error().to_string();
+  EXPECT_FALSE(shard_->group_fetch("g", 10, GroupOptions{}));
+  // Reopened: the journal is read again from disk, and the group serves: what is not acked
+  // is delivered again once due, and acks of it commit.
+  shard_.reset();
+  engine_.reset();
+  start();
+  now_ += 100'000'000;  // every delivery's ack timeout is over
+  std::vector<Offset> again;
+  for (auto& it : fetch(10).records) again.push_back(it.offset);
+  EXPECT_FALSE(again.empty());
+  ASSERT_TRUE(shard_->group_ack("g", again));
+  EXPECT_EQ(pos().committed.value(), 3u);
+}
+
 }  // namespace
 }  // namespace sluice::fs_storage::testing
