@@ -53,11 +53,28 @@ std::string PgMetaStore::clean(const std::string& msg) const {
   return scrub(first_line(msg), secret_);
 }
 
+// libpq's TCP keepalives and TCP_USER_TIMEOUT on every connection, unless the URL sets
+// them: a server that vanished (or a partition) is noticed in about 30 s, not the kernel's
+// two hours, and a call blocked on it fails instead of holding its pool slot for ever.
+std::string PgMetaStore::with_keepalives(const std::string& url) {
+  if (url.find("keepalives") != std::string::npos || url.find("tcp_user_timeout") != std::string::npos) return url;
+  const bool uri = url.rfind("postgresql://", 0) == 0 || url.rfind("postgres://", 0) == 0;
+  if (uri)
+    return url + (url.find('?') == std::string::npos ? "?" : "&") +
+           "keepalives=1&keepalives_idle=10&keepalives_interval=5&keepalives_count=3&tcp_user_timeout=30000";
+  return url + " keepalives=1 keepalives_idle=10 keepalives_interval=5 keepalives_count=3 tcp_user_timeout=30000";
+}
+
 Result<std::unique_ptr<pqxx::connection>> PgMetaStore::connect_once() {
   try {
-    auto c = std::make_unique<pqxx::connection>(cfg_.url);
+    auto c = std::make_unique<pqxx::connection>(with_keepalives(cfg_.url));
     // Remembered by libpqxx and restored if it ever reactivates the connection.
     c->set_variable("search_path", c->quote_name(cfg_.schema));
+    // A client cut off inside a transaction (a frozen VM, a partition) must not hold the
+    // counter lock, and every other instance's writes, until TCP notices: the server ends
+    // such a transaction once it has been idle past this node's own call timeout.
+    c->set_variable("idle_in_transaction_session_timeout",
+                    c->quote(std::to_string(cfg_.timeout.count() + 5000) + "ms"));
     // "sluiced node N <schema>": an operator (and a test sharing one server with others)
     // can tell which node of which cluster a backend serves. PostgreSQL keeps 63 bytes.
     c->set_variable("application_name",

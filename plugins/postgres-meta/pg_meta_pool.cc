@@ -142,15 +142,17 @@ void PgMetaStore::close_pool() {
   free_.clear();
 }
 
-std::string PgMetaStore::batch_lock_sql() const {
-  std::string s;
+std::string PgMetaStore::batch_lock_sql(std::chrono::steady_clock::time_point deadline) const {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+  const std::string ms = std::to_string(std::max<std::int64_t>(1, left.count())) + "ms";
+  std::string s = "SET LOCAL lock_timeout = '" + ms + "';\nSET LOCAL statement_timeout = '" + ms + "';\n";
   if (cfg_.level >= kStreamIncarnationsLevel)
-    s = "SET LOCAL sluice.writer_level = '" + std::to_string(cfg_.level.value()) + "';\n";
+    s += "SET LOCAL sluice.writer_level = '" + std::to_string(cfg_.level.value()) + "';\n";
   return s + "LOCK TABLE counter IN EXCLUSIVE MODE";
 }
 
-std::string PgMetaStore::batch_head() const {
-  return "BEGIN ISOLATION LEVEL SERIALIZABLE;\n" + batch_lock_sql() + ";\n";
+std::string PgMetaStore::batch_head(std::chrono::steady_clock::time_point deadline) const {
+  return "BEGIN ISOLATION LEVEL SERIALIZABLE;\n" + batch_lock_sql(deadline) + ";\n";
 }
 
 std::string PgMetaStore::change_sql(pqxx::transaction_base& tx, std::uint64_t seq,

@@ -156,8 +156,13 @@ class PgMetaStore final : public MetadataStore {
   // found dead (the server closed it while idle) is replaced first.
   Result<pqxx::connection*> slot_connection(std::size_t i);
   Result<void> prepare_statements(pqxx::connection& c);
-  std::string batch_lock_sql() const;  // the level declaration and the counter lock
-  std::string batch_head() const;      // BEGIN SERIALIZABLE and batch_lock_sql()
+  // The level declaration and the counter lock, after lock and statement timeouts that end
+  // at `deadline` (a writer cut off while it holds the lock, or waits for it, does not hold
+  // every other instance's writes for longer than its own call may take).
+  std::string batch_lock_sql(std::chrono::steady_clock::time_point deadline) const;
+  static std::string with_keepalives(const std::string& url);
+  // BEGIN SERIALIZABLE and batch_lock_sql(deadline)
+  std::string batch_head(std::chrono::steady_clock::time_point deadline) const;
   // For a WriteBatch: the statement that records one change, and the NOTIFY and prune
   // that follow a write's last change.
   std::string change_sql(pqxx::transaction_base& tx, std::uint64_t seq, ChangeEvent::Kind kind,

@@ -121,6 +121,12 @@ inline bool is_connection_state(const std::string& st) {
   return st.rfind("08", 0) == 0 || st == "57P01" || st == "57P02" || st == "57P03";
 }
 
+// Errors after which nothing was committed and a later attempt may succeed (run() retries
+// them until its deadline, then answers unavailable, transient).
+inline bool is_transient_state(const std::string& st) {
+  return st == "55P03" || st == "57014" || st == "25006" || st == "53100" || st == "53200" || st == "53300";
+}
+
 inline std::vector<BrokerInfo> serving_of(const std::vector<BrokerInfo>& all) {
   std::vector<BrokerInfo> out;
   for (auto& b : all)
@@ -241,7 +247,7 @@ Result<T> PgMetaStore::run(Mode mode, F&& fn) {
           if constexpr (kBatch) {
             {
               pqxx::nontransaction tx(*c.value());
-              WriteBatch b(tx, batch_head());
+              WriteBatch b(tx, batch_head(deadline));
               out.emplace(fn(b));
               if (out->ok()) b.commit();
             }
@@ -254,7 +260,7 @@ Result<T> PgMetaStore::run(Mode mode, F&& fn) {
               // through); LOCK TABLE is a utility statement, taken before the transaction's
               // snapshot, so writers are serial and each sees every earlier commit (seq
               // order == commit order). One round trip for both.
-              tx.exec0(batch_lock_sql());
+              tx.exec0(batch_lock_sql(deadline));
               out.emplace(fn(static_cast<pqxx::transaction_base&>(tx)));
               if (!out->ok()) return std::move(*out);  // aborted by the destructor
               tx.commit();
@@ -289,6 +295,13 @@ Result<T> PgMetaStore::run(Mode mode, F&& fn) {
           const std::string& st = e.sqlstate();
           if (st == "40001" || st == "40P01") {
             last = "serialization failure: " + clean(e.what());
+            rollback();
+          } else if (is_transient_state(st)) {
+            // Nothing was committed, and trying again may work: a lock or statement timeout
+            // (the deadline above, or another writer holding the counter lock), a cancel, a
+            // read-only server (a standby behind a multi-host URL, a failover in progress),
+            // or the server out of disk, memory or connections.
+            last = "PostgreSQL error " + st + ": " + clean(e.what());
             rollback();
           } else if (is_connection_state(st) || st == "26000") {
             // 26000: a prepared statement is missing (a connection libpqxx reopened by

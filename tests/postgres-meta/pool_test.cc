@@ -318,6 +318,37 @@ TEST(PostgresMetaPool, a_batched_commit_the_server_cannot_confirm_is_in_doubt) {
   EXPECT_THROW(b.commit(), pqxx::in_doubt_error);
 }
 
+// Review finding: nothing bounded how long a write waited for the counter lock. With
+// another writer holding it and gone silent (a frozen VM, a partition), every catalog write
+// of every instance waited until the lock was released, hours if TCP had to notice,
+// whatever metadata.timeout_ms said. A write now gives up at its deadline, transient.
+TEST(PostgresMetaPool, a_write_blocked_on_the_counter_lock_gives_up_at_its_deadline) {
+  auto schema = pgtest::fresh_schema(pgtest::current_test_name());
+  auto cfg = pool_config(schema, 2);
+  cfg.timeout = std::chrono::milliseconds(2000);
+  Node n(cfg);
+  ASSERT_TRUE(n->create_tenant("acme").ok());
+  pqxx::connection c(pgtest::base_url());
+  pqxx::work tx(c);
+  tx.exec0("SET LOCAL search_path = " + tx.quote_name(schema));
+  tx.exec0("LOCK TABLE counter IN EXCLUSIVE MODE");  // the silent writer
+  std::atomic<bool> done{false};
+  std::optional<Result<NamespaceInfo>> r;
+  std::thread t([&] {
+    r.emplace(n->create_namespace("acme", "blocked"));
+    done = true;
+  });
+  const bool gave_up = pgtest::eventually([&] { return done.load(); }, std::chrono::milliseconds(60000));
+  tx.abort();  // released only now (before the fix, the write went through here)
+  t.join();
+  ASSERT_TRUE(gave_up) << "the write waited for the counter lock past its deadline";
+  ASSERT_TRUE(r.has_value());
+  ASSERT_FALSE(r->ok());
+  EXPECT_EQ(r->error().code, Errc::unavailable) << r->error().to_string();
+  EXPECT_EQ(r->error().outcome, Outcome::transient);
+  EXPECT_TRUE(n->create_namespace("acme", "blocked").ok()) << "once the lock is free, the write goes through";
+}
+
 TEST(PostgresMetaPool, pool_size_is_validated) {
   auto make = [](const std::string& v) {
     TestHost host({{"metadata.postgres.url", "host=127.0.0.1 port=1 dbname=x"},
