@@ -1,6 +1,7 @@
 // PgMetaStore change feed: the feed thread (LISTEN, the controller lease, reconnects) and
 // watches on the SDK fan-out (sluice/watch_registry.h).
 #include "pg_meta_store.h"
+#include "sluice/record_batch.h"
 #include "pg_meta_store_internal.h"
 
 #include <pqxx/pqxx>
@@ -58,6 +59,12 @@ void PgMetaStore::wake_feed() {
   watch_cv_.notify_all();
 }
 
+namespace {
+std::uint32_t change_digest(const std::string& kind, const std::string& payload) {
+  return crc32c(payload.data(), payload.size(), crc32c(kind.data(), kind.size()));
+}
+}  // namespace
+
 bool PgMetaStore::deliver_all(pqxx::connection& c) {
   {
     std::lock_guard lk(watch_mu_);
@@ -92,12 +99,27 @@ bool PgMetaStore::deliver_all(pqxx::connection& c) {
     if (after.value() < pruned || after.value() > last_seq) {
       b.resync = true;
     } else {
-      auto rs = tx.exec_params("SELECT seq, kind, payload FROM changes WHERE seq > $1"
+      // From the watcher's own last change on: it must still be the one it was given.
+      auto rs = tx.exec_params("SELECT seq, kind, payload FROM changes WHERE seq >= $1"
                                " ORDER BY seq LIMIT $2",
                                static_cast<std::int64_t>(after.value()),
-                               static_cast<std::int64_t>(kDeliveryBatch));
-      b.more = rs.size() == kDeliveryBatch;
-      for (const auto& r : rs) {
+                               static_cast<std::int64_t>(kDeliveryBatch + 1));
+      std::size_t first = 0;
+      if (!rs.empty() && u64(rs[0][0]) == after.value()) {
+        first = 1;
+        auto d = delivered_digest_.find(after.value());
+        if (d != delivered_digest_.end() && d->second != change_digest(rs[0][1].as<std::string>(), rs[0][2].as<std::string>()))
+          b.resync = true;  // another change holds that seq now
+      }  // (a seq may have no row: the cluster's creation takes seq 1 without a change)
+      if (b.resync) {
+        log(LogLevel::warn, "the change at seq " + std::to_string(after.value()) +
+                                " is not the one a watcher was given (a restored database?): the watcher resyncs");
+        tx.commit();
+        return b;
+      }
+      b.more = rs.size() - first == kDeliveryBatch;
+      for (std::size_t i = first; i < rs.size(); ++i) {
+        const auto& r = rs[i];
         auto ev = decode_change(i64(r[0]), r[1].as<std::string>(), r[2].as<std::string>());
         if (!ev.ok()) {
           // Never skip a change (docs/metadata-raft-design.md, "Error policy"): the feed
@@ -111,12 +133,16 @@ bool PgMetaStore::deliver_all(pqxx::connection& c) {
           }
           break;
         }
+        delivered_digest_[u64(r[0])] = change_digest(r[1].as<std::string>(), r[2].as<std::string>());
         b.events.push_back(std::move(ev.value()));
       }
+      // Bounded: the digests of the last few thousand changes (a watcher further behind
+      // resyncs on pruning long before a restore could matter to it).
+      while (delivered_digest_.size() > 4 * kDeliveryBatch * 16) delivered_digest_.erase(delivered_digest_.begin());
       // Where this watcher now stands: the last change it was given, or everything there
       // is if the fetch read to the end.
       const std::uint64_t at = b.events.empty() ? after.value() : b.events.back().seq.value();
-      reached = std::min(reached, b.more || rs.size() != b.events.size() ? at : std::max(at, last_seq));
+      reached = std::min(reached, b.more || rs.size() - first != b.events.size() ? at : std::max(at, last_seq));
     }
     tx.commit();
     return b;

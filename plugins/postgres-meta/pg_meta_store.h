@@ -219,6 +219,12 @@ class PgMetaStore final : public MetadataStore {
   std::atomic<bool> lease_held_{false};
   std::atomic<std::uint64_t> applied_{0};
   std::atomic<std::uint64_t> undecodable_at_{0};  // the first change the feed cannot decode (0: none)
+  // Feed thread only: a digest of each change the feed delivered lately (kind and payload),
+  // by seq. A watcher's cursor names the last change it was given; if the database holds
+  // another change at that seq now (a restore rewound the sequence, then a new write took
+  // the number again), the history the watcher followed is gone: it resyncs, rather than
+  // skipping the new change as one it has seen.
+  std::map<std::uint64_t, std::uint32_t> delivered_digest_;
   std::mutex err_mu_;
   std::string last_error_;  // guarded by err_mu_
 

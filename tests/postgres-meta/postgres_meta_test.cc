@@ -589,6 +589,51 @@ TEST(PostgresMeta, restore_rewinds_sequence) {
   EXPECT_TRUE(pgtest::eventually([&] { return resyncs.load() == 1; }));
 }
 
+// Review finding: a watcher whose cursor was at the restored database's end (or below it)
+// was not told to resync when a restore rewound the sequence and a new write then took the
+// rewound number again: it had "seen" that seq (the old change), so it never got the new
+// one, a delete a broker must apply among them. The feed checks the change at the cursor.
+TEST(PostgresMeta, a_watcher_resyncs_when_a_restored_sequence_is_overtaken) {
+  auto schema = test_schema();
+  const std::string dump = ::testing::TempDir() + "/" + schema + "-overtaken.sql";
+  // a's feed runs only when a change is notified: it must not poll between the restore and
+  // the new write (a poll then sees its cursor past the end, which says "resync" already).
+  auto quiet = pgtest::config(schema);
+  quiet.poll_interval = std::chrono::milliseconds(600000);
+  Node a(quiet);
+  ASSERT_TRUE(a->create_tenant("acme").ok());
+  ASSERT_TRUE(a->create_namespace("acme", "prod").ok());
+  ASSERT_EQ(sh("/usr/lib/postgresql/15/bin/pg_dump -d '" + pgtest::base_url() + "' -n " + schema + " -f " + dump), 0);
+  const ChangeSeq at_dump = a->snapshot()->seq;
+  std::atomic<int> resyncs{0};
+  std::mutex mu;
+  std::vector<ChangeSeq> seen;
+  auto h = a->watch(
+      at_dump,
+      [&](const ChangeEvent& e) {
+        std::lock_guard lk(mu);
+        seen.push_back(e.seq);
+      },
+      [&] { ++resyncs; });
+  ASSERT_TRUE(a->create_namespace("acme", "gone").ok());  // at_dump + 1, lost by the restore
+  ASSERT_TRUE(pgtest::eventually([&] {
+    std::lock_guard lk(mu);
+    return !seen.empty() && seen.back() == ChangeSeq{at_dump.value() + 1};
+  }));
+  // The restore, then another write takes seq at_dump + 1 again.
+  pgtest::sql(schema, "DROP SCHEMA " + schema + " CASCADE");
+  ASSERT_EQ(sh("/usr/lib/postgresql/15/bin/psql -X -q -v ON_ERROR_STOP=1 -d '" + pgtest::base_url() + "' -f " +
+               dump + " > /dev/null"),
+            0);
+  {
+    Node b(pgtest::config(schema));
+    ASSERT_TRUE(b->create_namespace("acme", "new").ok());
+    EXPECT_EQ(b->snapshot()->seq, ChangeSeq{at_dump.value() + 1}) << "the new write took the rewound seq";
+  }
+  EXPECT_TRUE(pgtest::eventually([&] { return resyncs.load() >= 1; }))
+      << "the watcher was never told that the change it had at its cursor is gone";
+}
+
 TEST(PostgresMeta, schema_newer_than_binary_refused_at_start) {
   auto schema = test_schema();
   { Node n(pgtest::config(schema)); }
