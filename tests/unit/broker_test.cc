@@ -218,12 +218,7 @@ TEST(Broker, a_delete_answers_once_this_broker_no_longer_serves_the_incarnation)
   PendingDelete del(*b, cat, K, *info);
   EXPECT_FALSE(del.answered_early()) << "the delete answered while this broker still served the stream";
   EXPECT_TRUE(b->stream(K));
-  ChangeEvent ev{};
-  ev.kind = ChangeEvent::Kind::stream_deleted;
-  ev.seq = ChangeSeq{11};
-  ev.stream = *info;
-  ev.assignments = catalog_with(10, I1).assignments;
-  ev.tombstone = Tombstone{K, Incarnation{I1}, ChangeSeq{11}};
+  ChangeEvent ev = deleted_at_11(*info);
   cat.emit(ev);
   del.join();
   ASSERT_TRUE(del.result) << del.result.error().to_string();
@@ -263,12 +258,7 @@ TEST(Broker, a_delete_answers_only_after_the_data_is_deleted) {
   ASSERT_TRUE(b->start());
   auto info = b->stream(K);
   ASSERT_TRUE(info);
-  ChangeEvent ev{};
-  ev.kind = ChangeEvent::Kind::stream_deleted;
-  ev.seq = ChangeSeq{11};
-  ev.stream = *info;
-  ev.assignments = catalog_with(10, I1).assignments;
-  ev.tombstone = Tombstone{K, Incarnation{I1}, ChangeSeq{11}};
+  ChangeEvent ev = deleted_at_11(*info);
   cat.emit(ev);
   ASSERT_TRUE(eventually([&] { return reached.load(); }));
   EXPECT_FALSE(b->stream(K)) << "out of service before its data is deleted";
@@ -299,12 +289,7 @@ TEST(Broker, a_delete_whose_storage_work_failed_answers_once_a_retry_did_it) {
   ASSERT_TRUE(b->start());
   auto info = b->stream(K);
   ASSERT_TRUE(info);
-  ChangeEvent ev{};
-  ev.kind = ChangeEvent::Kind::stream_deleted;
-  ev.seq = ChangeSeq{11};
-  ev.stream = *info;
-  ev.assignments = catalog_with(10, I1).assignments;
-  ev.tombstone = Tombstone{K, Incarnation{I1}, ChangeSeq{11}};
+  ChangeEvent ev = deleted_at_11(*info);
   cat.emit(ev);
   ASSERT_TRUE(eventually([&] { return host.logged("cannot delete data of t/n/s"); }));
   PendingDelete del(*b, cat, K, *info);
@@ -449,12 +434,7 @@ TEST(Broker, a_failed_delete_is_retried_as_asked_even_after_the_name_is_recreate
   ASSERT_TRUE(b->start());
   ASSERT_TRUE(held_on_disk(storage, I1));
 
-  ChangeEvent del{};
-  del.kind = ChangeEvent::Kind::stream_deleted;
-  del.seq = ChangeSeq{11};
-  del.stream = catalog_with(10, I1).streams[0];
-  del.assignments = catalog_with(10, I1).assignments;
-  del.tombstone = Tombstone{K, Incarnation{I1}, ChangeSeq{11}};
+  ChangeEvent del = deleted_at_11(catalog_with(10, I1).streams[0]);
   cat.emit(del);
   ASSERT_TRUE(eventually([&] { return host.logged("cannot delete data of t/n/s"); }));
   std::string why;

@@ -169,6 +169,17 @@ inline std::unique_ptr<BrokerRuntime> make_broker(sluice::testing::TestHost& hos
   return std::make_unique<BrokerRuntime>(info, cat, &storage, opts, host);
 }
 
+// The catalog's delete of K's incarnation I1 (as catalog_with(10, I1) holds it), change 11.
+inline ChangeEvent deleted_at_11(const StreamInfo& info) {
+  ChangeEvent ev{};
+  ev.kind = ChangeEvent::Kind::stream_deleted;
+  ev.seq = ChangeSeq{11};
+  ev.stream = info;
+  ev.assignments = catalog_with(10, I1).assignments;
+  ev.tombstone = Tombstone{K, Incarnation{I1}, ChangeSeq{11}};
+  return ev;
+}
+
 inline bool eventually(const std::function<bool()>& cond) {
   const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (std::chrono::steady_clock::now() < end) {
