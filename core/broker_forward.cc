@@ -14,7 +14,11 @@ void BrokerRuntime::start_forwarding() {
   transport_ = host_.peer_transport();
   if (!transport_) return;
   if (!timers_) timers_ = std::make_shared<fwd::Timers>();
-  if (!workers_) workers_ = std::make_unique<fwd::Workers>(2);
+  // A queued call older than the forwarder's own timeout is refused, not run (the
+  // forwarder gave up on it; forwarding.h).
+  if (!workers_)
+    workers_ = std::make_unique<fwd::Workers>(2, fwd::Workers::kDefaultMaxQueued,
+                                              std::chrono::milliseconds(opts_.forward_timeout_ms));
   quorum_forward_timeout_ms_ =
       host_.config_int("replication.quorum_timeout_ms", 30000) + opts_.forward_timeout_ms;
   serving_forwarded_ = true;
@@ -260,6 +264,7 @@ void BrokerRuntime::serve_forwarded(PeerMessageType type, NodeId from, std::stri
 
   // The rest may block (reads, group state that syncs): off the transport's I/O thread.
   auto res = std::make_shared<PeerResponder>(std::move(respond));
+  auto refuse = [res](Error e) { (*res)(std::move(e)); };
   workers_->post([this, type, h, payload = std::move(payload), res] {
     fwd::Reader rd(payload);
     fwd::get_header(rd);
@@ -351,7 +356,7 @@ void BrokerRuntime::serve_forwarded(PeerMessageType type, NodeId from, std::stri
       return Error(Errc::not_supported, "unknown forwarded call type " + std::to_string(type));
     };
     (*res)(answer());
-  });
+  }, std::move(refuse));
 }
 
 }  // namespace sluice::core

@@ -219,7 +219,8 @@ void Timers::loop() {
   }
 }
 
-Workers::Workers(int n) {
+Workers::Workers(int n, std::size_t max_queued, std::chrono::milliseconds max_wait)
+    : max_queued_(max_queued), max_wait_(max_wait) {
   for (int i = 0; i < n; ++i)
     threads_.emplace_back([this] {
       pthread_setname_np(pthread_self(), "fwd-worker");
@@ -227,11 +228,22 @@ Workers::Workers(int n) {
       for (;;) {
         cv_.wait(lk, [&] { return stop_ || !q_.empty(); });
         if (q_.empty()) return;
-        auto fn = std::move(q_.front());
+        Item item = std::move(q_.front());
         q_.pop_front();
+        const bool expired = std::chrono::steady_clock::now() - item.queued > max_wait_;
+        if (expired) ++refused_;
         lk.unlock();
-        run_guarded(fn, "forwarded call");  // its caller times out (uncertain) if it never answered
-        fn = nullptr;
+        if (!expired) {
+          run_guarded(item.run, "forwarded call");  // its caller times out (uncertain) if it never answered
+        } else if (item.refuse) {
+          Refuse refuse = std::move(item.refuse);
+          run_guarded([&] { refuse(Error(Errc::unavailable,
+                                         "the leader is overloaded: this forwarded call waited longer than " +
+                                             std::to_string(max_wait_.count()) + " ms to run, and was not run",
+                                         Outcome::transient)); },
+                      "forwarded call's refusal");
+        }
+        item = Item{};
         lk.lock();
       }
     });
@@ -246,12 +258,30 @@ Workers::~Workers() {
   for (auto& t : threads_) t.join();
 }
 
-void Workers::post(std::function<void()> fn) {
+void Workers::post(Task run, Refuse refuse) {
+  bool queued = false;
   {
     std::lock_guard lk(mu_);
-    q_.push_back(std::move(fn));
+    if (q_.size() < max_queued_) {
+      q_.push_back(Item{std::move(run), std::move(refuse), std::chrono::steady_clock::now()});
+      queued = true;
+    } else {
+      ++refused_;
+    }
   }
-  cv_.notify_one();
+  if (queued) {
+    cv_.notify_one();
+    return;
+  }
+  if (refuse)
+    refuse(Error(Errc::unavailable,
+                 "the leader is overloaded: " + std::to_string(max_queued_) + " forwarded calls are waiting to run",
+                 Outcome::transient));
+}
+
+std::uint64_t Workers::refused() const {
+  std::lock_guard lk(mu_);
+  return refused_;
 }
 
 }  // namespace sluice::core::fwd

@@ -188,17 +188,39 @@ class Timers {
 };
 
 // A few threads that run queued work (the leader's forwarded calls that may block).
+//
+// Bounded both ways (docs/replication.md "Forwarding"): a call posted while `max_queued`
+// wait is refused at once, and a call that waited longer than `max_wait` is refused
+// instead of run. Its forwarder gave up on it by then (it waits forward_timeout_ms and
+// tells its client the outcome is unknown); running it would only spend the leader's
+// threads on answers nobody reads, and a leader that fell behind would never catch up.
+// Refused calls did nothing: `refuse` gets a transient `unavailable`.
 class Workers {
  public:
-  explicit Workers(int n);
-  ~Workers();  // runs what is queued, then joins
-  void post(std::function<void()> fn);
+  using Task = std::function<void()>;
+  using Refuse = std::function<void(Error)>;
+  static constexpr std::size_t kDefaultMaxQueued = 4096;
+  explicit Workers(int n, std::size_t max_queued = kDefaultMaxQueued,
+                   std::chrono::milliseconds max_wait = std::chrono::milliseconds(10000));
+  ~Workers();  // runs what is queued (or refuses what waited too long), then joins
+  // Queues `run`; or calls `refuse` (inline when the queue is full, else on a worker).
+  void post(Task run, Refuse refuse);
+  void post(Task run) { post(std::move(run), nullptr); }
+  std::uint64_t refused() const;  // calls refused so far, full queue or waited too long
 
  private:
-  std::mutex mu_;
+  struct Item {
+    Task run;
+    Refuse refuse;
+    std::chrono::steady_clock::time_point queued;
+  };
+  const std::size_t max_queued_;
+  const std::chrono::milliseconds max_wait_;
+  mutable std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
-  std::deque<std::function<void()>> q_;
+  std::uint64_t refused_ = 0;
+  std::deque<Item> q_;
   std::vector<std::thread> threads_;
 };
 

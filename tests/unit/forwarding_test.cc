@@ -420,3 +420,70 @@ TEST(Forwarding, codec_round_trips) {
   EXPECT_EQ(e->records[0].offset.value(), 3u);
   EXPECT_EQ(e->records[0].delivery, 2u);
 }
+
+// --- The leader's pool for forwarded calls is bounded (docs/replication.md "Forwarding") ---
+namespace {
+// Holds the pool's one thread until released.
+struct Gate {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool entered = false, open = false;
+  void hold() {
+    std::unique_lock lk(mu);
+    entered = true;
+    cv.notify_all();
+    cv.wait(lk, [&] { return open; });
+  }
+  void wait_entered() {
+    std::unique_lock lk(mu);
+    ASSERT_TRUE(cv.wait_for(lk, std::chrono::seconds(60), [&] { return entered; }));
+  }
+  void release() {
+    std::lock_guard lk(mu);
+    open = true;
+    cv.notify_all();
+  }
+};
+}  // namespace
+
+TEST(ForwardingWorkers, a_call_posted_to_a_full_queue_is_refused_at_once_and_never_runs) {
+  Gate gate;
+  std::atomic<int> ran{0};
+  std::optional<Error> refused;
+  {
+    fwd::Workers pool(1, /*max_queued=*/2, std::chrono::minutes(10));
+    pool.post([&] { gate.hold(); });
+    gate.wait_entered();
+    pool.post([&] { ++ran; }, [](Error) { ADD_FAILURE() << "a queued call was refused"; });
+    pool.post([&] { ++ran; }, [](Error) { ADD_FAILURE() << "a queued call was refused"; });
+    pool.post([&] { ran += 100; }, [&](Error e) { refused = e; });  // the third waiting: refused
+    ASSERT_TRUE(refused.has_value()) << "a full queue must refuse inline";
+    EXPECT_EQ(refused->code, Errc::unavailable);
+    EXPECT_EQ(refused->outcome, Outcome::transient);
+    EXPECT_EQ(pool.refused(), 1u);
+    gate.release();
+  }  // the destructor runs what was queued
+  EXPECT_EQ(ran.load(), 2);
+}
+
+TEST(ForwardingWorkers, a_call_that_waited_longer_than_its_forwarder_waits_is_refused_not_run) {
+  Gate gate;
+  std::atomic<int> ran{0};
+  std::promise<Error> refused;
+  auto f = refused.get_future();
+  fwd::Workers pool(1, 16, std::chrono::milliseconds(1));
+  pool.post([&] { gate.hold(); });
+  gate.wait_entered();
+  pool.post([&] { ++ran; }, [&](Error e) { refused.set_value(std::move(e)); });
+  // Hold the only thread until the queued call is certainly older than max_wait.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(20);
+  while (std::chrono::steady_clock::now() < until) std::this_thread::yield();
+  gate.release();
+  ASSERT_EQ(f.wait_for(std::chrono::seconds(60)), std::future_status::ready);
+  const Error e = f.get();
+  EXPECT_EQ(e.code, Errc::unavailable);
+  EXPECT_EQ(e.outcome, Outcome::transient);
+  EXPECT_NE(e.message.find("was not run"), std::string::npos) << e.message;
+  EXPECT_EQ(ran.load(), 0);
+  EXPECT_EQ(pool.refused(), 1u);
+}
