@@ -88,10 +88,19 @@ void ReplicaManager::truncate_step(const std::shared_ptr<Shard>& s, std::uint64_
             ask_again = mine->epoch != resp->epoch;
           }
           const Offset hwm = log->high_watermark();
+          // The leader lacks records below this replica's high watermark: committed here,
+          // absent there (an unclean election, or a leader that lost data). They are kept,
+          // and this replica stops following: fetching on, it would append the leader's
+          // records after its own once the leader's log passed its end, and the two logs
+          // would hold different records at the same offsets (review finding). It asks
+          // again after each backoff: a leader that holds them ends the hold.
+          std::optional<std::string> diverged;
           if (target < hwm) {
             const std::string msg = shard_name(s->ref, s->kind) + ": the leader's history would cut this replica to " +
                                     std::to_string(target.value()) + ", below its high watermark " +
-                                    std::to_string(hwm.value()) + "; keeping everything below it";
+                                    std::to_string(hwm.value()) + "; keeping everything below it and not "
+                                    "following this leader (docs/replication.md \"Truncation\")";
+            diverged = msg;
             bool fresh = false;  // logged once, not at every round of a replica stuck here
             {
               std::lock_guard lk(s->mu);
@@ -110,8 +119,14 @@ void ReplicaManager::truncate_step(const std::shared_ptr<Shard>& s, std::uint64_
             std::lock_guard clk(mu_);
             ++counters_.truncations;
           }
-          // Each round asks a lower epoch, so this ends; a cut held at the high watermark
-          // leaves the asked epoch's data in place, and the fetch's conflict check decides.
+          if (diverged) {
+            {
+              std::lock_guard clk(mu_);
+              ++counters_.diverged_holds;
+            }
+            return retry(s, gen, Error(Errc::conflict, *diverged));
+          }
+          // Each round asks a lower epoch, so this ends.
           if (ask_again && log->last_data_epoch() < asked) return truncate_step(s, gen);
           {
             std::lock_guard lk(s->mu);

@@ -167,6 +167,9 @@ class ReplicaManager {
     std::uint64_t chunks_appended = 0;
     std::uint64_t bytes_appended = 0;
     std::uint64_t truncations = 0;
+    // Epoch-end rounds that found the leader lacking records below this replica's high
+    // watermark: this replica holds them and does not follow that leader.
+    std::uint64_t diverged_holds = 0;
     std::uint64_t log_restarts = 0;  // restart_at at a leader's log start
     std::uint64_t isr_shrinks = 0;
     std::uint64_t isr_expands = 0;

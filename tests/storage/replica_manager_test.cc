@@ -293,6 +293,33 @@ TEST(ReplicaManager, AFollowerNeverTruncatesBelowItsHighWatermark) {
   for (std::uint64_t i = 0; i < 8; ++i) EXPECT_EQ(e[i].second, i);
 }
 
+// Regression (review): a follower whose leader lacks records below the follower's high
+// watermark (an unclean election: the elected broker was behind) held its cut at the
+// high watermark, then went on fetching. Once the leader's log passed the follower's end
+// it appended the leader's records after its own: the two logs held different records at
+// the same offsets, below both high watermarks, and the follower could rejoin the in-sync
+// set and lead. It now keeps its records and does not follow that leader.
+TEST(ReplicaManager, AFollowerWhoseLeaderLacksItsCommittedRecordsStopsInsteadOfDiverging) {
+  Cluster c(2);
+  c.logs_[1]->put_entries(LeaderEpoch{1}, {0, 1, 2});
+  c.logs_[1]->put_entries(LeaderEpoch{4}, {40});
+  c.logs_[2]->put_entries(LeaderEpoch{1}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
+  c.logs_[2]->set_hwm(Offset{8});
+  c.set_catalog([](ReplicaAssignment& a) { a.leader_epoch = LeaderEpoch{4}; });
+  c.tell();
+  ASSERT_TRUE(eventually([&] { return c.logs_[2]->truncations() == 1; }));  // cut to its high watermark
+  // The leader writes on, past the follower's end.
+  c.logs_[1]->put_entries(LeaderEpoch{4}, {41, 42, 43, 44, 45, 46, 47, 48, 49, 50});
+  const auto holds = c.managers_[2]->counters().diverged_holds;
+  ASSERT_TRUE(eventually([&] {
+    return c.managers_[2]->counters().diverged_holds >= holds + 5 || c.logs_[2]->durable_end() > Offset{8};
+  }));
+  EXPECT_EQ(c.logs_[2]->durable_end(), Offset{8}) << "it appended the leader's records after its own";
+  auto e = c.logs_[2]->entries();
+  for (std::uint64_t i = 0; i < e.size(); ++i) EXPECT_EQ(e[i].second, i) << "offset " << i;
+  EXPECT_EQ(c.managers_[2]->counters().chunks_appended, 0u);
+}
+
 // Regression (review): when the leader answered an epoch this follower never held, the
 // follower cut to its own high watermark, which may lag the leader's: committed records
 // were cut from a replica that could be elected before fetching them again. KIP-279: cut to
