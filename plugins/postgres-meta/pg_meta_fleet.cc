@@ -62,18 +62,24 @@ Result<BrokerInfo> PgMetaStore::register_broker(const BrokerRegistration& reg) {
 }
 
 Result<void> PgMetaStore::heartbeat_broker(NodeId id) {
-  // Liveness is not a catalog change: a plain update of last_heartbeat (database clock).
+  // Liveness is not a catalog change: a plain update of last_heartbeat (database clock), in
+  // READ COMMITTED. The update comes first: it takes the broker's row lock, which a
+  // finalize holds (FOR SHARE) from its gate to its commit. The feature check after it is a
+  // new statement, so it sees a finalize that committed while this waited. Checked first
+  // (as before), a broker that lacks a feature finalized meanwhile was brought back to
+  // life by the update, and counted as serving, for up to a heartbeat interval.
   return from_unit<void>(run<Unit>(Mode::plain, [&](pqxx::transaction_base& tx) -> Result<Unit> {
-    auto all = read_brokers(tx);
-    auto it = std::find_if(all.begin(), all.end(), [&](auto& b) { return b.id == id; });
-    if (it == all.end())
+    auto r = tx.exec_params(
+        "UPDATE brokers SET last_heartbeat = now() WHERE id = $1 RETURNING array_to_string(features, ',')",
+        static_cast<std::int64_t>(id.value()));
+    if (r.empty())
       return Error(Errc::not_found, "broker " + std::to_string(id.value()) + " is not registered");
-    // A broker that lacks a feature finalized while it was away is not admitted back.
+    const auto features = split_csv(r[0][0].is_null() ? "" : r[0][0].as<std::string>());
+    // A broker that lacks a feature finalized while it was away is not admitted back (the
+    // error aborts the update).
     std::set<std::string, std::less<>> fin_set;
     for (auto& [name, at] : read_finalized(tx)) fin_set.insert(name);
-    if (auto a = admit_broker(it->features, fin_set); !a) return a.error();
-    tx.exec_params("UPDATE brokers SET last_heartbeat = now() WHERE id = $1",
-                   static_cast<std::int64_t>(id.value()));
+    if (auto a = admit_broker(features, fin_set); !a) return a.error();
     return Unit{};
   }));
 }
@@ -109,9 +115,12 @@ Result<std::vector<FeatureInfo>> PgMetaStore::list_features() {
 }
 
 Result<FeatureInfo> PgMetaStore::finalize_feature(const std::string& name) {
-  // The gate and the write are one transaction: a registration cannot slip in between.
+  // The gate and the write are one transaction: a registration cannot slip in between (it
+  // takes the counter lock too), nor a heartbeat: the brokers are read FOR SHARE, so a
+  // heartbeat waits for this commit and then sees the feature, and one in flight makes this
+  // read fail to serialize and retry, seeing the broker live.
   return run<FeatureInfo>(Mode::write, [&](pqxx::transaction_base& tx) -> Result<FeatureInfo> {
-    auto serving = serving_of(read_brokers(tx));
+    auto serving = serving_of(read_brokers(tx, /*lock=*/true));
     auto fin = read_finalized(tx);
     if (fin.count(name)) return describe_feature(name, fin, serving);  // idempotent
     if (!find_feature(name)) return Error(Errc::not_found, "unknown feature '" + name + "'");

@@ -185,7 +185,8 @@ class PgMetaStore final : public MetadataStore {
   std::uint64_t next_seq(pqxx::transaction_base& tx);
   void record_change(pqxx::transaction_base& tx, std::uint64_t seq, ChangeEvent::Kind kind,
                      const std::string& payload);
-  std::vector<BrokerInfo> read_brokers(pqxx::transaction_base& tx);
+  // lock: FOR SHARE (a heartbeat's update of those rows waits for the commit).
+  std::vector<BrokerInfo> read_brokers(pqxx::transaction_base& tx, bool lock = false);
   std::map<std::string, ChangeSeq, std::less<>> read_finalized(pqxx::transaction_base& tx);
 
   void feed_main();

@@ -57,12 +57,13 @@ void PgMetaStore::record_change(pqxx::transaction_base& tx, std::uint64_t seq,
   }
 }
 
-std::vector<BrokerInfo> PgMetaStore::read_brokers(pqxx::transaction_base& tx) {
+std::vector<BrokerInfo> PgMetaStore::read_brokers(pqxx::transaction_base& tx, bool lock) {
   std::vector<BrokerInfo> out;
   auto rs = tx.exec_params(
-      "SELECT id, address, directory_id, version, array_to_string(features, ','), "
-      "registered_seq, last_heartbeat > now() - ($1::bigint * interval '1 millisecond'), "
-      "peer_address FROM brokers ORDER BY id",
+      std::string("SELECT id, address, directory_id, version, array_to_string(features, ','), "
+                  "registered_seq, last_heartbeat > now() - ($1::bigint * interval '1 millisecond'), "
+                  "peer_address FROM brokers ORDER BY id") +
+          (lock ? " FOR SHARE" : ""),
       static_cast<std::int64_t>(cfg_.session_timeout.count()));
   for (const auto& r : rs) {
     BrokerInfo b;

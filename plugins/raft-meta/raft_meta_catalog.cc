@@ -348,6 +348,7 @@ std::vector<BrokerInfo> RaftMetaStore::serving_brokers(const std::vector<BrokerI
 Result<BrokerInfo> RaftMetaStore::register_broker(const BrokerRegistration& reg) {
   if (auto f = leader_client()) return f->register_broker(reg);
   if (reg.id.value() == 0) return Error(Errc::invalid_argument, "broker id must be > 0");
+  std::shared_lock gate(finalize_gate_);  // the apply checks the features; then it is live
   BrokerRegistration sorted = reg;
   std::sort(sorted.features.begin(), sorted.features.end());
   sorted.features.erase(std::unique(sorted.features.begin(), sorted.features.end()),
@@ -367,6 +368,7 @@ Result<BrokerInfo> RaftMetaStore::register_broker(const BrokerRegistration& reg)
 Result<void> RaftMetaStore::heartbeat_broker(NodeId id) {
   if (auto f = leader_client()) return f->heartbeat_broker(id);
   if (!ready_.load()) return Error(Errc::unavailable, "raft-meta is not started");
+  std::shared_lock gate(finalize_gate_);  // a finalize in flight commits first; then we check
   std::optional<BrokerInfo> b;
   std::set<std::string, std::less<>> fin;
   {
@@ -420,6 +422,8 @@ Result<std::vector<FeatureInfo>> RaftMetaStore::list_features() {
 
 Result<FeatureInfo> RaftMetaStore::finalize_feature(const std::string& name) {
   if (auto f = leader_client()) return f->finalize_feature(name);
+  // From the gate to the commit no broker becomes serving (finalize_gate_).
+  std::unique_lock gate(finalize_gate_);
   RAFT_META_TRY(read_barrier());
   std::vector<BrokerInfo> registered;
   std::map<std::string, ChangeSeq, std::less<>> fin;

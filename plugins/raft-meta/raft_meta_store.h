@@ -40,6 +40,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <shared_mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -276,6 +277,12 @@ class RaftMetaStore final : public MetadataStore {
   std::mutex live_mu_;
   std::map<std::uint32_t, std::chrono::steady_clock::time_point> last_seen_;  // live_mu_
   std::chrono::steady_clock::time_point grace_until_{};  // live_mu_: restart grace
+  // Orders a finalize against the calls that make a broker serving (docs/upgrades.md): a
+  // finalize holds it exclusively from its gate (the serving brokers) to its commit; a
+  // heartbeat or registration holds it shared from its feature check to its liveness
+  // update. Else a heartbeat between the gate and the commit brings back, as serving, a
+  // broker that lacks the feature. Taken before fsm_mu_ and live_mu_, never inside them.
+  std::shared_mutex finalize_gate_;
 
   // Watches: the SDK fan-out (watch_registry.h), delivered by delivery_main.
   std::mutex watch_mu_;

@@ -5,6 +5,9 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
+#include <future>
+#include <thread>
 
 #include "raft_meta_store.h"
 #include "sluice/features.h"
@@ -235,6 +238,49 @@ TEST(RaftMetaFleet, LivenessFollowsHeartbeatsWithARestartGrace) {
   EXPECT_TRUE(store.is_controller()) << "the grace is over: this leader is the controller";
   auto fin = store.finalize_feature(kInc);
   EXPECT_TRUE(fin.ok()) << fin.error().to_string();
+}
+
+// Regression (review): a heartbeat that arrived between a finalize's gate (no serving
+// broker lacks the feature) and its commit brought back, as serving, a broker that lacks
+// it. The heartbeat is sent from inside the finalize, at its liveness check (the injected
+// clock), and the finalize waits up to 2 s for it before it proposes: without the gate it
+// lands there. Whatever the order, the feature finalized and that broker serving never
+// hold together.
+TEST(RaftMetaFleet, AHeartbeatDuringAFinalizeCannotBringBackABrokerThatLacksTheFeature) {
+  TestHost host(base_config());
+  host.set("metadata.bootstrap_hold_back", kHoldBoth);
+  host.set("broker.session_timeout_ms", "1000");
+  ManualClock clock;
+  const auto test_thread = std::this_thread::get_id();
+  std::atomic<bool> armed{false};
+  std::function<void()> at_check;
+  auto cfg = RaftMetaConfig::from_host(host);
+  cfg.clock = [&] {
+    if (std::this_thread::get_id() == test_thread && armed.exchange(false)) at_check();
+    return clock.now();
+  };
+  RaftMetaStore store(host, cfg);
+  ASSERT_TRUE(store.start().ok());
+  ASSERT_TRUE(store.register_broker({NodeId{5}, "h:5", "d5", "0.6.0", {}}).ok());
+  clock.advance(std::chrono::milliseconds(1500));  // away: it does not hold the finalize back
+  ASSERT_FALSE((*store.list_brokers())[0].live);
+
+  std::future<Result<void>> hb;
+  at_check = [&] {
+    hb = std::async(std::launch::async, [&] { return store.heartbeat_broker(NodeId{5}); });
+    hb.wait_for(std::chrono::seconds(2));
+  };
+  armed = true;
+  auto fin = store.finalize_feature(kInc);
+  ASSERT_TRUE(hb.valid()) << "the finalize never checked liveness";
+  ASSERT_EQ(hb.wait_for(std::chrono::seconds(120)), std::future_status::ready);
+  auto h = hb.get();
+  ASSERT_TRUE(fin.ok()) << fin.error().to_string();
+  EXPECT_FALSE(h.ok()) << "a broker lacking " << kInc << " was admitted back during its finalize";
+  if (!h.ok()) {
+    EXPECT_EQ(h.error().code, Errc::conflict) << h.error().to_string();
+  }
+  EXPECT_FALSE((*store.list_brokers())[0].live);
 }
 
 TEST(RaftMetaFleet, PlacementRoundRobinsOverLiveBrokersAndEventsCarryAssignments) {
