@@ -156,6 +156,11 @@ Result<StreamInfo> PgMetaStore::create_stream(const StreamKey& key, const Stream
   return std::move(*me.result);
 }
 
+std::size_t PgMetaStore::queued_creates() const {
+  std::lock_guard lk(create_mu_);
+  return create_queue_.size();
+}
+
 void PgMetaStore::create_batch(const std::vector<PendingCreate*>& batch) {
   const FeatureSpec* feature = find_feature(kStreamIncarnations);
   // Below the feature's level this instance behaves as a build that never heard of
@@ -285,11 +290,18 @@ void PgMetaStore::create_batch(const std::vector<PendingCreate*>& batch) {
     for (std::size_t i = 0; i < batch.size(); ++i) batch[i]->result = std::move(out[i]);
     return;
   }
-  // The write failed as a whole. A lost commit (uncertain) or an unreachable database
+  // The write failed as a whole. A lost commit (uncertain) concerns every create the last
+  // attempt wrote, but not one it refused: that one's statements were never sent, so its
+  // refusal (already_exists, not_found, ...) stands, definite. An unreachable database
   // concerns every create alike; anything else (a trigger or constraint refusing one
   // insert) is found again by each create alone, so each gets its own answer.
-  if (batch.size() == 1 || r.error().outcome == Outcome::uncertain ||
-      r.error().code == Errc::unavailable) {
+  if (r.error().outcome == Outcome::uncertain) {
+    std::lock_guard lk(create_mu_);
+    for (std::size_t i = 0; i < batch.size(); ++i)
+      batch[i]->result = out[i] && !out[i]->ok() ? std::move(out[i]) : std::optional<Result<StreamInfo>>(r.error());
+    return;
+  }
+  if (batch.size() == 1 || r.error().code == Errc::unavailable) {
     std::lock_guard lk(create_mu_);
     for (auto* p : batch) p->result = r.error();
     return;

@@ -134,6 +134,8 @@ class PgMetaStore final : public MetadataStore {
 
   // Whether this instance holds the controller lease (the feed connection's advisory lock).
   bool holds_lease() const { return lease_held_.load(); }
+  // Stream creates waiting for the next batch (the one in flight excluded).
+  std::size_t queued_creates() const;
   const PgMetaConfig& config() const { return cfg_; }
 
  private:
@@ -208,7 +210,7 @@ class PgMetaStore final : public MetadataStore {
   std::vector<Slot> slots_;         // sized at start(); a taken slot belongs to its caller
   std::vector<std::size_t> free_;   // indices of free slots, guarded by pool_mu_
 
-  std::mutex create_mu_;                      // never held across a database call
+  mutable std::mutex create_mu_;              // never held across a database call
   std::condition_variable create_cv_;
   std::deque<PendingCreate*> create_queue_;   // create_mu_
   bool create_running_ = false;               // create_mu_: a batch is in flight

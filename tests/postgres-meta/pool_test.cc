@@ -4,6 +4,8 @@
 // connection is killed is checked against every answer the contract allows.
 #include <gtest/gtest.h>
 
+#include <future>
+
 #include <atomic>
 #include <map>
 #include <optional>
@@ -347,6 +349,52 @@ TEST(PostgresMetaPool, a_write_blocked_on_the_counter_lock_gives_up_at_its_deadl
   EXPECT_EQ(r->error().code, Errc::unavailable) << r->error().to_string();
   EXPECT_EQ(r->error().outcome, Outcome::transient);
   EXPECT_TRUE(n->create_namespace("acme", "blocked").ok()) << "once the lock is free, the write goes through";
+}
+
+// Regression (review): when a batch of creates lost its COMMIT (outcome unknown), every
+// create in it answered "uncertain", also one the batch had refused before writing (a name
+// that exists): its client could not tell that nothing had happened. A trigger makes the
+// server say "completion unknown" (40003) for one insert; the batch is formed by holding
+// the counter lock while the creates queue behind the first one.
+TEST(PostgresMetaPool, a_create_refused_in_a_batch_whose_commit_was_lost_keeps_its_definite_answer) {
+  auto schema = pgtest::fresh_schema(pgtest::current_test_name());
+  Node n(pool_config(schema, 2));
+  ASSERT_TRUE(n->create_tenant("acme").ok());
+  ASSERT_TRUE(n->create_namespace("acme", "prod").ok());
+  ASSERT_TRUE(n->create_stream(key("taken"), {}).ok());
+  pgtest::sql(schema,
+              "CREATE FUNCTION lose_commit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+              "RAISE EXCEPTION 'completion unknown' USING ERRCODE = '40003'; END $$; "
+              "CREATE TRIGGER lose_commit BEFORE INSERT ON streams FOR EACH ROW "
+              "WHEN (NEW.name = 'lost') EXECUTE FUNCTION lose_commit()");
+
+  pqxx::connection c(pgtest::base_url());
+  pqxx::work hold(c);
+  hold.exec0("SET LOCAL search_path = " + hold.quote_name(schema));
+  hold.exec0("LOCK TABLE counter IN EXCLUSIVE MODE");
+  const int holder = hold.exec1("SELECT pg_backend_pid()")[0].as<int>();
+  auto first = std::async(std::launch::async, [&] { return n->create_stream(key("first"), {}); });
+  ASSERT_TRUE(pgtest::eventually([&] {
+    return pgtest::sql("public", "SELECT count(*) FROM pg_stat_activity WHERE " + std::to_string(holder) +
+                                     " = ANY(pg_blocking_pids(pid))")[0][0]
+               .as<int>() > 0;
+  })) << "the first create never waited for the counter lock";
+  auto dup = std::async(std::launch::async, [&] { return n->create_stream(key("taken"), {}); });
+  auto lost = std::async(std::launch::async, [&] { return n->create_stream(key("lost"), {}); });
+  ASSERT_TRUE(pgtest::eventually([&] { return n->queued_creates() == 2; }));
+  hold.abort();  // the first batch runs, then {taken, lost} as one
+
+  ASSERT_EQ(first.wait_for(120s), std::future_status::ready);
+  EXPECT_TRUE(first.get().ok());
+  ASSERT_EQ(lost.wait_for(120s), std::future_status::ready);
+  auto l = lost.get();
+  ASSERT_FALSE(l.ok());
+  EXPECT_EQ(l.error().outcome, Outcome::uncertain) << l.error().to_string();
+  ASSERT_EQ(dup.wait_for(120s), std::future_status::ready);
+  auto d = dup.get();
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.error().code, Errc::already_exists) << d.error().to_string();
+  EXPECT_EQ(d.error().outcome, Outcome::definite) << d.error().to_string();
 }
 
 TEST(PostgresMetaPool, pool_size_is_validated) {
