@@ -69,7 +69,6 @@ FsStorageEngine::FsStorageEngine(PluginHost& host, std::shared_ptr<FileSystem> f
   if (!clean)
     throw std::runtime_error("cannot remove the clean-shutdown marker in " + opts_.dir + ": " +
                              clean.error().message);
-  stopped_cleanly_ = *clean;
   clean_start_ = *clean && opts_.verify_on_start == VerifyOnStart::checkpoint;
   if (clean_start_)
     host_.log(LogLevel::info, kComponent,
@@ -266,7 +265,7 @@ Result<std::shared_ptr<ShardLogImpl>> FsStorageEngine::open_unlocked(const Shard
     recovered = fresh_log(*fs_, ldir);
     deferred.add(ldir);  // the first segment's entry
   } else {
-    recovered = recover_log(*fs_, host_, opts_, ldir, ref.incarnation, clean_start_, stopped_cleanly_);
+    recovered = recover_log(*fs_, host_, opts_, ldir, ref.incarnation, clean_start_);
   }
   if (!recovered) {
     host_.log(LogLevel::error, kComponent,
@@ -343,7 +342,7 @@ Result<std::unique_ptr<GroupOps>> FsStorageEngine::open_group_log(const ShardRef
   replica.min_insync = min_insync;
   replica.history = std::move(history).value();
   replica.hwm_checkpoint = read_hwm_checkpoint(*fs_, gdir).value_or(Offset(0));
-  auto recovered = recover_log(*fs_, host_, opts_, gdir + "/log", ref.incarnation, clean_start_, stopped_cleanly_);
+  auto recovered = recover_log(*fs_, host_, opts_, gdir + "/log", ref.incarnation, clean_start_);
   if (!recovered) return fail(recovered.error());
   replica.history.forget_beyond(Offset(recovered->next_offset));
   if (recovered->restarted_at)

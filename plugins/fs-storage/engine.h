@@ -196,7 +196,6 @@ class FsStorageEngine final : public StorageEngine {
   // The constructor took a clean-shutdown marker (storage.verify_on_start=checkpoint):
   // recovery may trust each log's clean state (recovery_point.h).
   bool clean_start_ = false;
-  bool stopped_cleanly_ = false;  // the last stop left the clean-shutdown marker (any verify mode)
 
   // The replication manager, created by the first replicated assign(); stopped first at
   // shutdown. Guarded by manager_mu_ (never taken under mu_).

@@ -261,8 +261,7 @@ std::string corrupt_batch_message(const std::string& file, std::uint64_t pos, co
 }
 
 Result<RecoveredLog> recover_log(FileSystem& fs, PluginHost& host, const Options& opts,
-                                 const std::string& dir, Incarnation incarnation, bool clean,
-                                 bool stopped_cleanly) {
+                                 const std::string& dir, Incarnation incarnation, bool clean) {
   auto restart = read_restart_marker(fs, dir);
   if (!restart) return restart.error();
   if (*restart) {
@@ -275,10 +274,16 @@ Result<RecoveredLog> recover_log(FileSystem& fs, PluginHost& host, const Options
   // Bytes kept beyond the recovery point after an unclean stop: a killed process's unsynced
   // writes, still in the page cache. Synced now, before the log serves them or answers a
   // producer's retry as a duplicate of them: otherwise a power cut before the next flush
-  // would take back what was answered (review finding). After a clean stop everything was
-  // synced at close (with storage.fsync = never nothing is promised).
-  if (out->kept_unsynced_tail && (stopped_cleanly || opts.fsync == FsyncPolicy::never))
-    out->kept_unsynced_tail = false;
+  // would take back what was answered (review finding). With storage.fsync = never nothing
+  // is promised.
+  //
+  // Whatever the clean-shutdown marker says: it vouches for the logs the last run closed,
+  // not for one that run never opened. A log killed with an unsynced tail, then left
+  // alone by a run that stopped cleanly, still has that tail unsynced (review finding).
+  // After a clean close in checkpoint mode the log's recovery point covers its end, so
+  // there is no tail and nothing is synced; in tail and all modes (no recovery point) a
+  // start syncs each opened log's active segment (docs/architecture.md "Restart").
+  if (out->kept_unsynced_tail && opts.fsync == FsyncPolicy::never) out->kept_unsynced_tail = false;
   if (out->kept_unsynced_tail)
     if (auto r = out->segments.back()->file().datasync(); !r) return r.error();
   return out;
@@ -441,6 +446,13 @@ Result<RecoveredLog> recover_log_impl(FileSystem& fs, PluginHost& host, const Op
       if (s.bad && last && s.bad->batch_invalid && all_zero(*data, s.bad->pos - win)) zeros_from = s.bad->pos;
     }
 
+    // Bad bytes below the recovery point are damage to synced, acknowledged batches,
+    // whatever they look like: never unwritten space nor a torn tail to cut (review
+    // finding: a flipped header of the last batch there, after a SIGKILL, was cut as a
+    // torn tail). Refused as corruption below, or cut only by storage.repair.
+    const bool below_point = s.bad && s.bad->pos < trusted_end;
+    if (below_point) zeros_from.reset();
+
     // Zeros from the last batch to the end of the last segment: the unwritten space of a
     // preallocated segment (shard_log_roll.cc), or sectors that a crash left unwritten.
     // Either way nothing acknowledged is there. With preallocation on it stays, for the
@@ -463,7 +475,7 @@ Result<RecoveredLog> recover_log_impl(FileSystem& fs, PluginHost& host, const Op
 
     std::optional<std::uint64_t> follows;
     bool torn_group = false;
-    if (s.bad && last && s.bad->batch_invalid) {
+    if (s.bad && last && s.bad->batch_invalid && !below_point) {
       follows = next_sequenced_batch(*data, s.bad->pos - win, s.next_offset, incarnation);
       // A group commit is one pwritev of batches k..m then one fdatasync; power loss before
       // the sync can persist batch k+1 but not (all of) batch k. None of it was acknowledged.
@@ -473,7 +485,7 @@ Result<RecoveredLog> recover_log_impl(FileSystem& fs, PluginHost& host, const Op
                                zero_to_sector_end(*data, s.bad->pos - win, *follows));
       if (follows) *follows += win;  // a file position from here on
     }
-    if (s.bad && last && s.bad->batch_invalid && (!follows || torn_group)) {
+    if (s.bad && last && s.bad->batch_invalid && !below_point && (!follows || torn_group)) {
       // Torn tail: bytes of a write that never completed its fdatasync, so no append
       // covering them was ever acknowledged.
       const std::uint64_t dropped = win + data->size() - s.bad->pos;

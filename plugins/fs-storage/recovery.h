@@ -66,14 +66,15 @@ struct RecoveredLog {
   // killed process wrote but never synced, still in the page cache. Recovery fdatasyncs
   // the segment before it is used (a power cut must not take back what is served and
   // answered as duplicates from now on), and the caller syncs the directory chain too.
-  // False after a clean stop, and with storage.fsync = never (nothing is promised then).
+  // False with storage.fsync = never (nothing is promised then), and after a clean close in
+  // checkpoint mode (the recovery point covers the end).
   bool kept_unsynced_tail = false;
 };
 
-// `clean`: the fast path after a clean shutdown (checkpoint mode). `stopped_cleanly`: the
-// last stop was clean (any mode): a kept tail was synced then and is not synced again.
+// `clean`: the fast path after a clean shutdown (checkpoint mode). A kept tail is synced
+// whatever the last stop was (kept_unsynced_tail).
 Result<RecoveredLog> recover_log(FileSystem& fs, PluginHost& host, const Options& opts,
                                  const std::string& log_dir, Incarnation incarnation,
-                                 bool clean = false, bool stopped_cleanly = false);
+                                 bool clean = false);
 
 }  // namespace sluice::fs_storage

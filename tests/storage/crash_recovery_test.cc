@@ -3,11 +3,13 @@
 // record comes back at its original offset with its original content.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <iostream>
 #include <optional>
 #include <mutex>
 #include <random>
 
+#include "recovery_point.h"
 #include "storage_test_util.h"
 
 namespace sluice::fs_storage::testing {
@@ -129,6 +131,59 @@ TEST(CrashRecoveryTest, WhatRecoveryKeepsAfterAKillSurvivesALaterPowerCut) {
       // A power cut while it serves (no clean stop, which would sync): whatever was never
       // synced is gone, directory entries too (a new shard's chain waits for its first
       // flush, which the killed process never made: recovery syncs it). What recovery served must stay.
+      fs->crash(1, CrashOptions{.lose_unsynced_entries = true});
+      shard->reset();
+      engine.shutdown();
+    }
+    fs->restart();
+    FsStorageEngine engine(host, fs);
+    auto shard = engine.open_shard(test_ref(), StreamSpec{});
+    ASSERT_TRUE(shard) << shard.error().to_string();
+    EXPECT_EQ(read_all(**shard).size(), served) << "records recovery served were lost to a power cut";
+  }
+}
+
+// Regression (review): the clean-shutdown marker excused the sync of a kept tail, but it
+// only vouches for the logs its run closed. A log killed with an unsynced tail, left
+// unopened by a later run that stopped cleanly (its shard was elsewhere, or never asked
+// for), opened after that with the marker: its tail was served unsynced, and a power cut
+// took it back.
+TEST(CrashRecoveryTest, AKilledLogsTailIsSyncedEvenAfterALaterCleanStopThatNeverOpenedIt) {
+  for (const std::string mode : {"checkpoint", "tail"}) {
+    SCOPED_TRACE("verify_on_start=" + mode);
+    TestHost host;
+    host.set("storage.retention_interval_ms", "0");
+    host.set("storage.verify_on_start", mode);
+    host.set("storage.verify_in_background", "false");
+    auto fs = std::make_shared<FaultFileSystem>();
+    const ShardRef other = test_ref(1);
+    {
+      FsStorageEngine engine(host, fs);
+      auto shard = engine.open_shard(test_ref(), StreamSpec{});
+      ASSERT_TRUE(shard) << shard.error().to_string();
+      ASSERT_TRUE(append_wait(**shard, make_batch("acked", 3, 100, 1)));
+      fs->block_syncs();
+      (*shard)->append(make_batch("unsynced", 3, 100, 2), AckMode::leader, [](Result<AppendResult>) {});
+      ASSERT_TRUE(eventually([&] { return fs->blocked_sync_waiters() == 1; }));
+      fs->kill();
+      shard->reset();
+      engine.shutdown();
+    }
+    fs->restart_after_kill();
+    {
+      FsStorageEngine engine(host, fs);  // never opens the killed shard; stops cleanly
+      auto o = engine.open_shard(other, StreamSpec{});
+      ASSERT_TRUE(o) << o.error().to_string();
+      ASSERT_TRUE(append_wait(**o, make_batch("o", 1, 100, 3)));
+    }
+    ASSERT_TRUE(std::filesystem::exists(host.data_dir() + "/shards/" + std::string(kCleanShutdownName)));
+    std::size_t served = 0;
+    {
+      FsStorageEngine engine(host, fs);
+      auto shard = engine.open_shard(test_ref(), StreamSpec{});
+      ASSERT_TRUE(shard) << shard.error().to_string();
+      served = read_all(**shard).size();
+      ASSERT_EQ(served, 6u) << "recovery keeps the batch the page cache still held";
       fs->crash(1, CrashOptions{.lose_unsynced_entries = true});
       shard->reset();
       engine.shutdown();

@@ -234,6 +234,46 @@ TEST_F(RecoveryPointTest, OnlyWhatLiesBeyondTheRecoveryPointIsChecked) {
   EXPECT_EQ(s.error().code, Errc::corrupt_data);
 }
 
+// Regression (review): below the recovery point every batch was synced (acknowledged). A
+// damaged last batch there (a flipped header byte, or its sector read back as zeros) was
+// taken, after a SIGKILL, for a torn tail or unwritten space and cut: acknowledged records
+// gone, logged as "never acknowledged". It is refused as corruption, as a full check would.
+TEST_F(RecoveryPointTest, DamageBelowTheRecoveryPointIsCorruptionNotATornTail) {
+  for (const std::string how : {"header", "zeros"}) {
+    SCOPED_TRACE(how);
+    TestHost host;
+    for (auto [k, v] : std::vector<std::pair<std::string, std::string>>{
+             {"storage.retention_interval_ms", "0"}, {"storage.index_interval_bytes", "256"},
+             {"storage.segment_bytes", "1048576"}, {"storage.verify_on_start", "checkpoint"},
+             {"storage.verify_in_background", "false"}, {"storage.preallocate_segments", "false"}})
+      host.set(k, v);
+    std::string seg;
+    {
+      FsStorageEngine e(host, std::make_shared<PosixFileSystem>());
+      auto s = e.open_shard(test_ref(), StreamSpec{});
+      ASSERT_TRUE(s);
+      append(**s, how, 10);  // clean close: the recovery point is at the end of batch 9
+      seg = segment_path(e, test_ref(), 0);
+    }
+    fsys::remove(host.data_dir() + "/shards/" + std::string(kCleanShutdownName));  // as after SIGKILL
+    const auto len = make_batch(how + "0", 3, 1000, 30).size();
+    ASSERT_EQ(fsys::file_size(seg), 10 * len);
+    if (how == "header") {
+      flip_byte(seg, 9 * len + 1);  // the magic of the last batch
+    } else {
+      std::fstream f(seg, std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(static_cast<std::streamoff>(9 * len));
+      const std::string zeros(len, '\0');
+      f.write(zeros.data(), static_cast<std::streamsize>(zeros.size()));
+    }
+    FsStorageEngine e(host, std::make_shared<PosixFileSystem>());
+    auto s = e.open_shard(test_ref(), StreamSpec{});
+    ASSERT_FALSE(s) << "an acknowledged batch below the recovery point was cut";
+    EXPECT_EQ(s.error().code, Errc::corrupt_data) << s.error().to_string();
+    EXPECT_EQ(fsys::file_size(seg), 10 * len) << "recovery cut the log";
+  }
+}
+
 // A recovery point that is torn or fails its CRC is ignored: every batch is checked again
 // (here that finds a corrupt batch below where the point claimed).
 TEST_F(RecoveryPointTest, TornOrCorruptRecoveryPointIsIgnoredAndEverythingIsChecked) {
