@@ -220,20 +220,27 @@ Result<void> BrokerRuntime::apply_plan(const ServingPlan& plan, Registration reg
       for (const auto& a : sv.assignments)
         if (a.shard.value() == i) now = &a;
       // The engine learns the shard's replica state after it opens and after every change.
-      bool ok = true;
       if (now && (!was || was->version != now->version || was->leader != now->leader ||
                   was->leader_epoch != now->leader_epoch || was->replicas != now->replicas)) {
         ReplicaAssignment ra{now->replicas, now->leader, now->leader_epoch, now->in_sync, now->version,
                              sv.info.spec.min_insync};
         if (ra.replicas.empty()) ra.replicas = {now->leader};
         if (auto r = storage_->assign(ref, ra); !r) {
-          ok = false;
-          host_.log(LogLevel::error, "broker",
-                    "shard " + ref.to_string() + ": the storage engine refused its replica state: " +
-                        r.error().to_string());
+          // Refused (a full disk failed the epoch history's save, say): the shard is closed
+          // and handled as one that did not open: answered shard_unavailable with the
+          // reason, the node not ready, and retried (retry_failed opens it and assigns
+          // again). Kept open, it was never assigned again: later plans saw the same
+          // version, and followers were told not_leader until an unrelated change (review).
+          const std::string why = "the storage engine refused its replica state: " + r.error().to_string();
+          st->held[i] = nullptr;
+          st->open_failed[i] = why;
+          if (fresh && opened.count(ref)) --fresh;
+          storage_->close_shard(ref);
+          note_failed_open(ref, "shard " + ref.to_string() + ": " + why);
+          continue;
         }
       }
-      if (sv.serve[i] && ok) st->shards[i] = st->held[i];
+      if (sv.serve[i]) st->shards[i] = st->held[i];
     }
     if (!sv.refused.empty() && (!cur || cur->refused != sv.refused))
       host_.log(LogLevel::warn, "broker", "not serving: " + sv.refused);
