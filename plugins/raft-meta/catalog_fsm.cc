@@ -237,8 +237,10 @@ ApplyResult CatalogFsm::apply(std::uint64_t index, std::string_view entry) {
   ApplyResult r;
   r.seq = ChangeSeq{index};
   if (held_) {
+    // The entry is committed (the healthy members apply it): whether it took effect is
+    // not this member's to say. Uncertain, never "it did not happen" (review finding).
     r.error = Error(Errc::unavailable, "member held at index " + std::to_string(held_->index) + ": " +
-                                           held_->reason);
+                                           held_->reason, Outcome::uncertain);
     return r;
   }
   const DecodedEntry e = decode_entry(entry);
@@ -247,7 +249,8 @@ ApplyResult CatalogFsm::apply(std::uint64_t index, std::string_view entry) {
   if (auto h = hold_reason(e)) {
     bump_generation();
     held_ = Held{index, h->reason + "; upgrade this member", h->required};
-    r.error = Error(Errc::unavailable, "member held at index " + std::to_string(index) + ": " + held_->reason);
+    r.error = Error(Errc::unavailable, "member held at index " + std::to_string(index) + ": " + held_->reason,
+                    Outcome::uncertain);
     return r;
   }
   if (touches_fleet(e)) bump_generation();  // before the change: see generation()
@@ -374,7 +377,8 @@ ApplyResult CatalogFsm::hold_after_failure(std::uint64_t index, const std::strin
   }
   ApplyResult r;
   r.seq = ChangeSeq{index};
-  r.error = Error(Errc::unavailable, "member held at index " + std::to_string(index) + ": " + held_->reason);
+  r.error = Error(Errc::unavailable, "member held at index " + std::to_string(index) + ": " + held_->reason,
+                  Outcome::uncertain);
   return r;
 }
 

@@ -159,7 +159,7 @@ struct RaftNode::Impl {
     }
     auto it = op->impl->results.find(req->index);
     if (it == op->impl->results.end()) {
-      for (auto& p : op->props) p->done.set_value(Error(Errc::internal, "applied entry has no result"));
+      for (auto& p : op->props) p->done.set_value(Error(Errc::internal, "applied entry has no result", Outcome::uncertain));
       return;
     }
     ApplyResult r = std::move(it->second);
@@ -184,7 +184,7 @@ struct RaftNode::Impl {
     }
     for (auto& p : op->props)
       p->done.set_value(r.error ? Result<ApplyResult>(*r.error)
-                                : Result<ApplyResult>(Error(Errc::internal, "combined entry has no results")));
+                                : Result<ApplyResult>(Error(Errc::internal, "combined entry has no results", Outcome::uncertain)));
   }
 
   static void barrier_cb(struct raft_barrier* req, int status) {

@@ -174,6 +174,7 @@ TEST(BatchEntries, AMemberBelow19HoldsAtABatch) {
     auto r = fsm.apply(i, encode_batch({encode_command(Command::create_namespace("t", "x"))}, 19));
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(r.error->code, Errc::unavailable);
+    EXPECT_EQ(r.error->outcome, Outcome::uncertain);  // committed: the others apply it
     ASSERT_TRUE(fsm.held().has_value()) << "level " << level;
     EXPECT_EQ(fsm.held()->index, i);
     EXPECT_EQ(fsm.held()->required, kBatchedEntriesLevel);

@@ -403,6 +403,9 @@ TEST(CatalogFsm, AFailedApplyHoldsTheMemberAndNeverSkips) {
   auto r = b.apply(3, encode_command(Command::create_namespace("acme", "prod")));
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error->code, Errc::unavailable);
+  // The entry is committed; the healthy members apply it. Its proposer must not hear "it
+  // did not happen" (transient) from a held leader: a retry would find it done (review).
+  EXPECT_EQ(r.error->outcome, Outcome::uncertain);
   ASSERT_TRUE(b.held().has_value());
   EXPECT_EQ(b.held()->index, 3u);
   EXPECT_NE(b.held()->reason.find("applying the entry failed"), std::string::npos) << b.held()->reason;
@@ -411,7 +414,8 @@ TEST(CatalogFsm, AFailedApplyHoldsTheMemberAndNeverSkips) {
 
   // Later entries are not applied either (never skip): still held at 3, applied stays.
   auto later = b.apply(4, encode_command(Command::create_tenant("later")));
-  EXPECT_FALSE(later.ok());
+  ASSERT_FALSE(later.ok());
+  EXPECT_EQ(later.error->outcome, Outcome::uncertain);
   EXPECT_EQ(b.held()->index, 3u);
   EXPECT_EQ(b.applied(), ChangeSeq{2});
   EXPECT_EQ(b.list_tenants()->size(), 1u);
