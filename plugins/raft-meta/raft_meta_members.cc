@@ -337,12 +337,23 @@ Result<void> RaftMetaStore::remove_member(NodeId id) {
   if (in_conf && voters <= 1)
     return Error(Errc::conflict, "member " + std::to_string(id.value()) +
                                      " is the last voter; a group cannot remove its last member");
-  if (recorded) {
+  // Out of the Raft configuration first, then un-recorded (join does the reverse): the
+  // leave raises the group level once it applies, and a member still voting then (an older
+  // binary being rolled back out) would apply entries stamped for a level it does not
+  // implement, and diverge. A remove_server that fails leaves the record, so the group
+  // stays at the lower level until a retry finishes. This leader removing itself un-records
+  // itself first (it runs this build; after its removal it could not propose).
+  auto leave = [&]() -> Result<void> {
+    if (!recorded) return {};
     auto r = propose(Command::leave_member(id));
     if (!r.ok()) return r.error();
     if (!r->ok()) return *r->error;
-  }
+    return {};
+  };
+  const bool self = id == host_.node_id();
+  if (self) RAFT_META_TRY(leave());
   if (in_conf) RAFT_META_TRY(n->remove_server(id.value(), cfg_.timeout));
+  if (!self) RAFT_META_TRY(leave());
   log(LogLevel::info, "member " + std::to_string(id.value()) + " removed");
   return {};
 }
