@@ -32,7 +32,8 @@ Error PgMetaStore::map_sql_error(const std::string& st, const std::string& what)
       st == kStateOldInstanceCacheCreate || st == kStateOldInstanceCacheDelete ||
       st == kStateCacheIncarnationRepeat || st == kStateCacheTombstoneKept ||
       st == kStateOldInstanceCounterCreate || st == kStateCounterIncarnationRepeat ||
-      st == kStateOldInstanceCounterDelete || st == kStateCounterTombstoneKept)
+      st == kStateOldInstanceCounterDelete || st == kStateCounterTombstoneKept ||
+      st == kStateBrokerLacksFeature)
     return Error(Errc::conflict, m);
   if (st == "23505") return Error(Errc::already_exists, m);
   if (st == "23503") return Error(Errc::not_found, m);

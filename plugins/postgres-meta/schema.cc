@@ -393,6 +393,33 @@ CREATE TRIGGER counter_tombstones_guard BEFORE UPDATE OR DELETE ON counter_tombs
   FOR EACH ROW EXECUTE FUNCTION counter_tombstones_guard();
 )SQL";
 
+// Migration 8: a broker lacking a finalized feature cannot heartbeat, whatever build sends
+// the heartbeat. The C++ check before the update is an older broker's own code, and it
+// races a finalize: checked before the finalize commits, its update (which waits for the
+// finalize's FOR SHARE lock) went through after it, and a broker lacking the feature was
+// serving once the feature was final. A BEFORE trigger runs on the row once its lock is
+// held; its query (a VOLATILE function, READ COMMITTED) sees the committed finalize.
+constexpr std::string_view kV8 = R"SQL(
+CREATE FUNCTION brokers_heartbeat_guard() RETURNS trigger
+  LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT AS $$
+DECLARE
+  missing text;
+BEGIN
+  SELECT string_agg(f.name, ', ' ORDER BY f.name) INTO missing
+    FROM features f WHERE NOT (f.name = ANY(NEW.features));
+  IF missing IS NOT NULL THEN
+    RAISE EXCEPTION USING
+      ERRCODE = 'SL013',
+      MESSAGE = format('broker %s lacks finalized feature(s) %s and is not admitted; upgrade the broker',
+                       NEW.id, missing);
+  END IF;
+  RETURN NEW;
+END $$;
+CREATE TRIGGER brokers_heartbeat_guard BEFORE UPDATE OF last_heartbeat ON brokers
+  FOR EACH ROW WHEN (NEW.last_heartbeat IS DISTINCT FROM OLD.last_heartbeat)
+  EXECUTE FUNCTION brokers_heartbeat_guard();
+)SQL";
+
 }  // namespace
 
 const std::vector<Migration>& migrations() {
@@ -404,6 +431,7 @@ const std::vector<Migration>& migrations() {
       {5, "reassignment: a shard's target replica list", kV5},
       {6, "caches, cache incarnations and cache tombstones, with their guard triggers", kV6},
       {7, "counters (level 18), their incarnations and tombstones, with their guard triggers", kV7},
+      {8, "no heartbeat from a broker lacking a finalized feature", kV8},
   };
   return m;
 }

@@ -7,7 +7,7 @@
 namespace sluice::postgres_meta {
 
 // The schema version this build knows. A database at a higher version is refused at start.
-inline constexpr int kSchemaVersion = 7;
+inline constexpr int kSchemaVersion = 8;
 
 struct Migration {
   int version;
@@ -33,5 +33,7 @@ inline constexpr std::string_view kStateOldInstanceCounterCreate = "SL009";  // 
 inline constexpr std::string_view kStateCounterIncarnationRepeat = "SL010";  // not above the counter tombstone
 inline constexpr std::string_view kStateOldInstanceCounterDelete = "SL011";  // counter delete below level 18
 inline constexpr std::string_view kStateCounterTombstoneKept = "SL012";      // counter tombstones are forever
+// Migration 8: a heartbeat of a broker lacking a finalized feature.
+inline constexpr std::string_view kStateBrokerLacksFeature = "SL013";
 
 }  // namespace sluice::postgres_meta

@@ -348,7 +348,6 @@ std::vector<BrokerInfo> RaftMetaStore::serving_brokers(const std::vector<BrokerI
 Result<BrokerInfo> RaftMetaStore::register_broker(const BrokerRegistration& reg) {
   if (auto f = leader_client()) return f->register_broker(reg);
   if (reg.id.value() == 0) return Error(Errc::invalid_argument, "broker id must be > 0");
-  std::shared_lock gate(finalize_gate_);  // the apply checks the features; then it is live
   BrokerRegistration sorted = reg;
   std::sort(sorted.features.begin(), sorted.features.end());
   sorted.features.erase(std::unique(sorted.features.begin(), sorted.features.end()),
@@ -357,8 +356,12 @@ Result<BrokerInfo> RaftMetaStore::register_broker(const BrokerRegistration& reg)
   if (!r.ok()) return r.error();
   if (!r->ok()) return *r->error;
   {
+    const auto t = now();
     std::lock_guard lk(live_mu_);
-    last_seen_[reg.id.value()] = now();  // registration counts as a heartbeat
+    // Registered (the apply checked the finalized features), but not live while a finalize
+    // of a feature it lacks is in flight: that finalize may not have seen it.
+    if (auto e = lacks_finalizing(sorted.features, reg.id)) return *e;
+    last_seen_[reg.id.value()] = t;  // registration counts as a heartbeat
   }
   BrokerInfo b = r->broker;
   b.live = true;
@@ -368,7 +371,6 @@ Result<BrokerInfo> RaftMetaStore::register_broker(const BrokerRegistration& reg)
 Result<void> RaftMetaStore::heartbeat_broker(NodeId id) {
   if (auto f = leader_client()) return f->heartbeat_broker(id);
   if (!ready_.load()) return Error(Errc::unavailable, "raft-meta is not started");
-  std::shared_lock gate(finalize_gate_);  // a finalize in flight commits first; then we check
   std::optional<BrokerInfo> b;
   std::set<std::string, std::less<>> fin;
   {
@@ -380,9 +382,25 @@ Result<void> RaftMetaStore::heartbeat_broker(NodeId id) {
   // A broker that lacks a feature finalized while it was paused or partitioned must not
   // come back as serving (review): the same admission rule as at registration.
   if (auto a = admit_broker(b->features, fin); !a) return a.error();
+  const auto t = now();
   std::lock_guard lk(live_mu_);
-  last_seen_[id.value()] = now();
+  if (auto e = lacks_finalizing(b->features, id)) return *e;
+  last_seen_[id.value()] = t;
   return {};
+}
+
+std::optional<Error> RaftMetaStore::lacks_finalizing(const std::vector<std::string>& features, NodeId id) const {
+  // A finalize of a feature this broker lacks is between its gate and its commit: the
+  // broker must not become live now, or it would be serving once the feature is final
+  // (review finding). Transient: once the finalize is decided, the next call is answered
+  // as usual (admitted, or refused for good with conflict).
+  for (const auto& [name, n] : finalizing_)
+    if (std::find(features.begin(), features.end(), name) == features.end())
+      return Error(Errc::unavailable,
+                   "broker " + std::to_string(id.value()) + " lacks feature " + name +
+                       ", which is being finalized; try again",
+                   Outcome::transient);
+  return std::nullopt;
 }
 
 Result<void> RaftMetaStore::unregister_broker(NodeId id) {
@@ -422,8 +440,20 @@ Result<std::vector<FeatureInfo>> RaftMetaStore::list_features() {
 
 Result<FeatureInfo> RaftMetaStore::finalize_feature(const std::string& name) {
   if (auto f = leader_client()) return f->finalize_feature(name);
-  // From the gate to the commit no broker becomes serving (finalize_gate_).
-  std::unique_lock gate(finalize_gate_);
+  // From before the gate to the commit, no broker that lacks `name` becomes live
+  // (finalizing_): a heartbeat or registration meanwhile is refused, transient.
+  {
+    std::lock_guard lk(live_mu_);
+    ++finalizing_[name];
+  }
+  struct Done {
+    RaftMetaStore* s;
+    const std::string& name;
+    ~Done() {
+      std::lock_guard lk(s->live_mu_);
+      if (--s->finalizing_[name] == 0) s->finalizing_.erase(name);
+    }
+  } done{this, name};
   RAFT_META_TRY(read_barrier());
   std::vector<BrokerInfo> registered;
   std::map<std::string, ChangeSeq, std::less<>> fin;

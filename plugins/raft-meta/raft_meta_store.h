@@ -40,7 +40,6 @@
 #include <mutex>
 #include <optional>
 #include <set>
-#include <shared_mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -277,12 +276,12 @@ class RaftMetaStore final : public MetadataStore {
   std::mutex live_mu_;
   std::map<std::uint32_t, std::chrono::steady_clock::time_point> last_seen_;  // live_mu_
   std::chrono::steady_clock::time_point grace_until_{};  // live_mu_: restart grace
-  // Orders a finalize against the calls that make a broker serving (docs/upgrades.md): a
-  // finalize holds it exclusively from its gate (the serving brokers) to its commit; a
-  // heartbeat or registration holds it shared from its feature check to its liveness
-  // update. Else a heartbeat between the gate and the commit brings back, as serving, a
-  // broker that lacks the feature. Taken before fsm_mu_ and live_mu_, never inside them.
-  std::shared_mutex finalize_gate_;
+  // Features a finalize is deciding right now (from before its gate to its commit), with
+  // how many finalizes of each: a heartbeat or registration of a broker lacking one is
+  // refused (transient) instead of making it live, else it could be serving once the
+  // feature is final (docs/upgrades.md). live_mu_. Nothing is held across the proposal.
+  std::map<std::string, int, std::less<>> finalizing_;
+  std::optional<Error> lacks_finalizing(const std::vector<std::string>& features, NodeId id) const;  // live_mu_ held
 
   // Watches: the SDK fan-out (watch_registry.h), delivered by delivery_main.
   std::mutex watch_mu_;

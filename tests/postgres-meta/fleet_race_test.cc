@@ -8,6 +8,7 @@
 #include <future>
 
 #include "pg_test_util.h"
+#include "schema.h"
 #include "sluice/features.h"
 
 namespace sluice::postgres_meta {
@@ -84,6 +85,31 @@ TEST(PostgresMetaFleet, a_heartbeat_that_waited_for_a_finalize_is_refused_and_st
   EXPECT_EQ(r.error().code, Errc::conflict) << r.error().to_string();
   EXPECT_NE(r.error().message.find(kInc), std::string::npos) << r.error().message;
   EXPECT_FALSE(f.old_broker_live()) << "the refused heartbeat's update was committed";
+}
+
+// The same race with an older broker's own heartbeat, which checks the features before
+// its update (that code is not ours to change): the database refuses the update once the
+// finalize committed (migration 8, SL013).
+TEST(PostgresMetaFleet, an_older_brokers_heartbeat_that_waited_for_a_finalize_is_refused_by_the_database) {
+  Fixture f;
+  Holder fin(f.schema);
+  fin.tx.exec("SELECT id FROM brokers FOR SHARE");
+  fin.tx.exec0("INSERT INTO features(name, finalized_seq) VALUES ('" + kInc + "', 1000000)");
+  // Its check passed before the finalize committed (nothing finalized then); its update:
+  auto old = std::async(std::launch::async, [&]() -> std::string {
+    try {
+      pgtest::sql(f.schema, "UPDATE brokers SET last_heartbeat = now() WHERE id = " + std::to_string(kOld));
+      return "committed";
+    } catch (const pqxx::sql_error& e) {
+      return e.sqlstate();
+    }
+  });
+  ASSERT_TRUE(pgtest::eventually([&] { return fin.someone_waits(); }))
+      << "the heartbeat's update never waited for the finalize's row lock";
+  fin.tx.commit();
+  ASSERT_EQ(old.wait_for(120s), std::future_status::ready);
+  EXPECT_EQ(old.get(), std::string(kStateBrokerLacksFeature)) << "the older broker's heartbeat went through";
+  EXPECT_FALSE(f.old_broker_live());
 }
 
 // The heartbeat commits first: the finalize must count the broker it brought back, and refuse.

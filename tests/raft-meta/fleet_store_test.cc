@@ -243,9 +243,8 @@ TEST(RaftMetaFleet, LivenessFollowsHeartbeatsWithARestartGrace) {
 // Regression (review): a heartbeat that arrived between a finalize's gate (no serving
 // broker lacks the feature) and its commit brought back, as serving, a broker that lacks
 // it. The heartbeat is sent from inside the finalize, at its liveness check (the injected
-// clock), and the finalize waits up to 2 s for it before it proposes: without the gate it
-// lands there. Whatever the order, the feature finalized and that broker serving never
-// hold together.
+// clock), and the finalize waits for its answer before it proposes: without the fix it
+// succeeds there, with it it is refused (transient), and after the commit for good.
 TEST(RaftMetaFleet, AHeartbeatDuringAFinalizeCannotBringBackABrokerThatLacksTheFeature) {
   TestHost host(base_config());
   host.set("metadata.bootstrap_hold_back", kHoldBoth);
@@ -268,7 +267,7 @@ TEST(RaftMetaFleet, AHeartbeatDuringAFinalizeCannotBringBackABrokerThatLacksTheF
   std::future<Result<void>> hb;
   at_check = [&] {
     hb = std::async(std::launch::async, [&] { return store.heartbeat_broker(NodeId{5}); });
-    hb.wait_for(std::chrono::seconds(2));
+    EXPECT_EQ(hb.wait_for(std::chrono::seconds(120)), std::future_status::ready);
   };
   armed = true;
   auto fin = store.finalize_feature(kInc);
@@ -278,9 +277,13 @@ TEST(RaftMetaFleet, AHeartbeatDuringAFinalizeCannotBringBackABrokerThatLacksTheF
   ASSERT_TRUE(fin.ok()) << fin.error().to_string();
   EXPECT_FALSE(h.ok()) << "a broker lacking " << kInc << " was admitted back during its finalize";
   if (!h.ok()) {
-    EXPECT_EQ(h.error().code, Errc::conflict) << h.error().to_string();
+    EXPECT_EQ(h.error().code, Errc::unavailable) << h.error().to_string();
+    EXPECT_EQ(h.error().outcome, Outcome::transient);
   }
   EXPECT_FALSE((*store.list_brokers())[0].live);
+  auto after = store.heartbeat_broker(NodeId{5});  // the feature is final: refused for good
+  ASSERT_FALSE(after.ok());
+  EXPECT_EQ(after.error().code, Errc::conflict) << after.error().to_string();
 }
 
 TEST(RaftMetaFleet, PlacementRoundRobinsOverLiveBrokersAndEventsCarryAssignments) {
