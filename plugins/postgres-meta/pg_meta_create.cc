@@ -168,8 +168,12 @@ void PgMetaStore::create_batch(const std::vector<PendingCreate*>& batch) {
   // database's trigger refuses it once the feature is finalized).
   const bool knows_incarnations = feature && cfg_.level >= feature->required_level;
   std::vector<std::optional<Result<StreamInfo>>> out(batch.size());
+  // Refused because an earlier create of this batch took the name: that refusal stands only
+  // if the batch commits (a lost COMMIT leaves it as uncertain as the create it deferred to).
+  std::vector<bool> after_batch_write(batch.size(), false);
   auto r = run<Unit>(Mode::write, [&](WriteBatch& b) -> Result<Unit> {
     for (auto& o : out) o.reset();  // a retried attempt decides again
+    std::fill(after_batch_write.begin(), after_batch_write.end(), false);
     std::vector<std::string> tenants, nss, names;
     for (auto* p : batch) {
       tenants.push_back(p->key.tenant);
@@ -202,6 +206,7 @@ void PgMetaStore::create_batch(const std::vector<PendingCreate*>& batch) {
         continue;
       }
       if (kr.taken || !taken_here.insert(key.to_string()).second) {
+        after_batch_write[i] = !kr.taken;
         refuse(Error(Errc::already_exists, "stream " + key.to_string() + " exists"));
         continue;
       }
@@ -291,14 +296,17 @@ void PgMetaStore::create_batch(const std::vector<PendingCreate*>& batch) {
     return;
   }
   // The write failed as a whole. A lost commit (uncertain) concerns every create the last
-  // attempt wrote, but not one it refused: that one's statements were never sent, so its
-  // refusal (already_exists, not_found, ...) stands, definite. An unreachable database
+  // attempt wrote, but not one it refused on what the database held: that one's statements
+  // were never sent, so its refusal (already_exists, not_found, ...) stands, definite. A
+  // create refused because an earlier one of this batch took its name is as uncertain as
+  // that one. An unreachable database
   // concerns every create alike; anything else (a trigger or constraint refusing one
   // insert) is found again by each create alone, so each gets its own answer.
   if (r.error().outcome == Outcome::uncertain) {
     std::lock_guard lk(create_mu_);
     for (std::size_t i = 0; i < batch.size(); ++i)
-      batch[i]->result = out[i] && !out[i]->ok() ? std::move(out[i]) : std::optional<Result<StreamInfo>>(r.error());
+      batch[i]->result = out[i] && !out[i]->ok() && !after_batch_write[i] ? std::move(out[i])
+                                                                          : std::optional<Result<StreamInfo>>(r.error());
     return;
   }
   if (batch.size() == 1 || r.error().code == Errc::unavailable) {
