@@ -67,8 +67,12 @@ struct RaftNode::Impl {
     else
       raft_uv_tcp_close(&self->transport);
   }
-  // Results of applied entries, by index, until the proposer's callback claims them.
+  // Results of applied entries, by index, until the proposer's callback claims them. Kept
+  // only while this node has proposals in flight (applies_in_flight): a follower, or a
+  // replay at start, keeps none (one result may carry a 1,024-shard stream's assignments,
+  // and nobody would claim them; review finding).
   std::map<std::uint64_t, ApplyResult> results;
+  std::uint64_t applies_in_flight = 0;  // raft_apply accepted, apply_cb not run yet
 
   // One caller's proposal (RaftNode::apply).
   struct Proposal {
@@ -109,10 +113,15 @@ struct RaftNode::Impl {
     std::uint64_t index = raft_last_applied(&self->raft) + 1;
     ApplyResult r = self->node->sm_.apply(
         index, std::string_view(static_cast<const char*>(buf->base), buf->len));
-    // Results nobody claims (entries proposed elsewhere, replay at start) are dropped
-    // once they are far behind.
-    if (index > 4096) self->results.erase(self->results.begin(), self->results.lower_bound(index - 4096));
-    self->results[index] = std::move(r);
+    // Results nobody claims (entries proposed elsewhere while this node has its own in
+    // flight) are dropped once they are far behind; with none in flight none is kept.
+    // (fsm_apply and apply_cb both run on the raft thread.)
+    if (self->applies_in_flight == 0) {
+      self->results.clear();
+    } else {
+      if (index > 4096) self->results.erase(self->results.begin(), self->results.lower_bound(index - 4096));
+      self->results[index] = std::move(r);
+    }
     self->node->last_applied_.store(index);
     *result = nullptr;
     return 0;
@@ -153,6 +162,7 @@ struct RaftNode::Impl {
   static void apply_cb(ApplyReq* req, int status, void* /*result*/) {
     auto* op = static_cast<ApplyOp*>(req->data);
     std::unique_ptr<ApplyOp> own(op);
+    --op->impl->applies_in_flight;
     if (status != 0) {
       for (auto& p : op->props) p->done.set_value(status_error(status, "apply"));
       return;
@@ -441,6 +451,7 @@ struct RaftNode::Impl {
                                 std::string("raft_apply: ") + raft_strerror(rv), Outcome::transient));
       return;
     }
+    ++applies_in_flight;
     op.release();  // libraft's until apply_cb
   }
 
@@ -684,6 +695,20 @@ Result<void> RaftNode::remove_server(std::uint64_t id, std::chrono::milliseconds
     return Error(Errc::unavailable, "raft node is not running");
   }
   return wait_op<Impl::ChangeOp>(fut, timeout, "removing a member");
+}
+
+Result<std::size_t> RaftNode::unclaimed_results(std::chrono::milliseconds timeout) {
+  auto p = std::make_shared<std::promise<Result<std::size_t>>>();
+  auto fut = p->get_future();
+  Impl* impl = impl_.get();
+  if (!submit([impl, p](bool closing) {
+        if (closing) return p->set_value(Error(Errc::unavailable, "raft node is stopping"));
+        p->set_value(impl->results.size());
+      }))
+    return Error(Errc::unavailable, "raft node is not running");
+  if (fut.wait_for(timeout) != std::future_status::ready)
+    return Error(Errc::timeout, "the raft thread did not answer", Outcome::transient);
+  return fut.get();
 }
 
 Result<std::vector<RaftServer>> RaftNode::configuration(std::chrono::milliseconds timeout) {

@@ -122,6 +122,9 @@ class RaftNode {
   Result<void> remove_server(std::uint64_t id, std::chrono::milliseconds timeout);
   // The current configuration (as this server knows it).
   Result<std::vector<RaftServer>> configuration(std::chrono::milliseconds timeout);
+  // Apply results kept for proposals in flight (tests: none is kept for entries nobody
+  // here proposed).
+  Result<std::size_t> unclaimed_results(std::chrono::milliseconds timeout);
 
   // Tasks submitted and not yet taken by the raft thread (tests: a proposal has reached
   // the node while the raft thread is busy).
