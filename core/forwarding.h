@@ -190,10 +190,11 @@ class Timers {
 // A few threads that run queued work (the leader's forwarded calls that may block).
 //
 // Bounded both ways (docs/replication.md "Forwarding"): a call posted while `max_queued`
-// wait is refused at once, and a call that waited longer than `max_wait` is refused
-// instead of run. Its forwarder gave up on it by then (it waits forward_timeout_ms and
-// tells its client the outcome is unknown); running it would only spend the leader's
-// threads on answers nobody reads, and a leader that fell behind would never catch up.
+// wait is refused at once, and a call that waited longer than `max_wait` (the leader's own
+// forward_timeout_ms, which is what a forwarder waits with the defaults) is refused
+// instead of run. Its forwarder gave up on it by then; running it would only spend the
+// leader's threads on answers nobody reads, and a leader that fell behind would never
+// catch up.
 // Refused calls did nothing: `refuse` gets a transient `unavailable`.
 class Workers {
  public:

@@ -275,59 +275,6 @@ TEST(Broker, a_delete_answers_only_after_the_data_is_deleted) {
 // Review finding on the fix above: a delete whose storage work failed (and is retried)
 // ended its plan all the same, so the wait ended too and the DELETE answered while the data
 // was still on disk.
-// The real engine, whose assign() refuses the first `refusals` calls.
-class RefusingAssign final : public StorageEngine {
- public:
-  RefusingAssign(StorageEngine& inner, int refusals) : inner_(inner), refusals_(refusals) {}
-  Result<std::shared_ptr<ShardLog>> open_shard(const ShardRef& ref, const StreamSpec& spec) override {
-    return inner_.open_shard(ref, spec);
-  }
-  Result<void> assign(const ShardRef& ref, const ReplicaAssignment& a) override {
-    ++calls;
-    if (refusals_.fetch_sub(1) > 0) return Error(Errc::storage_failure, "epoch history: no space left on device");
-    return inner_.assign(ref, a);
-  }
-  void close_shard(const ShardRef& ref) override { inner_.close_shard(ref); }
-  Result<bool> remove_replica(const ShardRef& ref) override { return inner_.remove_replica(ref); }
-  void shutdown() override { inner_.shutdown(); }
-  Result<std::uint32_t> delete_incarnations(const StreamKey& k, Incarnation up_to) override {
-    return inner_.delete_incarnations(k, up_to);
-  }
-  Result<std::vector<ShardRef>> list_on_disk() override { return inner_.list_on_disk(); }
-  void accept() { refusals_ = 0; }
-  std::atomic<int> calls{0};
-
- private:
-  StorageEngine& inner_;
-  std::atomic<int> refusals_;
-};
-
-// Regression (review): a shard whose replica state the engine refused was left open, not
-// served, with the new assignment installed: later plans saw the same version and never
-// assigned it again, and nothing retried it. The node even reported ready. Now it is
-// handled as a shard that did not open: unavailable with the reason, not ready, retried.
-TEST(Broker, a_replica_state_the_engine_refused_is_retried_until_it_takes) {
-  sluice::testing::TestHost host;
-  ScriptedCatalog cat;
-  fs_storage::FsStorageEngine fs(host, std::make_shared<fs_storage::PosixFileSystem>());
-  RefusingAssign storage(fs, 1 << 30);
-  cat.set_snapshot(catalog_with(10, I1));
-  auto b = make_broker(host, cat, storage, nullptr,
-                       [](BrokerOptions& o) { o.retry_min_ms = std::chrono::milliseconds(50); });
-  ASSERT_TRUE(b->start());
-  auto r = b->fetch(K, ShardIndex{0}, Offset{0}, 10, 1 << 20);
-  ASSERT_FALSE(r);
-  EXPECT_EQ(r.error().code, Errc::shard_unavailable) << r.error().to_string();
-  EXPECT_NE(r.error().message.find("refused its replica state"), std::string::npos) << r.error().message;
-  std::string why;
-  EXPECT_FALSE(b->ready(&why)) << "ready while a shard it leads is not served";
-  ASSERT_TRUE(eventually([&] { return storage.calls.load() >= 3; })) << "the refused assign was never tried again";
-  storage.accept();
-  ASSERT_TRUE(eventually([&] { return bool(b->fetch(K, ShardIndex{0}, Offset{0}, 10, 1 << 20)); }));
-  EXPECT_TRUE(eventually([&] { return b->ready(nullptr); }));
-  b->stop();
-}
-
 TEST(Broker, a_delete_whose_storage_work_failed_answers_once_a_retry_did_it) {
   sluice::testing::TestHost host;
   ScriptedCatalog cat;
@@ -576,5 +523,58 @@ TEST(Broker, the_peer_directory_follows_the_catalogs_broker_registrations) {
   unreg.broker.id = NodeId{2};
   cat.emit(unreg);
   ASSERT_TRUE(eventually([&] { return !peers->lookup(NodeId{2}).has_value(); }));
+  b->stop();
+}
+
+// The real engine, whose assign() refuses the first `refusals` calls.
+class RefusingAssign final : public StorageEngine {
+ public:
+  RefusingAssign(StorageEngine& inner, int refusals) : inner_(inner), refusals_(refusals) {}
+  Result<std::shared_ptr<ShardLog>> open_shard(const ShardRef& ref, const StreamSpec& spec) override {
+    return inner_.open_shard(ref, spec);
+  }
+  Result<void> assign(const ShardRef& ref, const ReplicaAssignment& a) override {
+    ++calls;
+    if (refusals_.fetch_sub(1) > 0) return Error(Errc::storage_failure, "epoch history: no space left on device");
+    return inner_.assign(ref, a);
+  }
+  void close_shard(const ShardRef& ref) override { inner_.close_shard(ref); }
+  Result<bool> remove_replica(const ShardRef& ref) override { return inner_.remove_replica(ref); }
+  void shutdown() override { inner_.shutdown(); }
+  Result<std::uint32_t> delete_incarnations(const StreamKey& k, Incarnation up_to) override {
+    return inner_.delete_incarnations(k, up_to);
+  }
+  Result<std::vector<ShardRef>> list_on_disk() override { return inner_.list_on_disk(); }
+  void accept() { refusals_ = 0; }
+  std::atomic<int> calls{0};
+
+ private:
+  StorageEngine& inner_;
+  std::atomic<int> refusals_;
+};
+
+// Regression (review): a shard whose replica state the engine refused was left open, not
+// served, with the new assignment installed: later plans saw the same version and never
+// assigned it again, and nothing retried it. The node even reported ready. Now it is
+// handled as a shard that did not open: unavailable with the reason, not ready, retried.
+TEST(Broker, a_replica_state_the_engine_refused_is_retried_until_it_takes) {
+  sluice::testing::TestHost host;
+  ScriptedCatalog cat;
+  fs_storage::FsStorageEngine fs(host, std::make_shared<fs_storage::PosixFileSystem>());
+  RefusingAssign storage(fs, 1 << 30);
+  cat.set_snapshot(catalog_with(10, I1));
+  auto b = make_broker(host, cat, storage, nullptr,
+                       [](BrokerOptions& o) { o.retry_min_ms = std::chrono::milliseconds(50); });
+  ASSERT_TRUE(b->start());
+  auto r = b->fetch(K, ShardIndex{0}, Offset{0}, 10, 1 << 20);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::shard_unavailable) << r.error().to_string();
+  EXPECT_NE(r.error().message.find("refused its replica state"), std::string::npos) << r.error().message;
+  std::string why;
+  EXPECT_FALSE(b->ready(&why)) << "ready while a shard it leads is not served";
+  ASSERT_TRUE(eventually([&] { return storage.calls.load() >= 3; })) << "the refused assign was never tried again";
+  storage.accept();
+  ASSERT_TRUE(eventually([&] { return bool(b->fetch(K, ShardIndex{0}, Offset{0}, 10, 1 << 20)); }));
+  EXPECT_TRUE(eventually([&] { return b->ready(nullptr); }));
   b->stop();
 }
