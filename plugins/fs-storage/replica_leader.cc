@@ -184,6 +184,7 @@ void ReplicaManager::update_high_watermark(Shard& s) {
       hwm = std::min(hwm, *pos);
     }
   }
+  s.hwm_allowed = std::max(s.hwm_allowed, hwm);
   s.log->advance_high_watermark(hwm);
 }
 
@@ -445,7 +446,7 @@ void ReplicaManager::check_shard(const std::shared_ptr<Shard>& s, Clock::time_po
     if (g->role != Role::leader) return false;
     auto it = g->followers.find(b);
     return it != g->followers.end() && it->second.reported && it->second.directory_id == dir &&
-           it->second.durable_end >= std::max(g->log->high_watermark(), g->epoch_start);
+           it->second.durable_end >= std::max({g->log->high_watermark(), g->hwm_allowed, g->epoch_start});
   };
 
   std::vector<InSyncReplica> next = s->ra.in_sync;
@@ -486,7 +487,11 @@ void ReplicaManager::check_shard(const std::shared_ptr<Shard>& s, Clock::time_po
       const bool member = std::any_of(next.begin(), next.end(), [&](const InSyncReplica& m) {
         return m.broker == b && m.directory_id == f.directory_id;
       });
-      if (member || f.durable_end < std::max(hwm, s->epoch_start) || lag_of(b) > opts_.max_lag ||
+      // Not only the high watermark read above: the log's flusher raises it, without this
+      // lock, up to what this leader allowed once its own sync is done (review finding: a
+      // replica checked against the lower value was recorded while lacking records
+      // acknowledged meanwhile).
+      if (member || f.durable_end < std::max({hwm, s->hwm_allowed, s->epoch_start}) || lag_of(b) > opts_.max_lag ||
           !group_caught_up(b, f.directory_id))
         continue;
       next.erase(std::remove_if(next.begin(), next.end(),

@@ -13,6 +13,7 @@
 #include <future>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "replica_manager.h"
@@ -93,8 +94,28 @@ class ModelLog : public ReplicaLog {
   void advance_high_watermark(Offset hwm) override {
     std::lock_guard lk(mu_);
     hwm = std::min(hwm, Offset{end()});
+    allowed_ = std::max(allowed_, hwm);
+    if (own_sync_at_) hwm = std::min(hwm, *own_sync_at_);  // the leader's own sync is behind
     if (hwm > hwm_) hwm_ = hwm;
     complete_waiters();
+  }
+  // The real log caps the high watermark at its own synced end and raises it, up to what
+  // the manager allowed, when its own sync completes (without the manager's lock): hold
+  // that sync at `at`, then finish it.
+  void hold_own_sync_at(Offset at) {
+    std::lock_guard lk(mu_);
+    own_sync_at_ = at;
+  }
+  void finish_own_sync() {
+    std::lock_guard lk(mu_);
+    own_sync_at_.reset();
+    if (allowed_ > hwm_) hwm_ = std::min(allowed_, Offset{end()});
+    complete_waiters();
+  }
+  // A follower whose appends fail (it keeps fetching and reporting the same end).
+  void refuse_appends(bool on) {
+    std::lock_guard lk(mu_);
+    refuse_appends_ = on;
   }
   void expire_quorum_waiters(Clock::time_point now) override {
     std::lock_guard lk(mu_);
@@ -130,6 +151,7 @@ class ModelLog : public ReplicaLog {
   }
   Result<void> append_replica(std::string_view chunk, Offset base, LeaderEpoch, LeaderEpoch) override {
     std::unique_lock lk(mu_);
+    if (refuse_appends_) return Error(Errc::storage_failure, "appends refused (test)");
     if (base.value() != end())
       return Error(Errc::conflict, "chunk at " + std::to_string(base.value()) + ", log end " +
                                        std::to_string(end()));
@@ -293,6 +315,9 @@ class ModelLog : public ReplicaLog {
   std::uint64_t start_ = 0;
   std::vector<std::pair<LeaderEpoch, std::uint64_t>> entries_;
   Offset hwm_{0};
+  Offset allowed_{0};
+  std::optional<Offset> own_sync_at_;
+  bool refuse_appends_ = false;
   LeaderEpoch epoch_{0};
   bool leading_ = false;
   std::size_t members_ = 1;

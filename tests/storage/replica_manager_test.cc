@@ -93,6 +93,46 @@ TEST(ReplicaManager, ALaggingReplicaLeavesTheInSyncSetButNeverBelowMinInsyncAndC
   EXPECT_EQ(c.logs_[1]->entries(), c.logs_[3]->entries());
 }
 
+// Regression (review): a joining replica was checked against the high watermark the log
+// showed, but the log raises it without the manager's lock, up to what the manager
+// allowed, as soon as its own sync completes. A replica holding less than that joined, and
+// the records acknowledged meanwhile were not on a member the catalog recorded. It must
+// hold what the leader allowed, not only what the log showed.
+TEST(ReplicaManager, AReplicaJoinsOnlyHoldingWhatTheLeaderMayAcknowledgeOnceItsOwnSyncIsDone) {
+  auto o = Cluster::fast_options();
+  o.max_lag = 60s;  // lag plays no part here
+  Cluster c(3, o);
+  c.set_catalog([](ReplicaAssignment& a) {
+    a.in_sync = {InSyncReplica{NodeId{1}, dir_of(1)}, InSyncReplica{NodeId{2}, dir_of(2)}};
+    a.min_insync = 2;
+  });
+  c.tell();
+  auto reported = [&](std::uint32_t b, Offset at) {
+    for (const auto& p : c.managers_[1]->progress(shard_ref()))
+      if (p.broker == NodeId{b} && p.durable_end == at) return true;
+    return false;
+  };
+  ASSERT_TRUE(eventually([&] { return reported(2, Offset{0}) && reported(3, Offset{0}); }));
+  c.logs_[3]->refuse_appends(true);           // broker 3 stays at 0, fetching
+  c.logs_[1]->hold_own_sync_at(Offset{0});  // the leader's own sync of what follows is pending
+  auto a1 = c.logs_[1]->append(1);
+  auto a2 = c.logs_[1]->append(2);
+  ASSERT_TRUE(eventually([&] { return reported(2, Offset{2}); }));  // the leader may now go to 2
+  ASSERT_EQ(c.logs_[1]->high_watermark(), Offset{0});
+  c.managers_[1]->check_now();
+  for (const auto& m : c.catalog().in_sync)
+    EXPECT_NE(m.broker, NodeId{3}) << "broker 3 joined holding 0 while the leader may acknowledge up to 2";
+  c.logs_[1]->finish_own_sync();  // [0, 2) acknowledged
+  EXPECT_TRUE(a1.get());
+  EXPECT_TRUE(a2.get());
+  // Once it holds them it joins.
+  c.logs_[3]->refuse_appends(false);
+  ASSERT_TRUE(eventually([&] {
+    c.managers_[1]->check_now();
+    return c.catalog().in_sync.size() == 3;
+  }));
+}
+
 // Regression (review): an in-sync change the catalog applied but whose answer was lost (a
 // timeout) stopped counting its members at once. A joining replica the catalog now
 // records could then lack records the leader acknowledged without it, and be elected.
