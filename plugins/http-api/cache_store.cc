@@ -506,10 +506,10 @@ Result<CacheStore::Write> CacheStore::put(const StreamKey& cache, std::string_vi
 }
 
 Result<CacheStore::Write> CacheStore::update(const StreamKey& cache, std::string_view key, std::optional<AckMode> ack,
-                                             const Decide& decide) {
+                                             const Decide& decide, std::optional<Incarnation> if_incarnation) {
   CacheRecord rec;
   rec.op = CacheRecord::Op::put;
-  return write(cache, key, rec, std::int64_t{0}, ack, decide);
+  return write(cache, key, rec, std::int64_t{0}, ack, decide, if_incarnation);
 }
 
 Result<CacheStore::Write> CacheStore::erase(const StreamKey& cache, std::string_view key,

@@ -133,8 +133,9 @@ class CacheStore {
   // (without expiry). It may be called again (another broker's write came first); the last
   // call decided what was written.
   using Decide = std::function<std::optional<Write>(const CacheEntry*, std::optional<std::string>& value)>;
+  // `if_incarnation`: as for put (a counter add pinned to the counter it was meant for).
   Result<Write> update(const StreamKey& cache, std::string_view key, std::optional<AckMode> ack,
-                       const Decide& decide);
+                       const Decide& decide, std::optional<Incarnation> if_incarnation = std::nullopt);
   // `ttl_ms` absent: the cache's default_ttl_ms. `if_revision` 0: only if absent.
   // `if_incarnation`: conflict, nothing written, unless the cache is that incarnation (a
   // revision read from a deleted cache must not match the recreated cache's).

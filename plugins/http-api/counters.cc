@@ -7,9 +7,13 @@
 //   GET    {ns}/counters/{c}      counter {"tenant","namespace","name","incarnation","created_seq"}
 //   DELETE {ns}/counters/{c}      200 the deleted counter
 //   GET    {ns}/counters/{c}/keys/{k}      -> 200 {"key","value"} (0: never added to)
-//   POST   {ns}/counters/{c}/keys/{k}/add?producer_id=&sequence=&ack=   body {"delta": int64}
+//   POST   {ns}/counters/{c}/keys/{k}/add?producer_id=&sequence=&if_incarnation=&ack=
+//            body {"delta": int64}
 //            -> 200 {"key","value"[,"duplicate":true]}; 409 sequence_gap {"expected_sequence"};
-//               409 counter_overflow {"value"}
+//               409 counter_overflow {"value"}; 409 conflict (if_incarnation: the counter is
+//               another one now)
+//   Both answer the counter's incarnation in Sluice-Counter-Incarnation (values and
+//   producer windows mean something only within one incarnation).
 //
 // Backends without counters answer 501 not_supported. The keys live in the counter store
 // (a CacheStore of flavor counters(), cache_store.h); an add is a read-modify-write of the
@@ -98,19 +102,35 @@ HttpResponse value_json(std::string_view key, std::int64_t value, bool duplicate
   return json_response(200, o);
 }
 
+constexpr std::string_view kIncarnationHeader = "Sluice-Counter-Incarnation";
+
+HttpResponse add_answer(const StreamKey& counter, const std::string& key, const CounterRecord& rec,
+                        const StoredAdd& d);
+
+HttpResponse with_incarnation(HttpResponse resp, Incarnation inc) {
+  resp.headers.emplace_back(std::string(kIncarnationHeader), std::to_string(inc.value()));
+  return resp;
+}
+
 HttpResponse add(CacheStore& store, const StreamKey& counter, const std::string& key, const CounterRecord& rec,
-                 std::optional<AckMode> ack) {
+                 std::optional<AckMode> ack, std::optional<Incarnation> if_incarnation) {
   StoredAdd d;
-  auto r = store.update(counter, key, ack,
-                        [&](const CacheEntry* e, std::optional<std::string>& value)
-                            -> std::optional<CacheStore::Write> {
-                          d = decide_stored_add(e ? &e->value : nullptr, rec);
-                          // Nothing to write: the answer from the caught-up index is current.
-                          if (!d.write) return CacheStore::Write{};
-                          value = std::move(d.write);
-                          return std::nullopt;
-                        });
+  auto r = store.update(
+      counter, key, ack,
+      [&](const CacheEntry* e, std::optional<std::string>& value) -> std::optional<CacheStore::Write> {
+        d = decide_stored_add(e ? &e->value : nullptr, rec);
+        // Nothing to write: the answer from the caught-up index is current.
+        if (!d.write) return CacheStore::Write{};
+        value = std::move(d.write);
+        return std::nullopt;
+      },
+      if_incarnation);
   if (!r) return problem(r.error());
+  return with_incarnation(add_answer(counter, key, rec, d), r->incarnation);
+}
+
+HttpResponse add_answer(const StreamKey& counter, const std::string& key, const CounterRecord& rec,
+                        const StoredAdd& d) {
   const AddDecision& dec = d.decision;
   if (d.corrupt)
     return problem(Error(Errc::corrupt_data, "counter '" + counter.name + "' key '" + key +
@@ -144,14 +164,15 @@ void handle_counter_keys(CacheStore& store, const std::shared_ptr<Exchange>& ex,
   if (auto r = validate_cache_key(key, store.config().max_key_bytes); !r) return ex->respond(invalid_key(r.error()));
   if (seg.size() == 9) {  // GET
     return respond_on_store(store, ex, [&store, counter, key]() -> HttpResponse {
-      auto r = store.find(counter, key);
+      Incarnation inc{0};
+      auto r = store.find(counter, key, &inc);
       if (!r) return problem(r.error());
-      if (!*r) return value_json(key, 0);
+      if (!*r) return with_incarnation(value_json(key, 0), inc);
       auto st = decode_counter_state((*r)->value);
       if (!st)
         return problem(Error(Errc::corrupt_data,
                              "counter '" + counter.name + "' key '" + key + "' holds a state that does not decode"));
-      return value_json(key, st->value);
+      return with_incarnation(value_json(key, st->value), inc);
     });
   }
   auto delta = add_body(body);
@@ -164,12 +185,21 @@ void handle_counter_keys(CacheStore& store, const std::shared_ptr<Exchange>& ex,
     if (!ack || *ack == AckMode::none)
       return ex->respond(problem(Error(Errc::invalid_argument, "ack must be leader or quorum for a counter add")));
   }
+  std::optional<Incarnation> if_incarnation;
+  if (auto v = target.param("if_incarnation")) {
+    auto x = parse_u64(*v);
+    if (!x)
+      return ex->respond(problem(Error(Errc::invalid_argument,
+                                       "if_incarnation must be a non-negative integer (Sluice-Counter-Incarnation)")));
+    if_incarnation = Incarnation{*x};
+  }
   CounterRecord rec;
   rec.producer_id = prod->first;
   rec.sequence = prod->second;
   rec.delta = *delta;
-  respond_on_store(store, ex,
-                   [&store, counter, key, rec, ack]() -> HttpResponse { return add(store, counter, key, rec, ack); });
+  respond_on_store(store, ex, [&store, counter, key, rec, ack, if_incarnation]() -> HttpResponse {
+    return add(store, counter, key, rec, ack, if_incarnation);
+  });
 }
 
 void handle_counters(Node& node, CacheStore& store, const std::shared_ptr<Exchange>& ex,

@@ -11,9 +11,25 @@ import subprocess
 import threading
 import time
 import unittest
+import urllib.error
 import urllib.parse
+import urllib.request
 
 from harness import SLUICE_CLI, Node, poll
+
+
+def with_headers(node, method, path, body=None):
+    """status, parsed body, response headers"""
+    headers = {"Content-Type": "application/json"} if body is not None else {}
+    if node.token:
+        headers["Authorization"] = "Bearer " + node.token
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(node.url + path, data=data, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, json.loads(r.read()), r.headers
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read()), e.headers
 
 
 def problem(node, method, path, body=None):
@@ -157,6 +173,34 @@ class CountersTest(unittest.TestCase):
         self.node.kill()
         self.node.start()
         self.assertEqual(self.get("k"), (200, {"key": "k", "value": 2}))
+
+    def test_if_incarnation_pins_an_add_to_the_counter_it_was_meant_for(self):
+        """Review finding: nothing tied an add to one incarnation, so a retry across a
+        delete and recreate (or through a broker still serving the deleted counter) landed
+        in another counter. Reads and adds name the incarnation; if_incarnation refuses
+        another one and adds nothing."""
+        first = self.create()
+        st, body, headers = with_headers(self.node, "GET", self.key_path("k"))
+        self.assertEqual(st, 200)
+        self.assertEqual(headers.get("Sluice-Counter-Incarnation"), str(first["incarnation"]))
+        path = self.key_path("k") + "/add?if_incarnation=%d" % first["incarnation"]
+        st, body, headers = with_headers(self.node, "POST", path, {"delta": 5})
+        self.assertEqual((st, body), (200, {"key": "k", "value": 5}))
+        self.assertEqual(headers.get("Sluice-Counter-Incarnation"), str(first["incarnation"]))
+        self.node.request("DELETE", self.base + "/hits")
+        second = self.create()
+        self.assertGreater(second["incarnation"], first["incarnation"])
+        st, p = problem(self.node, "POST", path, {"delta": 1})
+        self.assertEqual((st, p["code"], p["outcome"]), (409, "conflict", "definite"), p)
+        self.assertIn("deleted and created again", p["detail"])
+        self.assertEqual(self.get("k"), (200, {"key": "k", "value": 0}), "the refused add added something")
+        for bad in ("-1", "x", ""):
+            st, p = problem(self.node, "POST", self.key_path("k") + "/add?if_incarnation=" + bad, {"delta": 1})
+            self.assertEqual((st, p["code"]), (400, "invalid_argument"), bad)
+            self.assertIn("if_incarnation", p["detail"])
+        st, p = problem(self.node, "POST", self.key_path("k") + "/add?if_incarnation=%d" % second["incarnation"],
+                        {"delta": 2})
+        self.assertEqual((st, p), (200, {"key": "k", "value": 2}))
 
     def test_retried_adds_apply_once_also_across_a_sigkill(self):
         self.create()
