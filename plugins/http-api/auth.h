@@ -90,8 +90,10 @@ struct Need {
     consume,       // consume covering the path (...)
     read,          // produce or consume covering the path (...): catalog reads
   } kind = admin;
-  // The resource the path names, as far as it goes (empty levels are absent).
-  std::string_view tenant, ns, stream;
+  // The resource the path names, as far as it goes (empty levels are absent). Owned: a
+  // subscription keeps its Need to check again long after the request's path is gone
+  // (review finding: views into it were read after it was freed).
+  std::string tenant, ns, stream;
 };
 Need required(Route route, const std::vector<std::string>& segments, std::string_view method,
               bool metrics_open);

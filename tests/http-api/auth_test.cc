@@ -1,6 +1,7 @@
 // The tokens file parser, the bearer header parser and the role matcher (docs/security.md).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -153,6 +154,28 @@ bool may(const std::string& grants, const std::string& method, const std::string
 }
 
 const std::string kS = "/v1/tenants/acme/namespaces/orders/streams/clicks";
+
+// Regression (review): a WebSocket subscription keeps its Need and checks it again at every
+// read and ack, long after the request (and its path segments) is gone. The Need viewed
+// the segments: the re-check read freed memory, and could wrongly end a valid subscription
+// or keep a revoked one. A Need owns its names.
+TEST(Roles, ANeedOutlivesThePathItWasMadeFrom) {
+  auto t = TokenTable::parse(line("tok", "n consume:acme"));
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  Need need;
+  {
+    auto p = parse_target(kS + "/shards/0/subscribe");
+    ASSERT_TRUE(p.has_value());
+    auto def = match_route(p->segments);
+    ASSERT_TRUE(def.has_value());
+    need = required(def->route, p->segments, "GET", false);
+    // What a later request may leave in that memory before it is freed.
+    for (auto& seg : p->segments) std::fill(seg.begin(), seg.end(), 'z');
+  }
+  EXPECT_EQ(need.tenant, "acme");
+  EXPECT_EQ(need.stream, "clicks");
+  EXPECT_TRUE(allows(*t->find("tok"), need)) << "a valid subscription's re-check was refused";
+}
 
 TEST(Roles, AdminMayDoEverything) {
   for (auto [m, t] : std::vector<std::pair<std::string, std::string>>{
