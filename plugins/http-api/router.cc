@@ -23,6 +23,10 @@ namespace sluice::http_api {
 
 namespace json = boost::json;
 
+// /readyz's reason for a caller that may not see it (auth on, no admin or metrics token).
+constexpr std::string_view kReadyzWithheld =
+    "not ready; the reason is in the broker's log, or ask with an admin or metrics token";
+
 HttpResponse with_leader(HttpResponse r, Node& node, const StreamKey& key, ShardIndex shard) {
   if (auto a = node.leader_address(key, shard); !a.empty()) r.headers.emplace_back("Sluice-Leader", std::move(a));
   return r;
@@ -254,6 +258,17 @@ std::optional<HttpResponse> Router::authenticate(const HttpRequest& req, const s
   return std::nullopt;
 }
 
+bool Router::may_see_detail(const HttpRequest& req) const {
+  if (!tokens_) return true;
+  auto tok = bearer_token(req.authorization);
+  if (!tok) return false;
+  auto table = tokens_->current();
+  const TokenEntry* e = table ? table->find(*tok) : nullptr;
+  Need n;
+  n.kind = Need::metrics;
+  return e && allows(*e, n);
+}
+
 std::optional<HttpResponse> Router::refusal_before_body(const HttpRequest& head) const {
   if (!tokens_) return std::nullopt;
   auto target = parse_target(head.target);
@@ -355,7 +370,9 @@ void Router::dispatch(const std::shared_ptr<Exchange>& ex) {
       const bool ready = node.ready(&why);
       json::object o;
       o["status"] = ready ? "ready" : "not_ready";
-      if (!ready) o["reason"] = why;
+      // Always open, so with auth on the reason (it names tenants' streams and storage
+      // errors with file paths) only goes to a token that may read the metrics (review).
+      if (!ready) o["reason"] = may_see_detail(req) ? why : std::string(kReadyzWithheld);
       ex->respond(json_response(ready ? 200 : 503, o));
       return;
     }

@@ -60,6 +60,9 @@ class Router {
   // Answers through ex->respond(), exactly once (unless the server stops first).
   void handle(const std::shared_ptr<Exchange>& ex);
 
+  // With auth on: whether the request's token may read the metrics (an open route's detail).
+  bool may_see_detail(const HttpRequest& req) const;
+
   // The 401 or 403 that `head` (method, target and Authorization; no body) is sure to get,
   // or nullopt. The session asks once a request's header has arrived and before it reads
   // the body, so a client without a valid token cannot make the server read up to

@@ -318,6 +318,21 @@ class AuthServerTest : public ::testing::Test {
   std::unique_ptr<HttpServer> server_;
 };
 
+// Review finding: /readyz is open, and its reason names tenants' streams and storage errors
+// (with file paths). With auth on it goes only to a token that may read the metrics.
+TEST_F(AuthServerTest, ReadyzGivesItsReasonOnlyToATokenThatMayReadTheMetrics) {
+  node_.set_ready(false, "cannot open shard acme/orders/clicks#0@7: /var/lib/sluice/shards/x: No space left");
+  for (const std::string who : {"", "Bearer a-ten", "Bearer nope"}) {
+    auto r = req("GET", "/readyz", who);
+    EXPECT_EQ(r.status, 503) << who;
+    EXPECT_EQ(r.body.find("acme"), std::string::npos) << who << ": " << r.body;
+    EXPECT_NE(r.body.find("broker's log"), std::string::npos) << who << ": " << r.body;
+  }
+  auto r = req("GET", "/readyz", "Bearer adm");
+  EXPECT_EQ(r.status, 503);
+  EXPECT_NE(r.body.find("No space left"), std::string::npos) << r.body;
+}
+
 TEST_F(AuthServerTest, ChallengesRefusesAndReloads) {
   auto r = req("GET", "/v1/tenants", "");
   EXPECT_EQ(r.status, 401);
