@@ -36,6 +36,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "broker.h"
@@ -62,6 +63,23 @@ namespace {
 
 // Set when the node must stop because the control plane refused it while running.
 std::atomic<bool> g_fenced{false};
+
+// Exit status 3: the node needs an operator, and restarting it will not help: damaged data
+// (a corrupt batch found at start or by the background check), or the control plane
+// refuses this node (a finalized feature it lacks, another cluster's id). systemd does not
+// restart on it (RestartPreventExitStatus, docs/configuration.md "Exit status"); with 1 it
+// restarted the node every 2 s for ever.
+constexpr int kExitNeedsOperator = 3;
+int start_failure_status(const Error& e) {
+  return e.code == Errc::corrupt_data || e.code == Errc::conflict || e.code == Errc::cluster_id_mismatch
+             ? kExitNeedsOperator
+             : 1;
+}
+// A plugin's constructor that refuses to start on damaged data throws an exception whose
+// message starts with "corrupt_data: " (docs/plugin-sdk.md).
+int exception_status(const std::exception& e) {
+  return std::string_view(e.what()).starts_with("corrupt_data: ") ? kExitNeedsOperator : 1;
+}
 
 // What this start has created so far; set from the first disk access until "ready".
 core::FreshPaths* g_fresh = nullptr;
@@ -480,10 +498,10 @@ int main(int argc, char** argv) {
     metadata = loader.load<MetadataStore>(meta_plugin, PluginKind::metadata, host);
     api = loader.load<ApiServer>(cfg->get_string("api.plugin", "http-api"), PluginKind::api, host);
   } catch (const std::exception& e) {
-    die(1, e.what());
+    die(exception_status(e), e.what());
   }
 
-  if (auto r = metadata->start(); !r) die(1, "metadata: " + r.error().message);
+  if (auto r = metadata->start(); !r) die(start_failure_status(r.error()), "metadata: " + r.error().message);
   host.set_metadata(metadata.get());  // shard leaders shrink/grow their in-sync sets through it
   // Every node runs the controller loop; it acts only while its store is the controller.
   core::ControllerOptions copts;
@@ -537,7 +555,7 @@ int main(int argc, char** argv) {
     bopts.peers = peers;
   }
   auto broker = std::make_unique<core::BrokerRuntime>(info, *metadata, storage.get(), bopts, host);
-  if (auto r = broker->start(); !r) die(1, "broker: " + r.error().message);
+  if (auto r = broker->start(); !r) die(start_failure_status(r.error()), "broker: " + r.error().message);
   if (auto r = api->start(*broker); !r) die(1, "api: " + r.error().message);
 
   log_line(LogLevel::info, "sluiced",
@@ -594,5 +612,6 @@ int main(int argc, char** argv) {
   api.reset();
   metadata.reset();
   log_line(LogLevel::info, "sluiced", "stopped");
-  return g_fenced || host.stop_requested() ? 1 : 0;
+  // Fenced, or stopped by a plugin (PluginHost::stop_node: a corrupt batch found).
+  return g_fenced || host.stop_requested() ? kExitNeedsOperator : 0;
 }

@@ -44,8 +44,9 @@ FsStorageEngine::FsStorageEngine(PluginHost& host, std::shared_ptr<FileSystem> f
     throw std::runtime_error("cannot read " + opts_.dir + "/" + std::string(kCorruptMarkerName) + ": " +
                              corrupt.error().message);
   } else if (*corrupt && !opts_.repair) {
+    // "corrupt_data: ": sluiced exits 3 (needs an operator; docs/plugin-sdk.md).
     throw std::runtime_error(
-        "refusing to start: an earlier run found a " + (*corrupt)->message + " (" + opts_.dir + "/" +
+        "corrupt_data: refusing to start: an earlier run found a " + (*corrupt)->message + " (" + opts_.dir + "/" +
         std::string(kCorruptMarkerName) +
         "); start once with storage.repair=true to cut that log at the corrupt batch (records "
         "from it on are lost from this replica), or replace the file");

@@ -233,7 +233,7 @@ class Incarnations(unittest.TestCase):
         # The old build's registration is now refused, and it exits with a clear message.
         n.extra["broker.features"] = ""
         code, out = n.start_expect_failure()
-        self.assertEqual(code, 1)
+        self.assertEqual(code, 3, "refused by the control plane: needs an operator, not a restart")
         self.assertIn("stream_incarnations is finalized", out)
 
     # Two broker processes, one an older build without the feature (docs/metadata-levels.md).
@@ -263,7 +263,7 @@ class Incarnations(unittest.TestCase):
         self.assertTrue(f["finalized"])
         # The old build's registration is now refused, and it exits with a clear message.
         code, out = old.start_expect_failure()
-        self.assertEqual(code, 1)
+        self.assertEqual(code, 3)
         self.assertIn("stream_incarnations is finalized", out)
 
     # Review finding: a broker lacking the feature that was paused (not stopped) while the
@@ -285,7 +285,7 @@ class Incarnations(unittest.TestCase):
         self.assertEqual(leaders, {1}, "no shard of an incarnated stream goes to the old broker")
         old.proc.send_signal(signal.SIGCONT)
         code = old.proc.wait(timeout=60)
-        self.assertEqual(code, 1)
+        self.assertEqual(code, 3, "fenced: needs an operator, not a restart")
         self.assertIn("refuses this broker", old.current_log())
         self.assertIn("stream_incarnations is finalized", old.current_log())
 

@@ -34,10 +34,10 @@ class RefusedStart(unittest.TestCase):
         self.addCleanup(n.cleanup)
         return n
 
-    def assert_refused_without_a_trace(self, node, expect_in_log):
+    def assert_refused_without_a_trace(self, node, expect_in_log, status=1):
         before = tree(node.workdir)
         code, out = node.start_expect_failure()
-        self.assertEqual(code, 1, out)
+        self.assertEqual(code, status, out)
         self.assertIn(expect_in_log, out)
         self.assertEqual(tree(node.workdir), before, "the refused start changed the disk:\n" + out)
 
@@ -63,7 +63,7 @@ class RefusedStart(unittest.TestCase):
         node.start()
         self.assertEqual(node.stop(), 0)
         node.extra["raft.dir"] = os.path.join(node.workdir, "elsewhere", "raft")
-        self.assert_refused_without_a_trace(node, "cluster")
+        self.assert_refused_without_a_trace(node, "cluster", status=3)  # another cluster's: needs an operator
 
     def test_refused_start_with_a_bad_plugin_name_leaves_no_data_dir(self):
         node = self.node()
