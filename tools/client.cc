@@ -119,6 +119,7 @@ Client::~Client() = default;
 namespace {
 bool g_progress_open = false;
 std::function<std::string()> g_failure_note;
+bool g_failure_uncertain = false;  // the failed call may have taken effect
 
 void end_progress_line() {
   if (g_progress_open) std::fputc('\n', stderr);
@@ -132,6 +133,7 @@ void end_progress_line() {
 }  // namespace
 
 void set_progress_line_open(bool open) { g_progress_open = open; }
+bool failure_uncertain() { return g_failure_uncertain; }
 void set_failure_note(std::function<std::string()> note) { g_failure_note = std::move(note); }
 
 Response Client::call(const std::string& method, const std::string& path, const std::string& body,
@@ -148,6 +150,7 @@ Response Client::call(const std::string& method, const std::string& path, const 
     const bool replay_ok = replayable(method, replay);
     if (tries == 0 && replay_ok && why.network) continue;
     if (!replay_ok) {
+      g_failure_uncertain = true;
       std::fprintf(stderr,
                    "sluice: %s %s: the connection to %s failed after the request was sent: %s; "
                    "outcome uncertain: it may or may not have taken effect, and was not re-sent\n",
@@ -218,15 +221,20 @@ json::value Client::call_ok(const std::string& method, const std::string& path, 
 }
 
 void Client::fail(const Response& r) {
-  std::string code = "error", detail = r.body;
+  std::string code = "error", detail = r.body, outcome;
   try {
     auto v = json::parse(r.body).as_object();
     if (auto* c = v.if_contains("code")) code = json::value_to<std::string>(*c);
     if (auto* d = v.if_contains("detail")) detail = json::value_to<std::string>(*d);
+    if (auto* o = v.if_contains("outcome")) outcome = json::value_to<std::string>(*o);
   } catch (...) {
   }
   end_progress_line();
-  std::fprintf(stderr, "sluice: %d %s: %s\n", r.status, code.c_str(), detail.c_str());
+  // The problem's outcome (docs/api.md "Errors"): "uncertain" means the call may have taken
+  // effect; a script that read only "failed" would retry it (review finding).
+  g_failure_uncertain = outcome == "uncertain";
+  std::fprintf(stderr, "sluice: %d %s: %s%s\n", r.status, code.c_str(), detail.c_str(),
+               g_failure_uncertain ? " (outcome uncertain: it may or may not have taken effect)" : "");
   exit_failed();
 }
 

@@ -62,6 +62,9 @@ void set_tls_options(TlsOptions o);
 // then (e.g. how many records a publish had acknowledged).
 void set_progress_line_open(bool open);
 void set_failure_note(std::function<std::string()> note);
+// Whether the call that failed may have taken effect (a server's "outcome":"uncertain", or
+// a connection lost after a request that is not re-sent). For failure notes.
+bool failure_uncertain();
 
 // A bare session to the URL's node (HTTPS for https://, with the options above), for a
 // WebSocket subscription.

@@ -103,6 +103,8 @@ int cmd_publish(Client& c, const Words& words) {
                                         ") were acknowledged in " + std::to_string(requests) + " request(s)";
     note += "; the request with input lines " + std::to_string(total + 1) + ".." + std::to_string(total + in_body);
     if (idempotent) note += " (sequence " + std::to_string(sequence) + ")";
+    if (failure_uncertain())
+      return note + " may or may not have been written (outcome uncertain), and nothing after it was sent";
     return note + " failed, and nothing after it was sent";
   });
   auto flush = [&] {

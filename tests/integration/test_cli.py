@@ -223,6 +223,62 @@ class DroppingServer:
         self.server.server_close()
 
 
+class AnsweringServer:
+    """An HTTP server on 127.0.0.1 that answers every request with one fixed problem."""
+
+    def __init__(self, status, problem):
+        body = json.dumps(problem).encode()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def handle_one(self):
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                self.send_response(status)
+                self.send_header("Content-Type", "application/problem+json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = do_PUT = do_DELETE = handle_one
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class ProblemOutcome(unittest.TestCase):
+    """Review finding: the CLI printed status, code and detail and dropped the problem's
+    outcome, so a 504 whose write may have happened read as a plain failure."""
+
+    def run_against(self, status, problem, *args, stdin=None):
+        server = AnsweringServer(status, problem)
+        self.addCleanup(server.close)
+        return subprocess.run([SLUICE_CLI, "--url", server.url] + list(args), input=stdin,
+                              capture_output=True, text=True, timeout=120)
+
+    def test_an_uncertain_answer_says_so(self):
+        p = self.run_against(504, {"code": "timeout", "detail": "the leader did not answer in time",
+                                   "outcome": "uncertain", "status": 504},
+                             "publish", "t/n/s", stdin="one\n")
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("504 timeout: the leader did not answer in time (outcome uncertain", p.stderr)
+        self.assertIn("may or may not have been written (outcome uncertain)", p.stderr)
+
+    def test_a_definite_answer_does_not(self):
+        p = self.run_against(409, {"code": "conflict", "detail": "no", "outcome": "definite", "status": 409},
+                             "publish", "t/n/s", stdin="one\n")
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertNotIn("uncertain", p.stderr)
+        self.assertIn("failed, and nothing after it was sent", p.stderr)
+
+
 class RetryPolicy(unittest.TestCase):
     """After a network error, sluice re-sends only what the API defines as idempotent
     (docs/api.md, "Errors" and "Idempotent producers")."""
@@ -242,7 +298,8 @@ class RetryPolicy(unittest.TestCase):
         self.assertEqual(p.returncode, 1, p.stderr)
         self.assertEqual([m for m, _ in self.server.requests], ["POST"])
         self.assertIn("outcome uncertain", p.stderr)
-        self.assertIn("the request with input lines 1..1 failed, and nothing after it was sent", p.stderr)
+        self.assertIn("the request with input lines 1..1 may or may not have been written (outcome uncertain), "
+                      "and nothing after it was sent", p.stderr)
 
     def test_a_sequenced_publish_is_resent_after_a_network_error(self):
         p = self.sluice("publish", "t/n/s", "--producer-id", "7", "--sequence", "3", stdin="one\n")
