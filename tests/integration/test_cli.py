@@ -193,20 +193,19 @@ class Cli(unittest.TestCase):
         self.assertEqual(out, "a\nb\nc\n")
 
 
-class DroppingServer:
-    """An HTTP server on 127.0.0.1 that reads each request, counts it, and drops the
-    connection without answering: the client cannot know whether it took effect."""
+class LoopbackServer:
+    """An HTTP server on 127.0.0.1 whose every request is read whole, counted, and handed to
+    `answer(handler)`."""
 
-    def __init__(self):
+    def __init__(self, answer):
         self.requests = []
         outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def handle_one(self):
-                length = int(self.headers.get("Content-Length") or 0)
-                self.rfile.read(length)
+                self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 outer.requests.append((self.command, self.path))
-                self.close_connection = True  # no answer: the socket is closed
+                answer(self)
 
             do_GET = do_POST = do_PUT = do_DELETE = handle_one
 
@@ -223,34 +222,29 @@ class DroppingServer:
         self.server.server_close()
 
 
-class AnsweringServer:
-    """An HTTP server on 127.0.0.1 that answers every request with one fixed problem."""
+class DroppingServer(LoopbackServer):
+    """Drops the connection without answering: the client cannot know whether the request
+    took effect."""
+
+    def __init__(self):
+        def drop(handler):
+            handler.close_connection = True  # no answer: the socket is closed
+        super().__init__(drop)
+
+
+class AnsweringServer(LoopbackServer):
+    """Answers every request with one fixed problem."""
 
     def __init__(self, status, problem):
         body = json.dumps(problem).encode()
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def handle_one(self):
-                self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                self.send_response(status)
-                self.send_header("Content-Type", "application/problem+json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            do_GET = do_POST = do_PUT = do_DELETE = handle_one
-
-            def log_message(self, *args):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+        def answer(handler):
+            handler.send_response(status)
+            handler.send_header("Content-Type", "application/problem+json")
+            handler.send_header("Content-Length", str(len(body)))
+            handler.end_headers()
+            handler.wfile.write(body)
+        super().__init__(answer)
 
 
 class ProblemOutcome(unittest.TestCase):

@@ -88,9 +88,44 @@ TEST(CrashRecoveryTest, AcknowledgedRecordsSurviveCrashesThatDropTearOrGarbleUns
   EXPECT_TRUE(saw_torn_tail) << "some seed should have produced a torn tail";
 }
 
-// The fault file system's model of directory entries (fault_file_system.h): a power cut
-// undoes creations, removals and renames that no sync_dir made durable; crash_after cuts
-// before the n-th mutating operation.
+// A run killed (SIGKILL: the page cache stays) with one batch of the shard written and never
+// synced (never acknowledged), after one acknowledged batch unless `fresh`.
+void kill_with_an_unsynced_batch(TestHost& host, const std::shared_ptr<FaultFileSystem>& fs, bool fresh) {
+  FsStorageEngine engine(host, fs);
+  auto shard = engine.open_shard(test_ref(), StreamSpec{});
+  ASSERT_TRUE(shard) << shard.error().to_string();
+  if (!fresh) ASSERT_TRUE(append_wait(**shard, make_batch("acked", 3, 100, 1)));
+  fs->block_syncs();
+  (*shard)->append(make_batch("unsynced", 3, 100, 2), AckMode::leader, [](Result<AppendResult>) {});
+  ASSERT_TRUE(eventually([&] { return fs->blocked_sync_waiters() == 1; }));
+  fs->kill();
+  shard->reset();
+  engine.shutdown();
+}
+
+// Opens the shard after the kill: recovery keeps the batch the page cache still held, so
+// `expect` records are served. Then a power cut while it serves (no clean stop, which would
+// sync): whatever was never synced is gone, directory entries too (a new shard's chain
+// waits for its first flush, which the killed process never made). What was served must
+// come back after it.
+void serve_then_lose_power_then_expect_it_all(TestHost& host, const std::shared_ptr<FaultFileSystem>& fs,
+                                              std::size_t expect) {
+  {
+    FsStorageEngine engine(host, fs);
+    auto shard = engine.open_shard(test_ref(), StreamSpec{});
+    ASSERT_TRUE(shard) << shard.error().to_string();
+    ASSERT_EQ(read_all(**shard).size(), expect) << "recovery keeps the batch the page cache still held";
+    fs->crash(1, CrashOptions{.lose_unsynced_entries = true});
+    shard->reset();
+    engine.shutdown();
+  }
+  fs->restart();
+  FsStorageEngine engine(host, fs);
+  auto shard = engine.open_shard(test_ref(), StreamSpec{});
+  ASSERT_TRUE(shard) << shard.error().to_string();
+  EXPECT_EQ(read_all(**shard).size(), expect) << "records recovery served were lost to a power cut";
+}
+
 // Regression (review): after a SIGKILL, recovery kept the killed process's written but
 // unsynced batches (the page cache still had them) and served them, and a producer's retry
 // of such a batch was answered as a duplicate, without syncing them: a power cut before the
@@ -102,44 +137,9 @@ TEST(CrashRecoveryTest, WhatRecoveryKeepsAfterAKillSurvivesALaterPowerCut) {
     TestHost host;
     host.set("storage.retention_interval_ms", "0");
     auto fs = std::make_shared<FaultFileSystem>();
-    std::uint64_t acked_end = 0;
-    {
-      FsStorageEngine engine(host, fs);
-      auto shard = engine.open_shard(test_ref(), StreamSpec{});
-      ASSERT_TRUE(shard) << shard.error().to_string();
-      if (!fresh_shard) {
-        auto a = append_wait(**shard, make_batch("acked", 3, 100, 1));
-        ASSERT_TRUE(a) << a.error().to_string();
-        acked_end = a->base_offset.value() + a->count;
-      }
-      // Written, its sync held: never acknowledged. Then the process is killed.
-      fs->block_syncs();
-      (*shard)->append(make_batch("unsynced", 3, 100, 2), AckMode::leader, [](Result<AppendResult>) {});
-      ASSERT_TRUE(eventually([&] { return fs->blocked_sync_waiters() == 1; }));
-      fs->kill();
-      shard->reset();
-      engine.shutdown();
-    }
+    ASSERT_NO_FATAL_FAILURE(kill_with_an_unsynced_batch(host, fs, fresh_shard));
     fs->restart_after_kill();
-    std::size_t served = 0;
-    {
-      FsStorageEngine engine(host, fs);
-      auto shard = engine.open_shard(test_ref(), StreamSpec{});
-      ASSERT_TRUE(shard) << shard.error().to_string();
-      served = read_all(**shard).size();
-      ASSERT_EQ(served, acked_end + 3) << "recovery keeps the batch the page cache still held";
-      // A power cut while it serves (no clean stop, which would sync): whatever was never
-      // synced is gone, directory entries too (a new shard's chain waits for its first
-      // flush, which the killed process never made: recovery syncs it). What recovery served must stay.
-      fs->crash(1, CrashOptions{.lose_unsynced_entries = true});
-      shard->reset();
-      engine.shutdown();
-    }
-    fs->restart();
-    FsStorageEngine engine(host, fs);
-    auto shard = engine.open_shard(test_ref(), StreamSpec{});
-    ASSERT_TRUE(shard) << shard.error().to_string();
-    EXPECT_EQ(read_all(**shard).size(), served) << "records recovery served were lost to a power cut";
+    ASSERT_NO_FATAL_FAILURE(serve_then_lose_power_then_expect_it_all(host, fs, fresh_shard ? 3 : 6));
   }
 }
 
@@ -156,46 +156,22 @@ TEST(CrashRecoveryTest, AKilledLogsTailIsSyncedEvenAfterALaterCleanStopThatNever
     host.set("storage.verify_on_start", mode);
     host.set("storage.verify_in_background", "false");
     auto fs = std::make_shared<FaultFileSystem>();
-    const ShardRef other = test_ref(1);
-    {
-      FsStorageEngine engine(host, fs);
-      auto shard = engine.open_shard(test_ref(), StreamSpec{});
-      ASSERT_TRUE(shard) << shard.error().to_string();
-      ASSERT_TRUE(append_wait(**shard, make_batch("acked", 3, 100, 1)));
-      fs->block_syncs();
-      (*shard)->append(make_batch("unsynced", 3, 100, 2), AckMode::leader, [](Result<AppendResult>) {});
-      ASSERT_TRUE(eventually([&] { return fs->blocked_sync_waiters() == 1; }));
-      fs->kill();
-      shard->reset();
-      engine.shutdown();
-    }
+    ASSERT_NO_FATAL_FAILURE(kill_with_an_unsynced_batch(host, fs, /*fresh=*/false));
     fs->restart_after_kill();
     {
       FsStorageEngine engine(host, fs);  // never opens the killed shard; stops cleanly
-      auto o = engine.open_shard(other, StreamSpec{});
+      auto o = engine.open_shard(test_ref(1), StreamSpec{});
       ASSERT_TRUE(o) << o.error().to_string();
       ASSERT_TRUE(append_wait(**o, make_batch("o", 1, 100, 3)));
     }
     ASSERT_TRUE(std::filesystem::exists(host.data_dir() + "/shards/" + std::string(kCleanShutdownName)));
-    std::size_t served = 0;
-    {
-      FsStorageEngine engine(host, fs);
-      auto shard = engine.open_shard(test_ref(), StreamSpec{});
-      ASSERT_TRUE(shard) << shard.error().to_string();
-      served = read_all(**shard).size();
-      ASSERT_EQ(served, 6u) << "recovery keeps the batch the page cache still held";
-      fs->crash(1, CrashOptions{.lose_unsynced_entries = true});
-      shard->reset();
-      engine.shutdown();
-    }
-    fs->restart();
-    FsStorageEngine engine(host, fs);
-    auto shard = engine.open_shard(test_ref(), StreamSpec{});
-    ASSERT_TRUE(shard) << shard.error().to_string();
-    EXPECT_EQ(read_all(**shard).size(), served) << "records recovery served were lost to a power cut";
+    ASSERT_NO_FATAL_FAILURE(serve_then_lose_power_then_expect_it_all(host, fs, 6));
   }
 }
 
+// The fault file system's model of directory entries (fault_file_system.h): a power cut
+// undoes creations, removals and renames that no sync_dir made durable; crash_after cuts
+// before the n-th mutating operation.
 TEST(FaultFileSystemTest, APowerCutUndoesDirectoryEntriesNoSyncDirMadeDurable) {
   TestHost host;
   FaultFileSystem fs;

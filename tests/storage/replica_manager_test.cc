@@ -316,10 +316,10 @@ TEST(ReplicaManager, AFollowerTruncatesOnlyTheDivergentSuffix) {
   EXPECT_EQ(c.logs_[2]->truncations(), 1);
 }
 
-TEST(ReplicaManager, AFollowerNeverTruncatesBelowItsHighWatermark) {
-  Cluster c(2);
-  // An unclean leader that lost data: its history ends epoch 1 at 3. The follower's high
-  // watermark is 8: it keeps everything below 8.
+// An unclean leader that lost data: its history ends epoch 1 at 3 (then 40 in epoch 4).
+// The follower holds 0..9 of epoch 1 with its high watermark at 8; once it has asked, it
+// has cut what lay above its high watermark.
+void follow_a_leader_lacking_committed_records(Cluster& c) {
   c.logs_[1]->put_entries(LeaderEpoch{1}, {0, 1, 2});
   c.logs_[1]->put_entries(LeaderEpoch{4}, {40});
   c.logs_[2]->put_entries(LeaderEpoch{1}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
@@ -327,6 +327,11 @@ TEST(ReplicaManager, AFollowerNeverTruncatesBelowItsHighWatermark) {
   c.set_catalog([](ReplicaAssignment& a) { a.leader_epoch = LeaderEpoch{4}; });
   c.tell();
   ASSERT_TRUE(eventually([&] { return c.logs_[2]->truncations() == 1; }));
+}
+
+TEST(ReplicaManager, AFollowerNeverTruncatesBelowItsHighWatermark) {
+  Cluster c(2);
+  ASSERT_NO_FATAL_FAILURE(follow_a_leader_lacking_committed_records(c));  // it keeps everything below 8
   EXPECT_TRUE(eventually([&] { return c.logs_[2]->durable_end() >= Offset{8}; }));
   auto e = c.logs_[2]->entries();
   ASSERT_GE(e.size(), 8u);
@@ -341,13 +346,7 @@ TEST(ReplicaManager, AFollowerNeverTruncatesBelowItsHighWatermark) {
 // set and lead. It now keeps its records and does not follow that leader.
 TEST(ReplicaManager, AFollowerWhoseLeaderLacksItsCommittedRecordsStopsInsteadOfDiverging) {
   Cluster c(2);
-  c.logs_[1]->put_entries(LeaderEpoch{1}, {0, 1, 2});
-  c.logs_[1]->put_entries(LeaderEpoch{4}, {40});
-  c.logs_[2]->put_entries(LeaderEpoch{1}, {0, 1, 2, 3, 4, 5, 6, 7, 8, 9});
-  c.logs_[2]->set_hwm(Offset{8});
-  c.set_catalog([](ReplicaAssignment& a) { a.leader_epoch = LeaderEpoch{4}; });
-  c.tell();
-  ASSERT_TRUE(eventually([&] { return c.logs_[2]->truncations() == 1; }));  // cut to its high watermark
+  ASSERT_NO_FATAL_FAILURE(follow_a_leader_lacking_committed_records(c));
   // The leader writes on, past the follower's end.
   c.logs_[1]->put_entries(LeaderEpoch{4}, {41, 42, 43, 44, 45, 46, 47, 48, 49, 50});
   const auto holds = c.managers_[2]->counters().diverged_holds;
