@@ -352,6 +352,7 @@ Result<BrokerInfo> RaftMetaStore::register_broker(const BrokerRegistration& reg)
   std::sort(sorted.features.begin(), sorted.features.end());
   sorted.features.erase(std::unique(sorted.features.begin(), sorted.features.end()),
                         sorted.features.end());
+  const std::uint64_t ended_before = finalizes_ended();
   auto r = propose(Command::register_broker(sorted));
   if (!r.ok()) return r.error();
   if (!r->ok()) return *r->error;
@@ -359,8 +360,9 @@ Result<BrokerInfo> RaftMetaStore::register_broker(const BrokerRegistration& reg)
     const auto t = now();
     std::lock_guard lk(live_mu_);
     // Registered (the apply checked the finalized features), but not live while a finalize
-    // of a feature it lacks is in flight: that finalize may not have seen it.
-    if (auto e = lacks_finalizing(sorted.features, reg.id)) return *e;
+    // of a feature it lacks is in flight, or if one ended meanwhile: that finalize may not
+    // have seen it.
+    if (auto e = lacks_finalizing(sorted.features, reg.id, ended_before)) return *e;
     last_seen_[reg.id.value()] = t;  // registration counts as a heartbeat
   }
   BrokerInfo b = r->broker;
@@ -371,6 +373,10 @@ Result<BrokerInfo> RaftMetaStore::register_broker(const BrokerRegistration& reg)
 Result<void> RaftMetaStore::heartbeat_broker(NodeId id) {
   if (auto f = leader_client()) return f->heartbeat_broker(id);
   if (!ready_.load()) return Error(Errc::unavailable, "raft-meta is not started");
+  // Read before the features: a finalize that ends between that read and the liveness
+  // update below is seen by the count (review finding: it committed, cleared finalizing_,
+  // and this heartbeat, checked against the features from before, made the broker live).
+  const std::uint64_t ended_before = finalizes_ended();
   std::optional<BrokerInfo> b;
   std::set<std::string, std::less<>> fin;
   {
@@ -384,16 +390,27 @@ Result<void> RaftMetaStore::heartbeat_broker(NodeId id) {
   if (auto a = admit_broker(b->features, fin); !a) return a.error();
   const auto t = now();
   std::lock_guard lk(live_mu_);
-  if (auto e = lacks_finalizing(b->features, id)) return *e;
+  if (auto e = lacks_finalizing(b->features, id, ended_before)) return *e;
   last_seen_[id.value()] = t;
   return {};
 }
 
-std::optional<Error> RaftMetaStore::lacks_finalizing(const std::vector<std::string>& features, NodeId id) const {
+std::uint64_t RaftMetaStore::finalizes_ended() {
+  std::lock_guard lk(live_mu_);
+  return finalizes_ended_;
+}
+
+std::optional<Error> RaftMetaStore::lacks_finalizing(const std::vector<std::string>& features, NodeId id,
+                                                     std::uint64_t ended_before) const {
   // A finalize of a feature this broker lacks is between its gate and its commit: the
   // broker must not become live now, or it would be serving once the feature is final
   // (review finding). Transient: once the finalize is decided, the next call is answered
-  // as usual (admitted, or refused for good with conflict).
+  // as usual (admitted, or refused for good with conflict). A finalize that ended since
+  // the caller read the features may have made one final: the same answer.
+  if (finalizes_ended_ != ended_before)
+    return Error(Errc::unavailable,
+                 "broker " + std::to_string(id.value()) + ": a feature finalize ended meanwhile; try again",
+                 Outcome::transient);
   for (const auto& [name, n] : finalizing_)
     if (std::find(features.begin(), features.end(), name) == features.end())
       return Error(Errc::unavailable,
@@ -452,6 +469,7 @@ Result<FeatureInfo> RaftMetaStore::finalize_feature(const std::string& name) {
     ~Done() {
       std::lock_guard lk(s->live_mu_);
       if (--s->finalizing_[name] == 0) s->finalizing_.erase(name);
+      ++s->finalizes_ended_;
     }
   } done{this, name};
   RAFT_META_TRY(read_barrier());

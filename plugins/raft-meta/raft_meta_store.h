@@ -281,7 +281,11 @@ class RaftMetaStore final : public MetadataStore {
   // refused (transient) instead of making it live, else it could be serving once the
   // feature is final (docs/upgrades.md). live_mu_. Nothing is held across the proposal.
   std::map<std::string, int, std::less<>> finalizing_;
-  std::optional<Error> lacks_finalizing(const std::vector<std::string>& features, NodeId id) const;  // live_mu_ held
+  std::uint64_t finalizes_ended_ = 0;  // live_mu_: finalizes that left finalizing_
+  std::uint64_t finalizes_ended();      // takes live_mu_
+  // live_mu_ held; `ended_before`: finalizes_ended() before the caller read the features.
+  std::optional<Error> lacks_finalizing(const std::vector<std::string>& features, NodeId id,
+                                        std::uint64_t ended_before) const;
 
   // Watches: the SDK fan-out (watch_registry.h), delivered by delivery_main.
   std::mutex watch_mu_;

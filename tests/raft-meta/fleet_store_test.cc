@@ -7,6 +7,7 @@
 #include <chrono>
 #include <functional>
 #include <future>
+#include <optional>
 #include <thread>
 
 #include "raft_meta_store.h"
@@ -282,6 +283,46 @@ TEST(RaftMetaFleet, AHeartbeatDuringAFinalizeCannotBringBackABrokerThatLacksTheF
   }
   EXPECT_FALSE((*store.list_brokers())[0].live);
   auto after = store.heartbeat_broker(NodeId{5});  // the feature is final: refused for good
+  ASSERT_FALSE(after.ok());
+  EXPECT_EQ(after.error().code, Errc::conflict) << after.error().to_string();
+}
+
+// Review of the fix above: a heartbeat that read the finalized features before a finalize,
+// and took the liveness lock only after that finalize had committed and left finalizing_,
+// made the broker live. The finalize runs to its end inside the heartbeat, between the two
+// (at the heartbeat's clock read).
+TEST(RaftMetaFleet, AHeartbeatThatReadTheFeaturesBeforeAFinalizeEndedIsRefused) {
+  TestHost host(base_config());
+  host.set("metadata.bootstrap_hold_back", kHoldBoth);
+  host.set("broker.session_timeout_ms", "1000");
+  ManualClock clock;
+  std::atomic<std::thread::id> hb_thread{};
+  std::atomic<bool> armed{false};
+  std::optional<Result<FeatureInfo>> fin;
+  RaftMetaStore* store_ptr = nullptr;
+  auto cfg = RaftMetaConfig::from_host(host);
+  cfg.clock = [&] {
+    if (std::this_thread::get_id() == hb_thread.load() && armed.exchange(false)) fin = store_ptr->finalize_feature(kInc);
+    return clock.now();
+  };
+  RaftMetaStore store(host, cfg);
+  store_ptr = &store;
+  ASSERT_TRUE(store.start().ok());
+  ASSERT_TRUE(store.register_broker({NodeId{5}, "h:5", "d5", "0.6.0", {}}).ok());
+  clock.advance(std::chrono::milliseconds(1500));  // away: it does not hold the finalize back
+  ASSERT_FALSE((*store.list_brokers())[0].live);
+  armed = true;
+  Result<void> h = Error(Errc::internal, "not run");
+  std::thread t([&] {
+    hb_thread = std::this_thread::get_id();
+    h = store.heartbeat_broker(NodeId{5});
+  });
+  t.join();
+  ASSERT_TRUE(fin.has_value()) << "the heartbeat never read the clock";
+  ASSERT_TRUE(fin->ok()) << fin->error().to_string();
+  EXPECT_FALSE(h.ok()) << "a broker lacking " << kInc << " was made live after its finalize";
+  EXPECT_FALSE((*store.list_brokers())[0].live);
+  auto after = store.heartbeat_broker(NodeId{5});
   ASSERT_FALSE(after.ok());
   EXPECT_EQ(after.error().code, Errc::conflict) << after.error().to_string();
 }
