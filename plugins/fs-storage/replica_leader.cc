@@ -184,7 +184,6 @@ void ReplicaManager::update_high_watermark(Shard& s) {
       hwm = std::min(hwm, *pos);
     }
   }
-  s.hwm_allowed = std::max(s.hwm_allowed, hwm);
   s.log->advance_high_watermark(hwm);
 }
 
@@ -446,7 +445,7 @@ void ReplicaManager::check_shard(const std::shared_ptr<Shard>& s, Clock::time_po
     if (g->role != Role::leader) return false;
     auto it = g->followers.find(b);
     return it != g->followers.end() && it->second.reported && it->second.directory_id == dir &&
-           it->second.durable_end >= std::max({g->log->high_watermark(), g->hwm_allowed, g->epoch_start});
+           it->second.durable_end >= std::max(g->log->high_watermark(), g->epoch_start);
   };
 
   std::vector<InSyncReplica> next = s->ra.in_sync;
@@ -478,6 +477,7 @@ void ReplicaManager::check_shard(const std::shared_ptr<Shard>& s, Clock::time_po
   // written before this leadership began (KAFKA-7128: after a crash the leader's high
   // watermark may understate what was acknowledged), joins with the directory it fetched
   // from (replacing a stale entry for that broker).
+  std::vector<std::pair<NodeId, Offset>> joiners;  // and their durable ends, checked again below
   if (!changed) {
     for (NodeId b : s->ra.replicas) {
       if (b == self_) continue;
@@ -487,17 +487,14 @@ void ReplicaManager::check_shard(const std::shared_ptr<Shard>& s, Clock::time_po
       const bool member = std::any_of(next.begin(), next.end(), [&](const InSyncReplica& m) {
         return m.broker == b && m.directory_id == f.directory_id;
       });
-      // Not only the high watermark read above: the log's flusher raises it, without this
-      // lock, up to what this leader allowed once its own sync is done (review finding: a
-      // replica checked against the lower value was recorded while lacking records
-      // acknowledged meanwhile).
-      if (member || f.durable_end < std::max({hwm, s->hwm_allowed, s->epoch_start}) || lag_of(b) > opts_.max_lag ||
+      if (member || f.durable_end < std::max(hwm, s->epoch_start) || lag_of(b) > opts_.max_lag ||
           !group_caught_up(b, f.directory_id))
         continue;
       next.erase(std::remove_if(next.begin(), next.end(),
                                 [&](const InSyncReplica& m) { return m.broker == b; }),
                  next.end());
       next.push_back(InSyncReplica{b, f.directory_id});
+      joiners.emplace_back(b, f.durable_end);
       changed = true;
       why = "a replica caught up";
     }
@@ -507,11 +504,37 @@ void ReplicaManager::check_shard(const std::shared_ptr<Shard>& s, Clock::time_po
   // The proposed members hold the high watermark back while the change is written, on
   // the group log too: its committed ops (acks, dead letters) are the shard's state as
   // much as its records, and a member the catalog records must hold them.
+  auto was_proposed = s->proposed_in_sync;
+  auto group_was_proposed = g && glk.owns_lock() ? g->proposed_in_sync : std::vector<InSyncReplica>{};
   s->proposed_in_sync = next;
   update_high_watermark(*s);
   if (g && glk.owns_lock()) {
     g->proposed_in_sync = next;
     update_high_watermark(*g);
+  }
+  // The joiners were checked against the high watermark read above, but the log raises it
+  // on its own, without this lock, up to the target it was given, once its own sync is
+  // done. Now that they count (the target is lowered to them), it can rise no further past
+  // them: read it again, and a joiner below it lacks records acknowledged meanwhile, so
+  // the change waits for the next check (review finding: such a replica was recorded in
+  // sync, and could be elected).
+  const Offset raised = s->log->high_watermark();
+  for (const auto& [b, end] : joiners) {
+    const bool group_behind = [&, b = b] {
+      if (!g || !glk.owns_lock() || g->role != Role::leader) return false;
+      auto it = g->followers.find(b);
+      return it == g->followers.end() || it->second.durable_end < g->log->high_watermark();
+    }();
+    if (end < raised || group_behind) {
+      s->proposed_in_sync = std::move(was_proposed);
+      s->in_sync_change_in_flight = false;
+      update_high_watermark(*s);
+      if (g && glk.owns_lock()) {
+        g->proposed_in_sync = std::move(group_was_proposed);
+        update_high_watermark(*g);
+      }
+      return;
+    }
   }
   if (glk.owns_lock()) glk.unlock();
   lk.unlock();

@@ -273,7 +273,6 @@ Result<void> ReplicaManager::assign(std::shared_ptr<ReplicaLog> log,
       s->role = Role::leader;
       s->leading_since = Clock::now();
       s->epoch_start = s->log->durable_end();
-      s->hwm_allowed = Offset(0);
       update_high_watermark(*s);
       log_(LogLevel::info, name + ": leading in epoch " + std::to_string(ra.leader_epoch.value()));
       return {};

@@ -63,10 +63,6 @@ struct ReplicaManager::Shard {
   std::map<NodeId, Follower> followers;
   Clock::time_point leading_since;
   Offset epoch_start;  // the log end when this leadership began
-  // The highest high watermark this leadership let the log reach (advance_high_watermark):
-  // the log raises its own up to it after its next sync, without the shard's lock, so a
-  // joining replica must hold this much, not only the high watermark it read.
-  Offset hwm_allowed;
   std::vector<std::shared_ptr<Parked>> parked;
   bool in_sync_change_in_flight = false;
   // While a change is in flight (leader), and after one whose outcome is unknown (a

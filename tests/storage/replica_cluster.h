@@ -93,24 +93,31 @@ class ModelLog : public ReplicaLog {
   }
   void advance_high_watermark(Offset hwm) override {
     std::lock_guard lk(mu_);
-    hwm = std::min(hwm, Offset{end()});
-    allowed_ = std::max(allowed_, hwm);
-    if (own_sync_at_) hwm = std::min(hwm, *own_sync_at_);  // the leader's own sync is behind
-    if (hwm > hwm_) hwm_ = hwm;
-    complete_waiters();
+    if (sync_before_lowering_ && hwm < target_) {  // the leader's own sync completes first (below)
+      sync_before_lowering_ = false;
+      own_sync_at_.reset();
+      raise_locked();
+    }
+    target_ = hwm;  // as the real log: the manager's latest word, which may be lower
+    raise_locked();
   }
-  // The real log caps the high watermark at its own synced end and raises it, up to what
-  // the manager allowed, when its own sync completes (without the manager's lock): hold
-  // that sync at `at`, then finish it.
+  // The real log caps the high watermark at its own synced end and raises it toward the
+  // manager's target after each of its own syncs, without the manager's lock. Hold that
+  // sync at `at`; then let it complete right before the manager next lowers the target (a
+  // joiner proposed): the race between the manager reading the high watermark and
+  // lowering the target.
   void hold_own_sync_at(Offset at) {
     std::lock_guard lk(mu_);
     own_sync_at_ = at;
   }
+  void finish_own_sync_before_the_target_is_lowered() {
+    std::lock_guard lk(mu_);
+    sync_before_lowering_ = true;
+  }
   void finish_own_sync() {
     std::lock_guard lk(mu_);
     own_sync_at_.reset();
-    if (allowed_ > hwm_) hwm_ = std::min(allowed_, Offset{end()});
-    complete_waiters();
+    raise_locked();
   }
   // A follower whose appends fail (it keeps fetching and reporting the same end).
   void refuse_appends(bool on) {
@@ -148,6 +155,12 @@ class ModelLog : public ReplicaLog {
     }
     c.next = Offset{start_ + i};
     return c;
+  }
+  void raise_locked() {
+    Offset h = std::min(target_, Offset{end()});
+    if (own_sync_at_) h = std::min(h, *own_sync_at_);
+    if (h > hwm_) hwm_ = h;
+    complete_waiters();
   }
   Result<void> append_replica(std::string_view chunk, Offset base, LeaderEpoch, LeaderEpoch) override {
     std::unique_lock lk(mu_);
@@ -315,8 +328,9 @@ class ModelLog : public ReplicaLog {
   std::uint64_t start_ = 0;
   std::vector<std::pair<LeaderEpoch, std::uint64_t>> entries_;
   Offset hwm_{0};
-  Offset allowed_{0};
+  Offset target_{0};
   std::optional<Offset> own_sync_at_;
+  bool sync_before_lowering_ = false;
   bool refuse_appends_ = false;
   LeaderEpoch epoch_{0};
   bool leading_ = false;
