@@ -139,6 +139,17 @@ Result<std::string> PgMetaStore::migrate(pqxx::connection& c) {
       log(LogLevel::info, "applied schema migration " + std::to_string(m.version) + " (" +
                               std::string(m.description) + ") to " + cfg_.schema);
     }
+    for (auto& g : guards()) {
+      if (!tx.exec_params("SELECT 1 FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid"
+                          " JOIN pg_namespace n ON n.oid = c.relnamespace"
+                          " WHERE t.tgname = $1 AND n.nspname = $2",
+                          std::string(g.trigger), cfg_.schema)
+               .empty())
+        continue;
+      tx.exec0(std::string(g.sql));
+      log(LogLevel::info, "installed schema guard " + std::string(g.trigger) + " (" + std::string(g.description) +
+                              ") in " + cfg_.schema);
+    }
     std::string id;
     auto r = tx.exec("SELECT id FROM cluster");
     if (!r.empty()) {

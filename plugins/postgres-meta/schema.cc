@@ -393,14 +393,16 @@ CREATE TRIGGER counter_tombstones_guard BEFORE UPDATE OR DELETE ON counter_tombs
   FOR EACH ROW EXECUTE FUNCTION counter_tombstones_guard();
 )SQL";
 
-// Migration 8: a broker lacking a finalized feature cannot heartbeat, whatever build sends
-// the heartbeat. The C++ check before the update is an older broker's own code, and it
-// races a finalize: checked before the finalize commits, its update (which waits for the
-// finalize's FOR SHARE lock) went through after it, and a broker lacking the feature was
-// serving once the feature was final. A BEFORE trigger runs on the row once its lock is
-// held; its query (a VOLATILE function, READ COMMITTED) sees the committed finalize.
-constexpr std::string_view kV8 = R"SQL(
-CREATE FUNCTION brokers_heartbeat_guard() RETURNS trigger
+// Guard 1 (not a migration: installed by every build that has it, whatever the schema
+// version, so older binaries still start against the schema mid-upgrade): a broker lacking
+// a finalized feature cannot heartbeat, whatever build sends the heartbeat. The C++ check
+// before the update is an older broker's own code, and it races a finalize: checked before
+// the finalize commits, its update (which waits for the finalize's FOR SHARE lock) went
+// through after it, and a broker lacking the feature was serving once the feature was
+// final. A BEFORE trigger runs on the row once its lock is held; its query (a VOLATILE
+// function, READ COMMITTED) sees the committed finalize.
+constexpr std::string_view kHeartbeatGuard = R"SQL(
+CREATE OR REPLACE FUNCTION brokers_heartbeat_guard() RETURNS trigger
   LANGUAGE plpgsql VOLATILE SET search_path FROM CURRENT AS $$
 DECLARE
   missing text;
@@ -422,6 +424,13 @@ CREATE TRIGGER brokers_heartbeat_guard BEFORE UPDATE OF last_heartbeat ON broker
 
 }  // namespace
 
+const std::vector<Guard>& guards() {
+  static const std::vector<Guard> g = {
+      {"brokers_heartbeat_guard", "no heartbeat from a broker lacking a finalized feature", kHeartbeatGuard},
+  };
+  return g;
+}
+
 const std::vector<Migration>& migrations() {
   static const std::vector<Migration> m = {
       {1, "catalog, fleet and change feed tables", kV1},
@@ -431,7 +440,6 @@ const std::vector<Migration>& migrations() {
       {5, "reassignment: a shard's target replica list", kV5},
       {6, "caches, cache incarnations and cache tombstones, with their guard triggers", kV6},
       {7, "counters (level 18), their incarnations and tombstones, with their guard triggers", kV7},
-      {8, "no heartbeat from a broker lacking a finalized feature", kV8},
   };
   return m;
 }

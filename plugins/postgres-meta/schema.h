@@ -7,7 +7,7 @@
 namespace sluice::postgres_meta {
 
 // The schema version this build knows. A database at a higher version is refused at start.
-inline constexpr int kSchemaVersion = 8;
+inline constexpr int kSchemaVersion = 7;
 
 struct Migration {
   int version;
@@ -17,6 +17,16 @@ struct Migration {
 
 // Every migration, in version order (1..kSchemaVersion).
 const std::vector<Migration>& migrations();
+
+// Guards: triggers that tighten a rule without changing the schema's shape. Not versioned:
+// every build that has one installs it at start if its trigger is missing (so an older
+// binary, which refuses a schema version above its own, still starts mid-upgrade).
+struct Guard {
+  std::string_view trigger;  // the trigger's name: present means installed
+  std::string_view description;
+  std::string_view sql;
+};
+const std::vector<Guard>& guards();
 
 // SQLSTATEs raised by the rules inside the database (migrations 2 and 3 for streams,
 // migration 6 for caches: SL005..SL008 are SL001..SL004 under cache_incarnations).
@@ -33,7 +43,7 @@ inline constexpr std::string_view kStateOldInstanceCounterCreate = "SL009";  // 
 inline constexpr std::string_view kStateCounterIncarnationRepeat = "SL010";  // not above the counter tombstone
 inline constexpr std::string_view kStateOldInstanceCounterDelete = "SL011";  // counter delete below level 18
 inline constexpr std::string_view kStateCounterTombstoneKept = "SL012";      // counter tombstones are forever
-// Migration 8: a heartbeat of a broker lacking a finalized feature.
+// Guard brokers_heartbeat_guard: a heartbeat of a broker lacking a finalized feature.
 inline constexpr std::string_view kStateBrokerLacksFeature = "SL013";
 
 }  // namespace sluice::postgres_meta
