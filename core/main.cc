@@ -3,14 +3,14 @@
 // Start-up order (each step fails with one line on stderr and a non-zero exit):
 //   1. configuration (file + --set), checked against the documented keys   exit 2
 //   2. data directory: lock, then meta.properties (node.id, directory.id)   exit 1
-//   3. plugins: storage, metadata, api; descriptors checked before use     exit 1
-//   4. metadata start: the cluster id is learned and persisted before use  exit 1
-//   5. broker: catalog snapshot applied, every shard opened (recovery)     exit 1
+//   3. plugins: storage, metadata, api; descriptors checked before use     exit 1 (3: corrupt data)
+//   4. metadata start: the cluster id is learned and persisted before use  exit 1 (3: refused)
+//   5. broker: catalog snapshot applied, every shard opened (recovery)     exit 1 (3: corrupt, refused)
 //   6. API bound; "ready" logged
 //   5b. (brokers) the peer transport binds transport.address                exit 1
 // SIGTERM/SIGINT shut down in reverse order: API, peer transport, broker, storage, metadata.
 // A plugin's PluginHost::stop_node (a corrupt batch found by storage's background
-// verification) and a fencing by the control plane take the same path, then exit 1.
+// verification) and a fencing by the control plane take the same path, then exit 3.
 // SIGHUP reloads (ApiServer::reload(): the tokens file and HTTPS certificates; the peer
 // transport's certificates; MetadataStore::reload(): the controller RPC's certificates;
 // docs/security.md) and keeps running.
