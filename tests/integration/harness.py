@@ -24,19 +24,46 @@ DEADLINE_S = 60.0
 
 
 _HANDED_OUT = set()
+# Ports handed out by every test process on this machine (ctest runs two at once), with
+# when: a port one process handed out and its node has not bound yet is still free to the
+# kernel, and was handed to a node of the other process too. That node then answered the
+# first one's requests, and died under them (CI: test_counters against test_crash's node).
+_REGISTRY = os.path.join(tempfile.gettempdir(), "sluice-it-ports")
+_REGISTRY_TTL_S = 3600
 
 
 def free_port():
-    """A port the kernel calls free, never one this process handed out before: a node takes
-    four (HTTP, raft, metadata RPC, peer transport), and the kernel may offer the same free
-    port twice in a row, which made a node's transport collide with its own RPC port."""
-    for _ in range(1000):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port not in _HANDED_OUT:
-            _HANDED_OUT.add(port)
-            return port
+    """A port the kernel calls free, never one handed out before by this or another test
+    process in the last hour: a node takes four (HTTP, raft, metadata RPC, peer transport),
+    and the kernel may offer the same free port twice in a row, which made a node's
+    transport collide with its own RPC port."""
+    import fcntl
+    with open(_REGISTRY, "a+") as reg:
+        fcntl.flock(reg, fcntl.LOCK_EX)
+        reg.seek(0)
+        now = time.time()
+        taken = {}
+        lines = reg.read().splitlines()
+        for line in lines:
+            try:
+                port, at = line.split()
+                if now - float(at) < _REGISTRY_TTL_S:
+                    taken[int(port)] = at
+            except ValueError:
+                pass
+        if len(lines) > 20000:  # keep the file small: only the entries still in force
+            reg.seek(0)
+            reg.truncate()
+            reg.write("".join("%d %s\n" % (p, at) for p, at in taken.items()))
+        for _ in range(1000):
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            if port not in _HANDED_OUT and port not in taken:
+                _HANDED_OUT.add(port)
+                reg.seek(0, os.SEEK_END)
+                reg.write("%d %f\n" % (port, now))
+                return port
     raise AssertionError("no free port that was not handed out already")
 
 
@@ -125,7 +152,23 @@ class Node:
         poll(lambda: self._ready_or_dead(), "sluiced to become ready (log: %s)" % self.log_path)
         if self.proc.poll() is not None:
             raise AssertionError("sluiced exited with %d:\n%s" % (self.proc.returncode, self.log_tail()))
+        self._check_it_is_ours()
         return self
+
+    def _check_it_is_ours(self):
+        """The node that answered on our port must be this one (not another test's node that
+        took the port first): its directory.id is the one in our data directory."""
+        try:
+            with open(os.path.join(self.data_dir, "meta.properties")) as f:
+                mine = dict(l.strip().split("=", 1) for l in f if "=" in l).get("directory.id")
+        except OSError:
+            return  # not formatted here (a custom data dir): nothing to compare
+        if not mine:
+            return
+        theirs = self.request("GET", "/v1/cluster", raw=True)
+        if theirs[0] == 200 and json.loads(theirs[1]).get("directory_id") not in (None, mine):
+            raise AssertionError("another node answers on port %d (this node's log:\n%s)"
+                                 % (self.http_port, self.log_tail()))
 
     def start_expect_failure(self, timeout=DEADLINE_S):
         """Starts and expects the process to exit non-zero; returns (code, output of this start)."""
