@@ -219,8 +219,10 @@ void Timers::loop() {
   }
 }
 
-Workers::Workers(int n, std::size_t max_queued, std::chrono::milliseconds max_wait)
-    : max_queued_(max_queued), max_wait_(max_wait) {
+Workers::Workers(int n, std::size_t max_queued, std::chrono::milliseconds max_wait, Clock clock)
+    : max_queued_(max_queued),
+      max_wait_(max_wait),
+      clock_(clock ? std::move(clock) : Clock([] { return std::chrono::steady_clock::now(); })) {
   for (int i = 0; i < n; ++i)
     threads_.emplace_back([this] {
       pthread_setname_np(pthread_self(), "fwd-worker");
@@ -230,7 +232,7 @@ Workers::Workers(int n, std::size_t max_queued, std::chrono::milliseconds max_wa
         if (q_.empty()) return;
         Item item = std::move(q_.front());
         q_.pop_front();
-        const bool expired = std::chrono::steady_clock::now() - item.queued > max_wait_;
+        const bool expired = clock_() - item.queued > max_wait_;
         if (expired) ++refused_;
         lk.unlock();
         if (!expired) {
@@ -263,7 +265,7 @@ void Workers::post(Task run, Refuse refuse) {
   {
     std::lock_guard lk(mu_);
     if (q_.size() < max_queued_) {
-      q_.push_back(Item{std::move(run), std::move(refuse), std::chrono::steady_clock::now()});
+      q_.push_back(Item{std::move(run), std::move(refuse), clock_()});
       queued = true;
     } else {
       ++refused_;

@@ -201,8 +201,10 @@ class Workers {
   using Task = std::function<void()>;
   using Refuse = std::function<void(Error)>;
   static constexpr std::size_t kDefaultMaxQueued = 4096;
+  using Clock = std::function<std::chrono::steady_clock::time_point()>;
+  // `clock`: steady_clock::now unless a test gives its own.
   explicit Workers(int n, std::size_t max_queued = kDefaultMaxQueued,
-                   std::chrono::milliseconds max_wait = std::chrono::milliseconds(10000));
+                   std::chrono::milliseconds max_wait = std::chrono::milliseconds(10000), Clock clock = {});
   ~Workers();  // runs what is queued (or refuses what waited too long), then joins
   // Queues `run`; or calls `refuse` (inline when the queue is full, else on a worker).
   void post(Task run, Refuse refuse);
@@ -217,6 +219,7 @@ class Workers {
   };
   const std::size_t max_queued_;
   const std::chrono::milliseconds max_wait_;
+  const Clock clock_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
