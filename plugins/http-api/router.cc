@@ -334,6 +334,9 @@ void Router::dispatch(const std::shared_ptr<Exchange>& ex) {
         return e && allows(*e, need);
       });
   }
+  // Every query parameter is one the route takes, once (routes.h check_query).
+  if (auto why = check_query(*def, req.method, target->query))
+    return ex->respond(problem(Error(Errc::invalid_argument, std::move(*why))));
   // Every name in the path is validated before anything touches the Node.
   static constexpr NameKind kinds[] = {NameKind::tenant, NameKind::ns, NameKind::stream};
   const bool tenant_path = seg.size() > 1 && seg[1] == "tenants";

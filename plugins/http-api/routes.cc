@@ -85,4 +85,59 @@ bool method_allowed(std::string_view allow, std::string_view method) {
   return false;
 }
 
+std::span<const std::string_view> query_params(const RouteDef& def, std::string_view method) {
+  using sv = std::string_view;
+  static constexpr sv kPublish[] = {"ack", "producer_id", "sequence"};
+  static constexpr sv kFetch[] = {"offset", "max", "wait_ms"};
+  static constexpr sv kSubscribe[] = {"offset", "format", "credit"};
+  static constexpr sv kGroupRecords[] = {"max", "wait_ms", "max_deliveries", "ack_timeout_ms"};
+  static constexpr sv kGroupSubscribe[] = {"format", "credit", "max_deliveries", "ack_timeout_ms"};
+  static constexpr sv kDeadLetters[] = {"offset", "max"};
+  static constexpr sv kCacheList[] = {"prefix", "after", "limit"};
+  static constexpr sv kCachePut[] = {"if_revision", "if_incarnation", "ack", "ttl_ms"};
+  static constexpr sv kCacheDelete[] = {"if_revision", "if_incarnation", "ack"};
+  static constexpr sv kCounterAdd[] = {"producer_id", "sequence", "ack", "if_incarnation"};
+  const sv l = def.label;
+  switch (def.route) {
+    case Route::records: return kPublish;
+    case Route::shard_records: return kFetch;
+    case Route::shard_subscribe: return kSubscribe;
+    case Route::groups:
+      if (l.ends_with("/records")) return kGroupRecords;
+      if (l.ends_with("/subscribe")) return kGroupSubscribe;
+      if (l.ends_with("/dead-letters")) return kDeadLetters;
+      return {};
+    case Route::cache_keys:
+      if (l.ends_with("/keys")) return kCacheList;
+      if (method == "PUT") return kCachePut;
+      if (method == "DELETE") return kCacheDelete;
+      return {};
+    case Route::counter_keys:
+      return l.ends_with("/add") ? std::span<const sv>(kCounterAdd) : std::span<const sv>{};
+    default:
+      return {};
+  }
+}
+
+std::optional<std::string> check_query(const RouteDef& def, std::string_view method,
+                                       const std::vector<std::pair<std::string, std::string>>& query) {
+  if (query.empty()) return std::nullopt;
+  const auto takes = query_params(def, method);
+  for (std::size_t i = 0; i < query.size(); ++i) {
+    const std::string& k = query[i].first;
+    bool known = false;
+    for (auto t : takes) known = known || t == k;
+    if (!known) {
+      std::string m = "unknown query parameter \"" + k.substr(0, 64) + "\" for " + std::string(method) + " " +
+                      std::string(def.label) + "; it takes ";
+      if (takes.empty()) m += "none";
+      for (std::size_t j = 0; j < takes.size(); ++j) m += (j ? ", " : "") + std::string(takes[j]);
+      return m;
+    }
+    for (std::size_t j = 0; j < i; ++j)
+      if (query[j].first == k) return "query parameter \"" + k + "\" is given more than once";
+  }
+  return std::nullopt;
+}
+
 }  // namespace sluice::http_api

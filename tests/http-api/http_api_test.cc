@@ -11,6 +11,7 @@
 #include "codec.h"
 #include "config.h"
 #include "path.h"
+#include "routes.h"
 #include "fake_node.h"
 #include "http_client.h"
 #include "server.h"
@@ -516,6 +517,56 @@ TEST_F(HttpApiTest, ADuplicateFieldIsRefusedAndWritesNothing) {
   EXPECT_NE(obj(w)["detail"].as_string().find("more than 10000 fields"), json::string::npos) << w.body;
   // The same key in sibling objects, and a well-formed body, still work.
   EXPECT_EQ(req("POST", kNs + "/streams/dup/records", R"({"records":[{"value":"a"},{"value":"b"}]})").status, 200);
+}
+
+TEST_F(HttpApiTest, AnUnknownOrRepeatedQueryParameterIsRefusedAndWritesNothing) {
+  make_stream("q");
+  const std::string rec = R"({"records":[{"value":"a"}]})";
+  const int before = node_.calls();
+  // A repeated ack must not quietly publish with the weaker of the two.
+  auto twice = req("POST", kNs + "/streams/q/records?ack=quorum&ack=none", rec);
+  expect_problem(twice, 400, "invalid_argument");
+  EXPECT_NE(obj(twice)["detail"].as_string().find("\"ack\" is given more than once"), json::string::npos) << twice.body;
+  // A misspelt one names itself and what the route takes.
+  auto typo = req("POST", kNs + "/streams/q/records?akc=quorum", rec);
+  expect_problem(typo, 400, "invalid_argument");
+  EXPECT_NE(obj(typo)["detail"].as_string().find("unknown query parameter \"akc\""), json::string::npos) << typo.body;
+  EXPECT_NE(obj(typo)["detail"].as_string().find("ack, producer_id, sequence"), json::string::npos) << typo.body;
+  // One route's parameter on another route; a parameter on a route that takes none.
+  expect_problem(req("POST", kNs + "/streams/q/records?offset=3", rec), 400, "invalid_argument");
+  expect_problem(req("DELETE", kNs + "/streams/q?ack=quorum"), 400, "invalid_argument");
+  expect_problem(req("GET", kNs + "/streams/q/shards/0/records?offset=0&offset=1"), 400, "invalid_argument");
+  EXPECT_EQ(node_.calls(), before) << "a refused request reached the node";
+  auto got = req("GET", kNs + "/streams/q");
+  EXPECT_EQ(got.status, 200) << "the refused DELETE deleted the stream: " << got.body;
+  // Each route's own parameters still work.
+  EXPECT_EQ(req("POST", kNs + "/streams/q/records?ack=leader", rec).status, 200);
+  EXPECT_EQ(req("GET", kNs + "/streams/q/shards/0/records?offset=0&max=1&wait_ms=0").status, 200);
+}
+
+TEST(HttpApiRoutes, EachRouteTakesOnlyItsOwnQueryParameters) {
+  using namespace http_api;
+  auto def = [](std::vector<std::string> seg) { return *match_route(seg); };
+  const std::vector<std::string> ns = {"v1", "tenants", "t", "namespaces", "n"};
+  auto under = [&](std::vector<std::string> tail) {
+    auto s = ns;
+    s.insert(s.end(), tail.begin(), tail.end());
+    return def(s);
+  };
+  using Q = std::vector<std::pair<std::string, std::string>>;
+  EXPECT_FALSE(check_query(under({"caches", "c", "keys", "k"}), "PUT", Q{{"ttl_ms", "5"}, {"if_revision", "0"}}));
+  EXPECT_TRUE(check_query(under({"caches", "c", "keys", "k"}), "DELETE", Q{{"ttl_ms", "5"}}));
+  EXPECT_TRUE(check_query(under({"caches", "c", "keys", "k"}), "GET", Q{{"ack", "leader"}}));
+  EXPECT_FALSE(check_query(under({"caches", "c", "keys"}), "GET", Q{{"prefix", "a"}, {"limit", "3"}}));
+  EXPECT_FALSE(check_query(under({"counters", "c", "keys", "k", "add"}), "POST", Q{{"producer_id", "1"}, {"sequence", "0"}}));
+  EXPECT_TRUE(check_query(under({"counters", "c", "keys", "k"}), "GET", Q{{"sequence", "0"}}));
+  EXPECT_FALSE(check_query(under({"streams", "s", "groups", "g", "shards", "0", "subscribe"}), "GET",
+                           Q{{"credit", "5"}, {"max_deliveries", "2"}}));
+  EXPECT_TRUE(check_query(under({"streams", "s", "groups", "g", "shards", "0", "ack"}), "POST", Q{{"max", "5"}}));
+  EXPECT_FALSE(check_query(under({"streams", "s", "groups", "g", "shards", "0", "dead-letters"}), "GET",
+                           Q{{"offset", "5"}, {"max", "1"}}));
+  EXPECT_TRUE(check_query(def({"v1", "tombstones"}), "GET", Q{{"after", "5"}}));
+  EXPECT_FALSE(check_query(def({"v1", "tombstones"}), "GET", Q{}));
 }
 
 TEST_F(HttpApiTest, InvalidNamesNeverReachTheNode) {
