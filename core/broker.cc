@@ -99,12 +99,22 @@ void BrokerRuntime::stop() {
   // when it comes back. It stops counting as serving once its heartbeats lapse
   // (broker.session_timeout_ms). Decommissioning is unregister_broker, an operator's act.
   registered_ = false;
-  std::unique_lock lk(streams_mu_);
+  close_all_shards();
+}
+
+void BrokerRuntime::close_all_shards() {
+  // Out of service under the lock, closed after it: closing a shard waits for its flush,
+  // whose callbacks may call back in (leader_address takes streams_mu_ shared), so a close
+  // under the exclusive lock could wait for ever (docs/architecture.md "Inline appends").
+  std::map<StreamKey, std::shared_ptr<StreamState>> gone;
+  {
+    std::unique_lock lk(streams_mu_);
+    gone.swap(streams_);
+  }
   if (storage_)
-    for (auto& [key, st] : streams_)
+    for (auto& [key, st] : gone)
       for (auto& s : st->held)
         if (s) storage_->close_shard(s->ref());
-  streams_.clear();
 }
 
 Result<void> BrokerRuntime::register_self() {
@@ -135,13 +145,7 @@ void BrokerRuntime::heartbeat_loop() {
         std::lock_guard alk(applied_mu_);
         fenced_ = "the control plane refuses this broker: " + r.error().message;
       }
-      {
-        std::unique_lock slk(streams_mu_);
-        for (auto& [key, st] : streams_)
-          for (auto& sh : st->held)
-            if (sh) storage_->close_shard(sh->ref());
-        streams_.clear();
-      }
+      close_all_shards();
       if (opts_.on_fenced) opts_.on_fenced(r.error().message);
       lk.lock();
       return;

@@ -182,9 +182,14 @@ class BrokerRuntime final : public Node {
   };
 
   std::shared_ptr<StreamState> find(const StreamKey& key);
+  // Takes every stream out of service, then closes its shards (stop, fencing).
+  void close_all_shards();
   // The shard's log when this broker leads it, else not_leader: what a forwarded call runs
   // on (it is never forwarded again).
   Result<std::shared_ptr<ShardLog>> find_shard(const StreamKey& key, ShardIndex shard);
+  // The same for a state already looked up (and its incarnation checked): a second lookup
+  // could find the next incarnation.
+  Result<std::shared_ptr<ShardLog>> shard_in(const StreamState& st, const StreamKey& key, ShardIndex shard);
   // Where a client's call for the shard goes: `log` when this broker leads it, else the
   // leader to forward to. shard_unavailable when the shard has no leader; not_leader when
   // this node has no peer transport.
@@ -197,6 +202,8 @@ class BrokerRuntime final : public Node {
   // route's log (or the forwarded header) is that incarnation's, so the call stays pinned.
   Result<ShardRoute> route(const StreamKey& key, ShardIndex shard,
                            std::optional<Incarnation> expected = std::nullopt);
+  // The same for a state already looked up: a call spanning shards routes them all in it.
+  Result<ShardRoute> route_in(const StreamState& st, const StreamKey& key, ShardIndex shard);
   Error not_led_here(const StreamState& st, const StreamKey& key, std::uint32_t shard) const;
   // --- forwarding (broker_forward.cc) ---
   void start_forwarding();

@@ -31,6 +31,12 @@ Result<std::shared_ptr<ShardLog>> BrokerRuntime::find_shard(const StreamKey& key
   if (!storage_) return no_broker_role();
   auto st = find(key);
   if (!st) return Error(Errc::not_found, "stream " + key.to_string() + " does not exist");
+  return shard_in(*st, key, shard);
+}
+
+Result<std::shared_ptr<ShardLog>> BrokerRuntime::shard_in(const StreamState& state, const StreamKey& key,
+                                                          ShardIndex shard) {
+  const StreamState* st = &state;
   if (!st->refused.empty()) return Error(Errc::conflict, st->refused);
   if (shard.value() >= st->shards.size())
     return Error(Errc::not_found, "stream " + key.to_string() + " has " +
@@ -88,6 +94,12 @@ Result<BrokerRuntime::ShardRoute> BrokerRuntime::route(const StreamKey& key, Sha
                                      std::to_string(st->info.incarnation.value()) + " now, not incarnation " +
                                      std::to_string(expected->value()) +
                                      " (deleted and created again); nothing was done");
+  return route_in(*st, key, shard);
+}
+
+Result<BrokerRuntime::ShardRoute> BrokerRuntime::route_in(const StreamState& state, const StreamKey& key,
+                                                          ShardIndex shard) {
+  const StreamState* st = &state;
   if (!st->refused.empty()) return Error(Errc::conflict, st->refused);
   const std::uint32_t i = shard.value();
   if (i >= st->shards.size())
@@ -479,7 +491,7 @@ Result<std::vector<GroupPosition>> BrokerRuntime::group_positions(const StreamKe
   std::vector<GroupPosition> out;
   for (std::uint32_t i = 0; i < st->shards.size(); ++i) {
     // A shard another broker leads: ask it (one forwarded call per such shard).
-    auto rt = route(key, ShardIndex{i});
+    auto rt = route_in(*st, key, ShardIndex{i});  // every shard of the one incarnation listed
     if (!rt) return rt.error();
     Result<GroupPosition> p = Error(Errc::internal, "unset");
     if (rt->log) {
@@ -512,7 +524,7 @@ Result<std::vector<std::string>> BrokerRuntime::groups(const StreamKey& key) {
   if (!st->refused.empty()) return Error(Errc::conflict, st->refused);
   std::set<std::string> all;
   for (std::uint32_t i = 0; i < st->shards.size(); ++i) {
-    auto rt = route(key, ShardIndex{i});
+    auto rt = route_in(*st, key, ShardIndex{i});  // every shard of the one incarnation listed
     if (!rt) return rt.error();
     Result<std::vector<std::string>> g = std::vector<std::string>{};
     if (rt->log) {

@@ -132,7 +132,9 @@ Result<std::shared_ptr<ShardLog>> BrokerRuntime::forwarded_shard(const fwd::Shar
                                         " of " + h.key.to_string() + "; broker " +
                                         std::to_string(info_.node_id.value()) + " serves incarnation " +
                                         std::to_string(st->info.incarnation.value()));
-  return find_shard(h.key, h.shard);  // not_leader if this broker does not lead it now
+  // From the state just checked, not a second lookup: a recreate installed between the two
+  // would hand a call checked against the old incarnation the new one's shard (review).
+  return shard_in(*st, h.key, h.shard);  // not_leader if this broker does not lead it now
 }
 
 namespace {

@@ -7,6 +7,7 @@
 #include <future>
 
 #include "broker_test_support.h"
+#include "storage/fault_file_system.h"
 
 // Regression (issue: resync() dropped the stream before serve_stream checked it): a resync
 // onto a rewound catalog (a restored control plane) must not move the name to the lower
@@ -484,6 +485,53 @@ TEST(Broker, a_fenced_broker_stays_not_ready_and_serves_nothing_after_a_resync) 
   std::string why;
   EXPECT_FALSE(b->ready(&why));
   EXPECT_NE(why.find("refuses this broker"), std::string::npos) << why;
+  EXPECT_NE(fetch_answer(*b), "served");
+  b->stop();
+}
+
+// Regression (review): the heartbeat that found the broker fenced closed its shards under
+// the exclusive streams lock. Closing a shard waits for its flush; an inline publish's
+// callback (the HTTP route's answer names the leader: leader_address) takes that lock
+// shared. Neither moved, and the fenced broker never exited.
+TEST(Broker, a_fenced_broker_exits_even_while_an_inline_publish_waits_for_its_sync) {
+  sluice::testing::TestHost host;
+  ScriptedCatalog cat;
+  auto fs = std::make_shared<fs_storage::testing::FaultFileSystem>();
+  fs_storage::FsStorageEngine storage(host, fs);
+  cat.set_snapshot(catalog_with(10, I1));
+  std::atomic<bool> fenced{false}, answered{false};
+  auto b = make_broker(host, cat, storage, nullptr, [&](BrokerOptions& o) {
+    o.heartbeat_interval_ms = 20;
+    o.on_fenced = [&](const std::string&) { fenced = true; };
+  });
+  ASSERT_TRUE(b->start());
+  ASSERT_EQ(fetch_answer(*b), "served");
+  fs->block_syncs(".log");
+  std::thread publisher([&] {
+    PublishRecord r;
+    r.value = "v";
+    r.shard = 0;
+    PublishOptions o;
+    o.caller_may_block = true;  // written and synced on this thread, the callback too
+    b->publish(K, {r}, o, [&](Result<std::vector<PublishedRecord>>) {
+      (void)b->leader_address(K, ShardIndex{0});
+      answered = true;
+    });
+  });
+  ASSERT_TRUE(eventually([&] { return fs->blocked_sync_waiters() > 0; }));
+  cat.refuse_heartbeats = true;
+  ASSERT_TRUE(eventually([&] { return host.logged("the control plane refuses this broker"); }));
+  // Not needed to pass: it lets the heartbeat reach the close before the sync goes on, so
+  // that the old code's wait is certain rather than likely.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  fs->unblock_syncs();
+  if (!eventually([&] { return fenced.load() && answered.load(); })) {
+    // Deadlocked: nothing below could finish, so end the process (the test fails).
+    std::fprintf(stderr, "FAILED: fenced=%d answered=%d after 30 s: the fencing close waits for ever\n",
+                 fenced.load(), answered.load());
+    std::_Exit(1);
+  }
+  publisher.join();
   EXPECT_NE(fetch_answer(*b), "served");
   b->stop();
 }
