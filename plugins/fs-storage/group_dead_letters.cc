@@ -3,6 +3,7 @@
 #include "group.h"
 
 #include <algorithm>
+#include <charconv>
 #include <future>
 
 #include "group_ops.h"
@@ -17,6 +18,11 @@ using namespace group_records;
 namespace {
 constexpr std::string_view kComponent = "fs-storage";
 constexpr std::uint64_t kDeadLetterTailCheck = 64;
+
+bool parse_u64(std::string_view s, std::uint64_t& out) {
+  auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  return ec == std::errc() && p == s.data() + s.size() && !s.empty();
+}
 
 Result<AppendResult> append_and_wait(ShardLog& log, std::string batch,
                                      AckMode ack = AckMode::leader) {
@@ -172,15 +178,17 @@ Result<void> ConsumerGroup::reconcile_dead_letters() {
         if (rv.offset < at) continue;
         std::vector<Header> hs;
         if (!decode_headers(rv.headers, hs)) continue;
-        for (auto& h : hs) {
-          if (h.name != kOriginalOffsetHeader) continue;
+        // The last one is the group's own (dead_letter appends it after the record's own
+        // headers); an earlier one came with the record (review: a republished dead letter
+        // made the group skip the offset its copied header named).
+        const Header* mine = nullptr;
+        for (auto& h : hs)
+          if (h.name == kOriginalOffsetHeader) mine = &h;
+        if (mine) {
+          const auto& h = *mine;
           std::uint64_t off = 0;
-          try {
-            off = std::stoull(std::string(h.value));
-          } catch (const std::exception&) {
-            break;
-          }
-          if (off < committed_ || done_.count(off)) break;
+          if (!parse_u64(h.value, off)) continue;
+          if (off < committed_ || done_.count(off)) continue;
           std::string payload;
           put64(payload, off);
           if (auto w = append_journal(kDead, payload, true); !w) return w;
@@ -190,7 +198,6 @@ Result<void> ConsumerGroup::reconcile_dead_letters() {
                         std::to_string(off) + " was moved to dead letters (dead-letter offset " +
                         std::to_string(rv.offset) +
                         ") but the journal missed it (crash); recorded it now");
-          break;
         }
       }
     }
@@ -241,18 +248,14 @@ Result<void> ConsumerGroup::resolve_pending_replays() {
         RecordView rv;
         while (!found && reader.next(rv)) {
           std::vector<Header> hs;
-          if (rv.offset < at || !decode_headers(rv.headers, hs)) continue;
-          for (auto& h : hs) {
-            if (h.name != kReplayedFromHeader || h.value.substr(0, prefix.size()) != prefix)
-              continue;
-            std::uint64_t dl = 0;
-            try {
-              dl = std::stoull(std::string(h.value.substr(prefix.size())));
-            } catch (const std::exception&) {
-              continue;
-            }
-            if (dl >= p.from && dl < p.to) found = true;
-          }
+          if (rv.offset < at || !decode_headers(rv.headers, hs) || hs.empty()) continue;
+          // Only the last header: build_replay drops the record's own copies and appends
+          // the mark last, so an earlier one is a producer's, not this replay's (review).
+          const Header& h = hs.back();
+          if (h.name != kReplayedFromHeader || h.value.substr(0, prefix.size()) != prefix) continue;
+          std::uint64_t dl = 0;
+          if (!parse_u64(h.value.substr(prefix.size()), dl)) continue;
+          if (dl >= p.from && dl < p.to) found = true;
         }
         if (found) break;
       }

@@ -266,6 +266,27 @@ TEST_F(GroupCrashTest, ARecordedMoveWithLostDeliveriesSkipsNothing) {
   EXPECT_EQ(pos().dead_letter_end.value(), 1u);
 }
 
+// Regression (review): the open-time check read the first sluice-original-offset header of
+// a dead letter, and a record may carry one of its own (a tool that republishes dead letters
+// keeps their headers). Record 0, carrying "sluice-original-offset: 3", was dead-lettered;
+// every later open then recorded offset 3 as moved, and 3 was never delivered.
+TEST_F(GroupCrashTest, ARecordsOwnOriginalOffsetHeaderDoesNotSkipThatOffsetAtOpen) {
+  std::string headers;
+  append_header(headers, "sluice-original-offset", "3");
+  BatchBuilder bb;
+  bb.add(std::nullopt, "republished", headers, 1000);
+  ASSERT_TRUE(append_wait(*shard_, bb.finish()));       // offset 0
+  ASSERT_TRUE(append_wait(*shard_, make_batch("a", 3)));  // offsets 1..3
+  GroupOptions o{1, 1000};
+  ASSERT_EQ(offsets_of(*shard_->group_fetch("g", 1, o)), std::vector<std::uint64_t>{0});
+  ASSERT_TRUE(shard_->group_nack("g", offs({0})));
+  ASSERT_EQ(offsets_of(*shard_->group_fetch("g", 1, o)), std::vector<std::uint64_t>{1});  // 0 moved
+  ASSERT_EQ(pos().dead_letter_end.value(), 1u);
+  ASSERT_TRUE(shard_->group_ack("g", offs({1})));
+  restart_after_crash();
+  EXPECT_EQ(offsets_of(fetch(10)), (std::vector<std::uint64_t>{2, 3})) << "offset 3 was skipped";
+}
+
 class ReplayCrashTest : public GroupCrashTest {
  protected:
   // Offsets 0..2, offset 1 dead-lettered (dead-letter 0), committed 3; hwm 3.
@@ -308,6 +329,25 @@ TEST_F(ReplayCrashTest, ACrashAfterTheIntentFinishesTheReplayAtOpen) {
   EXPECT_EQ(all.at(3), "a#1");
   restart_after_crash();
   EXPECT_EQ(shard_->stats().high_watermark.value(), 4u) << "and not again";
+}
+
+// Regression (review): the open-time search for an interrupted replay's batch accepted any
+// record carrying "sluice-replayed-from: <group>:<n>", so a producer's record with that
+// header (a consumer republishing what it read, headers and all) ended the replay unreplayed.
+TEST_F(ReplayCrashTest, AProducersReplayMarkIsNotTakenForTheInterruptedReplay) {
+  dead_letter_one();
+  stop_at_ = "group.replay.after_intent";
+  EXPECT_FALSE(shard_->replay_dead_letters("g", Offset(0), Offset(1)));
+  restart_after_crash();
+  std::string headers;
+  append_header(headers, "sluice-replayed-from", "g:0");
+  append_header(headers, "app", "republished");
+  BatchBuilder bb;
+  bb.add(std::nullopt, "not the replay", headers, 1000);
+  ASSERT_TRUE(append_wait(*shard_, bb.finish()));  // offset 3, before the group opens
+  EXPECT_EQ(pos().dead_letter_start.value(), 1u);  // opens the group: recovery runs
+  EXPECT_EQ(shard_->stats().high_watermark.value(), 5u) << "the replay was not appended";
+  EXPECT_EQ(read_all(*shard_).at(4), "a#1");
 }
 
 // 3b, with other appends after the replayed batch and a compaction in between: the search
