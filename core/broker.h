@@ -149,8 +149,8 @@ class BrokerRuntime final : public Node {
                                    Offset from, std::uint32_t max_records,
                                    std::size_t max_bytes) override;
   Result<std::uint64_t> replay_dead_letters(const StreamKey& key, ShardIndex shard,
-                                            const std::string& group, Offset from,
-                                            Offset to) override;
+                                            const std::string& group, Offset from, Offset to,
+                                            std::optional<Incarnation> incarnation = std::nullopt) override;
 
   // Blocks until this node has applied every change up to `seq`, or the timeout.
   bool wait_applied(ChangeSeq seq, std::int64_t timeout_ms);

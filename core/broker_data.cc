@@ -559,10 +559,10 @@ Result<FetchResult> BrokerRuntime::dead_letters(const StreamKey& key, ShardIndex
 }
 
 Result<std::uint64_t> BrokerRuntime::replay_dead_letters(const StreamKey& key, ShardIndex shard,
-                                                         const std::string& group, Offset from,
-                                                         Offset to) {
+                                                         const std::string& group, Offset from, Offset to,
+                                                         std::optional<Incarnation> incarnation) {
   if (auto v = check_group(group); !v) return v.error();
-  auto rt = route(key, shard);
+  auto rt = route(key, shard, incarnation);  // and forwarded with it: pinned to the shard
   if (!rt) return rt.error();
   if (rt->log) return rt->log->replay_dead_letters(group, from, to);
   fwd::Writer w;

@@ -384,8 +384,7 @@ void handle_groups(Node& node, const HttpConfig& cfg, const std::shared_ptr<Exch
     if (!range) return ex->respond(problem(range.error()));
     return blocking_call(ex, [&node, key, shard = *shard, group, range = *range] {
       // Dead letters listed from a deleted stream must not replay the recreated stream's
-      // (docs/api.md "Consumer groups and dead letters"): refused before, and a recreate
-      // during the call makes its outcome uncertain (the replay is not pinned below here).
+      // (docs/api.md "Consumer groups and dead letters").
       if (range.incarnation) {
         auto now = current_incarnation(node, key);
         if (!now) return with_leader(problem(now.error()), node, key, shard);
@@ -396,15 +395,9 @@ void handle_groups(Node& node, const HttpConfig& cfg, const std::shared_ptr<Exch
                                                    std::to_string(range.incarnation->value()) + "; it is now " +
                                                    std::to_string(now->value()) + "): nothing was replayed"));
       }
-      auto r = node.replay_dead_letters(key, shard, group, range.from, range.to);
-      if (range.incarnation) {
-        auto now = current_incarnation(node, key);
-        if (!now || *now != *range.incarnation)
-          return problem(Error(Errc::conflict,
-                               "stream " + key.to_string() + " was deleted or created again during the replay: what it "
-                               "replayed, and into which incarnation, is not known",
-                               Outcome::uncertain));
-      }
+      // Pinned all the way to the shard, like ack: a recreate after the check above is
+      // refused too, and replays nothing of the new stream's (review).
+      auto r = node.replay_dead_letters(key, shard, group, range.from, range.to, range.incarnation);
       if (!r) return with_leader(problem(r.error()), node, key, shard);
       json::object o;
       o["replayed"] = *r;

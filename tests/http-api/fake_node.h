@@ -602,7 +602,7 @@ class FakeNode : public Node {
     return FetchResult{};
   }
   Result<std::uint64_t> replay_dead_letters(const StreamKey&, ShardIndex, const std::string&, Offset from,
-                                            Offset to) override {
+                                            Offset to, std::optional<Incarnation>) override {
     return to.value() - from.value();
   }
 

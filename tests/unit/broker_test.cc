@@ -536,6 +536,25 @@ TEST(Broker, a_fenced_broker_exits_even_while_an_inline_publish_waits_for_its_sy
   b->stop();
 }
 
+// Regression (review): a dead-letter replay carried no incarnation past the HTTP route's
+// checks around it, so a recreate in between replayed the new stream's dead letters.
+TEST(Broker, a_dead_letter_replay_names_its_incarnation_all_the_way_to_the_shard) {
+  sluice::testing::TestHost host;
+  ScriptedCatalog cat;
+  fs_storage::FsStorageEngine storage(host, std::make_shared<fs_storage::PosixFileSystem>());
+  cat.set_snapshot(catalog_with(10, I1));
+  auto b = make_broker(host, cat, storage);
+  ASSERT_TRUE(b->start());
+  ASSERT_EQ(fetch_answer(*b), "served");
+  auto other = b->replay_dead_letters(K, ShardIndex{0}, "g", Offset{0}, Offset{0}, Incarnation{I2});
+  ASSERT_FALSE(other);
+  EXPECT_EQ(other.error().code, Errc::conflict) << other.error().to_string();
+  auto same = b->replay_dead_letters(K, ShardIndex{0}, "g", Offset{0}, Offset{0}, Incarnation{I1});
+  ASSERT_FALSE(same);  // it reached the shard: the group does not exist there
+  EXPECT_EQ(same.error().code, Errc::not_found) << same.error().to_string();
+  b->stop();
+}
+
 // The peer directory (docs/replication.md "Peer transport") follows the catalog: the broker
 // registers its transport.address as its peer_address, and learns every broker's from the
 // snapshot and from broker_registered / broker_unregistered changes.

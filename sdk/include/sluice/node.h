@@ -176,9 +176,11 @@ class Node {
   virtual Result<FetchResult> dead_letters(const StreamKey& key, ShardIndex shard,
                                            const std::string& group, Offset from,
                                            std::uint32_t max_records, std::size_t max_bytes) = 0;
+  // `incarnation`: as for group_ack; a replay read from a deleted stream's dead letters is
+  // refused (conflict) and replays nothing of the new stream's.
   virtual Result<std::uint64_t> replay_dead_letters(const StreamKey& key, ShardIndex shard,
-                                                    const std::string& group, Offset from,
-                                                    Offset to) = 0;
+                                                    const std::string& group, Offset from, Offset to,
+                                                    std::optional<Incarnation> incarnation = std::nullopt) = 0;
 };
 
 // The kind of object an api plugin's create() returns.
