@@ -349,8 +349,14 @@ class WsSession : public std::enable_shared_from_this<WsSession<NextLayer>> {
     if (notify_armed_) return;
     notify_armed_ = true;
     std::weak_ptr<WsSession> w = this->weak_from_this();
-    auto h = ctx_.node->notify_when_beyond(sub_.key, sub_.shard, next_, [w] {
-      if (auto s = w.lock()) s->post([s] { s->on_notify(); });
+    // Runs on a storage thread. The reference it takes is dropped inside the gate: if it
+    // was the last one, the session (its socket and timers) is destroyed while the
+    // io_context still lives. Taken outside, a stop() in between left this thread to
+    // destroy it against a dead io_context (review; session.cc on_session does the same).
+    auto h = ctx_.node->notify_when_beyond(sub_.key, sub_.shard, next_, [w, gate = ctx_.gate] {
+      std::lock_guard lk(gate->mu);
+      if (!gate->open) return;
+      if (auto s = w.lock()) net::post(s->strand_, [s] { s->on_notify(); });
     });
     if (!h) {
       notify_armed_ = false;
