@@ -541,6 +541,7 @@ int main(int argc, char** argv) {
     topts.directory_id = identity->directory_id();
     topts.listen_address = cfg->get_string("transport.address", "127.0.0.1:7802");
     topts.failpoint_file = cfg->get_string("transport.failpoint_file", "");
+    topts.handlers_registered_later = true;  // the broker registers its own in start()
     topts.tls_cert_file = cfg->get_string("transport.tls.cert_file", "");
     topts.tls_key_file = cfg->get_string("transport.tls.key_file", "");
     topts.tls_ca_file = cfg->get_string("transport.tls.ca_file", "");
@@ -556,6 +557,7 @@ int main(int argc, char** argv) {
   }
   auto broker = std::make_unique<core::BrokerRuntime>(info, *metadata, storage.get(), bopts, host);
   if (auto r = broker->start(); !r) die(start_failure_status(r.error()), "broker: " + r.error().message);
+  if (transport) transport->handlers_registered();
   if (auto r = api->start(*broker); !r) die(1, "api: " + r.error().message);
 
   log_line(LogLevel::info, "sluiced",

@@ -193,7 +193,9 @@ struct AsioPeerTransport::Impl : std::enable_shared_from_this<Impl> {
   std::thread thread;
   std::uint16_t bound_port = 0;
   std::atomic<bool> stopped{false};
+  std::atomic<bool> starting{false};  // opts.handlers_registered_later, until handlers_registered()
   std::atomic<std::uint64_t> accepted{0};
+  asio::steady_timer accept_backoff{io};
   std::atomic<std::thread::id> io_thread{};
 
   struct HandlerEntry {
@@ -617,7 +619,14 @@ void AsioPeerTransport::Impl::accept() {
       self->conns.insert(c);
       c->begin();
     } else {
-      self->log(LogLevel::warn, "accept failed: " + ec.message());
+      // Out of descriptors, say: accepting again at once fails again at once, a busy loop
+      // on the transport's one I/O thread. Wait a little first (review).
+      self->log(LogLevel::warn, "accept failed: " + ec.message() + "; accepting again in 100 ms");
+      self->accept_backoff.expires_after(std::chrono::milliseconds(100));
+      self->accept_backoff.async_wait([self](const boost::system::error_code& e) {
+        if (!e && !self->stopped) self->accept();
+      });
+      return;
     }
     self->accept();
   });
@@ -755,10 +764,16 @@ void AsioPeerTransport::Impl::serve(const std::shared_ptr<Conn>& c, const Header
   const std::uint64_t id = h.request_id;
   const PeerMessageType type = h.type;
   if (!entry) {
+    // Starting: its handlers are not registered yet, and a definite not_supported would
+    // make the caller give up on a call this node serves in a moment (review).
+    const std::string node = "node " + std::to_string(opts.self.value());
     c->send(make_frame(Header{kFlagResponse | kFlagError, type, id, 0},
-                         encode_error(Error(Errc::not_supported, "node " + std::to_string(opts.self.value()) +
-                                                                     " has no handler for peer message type " +
-                                                                     type_name(type)))));
+                       encode_error(starting ? Error(Errc::unavailable,
+                                                     node + " is starting: no handler for peer message type " +
+                                                         type_name(type) + " yet; retry",
+                                                     Outcome::transient)
+                                             : Error(Errc::not_supported,
+                                                     node + " has no handler for peer message type " + type_name(type)))));
     return;
   }
   std::weak_ptr<Impl> wt = weak_from_this();
@@ -777,7 +792,17 @@ void AsioPeerTransport::Impl::serve(const std::shared_ptr<Conn>& c, const Header
     else
       frame = make_frame(Header{kFlagResponse | kFlagError, type, id, 0}, encode_error(answer.error()));
     asio::post(t->io, [wc, f = std::move(frame)]() mutable {
-      if (auto c = wc.lock(); c && c->state == Conn::State::ready) c->send(std::move(f));
+      auto c = wc.lock();
+      if (!c || c->state != Conn::State::ready) return;
+      // Answers count against the same cap as requests: a peer that asks and never reads
+      // (a stalled link, its requests timing out and sent again) must not grow this
+      // node's memory without end (review). Its pending calls fail uncertain there.
+      if (c->queued > 0 && c->queued + kHeaderBytes + f.payload.size() > kMaxQueuedBytes)
+        return c->close(LogLevel::warn,
+                        "the peer does not read its answers (" + std::to_string(c->queued) +
+                            " bytes queued to it)",
+                        Error(Errc::unavailable, "connection closed: answers unread", Outcome::uncertain));
+      c->send(std::move(f));
     });
   });
   try {
@@ -795,6 +820,7 @@ void AsioPeerTransport::Impl::serve(const std::shared_ptr<Conn>& c, const Header
 void AsioPeerTransport::Impl::shutdown_io() {
   boost::system::error_code ec;
   acceptor.close(ec);
+  accept_backoff.cancel();
   auto all = conns;
   for (auto& c : all)
     c->close(LogLevel::info, "the transport is stopping",
@@ -809,6 +835,7 @@ Result<std::unique_ptr<AsioPeerTransport>> AsioPeerTransport::start(PeerTranspor
   if (!opts.log) opts.log = [](LogLevel l, const std::string& m) { log_line(l, "transport", m); };
   auto impl = std::make_shared<Impl>();
   impl->opts = std::move(opts);
+  impl->starting = impl->opts.handlers_registered_later;
   impl->dir = directory ? std::move(directory) : std::make_shared<PeerDirectory>();
   impl->failpoints.path = impl->opts.failpoint_file;
   const auto& o = impl->opts;
@@ -899,6 +926,8 @@ std::optional<Hello> AsioPeerTransport::last_hello(NodeId peer) const {
 NodeId AsioPeerTransport::self() const { return impl_->opts.self; }
 std::uint16_t AsioPeerTransport::port() const { return impl_->bound_port; }
 std::uint64_t AsioPeerTransport::accepted_connections() const { return impl_->accepted.load(); }
+
+void AsioPeerTransport::handlers_registered() { impl_->starting = false; }
 
 void AsioPeerTransport::stop() {
   if (impl_->stopped.exchange(true)) return;

@@ -52,6 +52,10 @@ struct PeerTransportOptions {
   std::string cluster_id;
   std::string directory_id;
   std::string listen_address;  // host:port; port 0 = ephemeral; empty = do not listen
+  // True: until handlers_registered(), a request of a type without a handler is answered
+  // unavailable (transient: "starting"), not not_supported (definite). sluiced listens
+  // before the broker registers its handlers, and a peer must retry, not give up.
+  bool handlers_registered_later = false;
   // Test-only (transport.failpoint_file): "drop N" / "delay N MS" lines, re-read when its
   // mtime changes, checked on each frame sent.
   std::string failpoint_file;
@@ -81,6 +85,10 @@ class AsioPeerTransport final : public PeerTransport {
   // ones keep theirs). On failure the previous certificate stays and the error is returned.
   // invalid_argument when TLS is off. The hook a SIGHUP handler calls.
   Result<void> reload_certificates();
+
+  // Every handler this node will have is registered: from now on a type without one is
+  // not_supported (PeerTransportOptions::handlers_registered_later).
+  void handlers_registered();
 
   // The hello the peer sent on the last outgoing connection to `peer` that got one.
   std::optional<peerwire::Hello> last_hello(NodeId peer) const;

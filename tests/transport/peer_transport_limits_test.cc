@@ -87,6 +87,67 @@ TEST(PeerTransportLimits, APeerThatDoesNotReadHoldsABoundedQueue) {
   for (int i = 0; i < 4; ++i) EXPECT_FALSE(held[i].get().ok());
 }
 
+// Regression (review): answers were queued for a peer without the cap requests have, so a
+// peer that kept asking and never read grew this node's memory without end. Past the cap
+// the connection is closed.
+TEST(PeerTransportLimits, APeerThatDoesNotReadItsAnswersIsCutOff) {
+  TestNode b(2);
+  b.dir->set_static({{NodeId{9}, "127.0.0.1:1"}});
+  const auto big = std::make_shared<const std::string>(std::size_t{60} << 20, 'x');
+  ASSERT_TRUE(b.t->handle(kEcho, [big](const PeerIdentity&, std::string, PeerResponder r) {
+                 r(std::string(*big));
+               }).ok());
+  asio::io_context io;
+  tcp::socket s(io);
+  s.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), b.t->port()));
+  asio::write(s, asio::buffer(peerwire::encode_frame(peerwire::Header{0, peerwire::kHelloType, 0, 0},
+                                                     peerwire::encode_hello({NodeId{9}, "cluster-a", "dir-9"}))));
+  for (std::uint64_t id = 1; id <= 8; ++id)  // 480 MiB of answers asked for, none read
+    asio::write(s, asio::buffer(peerwire::encode_frame(peerwire::Header{0, kEcho, id, 0}, "")));
+  EXPECT_TRUE(poll_until([&] { return b.log->has("does not read its answers"); }, 60s)) << b.log->all();
+}
+
+// Regression (review): sluiced listens before the broker registers its handlers, and a call
+// that arrived in between was answered not_supported, definite: the caller gave up on a
+// publish the node would serve a moment later. Until handlers_registered() it is transient.
+TEST(PeerTransport, AStartingNodeAnswersAnUnhandledTypeTransientThenNotSupported) {
+  PeerTransportOptions o;
+  o.self = NodeId{2};
+  o.cluster_id = "cluster-a";
+  o.directory_id = "dir-2";
+  o.listen_address = "127.0.0.1:0";
+  o.handlers_registered_later = true;
+  auto started = AsioPeerTransport::start(o, std::make_shared<PeerDirectory>());
+  ASSERT_TRUE(started.ok()) << started.error().to_string();
+  auto& b = *started.value();
+  TestNode a(1);
+  a.dir->set_static({{NodeId{2}, "127.0.0.1:" + std::to_string(b.port())}});
+  Answer early;
+  a.t->request(NodeId{2}, kHold, "", 10s, early.cb());
+  auto r = early.get();
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, Errc::unavailable) << r.error().to_string();
+  EXPECT_EQ(r.error().outcome, Outcome::transient) << r.error().to_string();
+  b.handlers_registered();
+  Answer later;
+  a.t->request(NodeId{2}, kHold, "", 10s, later.cb());
+  EXPECT_EQ(later.get().error().code, Errc::not_supported);
+  b.stop();
+}
+
+// Regression (review): a responder dropped unanswered (its handler threw after acting, say)
+// answered unavailable, transient, and the caller retried a call that may have been applied.
+TEST(PeerTransport, ADroppedResponderAnswersUncertain) {
+  TestNode a(1), b(2);
+  a.knows(b);
+  ASSERT_TRUE(b.t->handle(kHold, [](const PeerIdentity&, std::string, PeerResponder) {}).ok());
+  Answer ans;
+  a.t->request(NodeId{2}, kHold, "", 10s, ans.cb());
+  auto r = ans.get();
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().outcome, Outcome::uncertain) << r.error().to_string();
+}
+
 // Payloads are read into a buffer that grows with the bytes that came (1 MiB, then
 // doubling), not one sized from the header alone: large ones arrive whole and in order.
 TEST(PeerTransportLimits, LargePayloadsArriveWholeThroughTheGrowingBuffer) {

@@ -49,7 +49,8 @@ struct PeerIdentity {
 };
 
 // Answers one request. Call exactly once, from any thread; later calls are ignored. A
-// responder dropped without a call answers `unavailable`.
+// responder dropped without a call answers `unavailable`, outcome `uncertain` (it may have
+// acted before it was dropped).
 class PeerResponder {
  public:
   using Fn = std::function<void(Result<std::string>)>;
@@ -76,8 +77,12 @@ class PeerResponder {
   }
 
  private:
+  // Dropped unanswered: the handler may have acted before it dropped it (threw, say), so
+  // the caller learns that it may have (uncertain), never that nothing happened.
   void drop() {
-    if (fn_) (*this)(Error(Errc::unavailable, "the handler dropped the request without answering"));
+    if (fn_)
+      (*this)(Error(Errc::unavailable, "the handler dropped the request without answering; it may have acted",
+                    Outcome::uncertain));
   }
   Fn fn_;
 };
