@@ -138,6 +138,12 @@ Result<std::shared_ptr<ShardLog>> BrokerRuntime::forwarded_shard(const fwd::Shar
 }
 
 namespace {
+// A forwarded read answers at most this much (beyond one batch, which it always answers),
+// so that its answer fits in a peer frame: a client's http.fetch_max_bytes may be up to
+// 1 GiB, and an answer past kMaxPeerFrameBytes was refused as internal on every retry
+// (review). The client gets less and fetches again from next_offset.
+constexpr std::uint64_t kMaxForwardedReadBytes = kMaxPeerFrameBytes / 2;
+
 std::string u64_answer(std::uint64_t v) {
   fwd::Writer w(8);
   w.u64(v);
@@ -275,7 +281,7 @@ void BrokerRuntime::serve_forwarded(PeerMessageType type, NodeId from, std::stri
         case fwd::kFetch: {
           const Offset from{rd.u64()};
           const std::uint32_t max = rd.u32();
-          const std::uint64_t bytes = rd.u64();
+          const std::uint64_t bytes = std::min(rd.u64(), kMaxForwardedReadBytes);
           if (auto c = rd.check("fetch request"); !c) return c.error();
           auto log = forwarded_shard(h);
           if (!log) return log.error();
@@ -332,7 +338,7 @@ void BrokerRuntime::serve_forwarded(PeerMessageType type, NodeId from, std::stri
           const std::string group = rd.str();
           const Offset from{rd.u64()};
           const std::uint32_t max = rd.u32();
-          const std::uint64_t bytes = rd.u64();
+          const std::uint64_t bytes = std::min(rd.u64(), kMaxForwardedReadBytes);
           if (auto c = rd.check("dead letters request"); !c) return c.error();
           if (auto v = validate_name(NameKind::group, group); !v) return v.error();
           auto log = forwarded_shard(h);

@@ -397,6 +397,34 @@ TEST(Forwarding, a_request_failed_in_parts_reports_its_most_uncertain_error) {
   EXPECT_EQ(kept->message, "lost");
 }
 
+// Regression (review): a forwarded fetch read up to the client's byte limit (http.
+// fetch_max_bytes may be 1 GiB), and an answer past the peer frame limit (64 MiB) was
+// refused as internal on every retry: the shard could not be read through another broker.
+// The leader caps a forwarded read at half the frame limit; the client fetches again.
+TEST(Forwarding, a_forwarded_read_answers_at_most_half_a_peer_frame) {
+  Pair p;
+  ASSERT_TRUE(p.b1->start());
+  ASSERT_TRUE(p.b2->start());
+  const std::string mib(std::size_t{1} << 20, 'v');
+  for (int i = 0; i < 40; ++i) {  // 40 MiB on broker 2's shard 1, one batch per publish
+    PublishRecord r;
+    r.value = mib;
+    r.shard = 1;
+    auto w = publish_sync(*p.b2, {r});
+    ASSERT_TRUE(w) << w.error().to_string();
+  }
+  auto via = p.b1->fetch(K, ShardIndex{1}, Offset{0}, 100000, std::size_t{1} << 30);
+  ASSERT_TRUE(via) << via.error().to_string();
+  std::size_t bytes = 0;
+  for (const auto& b : via->batches) bytes += b.size();
+  EXPECT_GT(via->batches.size(), 0u);
+  EXPECT_LE(bytes, kMaxPeerFrameBytes / 2 + (std::size_t{2} << 20)) << "one batch past the cap at most";
+  EXPECT_LT(via->next_offset.value(), 40u);
+  auto rest = p.b1->fetch(K, ShardIndex{1}, via->next_offset, 100000, std::size_t{1} << 30);
+  ASSERT_TRUE(rest) << rest.error().to_string();
+  EXPECT_EQ(rest->next_offset.value(), 40u) << "the rest comes with the next fetch";
+}
+
 TEST(Forwarding, codec_round_trips) {
   FetchResult f;
   f.batches = {"abc", std::string("\0\1", 2)};
