@@ -521,6 +521,19 @@ struct Conn : std::enable_shared_from_this<Conn> {
         close(LogLevel::error, "refused: cluster id mismatch: " + msg, Error(Errc::cluster_id_mismatch, msg));
         return;
       }
+      // An incoming hello must not name this node's own id with another directory: two
+      // nodes configured with the same node.id would otherwise take each other's calls and
+      // replication progress (review). with another directory: two nodes configured with the same
+      // node.id would otherwise take each other's calls and replication progress (review).
+      // (Node 0 is a probe: it may only ping; `sluiced probe-peer` from this node's own
+      // data.dir says this node's id and directory.)
+      if (!outgoing && hello->node == t.opts.self && hello->directory_id != t.opts.directory_id) {
+        const std::string msg = "the peer at " + address + " says it is node " + std::to_string(hello->node.value()) +
+                                ", this node's id, with directory.id " + printable(hello->directory_id) +
+                                ": two nodes have the same node.id";
+        close(LogLevel::error, "refused: " + msg, Error(Errc::conflict, msg));
+        return;
+      }
       if (outgoing && target.value() != 0 && hello->node != target) {
         const std::string msg = "the address " + address + " of peer " + std::to_string(target.value()) +
                                 " is served by node " + std::to_string(hello->node.value());
@@ -763,6 +776,17 @@ void AsioPeerTransport::Impl::serve(const std::shared_ptr<Conn>& c, const Header
   }
   const std::uint64_t id = h.request_id;
   const PeerMessageType type = h.type;
+  if (c->peer.node.value() == 0 && type != kPeerPing) {
+    // A hello without a node id is a probe (probe_peer): it may ping, nothing else.
+    c->send(make_frame(Header{kFlagResponse | kFlagError, type, id, 0},
+                       encode_error(Error(Errc::invalid_argument, "a peer that says it is node 0 may only ping"))));
+    if (entry) {
+      std::lock_guard lk(hmu);
+      --entry->running;
+    }
+    hcv.notify_all();
+    return;
+  }
   if (!entry) {
     // Starting: its handlers are not registered yet, and a definite not_supported would
     // make the caller give up on a call this node serves in a moment (review).

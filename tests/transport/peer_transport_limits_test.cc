@@ -107,6 +107,59 @@ TEST(PeerTransportLimits, APeerThatDoesNotReadItsAnswersIsCutOff) {
   EXPECT_TRUE(poll_until([&] { return b.log->has("does not read its answers"); }, 60s)) << b.log->all();
 }
 
+namespace {
+// A raw client: connects to `port` and says hello as `node` with `directory`.
+tcp::socket raw_hello(asio::io_context& io, std::uint16_t port, std::uint32_t node, const std::string& directory) {
+  tcp::socket s(io);
+  s.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
+  asio::write(s, asio::buffer(peerwire::encode_frame(peerwire::Header{0, peerwire::kHelloType, 0, 0},
+                                                     peerwire::encode_hello({NodeId{node}, "cluster-a", directory}))));
+  return s;
+}
+// The next frame's header and payload.
+std::pair<peerwire::Header, std::string> read_frame(tcp::socket& s) {
+  unsigned char hdr[peerwire::kHeaderBytes];
+  asio::read(s, asio::buffer(hdr));
+  auto h = peerwire::decode_header(hdr);
+  EXPECT_TRUE(h.ok());
+  std::string payload(h.ok() ? h->payload_len : 0, '\0');
+  if (!payload.empty()) asio::read(s, asio::buffer(payload));
+  return {h.ok() ? *h : peerwire::Header{}, payload};
+}
+}  // namespace
+
+// Regression (review): an incoming hello's node id was never checked. A second node
+// configured with this node's node.id (another directory) was taken for a peer; now it is
+// refused, naming the clash. The same id and directory (a probe from this node's own
+// data.dir) is still answered.
+TEST(PeerTransport, AnIncomingHelloWithThisNodesIdFromAnotherDirectoryIsRefused) {
+  TestNode b(2);
+  asio::io_context io;
+  auto clash = raw_hello(io, b.t->port(), 2, "dir-elsewhere");
+  EXPECT_TRUE(poll_until([&] { return b.log->has("two nodes have the same node.id"); })) << b.log->all();
+  auto self_probe = probe_peer(b.address(), {NodeId{2}, "cluster-a", "dir-2"}, 10s);
+  EXPECT_TRUE(self_probe.ok()) << self_probe.error().to_string();
+}
+
+// A hello without a node id (node 0) may only ping.
+TEST(PeerTransport, ANodeZeroPeerMayOnlyPing) {
+  TestNode b(2);
+  ASSERT_TRUE(b.t->handle(kEcho, [](const PeerIdentity&, std::string p, PeerResponder r) { r(std::move(p)); }).ok());
+  asio::io_context io;
+  auto s = raw_hello(io, b.t->port(), 0, "probe");
+  (void)read_frame(s);  // b's hello
+  asio::write(s, asio::buffer(peerwire::encode_frame(peerwire::Header{0, kEcho, 7, 0}, "hi")));
+  auto [h, payload] = read_frame(s);
+  EXPECT_EQ(h.request_id, 7u);
+  ASSERT_TRUE(h.flags & peerwire::kFlagError);
+  EXPECT_EQ(peerwire::decode_error(payload).code, Errc::invalid_argument) << payload;
+  asio::write(s, asio::buffer(peerwire::encode_frame(peerwire::Header{0, kPeerPing, 8, 0}, "")));
+  auto [ph, pong] = read_frame(s);
+  EXPECT_EQ(ph.request_id, 8u);
+  EXPECT_FALSE(ph.flags & peerwire::kFlagError);
+  EXPECT_EQ(pong, "pong");
+}
+
 // Regression (review): sluiced listens before the broker registers its handlers, and a call
 // that arrived in between was answered not_supported, definite: the caller gave up on a
 // publish the node would serve a moment later. Until handlers_registered() it is transient.
