@@ -68,6 +68,26 @@ std::string PgMetaStore::with_keepalives(const std::string& url) {
 Result<std::unique_ptr<pqxx::connection>> PgMetaStore::connect_once() {
   try {
     auto c = std::make_unique<pqxx::connection>(with_keepalives(cfg_.url));
+    // libpqxx 6 reconnects a broken connection on its own at the next statement: the new
+    // session would skip the cluster check below, lose the feed's advisory lock (the
+    // controller lease) while this node still claimed it, and its LISTEN (review). A
+    // broken connection is an error here, handled by the pool and the feed.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+    c->inhibit_reactivation(true);
+#pragma GCC diagnostic pop
+    // The server's side of the keepalives: a client that vanished (power cut, frozen VM)
+    // is noticed by the server too, so its session, its advisory lock (the controller
+    // lease) and its transaction end in about 30 s rather than the kernel's two hours.
+    c->set_variable("tcp_keepalives_idle", "10");
+    c->set_variable("tcp_keepalives_interval", "5");
+    c->set_variable("tcp_keepalives_count", "3");
+    if (c->server_version() >= 120000) c->set_variable("tcp_user_timeout", "30000");
+    // A client that is stopped (SIGSTOP) still answers keepalives: a session idle for a
+    // minute is ended by the server (14+). Every session of this node runs a statement at
+    // least every second while it is in use (the feed checks the lease each second); an
+    // idle pool slot that is ended is reconnected when next taken.
+    if (c->server_version() >= 140000) c->set_variable("idle_session_timeout", "'60s'");
     // Remembered by libpqxx and restored if it ever reactivates the connection.
     c->set_variable("search_path", c->quote_name(cfg_.schema));
     // A client cut off inside a transaction (a frozen VM, a partition) must not hold the

@@ -209,14 +209,28 @@ void PgMetaStore::feed_main() {
       }
     }
     try {
-      if (!lease_held_.load() && Clock::now() >= next_lease_try) {
+      if (Clock::now() >= next_lease_try) {
         pqxx::nontransaction ntx(*c);
-        bool got = ntx.exec_params1("SELECT pg_try_advisory_lock(hashtextextended($1, 0))",
-                                    "sluice-lease/" + cfg_.schema)[0]
-                       .as<bool>();
-        if (got) {
-          lease_held_ = true;
-          log(LogLevel::info, "acquired the controller lease for " + cfg_.schema);
+        if (!lease_held_.load()) {
+          bool got = ntx.exec_params1("SELECT pg_try_advisory_lock(hashtextextended($1, 0))",
+                                      "sluice-lease/" + cfg_.schema)[0]
+                         .as<bool>();
+          if (got) {
+            lease_held_ = true;
+            log(LogLevel::info, "acquired the controller lease for " + cfg_.schema);
+          }
+        } else {
+          // Still ours? A session the server ended and something replaced would not hold it
+          // (review); this query also keeps the session from idling into the server's
+          // idle_session_timeout (connect_once).
+          bool mine = ntx.exec_params1(
+                             "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted "
+                             "AND pid = pg_backend_pid() AND objsubid = 1 "
+                             "AND ((classid::bigint << 32) | objid::bigint) = hashtextextended($1, 0))",
+                             "sluice-lease/" + cfg_.schema)[0]
+                          .as<bool>();
+          if (!mine && lease_held_.exchange(false))
+            log(LogLevel::warn, "the controller lease for " + cfg_.schema + " is no longer held by this node's session");
         }
         next_lease_try = Clock::now() + std::chrono::milliseconds(1000);
       }
