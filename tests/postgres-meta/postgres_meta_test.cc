@@ -770,6 +770,22 @@ TEST(PostgresMeta, after_the_server_ends_the_holders_session_at_most_one_node_ho
   EXPECT_EQ(held[0][0].as<int>(), 1) << "the one that says it holds the lease holds the lock";
 }
 
+// Regression (review): a watcher whose cursor has no change row (seq 1: the cluster's
+// creation) got 257 changes in its first fetch, which was then taken for the last one: the
+// rest waited for the next poll (here a minute), not delivered at once.
+TEST(PostgresMeta, a_watcher_behind_more_than_one_delivery_batch_gets_them_all_at_once) {
+  auto schema = test_schema();
+  auto cfg = pgtest::config(schema);
+  cfg.poll_interval = std::chrono::milliseconds(60000);
+  Node n(cfg);
+  const int kTenants = 300;
+  for (int i = 0; i < kTenants; ++i) ASSERT_TRUE(n->create_tenant("t" + std::to_string(i)).ok());
+  std::atomic<int> seen{0};
+  auto h = n->watch(ChangeSeq{1}, [&](const ChangeEvent&) { ++seen; }, [] {});
+  EXPECT_TRUE(pgtest::eventually([&] { return seen.load() == kTenants; }, std::chrono::milliseconds(20000)))
+      << seen.load() << " of " << kTenants << " delivered";
+}
+
 // A change this build cannot decode (written by a newer one) stops the feed before it, and
 // status().applied stays before it too: a DELETE waiting for applied must not think the
 // broker has seen what lies beyond.
