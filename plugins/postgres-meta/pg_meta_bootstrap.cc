@@ -109,8 +109,17 @@ Result<std::unique_ptr<pqxx::connection>> PgMetaStore::connect_once() {
         pqxx::nontransaction tx(*c);
         auto r = tx.exec("SELECT id FROM cluster");
         got = r.empty() ? std::string("no cluster") : "cluster " + r[0][0].as<std::string>();
-      } catch (const std::exception& e) {
+      } catch (const pqxx::sql_error& e) {
+        // 42P01: the table is not there (another database). Anything else (a backend
+        // ended, out of memory, a restart) says nothing about which cluster this is: the
+        // connection failed, retry (review: it answered cluster_id_mismatch at once).
+        if (e.sqlstate() != "42P01")
+          return Error(Errc::unavailable, "cannot read the cluster id from PostgreSQL " + target_ + ": " + clean(e.what()),
+                       Outcome::transient);
         got = "no cluster table (" + clean(e.what()) + ")";
+      } catch (const std::exception& e) {
+        return Error(Errc::unavailable, "cannot read the cluster id from PostgreSQL " + target_ + ": " + clean(e.what()),
+                     Outcome::transient);
       }
       if (got != "cluster " + cluster_id_)
         return Error(Errc::cluster_id_mismatch,
