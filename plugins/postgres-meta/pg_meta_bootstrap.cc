@@ -56,13 +56,23 @@ std::string PgMetaStore::clean(const std::string& msg) const {
 // libpq's TCP keepalives and TCP_USER_TIMEOUT on every connection, unless the URL sets
 // them: a server that vanished (or a partition) is noticed in about 30 s, not the kernel's
 // two hours, and a call blocked on it fails instead of holding its pool slot for ever.
+// And target_session_attrs=read-write unless the URL sets it: with several hosts (a
+// primary and its standbys), libpq connects to the one that takes writes, not to the first
+// that answers; a lone read-only server is refused at connect, with libpq's reason, instead
+// of answering stale reads and failing every write (review).
 std::string PgMetaStore::with_keepalives(const std::string& url) {
-  if (url.find("keepalives") != std::string::npos || url.find("tcp_user_timeout") != std::string::npos) return url;
   const bool uri = url.rfind("postgresql://", 0) == 0 || url.rfind("postgres://", 0) == 0;
-  if (uri)
-    return url + (url.find('?') == std::string::npos ? "?" : "&") +
-           "keepalives=1&keepalives_idle=10&keepalives_interval=5&keepalives_count=3&tcp_user_timeout=30000";
-  return url + " keepalives=1 keepalives_idle=10 keepalives_interval=5 keepalives_count=3 tcp_user_timeout=30000";
+  std::string out = url;
+  auto add = [&](const char* params_uri, const char* params_kv) {
+    if (uri) out += std::string(out.find('?') == std::string::npos ? "?" : "&") + params_uri;
+    else out += std::string(" ") + params_kv;
+  };
+  if (url.find("keepalives") == std::string::npos && url.find("tcp_user_timeout") == std::string::npos)
+    add("keepalives=1&keepalives_idle=10&keepalives_interval=5&keepalives_count=3&tcp_user_timeout=30000",
+        "keepalives=1 keepalives_idle=10 keepalives_interval=5 keepalives_count=3 tcp_user_timeout=30000");
+  if (url.find("target_session_attrs") == std::string::npos)
+    add("target_session_attrs=read-write", "target_session_attrs=read-write");
+  return out;
 }
 
 Result<std::unique_ptr<pqxx::connection>> PgMetaStore::connect_once() {
