@@ -18,6 +18,10 @@ using namespace group_records;
 namespace {
 constexpr std::string_view kComponent = "fs-storage";
 constexpr std::uint64_t kDeadLetterTailCheck = 64;
+// One replay is one batch in the shard: at most this much (docs/api.md). A range of a
+// million dead letters built one batch of any size in memory, and one past 4 GiB could
+// not be appended at all, with its intent journaled: the group then failed every open.
+constexpr std::size_t kMaxReplayBytes = std::size_t{16} << 20;
 
 bool parse_u64(std::string_view s, std::uint64_t& out) {
   auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
@@ -138,6 +142,12 @@ Result<std::string> ConsumerGroup::build_replay(std::uint64_t from, std::uint64_
         append_header(headers, kReplayedFromHeader, name_ + ":" + std::to_string(rv.offset));
         bb.add(rv.key, rv.value, headers, rv.timestamp_ms);
         ++n;
+        if (bb.size_bytes() > kMaxReplayBytes)
+          return Error(Errc::invalid_argument,
+                       "dead letters [" + std::to_string(from) + ", " + std::to_string(to) + ") of group " + name_ +
+                           " come to more than " + std::to_string(kMaxReplayBytes >> 20) +
+                           " MiB; one replay is one batch of at most that: replay a smaller range (the first " +
+                           std::to_string(n - 1) + " fit, up to dead-letter offset " + std::to_string(rv.offset) + ")");
       }
     }
     at = r->next_offset.value();

@@ -194,6 +194,39 @@ TEST_F(GroupTest, AckOrNackOfAnOffsetThatIsNotOutstandingChangesNothing) {
   EXPECT_EQ(bad.error().code, Errc::invalid_name);
 }
 
+// Regression (review): a replay built one batch of the whole range in memory, of any
+// size; one past 4 GiB could not be appended, with its intent journaled, and the group then
+// failed every open. A range past 16 MiB is refused now, before anything is journaled.
+TEST_F(GroupTest, AReplayOfMoreThanSixteenMiBIsRefusedAndASmallerOneWorks) {
+  const std::string mib(std::size_t{1} << 20, 'p');
+  for (int i = 0; i < 20; ++i) {
+    BatchBuilder bb;
+    bb.add(std::nullopt, mib, {}, 1000);
+    ASSERT_TRUE(append_wait(*shard_, bb.finish()));
+  }
+  GroupOptions o;
+  o.max_deliveries = 1;
+  // A fetch carries a few MiB: nack each delivery until all 20 are dead letters.
+  for (int round = 0; round < 100; ++round) {
+    std::vector<Offset> got;
+    for (auto& r : fetch(100, o).records) got.push_back(r.offset);
+    if (!got.empty()) ASSERT_TRUE(shard_->group_nack("g", got));
+    if (pos().dead_letter_end.value() >= 20u) break;
+  }
+  ASSERT_EQ(pos().dead_letter_end.value(), 20u);
+  auto big = shard_->replay_dead_letters("g", Offset(0), Offset(20));
+  ASSERT_FALSE(big);
+  EXPECT_EQ(big.error().code, Errc::invalid_argument) << big.error().to_string();
+  EXPECT_NE(big.error().message.find("smaller range"), std::string::npos) << big.error().message;
+  EXPECT_EQ(shard_->stats().high_watermark.value(), 20u) << "nothing replayed";
+  auto part = shard_->replay_dead_letters("g", Offset(0), Offset(10));
+  ASSERT_TRUE(part) << part.error().to_string();
+  EXPECT_EQ(*part, 10u);
+  crash_and_restart();
+  EXPECT_EQ(pos().dead_letter_start.value(), 10u) << "the group opens, no replay pending";
+  EXPECT_EQ(shard_->stats().high_watermark.value(), 30u);
+}
+
 TEST_F(GroupTest, TooManyDeliveriesMoveARecordToDeadLettersWithHeadersAndReplayPublishesIt) {
   BatchBuilder bb;
   std::string hdrs;
