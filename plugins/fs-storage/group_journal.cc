@@ -247,6 +247,22 @@ Result<void> ConsumerGroup::replay_journal(bool have_snap, std::uint64_t snap_ge
   }
   if (!checked_gen)
     if (auto r = check_gen(); !r) return r;
+  if (pos != b.size() && pos + kRecHeader <= b.size()) {
+    // A record whose CRC holds but that this build cannot read (a type a newer build
+    // wrote, a wrong length) is not a torn write: a tear does not leave a matching CRC.
+    // Cutting there would drop every record after it, synced ACKs and DEADs too (acked
+    // records delivered again, dead letters moved twice): refused instead (review). A
+    // damaged record is still taken for the torn tail, even with sound records after it:
+    // a power cut can keep a later unsynced page and lose an earlier one.
+    const std::uint32_t len = wire::get_u32(b.data() + pos);
+    if (pos + kRecHeader + len <= b.size() &&
+        crc32c(b.data() + pos + 8, 1 + len) == wire::get_u32(b.data() + pos + 4))
+      return Error(Errc::corrupt_data,
+                   "group journal " + dir_ + "/journal: a record this build cannot read (type " +
+                       std::to_string(static_cast<unsigned>(static_cast<std::uint8_t>(b[pos + 8]))) + ", " +
+                       std::to_string(len) + " bytes; written by a newer build?) at byte " + std::to_string(pos) +
+                       " of " + std::to_string(b.size()) + ": not a torn tail; nothing was cut");
+  }
   if (pos != b.size()) {
     // Only unsynced DELIVER records can be torn (every other record is fdatasync'ed before
     // the call returns), so cutting here loses at most delivery counts.
