@@ -65,6 +65,13 @@ struct UnblockSyncsOnExit {
 class FaultFileSystem final : public FileSystem {
  public:
   // --- faults ---
+  // After `skip` more, the next sync_dir of a directory whose path ends with `suffix` fails
+  // with EIO (once).
+  void fail_dir_sync(std::string suffix, int skip = 0) {
+    std::lock_guard lk(mu_);
+    fail_dir_sync_ = std::move(suffix);
+    fail_dir_sync_skip_ = skip;
+  }
   void fail_syncs(bool on) {
     std::lock_guard lk(mu_);
     fail_syncs_ = on;
@@ -178,6 +185,10 @@ class FaultFileSystem final : public FileSystem {
   }
   Result<void> sync_dir(const std::string& p) override {
     return mutate("sync_dir", p, [&]() -> Result<void> {
+      if (!fail_dir_sync_.empty() && p.ends_with(fail_dir_sync_) && fail_dir_sync_skip_-- == 0) {
+        fail_dir_sync_.clear();
+        return io_error("fsync", p, EIO);
+      }
       auto r = real_.sync_dir(p);
       if (r) std::erase_if(entry_ops_, [&](const EntryOp& e) { return e.dir == p; });
       return r;
@@ -452,6 +463,8 @@ class FaultFileSystem final : public FileSystem {
   std::vector<CacheDrop> cache_drops_;
   bool crashed_ = false;
   bool fail_syncs_ = false;
+  std::string fail_dir_sync_;
+  int fail_dir_sync_skip_ = 0;
   bool blocked_ = false;
   std::string blocked_only_;
   int waiting_ = 0;

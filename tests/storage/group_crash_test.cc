@@ -308,6 +308,28 @@ TEST_F(GroupCrashTest, ATornLastRecordIsStillCut) {
   EXPECT_EQ(std::filesystem::file_size(journal), before);
 }
 
+// Regression (review): the journal's directory was synced only by the open that created
+// the journal. When that sync failed (the open failed), the next open found the file and
+// synced nothing: acks fdatasync'ed into a file whose entry a power cut could take back.
+TEST_F(GroupCrashTest, AJournalWhoseDirectorySyncFailedIsSyncedByTheNextOpen) {
+  compact_bytes_ = "1048576";  // no compaction, whose renames sync the directory anyway
+  shard_.reset();
+  engine_.reset();
+  start();
+  ASSERT_TRUE(append_wait(*shard_, make_batch("a", 3)));
+  // The first sync of groups/g is make_dirs' (for dead-letters/), the second the journal's.
+  fs_->fail_dir_sync("/groups/g", 1);
+  auto failed = shard_->group_fetch("g", 3, opts_);
+  ASSERT_FALSE(failed) << "the open was to fail at the journal's directory sync";
+  ASSERT_EQ(offsets_of(fetch(3)), (std::vector<std::uint64_t>{0, 1, 2}));
+  ASSERT_TRUE(shard_->group_ack("g", offs({0, 1, 2})));
+  CrashOptions lose;
+  lose.lose_unsynced_entries = true;
+  fs_->crash(5, lose);
+  restart_after_crash();
+  EXPECT_EQ(pos().committed.value(), 3u) << "the acked records came back";
+}
+
 // 3a: the dead-letter append is durable, its DEAD record is not.
 TEST_F(GroupCrashTest, ACrashBetweenADeadLetterAndItsJournalRecordDoesNotDeadLetterTwice) {
   compact_bytes_ = "1048576";
