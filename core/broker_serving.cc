@@ -123,8 +123,8 @@ Result<void> BrokerRuntime::apply_plan(const ServingPlan& plan, Registration reg
   for (const auto& c : plan.close) touched.insert(c.ref.stream);
   // What the names held before: step 5 carries over the shards that stay open. A name that
   // keeps its incarnation stays in service meanwhile, without the closing shards (their
-  // calls go to their new leader); a name that is forgotten or changes incarnation is out
-  // of service until step 5.
+  // calls go to their new leader); a name that is forgotten is out of service, and one
+  // that changes incarnation answers as the new one with nothing open until it is installed.
   std::map<StreamKey, std::shared_ptr<StreamState>> before;
   {
     const std::set<StreamKey> forget(plan.forget.begin(), plan.forget.end());
@@ -137,6 +137,21 @@ Result<void> BrokerRuntime::apply_plan(const ServingPlan& plan, Registration reg
       auto next = plan.streams.find(k);
       if (forget.count(k) || next == plan.streams.end() || next->second.info.incarnation != old.info.incarnation ||
           !old.refused.empty() || !next->second.refused.empty()) {
+        if (!forget.count(k) && next != plan.streams.end() && next->second.refused.empty() &&
+            next->second.info.incarnation != old.info.incarnation) {
+          // Moving to its next incarnation: until it is installed below, the name answers as
+          // that incarnation with nothing open here (unavailable, transient; or forwarded
+          // to its leader), not not_found, "does not exist", a definite answer for a
+          // stream the catalog has (review). Calls naming the old one are stale_route.
+          auto ph = std::make_shared<StreamState>();
+          ph->info = next->second.info;
+          ph->assignments = next->second.assignments;
+          ph->held.resize(ph->info.spec.shards);
+          ph->shards.resize(ph->info.spec.shards);
+          ph->open_failed.resize(ph->info.spec.shards);
+          it->second = std::move(ph);
+          continue;
+        }
         streams_.erase(it);
         continue;
       }

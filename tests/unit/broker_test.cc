@@ -2,6 +2,7 @@
 // guard across a resync and across a restart (docs/architecture.md "Broker runtime").
 #include <gtest/gtest.h>
 
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
 #include <future>
@@ -459,6 +460,47 @@ TEST(Broker, a_failed_delete_is_retried_as_asked_even_after_the_name_is_recreate
   EXPECT_TRUE(eventually([&] { return !held_on_disk(storage, I1); }))
       << "the deleted incarnation's data was never deleted";
   EXPECT_TRUE(eventually([&] { return b->ready(nullptr); }));
+  EXPECT_TRUE(held_on_disk(storage, I2));
+  b->stop();
+}
+
+// Regression (review): while a name moved to its next incarnation (the old one's data being
+// deleted, the new one's shards opening), calls for it answered not_found, "does not exist":
+// a definite answer, for a stream the catalog has. They answer as the new incarnation with
+// nothing open yet now: unavailable, transient.
+TEST(Broker, a_stream_answers_unavailable_not_not_found_while_its_next_incarnation_opens) {
+  sluice::testing::TestHost host;
+  ScriptedCatalog cat;
+  fs_storage::FsStorageEngine storage(host, std::make_shared<fs_storage::PosixFileSystem>());
+  std::mutex mu;
+  std::condition_variable cv;
+  bool in_delete = false, release = false;
+  storage.set_delete_step_hook([&](std::string_view step) {
+    if (step != "storage.delete.after_marker") return false;
+    std::unique_lock lk(mu);
+    in_delete = true;
+    cv.notify_all();
+    cv.wait(lk, [&] { return release; });
+    return false;  // go on
+  });
+  cat.set_snapshot(catalog_with(10, I1));
+  auto b = make_broker(host, cat, storage);
+  ASSERT_TRUE(b->start());
+  ASSERT_EQ(fetch_answer(*b), "served");
+  cat.set_snapshot(catalog_with(12, I2, I1));  // deleted and created again: one plan
+  cat.force_resync();
+  {
+    std::unique_lock lk(mu);
+    ASSERT_TRUE(cv.wait_for(lk, std::chrono::seconds(30), [&] { return in_delete; }));
+  }
+  const std::string during = fetch_answer(*b);
+  {
+    std::lock_guard lk(mu);
+    release = true;
+  }
+  cv.notify_all();
+  EXPECT_EQ(during.rfind("unavailable", 0), 0u) << during;
+  ASSERT_TRUE(eventually([&] { return fetch_answer(*b) == "served"; }));
   EXPECT_TRUE(held_on_disk(storage, I2));
   b->stop();
 }
