@@ -313,13 +313,9 @@ int run_probe(const std::vector<std::string>& probe, const core::Config& cfg) {
     return 2;
   }
   core::peerwire::Hello self;
-  std::int64_t nid = 0;
-  try {
-    nid = cfg.get_int("node.id", 1);
-  } catch (const std::exception& e) {
-    die(2, e.what());
-  }
-  self.node = NodeId{static_cast<std::uint32_t>(nid)};
+  // Node 0: a probe, not a broker (it may only ping). With this machine's node.id, a probe
+  // of another node with the same id would be refused as a duplicate node.id.
+  self.node = NodeId{0};
   self.cluster_id = cluster_id;
   self.directory_id = meta.count("directory.id") ? meta["directory.id"] : "probe";
   auto r = core::probe_peer(address, self, std::chrono::milliseconds(10000));

@@ -287,6 +287,10 @@ struct Conn : std::enable_shared_from_this<Conn> {
   // node's memory (further requests fail at once, transient).
   std::size_t queued = 0;
   bool writing = false;
+  // Incoming: answers past kMaxQueuedBytes stop the reading of requests (pause_wanted: at
+  // the next request read; read_stopped: no read is in flight) until they drain to half.
+  bool pause_wanted = false;
+  bool read_stopped = false;
   bool replaced = false;  // closed because the peer's address changed: no backoff for that
   std::map<std::uint64_t, Pending> pending;        // outgoing requests awaiting an answer
   std::deque<std::pair<std::uint64_t, OutFrame>> unsent;  // queued until the hello
@@ -413,6 +417,13 @@ struct Conn : std::enable_shared_from_this<Conn> {
                         }
                         self->queued -= kHeaderBytes + self->wq.front().payload.size();
                         self->wq.pop_front();
+                        if (self->queued <= kMaxQueuedBytes / 2) {
+                          self->pause_wanted = false;
+                          if (self->read_stopped) {
+                            self->read_stopped = false;
+                            self->read_header();
+                          }
+                        }
                         if (!self->wq.empty()) self->write_next();
                       });
   }
@@ -523,10 +534,8 @@ struct Conn : std::enable_shared_from_this<Conn> {
       }
       // An incoming hello must not name this node's own id with another directory: two
       // nodes configured with the same node.id would otherwise take each other's calls and
-      // replication progress (review). with another directory: two nodes configured with the same
-      // node.id would otherwise take each other's calls and replication progress (review).
-      // (Node 0 is a probe: it may only ping; `sluiced probe-peer` from this node's own
-      // data.dir says this node's id and directory.)
+      // replication progress (review). (Node 0 is a probe, `sluiced probe-peer`: it may
+      // only ping.)
       if (!outgoing && hello->node == t.opts.self && hello->directory_id != t.opts.directory_id) {
         const std::string msg = "the peer at " + address + " says it is node " + std::to_string(hello->node.value()) +
                                 ", this node's id, with directory.id " + printable(hello->directory_id) +
@@ -578,7 +587,16 @@ struct Conn : std::enable_shared_from_this<Conn> {
     } else {
       t.serve(shared_from_this(), h, std::move(body));
     }
-    if (state != State::closed) read_header();
+    if (state == State::closed) return;
+    // Backpressure: a peer whose answers are not going out (it does not read them, or the
+    // link is slow) gets no more requests read until they drain below half the cap, so its
+    // answers cannot grow this node's memory without end (review). Closing instead cut off
+    // healthy followers catching up on many shards at once.
+    if (!outgoing && (pause_wanted || queued > kMaxQueuedBytes)) {
+      read_stopped = true;
+      return;
+    }
+    read_header();
   }
 
   // Closes the connection once; every pending request fails with `why` (uncertain when it
@@ -818,15 +836,8 @@ void AsioPeerTransport::Impl::serve(const std::shared_ptr<Conn>& c, const Header
     asio::post(t->io, [wc, f = std::move(frame)]() mutable {
       auto c = wc.lock();
       if (!c || c->state != Conn::State::ready) return;
-      // Answers count against the same cap as requests: a peer that asks and never reads
-      // (a stalled link, its requests timing out and sent again) must not grow this
-      // node's memory without end (review). Its pending calls fail uncertain there.
-      if (c->queued > 0 && c->queued + kHeaderBytes + f.payload.size() > kMaxQueuedBytes)
-        return c->close(LogLevel::warn,
-                        "the peer does not read its answers (" + std::to_string(c->queued) +
-                            " bytes queued to it)",
-                        Error(Errc::unavailable, "connection closed: answers unread", Outcome::uncertain));
       c->send(std::move(f));
+      if (!c->outgoing && c->queued > kMaxQueuedBytes) c->pause_wanted = true;  // see on_frame
     });
   });
   try {

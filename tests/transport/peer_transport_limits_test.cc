@@ -87,26 +87,6 @@ TEST(PeerTransportLimits, APeerThatDoesNotReadHoldsABoundedQueue) {
   for (int i = 0; i < 4; ++i) EXPECT_FALSE(held[i].get().ok());
 }
 
-// Regression (review): answers were queued for a peer without the cap requests have, so a
-// peer that kept asking and never read grew this node's memory without end. Past the cap
-// the connection is closed.
-TEST(PeerTransportLimits, APeerThatDoesNotReadItsAnswersIsCutOff) {
-  TestNode b(2);
-  b.dir->set_static({{NodeId{9}, "127.0.0.1:1"}});
-  const auto big = std::make_shared<const std::string>(std::size_t{60} << 20, 'x');
-  ASSERT_TRUE(b.t->handle(kEcho, [big](const PeerIdentity&, std::string, PeerResponder r) {
-                 r(std::string(*big));
-               }).ok());
-  asio::io_context io;
-  tcp::socket s(io);
-  s.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), b.t->port()));
-  asio::write(s, asio::buffer(peerwire::encode_frame(peerwire::Header{0, peerwire::kHelloType, 0, 0},
-                                                     peerwire::encode_hello({NodeId{9}, "cluster-a", "dir-9"}))));
-  for (std::uint64_t id = 1; id <= 8; ++id)  // 480 MiB of answers asked for, none read
-    asio::write(s, asio::buffer(peerwire::encode_frame(peerwire::Header{0, kEcho, id, 0}, "")));
-  EXPECT_TRUE(poll_until([&] { return b.log->has("does not read its answers"); }, 60s)) << b.log->all();
-}
-
 namespace {
 // A raw client: connects to `port` and says hello as `node` with `directory`.
 tcp::socket raw_hello(asio::io_context& io, std::uint16_t port, std::uint32_t node, const std::string& directory) {
@@ -127,6 +107,40 @@ std::pair<peerwire::Header, std::string> read_frame(tcp::socket& s) {
   return {h.ok() ? *h : peerwire::Header{}, payload};
 }
 }  // namespace
+
+// Regression (review): answers were queued for a peer without the cap requests have, so a
+// peer that kept asking and never read grew this node's memory without end. Past the cap
+// the connection stops reading requests until its answers drain (closing it instead cut off
+// healthy followers catching up on many shards); every request is answered in the end.
+TEST(PeerTransportLimits, APeerThatDoesNotReadItsAnswersIsReadNoMoreUntilTheyDrain) {
+  TestNode b(2);
+  b.dir->set_static({{NodeId{9}, "127.0.0.1:1"}});
+  const auto big = std::make_shared<const std::string>(std::size_t{60} << 20, 'x');
+  std::atomic<int> served{0};
+  ASSERT_TRUE(b.t->handle(kEcho, [big, &served](const PeerIdentity&, std::string, PeerResponder r) {
+                 ++served;
+                 r(std::string(*big));
+               }).ok());
+  asio::io_context io;
+  auto s = raw_hello(io, b.t->port(), 9, "dir-9");
+  constexpr int kAsked = 12;  // 720 MiB of answers
+  for (std::uint64_t id = 1; id <= kAsked; ++id)
+    asio::write(s, asio::buffer(peerwire::encode_frame(peerwire::Header{0, kEcho, id, 0}, "")));
+  ASSERT_TRUE(poll_until([&] { return served.load() >= 5; }));
+  // Give the node every chance to read on; it must not (256 MiB is about 4 answers; one
+  // request more may be in its read when the cap trips, and loopback buffers hold a little).
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_LE(served.load(), 7) << "the node went on reading requests with its answers unread";
+  (void)read_frame(s);  // b's hello
+  int answered = 0;
+  while (answered < kAsked) {
+    auto [h, payload] = read_frame(s);
+    ASSERT_TRUE(h.flags & peerwire::kFlagResponse);
+    ASSERT_EQ(payload.size(), big->size());
+    ++answered;
+  }
+  EXPECT_EQ(served.load(), kAsked);
+}
 
 // Regression (review): an incoming hello's node id was never checked. A second node
 // configured with this node's node.id (another directory) was taken for a peer; now it is
