@@ -74,12 +74,15 @@ Result<std::unique_ptr<ConsumerGroup>> ConsumerGroup::open(
       if (auto r = g->journal_->datasync(); !r) return r.error();
     }
   }
-  // Every open, not only the one that created the journal: an open whose sync failed after
-  // the create left an entry a power cut may take back, and the next open found the file
-  // and synced nothing, so acks synced into it could vanish with it (review). The group's
-  // own directory's entry in groups/ likewise. Two fsyncs per group open.
-  if (auto r = fs->sync_dir(dir); !r) return r.error();
-  if (auto r = sync_parent_dir(*fs, dir); !r) return r.error();
+  // Every open, not only the one that created them: an open whose sync failed after a
+  // create left an entry a power cut may take back, and the next open found it and synced
+  // nothing, so acks synced below it could vanish with it (review). Every level from the
+  // shard's directory down: <shard>/groups, groups/<g>, <g>/journal and dead-letters,
+  // dead-letters/log. Four fsyncs per group open (groups open on first use).
+  const std::string groups = dir.substr(0, dir.rfind('/'));
+  for (const std::string& d : {groups, dir, dir + "/dead-letters"})
+    if (auto r = fs->sync_dir(d); !r) return r.error();
+  if (auto r = sync_parent_dir(*fs, groups); !r) return r.error();
   if (auto r = g->replay_journal(have_snap, snap_gen, snap_off); !r) return r.error();
 
   const ShardRef dref = shard.ref();

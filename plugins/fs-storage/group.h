@@ -148,7 +148,9 @@ class ConsumerGroup {
   Result<void> reconcile_dead_letters();
   Result<void> resolve_pending_replays();
   // The not-yet-replayed dead letters in [from, to) as one batch for the shard (empty if none).
-  Result<std::string> build_replay(std::uint64_t from, std::uint64_t to, std::uint64_t* n);
+  // `capped`: refuse more than kMaxReplayBytes (a new replay); recovery finishes an
+  // intent already journaled whatever its size.
+  Result<std::string> build_replay(std::uint64_t from, std::uint64_t to, std::uint64_t* n, bool capped = true);
   // propose: commit REPLAYED in the group log first (replicated shards).
   Result<void> journal_replayed(std::uint64_t from, std::uint64_t to, bool propose);
   Result<void> propose(std::uint8_t type, const std::string& payload, std::string_view extra = {}) {

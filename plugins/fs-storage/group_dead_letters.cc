@@ -117,7 +117,7 @@ Result<FetchResult> ConsumerGroup::dead_letters(Offset from, std::uint32_t max_r
 }
 
 Result<std::string> ConsumerGroup::build_replay(std::uint64_t from, std::uint64_t to,
-                                                std::uint64_t* count) {
+                                                std::uint64_t* count, bool capped) {
   BatchBuilder bb;
   std::uint64_t n = 0;
   std::uint64_t at = std::max(from, dead_->stats().log_start.value());
@@ -142,7 +142,7 @@ Result<std::string> ConsumerGroup::build_replay(std::uint64_t from, std::uint64_
         append_header(headers, kReplayedFromHeader, name_ + ":" + std::to_string(rv.offset));
         bb.add(rv.key, rv.value, headers, rv.timestamp_ms);
         ++n;
-        if (bb.size_bytes() > kMaxReplayBytes)
+        if (capped && bb.size_bytes() > kMaxReplayBytes)
           return Error(Errc::invalid_argument,
                        "dead letters [" + std::to_string(from) + ", " + std::to_string(to) + ") of group " + name_ +
                            " come to more than " + std::to_string(kMaxReplayBytes >> 20) +
@@ -265,7 +265,9 @@ Result<void> ConsumerGroup::resolve_pending_replays() {
           if (h.name != kReplayedFromHeader || h.value.substr(0, prefix.size()) != prefix) continue;
           std::uint64_t dl = 0;
           if (!parse_u64(h.value.substr(prefix.size()), dl)) continue;
-          if (dl >= p.from && dl < p.to) found = true;
+          // One already replayed is an earlier replay's copy (or a consumer's republished
+          // copy of one), not this intent's (review).
+          if (dl >= p.from && dl < p.to && !replayed(dl)) found = true;
         }
         if (found) break;
       }
@@ -273,7 +275,9 @@ Result<void> ConsumerGroup::resolve_pending_replays() {
     }
     std::uint64_t n = 0;
     if (!found) {
-      auto batch = build_replay(p.from, p.to, &n);
+      // Uncapped: an intent an earlier build journaled (it took any size) is finished as it
+      // was asked; a cap here would fail the group's every open (review).
+      auto batch = build_replay(p.from, p.to, &n, false);
       if (!batch) return batch.error();
       if (n > 0) {
         auto appended = append_and_wait(shard_, std::move(*batch), shard_ack());

@@ -287,6 +287,45 @@ TEST_F(JournalDamageTest, ADamagedRecordIsCutAsATornTailEvenWithASoundOneAfterIt
   EXPECT_EQ(std::filesystem::file_size(journal), before);
 }
 
+// Regression (review of 13a6e62): a replay intent an earlier build journaled may cover more
+// than the 16 MiB a new replay may; recovery must finish it, not fail every open of the group.
+TEST_F(GroupCrashTest, AnEarlierBuildsReplayIntentOfMoreThanSixteenMiBIsFinishedAtOpen) {
+  compact_bytes_ = "1073741824";
+  shard_.reset();
+  engine_.reset();
+  start();
+  const std::string mib(std::size_t{1} << 20, 'p');
+  for (int i = 0; i < 20; ++i) {
+    BatchBuilder bb;
+    bb.add(std::nullopt, mib, {}, 1000);
+    ASSERT_TRUE(append_wait(*shard_, bb.finish()));
+  }
+  for (int round = 0; round < 100; ++round) {
+    std::vector<Offset> got;
+    for (auto& r : fetch(100).records) got.push_back(r.offset);
+    if (!got.empty()) ASSERT_TRUE(shard_->group_nack("g", got));
+    if (pos().dead_letter_end.value() >= 20u) break;
+  }
+  ASSERT_EQ(pos().dead_letter_end.value(), 20u);
+  const std::string journal = group_dir() + "/journal";
+  shard_.reset();
+  engine_.reset();
+  {
+    std::string intent(24, '\0');
+    wire::put_u64(intent.data(), 0);
+    wire::put_u64(intent.data() + 8, 20);
+    wire::put_u64(intent.data() + 16, 20);  // the shard's high watermark then
+    std::ofstream f(journal, std::ios::binary | std::ios::app);
+    f << journal_record(group_records::kReplayPending, intent);
+  }
+  fs_->restart();
+  start();
+  auto p = shard_->group_position("g");
+  ASSERT_TRUE(p) << p.error().to_string();
+  EXPECT_EQ(p->dead_letter_start.value(), 20u);
+  EXPECT_EQ(shard_->stats().high_watermark.value(), 40u) << "all 20 replayed, in one batch";
+}
+
 // A torn tail (a record cut short at the end) is still cut, as before.
 TEST_F(GroupCrashTest, ATornLastRecordIsStillCut) {
   ASSERT_TRUE(append_wait(*shard_, make_batch("a", 3)));
