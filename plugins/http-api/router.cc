@@ -284,6 +284,17 @@ std::optional<HttpResponse> Router::refusal_before_body(const HttpRequest& head)
   return std::nullopt;
 }
 
+std::optional<Router::BodyLimit> Router::body_limit(const HttpRequest& head) const {
+  if (head.method != "PUT") return std::nullopt;
+  auto target = parse_target(head.target);
+  if (!target) return std::nullopt;
+  const auto def = match_route(target->segments);
+  if (!def || def->route != Route::cache_keys || target->segments.size() != 9) return std::nullopt;
+  const std::size_t v = cache_.config().max_value_bytes;
+  if (v >= cfg_.max_body_bytes) return std::nullopt;
+  return BodyLimit{v, "cache.max_value_bytes"};
+}
+
 void Router::handle(const std::shared_ptr<Exchange>& ex) {
   try {
     dispatch(ex);

@@ -69,6 +69,15 @@ class Router {
   // http.max_body_bytes (nor invite it with "Expect: 100-continue"). Thread-safe.
   std::optional<HttpResponse> refusal_before_body(const HttpRequest& head) const;
 
+  // The most body bytes `head`'s route takes, when below http.max_body_bytes, with the
+  // setting that says so (a cache PUT: cache.max_value_bytes); nullopt: http.max_body_bytes.
+  // The session applies it before it reads (or invites, with 100 Continue) the body.
+  struct BodyLimit {
+    std::size_t bytes;
+    const char* setting;
+  };
+  std::optional<BodyLimit> body_limit(const HttpRequest& head) const;
+
  private:
   void dispatch(const std::shared_ptr<Exchange>& ex);
   // With auth.enabled and a route that is not open: the 401 for a missing or unknown

@@ -48,6 +48,12 @@ constexpr std::size_t kDrainLimit = 4u << 20;  // bytes read and dropped on a li
 constexpr std::size_t kReadChunk = 64 * 1024;  // socket read size (Beast reads up to the free capacity)
 constexpr std::chrono::milliseconds kDrainTime{2000};
 
+// 413 for a body past a route's own limit (Router::body_limit); `got` says how much came.
+Error too_large(const Router::BodyLimit& l, const std::string& got) {
+  return Error(Errc::body_too_large, "request body of " + got + " exceeds " + l.setting + " (" +
+                                         std::to_string(l.bytes) + " bytes)");
+}
+
 // Stream: beast::tcp_stream (plain HTTP) or TlsStream (HTTPS).
 template <class Stream>
 class Session final : public SessionBase {
@@ -198,6 +204,7 @@ class Session final : public SessionBase {
     if (phase() == kClosing) return hard_close();  // evicted
     parser_.emplace();
     parser_->body_limit(impl_.cfg.max_body_bytes);
+    route_limit_.reset();
     parser_->header_limit(impl_.cfg.max_header_bytes);
     lowest().expires_after(impl_.cfg.request_timeout);
     // What is already buffered (usually the whole request, which came with the first read)
@@ -239,6 +246,19 @@ class Session final : public SessionBase {
         refusal->close = true;
         impl_.metrics.request_done("refused_before_body", refusal->status);
         return send(std::move(*refusal));
+      }
+      // A route with a lower limit of its own (a cache value): a larger body is refused
+      // before it is read or invited, not buffered up to http.max_body_bytes first (review).
+      if ((route_limit_ = impl_.router->body_limit(head))) {
+        const auto len = parser_->content_length();
+        if (len && *len > route_limit_->bytes) {
+          version_ = req.version();
+          HttpResponse r = problem(too_large(*route_limit_, std::to_string(*len) + " bytes"));
+          r.close = true;
+          impl_.metrics.request_done("refused_before_body", r.status);
+          return send(std::move(r));
+        }
+        parser_->body_limit(route_limit_->bytes);
       }
     }
     if (beast::iequals(req[http::field::expect], "100-continue") && !parser_->is_done()) {
@@ -320,6 +340,7 @@ class Session final : public SessionBase {
   beast::flat_buffer buffer_;
   bool primed_ = false;  // prime() read the first request's bytes; do_read() parses them
   std::optional<http::request_parser<RequestBody>> parser_;  // request_body.h
+  std::optional<Router::BodyLimit> route_limit_;  // this request's route's, if lower
   std::optional<UpgradeRequest> upgrade_req_;  // a WebSocket upgrade's request, until upgrade()
   bool keep_alive_ = true;
   unsigned version_ = 11;
@@ -413,6 +434,8 @@ template <class Stream>
 void Session<Stream>::on_read(beast::error_code ec, std::size_t n) {
   impl_.metrics.add_bytes_in(n);
   if (ec == http::error::end_of_stream || ec == http::error::partial_message) return hard_close();
+  if (ec == http::error::body_limit && route_limit_)
+    return fail_request(too_large(*route_limit_, "more"));
   if (ec == http::error::body_limit)
     return fail_request(Error(Errc::body_too_large,
                               "request body exceeds http.max_body_bytes (" +

@@ -672,6 +672,34 @@ TEST_F(HttpApiTest, ExpectContinue) {
   EXPECT_EQ(node_.records({"acme", "prod", "cont"}, 0).at(0).value, "after 100");
 }
 
+// Regression (review): a cache PUT's value was measured against cache.max_value_bytes only
+// once the whole body was read, so a client could make the server invite (100 Continue) and
+// buffer up to http.max_body_bytes (8x the value limit by default) per request. A larger
+// Content-Length is refused from the header alone now, and a chunked body at the limit.
+TEST_F(HttpApiTest, ACacheValueOverItsLimitIsRefusedBeforeTheBodyIsRead) {
+  start({{"cache.max_value_bytes", "1024"}});
+  {
+    Conn c(server_->port());
+    c.send_raw("PUT " + kNs + "/caches/c/keys/k HTTP/1.1\r\nHost: x\r\n"
+               "Content-Type: application/octet-stream\r\nExpect: 100-continue\r\nContent-Length: 5000000\r\n\r\n");
+    auto r = c.read_response();  // the 413 itself, not a 100 inviting the body
+    expect_problem(r, 413, "body_too_large");
+    EXPECT_NE(obj(r)["detail"].as_string().find("cache.max_value_bytes"), json::string::npos) << r.body;
+  }
+  {
+    Conn c(server_->port());
+    const std::string chunk(2048, 'v');
+    c.send_raw("PUT " + kNs + "/caches/c/keys/k HTTP/1.1\r\nHost: x\r\n"
+               "Content-Type: application/octet-stream\r\nTransfer-Encoding: chunked\r\n\r\n800\r\n" +
+               chunk + "\r\n0\r\n\r\n");
+    expect_problem(c.read_response(), 413, "body_too_large");
+  }
+  // Other routes keep http.max_body_bytes.
+  make_stream("big");
+  std::string recs = R"({"records":[{"value":")" + std::string(4000, 'x') + R"("}]})";
+  EXPECT_EQ(req("POST", kNs + "/streams/big/records", recs).status, 200);
+}
+
 TEST_F(HttpApiTest, ServesTheOpenApiDocument) {
   auto r = req("GET", "/openapi.yaml");
   ASSERT_EQ(r.status, 200);
