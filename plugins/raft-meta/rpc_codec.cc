@@ -1,6 +1,8 @@
 #include "rpc_codec.h"
 
 #include <sys/socket.h>
+
+#include <algorithm>
 #include <unistd.h>
 
 #include <cerrno>
@@ -197,10 +199,18 @@ bool read_frame(ByteStream& s, std::string& out, std::string* why) {
   if (!read_all(s, reinterpret_cast<char*>(h), 4, why, true)) return false;
   const auto n = decode_frame_header(h, why);
   if (!n) return false;
-  out.resize(*n);
-  if (!read_all(s, out.data(), *n, why, false)) {
-    if (why && *why == "closed") *why = "truncated frame";
-    return false;
+  // Grown with the bytes that come (64 KiB, then doubling), not sized from the header: a
+  // header alone announcing 8 MiB does not make the server allocate and zero 8 MiB (review).
+  constexpr std::size_t kFirstChunk = std::size_t{64} << 10;
+  out.clear();
+  for (std::size_t have = 0; have < *n;) {
+    const std::size_t want = std::min<std::size_t>(*n, std::max(have * 2, kFirstChunk));
+    out.resize(want);
+    if (!read_all(s, out.data() + have, want - have, why, false)) {
+      if (why && *why == "closed") *why = "truncated frame";
+      return false;
+    }
+    have = want;
   }
   return true;
 }

@@ -171,6 +171,17 @@ void RpcServer::accept_main() {
 void RpcServer::serve(int fd, const std::string& from) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  // A client whose machine vanished (no FIN) frees its connection slot in about a minute,
+  // not the kernel's two hours (review).
+  int idle = 30, intvl = 10, cnt = 3;
+  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+  // Its first request within 10 s (a connection that sends nothing holds a slot and a
+  // thread); after that a connection may stay idle, a broker's between its calls.
+  timeval first{10, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &first, sizeof first);
   std::unique_ptr<rpc::ByteStream> io;
   if (tls_) {
     // A client that never completes the handshake holds this thread for 10 s at most.
@@ -191,6 +202,10 @@ void RpcServer::serve(int fd, const std::string& from) {
       if (why != "closed" && !stopping_)
         host_.log(LogLevel::warn, kComponent, "closing connection: " + why);
       break;
+    }
+    if (first.tv_sec != 0) {
+      first = timeval{0, 0};
+      setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &first, sizeof first);
     }
     bool close_after = false;
     std::string resp = handle(req, close_after);

@@ -371,6 +371,38 @@ TEST(ControllerRpc, AGarbageFrameClosesOnlyThatConnection) {
 }
 
 // The pure codecs the server, the client and the fuzz target (tests/fuzz/) share.
+// Regression (review): a connection that sent nothing, or only a header announcing 8 MiB,
+// held its slot and thread for ever (the server allocated and zeroed the 8 MiB at once), so
+// 1024 such connections locked every broker out. Its first request must come within 10 s.
+TEST(ControllerRpc, AConnectionThatSendsNoRequestIsClosedAfterTenSeconds) {
+  Controller c;
+  ASSERT_TRUE(c.store.start().ok());
+  auto patient = [](int fd) {
+    timeval tv{60, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    return fd;
+  };
+  int silent = patient(dial(c.store.rpc_port()));
+  int header_only = patient(dial(c.store.rpc_port()));
+  ASSERT_GE(silent, 0);
+  ASSERT_GE(header_only, 0);
+  const unsigned char eight_mib[4] = {0x00, 0x00, 0x40, 0x00};  // little-endian 4 MiB
+  ASSERT_EQ(::send(header_only, eight_mib, 4, 0), 4);
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_TRUE(closed_by_peer(silent));
+  EXPECT_TRUE(closed_by_peer(header_only));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(50));
+  ::close(silent);
+  ::close(header_only);
+  // A client that has made its first request may then stay idle: the broker's does.
+  TestHost bh(broker_config(c.address()));
+  RemoteMetadataStore remote(bh);
+  ASSERT_TRUE(remote.start().ok());
+  ASSERT_TRUE(remote.create_tenant("before").ok());
+  std::this_thread::sleep_for(std::chrono::seconds(11));
+  ASSERT_TRUE(remote.create_tenant("after").ok());
+}
+
 TEST(ControllerRpcCodec, FramesAndEnvelopesDecodeWithoutASocket) {
   const auto h = rpc::encode_frame_header(0x00010203);
   std::string why;
