@@ -315,7 +315,12 @@ Result<T> decode(const Result<std::string>& r, F f) {
     const json::value v = json::parse(r.value());
     return f(v);
   } catch (const std::exception& e) {
-    return Error(Errc::internal, std::string("controller response: ") + e.what());
+    // The controller answered "ok": a write it carried was applied. Not being able to read
+    // the answer (a newer controller's shape, a bug) must not say it failed (review).
+    return Error(Errc::internal,
+                 std::string("the controller answered ok but its answer could not be read (the call may have "
+                             "taken effect): ") + e.what(),
+                 Outcome::uncertain);
   }
 }
 Result<void> decode_void(const Result<std::string>& r) {
