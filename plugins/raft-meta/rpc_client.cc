@@ -196,6 +196,10 @@ Result<std::string> RemoteMetadataStore::call_on(Conn& c, const std::string& met
       if (::poll(&p, 1, 0) > 0) c.close();
     }
     if (c.fd < 0 && !connect(c, why)) break;
+    // Only a long poll may wait kMaxWaitMs more; any other call at most metadata.timeout_ms
+    // plus 5 s (the controller answers its own timeout by then). It was 30 s more for every
+    // call, with call_mu_ held: a hung controller held every caller 40 s (review).
+    set_timeouts(c.fd, cfg_.timeout + std::chrono::milliseconds(method == "changes_after" ? kMaxWaitMs : 5000));
     std::string resp;
     if (!write_frame(*c.io, body, &why)) {
       c.close();
