@@ -241,25 +241,31 @@ std::string ack_payload(std::uint64_t off) {
 // nothing is cut.
 class JournalDamageTest : public GroupCrashTest {
  protected:
-  void expect_refused_not_cut(const std::string& bad) {
-    ASSERT_TRUE(append_wait(*shard_, make_batch("a", 3)));
-    ASSERT_EQ(offsets_of(fetch(3)), (std::vector<std::uint64_t>{0, 1, 2}));
-    ASSERT_TRUE(shard_->group_ack("g", offs({0})));
-    const std::string journal = group_dir() + "/journal";
+  // Offsets 0..2 delivered, 0 acked; the engine stopped and `tail` appended to the journal.
+  // Returns the journal's size before the append.
+  std::uintmax_t ack_one_then_append(const std::string& tail) {
+    EXPECT_TRUE(append_wait(*shard_, make_batch("a", 3)));
+    EXPECT_EQ(offsets_of(fetch(3)), (std::vector<std::uint64_t>{0, 1, 2}));
+    EXPECT_TRUE(shard_->group_ack("g", offs({0})));
+    journal_ = group_dir() + "/journal";
     shard_.reset();
     engine_.reset();
-    {
-      std::ofstream f(journal, std::ios::binary | std::ios::app);
-      f << bad << journal_record(group_records::kAck, ack_payload(2));
-    }
-    const auto with = std::filesystem::file_size(journal);
+    const auto before = std::filesystem::file_size(journal());
+    std::ofstream(journal(), std::ios::binary | std::ios::app) << tail;
     fs_->restart();
     start();
+    return before;
+  }
+  const std::string& journal() const { return journal_; }
+  std::string journal_;
+  void expect_refused_not_cut(const std::string& bad) {
+    const std::string tail = bad + journal_record(group_records::kAck, ack_payload(2));
+    const auto with = ack_one_then_append(tail) + tail.size();
     auto r = shard_->group_position("g");
     ASSERT_FALSE(r);
     EXPECT_EQ(r.error().code, Errc::corrupt_data) << r.error().to_string();
     EXPECT_NE(r.error().message.find("not a torn tail"), std::string::npos) << r.error().message;
-    EXPECT_EQ(std::filesystem::file_size(journal), with) << "nothing cut";
+    EXPECT_EQ(std::filesystem::file_size(journal()), with) << "nothing cut";
   }
 };
 
@@ -270,21 +276,10 @@ TEST_F(JournalDamageTest, ASoundRecordOfATypeThisBuildDoesNotKnowIsCorruptionNot
 // A damaged record is the torn tail even with a sound record after it: a power cut may keep
 // a later unsynced page and lose an earlier one, so that cannot tell corruption apart.
 TEST_F(JournalDamageTest, ADamagedRecordIsCutAsATornTailEvenWithASoundOneAfterIt) {
-  ASSERT_TRUE(append_wait(*shard_, make_batch("a", 3)));
-  ASSERT_EQ(offsets_of(fetch(3)), (std::vector<std::uint64_t>{0, 1, 2}));
-  ASSERT_TRUE(shard_->group_ack("g", offs({0})));
-  const std::string journal = group_dir() + "/journal";
-  shard_.reset();
-  engine_.reset();
-  const auto before = std::filesystem::file_size(journal);
-  {
-    std::ofstream f(journal, std::ios::binary | std::ios::app);
-    f << journal_record(group_records::kAck, ack_payload(1), false) << journal_record(group_records::kAck, ack_payload(2));
-  }
-  fs_->restart();
-  start();
+  const auto before = ack_one_then_append(journal_record(group_records::kAck, ack_payload(1), false) +
+                                          journal_record(group_records::kAck, ack_payload(2)));
   EXPECT_EQ(pos().committed.value(), 1u);
-  EXPECT_EQ(std::filesystem::file_size(journal), before);
+  EXPECT_EQ(std::filesystem::file_size(journal()), before);
 }
 
 // Regression (review of 13a6e62): a replay intent an earlier build journaled may cover more
@@ -327,24 +322,11 @@ TEST_F(GroupCrashTest, AnEarlierBuildsReplayIntentOfMoreThanSixteenMiBIsFinished
 }
 
 // A torn tail (a record cut short at the end) is still cut, as before.
-TEST_F(GroupCrashTest, ATornLastRecordIsStillCut) {
-  ASSERT_TRUE(append_wait(*shard_, make_batch("a", 3)));
-  ASSERT_EQ(offsets_of(fetch(3)), (std::vector<std::uint64_t>{0, 1, 2}));
-  ASSERT_TRUE(shard_->group_ack("g", offs({0})));
-  const std::string journal = group_dir() + "/journal";
-  shard_.reset();
-  engine_.reset();
-  const auto before = std::filesystem::file_size(journal);
-  {
-    std::ofstream f(journal, std::ios::binary | std::ios::app);
-    const std::string rec = journal_record(group_records::kAck, ack_payload(1));
-    f << rec.substr(0, rec.size() - 3);
-  }
-  fs_->restart();
-  start();
-  auto p = pos();
-  EXPECT_EQ(p.committed.value(), 1u);
-  EXPECT_EQ(std::filesystem::file_size(journal), before);
+TEST_F(JournalDamageTest, ATornLastRecordIsStillCut) {
+  const std::string rec = journal_record(group_records::kAck, ack_payload(1));
+  const auto before = ack_one_then_append(rec.substr(0, rec.size() - 3));
+  EXPECT_EQ(pos().committed.value(), 1u);
+  EXPECT_EQ(std::filesystem::file_size(journal()), before);
 }
 
 // Regression (review): the journal's directory was synced only by the open that created
