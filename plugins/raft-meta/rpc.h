@@ -27,6 +27,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <list>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -59,6 +60,7 @@ class RpcServer {
  private:
   // Connections served at once (each has a thread); more are closed at once, logged.
   static constexpr std::size_t kMaxConnections = 1024;
+  static constexpr std::chrono::seconds kFirstRequest{10};
   void accept_main();
   void serve(int fd, const std::string& from);  // `from`: the peer's ip:port
   std::string handle(const std::string& request, bool& close_after);
@@ -74,6 +76,10 @@ class RpcServer {
   std::thread acceptor_;
   std::mutex mu_;
   std::map<int, std::thread> conns_;  // guarded by mu_
+  // Connections that have not sent a whole first request, and when they must have: the
+  // acceptor shuts down those past it (a client that trickles its first frame, or sends
+  // nothing, holds a slot and a thread for 10 s at most). Guarded by mu_.
+  std::map<int, std::chrono::steady_clock::time_point> awaiting_first_;
   std::vector<std::thread> finished_;  // guarded by mu_
 };
 

@@ -127,7 +127,9 @@ Result<std::string> decode_response(std::string_view body, bool* malformed) {
   json::value v = json::parse(body, ec);
   if (ec || !v.is_object() || !json_numbers_finite(v)) {
     *malformed = true;
-    return Error(Errc::internal, "controller sent a malformed response");
+    // Whatever it carried may have been applied: not a definite failure (review).
+    return Error(Errc::internal, "controller sent a malformed response (the call may have taken effect)",
+                 Outcome::uncertain);
   }
   auto& o = v.as_object();
   try {
@@ -135,7 +137,8 @@ Result<std::string> decode_response(std::string_view body, bool* malformed) {
     return error_from(o.at("error"));
   } catch (const std::exception& ex) {
     *malformed = true;
-    return Error(Errc::internal, std::string("controller response: ") + ex.what());
+    return Error(Errc::internal, std::string("controller response (the call may have taken effect): ") + ex.what(),
+                 Outcome::uncertain);
   }
 }
 

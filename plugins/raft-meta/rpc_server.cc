@@ -133,8 +133,25 @@ void RpcServer::stop() {
 void RpcServer::accept_main() {
   for (;;) {
     pollfd p[2] = {{listen_fd_, POLLIN, 0}, {wake_[0], POLLIN, 0}};
-    if (::poll(p, 2, -1) < 0 && errno != EINTR) return;
+    if (::poll(p, 2, 1000) < 0 && errno != EINTR) return;
     if (stopping_) return;
+    {
+      // A connection without a whole first request by its deadline is shut down; its
+      // thread sees the socket end and finishes (review: a per-read timeout let a client
+      // that trickles a byte every few seconds hold its slot for ever).
+      std::lock_guard lk(mu_);
+      const auto now = std::chrono::steady_clock::now();
+      for (auto it = awaiting_first_.begin(); it != awaiting_first_.end();) {
+        if (it->second > now) {
+          ++it;
+          continue;
+        }
+        ::shutdown(it->first, SHUT_RDWR);
+        host_.log(LogLevel::warn, kComponent, "closing a connection that sent no whole request within " +
+                                                  std::to_string(kFirstRequest.count()) + " s");
+        it = awaiting_first_.erase(it);
+      }
+    }
     if (!(p[0].revents & POLLIN)) continue;
     sockaddr_in peer{};
     socklen_t peer_len = sizeof peer;
@@ -160,6 +177,7 @@ void RpcServer::accept_main() {
         serve(fd, from);
       });
       conns_.emplace(fd, std::move(t));
+      awaiting_first_[fd] = std::chrono::steady_clock::now() + kFirstRequest;
     } catch (const std::system_error& e) {
       ::close(fd);
       host_.log(LogLevel::warn, kComponent,
@@ -178,10 +196,10 @@ void RpcServer::serve(int fd, const std::string& from) {
   setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
   setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
   setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
-  // Its first request within 10 s (a connection that sends nothing holds a slot and a
-  // thread); after that a connection may stay idle, a broker's between its calls.
-  timeval first{10, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &first, sizeof first);
+  // Its whole first request (and a TLS handshake) within kFirstRequest: the acceptor shuts
+  // down a connection past that (awaiting_first_). After it a connection may stay idle, a
+  // broker's between its calls.
+  bool first = true;
   std::unique_ptr<rpc::ByteStream> io;
   if (tls_) {
     // A client that never completes the handshake holds this thread for 10 s at most.
@@ -203,9 +221,10 @@ void RpcServer::serve(int fd, const std::string& from) {
         host_.log(LogLevel::warn, kComponent, "closing connection: " + why);
       break;
     }
-    if (first.tv_sec != 0) {
-      first = timeval{0, 0};
-      setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &first, sizeof first);
+    if (first) {
+      first = false;
+      std::lock_guard lk(mu_);
+      awaiting_first_.erase(fd);
     }
     bool close_after = false;
     std::string resp = handle(req, close_after);
@@ -214,6 +233,7 @@ void RpcServer::serve(int fd, const std::string& from) {
   }
   io.reset();
   std::lock_guard lk(mu_);
+  awaiting_first_.erase(fd);  // before the fd is closed and its number reused
   auto it = conns_.find(fd);
   ::close(fd);
   if (it != conns_.end()) {
