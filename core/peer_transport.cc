@@ -584,6 +584,13 @@ struct Conn : std::enable_shared_from_this<Conn> {
         else
           t.deliver(p.cb, std::move(body));
       }
+    } else if (outgoing) {
+      // Requests come on the connections peers open to this node; this node's own
+      // connections carry only its requests' answers. One there would be served with no
+      // backpressure (reading an outgoing connection cannot stop: its answers come on it).
+      close(LogLevel::warn, "protocol error: a request on a connection this node opened",
+            lost("it sent a request on this node's connection"));
+      return;
     } else {
       t.serve(shared_from_this(), h, std::move(body));
     }

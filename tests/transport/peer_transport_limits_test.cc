@@ -174,6 +174,29 @@ TEST(PeerTransport, ANodeZeroPeerMayOnlyPing) {
   EXPECT_EQ(pong, "pong");
 }
 
+// Regression (review of 070fc83): a request arriving on a connection this node opened was
+// served, and reading such a connection cannot pause (its answers come on it), so a peer
+// could grow this node's memory there. It is a protocol error now: the connection closes.
+TEST(PeerTransport, ARequestOnAConnectionThisNodeOpenedClosesIt) {
+  asio::io_context io;
+  tcp::acceptor fake(io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
+  TestNode a(1);
+  a.dir->set_static({{NodeId{2}, "127.0.0.1:" + std::to_string(fake.local_endpoint().port())}});
+  Answer ans;
+  a.t->request(NodeId{2}, kEcho, "", 20s, ans.cb());
+  tcp::socket s(io);
+  fake.accept(s);
+  (void)read_frame(s);  // a's hello
+  asio::write(s, asio::buffer(peerwire::encode_frame(peerwire::Header{0, peerwire::kHelloType, 0, 0},
+                                                     peerwire::encode_hello({NodeId{2}, "cluster-a", "dir-2"}))));
+  (void)read_frame(s);  // a's request
+  asio::write(s, asio::buffer(peerwire::encode_frame(peerwire::Header{0, kEcho, 99, 0}, "a request back")));
+  EXPECT_TRUE(poll_until([&] { return a.log->has("a request on a connection this node opened"); })) << a.log->all();
+  auto r = ans.get();
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().outcome, Outcome::uncertain) << r.error().to_string();  // it had been sent
+}
+
 // Regression (review): sluiced listens before the broker registers its handlers, and a call
 // that arrived in between was answered not_supported, definite: the caller gave up on a
 // publish the node would serve a moment later. Until handlers_registered() it is transient.
