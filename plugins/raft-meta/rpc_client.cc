@@ -170,6 +170,11 @@ bool idempotent_method(const std::string& m) {
     if (m == x) return true;
   return false;
 }
+// Answers that say this member cannot serve the call, where another member may. A member
+// that is not the leader forwards; it answers `not_leader` only when it cannot reach one.
+bool moves_on(Errc code) {
+  return code == Errc::unavailable || code == Errc::not_leader || code == Errc::cluster_id_mismatch;
+}
 }  // namespace
 
 Result<std::string> RemoteMetadataStore::call_on(Conn& c, const std::string& method,
@@ -217,9 +222,10 @@ Result<std::string> RemoteMetadataStore::call_on(Conn& c, const std::string& met
     bool malformed = false;
     auto answer = decode_response(resp, &malformed);
     if (malformed || (!answer && answer.error().code == Errc::cluster_id_mismatch)) c.close();
-    if (!malformed && !answer && answer.error().code == Errc::unavailable && cfg_.controllers.size() > 1) {
-      // This member cannot serve (held at a change above its level, no quorum, stopping):
-      // the next call starts at the next controller instead of asking it again for ever.
+    if (!malformed && !answer && moves_on(answer.error().code) && cfg_.controllers.size() > 1) {
+      // This member cannot serve (held at a change above its level, no quorum, stopping; not
+      // the leader and cannot reach it; of another cluster): the next call starts at the next
+      // controller instead of asking it again for ever.
       c.close();
       c.first = (c.first + 1) % cfg_.controllers.size();
       c.moving_on = true;

@@ -606,7 +606,7 @@ TEST(ControllerRpc, AWrittenCreateIsNotResentWhenTheAnswerIsLost) {
 // A member that answers `unavailable` (here: as a held member answers changes_after) is
 // left for the next controller: a broker whose metadata.controllers listed a held member
 // first once polled it for ever, and its catalog view froze (no new leaders, no streams).
-TEST(ControllerRpc, AWatchMovesOnFromAMemberThatCannotServe) {
+void a_watch_moves_on_from_a_member_answering(const char* code) {
   Controller ctrl;
   ASSERT_TRUE(ctrl.store.start().ok());
   const std::string cid = ctrl.host.cluster_id();
@@ -629,8 +629,8 @@ TEST(ControllerRpc, AWatchMovesOnFromAMemberThatCannotServe) {
           if (method != "hello") {
             ++refused;
             answer = json::object{{"ok", false},
-                                  {"error", {{"code", "unavailable"},
-                                             {"message", "this metadata member is held at index 7"},
+                                  {"error", {{"code", code},
+                                             {"message", "this metadata member cannot serve"},
                                              {"outcome", "transient"}}}};
           }
           if (!rpc::write_frame(fd, json::serialize(answer), nullptr)) break;
@@ -663,6 +663,18 @@ TEST(ControllerRpc, AWatchMovesOnFromAMemberThatCannotServe) {
   for (int fd : fds) ::shutdown(fd, SHUT_RDWR);
   for (auto& t : conns) t.join();
   for (int fd : fds) ::close(fd);
+}
+
+TEST(ControllerRpc, AWatchMovesOnFromAMemberThatCannotServe) { a_watch_moves_on_from_a_member_answering("unavailable"); }
+
+// A member that is not the leader and cannot reach one answers `not_leader`; the client
+// asked it again for ever while another listed member led (review).
+TEST(ControllerRpc, AWatchMovesOnFromAMemberThatIsNotTheLeader) { a_watch_moves_on_from_a_member_answering("not_leader"); }
+
+// A listed member of another cluster refuses every call with `cluster_id_mismatch`; the
+// client closed the connection and opened the next one to the same member (review).
+TEST(ControllerRpc, AWatchMovesOnFromAMemberOfAnotherCluster) {
+  a_watch_moves_on_from_a_member_answering("cluster_id_mismatch");
 }
 
 }  // namespace
