@@ -22,8 +22,7 @@ namespace json = boost::json;
 namespace sluice::cli {
 
 bool replayable(const std::string& method, Replay replay) {
-  return replay == Replay::safe || method == "GET" || method == "HEAD" || method == "PUT" ||
-         method == "DELETE";
+  return replay == Replay::safe || method == "GET" || method == "HEAD";
 }
 
 namespace {
@@ -138,23 +137,31 @@ void set_failure_note(std::function<std::string()> note) { g_failure_note = std:
 
 Response Client::call(const std::string& method, const std::string& path, const std::string& body,
                       const std::string& content_type, Replay replay) {
+  // A write sent once and then lost is uncertain however the next attempt ends: a re-sent
+  // sequenced publish that cannot connect does not undo the first one.
+  bool sent_before = false;
+  const bool reads_only = method == "GET" || method == "HEAD";
   for (int tries = 0;; ++tries) {
     Failure why;
     if (auto r = attempt(method, path, body, content_type, why)) return std::move(*r);
     end_progress_line();
-    if (!why.sent) {
+    if (!why.sent && !sent_before) {
       std::fprintf(stderr, "sluice: cannot reach %s: %s (nothing was sent)\n", uri_.toString().c_str(),
                    why.message.c_str());
       exit_failed();
     }
+    sent_before = sent_before || why.sent;
     const bool replay_ok = replayable(method, replay);
     if (tries == 0 && replay_ok && why.network) continue;
-    if (!replay_ok) {
+    if (!reads_only) {
       g_failure_uncertain = true;
+      const char* resend = !replay_ok ? ", and was not re-sent"
+                           : tries > 0 ? " (it was sent twice; sending it again is safe)"
+                                       : " (sending it again is safe)";
       std::fprintf(stderr,
                    "sluice: %s %s: the connection to %s failed after the request was sent: %s; "
-                   "outcome uncertain: it may or may not have taken effect, and was not re-sent\n",
-                   method.c_str(), path.c_str(), uri_.toString().c_str(), why.message.c_str());
+                   "outcome uncertain: it may or may not have taken effect%s\n",
+                   method.c_str(), path.c_str(), uri_.toString().c_str(), why.message.c_str(), resend);
     } else {
       std::fprintf(stderr, "sluice: cannot reach %s: %s\n", uri_.toString().c_str(), why.message.c_str());
     }

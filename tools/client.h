@@ -36,8 +36,10 @@ struct Response {
 };
 
 // Whether a call may be sent again after the connection failed.
-//   by_method  GET, HEAD, PUT and DELETE are idempotent and are retried once; any other
-//              method is not, and is never re-sent once its request may have been written.
+//   by_method  GET and HEAD are retried once; any other method is never re-sent once its
+//              request may have been written. PUT and DELETE are not idempotent here: a
+//              delete re-sent after its stream was created again deletes the new incarnation,
+//              and a re-sent `cache put --if-revision` fails on its own first write.
 //   safe       a POST the API documents as idempotent: a publish carrying producer_id and
 //              sequence (docs/api.md, "Idempotent producers"), a feature finalize.
 enum class Replay { by_method, safe };

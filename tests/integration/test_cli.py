@@ -310,6 +310,30 @@ class RetryPolicy(unittest.TestCase):
         self.assertEqual(self.server.requests, [("GET", "/v1/tenants/t/namespaces/n/streams/s")] * 2)
         self.assertNotIn("outcome uncertain", p.stderr)
 
+    # Review finding: PUT and DELETE were re-sent after a lost answer. A delete re-sent after
+    # someone created the stream again deletes the new incarnation and its records.
+    def test_a_delete_is_not_resent_after_a_network_error(self):
+        p = self.sluice("stream", "delete", "t/n/s")
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertEqual([m for m, _ in self.server.requests], ["DELETE"])
+        self.assertIn("outcome uncertain", p.stderr)
+        self.assertIn("was not re-sent", p.stderr)
+
+    def test_a_cache_put_is_not_resent_after_a_network_error(self):
+        p = self.sluice("cache", "put", "t/n/c", "k", "--if-revision", "3", stdin="v")
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertEqual([m for m, _ in self.server.requests], ["PUT"])
+        self.assertIn("outcome uncertain", p.stderr)
+
+    # A re-sent sequenced publish whose second attempt also fails may still have been
+    # written by the first: the failure said "cannot reach", as if nothing happened.
+    def test_a_resent_publish_that_fails_again_is_still_uncertain(self):
+        p = self.sluice("publish", "t/n/s", "--producer-id", "7", "--sequence", "3", stdin="one\n")
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertEqual(len(self.server.requests), 2, self.server.requests)
+        self.assertIn("outcome uncertain", p.stderr)
+        self.assertIn("may or may not have been written (outcome uncertain)", p.stderr)
+
     def test_an_unreachable_node_is_reported_as_nothing_sent(self):
         self.server.close()
         p = self.sluice("publish", "t/n/s", stdin="one\n")
