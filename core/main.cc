@@ -228,10 +228,12 @@ int rebuild_metadata(const core::Config& cfg, const std::string& data_dir) {
   if (auto r = fsync_directory(moved.parent_path().string()); !r)
     die(1, "moved " + raft_dir + " to " + aside + ", but cannot make it durable: " + r.error().message);
   std::printf("moved %s to %s\n", raft_dir.c_str(), aside.c_str());
-  std::printf("next: start sluiced with the same configuration (metadata.join = %s); it joins with an\n"
+  const long long id = cfg.get_int("node.id", 1);
+  std::printf("next: remove this member from the group (sluice members remove %lld, against a running member),\n"
+              "then start sluiced with the same configuration (metadata.join = %s); it joins with an\n"
               "empty log and installs the leader's snapshot. Check GET /v1/metadata/members shows this\n"
               "member with the group's applied index and state hash, then remove %s.\n",
-              join.c_str(), aside.c_str());
+              id, join.c_str(), aside.c_str());
   return 0;
 }
 

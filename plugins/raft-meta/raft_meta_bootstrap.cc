@@ -102,6 +102,18 @@ Result<void> RaftMetaStore::start() {
   const bool fresh = !std::filesystem::exists(std::filesystem::path(cfg_.raft_dir) / "metadata1") &&
                      !std::filesystem::exists(std::filesystem::path(cfg_.raft_dir) / "metadata2");
   const bool joining = fresh && !cfg_.join.empty();
+  // A seed (no metadata.join) whose raft directory is gone but whose data directory names
+  // a cluster lost its log: bootstrapping would start a second group under the old
+  // cluster's id, and the old members, which still list it, would take its rewritten log
+  // (same indexes and terms, other entries) as theirs. Refused before libraft writes.
+  if (fresh && cfg_.join.empty() && !host_.cluster_id().empty())
+    return Error(Errc::conflict,
+                 "raft.dir " + cfg_.raft_dir + " has no raft log, but this data directory belongs to cluster " +
+                     host_.cluster_id() +
+                     ": this member lost its log. Rebuild it from the group: remove it (sluice members remove " +
+                     std::to_string(host_.node_id().value()) +
+                     "), set metadata.join to the other members' RPC addresses and start it again "
+                     "(docs/operations.md)");
   if (joining) {
     RemoteConfig rc;
     rc.controllers = cfg_.join;
@@ -113,7 +125,26 @@ Result<void> RaftMetaStore::start() {
     for (;;) {
       RemoteMetadataStore probe(host_, rc);
       auto r = probe.start();
-      if (r.ok()) break;
+      if (r.ok()) {
+        // A member the group still lists would be a voter with an empty log the moment it
+        // answers: with the leader down, it and one other member could elect a leader
+        // without entries the group committed (acknowledged creates lost, incarnations
+        // handed out again). It must be removed first and then join as a new member, which
+        // the leader catches up before it votes.
+        auto m = probe.list_members();
+        if (m.ok()) {
+          for (const auto& rec : m->members)
+            if (rec.id == host_.node_id())
+              return Error(Errc::conflict,
+                           "member " + std::to_string(host_.node_id().value()) +
+                               " is still in the group but its raft log is empty: it must not vote "
+                               "before it has the group's log. Remove it first (sluice members remove " +
+                               std::to_string(host_.node_id().value()) + "), then start it again to join "
+                               "(docs/operations.md)");
+          break;
+        }
+        r = m.error();
+      }
       if (r.error().code == Errc::cluster_id_mismatch || std::chrono::steady_clock::now() >= give_up)
         return Error(r.error().code, "cannot join through metadata.join (" + join_list(cfg_.join) +
                                          "): " + r.error().message);
