@@ -63,8 +63,8 @@ void ReplicaManager::truncate_step(const std::shared_ptr<Shard>& s, std::uint64_
   auto exec = exec_;
   transport_.request(
       leader, kReplicaEpochEnd, encode(req), opts_.request_timeout,
-      [this, exec, s, gen, asked = req.epoch](Result<std::string> answer) {
-        exec->post([this, s, gen, asked, answer = std::move(answer)] {
+      [this, exec, s, gen, asked = req.epoch, decided_in = req.env.leader_epoch](Result<std::string> answer) {
+        exec->post([this, s, gen, asked, decided_in, answer = std::move(answer)] {
           if (!answer) return retry(s, gen, answer.error());
           auto resp = decode_epoch_end_response(*answer);
           if (!resp) return retry(s, gen, resp.error());
@@ -108,11 +108,17 @@ void ReplicaManager::truncate_step(const std::shared_ptr<Shard>& s, std::uint64_
               if (fresh) s->last_hold = msg;
             }
             if (fresh) log_(LogLevel::error, msg);
-            target = hwm;
           }
-          if (target < log->durable_end()) {
+          // A held replica cuts nothing, not even above its high watermark: that lags the
+          // old leader's by a fetch round (after a crash it is the close-time checkpoint),
+          // so records there may be committed too, and they are the evidence of what the
+          // election lost. It does not follow, so nothing lands after them (review).
+          if (!diverged && target < log->durable_end()) {
             const auto from = log->durable_end();
-            if (auto r = log->truncate_to(target); !r) return retry(s, gen, r.error());
+            // In the epoch the question was asked in, or not at all: the gen check above
+            // and this cut are not atomic, and a cut decided for the old leader could drop
+            // records the new one already counted toward its high watermark (review).
+            if (auto r = log->truncate_to(target, decided_in); !r) return retry(s, gen, r.error());
             log_(LogLevel::info, shard_name(s->ref, s->kind) + ": truncated the divergent suffix [" +
                                      std::to_string(target.value()) + ", " +
                                      std::to_string(from.value()) + ")");
@@ -189,7 +195,7 @@ void ReplicaManager::fetch_step(const std::shared_ptr<Shard>& s, std::uint64_t g
                                                              std::to_string(base.value()) +
                                                              ", below its log start " + start));
             const Offset held_from = log->log_start();
-            if (auto r = log->restart_at(resp->log_start); !r) return retry(s, gen, r.error());
+            if (auto r = log->restart_at(resp->log_start, asked_in); !r) return retry(s, gen, r.error());
             log_(LogLevel::info, shard_name(s->ref, s->kind) + ": the leader's log starts at " +
                                      start + ", beyond this replica's [" +
                                      std::to_string(held_from.value()) + ", " +

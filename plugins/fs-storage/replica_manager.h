@@ -94,12 +94,16 @@ class ReplicaLog {
   // (conflict) if the follower has moved to another epoch since.
   virtual Result<void> append_replica(std::string_view chunk, Offset base, LeaderEpoch epoch,
                                       LeaderEpoch fetched_in) = 0;
-  virtual Result<void> truncate_to(Offset end) = 0;
+  // `decided_in`: the follower's epoch when it decided the cut (its epoch-end question);
+  // refused (conflict) if the follower has moved to another epoch since, as a late
+  // decision may cut records the new epoch's leader already counted (review finding).
+  virtual Result<void> truncate_to(Offset end, LeaderEpoch decided_in) = 0;
   // Drops the whole log (which ends at or below `start`) and continues with an empty one
   // starting at `start`, the leader's log start; crash-safe and durable when it returns.
   // The one cut allowed below the high watermark (docs/replication.md "Below the leader's
   // log start"). Refused on a leader, and when the log holds anything at or above `start`.
-  virtual Result<void> restart_at(Offset start) = 0;
+  // `decided_in` as for truncate_to.
+  virtual Result<void> restart_at(Offset start, LeaderEpoch decided_in) = 0;
   // Deletes whole sealed segments entirely below `before` (ShardLog::trim_before's bounds);
   // returns the new log start. A follower calls it when the leader's log start moved up
   // (docs/architecture.md "Cache compaction"). Default: keeps everything.

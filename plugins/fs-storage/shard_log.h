@@ -316,8 +316,10 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   // holding `end`), across segments, fsynced; the epoch history drops entries starting at
   // or after the new end; producer state is rebuilt. Refused on a leader (conflict), below
   // the high watermark (conflict naming both), below the log start (offset_out_of_range).
-  // An `end` at or beyond the log end changes nothing.
-  Result<void> truncate_to(Offset end);
+  // An `end` at or beyond the log end changes nothing. `decided_in`: the follower epoch
+  // the cut was decided in; refused (conflict) in another epoch, where a late decision
+  // could cut records the new leader already counted. The manager always passes it.
+  Result<void> truncate_to(Offset end, std::optional<LeaderEpoch> decided_in = std::nullopt);
   // Drops the whole log and continues with an empty one that starts at `start` (a leader's
   // log start above everything this replica holds; docs/replication.md "Below the leader's
   // log start"): every segment, index and the producer snapshot go, producer state and the
@@ -328,7 +330,8 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   // (conflict), and when the log holds anything at or above `start` (conflict naming
   // both). An empty log that already starts at `start` changes nothing. A failure after
   // the commit point fails the shard (storage_failure); reopening finishes the restart.
-  Result<void> restart_at(Offset start);
+  // `decided_in` as for truncate_to.
+  Result<void> restart_at(Offset start, std::optional<LeaderEpoch> decided_in = std::nullopt);
   // Calls `cb` once the WRITTEN end (synced or not) exceeds `offset`, or the shard closes
   // (inline, returning 0, if already true). Otherwise returns a handle for
   // cancel_end_notify (same contract as notify_when_beyond / cancel_notify).

@@ -294,7 +294,7 @@ Result<void> ShardLogImpl::append_replica(std::string_view chunk, Offset expecte
 
 // --- truncate_to -------------------------------------------------------------------------
 
-Result<void> ShardLogImpl::truncate_to(Offset end_off) {
+Result<void> ShardLogImpl::truncate_to(Offset end_off, std::optional<LeaderEpoch> decided_in) {
   if (!replicated_)
     return Error(Errc::not_supported, "shard " + ref_.to_string() + " is not replicated");
   std::lock_guard rl(repl_mu_);
@@ -304,6 +304,10 @@ Result<void> ShardLogImpl::truncate_to(Offset end_off) {
       return Error(Errc::conflict, "shard " + ref_.to_string() +
                                        " leads in epoch " + epoch_str(epoch_) +
                                        "; a leader never truncates its log");
+    if (decided_in && *decided_in != epoch_)
+      return Error(Errc::conflict, "shard " + ref_.to_string() + ": a cut decided in epoch " +
+                                       epoch_str(*decided_in) + " arrived after this follower moved to epoch " +
+                                       epoch_str(epoch_) + "; asking the new leader again");
     if (auto r = acquire_writer(lk); !r) return r;
   }
   struct Release {

@@ -141,7 +141,7 @@ Result<Offset> ShardLogImpl::roll_segment() {
   return out;
 }
 
-Result<void> ShardLogImpl::restart_at(Offset start_off) {
+Result<void> ShardLogImpl::restart_at(Offset start_off, std::optional<LeaderEpoch> decided_in) {
   if (!replicated_)
     return Error(Errc::not_supported, "shard " + ref_.to_string() + " is not replicated");
   std::lock_guard rl(repl_mu_);
@@ -151,6 +151,11 @@ Result<void> ShardLogImpl::restart_at(Offset start_off) {
       return Error(Errc::conflict, "shard " + ref_.to_string() + " leads in epoch " +
                                        std::to_string(epoch_.value()) +
                                        "; a leader never starts its log over");
+    if (decided_in && *decided_in != epoch_)
+      return Error(Errc::conflict, "shard " + ref_.to_string() + ": a restart decided in epoch " +
+                                       std::to_string(decided_in->value()) +
+                                       " arrived after this follower moved to epoch " +
+                                       std::to_string(epoch_.value()) + "; fetching again");
     if (auto r = acquire_writer(lk); !r) return r;
   }
   struct Release {

@@ -50,8 +50,10 @@ class ShardReplicaLog final : public ReplicaLog {
                               LeaderEpoch fetched_in) override {
     return log_->append_replica(chunk, base, epoch, fetched_in);
   }
-  Result<void> truncate_to(Offset end) override { return log_->truncate_to(end); }
-  Result<void> restart_at(Offset start) override { return log_->restart_at(start); }
+  Result<void> truncate_to(Offset end, LeaderEpoch decided_in) override { return log_->truncate_to(end, decided_in); }
+  Result<void> restart_at(Offset start, LeaderEpoch decided_in) override {
+    return log_->restart_at(start, decided_in);
+  }
   Result<Offset> trim_before(Offset before) override { return log_->trim_before(before); }
   std::uint64_t notify_when_end_beyond(Offset offset, std::function<void()> cb) override {
     return log_->notify_when_end_beyond(offset, std::move(cb));

@@ -176,8 +176,9 @@ class ModelLog : public ReplicaLog {
     for (auto& cb : ready) cb();
     return {};
   }
-  Result<void> truncate_to(Offset end) override {
+  Result<void> truncate_to(Offset end, LeaderEpoch decided_in) override {
     std::lock_guard lk(mu_);
+    if (decided_in != epoch_) return Error(Errc::conflict, "decided in another epoch");
     if (end < hwm_) return Error(Errc::conflict, "below the high watermark");
     if (end.value() < start_) return Error(Errc::offset_out_of_range, "below the log start");
     if (end.value() < this->end()) entries_.resize(end.value() - start_);
@@ -185,9 +186,10 @@ class ModelLog : public ReplicaLog {
     lowest_cut_ = std::min(lowest_cut_, end);
     return {};
   }
-  Result<void> restart_at(Offset start) override {
+  Result<void> restart_at(Offset start, LeaderEpoch decided_in) override {
     std::unique_lock lk(mu_);
     if (leading_) return Error(Errc::conflict, "a leader never starts its log over");
+    if (decided_in != epoch_) return Error(Errc::conflict, "decided in another epoch");
     if (start.value() < end()) return Error(Errc::conflict, "the log ends beyond " +
                                                              std::to_string(start.value()));
     entries_.clear();

@@ -159,7 +159,7 @@ TEST(ReplicaLogStartTest, RestartAtForgetsTheProducerStateOfTheDroppedLog) {
   ASSERT_TRUE(f.log->become_follower(LeaderEpoch(1), NodeId(1)));
   replicate(*a.log, *f.log);
   ShardReplicaLog seam(f.log);  // as the replication manager calls it
-  ASSERT_TRUE(seam.restart_at(Offset(10)));
+  ASSERT_TRUE(seam.restart_at(Offset(10), LeaderEpoch(1)));
   EXPECT_EQ(seam.log_start(), Offset(10));
   ASSERT_TRUE(f.log->become_leader(LeaderEpoch(2)));
   // Producer 9's sequences 0..3 lie in the dropped log: this log has never seen it.

@@ -244,6 +244,32 @@ TEST(ReplicaLogTest, AppendReplicaRejectsGapsOverlapsBadCrcAndOtherIncarnations)
          "not a follower");
 }
 
+// Regression (review): the follower checked its generation, let go of its lock and then
+// cut, so a cut decided for the old leader could land after the follower had moved to a
+// new epoch and fetched (and reported) records the new leader counted toward its high
+// watermark. The log refuses a cut or a restart decided in another epoch.
+TEST(ReplicaLogTest, ACutDecidedInAnEarlierEpochIsRefused) {
+  Node a, f;
+  ASSERT_TRUE(a.log->become_leader(LeaderEpoch(1)));
+  append_n(*a.log, "e1-", 10);
+  ASSERT_TRUE(f.log->become_follower(LeaderEpoch(1), NodeId(1)));
+  replicate(*a.log, *f.log);
+  ASSERT_EQ(f.log->durable_end(), Offset(30));
+  ASSERT_TRUE(f.log->become_follower(LeaderEpoch(2), NodeId(1)));
+  auto cut = f.log->truncate_to(Offset(12), LeaderEpoch(1));
+  ASSERT_FALSE(cut);
+  EXPECT_EQ(cut.error().code, Errc::conflict);
+  EXPECT_NE(cut.error().message.find("decided in epoch 1"), std::string::npos) << cut.error().message;
+  auto restart = f.log->restart_at(Offset(40), LeaderEpoch(1));
+  ASSERT_FALSE(restart);
+  EXPECT_EQ(restart.error().code, Errc::conflict);
+  EXPECT_EQ(f.log->durable_end(), Offset(30));
+  EXPECT_EQ(f.log->log_start(), Offset(0));
+  // In its own epoch the same cut is made.
+  ASSERT_TRUE(f.log->truncate_to(Offset(12), LeaderEpoch(2)));
+  EXPECT_EQ(f.log->durable_end(), Offset(12));
+}
+
 TEST(ReplicaLogTest, TruncationRemovesOnlyTheDivergentSuffixAndNeverGoesBelowTheHighWatermark) {
   Node a, b, f;
   // Epoch 1 led by a; b copies only its first 6 batches, f copies all 10.

@@ -321,7 +321,7 @@ TEST(ReplicaManager, AFollowerTruncatesOnlyTheDivergentSuffix) {
 
 // An unclean leader that lost data: its history ends epoch 1 at 3 (then 40 in epoch 4).
 // The follower holds 0..9 of epoch 1 with its high watermark at 8; once it has asked, it
-// has cut what lay above its high watermark.
+// holds (and has cut nothing).
 void follow_a_leader_lacking_committed_records(Cluster& c) {
   c.logs_[1]->put_entries(LeaderEpoch{1}, {0, 1, 2});
   c.logs_[1]->put_entries(LeaderEpoch{4}, {40});
@@ -329,7 +329,23 @@ void follow_a_leader_lacking_committed_records(Cluster& c) {
   c.logs_[2]->set_hwm(Offset{8});
   c.set_catalog([](ReplicaAssignment& a) { a.leader_epoch = LeaderEpoch{4}; });
   c.tell();
-  ASSERT_TRUE(eventually([&] { return c.logs_[2]->truncations() == 1; }));
+  ASSERT_TRUE(eventually([&] { return c.managers_[2]->counters().diverged_holds >= 1; }));
+}
+
+// Regression (review): the hold cut [high watermark, end) before holding. The follower's
+// high watermark lags the old leader's by a fetch round (after a crash it is the
+// close-time checkpoint), so the cut could drop committed records, the evidence of what
+// the unclean election lost. A held follower cuts nothing.
+TEST(ReplicaManager, AHeldFollowerKeepsEvenTheRecordsAboveItsHighWatermark) {
+  Cluster c(2);
+  ASSERT_NO_FATAL_FAILURE(follow_a_leader_lacking_committed_records(c));
+  const auto holds = c.managers_[2]->counters().diverged_holds;
+  ASSERT_TRUE(eventually([&] { return c.managers_[2]->counters().diverged_holds >= holds + 2; }));
+  EXPECT_EQ(c.logs_[2]->truncations(), 0u);
+  EXPECT_EQ(c.logs_[2]->durable_end(), Offset{10});
+  auto e = c.logs_[2]->entries();
+  ASSERT_EQ(e.size(), 10u);
+  for (std::uint64_t i = 0; i < 10; ++i) EXPECT_EQ(e[i].second, i);
 }
 
 TEST(ReplicaManager, AFollowerNeverTruncatesBelowItsHighWatermark) {
@@ -356,7 +372,7 @@ TEST(ReplicaManager, AFollowerWhoseLeaderLacksItsCommittedRecordsStopsInsteadOfD
   ASSERT_TRUE(eventually([&] {
     return c.managers_[2]->counters().diverged_holds >= holds + 5 || c.logs_[2]->durable_end() > Offset{8};
   }));
-  EXPECT_EQ(c.logs_[2]->durable_end(), Offset{8}) << "it appended the leader's records after its own";
+  EXPECT_EQ(c.logs_[2]->durable_end(), Offset{10}) << "it appended the leader's records after its own";
   auto e = c.logs_[2]->entries();
   for (std::uint64_t i = 0; i < e.size(); ++i) EXPECT_EQ(e[i].second, i) << "offset " << i;
   EXPECT_EQ(c.managers_[2]->counters().chunks_appended, 0u);
