@@ -435,8 +435,12 @@ Result<void> ShardLogImpl::truncate_to(Offset end_off, std::optional<LeaderEpoch
       changed = entries.size() != history_.entries().size();
       current = history_.current();
     }
+    // The data is already cut: a history that still names an epoch starting beyond the
+    // cut would give the next chunks of that epoch the previous epoch (epoch_at), and the
+    // replica would answer epoch-end questions wrongly. Failed until reopened, as for the
+    // other steps (recovery drops entries beyond the log end).
     if (changed)
-      if (auto r = save_history(current, std::move(entries)); !r) return r;
+      if (auto r = save_history(current, std::move(entries)); !r) return fail(r.error());
   }
   return {};
 }

@@ -270,6 +270,37 @@ TEST(ReplicaLogTest, ACutDecidedInAnEarlierEpochIsRefused) {
   EXPECT_EQ(f.log->durable_end(), Offset(12));
 }
 
+// Regression (review): when the epoch history could not be saved after the data was cut,
+// the error was returned but the shard went on, its history still naming an epoch that
+// began beyond the cut: the next chunks of that epoch were stamped with the previous one.
+TEST(ReplicaLogTest, AHistoryThatCannotBeSavedAfterACutFailsTheShard) {
+  Node a, f;
+  ASSERT_TRUE(a.log->become_leader(LeaderEpoch(1)));
+  append_n(*a.log, "e1-", 4);
+  ASSERT_TRUE(f.log->become_follower(LeaderEpoch(1), NodeId(1)));
+  replicate(*a.log, *f.log);
+  ASSERT_EQ(f.log->durable_end(), Offset(12));
+  // f leads epoch 2 briefly and writes its own batches after 12: history (1,0), (2,12).
+  ASSERT_TRUE(f.log->become_leader(LeaderEpoch(2)));
+  append_n(*f.log, "e2-", 2);
+  ASSERT_TRUE(f.log->become_follower(LeaderEpoch(3), NodeId(1)));
+  ASSERT_EQ(f.log->epoch_entries().size(), 2u);
+  const std::string shard = f.shard_dir();
+  f.fs->fail_dir_sync(shard.substr(shard.rfind('/')));  // the history's directory, not log/
+  auto cut = f.log->truncate_to(Offset(12), LeaderEpoch(3));
+  ASSERT_FALSE(cut);
+  EXPECT_EQ(cut.error().code, Errc::storage_failure);
+  // Failed until reopened: nothing more is taken on that history.
+  auto next = f.log->truncate_to(Offset(100), LeaderEpoch(3));
+  ASSERT_FALSE(next) << "the shard went on after its history could not be saved";
+  EXPECT_EQ(next.error().code, Errc::storage_failure);
+  // Reopened, the history ends where the log does.
+  f.restart();
+  EXPECT_EQ(f.log->durable_end(), Offset(12));
+  ASSERT_EQ(f.log->epoch_entries().size(), 1u);
+  EXPECT_EQ(f.log->epoch_entries().back().epoch, LeaderEpoch(1));
+}
+
 TEST(ReplicaLogTest, TruncationRemovesOnlyTheDivergentSuffixAndNeverGoesBelowTheHighWatermark) {
   Node a, b, f;
   // Epoch 1 led by a; b copies only its first 6 batches, f copies all 10.
