@@ -31,15 +31,17 @@ namespace {
 
 const Usage kPublish{"publish",
                      R"(Usage: sluice publish TENANT/NS/STREAM [--key KEY] [--ack none|leader] [--batch N] [--quiet]
-                      [--producer-id ID [--sequence S]]
+                      [--producer-id ID --sequence S]
 
 Reads standard input and publishes each line (without its newline) as one record,
 N lines (and at most 1 MiB) per request (default 500 lines), over the binary batch API. With --key every record
 gets KEY (so all land on one shard, in order). Prints progress and a summary on stderr.
 
-With --producer-id the publish is idempotent: request k carries sequence S+k (S defaults
-to 0), so a retried request is answered with its original offsets instead of being
-written twice. Every request must then land on one shard: give --key, or use a
+With --producer-id the publish is idempotent: request k carries sequence S+k, so a
+retried request is answered with its original offsets instead of being written twice.
+--sequence is required: the first run of a producer starts at 0, a later run where the
+last one ended (the node answers a sequence it has seen as a duplicate and writes nothing,
+so a second run from 0 would drop its input). Every request must then land on one shard: give --key, or use a
 one-shard stream.
 
 After a network error only a publish with --producer-id is sent again; without it the
@@ -80,6 +82,9 @@ int cmd_publish(Client& c, const Words& words) {
   StreamPath p = parse_stream(kPublish, a.pos()[0]);
   const std::uint64_t batch = std::max<std::uint64_t>(1, a.get_u64("batch", 500));
   if (a.has("sequence") && !a.has("producer-id")) a.error("--sequence needs --producer-id");
+  if (a.has("producer-id") && !a.has("sequence"))
+    a.error("--producer-id needs --sequence (0 for the producer's first run; a run from a sequence the node "
+            "has seen is answered with the original offsets and writes nothing)");
   std::string query;
   auto add_param = [&](const std::string& k, const std::string& v) {
     query += (query.empty() ? "?" : "&") + k + "=" + v;

@@ -178,6 +178,14 @@ class Cli(unittest.TestCase):
         self.assertEqual(p.returncode, 1, p.stderr)
         self.assertIn("no record was acknowledged; the request with input lines 1..2 failed", p.stderr)
 
+    # Review finding: --sequence defaulted to 0, so a second run of the same producer had
+    # its requests answered as duplicates of the first run's: input dropped, exit 0.
+    def test_a_producer_id_needs_an_explicit_sequence(self):
+        p = subprocess.run([SLUICE_CLI, "--url", "http://127.0.0.1:9", "publish", "t/n/s", "--producer-id", "7"],
+                           input="one\n", capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("--producer-id needs --sequence", p.stderr)
+
     def test_usage_errors_exit_2(self):
         p = self.sluice("stream", "create", "not-a-stream-path", ok=False)
         self.assertEqual(p.returncode, 2)
