@@ -47,6 +47,9 @@ std::string ids_text(const json::array& a) {
   return out + "]";
 }
 
+// Longer would overflow the clock's nanoseconds (a wait that ended at once).
+constexpr std::uint64_t kMaxTimeoutS = 30ull * 24 * 3600;
+
 struct Watch {
   std::string stream;  // tenant/ns/name
   std::uint64_t shard;
@@ -55,10 +58,13 @@ struct Watch {
 };
 
 // Polls the shards listing of each watched shard until none has a target; prints a line
-// whenever a shard's progress text changes. false on timeout.
+// whenever a shard's progress text changes. false on timeout, and when a move did not end
+// with the replicas asked for (the shard is gone, or someone changed it): the command
+// exits 1 then, not 0 as if it had done what it was asked.
 bool wait_done(Client& c, std::vector<Watch> watch, std::uint64_t timeout_s) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
   std::map<std::string, std::string> last;
+  std::size_t not_as_asked = 0;
   while (!watch.empty()) {
     std::vector<Watch> left;
     for (const auto& w : watch) {
@@ -70,6 +76,7 @@ bool wait_done(Client& c, std::vector<Watch> watch, std::uint64_t timeout_s) {
       const std::string id = w.stream + " shard " + std::to_string(w.shard);
       if (!shard) {
         std::printf("%s: gone\n", id.c_str());
+        ++not_as_asked;
         continue;
       }
       std::string now;
@@ -84,6 +91,7 @@ bool wait_done(Client& c, std::vector<Watch> watch, std::uint64_t timeout_s) {
               std::to_string(shard->at("leader").to_number<std::uint64_t>());
       } else if (w.seen_moving) {
         now = "ended with replicas " + replicas + ", not " + w.target + " (changed by someone else?)";
+        ++not_as_asked;
       } else {
         // The answering node has not applied the start of the move yet.
         now = "starting: moving to " + w.target;
@@ -104,6 +112,10 @@ bool wait_done(Client& c, std::vector<Watch> watch, std::uint64_t timeout_s) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
   }
+  if (not_as_asked > 0) {
+    std::fprintf(stderr, "sluice: %zu move(s) did not end with the replicas asked for (above)\n", not_as_asked);
+    return false;
+  }
   return true;
 }
 
@@ -117,6 +129,7 @@ int reassign(Client& c, const Words& words) {
   if (!a.has("replicas")) a.error("--replicas B1,B2,... is required");
   const std::uint64_t shard = a.get_u64("shard", 0);
   const std::uint64_t timeout_s = a.get_u64("timeout-s", 600);  // every option is checked before the POST
+  if (timeout_s > kMaxTimeoutS) a.error("--timeout-s is at most " + std::to_string(kMaxTimeoutS) + " (30 days)");
   json::array reps;
   const std::string list = a.get("replicas");
   std::size_t at = 0;
@@ -142,6 +155,7 @@ int cmd_broker(Client& c, const Words& words) {
   Args a(kBroker, rest(words), {.values = {"timeout-s"}, .flags = {"no-wait"}, .min_args = 1, .max_args = 1});
   const std::uint64_t broker = parse_u64(kBroker, "BROKER", a.pos()[0]);
   const std::uint64_t timeout_s = a.get_u64("timeout-s", 600);  // every option is checked before the POST
+  if (timeout_s > kMaxTimeoutS) a.error("--timeout-s is at most " + std::to_string(kMaxTimeoutS) + " (30 days)");
   auto v = c.call_ok("POST", "/v1/brokers/" + std::to_string(broker) + "/drain", "{}");
   std::vector<Watch> watch;
   std::size_t refused = 0;

@@ -281,6 +281,46 @@ class ProblemOutcome(unittest.TestCase):
         self.assertIn("failed, and nothing after it was sent", p.stderr)
 
 
+class ReassignOutcome(unittest.TestCase):
+    """Review finding: a move whose shard disappeared, or that ended with other replicas than
+    asked, was dropped from the watch and the command exited 0."""
+
+    def run_against(self, shards):
+        def answer(handler):
+            if handler.command == "POST":
+                body = {"shard": 0, "replicas": [1], "target_replicas": [2]}
+            else:
+                body = {"shards": shards}
+            data = json.dumps(body).encode()
+            handler.send_response(200)
+            handler.send_header("Content-Type", "application/json")
+            handler.send_header("Content-Length", str(len(data)))
+            handler.end_headers()
+            handler.wfile.write(data)
+        server = LoopbackServer(answer)
+        self.addCleanup(server.close)
+        return subprocess.run([SLUICE_CLI, "--url", server.url, "stream", "reassign", "t/n/s", "--shard", "0",
+                               "--replicas", "2", "--timeout-s", "60"], capture_output=True, text=True, timeout=120)
+
+    def test_a_move_whose_shard_is_gone_exits_1(self):
+        p = self.run_against([])
+        self.assertIn("gone", p.stdout)
+        self.assertEqual(p.returncode, 1, p.stdout + p.stderr)
+        self.assertIn("did not end with the replicas asked for", p.stderr)
+
+    def test_a_move_that_ends_as_asked_exits_0(self):
+        p = self.run_against([{"shard": 0, "replicas": [2], "leader": 2}])
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        self.assertIn("done: replicas [2]", p.stdout)
+
+    def test_a_timeout_beyond_30_days_is_a_usage_error(self):
+        p = subprocess.run([SLUICE_CLI, "--url", "http://127.0.0.1:9", "stream", "reassign", "t/n/s", "--shard", "0",
+                            "--replicas", "2", "--timeout-s", "9300000000"], capture_output=True, text=True,
+                           timeout=60)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("--timeout-s is at most", p.stderr)
+
+
 class RetryPolicy(unittest.TestCase):
     """After a network error, sluice re-sends only what the API defines as idempotent
     (docs/api.md, "Errors" and "Idempotent producers")."""
