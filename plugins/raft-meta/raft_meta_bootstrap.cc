@@ -90,6 +90,7 @@ Result<void> RaftMetaStore::start() {
     std::lock_guard lk(fsm_mu_);
     try {
       fsm_.reset();
+      held_now_.store(false);
       hash_dirty_ = true;
     } catch (const std::exception& e) {
       return Error(Errc::internal, std::string("cannot reset the catalog: ") + e.what());
@@ -107,7 +108,7 @@ Result<void> RaftMetaStore::start() {
   // cluster's id, and the old members, which still list it, would take its rewritten log
   // (same indexes and terms, other entries) as theirs. Refused before libraft writes.
   if (fresh && cfg_.join.empty() && !host_.cluster_id().empty())
-    return Error(Errc::conflict,
+    return Error(Errc::cluster_id_mismatch,
                  "raft.dir " + cfg_.raft_dir + " has no raft log, but this data directory belongs to cluster " +
                      host_.cluster_id() +
                      ": this member lost its log. Rebuild it from the group: remove it (sluice members remove " +
@@ -165,6 +166,8 @@ Result<void> RaftMetaStore::start() {
   o.cluster_secret = cfg_.cluster_secret;
   o.require_auth = cfg_.require_auth;
   o.log = [this](LogLevel l, const std::string& m) { log(l, m); };
+  // A held member cannot serve; as leader it would make the whole group unavailable.
+  o.step_down_wanted = [this] { return held_now_.load(); };
   // Level 19 group commit: concurrent proposals share one batch entry (command.h). Only
   // proposals propose() marks batchable are combined, and only while the group is at 19.
   if (cfg_.level >= kBatchedEntriesLevel) {

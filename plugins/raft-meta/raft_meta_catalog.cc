@@ -41,6 +41,7 @@ ApplyResult RaftMetaStore::FsmAdapter::apply(std::uint64_t index, std::string_vi
   {
     std::lock_guard lk(s_.fsm_mu_);
     r = s_.fsm_.apply(index, entry);
+    s_.held_now_.store(s_.fsm_.held().has_value());
   }
   if (!r.ok() && r.error->code == Errc::malformed_body)
     s_.log(LogLevel::warn, "entry " + std::to_string(index) + " rejected: " + r.error->message);
@@ -58,6 +59,7 @@ Result<void> RaftMetaStore::FsmAdapter::restore(std::string_view image) {
   {
     std::lock_guard lk(s_.fsm_mu_);
     r = s_.fsm_.restore(image);
+    s_.held_now_.store(s_.fsm_.held().has_value());
     s_.hash_dirty_ = true;
   }
   if (r.ok()) {

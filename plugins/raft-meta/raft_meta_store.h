@@ -250,6 +250,9 @@ class RaftMetaStore final : public MetadataStore {
   std::shared_ptr<RaftNode> node_;  // guarded by node_mu_; callers keep a copy while waiting
   std::shared_ptr<RaftNode> node();
   std::atomic<bool> ready_{false};
+  // The catalog is held (CatalogFsm::held): set after every apply and restore, read by the
+  // raft thread, which hands leadership away while it is set (RaftNodeOptions::step_down_wanted).
+  std::atomic<bool> held_now_{false};
   std::atomic<bool> starting_{false};
   std::unique_ptr<class RpcServer> rpc_;  // guarded by life_mu_
   std::atomic<int> rpc_port_{0};

@@ -60,6 +60,12 @@ struct RaftNode::Impl {
   struct raft raft{};
   bool raft_inited = false;
   bool closing = false;
+  // A step-down in flight (step_down_wanted). Stored here, never freed while the node
+  // lives: libraft 0.15 sends TimeoutNow with the request's embedded raft_io_send, which
+  // may still be in flight when the transfer's callback runs.
+  struct raft_transfer transfer_req{};
+  bool transferring = false;
+  int last_transfer_rv = 0;  // logged once per distinct failure
   bool cluster_transport_ = false;
   static void close_transport(Impl* self) {
     if (self->cluster_transport_)
@@ -298,7 +304,28 @@ struct RaftNode::Impl {
     const char* addr = nullptr;
     raft_leader(&raft, &id, &addr);
     node->leader_id_.store(id);
+    maybe_step_down();
   }
+
+  void maybe_step_down() {
+    const auto& want = node->opts_.step_down_wanted;
+    if (!want || transferring || raft_state(&raft) != RAFT_LEADER || !want()) return;
+    std::memset(&transfer_req, 0, sizeof transfer_req);
+    transfer_req.data = this;
+    const int rv = raft_transfer(&raft, &transfer_req, 0, transfer_cb);
+    if (rv != 0) {
+      if (rv != last_transfer_rv)
+        node->log(LogLevel::warn, std::string("this leader cannot serve and cannot hand leadership over: ") +
+                                      raft_strerror(rv) + " (no voting follower?)");
+      last_transfer_rv = rv;
+      return;
+    }
+    last_transfer_rv = 0;
+    transferring = true;
+    node->log(LogLevel::warn, "this leader cannot serve (held); handing leadership to another voter");
+  }
+
+  static void transfer_cb(struct raft_transfer* t) { static_cast<Impl*>(t->data)->transferring = false; }
 
   static void timer_cb(uv_timer_t* t) { static_cast<Impl*>(t->data)->refresh_status(); }
 

@@ -76,6 +76,11 @@ struct RaftNodeOptions {
   std::function<bool()> may_combine;
   std::size_t max_batch_commands = 64;     // bounds of one combined entry
   std::size_t max_batch_bytes = 256 * 1024;
+  // Asked on the raft thread every 20 ms while this node leads (must not block): true hands
+  // leadership to the most up-to-date voting follower (raft_transfer), one transfer at a
+  // time. raft-meta: a held member cannot serve, and as leader it made the whole group
+  // unavailable (it wins elections like any member: its log is complete). Empty: never.
+  std::function<bool()> step_down_wanted;
 };
 
 // One server of the Raft configuration, as libraft has it.

@@ -175,7 +175,8 @@ TEST(RaftMetaStore, SnapshotFileIsTheSqliteDatabaseVerbatim) {
 }
 
 TEST(RaftMetaStore, DirectoryOfAnotherClusterIsRefused) {
-  // Case 1: the host already belongs to a cluster, the raft directory is fresh.
+  // Case 1: the host already belongs to a cluster, the raft directory is fresh: the
+  // member lost its log, and is refused before libraft bootstraps a second group.
   {
     TestHost host(base_config());
     ASSERT_TRUE(host.adopt_cluster_id("aaaaaaaa-0000-4000-8000-000000000000").ok());
@@ -185,6 +186,8 @@ TEST(RaftMetaStore, DirectoryOfAnotherClusterIsRefused) {
     EXPECT_EQ(r.error().code, Errc::cluster_id_mismatch);
     EXPECT_NE(r.error().message.find("aaaaaaaa-0000-4000-8000-000000000000"), std::string::npos)
         << r.error().message;
+    EXPECT_NE(r.error().message.find("lost its log"), std::string::npos) << r.error().message;
+    EXPECT_FALSE(std::filesystem::exists(host.data_dir() + "/raft/metadata1"));
     EXPECT_FALSE(store.status().ready);
     EXPECT_EQ(store.create_tenant("acme").error().code, Errc::unavailable);
   }

@@ -262,5 +262,65 @@ TEST_F(RaftNodeBatch, ResultsOfEntriesNobodyHereProposedAreNotKept) {
   EXPECT_EQ(*n, 0u) << "results of replayed entries were kept";
 }
 
+// Regression (review): a held raft-meta member answers every proposal `unavailable`, but
+// its log is complete, so it wins elections like any member; as leader it made the whole
+// group unavailable until an operator stepped in. A leader whose step_down_wanted says yes
+// hands leadership to another voter, and the group commits again under it.
+TEST(RaftNodeStepDown, ALeaderThatCannotServeHandsLeadershipToAnotherVoter) {
+  const auto base = std::filesystem::temp_directory_path() /
+                    ("sluice-raft-step-down-" + std::to_string(::getpid()));
+  std::filesystem::remove_all(base);
+  PartsFsm fsms[3];
+  std::unique_ptr<RaftNode> nodes[3];
+  std::string addrs[3];
+  std::atomic<bool> want{false};
+  for (int i = 0; i < 3; ++i) {
+    const auto dir = base / std::to_string(i + 1);
+    std::filesystem::create_directories(dir);
+    RaftNodeOptions o;
+    o.id = i + 1;
+    addrs[i] = "127.0.0.1:" + std::to_string(free_port());
+    o.address = addrs[i];
+    o.dir = dir.string();
+    o.bootstrap = i == 0;
+    o.election_timeout_ms = 500;
+    o.heartbeat_timeout_ms = 50;
+    if (i == 0) o.step_down_wanted = [&want] { return want.load(); };
+    nodes[i] = std::make_unique<RaftNode>(std::move(o), fsms[i]);
+    ASSERT_TRUE(nodes[i]->start().ok());
+  }
+  struct Stop {
+    std::unique_ptr<RaftNode>* n;
+    std::filesystem::path base;
+    ~Stop() {
+      for (int i = 0; i < 3; ++i)
+        if (n[i]) n[i]->stop();
+      std::filesystem::remove_all(base);
+    }
+  } stop{nodes, base};
+  ASSERT_TRUE(poll_until([&] { return nodes[0]->role() == RaftRole::leader; }));
+  ASSERT_TRUE(nodes[0]->barrier(kWait).ok());
+  for (int i = 1; i < 3; ++i) {
+    auto a = nodes[0]->add_voter(i + 1, addrs[i], kWait);
+    ASSERT_TRUE(a.ok()) << a.error().to_string();
+  }
+  ASSERT_TRUE(nodes[0]->apply("1:before", kWait).ok());
+
+  want = true;
+  int leader = -1;
+  ASSERT_TRUE(poll_until([&] {
+    for (int i = 1; i < 3; ++i)
+      if (nodes[i]->role() == RaftRole::leader) leader = i;
+    return leader > 0;
+  })) << "node 1 kept leading";
+  auto r = nodes[leader]->apply("1:after", kWait);
+  ASSERT_TRUE(r.ok()) << r.error().to_string();
+  EXPECT_TRUE(poll_until([&] {
+    auto e = fsms[0].entries();
+    return std::find(e.begin(), e.end(), "1:after") != e.end();
+  })) << "the old leader did not follow the new one";
+  EXPECT_NE(nodes[0]->role(), RaftRole::leader);
+}
+
 }  // namespace
 }  // namespace sluice::raft_meta
