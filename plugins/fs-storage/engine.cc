@@ -34,7 +34,10 @@ FsStorageEngine::FsStorageEngine(PluginHost& host, std::shared_ptr<FileSystem> f
     : FsStorageEngine(host, std::move(fs), Options::from_host(host)) {}
 
 FsStorageEngine::FsStorageEngine(PluginHost& host, std::shared_ptr<FileSystem> fs, Options opts)
-    : host_(host), fs_(std::move(fs)), opts_(std::move(opts)), pool_(opts_.flush_threads) {
+    : host_(host),
+      fs_(std::make_shared<SyncTrackingFileSystem>(std::move(fs))),
+      opts_(std::move(opts)),
+      pool_(opts_.flush_threads) {
   if (opts_.fsync == FsyncPolicy::never)
     host_.log(LogLevel::warn, kComponent,
               "storage.fsync=never: acknowledgements do NOT imply durability (benchmarks only)");
@@ -194,6 +197,13 @@ Result<std::shared_ptr<ShardLog>> FsStorageEngine::open_shard(const ShardRef& re
       return Error(Errc::storage_failure, "shard " + ref.to_string() +
                                               " is being deleted (a delete failed after its marker was written; "
                                               "the next start finishes it)");
+  // A failed sync is never retried as if it had worked (sync_tracking.h).
+  if (auto failed = fs_->failed_under(*dir))
+    return Error(Errc::storage_failure,
+                 "shard " + ref.to_string() + " cannot be opened again in this process: a sync of " + *failed +
+                     " failed, and the kernel may keep its unwritten pages as if they were written (a later "
+                     "sync would succeed without writing them). Check the disk, then restart sluiced: its "
+                     "recovery reads the log's tail from disk");
   if (auto it = shards_.find(ref); it != shards_.end()) {
     it->second->set_retention(spec.retention);
     return std::shared_ptr<ShardLog>(it->second);

@@ -58,6 +58,7 @@
 #include "replica_manager.h"
 #include "options.h"
 #include "shard_log.h"
+#include "sync_tracking.h"
 #include "sluice/host.h"
 #include "sluice/storage.h"
 
@@ -145,7 +146,8 @@ class FsStorageEngine final : public StorageEngine {
   std::string unique_id();
 
   PluginHost& host_;
-  const std::shared_ptr<FileSystem> fs_;
+  // Every file operation goes through it; it remembers failed syncs (sync_tracking.h).
+  const std::shared_ptr<SyncTrackingFileSystem> fs_;
   const Options opts_;
   FlushPool pool_;
 

@@ -171,6 +171,29 @@ TEST(CrashRecoveryTest, AKilledLogsTailIsSyncedEvenAfterALaterCleanStopThatNever
   }
 }
 
+// After an unclean stop, recovery drops the active segment's clean cached pages beyond its
+// recovery point before reading the tail (docs/architecture.md "A failed sync"): pages
+// whose writeback failed stay cached and clean, and were read back as the log's. The fault
+// file system keeps no page cache, so this checks the advice is given, where.
+TEST(CrashRecoveryTest, AfterAKillTheTailIsReadFromDiskNotFromThePageCache) {
+  TestHost host;
+  host.set("storage.retention_interval_ms", "0");
+  host.set("storage.verify_in_background", "false");
+  auto fs = std::make_shared<FaultFileSystem>();
+  ASSERT_NO_FATAL_FAILURE(kill_with_an_unsynced_batch(host, fs, /*fresh=*/false));
+  fs->restart_after_kill();
+  const auto before = fs->cache_drops().size();
+  FsStorageEngine engine(host, fs);
+  auto shard = engine.open_shard(test_ref(), StreamSpec{});
+  ASSERT_TRUE(shard) << shard.error().to_string();
+  const auto drops = fs->cache_drops();
+  bool tail_dropped = false;
+  for (std::size_t i = before; i < drops.size(); ++i)
+    if (drops[i].path.ends_with("00000000000000000000.log") && drops[i].len == 0) tail_dropped = true;
+  EXPECT_TRUE(tail_dropped) << "recovery read the tail through the page cache";
+  EXPECT_EQ(read_all(**shard).size(), 6u);  // the killed process's batch is still kept
+}
+
 // The fault file system's model of directory entries (fault_file_system.h): a power cut
 // undoes creations, removals and renames that no sync_dir made durable; crash_after cuts
 // before the n-th mutating operation.

@@ -140,6 +140,40 @@ TEST_F(GroupCommitTest, SyncFailureFailsTheShardAndNothingIsAcknowledged) {
   EXPECT_EQ(read_all(*shard_).size(), 1u) << "a failed group came back at reopen";
 }
 
+// Regression (review): a shard whose sync failed was opened again by the same engine (the
+// broker retries failed shards). Linux reports a writeback error once and keeps the pages
+// clean in the cache: the reopen read them back, synced "successfully" and served records
+// a power cut takes back. The engine refuses until the process restarts.
+TEST(FsStorageEngine, AShardWhoseSyncFailedIsNotOpenedAgainInTheSameProcess) {
+  TestHost host;
+  host.set("storage.retention_interval_ms", "0");
+  auto fs = std::make_shared<FaultFileSystem>();
+  auto engine = std::make_unique<FsStorageEngine>(host, fs);
+  auto s = engine->open_shard(test_ref(), StreamSpec{});
+  ASSERT_TRUE(s) << s.error().to_string();
+  ASSERT_TRUE(append_wait(**s, make_batch("ok", 1)));
+  fs->fail_syncs(true);
+  ASSERT_FALSE(append_wait(**s, make_batch("doomed", 1)));
+  fs->fail_syncs(false);
+  s->reset();
+  engine->close_shard(test_ref());
+  auto again = engine->open_shard(test_ref(), StreamSpec{});
+  ASSERT_FALSE(again) << "reopened in the process whose sync failed";
+  EXPECT_EQ(again.error().code, Errc::storage_failure);
+  EXPECT_NE(again.error().message.find("cannot be opened again in this process"), std::string::npos)
+      << again.error().message;
+  // Another shard is not affected.
+  auto other = engine->open_shard(test_ref(1), StreamSpec{});
+  ASSERT_TRUE(other) << other.error().to_string();
+  other->reset();
+  // A new process opens it (recovery reads the tail from disk).
+  engine->shutdown();
+  engine = std::make_unique<FsStorageEngine>(host, fs);
+  auto reopened = engine->open_shard(test_ref(), StreamSpec{});
+  ASSERT_TRUE(reopened) << reopened.error().to_string();
+  EXPECT_EQ(read_all(**reopened).size(), 1u);
+}
+
 TEST_F(GroupCommitTest, ShutdownCompletesEveryPendingCallback) {
   fs_->block_syncs();
   std::atomic<int> done{0};
