@@ -55,6 +55,7 @@
 #include "sluice/node.h"
 #include "sluice/storage.h"
 #include "sluice/strings.h"
+#include "systemd_notify.h"
 
 namespace fs = std::filesystem;
 using namespace sluice;
@@ -499,6 +500,7 @@ int main(int argc, char** argv) {
     die(exception_status(e), e.what());
   }
 
+  core::systemd_notify("STATUS=starting the metadata store (" + backend + ")");
   if (auto r = metadata->start(); !r) die(start_failure_status(r.error()), "metadata: " + r.error().message);
   host.set_metadata(metadata.get());  // shard leaders shrink/grow their in-sync sets through it
   // Every node runs the controller loop; it acts only while its store is the controller.
@@ -553,6 +555,7 @@ int main(int argc, char** argv) {
     bopts.peer_address = la.substr(0, la.rfind(':') + 1) + std::to_string(transport->port());
     bopts.peers = peers;
   }
+  core::systemd_notify("STATUS=opening this node's shards (recovery)");
   auto broker = std::make_unique<core::BrokerRuntime>(info, *metadata, storage.get(), bopts, host);
   if (auto r = broker->start(); !r) die(start_failure_status(r.error()), "broker: " + r.error().message);
   if (transport) transport->handlers_registered();
@@ -564,6 +567,7 @@ int main(int argc, char** argv) {
                std::to_string(api->port()) + ", data " + data_dir);
   g_fresh = nullptr;  // started: what it created is the node's now
   fresh.forget();
+  core::systemd_notify("READY=1\nSTATUS=serving on http port " + std::to_string(api->port()));
 
   // SIGHUP reloads what can be reloaded without a restart (the API server's tokens file and
   // certificates, the peer transport's and the controller RPC's certificates;
@@ -594,6 +598,7 @@ int main(int argc, char** argv) {
       log_line(LogLevel::info, "sluiced", "reload done");
   }
   log_line(LogLevel::info, "sluiced", std::string("shutting down on ") + strsignal(sig));
+  core::systemd_notify("STOPPING=1\nSTATUS=draining: pending appends finish, then shards close");
   api->stop();
   // No peer request is served or sent once shards start closing; requests after this fail
   // unavailable. The object stays valid for the storage plugin until it is destroyed.

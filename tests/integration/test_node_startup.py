@@ -101,5 +101,42 @@ class StartupRefusals(unittest.TestCase):
         self.assertFalse(os.path.exists(self.node.data_dir))  # refused before touching the disk
 
 
+class SystemdNotify(unittest.TestCase):
+    """The unit is Type=notify (packaging/systemd/sluiced.service): sluiced must say READY=1
+    once it serves, not before, and STOPPING=1 when it drains (review finding: Type=simple
+    made `systemctl start` return at once, so a rolling restart could stop the next replica
+    while this one still recovered)."""
+
+    def test_ready_is_sent_once_the_node_serves_and_stopping_when_it_drains(self):
+        import socket
+        import tempfile
+        tmp = tempfile.mkdtemp(prefix="sluice-notify-")
+        path = os.path.join(tmp, "notify.sock")
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sock.bind(path)
+        sock.settimeout(120)
+        node = Node(env={"NOTIFY_SOCKET": path})
+        self.addCleanup(node.cleanup)
+        self.addCleanup(sock.close)
+        node.spawn()
+        messages = []
+        while not any("READY=1" in m for m in messages):
+            messages.append(sock.recv(4096).decode())
+        # READY=1 comes after the status of each start phase, and the node answers by then.
+        self.assertTrue(any("STATUS=starting the metadata store" in m for m in messages), messages)
+        self.assertTrue(any("STATUS=opening this node's shards" in m for m in messages), messages)
+        status, _ = node.request("GET", "/readyz", raw=True)
+        self.assertEqual(status, 200)
+        node.stop()
+        rest = []
+        sock.settimeout(1)
+        try:
+            while True:
+                rest.append(sock.recv(4096).decode())
+        except socket.timeout:
+            pass
+        self.assertTrue(any("STOPPING=1" in m for m in rest), rest)
+
+
 if __name__ == "__main__":
     unittest.main()
