@@ -309,8 +309,31 @@ Result<RecoveredLog> recover_log_impl(FileSystem& fs, PluginHost& host, const Op
     rp = read_recovery_point(fs, dir);
     const bool had = rp.has_value();
     if (rp) {
-      auto sz = fs.file_size(dir + "/" + segment_file_name(rp->segment_base));
-      if (!sz || *sz < rp->position) rp.reset();
+      // A sound point names synced, acknowledged bytes: every cut of the log (truncate_to,
+      // restart_at, repair) removes it durably first. Its segment missing or shorter is
+      // lost data, never something to ignore (review finding: the log opened shorter and
+      // handed its offsets out again), unless retention deleted that segment after the
+      // point was written (it lies below every segment left).
+      const std::string seg_path = dir + "/" + segment_file_name(rp->segment_base);
+      auto ex = fs.exists(seg_path);
+      if (!ex) return ex.error();
+      const bool retained_away = !*ex && !bases.empty() && rp->segment_base < *std::min_element(bases.begin(), bases.end());
+      std::optional<std::uint64_t> have;
+      if (*ex) {
+        auto sz = fs.file_size(seg_path);
+        if (!sz) return sz.error();
+        have = *sz;
+      }
+      if (!retained_away && (!have || *have < rp->position)) {
+        const std::string msg = "the recovery point of " + dir + " says " + seg_path + " holds " +
+                                std::to_string(rp->position) + " synced bytes, but it " +
+                                (have ? "holds " + std::to_string(*have) : std::string("is missing")) +
+                                ": acknowledged batches are gone";
+        if (!opts.repair)
+          return Error(Errc::corrupt_data, msg + " (storage.repair = true starts without them)");
+        host.log(LogLevel::error, kComponent, msg + "; storage.repair: starting without them");
+      }
+      if (retained_away || !have || *have < rp->position) rp.reset();
     }
     if (!rp) {
       auto ex = fs.exists(dir + "/" + std::string(kRecoveryPointName));

@@ -274,6 +274,55 @@ TEST_F(RecoveryPointTest, DamageBelowTheRecoveryPointIsCorruptionNotATornTail) {
   }
 }
 
+// Regression (review): a recovery point naming bytes the log no longer has (its segment
+// shorter, or missing while later ones remain) was ignored with a warning: the log opened
+// shorter and handed the lost offsets out again. Every cut removes the point first, so
+// this is lost data: corrupt_data, unless storage.repair.
+TEST_F(RecoveryPointTest, APointNamingBytesTheLogNoLongerHasRefusesTheStart) {
+  for (const std::string how : {"shorter", "missing"}) {
+    SCOPED_TRACE(how);
+    fsys::remove_all(host_.data_dir() + "/shards");
+    // "missing": small segments, so the point names the newest of several.
+    host_.set("storage.segment_bytes", how == "missing" ? "1024" : "1048576");
+    std::string seg, log_dir;
+    {
+      FsStorageEngine e(host_, std::make_shared<PosixFileSystem>());
+      auto s = e.open_shard(test_ref(), StreamSpec{});
+      ASSERT_TRUE(s);
+      append(**s, "a", 10);
+      seg = segment_path(e, test_ref(), 0);
+      log_dir = e.shard_directory(test_ref()).value() + "/log";
+    }
+    fsys::remove(marker());  // as after SIGKILL
+    const auto len = make_batch("a0", 3, 1000, 30).size();
+    if (how == "shorter") {
+      fsys::resize_file(seg, 4 * len);  // whole batches, as a lost write leaves them
+    } else {
+      // Earlier segments stay; the newest, which the point names, is gone.
+      std::string newest;
+      for (const auto& f : fsys::directory_iterator(log_dir))
+        if (f.path().extension() == ".log" && f.path().string() > newest) newest = f.path().string();
+      ASSERT_NE(newest, seg) << "only one segment: the test proves nothing";
+      fsys::remove(newest);
+    }
+    {
+      FsStorageEngine e(host_, std::make_shared<PosixFileSystem>());
+      auto s = e.open_shard(test_ref(), StreamSpec{});
+      ASSERT_FALSE(s) << "the log opened without the bytes its recovery point names";
+      EXPECT_EQ(s.error().code, Errc::corrupt_data) << s.error().to_string();
+      EXPECT_NE(s.error().message.find("acknowledged batches are gone"), std::string::npos) << s.error().message;
+    }
+    if (how == "shorter") {
+      host_.set("storage.repair", "true");
+      FsStorageEngine e(host_, std::make_shared<PosixFileSystem>());
+      auto s = e.open_shard(test_ref(), StreamSpec{});
+      ASSERT_TRUE(s) << s.error().to_string();
+      EXPECT_EQ(read_all(**s).size(), 12u);
+      host_.set("storage.repair", "false");
+    }
+  }
+}
+
 // A recovery point that is torn or fails its CRC is ignored: every batch is checked again
 // (here that finds a corrupt batch below where the point claimed).
 TEST_F(RecoveryPointTest, TornOrCorruptRecoveryPointIsIgnoredAndEverythingIsChecked) {
