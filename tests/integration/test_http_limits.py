@@ -310,6 +310,25 @@ class Limits(unittest.TestCase):
         self.assertEqual(status, 200, body)
         self.assertEqual(json.loads(body)["records"], [])
 
+    # Review finding: the quota was charged before the request was checked, so a client
+    # retrying a malformed publish drained its tenant's bucket with 400s alone.
+    def test_refused_publishes_are_not_charged_to_the_quota(self):
+        n = self.start(quota_publish_bytes_per_s=100000)
+        n.create_stream("q", shards=1, tenant="a")
+        bad = b"\x00\x00\x00\x05" + b"x" * 66000  # a binary batch whose framing does not hold
+        path = n.ns_path("a") + "/streams/q/records"
+        for _ in range(20):  # 1.3 MB of refused bodies, 13 s of this quota
+            status, payload = n.request("POST", path, bad, content_type="application/vnd.sluice.batch", raw=True)
+            self.assertEqual(status, 400, payload)
+        for query in ("?ack=all", "?producer_id=0&sequence=1"):
+            status, payload = n.request("POST", path + query, encode_binary_batch([(None, b"x" * 1000)] * 64),
+                                        content_type="application/vnd.sluice.batch", raw=True)
+            self.assertEqual(status, 400, payload)
+        good = encode_binary_batch([(None, b"x" * 1000)] * 64)
+        status, payload = n.request("POST", path, good, content_type="application/vnd.sluice.batch", raw=True)
+        self.assertEqual(status, 200, payload)
+        self.assertEqual(metric(n, "sluice_http_quota_rejections_total"), 0)
+
     def test_a_tenant_over_its_publish_quota_gets_429_and_loses_nothing(self):
         n = self.start(quota_publish_bytes_per_s=100000)
         n.create_stream("q", shards=1, tenant="a")
