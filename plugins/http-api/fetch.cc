@@ -17,6 +17,7 @@
 #include "codec.h"
 #include "handlers.h"
 #include "problem.h"
+#include "subscribe.h"
 #include "waiters.h"
 
 namespace sluice::http_api {
@@ -115,12 +116,19 @@ struct ReadOutcome {
   HttpResponse response;
 };
 
+// A read of incarnation `inc` only, bracketed by checks as a subscription's reads are
+// (subscribe.h): a long poll that began on a stream deleted and created again meanwhile
+// read the new stream at the old one's offset, as if one continued the other, and an
+// offset resolved on one incarnation could be read on the next (review finding).
 ReadOutcome read_once(Node& node, const HttpConfig& cfg, const StreamKey& key, ShardIndex shard,
-                      Offset from, std::uint32_t max) {
+                      Incarnation inc, Offset from, std::uint32_t max) {
+  if (auto c = check_incarnation(node, key, inc); !c) return {false, problem(c.error())};
   auto r = node.fetch(key, shard, from, max, cfg.fetch_max_bytes);
+  if (auto c = check_incarnation(node, key, inc); !c) return {false, problem(c.error())};
   if (!r) return {false, problem(r.error())};
   auto page = render_records(*r, from, max);
   if (!page) return {false, problem(page.error())};
+  page->body["incarnation"] = inc.value();
   return {page->count == 0, json_response(200, page->body)};
 }
 
@@ -131,6 +139,7 @@ struct Poll {
   ShardWaiters* waiters;  // counted in park(), released once in finish()
   StreamKey key;
   ShardIndex shard;
+  Incarnation inc;
   Offset from;
   std::uint32_t max;
   bool remote = false;  // another broker leads the shard: reads are forwarded (blocking pool)
@@ -146,18 +155,20 @@ struct Poll {
     if (cancel_timer) std::exchange(cancel_timer, nullptr)();
     // A timed-out poll drops its waiter, so idle shards do not accumulate them.
     if (notify_handle) node->cancel_notify(key, shard, std::exchange(notify_handle, 0));
-    auto answer = [n = node, c = cfg, key = key, shard = shard, from = from, max = max] {
-      return with_leader(read_once(*n, *c, key, shard, from, max).response, *n, key, shard);
+    auto answer = [n = node, c = cfg, key = key, shard = shard, inc = inc, from = from, max = max] {
+      return with_leader(read_once(*n, *c, key, shard, inc, from, max).response, *n, key, shard);
     };
-    if (!remote) return ex->respond(answer());
+    // Asked again: the leader may have moved while the poll waited, and a read forwarded to
+    // the new one must not block this I/O thread (review finding).
+    if (!remote && node->serves_locally(key, shard)) return ex->respond(answer());
     ex->run_blocking([ex = ex, answer] { ex->respond(answer()); });
   }
 };
 
 // Strand only: nothing to read yet; wait for data beyond `from` or the timeout.
 void park(Node& node, const HttpConfig& cfg, ShardWaiters& waiters, const std::shared_ptr<Exchange>& ex,
-          const StreamKey& key, ShardIndex shard, Offset from, std::uint32_t max, std::chrono::milliseconds wait,
-          bool remote) {
+          const StreamKey& key, ShardIndex shard, Incarnation inc, Offset from, std::uint32_t max,
+          std::chrono::milliseconds wait, bool remote) {
   if (!waiters.try_add(key, shard)) {
     HttpResponse r = problem(Error(Errc::unavailable,
                                    "too many long polls waiting on shard " + std::to_string(shard.value()) +
@@ -167,7 +178,7 @@ void park(Node& node, const HttpConfig& cfg, ShardWaiters& waiters, const std::s
     return ex->respond(with_leader(std::move(r), node, key, shard));
   }
   auto poll =
-      std::make_shared<Poll>(Poll{ex, &node, &cfg, &waiters, key, shard, from, max, remote, false, {}, 0});
+      std::make_shared<Poll>(Poll{ex, &node, &cfg, &waiters, key, shard, inc, from, max, remote, false, {}, 0});
   poll->cancel_timer = ex->start_timer(wait, [poll] { poll->finish(); });
   auto r = node.notify_when_beyond(key, shard, from, [w = std::weak_ptr<Poll>(poll)] {
     if (auto p = w.lock()) {
@@ -190,16 +201,20 @@ void first_read(Node& node, const HttpConfig& cfg, ShardWaiters& waiters, const 
                 const StreamKey& key, ShardIndex shard, std::string_view off, std::uint32_t max,
                 std::chrono::milliseconds wait, bool remote) {
   if (auto p = parse_offset_param(off); !p) return ex->respond(problem(p.error()));
+  // The incarnation this fetch reads, pinned before the offset is resolved on it.
+  auto si = node.stream(key);
+  if (!si) return ex->respond(problem(si.error()));
+  const Incarnation inc = si->incarnation;
   auto resolved = resolve_offset(node, key, shard, off);
   if (!resolved) return ex->respond(with_leader(problem(resolved.error()), node, key, shard));
   const Offset from = *resolved;
 
-  ReadOutcome first = read_once(node, cfg, key, shard, from, max);
+  ReadOutcome first = read_once(node, cfg, key, shard, inc, from, max);
   if (!first.empty || wait.count() == 0)
     return ex->respond(with_leader(std::move(first.response), node, key, shard));
-  if (!remote) return park(node, cfg, waiters, ex, key, shard, from, max, wait, false);
-  ex->post([&node, &cfg, &waiters, ex, key, shard, from, max, wait] {
-    park(node, cfg, waiters, ex, key, shard, from, max, wait, true);
+  if (!remote) return park(node, cfg, waiters, ex, key, shard, inc, from, max, wait, false);
+  ex->post([&node, &cfg, &waiters, ex, key, shard, inc, from, max, wait] {
+    park(node, cfg, waiters, ex, key, shard, inc, from, max, wait, true);
   });
 }
 

@@ -79,17 +79,21 @@ Result<void> common_params(const Target& target, Subscription& sub) {
 
 }  // namespace
 
-Result<void> check_incarnation(Node& node, const Subscription& sub) {
-  auto si = node.stream(sub.key);
+Result<void> check_incarnation(Node& node, const StreamKey& key, Incarnation incarnation) {
+  auto si = node.stream(key);
   if (!si) {
     if (si.error().code != Errc::not_found) return si.error();
-    return Error(Errc::not_found, "stream " + sub.key.to_string() + " was deleted");
+    return Error(Errc::not_found, "stream " + key.to_string() + " was deleted");
   }
-  if (si->incarnation != sub.incarnation)
-    return Error(Errc::not_found, "stream " + sub.key.to_string() + " was deleted and created again (incarnation " +
-                                      std::to_string(sub.incarnation.value()) + ", now " +
+  if (si->incarnation != incarnation)
+    return Error(Errc::not_found, "stream " + key.to_string() + " was deleted and created again (incarnation " +
+                                      std::to_string(incarnation.value()) + ", now " +
                                       std::to_string(si->incarnation.value()) + ")");
   return {};
+}
+
+Result<void> check_incarnation(Node& node, const Subscription& sub) {
+  return check_incarnation(node, sub.key, sub.incarnation);
 }
 
 void handle_group_subscribe(Node& node, const std::shared_ptr<Exchange>& ex, const StreamKey& key,

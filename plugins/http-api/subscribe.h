@@ -39,6 +39,8 @@ struct Subscription {
 // and group calls are bracketed by it: incarnations never come back, so a check that
 // passes before and after a call proves the call went to the subscribed incarnation.
 Result<void> check_incarnation(Node& node, const Subscription& sub);
+// The same for any read pinned to `incarnation` of `key` (a fetch, a long poll).
+Result<void> check_incarnation(Node& node, const StreamKey& key, Incarnation incarnation);
 
 // Limits of the credit protocol.
 inline constexpr std::uint64_t kDefaultCredit = 1000;           // `credit` when absent

@@ -234,7 +234,10 @@ class WsSession : public std::enable_shared_from_this<WsSession<NextLayer>> {
     const auto max = static_cast<std::uint32_t>(std::min<std::int64_t>(credit_, kMaxRecordsPerFrame));
     const std::size_t room = ctx_.cfg->ws_send_buffer_bytes - queued_bytes_;
     const std::size_t max_bytes = std::max<std::size_t>(1, std::min(ctx_.cfg->fetch_max_bytes, room));
-    if (!sub_.remote) return on_fetched(from, max, fetch_pinned(*ctx_.node, sub_, from, max, max_bytes));
+    // Asked at every read: the leader may have moved since the subscription began, and a
+    // read forwarded to the new one must not block this I/O thread (review finding).
+    if (!sub_.remote && ctx_.node->serves_locally(sub_.key, sub_.shard))
+      return on_fetched(from, max, fetch_pinned(*ctx_.node, sub_, from, max, max_bytes));
     // Another broker leads: the read is a round trip to it, off the I/O thread.
     ctx_.run_blocking([self = this->shared_from_this(), from, max, max_bytes] {
       auto r = fetch_pinned(*self->ctx_.node, self->sub_, from, max, max_bytes);

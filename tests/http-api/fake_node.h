@@ -6,6 +6,7 @@
 #include <array>
 #include <atomic>
 #include <functional>
+#include <condition_variable>
 #include <map>
 #include <set>
 #include <mutex>
@@ -78,12 +79,16 @@ class FakeCatalog : public MetadataStore {
       std::lock_guard lk(mu_);
       ++calls_;
       if (streams_.count(key)) return Error(Errc::already_exists, "stream '" + key.to_string() + "' exists");
-      s = streams_[key] = StreamInfo{key, Incarnation{0}, spec, ChangeSeq{++seq_}, 0};
+      ++seq_;
+      s = streams_[key] = StreamInfo{key, Incarnation{distinct_incarnations ? seq_ : 0}, spec, ChangeSeq{seq_}, 0};
       hook = std::exchange(after_next_create_stream, nullptr);
     }
     if (hook) hook(key);
     return s;
   }
+  // Creates give incarnation = the create's sequence (a delete and create is another
+  // stream); false (the default): every stream is incarnation 0, as before the feature.
+  bool distinct_incarnations = false;
   // Runs once, right after the next stream is created (outside the lock): a test's race.
   std::function<void(const StreamKey&)> after_next_create_stream;
   Result<StreamInfo> delete_stream(const StreamKey& key) override {
@@ -416,10 +421,32 @@ class FakeNode : public Node {
     return n;
   }
 
+  // A fetch of a shard the fake says another broker leads (set_leader(.., false)) waits
+  // until unblock_remote_fetches(), as a forwarded read waits for the leader; counted.
+  void block_remote_fetches() {
+    std::lock_guard lk(mu_);
+    block_remote_ = true;
+  }
+  void unblock_remote_fetches() {
+    {
+      std::lock_guard lk(mu_);
+      block_remote_ = false;
+    }
+    remote_cv_.notify_all();
+  }
+  int blocked_remote_fetches() {
+    std::lock_guard lk(mu_);
+    return blocked_remote_;
+  }
+
   Result<FetchResult> fetch(const StreamKey& key, ShardIndex shard, Offset from,
                             std::uint32_t max_records, std::size_t) override {
     ++calls_;
-    std::lock_guard lk(mu_);
+    std::unique_lock lk(mu_);
+    if (block_remote_ && !local_) {
+      ++blocked_remote_;
+      remote_cv_.wait(lk, [&] { return !block_remote_; });
+    }
     if (failing_fetches_ > 0) {
       --failing_fetches_;
       return fetch_error_;
@@ -617,6 +644,9 @@ class FakeNode : public Node {
   std::map<std::tuple<StreamKey, std::uint32_t, std::uint64_t>, std::vector<std::pair<std::uint64_t, std::uint64_t>>>
       producers_;
   bool hold_next_ = false;
+  bool block_remote_ = false;
+  int blocked_remote_ = 0;
+  std::condition_variable remote_cv_;
   std::optional<std::uint64_t> hwm_cap_;
   std::uint64_t visible(const std::vector<StoredRecord>& v) const {
     return hwm_cap_ ? std::min<std::uint64_t>(*hwm_cap_, v.size()) : v.size();

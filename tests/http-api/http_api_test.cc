@@ -409,6 +409,70 @@ TEST_F(HttpApiTest, SluiceLeaderHeaderAndRemoteShardLongPoll) {
   EXPECT_EQ(g.header("sluice-leader"), "10.0.0.2:8080");
 }
 
+// Regression (review): a long poll parked on one incarnation, woken after the stream was
+// deleted and created again and written to, read the new stream at the old offset as if one
+// continued the other (the fake keeps records by name, as a careless read would see them).
+TEST_F(HttpApiTest, ALongPollNeverAnswersTheNextIncarnationsRecords) {
+  node_.catalog_for_test().distinct_incarnations = true;
+  make_stream("re");
+  ASSERT_EQ(req("POST", kNs + "/streams/re/records", R"({"records":[{"value":"a"}]})").status, 200);
+  auto first = obj(req("GET", kNs + "/streams/re/shards/0/records?offset=0"));
+  const auto inc = first["incarnation"].to_number<std::uint64_t>();
+  EXPECT_GT(inc, 0u) << "a fetch names the incarnation it read";
+  HttpResult got;
+  std::thread waiter([&] {
+    Conn c(server_->port());
+    got = c.request("GET", kNs + "/streams/re/shards/0/records?offset=1&wait_ms=600000", "", "", false);
+  });
+  while (node_.pending_notifies() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(req("DELETE", kNs + "/streams/re").status, 200);
+  make_stream("re");
+  ASSERT_EQ(req("POST", kNs + "/streams/re/records", R"({"records":[{"value":"b"},{"value":"c"}]})").status, 200);
+  waiter.join();
+  expect_problem(got, 404, "not_found");
+  EXPECT_NE(obj(got)["detail"].as_string().find("created again"), std::string::npos) << got.body;
+}
+
+// Regression (review): a long poll that began on a shard served here read it as local when
+// it woke, even after the leader had moved: the read was forwarded on the HTTP I/O thread,
+// which stalled every connection on it for up to the forward timeout. One I/O thread here:
+// /healthz must still be answered while the woken poll's read waits for the leader.
+TEST_F(HttpApiTest, ALongPollWhoseLeaderMovedDoesNotBlockTheIoThread) {
+  start({{"http.threads", "1"}});
+  make_stream("mv");
+  HttpResult got;
+  std::string waiter_error;
+  std::thread waiter([&] {
+    try {
+      Conn c(server_->port());
+      got = c.request("GET", kNs + "/streams/mv/shards/0/records?offset=0&wait_ms=600000", "", "", false);
+    } catch (const std::exception& e) {
+      waiter_error = e.what();
+    }
+  });
+  struct Release {  // whatever fails below: the blocked read ends and the poll is joined
+    FakeNode& n;
+    std::thread& t;
+    ~Release() {
+      n.unblock_remote_fetches();
+      if (t.joinable()) t.join();
+    }
+  } release{node_, waiter};
+  while (node_.pending_notifies() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  node_.set_leader("10.0.0.2:8080", false);  // the leader moved away while the poll waited
+  node_.block_remote_fetches();
+  // Answered before the poll wakes (the notify runs after the publish is acknowledged).
+  EXPECT_EQ(req("POST", kNs + "/streams/mv/records", R"({"records":[{"value":"wake"}]})").status, 200);
+  while (node_.blocked_remote_fetches() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  auto h = req("GET", "/healthz");  // a 30 s receive timeout turns a stalled thread into a failure
+  EXPECT_EQ(h.status, 200) << "the I/O thread was blocked by the woken poll's forwarded read";
+  node_.unblock_remote_fetches();
+  waiter.join();
+  ASSERT_EQ(waiter_error, "");
+  ASSERT_EQ(got.status, 200) << got.body;
+  EXPECT_EQ(obj(got)["records"].as_array().size(), 1u);
+}
+
 TEST_F(HttpApiTest, LongPollTimesOutEmpty) {
   make_stream("lp2");
   auto r = req("GET", kNs + "/streams/lp2/shards/0/records?offset=0&wait_ms=20");

@@ -68,6 +68,50 @@ class Incarnations(unittest.TestCase):
         self.assertEqual(dl["records"], [])
         self.assertEqual(dirs(n, "orders"), ["0-%016x" % again["incarnation"]])
 
+    # Review finding: a long poll parked on one incarnation read the next one, after a
+    # delete and create, at the old offset, as if one continued the other. A fetch is now
+    # pinned to the incarnation it began on: the poll ends 404, or (had it begun after the
+    # create) answers the new incarnation, naming it.
+    def test_a_long_poll_never_reads_the_next_incarnation_at_the_old_offset(self):
+        import re
+        import threading
+        import urllib.request
+        n = self.node().start()
+        first = n.create_stream("lp", shards=1)
+        n.publish_binary("lp", [(None, b"a-%d" % i) for i in range(3)])
+        got = {}
+
+        def poll_it():
+            try:
+                got["ok"] = n.request("GET", n.ns_path() + "/streams/lp/shards/0/records?offset=3&wait_ms=60000",
+                                      timeout=120)
+            except HttpError as e:
+                got["err"] = e
+
+        def in_flight():
+            with urllib.request.urlopen(n.url + "/metrics", timeout=30) as r:
+                m = re.search(r"^sluice_http_requests_in_flight (\S+)$", r.read().decode(), re.M)
+            return float(m.group(1)) >= 2  # the poll and this scrape
+
+        t = threading.Thread(target=poll_it)
+        t.start()
+        poll(in_flight, "the long poll to be in flight")
+        n.request("DELETE", n.ns_path() + "/streams/lp")
+        again = n.create_stream("lp", shards=1)
+        self.assertGreater(again["incarnation"], first["incarnation"])
+        n.publish_binary("lp", [(None, b"b-%d" % i) for i in range(5)])
+        t.join(timeout=120)
+        self.assertFalse(t.is_alive())
+        if "err" in got:
+            # Woken by the delete ("was deleted") or after the create ("... created again").
+            self.assertEqual(got["err"].status, 404, got["err"])
+            self.assertIn("stream t/n/lp was deleted", got["err"].problem["detail"])
+        else:
+            body = got["ok"]
+            self.assertEqual(body.get("incarnation"), again["incarnation"],
+                             "records of the new incarnation answered to a poll of the old one")
+            self.assertEqual([record_value(r) for r in body["records"]], [b"b-3", b"b-4"])
+
     # The level-8 behaviour until the finalize, then the next delete removes the old data.
     def test_legacy_recreate_before_finalize(self):
         n = self.node(extra=HOLD_BACK).start()
