@@ -337,6 +337,37 @@ Result<void> RaftMetaStore::remove_member(NodeId id) {
   if (in_conf && voters <= 1)
     return Error(Errc::conflict, "member " + std::to_string(id.value()) +
                                      " is the last voter; a group cannot remove its last member");
+  // The voters that stay must be able to commit without the one leaving: a majority of them
+  // answering. Three voters, one down: removing a live one left a configuration that needs
+  // the dead one, and the group stopped committing, the removal's own entry included
+  // (review finding). Removing the dead one is what such a group needs, and passes.
+  if (in_conf) {
+    std::size_t stay = 0, live = 0;
+    std::string down;
+    for (const auto& srv : conf.value()) {
+      if (!srv.voter || srv.id == id.value()) continue;
+      ++stay;
+      if (srv.id == host_.node_id().value()) {
+        ++live;
+        continue;
+      }
+      std::optional<MemberInfo> rec;
+      {
+        std::lock_guard lk(fsm_mu_);
+        rec = fsm_.member(NodeId{static_cast<std::uint32_t>(srv.id)});
+      }
+      if (rec && probe_member_status(rec->rpc_address, host_, std::chrono::milliseconds(1000), cfg_.rpc_tls).ok())
+        ++live;
+      else
+        down += (down.empty() ? "" : ", ") + std::to_string(srv.id);
+    }
+    if (live < stay / 2 + 1)
+      return Error(Errc::conflict, "removing member " + std::to_string(id.value()) + " would leave " +
+                                       std::to_string(stay) + " voter(s) of which only " + std::to_string(live) +
+                                       " answer (not answering: " + down +
+                                       "); the group could not commit until they are back. Bring them back, or "
+                                       "remove the ones that are gone first");
+  }
   // Out of the Raft configuration first, then un-recorded (join does the reverse): the
   // leave raises the group level once it applies, and a member still voting then (an older
   // binary being rolled back out) would apply entries stamped for a level it does not
