@@ -230,15 +230,22 @@ bool records_well_formed(const char* p, const char* end, std::uint32_t count) {
 }
 }  // namespace
 
-BatchCheck check_batch(const char* p, std::size_t n, BatchHeader* out) {
+BatchCheck check_batch_frame(const char* p, std::size_t n, BatchHeader* out) {
   if (n < kBatchHeaderSize) return BatchCheck::truncated;
   BatchHeader h = BatchHeader::decode(p);
   if (h.magic != kBatchMagic) return BatchCheck::bad_magic;
   if (h.length < kBatchHeaderSize || h.version != kBatchVersion) return BatchCheck::bad_length;
   if (h.length > n) return BatchCheck::truncated;
   if (crc32c(p + 12, h.length - 12) != h.crc) return BatchCheck::bad_crc;
-  if (h.record_count == 0 || !records_well_formed(p + kBatchHeaderSize, p + h.length, h.record_count))
-    return BatchCheck::bad_records;
+  if (h.record_count == 0) return BatchCheck::bad_records;
+  if (out) *out = h;
+  return BatchCheck::ok;
+}
+
+BatchCheck check_batch(const char* p, std::size_t n, BatchHeader* out) {
+  BatchHeader h;
+  if (const BatchCheck c = check_batch_frame(p, n, &h); c != BatchCheck::ok) return c;
+  if (!records_well_formed(p + kBatchHeaderSize, p + h.length, h.record_count)) return BatchCheck::bad_records;
   if (out) *out = h;
   return BatchCheck::ok;
 }

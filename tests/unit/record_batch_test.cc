@@ -98,6 +98,31 @@ TEST(RecordBatch, RoundTripAndCrc) {
   EXPECT_EQ(check_batch(batch.data(), batch.size() - 1, nullptr), BatchCheck::truncated);
 }
 
+// check_batch_frame is check_batch without the records walk (a follower's copy of its
+// leader's batches): it finds the same damage to the frame and the CRC, and passes a
+// CRC-valid batch whose records region does not parse, which only check_batch refuses.
+TEST(RecordBatch, TheFrameCheckFindsFrameDamageButWalksNoRecord) {
+  BatchBuilder b;
+  b.add(std::string_view("k"), "v", "", 1);
+  b.add(std::nullopt, "w", "", 2);
+  std::string batch = b.finish();
+  BatchHeader h;
+  ASSERT_EQ(check_batch_frame(batch.data(), batch.size(), &h), BatchCheck::ok);
+  EXPECT_EQ(h.record_count, 2u);
+  std::string flipped = batch;
+  flipped[40] ^= 0x01;
+  EXPECT_EQ(check_batch_frame(flipped.data(), flipped.size(), nullptr), BatchCheck::bad_crc);
+  EXPECT_EQ(check_batch_frame(batch.data(), batch.size() - 1, nullptr), BatchCheck::truncated);
+  // Claim a third record: the region no longer parses, the CRC is made to hold again.
+  std::string lying = batch;
+  BatchHeader lh = BatchHeader::decode(lying.data());
+  lh.record_count = 3;
+  lh.encode(lying.data());
+  restamp_batch(lying.data(), lh.base_offset, lh.incarnation);  // recomputes the CRC
+  EXPECT_EQ(check_batch(lying.data(), lying.size(), nullptr), BatchCheck::bad_records);
+  EXPECT_EQ(check_batch_frame(lying.data(), lying.size(), nullptr), BatchCheck::ok);
+}
+
 TEST(Crc32c, KnownVector) {
   // RFC 3720 B.4: 32 bytes of zeros.
   std::string zeros(32, '\0');
