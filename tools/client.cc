@@ -156,7 +156,7 @@ Response Client::call(const std::string& method, const std::string& path, const 
     if (!reads_only) {
       g_failure_uncertain = true;
       const char* resend = !replay_ok ? ", and was not re-sent"
-                           : tries > 0 ? " (it was sent twice; sending it again is safe)"
+                           : tries > 0 ? " (sent again once; sending it again is safe)"
                                        : " (sending it again is safe)";
       std::fprintf(stderr,
                    "sluice: %s %s: the connection to %s failed after the request was sent: %s; "

@@ -412,11 +412,13 @@ Result<RecoveredLog> recover_log_impl(FileSystem& fs, PluginHost& host, const Op
                "the recovery point of " + dir + " does not match " + seg->log_path() +
                    "; checking every batch");
     const std::uint64_t win = walked ? walked->valid_end / 4096 * 4096 : 0;  // sector-aligned
-    // After an unclean stop the tail is read from disk, not from the page cache: pages whose
-    // writeback failed in the last run stay cached and clean as if written, and a sync now
-    // would succeed without writing them (docs/architecture.md "A failed sync"). Only clean
-    // pages are dropped; a killed process's dirty ones stay and are synced below.
-    if (last && !clean) seg->file().drop_cache(win, 0);
+    // After an unclean stop the tail beyond the recovery point is read from disk, not from
+    // the page cache: pages whose writeback failed in the last run stay cached and clean as
+    // if written, and a sync now would succeed without writing them (docs/architecture.md
+    // "A failed sync"). Only clean pages are dropped; a killed process's dirty ones stay and
+    // are synced below. Without a point (verify_on_start tail or all) nothing is dropped:
+    // that would re-read whole active segments at every start.
+    if (last && !clean && trusted_end > 0) seg->file().drop_cache(win, 0);
     // A reservation (recovery_point.h "Reserved end"): nothing was ever written into this
     // segment at or beyond it, so what lies there is the spare's zeros and is not read, as
     // long as what lies below it is whole batches and then zeros. Anything else (a batch

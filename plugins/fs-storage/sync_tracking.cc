@@ -16,7 +16,9 @@ class TrackedFile final : public File {
   }
   Result<void> datasync() override {
     auto r = real_->datasync();
-    if (!r) fs_.note_failure(real_->path());
+    // A failed sync of a temporary file (a recovery point, a producer snapshot, an epoch
+    // history on its way in) is never renamed into place: nothing reads it back.
+    if (!r && !real_->path().ends_with(".tmp")) fs_.note_failure(real_->path());
     return r;
   }
   void drop_cache(std::uint64_t offset, std::uint64_t len) override { real_->drop_cache(offset, len); }

@@ -58,6 +58,18 @@ void handle_publish(Node& node, const HttpConfig& cfg, PublishQuotas& quotas, co
                                   ", not '" + (media.empty() ? "(none)" : media) + "'")));
     return;
   }
+  auto over_quota = [&](std::uint32_t wait) {
+    HttpResponse r = problem(429, "quota_exceeded", "Quota exceeded",
+                             "tenant '" + key.tenant + "' is over its publish quota of " +
+                                 std::to_string(quotas.rate()) +
+                                 " bytes/s on this broker (quota.publish_bytes_per_s); retry after " +
+                                 std::to_string(wait) + " s");
+    r.headers.emplace_back("Retry-After", std::to_string(wait));
+    ex->respond(std::move(r));
+  };
+  // A tenant already in debt is refused before its body is parsed (charging nothing): the
+  // parse is the expensive part of a refusal.
+  if (const std::uint32_t wait = quotas.charge(key.tenant, 0)) return over_quota(wait);
   std::optional<AckMode> ack;
   if (auto a = target.param("ack")) {
     ack = parse_ack_mode(*a);  // quorum is passed on; core refuses what it cannot do
@@ -108,15 +120,7 @@ void handle_publish(Node& node, const HttpConfig& cfg, PublishQuotas& quotas, co
   // Charged last, once the request is one the node would take: a client retrying a
   // malformed body or a bad parameter got only 400s, yet drained its tenant's bucket by
   // each body's size, and the tenant's valid publishes got 429 (review finding).
-  if (const std::uint32_t wait = quotas.charge(key.tenant, req.body.size())) {
-    HttpResponse r = problem(429, "quota_exceeded", "Quota exceeded",
-                             "tenant '" + key.tenant + "' is over its publish quota of " +
-                                 std::to_string(quotas.rate()) +
-                                 " bytes/s on this broker (quota.publish_bytes_per_s); retry after " +
-                                 std::to_string(wait) + " s");
-    r.headers.emplace_back("Retry-After", std::to_string(wait));
-    return ex->respond(std::move(r));
-  }
+  if (const std::uint32_t wait = quotas.charge(key.tenant, req.body.size())) return over_quota(wait);
   // Sluice-Leader names the leader of the first record's shard (its explicit shard when
   // the publish failed; none when that is not known).
   const std::optional<std::uint32_t> first_shard = records.front().shard;

@@ -66,6 +66,7 @@ struct RaftNode::Impl {
   struct raft_transfer transfer_req{};
   bool transferring = false;
   int last_transfer_rv = 0;  // logged once per distinct failure
+  bool step_down_logged = false;  // once per stretch of step_down_wanted
   bool cluster_transport_ = false;
   static void close_transport(Impl* self) {
     if (self->cluster_transport_)
@@ -309,7 +310,12 @@ struct RaftNode::Impl {
 
   void maybe_step_down() {
     const auto& want = node->opts_.step_down_wanted;
-    if (!want || transferring || raft_state(&raft) != RAFT_LEADER || !want()) return;
+    if (!want) return;
+    if (!want()) {
+      step_down_logged = false;
+      return;
+    }
+    if (transferring || raft_state(&raft) != RAFT_LEADER) return;
     std::memset(&transfer_req, 0, sizeof transfer_req);
     transfer_req.data = this;
     const int rv = raft_transfer(&raft, &transfer_req, 0, transfer_cb);
@@ -322,7 +328,11 @@ struct RaftNode::Impl {
     }
     last_transfer_rv = 0;
     transferring = true;
-    node->log(LogLevel::warn, "this leader cannot serve (held); handing leadership to another voter");
+    // Once per stretch: if every voter is held, leadership goes round them at each
+    // election timeout, and each round would log again.
+    if (!step_down_logged)
+      node->log(LogLevel::warn, "this leader cannot serve (held); handing leadership to another voter");
+    step_down_logged = true;
   }
 
   static void transfer_cb(struct raft_transfer* t) { static_cast<Impl*>(t->data)->transferring = false; }

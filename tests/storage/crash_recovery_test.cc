@@ -178,6 +178,7 @@ TEST(CrashRecoveryTest, AKilledLogsTailIsSyncedEvenAfterALaterCleanStopThatNever
 TEST(CrashRecoveryTest, AfterAKillTheTailIsReadFromDiskNotFromThePageCache) {
   TestHost host;
   host.set("storage.retention_interval_ms", "0");
+  host.set("storage.verify_on_start", "checkpoint");
   host.set("storage.verify_in_background", "false");
   auto fs = std::make_shared<FaultFileSystem>();
   ASSERT_NO_FATAL_FAILURE(kill_with_an_unsynced_batch(host, fs, /*fresh=*/false));

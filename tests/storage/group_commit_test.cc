@@ -8,7 +8,9 @@
 #include <set>
 #include <thread>
 
+#include "dir_sync.h"
 #include "storage_test_util.h"
+#include "sync_tracking.h"
 
 namespace sluice::fs_storage::testing {
 namespace {
@@ -172,6 +174,30 @@ TEST(FsStorageEngine, AShardWhoseSyncFailedIsNotOpenedAgainInTheSameProcess) {
   auto reopened = engine->open_shard(test_ref(), StreamSpec{});
   ASSERT_TRUE(reopened) << reopened.error().to_string();
   EXPECT_EQ(read_all(**reopened).size(), 1u);
+}
+
+// What the engine remembers (sync_tracking.h): a failed sync of a log file, at or below
+// the shard directory asked about, and not a failed sync of a .tmp file, which is never
+// renamed into place (review: a recovery point's failed sync kept a healthy shard closed).
+TEST(SyncTrackingFileSystem, RemembersFailedSyncsOfFilesThatStayButNotOfTemporaryOnes) {
+  TestHost host;
+  auto fault = std::make_shared<FaultFileSystem>();
+  SyncTrackingFileSystem fs(fault);
+  const std::string dir = host.data_dir() + "/s/0";
+  ASSERT_TRUE(make_dirs(fs, dir + "/log", nullptr));
+  auto tmp = fs.open(dir + "/log/recovery-point.tmp", OpenMode::create_truncate);
+  auto log = fs.open(dir + "/log/00000000000000000000.log", OpenMode::create_truncate);
+  ASSERT_TRUE(tmp && log);
+  fault->fail_syncs(true);
+  EXPECT_FALSE((*tmp)->datasync());
+  EXPECT_FALSE(fs.failed_under(dir)) << "a .tmp file's failed sync was remembered";
+  EXPECT_FALSE((*log)->datasync());
+  fault->fail_syncs(false);
+  EXPECT_EQ(fs.failed_under(dir), dir + "/log/00000000000000000000.log");
+  EXPECT_FALSE(fs.failed_under(host.data_dir() + "/s/1"));
+  SyncTrackingFileSystem other(fault);
+  other.note_failure(host.data_dir() + "/s/01/log/00000000000000000000.log");
+  EXPECT_FALSE(other.failed_under(dir)) << "shard 01's failure was taken for shard 0's (a name prefix)";
 }
 
 TEST_F(GroupCommitTest, ShutdownCompletesEveryPendingCallback) {
