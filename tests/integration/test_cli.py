@@ -186,6 +186,16 @@ class Cli(unittest.TestCase):
         self.assertEqual(p.returncode, 2, p.stderr)
         self.assertIn("--producer-id needs --sequence", p.stderr)
 
+    # Review finding: a key of exactly '.' or '..' was sent as a path segment, which a
+    # normalizing proxy removes with the one before it (a key delete became a cache delete).
+    def test_a_dot_segment_is_never_sent(self):
+        for key in (".", ".."):
+            p = subprocess.run([SLUICE_CLI, "--url", "http://127.0.0.1:9", "cache", "delete", "t/n/c", key],
+                               capture_output=True, text=True, timeout=60)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertIn("dot segment", p.stderr)
+            self.assertNotIn("cannot reach", p.stderr)
+
     def test_usage_errors_exit_2(self):
         p = self.sluice("stream", "create", "not-a-stream-path", ok=False)
         self.assertEqual(p.returncode, 2)
