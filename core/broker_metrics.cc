@@ -138,13 +138,14 @@ std::string BrokerRuntime::metrics_text() {
       w.sample("sluice_shard_replica_lag_records", labels,
                static_cast<std::uint64_t>(end > p.durable_end.value() ? end - p.durable_end.value() : 0));
     }
-  w.family("sluice_shard_replica_lag_ms", "How long a replica has been behind the leader's log end (leader's view).",
-           MetricType::gauge);
+  // Seconds, the base unit Prometheus names want (it was sluice_shard_replica_lag_ms).
+  w.family("sluice_shard_replica_lag_seconds",
+           "How long a replica has been behind the leader's log end (leader's view).", MetricType::gauge);
   for (const auto& r : held_rows)
     for (const auto& p : r.stats.replicas) {
       auto labels = r.labels;
       labels.push_back({"replica", std::to_string(p.broker.value())});
-      w.sample("sluice_shard_replica_lag_ms", labels, static_cast<std::uint64_t>(p.lag_ms));
+      w.sample("sluice_shard_replica_lag_seconds", labels, static_cast<double>(p.lag_ms) / 1000.0);
     }
   w.family("sluice_shard_replica_durable_end", "A replica's durable log end as it last reported (leader's view).",
            MetricType::gauge);
