@@ -202,9 +202,15 @@ std::optional<Response> Client::attempt(const std::string& method, const std::st
     out.status = res.getStatus();
     out.content_type = res.getContentType();
     for (const auto& [k, v] : res) out.headers.emplace_back(k, v);
-    std::ostringstream ss;
-    ss << is.rdbuf();
-    out.body = ss.str();
+    // Bounded: a misbehaving server or proxy must not exhaust this process's memory. The
+    // node's largest answers (a fetch of http.fetch_max_bytes, base64-encoded) are far below.
+    constexpr std::size_t kMaxAnswerBytes = 256u << 20;
+    char buf[64 * 1024];
+    while (is.read(buf, sizeof buf) || is.gcount() > 0) {
+      out.body.append(buf, static_cast<std::size_t>(is.gcount()));
+      if (out.body.size() > kMaxAnswerBytes)
+        throw Poco::ProtocolException("the answer is larger than 256 MiB; refusing to read on");
+    }
     return out;
   } catch (const Poco::Exception& e) {
     conn_.reset();

@@ -331,6 +331,32 @@ class ReassignOutcome(unittest.TestCase):
         self.assertIn("--timeout-s is at most", p.stderr)
 
 
+class OversizedAnswer(unittest.TestCase):
+    """Review finding: the CLI read a server's answer whole, however large: a misbehaving
+    server or proxy could exhaust its memory. It stops past 256 MiB, exit 1."""
+
+    def test_an_answer_over_256_mib_is_refused(self):
+        size = 300 << 20
+        chunk = b"x" * (1 << 20)
+
+        def answer(handler):
+            handler.send_response(200)
+            handler.send_header("Content-Type", "application/json")
+            handler.send_header("Content-Length", str(size))
+            handler.end_headers()
+            try:
+                for _ in range(size // len(chunk)):
+                    handler.wfile.write(chunk)
+            except OSError:
+                pass  # the client stopped reading: what is being tested
+        server = LoopbackServer(answer)
+        self.addCleanup(server.close)
+        p = subprocess.run([SLUICE_CLI, "--url", server.url, "stream", "get", "t/n/s"], capture_output=True,
+                           text=True, timeout=120)
+        self.assertEqual(p.returncode, 1, p.stderr[-500:])
+        self.assertIn("larger than 256 MiB", p.stderr)
+
+
 class RetryPolicy(unittest.TestCase):
     """After a network error, sluice re-sends only what the API defines as idempotent
     (docs/api.md, "Errors" and "Idempotent producers")."""
