@@ -248,13 +248,18 @@ TEST(ReplicaLogTest, AppendReplicaRejectsGapsOverlapsBadCrcAndOtherIncarnations)
 // cut, so a cut decided for the old leader could land after the follower had moved to a
 // new epoch and fetched (and reported) records the new leader counted toward its high
 // watermark. The log refuses a cut or a restart decided in another epoch.
-TEST(ReplicaLogTest, ACutDecidedInAnEarlierEpochIsRefused) {
-  Node a, f;
+// `a` leads epoch 1 and writes `batches` batches of 3 records; `f` follows it and copies all.
+void lead_and_copy(Node& a, Node& f, int batches) {
   ASSERT_TRUE(a.log->become_leader(LeaderEpoch(1)));
-  append_n(*a.log, "e1-", 10);
+  append_n(*a.log, "e1-", batches);
   ASSERT_TRUE(f.log->become_follower(LeaderEpoch(1), NodeId(1)));
   replicate(*a.log, *f.log);
-  ASSERT_EQ(f.log->durable_end(), Offset(30));
+  ASSERT_EQ(f.log->durable_end(), Offset(3 * batches));
+}
+
+TEST(ReplicaLogTest, ACutDecidedInAnEarlierEpochIsRefused) {
+  Node a, f;
+  ASSERT_NO_FATAL_FAILURE(lead_and_copy(a, f, 10));
   ASSERT_TRUE(f.log->become_follower(LeaderEpoch(2), NodeId(1)));
   auto cut = f.log->truncate_to(Offset(12), LeaderEpoch(1));
   ASSERT_FALSE(cut);
@@ -275,11 +280,7 @@ TEST(ReplicaLogTest, ACutDecidedInAnEarlierEpochIsRefused) {
 // began beyond the cut: the next chunks of that epoch were stamped with the previous one.
 TEST(ReplicaLogTest, AHistoryThatCannotBeSavedAfterACutFailsTheShard) {
   Node a, f;
-  ASSERT_TRUE(a.log->become_leader(LeaderEpoch(1)));
-  append_n(*a.log, "e1-", 4);
-  ASSERT_TRUE(f.log->become_follower(LeaderEpoch(1), NodeId(1)));
-  replicate(*a.log, *f.log);
-  ASSERT_EQ(f.log->durable_end(), Offset(12));
+  ASSERT_NO_FATAL_FAILURE(lead_and_copy(a, f, 4));
   // f leads epoch 2 briefly and writes its own batches after 12: history (1,0), (2,12).
   ASSERT_TRUE(f.log->become_leader(LeaderEpoch(2)));
   append_n(*f.log, "e2-", 2);
