@@ -18,7 +18,7 @@ const Usage kCounter{"counter", R"(Usage: sluice counter create TENANT/NS/COUNTE
        sluice counter show   TENANT/NS/COUNTER
        sluice counter list   TENANT/NS
        sluice counter delete TENANT/NS/COUNTER
-       sluice counter add    TENANT/NS/COUNTER KEY DELTA [--producer-id P --sequence S]
+       sluice counter add    TENANT/NS/COUNTER KEY DELTA [--producer-id P --sequence S] [--if-incarnation I]
        sluice counter get    TENANT/NS/COUNTER KEY
 
 Counters need metadata level 18 and the fleet feature counters finalized
@@ -28,8 +28,27 @@ add adds DELTA (a signed 64-bit integer; write a negative one after --, as in
 `add t/n/c k -- -5`) to KEY and prints {"key","value"}; with --producer-id and --sequence
 a retry of one of the producer's last 5 sequences answers the original value
 ("duplicate": true) and adds nothing, another sequence is 409 sequence_gap. get prints
-{"key","value"} (0 for a key never added to).
+{"key","value"} (0 for a key never added to). Both also print "incarnation": the counter
+incarnation that answered. --if-incarnation I adds only to that incarnation (409 conflict
+if the counter was deleted and created again): retry an uncertain add with the
+incarnation, producer and sequence of the first attempt, so that it can never land on a
+new counter of the same name.
 )"};
+
+// The answer with the counter incarnation that gave it (Sluice-Counter-Incarnation).
+json::value with_incarnation(Client& c, const std::string& method, const std::string& path, const std::string& body) {
+  Response r = c.call(method, path, body);
+  if (r.status < 200 || r.status > 299) Client::fail(r);
+  json::value v = json::parse(r.body);
+  if (const std::string inc = r.header("Sluice-Counter-Incarnation"); !inc.empty() && v.is_object()) {
+    try {
+      v.as_object()["incarnation"] = std::stoull(inc);
+    } catch (const std::exception&) {
+      v.as_object()["incarnation"] = inc;
+    }
+  }
+  return v;
+}
 
 std::string counter_path(const Args& a) {
   auto k = parse_stream(kCounter, a.pos()[0]);
@@ -77,17 +96,21 @@ int cmd_counter(Client& c, const Words& words) {
     Args a(kCounter, rest(words), {.min_args = 1, .max_args = 1});
     print_json(c.call_ok("DELETE", counter_path(a)));
   } else if (op == "add") {
-    Args a(kCounter, rest(words), {.values = {"producer-id", "sequence"}, .min_args = 3, .max_args = 3});
+    Args a(kCounter, rest(words),
+           {.values = {"producer-id", "sequence", "if-incarnation"}, .min_args = 3, .max_args = 3});
     json::object body{{"delta", parse_delta(a.pos()[2])}};
     std::string q;
+    auto add = [&](const std::string& k, std::uint64_t v) { q += (q.empty() ? "?" : "&") + k + "=" + std::to_string(v); };
     if (a.has("producer-id") != a.has("sequence")) a.error("--producer-id and --sequence go together");
-    if (a.has("producer-id"))
-      q = "?producer_id=" + std::to_string(a.get_u64("producer-id", 0)) +
-          "&sequence=" + std::to_string(a.get_u64("sequence", 0));
-    print_json(c.call_ok("POST", key_path(a) + "/add" + q, json::serialize(body)));
+    if (a.has("producer-id")) {
+      add("producer_id", a.get_u64("producer-id", 0));
+      add("sequence", a.get_u64("sequence", 0));
+    }
+    if (a.has("if-incarnation")) add("if_incarnation", a.get_u64("if-incarnation", 0));
+    print_json(with_incarnation(c, "POST", key_path(a) + "/add" + q, json::serialize(body)));
   } else if (op == "get") {
     Args a(kCounter, rest(words), {.min_args = 2, .max_args = 2});
-    print_json(c.call_ok("GET", key_path(a)));
+    print_json(with_incarnation(c, "GET", key_path(a), ""));
   } else if (op == "list") {
     Args a(kCounter, rest(words), {.min_args = 1, .max_args = 1});
     auto r = c.call_ok("GET", ns_path(a.pos()[0]) + "/counters");
