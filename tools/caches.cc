@@ -70,8 +70,8 @@ int cmd_cache(Client& c, const Words& words) {
     std::string after;
     for (;;) {
       std::string q = cache_path(a) + "/keys?limit=1000";
-      if (a.has("prefix")) q += "&prefix=" + encode_segment(a.get("prefix"));
-      if (!after.empty()) q += "&after=" + encode_segment(after);
+      if (a.has("prefix")) q += "&prefix=" + encode_query_value(a.get("prefix"));
+      if (!after.empty()) q += "&after=" + encode_query_value(after);
       auto page = c.call_ok("GET", q).as_object();
       for (auto& k : page.at("keys").as_array()) {
         if (limit && printed == limit) return 0;

@@ -155,9 +155,10 @@ Response Client::call(const std::string& method, const std::string& path, const 
     if (tries == 0 && replay_ok && why.network) continue;
     if (!reads_only) {
       g_failure_uncertain = true;
-      const char* resend = !replay_ok ? ", and was not re-sent"
-                           : tries > 0 ? " (sent again once; sending it again is safe)"
-                                       : " (sending it again is safe)";
+      const char* resend = !replay_ok           ? ", and was not re-sent"
+                           : tries > 0 && why.sent ? " (sent again once; sending it again is safe)"
+                           : tries > 0            ? " (a second attempt could not connect; sending it again is safe)"
+                                                  : " (sending it again is safe)";
       std::fprintf(stderr,
                    "sluice: %s %s: the connection to %s failed after the request was sent: %s; "
                    "outcome uncertain: it may or may not have taken effect%s\n",
@@ -203,13 +204,14 @@ std::optional<Response> Client::attempt(const std::string& method, const std::st
     out.content_type = res.getContentType();
     for (const auto& [k, v] : res) out.headers.emplace_back(k, v);
     // Bounded: a misbehaving server or proxy must not exhaust this process's memory. The
-    // node's largest answers (a fetch of http.fetch_max_bytes, base64-encoded) are far below.
-    constexpr std::size_t kMaxAnswerBytes = 256u << 20;
+    // node's largest answer, a fetch of http.fetch_max_bytes (at most 1 GiB) rendered as
+    // JSON with base64 values, stays below 2 GiB.
+    constexpr std::size_t kMaxAnswerBytes = std::size_t{2} << 30;
     char buf[64 * 1024];
     while (is.read(buf, sizeof buf) || is.gcount() > 0) {
       out.body.append(buf, static_cast<std::size_t>(is.gcount()));
       if (out.body.size() > kMaxAnswerBytes)
-        throw Poco::ProtocolException("the answer is larger than 256 MiB; refusing to read on");
+        throw Poco::ProtocolException("the answer is larger than 2 GiB; refusing to read on");
     }
     return out;
   } catch (const Poco::Exception& e) {

@@ -112,14 +112,7 @@ StreamPath parse_stream(const Usage& usage, const std::string& s) {
   return p;
 }
 
-std::string encode_segment(const std::string& s) {
-  // A segment that is exactly "." or ".." is a dot segment (RFC 3986 5.2.4), which a proxy
-  // that normalizes paths removes, with the segment before it: `cache delete t/n/c ..`
-  // would reach the server as a delete of the whole cache (review finding). Refused here;
-  // percent-encoding does not help (%2E is normalized to '.' too).
-  if (s == "." || s == "..")
-    usage_error("sluice", "'" + s + "' cannot be sent as a name or key: it is a URL dot segment, which "
-                          "proxies remove from the path (with the segment before it)");
+std::string encode_query_value(const std::string& s) {
   static const char* hex = "0123456789ABCDEF";
   std::string out;
   for (unsigned char c : s) {
@@ -133,6 +126,17 @@ std::string encode_segment(const std::string& s) {
     }
   }
   return out;
+}
+
+std::string encode_segment(const std::string& s) {
+  // A segment that is exactly "." or ".." is a dot segment (RFC 3986 5.2.4), which a proxy
+  // that normalizes paths removes, with the segment before it: `cache delete t/n/c ..`
+  // would reach the server as a delete of the whole cache (review finding). Refused here;
+  // percent-encoding does not help (%2E is normalized to '.' too).
+  if (s == "." || s == "..")
+    usage_error("sluice", "'" + s + "' cannot be sent as a name or key: it is a URL dot segment, which "
+                          "proxies remove from the path (with the segment before it)");
+  return encode_query_value(s);
 }
 
 }  // namespace sluice::cli

@@ -65,6 +65,9 @@ std::vector<std::string> rest(const std::vector<std::string>& words);
 // A path segment (a name, a cache or counter key): anything but unreserved characters is
 // percent-encoded so that '/', '?', '%' and '#' stay in it (the server checks it).
 std::string encode_segment(const std::string& s);
+// Percent-encodes a query parameter's value (unreserved characters stay); "." and ".."
+// are fine here, unlike in a path segment.
+std::string encode_query_value(const std::string& s);
 
 // A non-negative integer, or a usage error naming `what`.
 std::uint64_t parse_u64(const Usage& usage, const std::string& what, const std::string& s);

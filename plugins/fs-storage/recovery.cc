@@ -416,9 +416,11 @@ Result<RecoveredLog> recover_log_impl(FileSystem& fs, PluginHost& host, const Op
     // the page cache: pages whose writeback failed in the last run stay cached and clean as
     // if written, and a sync now would succeed without writing them (docs/architecture.md
     // "A failed sync"). Only clean pages are dropped; a killed process's dirty ones stay and
-    // are synced below. Without a point (verify_on_start tail or all) nothing is dropped:
-    // that would re-read whole active segments at every start.
-    if (last && !clean && trusted_end > 0) seg->file().drop_cache(win, 0);
+    // are synced below. In checkpoint mode only: a segment without a point of its own (a
+    // new shard, a segment that rolled and never synced) is dropped whole, bounded by
+    // storage.segment_bytes; tail and all modes keep no point, and dropping there would
+    // re-read whole active segments at every start.
+    if (last && !clean && opts.verify_on_start == VerifyOnStart::checkpoint) seg->file().drop_cache(win, 0);
     // A reservation (recovery_point.h "Reserved end"): nothing was ever written into this
     // segment at or beyond it, so what lies there is the spare's zeros and is not read, as
     // long as what lies below it is whole batches and then zeros. Anything else (a batch

@@ -195,6 +195,11 @@ class Cli(unittest.TestCase):
             self.assertEqual(p.returncode, 2, p.stderr)
             self.assertIn("dot segment", p.stderr)
             self.assertNotIn("cannot reach", p.stderr)
+        # In a query value a dot is only a character: `cache list --prefix .` is sent.
+        p = subprocess.run([SLUICE_CLI, "--url", "http://127.0.0.1:9", "cache", "list", "t/n/c", "--prefix", "."],
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("nothing was sent", p.stderr)
 
     def test_usage_errors_exit_2(self):
         p = self.sluice("stream", "create", "not-a-stream-path", ok=False)
@@ -333,10 +338,10 @@ class ReassignOutcome(unittest.TestCase):
 
 class OversizedAnswer(unittest.TestCase):
     """Review finding: the CLI read a server's answer whole, however large: a misbehaving
-    server or proxy could exhaust its memory. It stops past 256 MiB, exit 1."""
+    server or proxy could exhaust its memory. It stops past 2 GiB (above the largest fetch a node can answer), exit 1."""
 
-    def test_an_answer_over_256_mib_is_refused(self):
-        size = 300 << 20
+    def test_an_answer_over_2_gib_is_refused(self):
+        size = (2 << 30) + (64 << 20)
         chunk = b"x" * (1 << 20)
 
         def answer(handler):
@@ -354,7 +359,7 @@ class OversizedAnswer(unittest.TestCase):
         p = subprocess.run([SLUICE_CLI, "--url", server.url, "stream", "get", "t/n/s"], capture_output=True,
                            text=True, timeout=120)
         self.assertEqual(p.returncode, 1, p.stderr[-500:])
-        self.assertIn("larger than 256 MiB", p.stderr)
+        self.assertIn("larger than 2 GiB", p.stderr)
 
 
 class RetryPolicy(unittest.TestCase):

@@ -176,23 +176,28 @@ TEST(CrashRecoveryTest, AKilledLogsTailIsSyncedEvenAfterALaterCleanStopThatNever
 // whose writeback failed stay cached and clean, and were read back as the log's. The fault
 // file system keeps no page cache, so this checks the advice is given, where.
 TEST(CrashRecoveryTest, AfterAKillTheTailIsReadFromDiskNotFromThePageCache) {
-  TestHost host;
-  host.set("storage.retention_interval_ms", "0");
-  host.set("storage.verify_on_start", "checkpoint");
-  host.set("storage.verify_in_background", "false");
-  auto fs = std::make_shared<FaultFileSystem>();
-  ASSERT_NO_FATAL_FAILURE(kill_with_an_unsynced_batch(host, fs, /*fresh=*/false));
-  fs->restart_after_kill();
-  const auto before = fs->cache_drops().size();
-  FsStorageEngine engine(host, fs);
-  auto shard = engine.open_shard(test_ref(), StreamSpec{});
-  ASSERT_TRUE(shard) << shard.error().to_string();
-  const auto drops = fs->cache_drops();
-  bool tail_dropped = false;
-  for (std::size_t i = before; i < drops.size(); ++i)
-    if (drops[i].path.ends_with("00000000000000000000.log") && drops[i].len == 0) tail_dropped = true;
-  EXPECT_TRUE(tail_dropped) << "recovery read the tail through the page cache";
-  EXPECT_EQ(read_all(**shard).size(), 6u);  // the killed process's batch is still kept
+  // fresh: the killed shard never synced, so its segment has no recovery point of its own
+  // (review: the drop once needed one, and skipped exactly that case).
+  for (const bool fresh : {false, true}) {
+    SCOPED_TRACE(fresh ? "fresh" : "with a recovery point");
+    TestHost host;
+    host.set("storage.retention_interval_ms", "0");
+    host.set("storage.verify_on_start", "checkpoint");
+    host.set("storage.verify_in_background", "false");
+    auto fs = std::make_shared<FaultFileSystem>();
+    ASSERT_NO_FATAL_FAILURE(kill_with_an_unsynced_batch(host, fs, fresh));
+    fs->restart_after_kill();
+    const auto before = fs->cache_drops().size();
+    FsStorageEngine engine(host, fs);
+    auto shard = engine.open_shard(test_ref(), StreamSpec{});
+    ASSERT_TRUE(shard) << shard.error().to_string();
+    const auto drops = fs->cache_drops();
+    bool tail_dropped = false;
+    for (std::size_t i = before; i < drops.size(); ++i)
+      if (drops[i].path.ends_with("00000000000000000000.log") && drops[i].len == 0) tail_dropped = true;
+    EXPECT_TRUE(tail_dropped) << "recovery read the tail through the page cache";
+    EXPECT_EQ(read_all(**shard).size(), fresh ? 3u : 6u);  // the killed process's batch is kept
+  }
 }
 
 // The fault file system's model of directory entries (fault_file_system.h): a power cut
