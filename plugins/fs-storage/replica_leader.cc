@@ -110,7 +110,11 @@ void ReplicaManager::on_fetch(const PeerIdentity& from, std::string payload,
 bool ReplicaManager::fetch_at_tail(const Incarnated& env, Offset fetch_offset) {
   auto s = find(env.ref.stream, env.ref.shard, env.log);
   if (!s) return true;  // answered at once: holds no incarnation
-  std::lock_guard lk(s->mu);
+  // Only tries: a role change holds this lock across the log's epoch save (an fsync), and
+  // waiting here would stall every peer message of every shard behind one disk write. Held,
+  // the fetch goes to a worker, which may wait.
+  std::unique_lock lk(s->mu, std::try_to_lock);
+  if (!lk.owns_lock()) return false;
   return s->role == Role::leader && s->epoch == env.leader_epoch &&
          s->ref.incarnation == env.ref.incarnation && fetch_offset >= s->log->high_watermark();
 }

@@ -119,6 +119,22 @@ class ModelLog : public ReplicaLog {
     own_sync_at_.reset();
     raise_locked();
   }
+  // Holds every become_leader / become_follower at its epoch-history save until reopened.
+  void block_epoch_changes() {
+    std::lock_guard lk(gate_mu_);
+    gate_closed_ = true;
+  }
+  void unblock_epoch_changes() {
+    {
+      std::lock_guard lk(gate_mu_);
+      gate_closed_ = false;
+    }
+    gate_cv_.notify_all();
+  }
+  int blocked_epoch_changes() {
+    std::lock_guard lk(gate_mu_);
+    return gate_waiters_;
+  }
   // A follower whose appends fail (it keeps fetching and reporting the same end).
   void refuse_appends(bool on) {
     std::lock_guard lk(mu_);
@@ -286,6 +302,14 @@ class ModelLog : public ReplicaLog {
     return v;
   }
   Result<void> take_epoch(LeaderEpoch e, bool lead) {
+    {
+      // The real log saves its epoch history here (an fsync); block_epoch_changes() holds
+      // it there, as a slow disk would.
+      std::unique_lock glk(gate_mu_);
+      ++gate_waiters_;
+      gate_cv_.wait(glk, [&] { return !gate_closed_; });
+      --gate_waiters_;
+    }
     std::lock_guard lk(mu_);
     if (e < epoch_)
       return Error(Errc::fenced, "epoch " + std::to_string(e.value()) + " is older than " +
@@ -344,6 +368,10 @@ class ModelLog : public ReplicaLog {
   int truncations_ = 0;
   Offset lowest_cut_{UINT64_MAX};
   int restarts_ = 0;
+  std::mutex gate_mu_;
+  std::condition_variable gate_cv_;
+  bool gate_closed_ = false;
+  int gate_waiters_ = 0;
 };
 
 // An in-process network of peer transports. Every delivery runs on the network's thread.

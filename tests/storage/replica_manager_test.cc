@@ -477,6 +477,49 @@ TEST_F(Envelope, AMalformedRequestIsMalformedBody) {
   EXPECT_EQ(r.error().code, Errc::malformed_body);
 }
 
+// Regression (review): a fetch at the tail is served on the transport's thread, which
+// first took the shard's lock to see whether it was at the tail. A role change holds that
+// lock across the log's epoch save (an fsync), so one slow disk stalled every peer message
+// this broker receives, for every shard, until the fsync returned. The check now only
+// tries the lock and hands the fetch to a worker when it is held.
+TEST(ReplicaManager, ARoleChangeWaitingOnTheDiskDoesNotStallThePeerTransport) {
+  Cluster c(3);
+  c.tell();
+  ASSERT_TRUE(c.logs_[1]->append(1).get());
+  c.logs_[1]->block_epoch_changes();
+  c.set_catalog([](ReplicaAssignment& a) { a.leader_epoch = LeaderEpoch{2}; });
+  auto role_change = std::async(std::launch::async, [&] { c.tell({1}); });
+  ASSERT_TRUE(eventually([&] { return c.logs_[1]->blocked_epoch_changes() == 1; }));
+  // The epoch-1 tail fetch of broker 2 arrives while the leader's lock is held ...
+  FetchRequest at_tail;
+  at_tail.env = Incarnated{shard_ref(), LeaderEpoch{1}, NodeId{2}, "dir-2"};
+  at_tail.fetch_offset = c.logs_[1]->high_watermark();
+  auto tail_answer = std::make_shared<std::promise<Result<std::string>>>();
+  c.transports_[2]->request(NodeId{1}, kReplicaFetch, encode(at_tail), 60s,
+                            [tail_answer](Result<std::string> r) { tail_answer->set_value(std::move(r)); });
+  // ... and a message behind it on the same transport thread is still delivered.
+  FetchRequest other = at_tail;
+  other.env.ref.shard = ShardIndex{3};
+  std::promise<Result<std::string>> behind;
+  c.transports_[2]->request(NodeId{1}, kReplicaFetch, encode(other), 60s,
+                            [&](Result<std::string> r) { behind.set_value(std::move(r)); });
+  auto f = behind.get_future();
+  const bool delivered = f.wait_for(30s) == std::future_status::ready;
+  c.logs_[1]->unblock_epoch_changes();
+  role_change.get();
+  ASSERT_TRUE(delivered) << "the transport thread waited for the role change's disk write";
+  auto r = f.get();
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::not_found);
+  // The held fetch is answered by a worker once the role change is done: in epoch 2 the
+  // epoch-1 fetch is fenced.
+  auto tf = tail_answer->get_future();
+  ASSERT_EQ(tf.wait_for(30s), std::future_status::ready);
+  auto t = tf.get();
+  ASSERT_FALSE(t);
+  EXPECT_EQ(t.error().code, Errc::fenced);
+}
+
 TEST(ReplicationWire, EveryTruncationAndTrailingByteIsMalformed) {
   FetchRequest req;
   req.env = Incarnated{shard_ref(), LeaderEpoch{3}, NodeId{2}, "dir-2"};
