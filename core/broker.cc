@@ -107,6 +107,7 @@ void BrokerRuntime::close_all_shards() {
   // whose callbacks may call back in (leader_address takes streams_mu_ shared), so a close
   // under the exclusive lock could wait for ever (docs/architecture.md "Inline appends").
   std::map<StreamKey, std::shared_ptr<StreamState>> gone;
+  closed_all_ = true;
   {
     std::unique_lock lk(streams_mu_);
     gone.swap(streams_);

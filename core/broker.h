@@ -182,6 +182,10 @@ class BrokerRuntime final : public Node {
   };
 
   std::shared_ptr<StreamState> find(const StreamKey& key);
+  // The answer for a name find() does not know: not_found, "does not exist"; but from a
+  // broker that closed everything (fenced, or stopping) unavailable, naming why: its empty
+  // map says nothing of what the catalog holds (review finding).
+  Error no_stream(const StreamKey& key);
   // Takes every stream out of service, then closes its shards (stop, fencing).
   void close_all_shards();
   // The shard's log when this broker leads it, else not_leader: what a forwarded call runs
@@ -365,6 +369,10 @@ class BrokerRuntime final : public Node {
   std::int64_t quorum_forward_timeout_ms_ = 40000;
   std::shared_ptr<fwd::Timers> timers_;
   std::unique_ptr<fwd::Workers> workers_;
+  // Group fetch/ack/nack/replay on a replicated shard wait for a quorum commit (up to
+  // replication.quorum_timeout_ms): their own pool, so they never hold up forwarded reads.
+  std::unique_ptr<fwd::Workers> group_workers_;
+  std::atomic<bool> closed_all_{false};  // close_all_shards() ran: find() knows nothing
   std::mutex waits_mu_;
   std::map<std::uint64_t, std::shared_ptr<ForwardedWait>> waits_;  // forwarded notify handles
   std::uint64_t next_wait_ = 1ull << 62;  // above any storage handle

@@ -26,11 +26,26 @@ std::shared_ptr<BrokerRuntime::StreamState> BrokerRuntime::find(const StreamKey&
   return it == streams_.end() ? nullptr : it->second;
 }
 
+Error BrokerRuntime::no_stream(const StreamKey& key) {
+  if (closed_all_) {
+    std::string why;
+    {
+      std::lock_guard lk(applied_mu_);
+      why = fenced_;
+    }
+    return Error(Errc::unavailable,
+                 "broker " + std::to_string(info_.node_id.value()) + " serves nothing now (" +
+                     (why.empty() ? std::string("it is stopping") : why) + "); ask another broker",
+                 Outcome::transient);
+  }
+  return Error(Errc::not_found, "stream " + key.to_string() + " does not exist");
+}
+
 Result<std::shared_ptr<ShardLog>> BrokerRuntime::find_shard(const StreamKey& key, ShardIndex shard) {
   if (auto v = validate_stream_key(key); !v) return v.error();
   if (!storage_) return no_broker_role();
   auto st = find(key);
-  if (!st) return Error(Errc::not_found, "stream " + key.to_string() + " does not exist");
+  if (!st) return no_stream(key);
   return shard_in(*st, key, shard);
 }
 
@@ -46,9 +61,9 @@ Result<std::shared_ptr<ShardLog>> BrokerRuntime::shard_in(const StreamState& sta
     NodeId leader{0};
     for (const auto& a : st->assignments)
       if (a.shard == shard) leader = a.leader;
-    // Led here but not open (it failed to open, or is opening): the same answer a direct
-    // call gets, not not_leader naming this node.
-    if (leader == info_.node_id) return not_led_here(*st, key, shard.value());
+    // Led here but not open (it failed to open, or is opening), or led by no one: the same
+    // answer a direct call gets, not not_leader naming this node or "broker 0".
+    if (leader == info_.node_id || leader.value() == 0) return not_led_here(*st, key, shard.value());
     return Error(Errc::not_leader, "shard " + std::to_string(shard.value()) + " of " + key.to_string() +
                                        " is led by broker " + std::to_string(leader.value()) +
                                        ", not by this node (" + std::to_string(info_.node_id.value()) + ")");
@@ -88,7 +103,18 @@ Result<BrokerRuntime::ShardRoute> BrokerRuntime::route(const StreamKey& key, Sha
   if (auto v = validate_stream_key(key); !v) return v.error();
   if (!storage_) return no_broker_role();
   auto st = find(key);
-  if (!st) return Error(Errc::not_found, "stream " + key.to_string() + " does not exist");
+  // A pinned call naming an incarnation this broker has not applied yet (its change feed
+  // lags the broker that answered the client before): transient, not "deleted and created
+  // again" or "does not exist", which would make the client give up on live records
+  // (review finding). A name this broker knows nothing of is still not_found: a stream
+  // deleted since is the likelier story, and the client must not retry it for ever.
+  if (!st) return no_stream(key);
+  if (expected && st->info.incarnation < *expected)
+    return Error(Errc::unavailable,
+                 "broker " + std::to_string(info_.node_id.value()) + " has not applied incarnation " +
+                     std::to_string(expected->value()) + " of " + key.to_string() + " yet (it holds " +
+                     std::to_string(st->info.incarnation.value()) + "); retry",
+                 Outcome::transient);
   if (expected && st->info.incarnation != *expected)
     return Error(Errc::conflict, "stream " + key.to_string() + " is incarnation " +
                                      std::to_string(st->info.incarnation.value()) + " now, not incarnation " +
@@ -173,7 +199,7 @@ Result<StreamInfo> BrokerRuntime::create_stream(const StreamKey& key, const Stre
 Result<StreamInfo> BrokerRuntime::stream(const StreamKey& key) {
   if (auto v = validate_stream_key(key); !v) return v.error();
   auto st = find(key);
-  if (!st) return Error(Errc::not_found, "stream " + key.to_string() + " does not exist");
+  if (!st) return no_stream(key);
   return st->info;
 }
 
@@ -229,7 +255,7 @@ void BrokerRuntime::publish(const StreamKey& key, const std::vector<PublishRecor
                       "a publish may hold at most " + std::to_string(opts_.max_records_per_publish) +
                           " records, got " + std::to_string(records.size())));
   auto st = find(key);
-  if (!st) return fail(Error(Errc::not_found, "stream " + key.to_string() + " does not exist"));
+  if (!st) return fail(no_stream(key));
   if (!st->refused.empty()) return fail(Error(Errc::conflict, st->refused));
   const std::uint32_t n = static_cast<std::uint32_t>(st->shards.size());
 
@@ -449,7 +475,10 @@ Result<GroupDelivery> BrokerRuntime::group_fetch(const StreamKey& key, ShardInde
   if (rt->log) return rt->log->group_fetch(group, max_records, opts);
   fwd::Writer w;
   w.bytes(shard_header(key, *rt, shard)).str(group).u32(max_records).u32(opts.max_deliveries).i64(opts.ack_timeout_ms);
-  auto a = forward(rt->leader, fwd::kGroupFetch, w.take(), opts_.forward_timeout_ms);
+  // Group calls on a replicated shard wait for a quorum commit on the leader: the forwarder
+  // waits as long as a forwarded ack=quorum publish does, or it would answer `timeout`
+  // (uncertain) where the leader's answer is definite (review finding).
+  auto a = forward(rt->leader, fwd::kGroupFetch, w.take(), quorum_forward_timeout_ms_);
   if (!a) return a.error();
   return fwd::decode_delivery(*a);
 }
@@ -462,7 +491,7 @@ Result<void> BrokerRuntime::group_ack(const StreamKey& key, ShardIndex shard, co
   if (rt->log) return rt->log->group_ack(group, offsets);
   fwd::Writer w;
   w.bytes(shard_header(key, *rt, shard)).str(group).bytes(fwd::encode_offsets(offsets));
-  auto a = forward(rt->leader, fwd::kGroupAck, w.take(), opts_.forward_timeout_ms);
+  auto a = forward(rt->leader, fwd::kGroupAck, w.take(), quorum_forward_timeout_ms_);
   if (!a) return a.error();
   return {};
 }
@@ -475,7 +504,7 @@ Result<void> BrokerRuntime::group_nack(const StreamKey& key, ShardIndex shard, c
   if (rt->log) return rt->log->group_nack(group, offsets);
   fwd::Writer w;
   w.bytes(shard_header(key, *rt, shard)).str(group).bytes(fwd::encode_offsets(offsets));
-  auto a = forward(rt->leader, fwd::kGroupNack, w.take(), opts_.forward_timeout_ms);
+  auto a = forward(rt->leader, fwd::kGroupNack, w.take(), quorum_forward_timeout_ms_);
   if (!a) return a.error();
   return {};
 }
@@ -486,7 +515,7 @@ Result<std::vector<GroupPosition>> BrokerRuntime::group_positions(const StreamKe
   if (auto v = validate_stream_key(key); !v) return v.error();
   if (!storage_) return no_broker_role();
   auto st = find(key);
-  if (!st) return Error(Errc::not_found, "stream " + key.to_string() + " does not exist");
+  if (!st) return no_stream(key);
   if (!st->refused.empty()) return Error(Errc::conflict, st->refused);
   std::vector<GroupPosition> out;
   for (std::uint32_t i = 0; i < st->shards.size(); ++i) {
@@ -520,7 +549,7 @@ Result<std::vector<std::string>> BrokerRuntime::groups(const StreamKey& key) {
   if (auto v = validate_stream_key(key); !v) return v.error();
   if (!storage_) return no_broker_role();
   auto st = find(key);
-  if (!st) return Error(Errc::not_found, "stream " + key.to_string() + " does not exist");
+  if (!st) return no_stream(key);
   if (!st->refused.empty()) return Error(Errc::conflict, st->refused);
   std::set<std::string> all;
   for (std::uint32_t i = 0; i < st->shards.size(); ++i) {
@@ -567,7 +596,7 @@ Result<std::uint64_t> BrokerRuntime::replay_dead_letters(const StreamKey& key, S
   if (rt->log) return rt->log->replay_dead_letters(group, from, to);
   fwd::Writer w;
   w.bytes(shard_header(key, *rt, shard)).str(group).u64(from.value()).u64(to.value());
-  auto a = forward(rt->leader, fwd::kReplay, w.take(), opts_.forward_timeout_ms);
+  auto a = forward(rt->leader, fwd::kReplay, w.take(), quorum_forward_timeout_ms_);
   if (!a) return a.error();
   fwd::Reader rd(*a);
   const std::uint64_t n = rd.u64();

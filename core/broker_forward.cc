@@ -21,6 +21,9 @@ void BrokerRuntime::start_forwarding() {
                                               std::chrono::milliseconds(opts_.forward_timeout_ms));
   quorum_forward_timeout_ms_ =
       host_.config_int("replication.quorum_timeout_ms", 30000) + opts_.forward_timeout_ms;
+  if (!group_workers_)
+    group_workers_ = std::make_unique<fwd::Workers>(2, fwd::Workers::kDefaultMaxQueued,
+                                                    std::chrono::milliseconds(quorum_forward_timeout_ms_));
   serving_forwarded_ = true;
   for (auto type : fwd::kAllTypes) {
     auto r = transport_->handle(type, [this, type](const PeerIdentity& from, std::string payload,
@@ -40,6 +43,7 @@ void BrokerRuntime::stop_forwarding() {
   // Queued forwarded calls run (they answer, or fail on closed shards); then no thread of
   // ours touches the runtime.
   workers_.reset();
+  group_workers_.reset();
   // Forwarded waits this broker sent stay with the transport, which fails them when it
   // stops; their callbacks only look at waits_.
 }
@@ -273,7 +277,12 @@ void BrokerRuntime::serve_forwarded(PeerMessageType type, NodeId from, std::stri
   // The rest may block (reads, group state that syncs): off the transport's I/O thread.
   auto res = std::make_shared<PeerResponder>(std::move(respond));
   auto refuse = [res](Error e) { (*res)(std::move(e)); };
-  workers_->post([this, type, h, payload = std::move(payload), res] {
+  // Group calls that may wait for a quorum commit go to their own pool (the forwarder
+  // waits quorum_forward_timeout_ms_ for them): two of them must not hold up every
+  // forwarded read behind a slow follower (review finding).
+  const bool waits_for_quorum = type == fwd::kGroupFetch || type == fwd::kGroupAck ||
+                                type == fwd::kGroupNack || type == fwd::kReplay;
+  (waits_for_quorum ? group_workers_ : workers_)->post([this, type, h, payload = std::move(payload), res] {
     fwd::Reader rd(payload);
     fwd::get_header(rd);
     auto answer = [&]() -> Result<std::string> {

@@ -42,7 +42,7 @@ std::string BrokerRuntime::leaderless_reason(const Assignment& a) const {
 Result<std::vector<ShardStatus>> BrokerRuntime::shards(const StreamKey& key) {
   if (auto v = validate_stream_key(key); !v) return v.error();
   auto st = find(key);
-  if (!st) return Error(Errc::not_found, "stream " + key.to_string() + " does not exist");
+  if (!st) return no_stream(key);
   std::vector<ShardStatus> out;
   for (std::uint32_t i = 0; i < st->shards.size(); ++i) {
     ShardStatus s;
@@ -77,7 +77,7 @@ Result<std::vector<ShardStatus>> BrokerRuntime::shards(const StreamKey& key) {
 Result<Assignment> BrokerRuntime::move_leader(const StreamKey& key, ShardIndex shard, NodeId broker) {
   if (auto v = validate_stream_key(key); !v) return v.error();
   auto st = find(key);
-  if (!st) return Error(Errc::not_found, "stream " + key.to_string() + " does not exist");
+  if (!st) return no_stream(key);
   if (!st->refused.empty()) return Error(Errc::conflict, st->refused);
   const Assignment* cur = nullptr;
   for (const auto& a : st->assignments)
@@ -115,7 +115,7 @@ Result<Assignment> BrokerRuntime::elect_leader(const StreamKey& key, ShardIndex 
                                                NodeId broker) {
   if (auto v = validate_stream_key(key); !v) return v.error();
   auto st = find(key);
-  if (!st) return Error(Errc::not_found, "stream " + key.to_string() + " does not exist");
+  if (!st) return no_stream(key);
   if (!st->refused.empty()) return Error(Errc::conflict, st->refused);
   const Assignment* cur = nullptr;
   for (const auto& a : st->assignments)
@@ -154,7 +154,7 @@ Result<Assignment> BrokerRuntime::reassign_shard(const StreamKey& key, ShardInde
                                                  const std::vector<NodeId>& target) {
   if (auto v = validate_stream_key(key); !v) return v.error();
   auto st = find(key);
-  if (!st) return Error(Errc::not_found, "stream " + key.to_string() + " does not exist");
+  if (!st) return no_stream(key);
   if (!st->refused.empty()) return Error(Errc::conflict, st->refused);
   const Assignment* cur = nullptr;
   for (const auto& a : st->assignments)

@@ -531,6 +531,55 @@ TEST(Broker, a_fenced_broker_stays_not_ready_and_serves_nothing_after_a_resync) 
   b->stop();
 }
 
+// Regression (review): a fenced broker had closed every shard and emptied its map, so every
+// call answered not_found, "does not exist": a definite answer (a subscription ends, a
+// cache treats its stream as deleted) for streams the catalog still has.
+TEST(Broker, a_fenced_broker_answers_unavailable_not_not_found) {
+  sluice::testing::TestHost host;
+  ScriptedCatalog cat;
+  fs_storage::FsStorageEngine storage(host, std::make_shared<fs_storage::PosixFileSystem>());
+  cat.set_snapshot(catalog_with(10, I1));
+  std::atomic<bool> fenced{false};
+  auto b = make_broker(host, cat, storage, nullptr, [&](BrokerOptions& o) {
+    o.heartbeat_interval_ms = 20;
+    o.on_fenced = [&](const std::string&) { fenced = true; };
+  });
+  ASSERT_TRUE(b->start());
+  ASSERT_EQ(fetch_answer(*b), "served");
+  cat.refuse_heartbeats = true;
+  ASSERT_TRUE(eventually([&] { return fenced.load(); }));
+  auto s = b->stream(K);
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.error().code, Errc::unavailable) << s.error().to_string();
+  EXPECT_NE(s.error().message.find("refuses this broker"), std::string::npos) << s.error().message;
+  auto f = b->fetch(K, ShardIndex{0}, Offset{0}, 10, 1 << 20);
+  ASSERT_FALSE(f);
+  EXPECT_EQ(f.error().code, Errc::unavailable) << f.error().to_string();
+  b->stop();
+}
+
+// Regression (review): a call pinned to an incarnation this broker has not applied yet (a
+// client that got a delivery through a broker whose feed is ahead) was refused conflict,
+// "deleted and created again": the client gave up and its records were delivered again.
+// It is transient now; an older incarnation is still a conflict.
+TEST(Broker, a_call_pinned_to_an_incarnation_not_applied_yet_is_transient) {
+  sluice::testing::TestHost host;
+  ScriptedCatalog cat;
+  fs_storage::FsStorageEngine storage(host, std::make_shared<fs_storage::PosixFileSystem>());
+  cat.set_snapshot(catalog_with(10, I1));
+  auto b = make_broker(host, cat, storage);
+  ASSERT_TRUE(b->start());
+  ASSERT_EQ(fetch_answer(*b), "served");
+  auto ahead = b->group_ack(K, ShardIndex{0}, "g", {Offset{0}}, Incarnation{I2});
+  ASSERT_FALSE(ahead);
+  EXPECT_EQ(ahead.error().code, Errc::unavailable) << ahead.error().to_string();
+  EXPECT_EQ(ahead.error().outcome, Outcome::transient);
+  auto behind = b->group_ack(K, ShardIndex{0}, "g", {Offset{0}}, Incarnation{I1 - 1});
+  ASSERT_FALSE(behind);
+  EXPECT_EQ(behind.error().code, Errc::conflict) << behind.error().to_string();
+  b->stop();
+}
+
 // Regression (review): the heartbeat that found the broker fenced closed its shards under
 // the exclusive streams lock. Closing a shard waits for its flush; an inline publish's
 // callback (the HTTP route's answer names the leader: leader_address) takes that lock
@@ -588,7 +637,8 @@ TEST(Broker, a_dead_letter_replay_names_its_incarnation_all_the_way_to_the_shard
   auto b = make_broker(host, cat, storage);
   ASSERT_TRUE(b->start());
   ASSERT_EQ(fetch_answer(*b), "served");
-  auto other = b->replay_dead_letters(K, ShardIndex{0}, "g", Offset{0}, Offset{0}, Incarnation{I2});
+  // Pinned to an earlier incarnation of the name (one a newer incarnation since replaced).
+  auto other = b->replay_dead_letters(K, ShardIndex{0}, "g", Offset{0}, Offset{0}, Incarnation{I1 - 1});
   ASSERT_FALSE(other);
   EXPECT_EQ(other.error().code, Errc::conflict) << other.error().to_string();
   auto same = b->replay_dead_letters(K, ShardIndex{0}, "g", Offset{0}, Offset{0}, Incarnation{I1});
