@@ -3,6 +3,7 @@
 #include <openssl/crypto.h>
 #include <openssl/sha.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstring>
 #include <fstream>
@@ -12,6 +13,20 @@
 #include "sluice/names.h"
 
 namespace sluice::http_api {
+
+bool origin_allowed(std::string_view origin, std::string_view host, const std::vector<std::string>& allowed) {
+  if (origin.empty()) return true;
+  auto same = [](std::string_view a, std::string_view b) {
+    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+             return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+           });
+  };
+  for (const auto& a : allowed)
+    if (a == "*" || same(a, origin)) return true;
+  const auto scheme = origin.find("://");
+  if (scheme == std::string_view::npos || host.empty()) return false;  // "null", opaque origins
+  return same(origin.substr(scheme + 3), host);
+}
 
 namespace {
 

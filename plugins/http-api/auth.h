@@ -30,6 +30,13 @@
 namespace sluice::http_api {
 
 enum class Role { admin, metrics, tenant_admin, produce, consume };
+
+// May a WebSocket upgrade with this Origin header go on? Browsers apply no same-origin
+// policy to WebSockets, so without this any web page a user opens could subscribe, with
+// the user's network position (and, without auth, no token at all). Yes when there is no
+// Origin (not a browser), when it names this broker as the Host header does (the broker's
+// own page), or when `allowed` lists it or holds "*". ASCII case-insensitive.
+bool origin_allowed(std::string_view origin, std::string_view host, const std::vector<std::string>& allowed);
 std::string_view to_string(Role);
 
 // A role on a scope: tenant, tenant/ns or tenant/ns/stream (empty levels are wildcards;

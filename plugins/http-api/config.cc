@@ -57,6 +57,21 @@ HttpConfig HttpConfig::from_host(const PluginHost& h) {
       std::chrono::milliseconds(ranged(h, "http.ws_stall_timeout_ms", 30000, 100, 3600000));
   c.ws_send_buffer_bytes = static_cast<std::size_t>(
       ranged(h, "http.ws_send_buffer_bytes", 1 << 20, 4096, std::int64_t{1} << 30));
+  const std::string origins = h.config_string("http.ws_allowed_origins", "");
+  for (std::string_view rest = origins; !rest.empty();) {
+    const auto comma = rest.find(',');
+    std::string_view item = rest.substr(0, comma);
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+    if (item.empty()) continue;
+    const auto scheme = item.find("://");
+    if (item != "*" && (scheme == std::string_view::npos || scheme == 0 || scheme + 3 == item.size() ||
+                        item.find('/', scheme + 3) != std::string_view::npos))
+      throw std::invalid_argument("http.ws_allowed_origins: \"" + std::string(item) +
+                                  "\" is not an origin (scheme://host[:port], no path) or *");
+    c.ws_allowed_origins.emplace_back(item);
+  }
   c.auth_enabled = h.config_bool("auth.enabled", false);
   c.tokens_file = h.config_string("auth.tokens_file", "");
   c.allow_insecure = h.config_bool("auth.allow_insecure", false);

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "tls.h"
 
@@ -48,6 +49,9 @@ struct HttpConfig {
   std::chrono::milliseconds ws_idle_timeout{60000};   // nothing received (not even a pong)
   std::chrono::milliseconds ws_stall_timeout{30000};  // no credit / a write pending this long
   std::size_t ws_send_buffer_bytes = 1u << 20;        // frames queued per subscription
+  // Browser origins (scheme://host[:port]) whose pages may open a WebSocket here besides
+  // the broker's own; "*": any (auth.h origin_allowed).
+  std::vector<std::string> ws_allowed_origins;
   // Caches (docs/api.md "Caches"): limits and the backing stream's shape.
   std::size_t cache_max_value_bytes = 1u << 20;  // cache.max_value_bytes
   std::size_t cache_max_key_bytes = 512;         // cache.max_key_bytes

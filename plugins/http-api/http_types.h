@@ -20,6 +20,8 @@ struct HttpRequest {
   std::string authorization; // raw Authorization header ("" if absent); never logged
   std::string body;          // owned; publish builds views into it
   bool websocket = false;    // a WebSocket upgrade request (RFC 6455 handshake headers)
+  std::string origin;        // upgrade requests only: the Origin header ("" if absent)
+  std::string host;          // upgrade requests only: the Host header
 };
 
 struct HttpResponse {

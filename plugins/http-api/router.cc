@@ -325,6 +325,13 @@ void Router::dispatch(const std::shared_ptr<Exchange>& ex) {
     return;
   }
   ex->set_route(std::string(def->label));
+  // A browser page from elsewhere opening a subscription (cross-site WebSocket hijacking):
+  // auth.h origin_allowed.
+  if (req.websocket && !origin_allowed(req.origin, req.host, cfg_.ws_allowed_origins))
+    return ex->respond(problem(403, "forbidden", "Forbidden",
+                               "a WebSocket from the web page origin " + req.origin.substr(0, 256) +
+                                   " is not allowed here: the origin is not this broker's and "
+                                   "http.ws_allowed_origins does not list it (docs/security.md)"));
   if (!method_allowed(def->allow, req.method)) {
     HttpResponse r = problem(405, "method_not_allowed", "Method not allowed",
                              "method " + req.method + " is not allowed here; allowed: " +

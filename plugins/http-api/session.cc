@@ -466,7 +466,11 @@ void Session<Stream>::on_read(beast::error_code ec, std::size_t n) {
   r.authorization = std::string(req[http::field::authorization]);
   r.body = std::move(req.body());
   r.websocket = is_websocket_upgrade(req);
-  if (r.websocket) upgrade_req_.emplace(std::move(req.base()));  // headers only: an upgrade has no body
+  if (r.websocket) {
+    r.origin = std::string(req[http::field::origin]);
+    r.host = std::string(req[http::field::host]);
+    upgrade_req_.emplace(std::move(req.base()));
+  }  // headers only: an upgrade has no body
   parser_.reset();
 
   auto ex = std::make_shared<ConnExchange>(impl_, weak_from_this(), std::move(r));

@@ -284,6 +284,16 @@ TEST(AuthConfig, NonLoopbackWithoutAuthIsRefused) {
   EXPECT_THROW(HttpConfig::from_host(no_file), std::invalid_argument);
 }
 
+TEST(AuthConfig, AllowedWebSocketOriginsAreOriginsOrAStar) {
+  testing::TestHost good(Cfg{{"http.ws_allowed_origins", " https://a.example ,http://b.example:3000,,*"}});
+  EXPECT_EQ(HttpConfig::from_host(good).ws_allowed_origins,
+            (std::vector<std::string>{"https://a.example", "http://b.example:3000", "*"}));
+  for (const char* bad : {"a.example", "https://a.example/", "https://a.example/app"}) {
+    testing::TestHost h(Cfg{{"http.ws_allowed_origins", bad}});
+    EXPECT_THROW(HttpConfig::from_host(h), std::invalid_argument) << bad;
+  }
+}
+
 // The real server with auth on, against the fake node.
 class AuthServerTest : public ::testing::Test {
  protected:
@@ -371,6 +381,30 @@ TEST_F(AuthServerTest, ChallengesRefusesAndReloads) {
   write(line("adm", "root admin"));
   ASSERT_TRUE(server_->reload().ok());
   EXPECT_EQ(req("GET", "/v1/cluster", "Bearer later").status, 401);
+}
+
+}  // namespace
+}  // namespace sluice::http_api
+
+namespace sluice::http_api {
+namespace {
+
+// Cross-site WebSocket hijacking (review finding): browsers send Origin and apply no
+// same-origin policy to WebSockets; only the broker's own origin and the listed ones pass.
+TEST(WebSocketOrigin, OnlyTheBrokersOwnAndListedOriginsMayUpgrade) {
+  const std::vector<std::string> none;
+  EXPECT_TRUE(origin_allowed("", "broker:8080", none)) << "no Origin: not a browser";
+  EXPECT_TRUE(origin_allowed("http://broker:8080", "broker:8080", none));
+  EXPECT_TRUE(origin_allowed("HTTPS://Broker:8080", "broker:8080", none)) << "case-insensitive";
+  EXPECT_FALSE(origin_allowed("http://evil.example", "broker:8080", none));
+  EXPECT_FALSE(origin_allowed("http://broker:8081", "broker:8080", none)) << "another port is another origin";
+  EXPECT_FALSE(origin_allowed("http://broker:8080.evil.example", "broker:8080", none));
+  EXPECT_FALSE(origin_allowed("null", "broker:8080", none)) << "an opaque origin (a sandboxed page)";
+  EXPECT_FALSE(origin_allowed("http://broker:8080", "", none));
+  const std::vector<std::string> listed{"https://console.example"};
+  EXPECT_TRUE(origin_allowed("https://console.example", "broker:8080", listed));
+  EXPECT_FALSE(origin_allowed("http://console.example", "broker:8080", listed)) << "the scheme counts";
+  EXPECT_TRUE(origin_allowed("http://evil.example", "broker:8080", {"*"}));
 }
 
 }  // namespace

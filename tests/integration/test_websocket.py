@@ -373,17 +373,53 @@ class WebSocketSubscribe(unittest.TestCase):
         self.assertEqual(n.request("GET", n.ns_path() + "/streams/re/groups")["groups"], [])
 
     # ---- bad input before the upgrade: REST problem details ------------------------------
-    def upgrade(self, path, websocket=True):
+    def upgrade(self, path, websocket=True, origin=None):
         conn = http.client.HTTPConnection("127.0.0.1", self.node.http_port, timeout=DEADLINE_S)
         headers = {}
         if websocket:
             headers = {"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
                        "Sec-WebSocket-Key": base64.b64encode(os.urandom(16)).decode()}
+        if origin:
+            headers["Origin"] = origin
         conn.request("GET", path, headers=headers)
         r = conn.getresponse()
         body = r.read()
         conn.close()
         return r.status, dict(r.getheaders()), json.loads(body) if body else None
+
+    def test_a_web_page_from_another_origin_cannot_subscribe(self):
+        """Regression (review): browsers apply no same-origin policy to WebSockets, and the
+        upgrade never looked at Origin, so any web page a user opened could read every record
+        of a node without auth (cross-site WebSocket hijacking)."""
+        n = self.node
+        n.create_stream("web", shards=1)
+        n.publish_binary("web", [(b"k", b"secret")])
+        sub = "%s/streams/web/shards/0/subscribe" % n.ns_path()
+        status, _, problem = self.upgrade(sub, origin="http://evil.example")
+        self.assertEqual((status, problem["code"]), (403, "forbidden"))
+        self.assertIn("http.ws_allowed_origins", problem["detail"])
+        status, _, problem = self.upgrade("%s/streams/web/groups/g/shards/0/subscribe" % n.ns_path(),
+                                          origin="http://evil.example")
+        self.assertEqual(status, 403)
+        # The broker's own origin (as the Host header names it) is allowed; so is no Origin.
+        async def opens(origin):
+            try:
+                sock = await websockets.connect(self.ws_url("web"), origin=origin)
+            except websockets.InvalidStatusCode as e:
+                return e.status_code
+            await sock.close()
+            return 101
+        self.assertEqual(asyncio.run(opens("http://127.0.0.1:%d" % n.http_port)), 101)
+        self.assertEqual(asyncio.run(opens(None)), 101)
+        self.assertEqual(asyncio.run(opens("http://evil.example")), 403)
+        # An origin the operator lists is allowed.
+        n.cleanup()
+        self.node = Node(extra={"http.ws_allowed_origins": "https://console.example, http://other.example:3000"})
+        self.node.start()
+        self.node.create_stream("web", shards=1)
+        self.assertEqual(asyncio.run(opens("https://console.example")), 101)
+        self.assertEqual(asyncio.run(opens("http://other.example:3000")), 101)
+        self.assertEqual(asyncio.run(opens("http://evil.example")), 403)
 
     def test_refused_upgrades_answer_problem_details(self):
         n = self.node
