@@ -131,7 +131,7 @@ void handle_cache_keys(CacheStore& store, const std::shared_ptr<Exchange>& ex, c
     });
   }
   std::string key = seg[8];
-  if (auto r = validate_cache_key(key, store.config().max_key_bytes); !r) return ex->respond(invalid_key(r.error()));
+  if (auto r = validate_cache_key_segment(key, store.config().max_key_bytes); !r) return ex->respond(invalid_key(r.error()));
   if (req.method == "GET") {
     return run([&store, cache, key]() -> HttpResponse {
       Incarnation incarnation{0};

@@ -50,6 +50,13 @@ Result<void> validate_cache_key(std::string_view key, std::size_t max_bytes) {
   return {};
 }
 
+Result<void> validate_cache_key_segment(std::string_view key, std::size_t max_bytes) {
+  if (key == "." || key == "..")
+    return Error(Errc::invalid_argument, "cache key \"" + std::string(key) +
+                                             "\" is a dot segment, which clients and proxies remove from URLs");
+  return validate_cache_key(key, max_bytes);
+}
+
 std::string encode_cache_record(const CacheRecord& r) {
   std::string out;
   out.reserve(kRestateRecordHeader + r.value.size());

@@ -38,6 +38,10 @@ std::uint64_t get_u64_le(const char* p);
 // A cache key: 1..max_bytes bytes, each visible ASCII (0x21..0x7e). invalid_argument
 // naming the problem otherwise (never echoing a raw control byte).
 Result<void> validate_cache_key(std::string_view key, std::size_t max_bytes);
+// A key named by a URL path segment ({k}): a cache key, and not "." or "..", which clients
+// and proxies normalize away (RFC 3986 dot segments): DELETE .../keys/.. would reach the
+// server as DELETE of the cache itself. Prefixes and `after` in the query may be dots.
+Result<void> validate_cache_key_segment(std::string_view key, std::size_t max_bytes);
 
 // One write as stored in the backing stream's record value:
 //   byte 0      op: 1 put, 2 delete, 3 put with a TTL

@@ -161,7 +161,7 @@ void handle_counter_keys(CacheStore& store, const std::shared_ptr<Exchange>& ex,
   StreamKey counter{seg[2], seg[4], seg[6]};
   if (auto r = validate_name(NameKind::counter, counter.name); !r) return ex->respond(problem(r.error()));
   std::string key = seg[8];
-  if (auto r = validate_cache_key(key, store.config().max_key_bytes); !r) return ex->respond(invalid_key(r.error()));
+  if (auto r = validate_cache_key_segment(key, store.config().max_key_bytes); !r) return ex->respond(invalid_key(r.error()));
   if (seg.size() == 9) {  // GET
     return respond_on_store(store, ex, [&store, counter, key]() -> HttpResponse {
       Incarnation inc{0};

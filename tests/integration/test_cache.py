@@ -441,6 +441,11 @@ class CacheTests(unittest.TestCase):
             "space in key": (put_raw("/keys/a%20b"), 400, "invalid_key"),
             "control byte in key": (put_raw("/keys/a%01b"), 400, "invalid_key"),
             "non-ASCII key": (put_raw("/keys/caf%C3%A9"), 400, "invalid_key"),
+            # Dot segments (review): DELETE .../keys/.. normalized by a client or proxy is a
+            # delete of the cache itself, so no such key can be written.
+            "key ..": (put_raw("/keys/%2E%2E"), 400, "invalid_key"),
+            "key .": (put_raw("/keys/%2e"), 400, "invalid_key"),
+            "raw key ..": (put_raw("/keys/.."), 400, "invalid_key"),
             "value over cache.max_value_bytes": (c.put("big", b"x" * 1025), 413, "body_too_large"),
             "negative ttl": (c.put("t", b"v", ttl_ms=-5), 400, "invalid_argument"),
             "zero ttl": (c.put("t", b"v", ttl_ms=0), 400, "invalid_argument"),
@@ -460,6 +465,10 @@ class CacheTests(unittest.TestCase):
             self.assertEqual((st, body["code"]), (want_st, want_code), what)
         self.assertEqual(c.put("exact", b"x" * 1024)[0], 200, "a value at the limit is taken")
         self.assertEqual(c.keys(), ["exact", "keep"], "no bad request wrote anything")
+        # Dots elsewhere in a key, and as a list prefix, are fine.
+        self.assertEqual(c.put("...", b"d")[0], 200)
+        self.assertEqual(c.put(".x", b"d")[0], 200)
+        self.assertEqual(c.list(prefix=".")[0], 200)
         self.assertEqual(c.get("keep")[:2], (200, b"v"))
 
     def test_cli(self):

@@ -297,6 +297,8 @@ class CountersTest(unittest.TestCase):
             ("GET", self.key_path("x" * 513), None, 400, "invalid_key"),
             ("POST", self.key_path("x" * 513) + "/add", {"delta": 1}, 400, "invalid_key"),
             ("GET", self.key_path("a b"), None, 400, "invalid_key"),
+            ("POST", self.key_path("..") + "/add", {"delta": 1}, 400, "invalid_key"),
+            ("GET", self.key_path("."), None, 400, "invalid_key"),
             ("POST", self.key_path("a\u00e9") + "/add", {"delta": 1}, 400, "invalid_key"),
             ("GET", self.base + "/hits/keys/%01", None, 400, "invalid_key"),
             ("GET", self.base + "/hits/keys/", None, 400, "invalid_key"),
