@@ -171,21 +171,32 @@ Result<GroupDelivery> ConsumerGroup::fetch(std::uint32_t max_records, const Grou
   std::string deliver;  // DELIVER payload (count patched in at the end)
   put32(deliver, 0);
 
+  // Nothing below changes the group's state until every step that can fail has worked
+  // (review finding): a fetch that failed half way (a read, the journal, a dead-letter
+  // proposal refused for want of replicas) had counted deliveries nobody received, and
+  // those records reached the dead letters without max_deliveries real deliveries. The
+  // deliveries are gathered first, and counted (outstanding_, cursor_) at the end.
+  // Dead-letter moves are the exception: each is its own durable op, done when it returns.
+
   // 1. Redeliveries: nacked or timed out, oldest offset first.
   // Bounded like new records (review finding): one delivery holds about kMaxDeliveryBytes
-  // of batches, whatever the due offsets' spread.
+  // of batches, whatever the due offsets' spread. Dead-letter moves count toward both
+  // bounds (review finding): each is a replicated, synced append, and a consumer that never
+  // acked 100,000 records made one fetch move them all, holding the group's lock.
   std::vector<std::uint64_t> due;
   for (auto& [off, o2] : outstanding_)
     if (o2.deadline_ms <= now && off < readable) due.push_back(off);
   const auto account = [&](std::size_t before, const std::string* b) {
     if (cache.size() > before) cached += b->size();
   };
+  std::size_t moved = 0;  // dead-letter moves in this call
   for (std::uint64_t off : due) {
-    if (items.size() >= max_records || (!items.empty() && cached >= kMaxDeliveryBytes)) break;
+    if (items.size() + moved >= max_records || (items.size() + moved > 0 && cached >= kMaxDeliveryBytes)) break;
     auto& st = outstanding_[off];
     if (st.deliveries + 1 > o.max_deliveries) {
       const std::size_t before = cache.size();
       if (auto r = dead_letter(off, st.deliveries, cache); !r) return r.error();
+      ++moved;
       if (cache.size() > before) {
         auto it = std::prev(cache.upper_bound(off));
         cached += it->second.size();
@@ -196,10 +207,9 @@ Result<GroupDelivery> ConsumerGroup::fetch(std::uint32_t max_records, const Grou
     auto b = batch_for(off, cache);
     if (!b) return b.error();
     account(before, *b);
-    ++st.deliveries;
-    st.deadline_ms = now + o.ack_timeout_ms;
-    items.push_back({Offset(off), st.deliveries});
+    items.push_back({Offset(off), st.deliveries + 1});  // counted at the end
   }
+  const std::size_t redeliveries = items.size();
   // 2. New records from the cursor up to the high watermark. Bounded twice (review
   // finding): a consumer that fetches and never acks holds at most max_outstanding_
   // deliveries (not the whole shard), and one delivery holds about kMaxDeliveryBytes of
@@ -208,31 +218,29 @@ Result<GroupDelivery> ConsumerGroup::fetch(std::uint32_t max_records, const Grou
   // most kMaxScanBytes of them per call: the cursor moves past them for the next call.
   constexpr std::size_t kMaxScanBytes = 4 * kMaxDeliveryBytes;
   std::size_t scanned = 0;
-  while (items.size() < max_records && outstanding_.size() < max_outstanding_ && cursor_ < readable &&
-         scanned < kMaxScanBytes && (items.empty() || cached < kMaxDeliveryBytes)) {
-    auto r = shard_.read(Offset(cursor_), max_records - static_cast<std::uint32_t>(items.size()),
-                         kFetchBytes);
+  std::uint64_t cursor = cursor_;  // cursor_ once counted
+  const auto room = [&] { return outstanding_.size() + (items.size() - redeliveries) < max_outstanding_; };
+  while (items.size() < max_records && room() && cursor < readable && scanned < kMaxScanBytes &&
+         (items.empty() || cached < kMaxDeliveryBytes)) {
+    auto r = shard_.read(Offset(cursor), max_records - static_cast<std::uint32_t>(items.size()), kFetchBytes);
     if (!r) return r.error();
     if (r->batches.empty()) break;
     for (auto& b : r->batches) {
       BatchHeader h = BatchHeader::decode(b.data());
-      std::uint64_t off = std::max(cursor_, h.base_offset);
+      std::uint64_t off = std::max(cursor, h.base_offset);
       const std::size_t had = items.size();
-      for (; off < h.next_offset() && items.size() < max_records && outstanding_.size() < max_outstanding_; ++off) {
+      for (; off < h.next_offset() && items.size() < max_records && room(); ++off) {
         // Done without a DELIVER record (a dead-letter move recorded at open): never again.
         if (off < committed_ || done_.count(off)) continue;
-        outstanding_[off] = Outstanding{1, now + o.ack_timeout_ms};
         items.push_back({Offset(off), 1});
       }
-      cursor_ = std::max(cursor_, off);
+      cursor = std::max(cursor, off);
       scanned += b.size();
       if (items.size() > had) {
         cached += b.size();
         cache.emplace(h.base_offset, std::move(b));
       }
-      if (items.size() >= max_records || outstanding_.size() >= max_outstanding_ || cached >= kMaxDeliveryBytes ||
-          scanned >= kMaxScanBytes)
-        break;
+      if (items.size() >= max_records || !room() || cached >= kMaxDeliveryBytes || scanned >= kMaxScanBytes) break;
     }
   }
   std::sort(items.begin(), items.end(),
@@ -246,6 +254,13 @@ Result<GroupDelivery> ConsumerGroup::fetch(std::uint32_t max_records, const Grou
     // Best effort (not synced): a lost DELIVER record only causes a redelivery.
     if (auto r = append_journal(kDeliver, deliver, false); !r) return r.error();
   }
+  // Every step that could fail has worked: count the deliveries.
+  for (const auto& it : items) {
+    auto& st = outstanding_[it.offset.value()];
+    st.deliveries = it.delivery;
+    st.deadline_ms = now + o.ack_timeout_ms;
+  }
+  cursor_ = cursor;
   maybe_compact();
   GroupDelivery out;
   out.records = std::move(items);

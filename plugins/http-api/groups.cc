@@ -237,10 +237,9 @@ struct GroupPoll {
     if (cancel_timer) std::exchange(cancel_timer, nullptr)();
     if (notify_handle) node->cancel_notify(key, shard, std::exchange(notify_handle, 0));
     Node* n = node;
+    // A recreate during the poll answers as during an immediate fetch (pinned_delivery: 503,
+    // transient), not 404, which a client takes for "the stream is gone" (review finding).
     blocking_call(ex, [n, key = key, shard = shard, group = group, max = max, opts = opts, inc = incarnation] {
-      if (auto now = current_incarnation(*n, key); !now || *now != inc)
-        return problem(now ? Error(Errc::not_found, "stream " + key.to_string() + " was deleted during the poll")
-                           : now.error());
       return pinned_delivery(*n, key, shard, inc, n->group_fetch(key, shard, group, max, opts, inc));
     });
   }

@@ -433,6 +433,26 @@ TEST_F(HttpApiTest, ALongPollNeverAnswersTheNextIncarnationsRecords) {
   EXPECT_NE(obj(got)["detail"].as_string().find("created again"), std::string::npos) << got.body;
 }
 
+// Regression (review): a group long poll across a delete and create answered 404 "was
+// deleted during the poll", which a client takes for "the stream is gone", while a group
+// fetch the recreate overtook answers 503 (transient: fetch again), as docs/api.md says.
+TEST_F(HttpApiTest, AGroupLongPollAcrossARecreateIsTransient) {
+  node_.catalog_for_test().distinct_incarnations = true;
+  make_stream("gre");
+  HttpResult got;
+  std::thread waiter([&] {
+    Conn c(server_->port());
+    got = c.request("GET", kNs + "/streams/gre/groups/g/shards/0/records?max=10&wait_ms=600000", "", "", false);
+  });
+  while (node_.pending_notifies() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(req("DELETE", kNs + "/streams/gre").status, 200);
+  make_stream("gre");
+  ASSERT_EQ(req("POST", kNs + "/streams/gre/records", R"({"records":[{"value":"b"}]})").status, 200);
+  waiter.join();
+  expect_problem(got, 503, "unavailable");
+  EXPECT_NE(obj(got)["detail"].as_string().find("created again"), std::string::npos) << got.body;
+}
+
 // Regression (review): a long poll that began on a shard served here read it as local when
 // it woke, even after the leader had moved: the read was forwarded on the HTTP I/O thread,
 // which stalled every connection on it for up to the forward timeout. One I/O thread here:

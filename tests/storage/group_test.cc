@@ -440,6 +440,56 @@ TEST_F(GroupTest, RedeliveriesAreBoundedInBytesToo) {
   EXPECT_LT(bytes, std::size_t{5} << 20) << d.records.size() << " redeliveries in one fetch";
 }
 
+// Regression (review): dead-letter moves did not count toward a fetch's bounds, so a
+// consumer that never acked made one fetch move every outstanding record (two syncs each,
+// a quorum round trip each on a replicated shard) while holding the group's lock.
+TEST_F(GroupTest, AFetchMovesNoMoreDeadLettersThanItMayDeliverRecords) {
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(append_wait(*shard_, make_batch("b" + std::to_string(i), 10)));
+  GroupOptions o;
+  o.max_deliveries = 1;
+  o.ack_timeout_ms = 1000;
+  std::size_t delivered = 0;
+  for (int round = 0; round < 10 && delivered < 30; ++round) delivered += fetch(100, o).records.size();
+  ASSERT_EQ(delivered, 30u);
+  now_ += 1000;  // every one is due, and has had its one delivery
+  EXPECT_TRUE(fetch(10, o).records.empty());
+  EXPECT_EQ(pos().dead_letter_end.value(), 10u) << "moves in one fetch of at most 10 records";
+  EXPECT_EQ(pos().outstanding, 20u);
+  for (int round = 0; round < 10 && pos().outstanding > 0; ++round) fetch(10, o);
+  EXPECT_EQ(pos().dead_letter_end.value(), 30u);
+  EXPECT_EQ(pos().committed.value(), 30u);
+}
+
+// Regression (review): a fetch counted a redelivery before the steps that could still fail
+// (a dead-letter move behind it); the failed fetch handed nothing out, but the count stayed
+// raised, and the record reached the dead letters without max_deliveries deliveries.
+TEST_F(GroupTest, AFetchThatFailsCountsNoDelivery) {
+  shard_.reset();
+  engine_.reset();
+  engine_ = std::make_unique<FsStorageEngine>(host_, fs_);
+  engine_->set_group_clock([this] { return now_.load(); });
+  std::atomic<bool> fail_move{false};
+  engine_->set_group_step_hook([&](std::string_view step) {
+    return step == "group.dead.after_append" && fail_move.exchange(false);
+  });
+  shard_ = *engine_->open_shard(test_ref(), StreamSpec{});
+  ASSERT_TRUE(append_wait(*shard_, make_batch("a", 3)));
+  GroupOptions o;
+  o.max_deliveries = 2;
+  o.ack_timeout_ms = 1000;
+  EXPECT_EQ(offsets_of(fetch(10, o)), (std::vector<std::uint64_t>{0, 1, 2}));
+  ASSERT_TRUE(shard_->group_nack("g", offs({1})));
+  EXPECT_EQ(deliveries_of(fetch(10, o)), std::vector<std::uint32_t>{2});  // 1's second delivery
+  now_ += 1000;  // 0 and 2 are due for their second delivery, 1 for the dead letters
+  fail_move = true;
+  auto failed = shard_->group_fetch("g", 10, o);
+  ASSERT_FALSE(failed) << "the move of 1 was to fail";
+  // The failed fetch delivered nothing: 0 and 2 get their second delivery now.
+  auto d = fetch(10, o);
+  EXPECT_EQ(offsets_of(d), (std::vector<std::uint64_t>{0, 2}));
+  EXPECT_EQ(deliveries_of(d), (std::vector<std::uint32_t>{2, 2}));
+}
+
 // Review finding: after a journal write whose fdatasync failed, the group went on: a later
 // ack was written after the failed record and answered, and after a power cut the journal's
 // replay stops at the failed record, cutting that acknowledged ack too. The group refuses
