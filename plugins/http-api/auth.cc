@@ -3,6 +3,8 @@
 #include <openssl/crypto.h>
 #include <openssl/sha.h>
 
+#include <arpa/inet.h>
+
 #include <algorithm>
 #include <cctype>
 #include <cstring>
@@ -14,7 +16,7 @@
 
 namespace sluice::http_api {
 
-bool origin_allowed(std::string_view origin, std::string_view host, const std::vector<std::string>& allowed) {
+bool origin_allowed(std::string_view origin, const std::vector<std::string>& allowed) {
   if (origin.empty()) return true;
   auto same = [](std::string_view a, std::string_view b) {
     return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
@@ -23,9 +25,36 @@ bool origin_allowed(std::string_view origin, std::string_view host, const std::v
   };
   for (const auto& a : allowed)
     if (a == "*" || same(a, origin)) return true;
-  const auto scheme = origin.find("://");
-  if (scheme == std::string_view::npos || host.empty()) return false;  // "null", opaque origins
-  return same(origin.substr(scheme + 3), host);
+  return false;
+}
+
+bool is_loopback(const std::string& address) {
+  unsigned char b[16];
+  if (::inet_pton(AF_INET, address.c_str(), b) == 1) return b[0] == 127;
+  if (::inet_pton(AF_INET6, address.c_str(), b) != 1) return false;
+  static constexpr unsigned char v6_loopback[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  static constexpr unsigned char v4_mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  if (std::memcmp(b, v6_loopback, 16) == 0) return true;
+  return std::memcmp(b, v4_mapped, 12) == 0 && b[12] == 127;
+}
+
+bool local_host_header(std::string_view host) {
+  if (host.empty()) return true;
+  std::string_view name = host;
+  if (name.front() == '[') {
+    const auto close = name.find(']');
+    if (close == std::string_view::npos) return false;
+    const std::string_view rest = name.substr(close + 1);
+    if (!rest.empty() && rest.front() != ':') return false;
+    name = name.substr(1, close - 1);
+  } else if (const auto colon = name.find(':'); colon != std::string_view::npos) {
+    if (name.find(':', colon + 1) != std::string_view::npos) return false;  // not host:port
+    name = name.substr(0, colon);
+  }
+  std::string lower(name);
+  for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (!lower.empty() && lower.back() == '.') lower.pop_back();  // "localhost." is localhost
+  return lower == "localhost" || is_loopback(lower);
 }
 
 namespace {

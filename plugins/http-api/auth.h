@@ -34,9 +34,19 @@ enum class Role { admin, metrics, tenant_admin, produce, consume };
 // May a WebSocket upgrade with this Origin header go on? Browsers apply no same-origin
 // policy to WebSockets, so without this any web page a user opens could subscribe, with
 // the user's network position (and, without auth, no token at all). Yes when there is no
-// Origin (not a browser), when it names this broker as the Host header does (the broker's
-// own page), or when `allowed` lists it or holds "*". ASCII case-insensitive.
-bool origin_allowed(std::string_view origin, std::string_view host, const std::vector<std::string>& allowed);
+// Origin (not a browser), or when `allowed` lists it (ASCII case-insensitive) or holds "*".
+// An Origin equal to the Host header is not enough: the broker serves no pages, and under
+// DNS rebinding both name the attacker's site (review finding).
+bool origin_allowed(std::string_view origin, const std::vector<std::string>& allowed);
+
+// Does this Host header name the local machine (127.0.0.0/8, ::1, localhost, any port)?
+// A node without auth serves only such requests (Router::dispatch): a web page that
+// rebinds its own name to 127.0.0.1 (DNS rebinding) sends its own name as the Host.
+// An absent Host (HTTP/1.0; never a browser) counts as local.
+bool local_host_header(std::string_view host);
+
+// True for an IPv4 address in 127.0.0.0/8, ::1 and ::ffff:127.x.y.z.
+bool is_loopback(const std::string& address);
 std::string_view to_string(Role);
 
 // A role on a scope: tenant, tenant/ns or tenant/ns/stream (empty levels are wildcards;

@@ -1,10 +1,9 @@
 #include "config.h"
 
-#include <arpa/inet.h>
 
-#include <cstring>
 #include <stdexcept>
 
+#include "auth.h"
 #include "sluice/host.h"
 #include "sluice/types.h"
 
@@ -104,14 +103,5 @@ HttpConfig HttpConfig::from_host(const PluginHost& h) {
   return c;
 }
 
-bool is_loopback(const std::string& address) {
-  unsigned char b[16];
-  if (::inet_pton(AF_INET, address.c_str(), b) == 1) return b[0] == 127;
-  if (::inet_pton(AF_INET6, address.c_str(), b) != 1) return false;
-  static constexpr unsigned char v6_loopback[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
-  static constexpr unsigned char v4_mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-  if (std::memcmp(b, v6_loopback, 16) == 0) return true;
-  return std::memcmp(b, v4_mapped, 12) == 0 && b[12] == 127;
-}
 
 }  // namespace sluice::http_api

@@ -76,7 +76,4 @@ struct HttpConfig {
   static HttpConfig from_host(const PluginHost& host);
 };
 
-// True for an IPv4 address in 127.0.0.0/8, ::1 and ::ffff:127.x.y.z.
-bool is_loopback(const std::string& address);
-
 }  // namespace sluice::http_api

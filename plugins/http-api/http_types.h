@@ -21,7 +21,7 @@ struct HttpRequest {
   std::string body;          // owned; publish builds views into it
   bool websocket = false;    // a WebSocket upgrade request (RFC 6455 handshake headers)
   std::string origin;        // upgrade requests only: the Origin header ("" if absent)
-  std::string host;          // upgrade requests only: the Host header
+  std::string host;          // the Host header ("" if absent)
 };
 
 struct HttpResponse {

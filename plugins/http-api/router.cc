@@ -312,6 +312,15 @@ void Router::dispatch(const std::shared_ptr<Exchange>& ex) {
                               "percent-encoding")));
     return;
   }
+  // A node without auth serves only requests addressed to the local machine: a web page
+  // that rebinds its own name to 127.0.0.1 (DNS rebinding) would otherwise reach every
+  // route from the user's browser, deletes included (review finding). With auth.enabled,
+  // or auth.allow_insecure (the operator accepted an open node), any Host.
+  if (!cfg_.auth_enabled && !cfg_.allow_insecure && !local_host_header(req.host))
+    return ex->respond(problem(403, "forbidden", "Forbidden",
+                               "this node has no authentication and answers only requests addressed to "
+                               "the local machine (Host 127.0.0.1, [::1] or localhost), not Host " +
+                                   req.host.substr(0, 256) + " (docs/security.md \"DNS rebinding\")"));
   const auto& seg = target->segments;
   auto def = match_route(seg);
   // Authentication first (only healthz, readyz and, if configured, metrics are open): a
@@ -327,11 +336,11 @@ void Router::dispatch(const std::shared_ptr<Exchange>& ex) {
   ex->set_route(std::string(def->label));
   // A browser page from elsewhere opening a subscription (cross-site WebSocket hijacking):
   // auth.h origin_allowed.
-  if (req.websocket && !origin_allowed(req.origin, req.host, cfg_.ws_allowed_origins))
+  if (req.websocket && !origin_allowed(req.origin, cfg_.ws_allowed_origins))
     return ex->respond(problem(403, "forbidden", "Forbidden",
                                "a WebSocket from the web page origin " + req.origin.substr(0, 256) +
-                                   " is not allowed here: the origin is not this broker's and "
-                                   "http.ws_allowed_origins does not list it (docs/security.md)"));
+                                   " is not allowed here: http.ws_allowed_origins does not list it "
+                                   "(docs/security.md)"));
   if (!method_allowed(def->allow, req.method)) {
     HttpResponse r = problem(405, "method_not_allowed", "Method not allowed",
                              "method " + req.method + " is not allowed here; allowed: " +

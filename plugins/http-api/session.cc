@@ -465,10 +465,10 @@ void Session<Stream>::on_read(beast::error_code ec, std::size_t n) {
   r.content_type = std::string(req[http::field::content_type]);
   r.authorization = std::string(req[http::field::authorization]);
   r.body = std::move(req.body());
+  r.host = std::string(req[http::field::host]);
   r.websocket = is_websocket_upgrade(req);
   if (r.websocket) {
     r.origin = std::string(req[http::field::origin]);
-    r.host = std::string(req[http::field::host]);
     upgrade_req_.emplace(std::move(req.base()));
   }  // headers only: an upgrade has no body
   parser_.reset();

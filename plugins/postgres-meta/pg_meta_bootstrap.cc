@@ -60,7 +60,10 @@ std::string PgMetaStore::clean(const std::string& msg) const {
 // primary and its standbys), libpq connects to the one that takes writes, not to the first
 // that answers; a lone read-only server is refused at connect, with libpq's reason, instead
 // of answering stale reads and failing every write (review).
-std::string PgMetaStore::with_keepalives(const std::string& url) {
+// And connect_timeout, the call timeout in whole seconds (at least 2; libpq's own default is
+// none): a host that drops SYNs otherwise held a pool slot, and stop(), for about two
+// minutes of kernel retries, far past every caller's deadline (review finding).
+std::string PgMetaStore::with_keepalives(const std::string& url, std::chrono::milliseconds timeout) {
   const bool uri = url.rfind("postgresql://", 0) == 0 || url.rfind("postgres://", 0) == 0;
   std::string out = url;
   auto add = [&](const char* params_uri, const char* params_kv) {
@@ -72,12 +75,16 @@ std::string PgMetaStore::with_keepalives(const std::string& url) {
         "keepalives=1 keepalives_idle=10 keepalives_interval=5 keepalives_count=3 tcp_user_timeout=30000");
   if (url.find("target_session_attrs") == std::string::npos)
     add("target_session_attrs=read-write", "target_session_attrs=read-write");
+  if (url.find("connect_timeout") == std::string::npos) {
+    const std::string t = "connect_timeout=" + std::to_string(std::max<std::int64_t>(2, (timeout.count() + 999) / 1000));
+    add(t.c_str(), t.c_str());
+  }
   return out;
 }
 
 Result<std::unique_ptr<pqxx::connection>> PgMetaStore::connect_once() {
   try {
-    auto c = std::make_unique<pqxx::connection>(with_keepalives(cfg_.url));
+    auto c = std::make_unique<pqxx::connection>(with_keepalives(cfg_.url, cfg_.timeout));
     // libpqxx 6 reconnects a broken connection on its own at the next statement: the new
     // session would skip the cluster check below, lose the feed's advisory lock (the
     // controller lease) while this node still claimed it, and its LISTEN (review). A

@@ -48,7 +48,7 @@ Result<BrokerInfo> PgMetaStore::register_broker(const BrokerRegistration& reg) {
     info.peer_address = reg.peer_address;
     tx.exec_params(
         "INSERT INTO brokers(id, address, directory_id, version, features, registered_seq,"
-        " last_heartbeat, peer_address) VALUES ($1, $2, $3, $4, $5::text[], $6, now(), $7)"
+        " last_heartbeat, peer_address) VALUES ($1, $2, $3, $4, $5::text[], $6, clock_timestamp(), $7)"
         " ON CONFLICT (id) DO UPDATE SET address = excluded.address,"
         " directory_id = excluded.directory_id, version = excluded.version,"
         " features = excluded.features, registered_seq = excluded.registered_seq,"
@@ -70,7 +70,7 @@ Result<void> PgMetaStore::heartbeat_broker(NodeId id) {
   // life by the update, and counted as serving, for up to a heartbeat interval.
   return from_unit<void>(run<Unit>(Mode::plain, [&](pqxx::transaction_base& tx) -> Result<Unit> {
     auto r = tx.exec_params(
-        "UPDATE brokers SET last_heartbeat = now() WHERE id = $1 RETURNING array_to_string(features, ',')",
+        "UPDATE brokers SET last_heartbeat = clock_timestamp() WHERE id = $1 RETURNING array_to_string(features, ',')",
         static_cast<std::int64_t>(id.value()));
     if (r.empty())
       return Error(Errc::not_found, "broker " + std::to_string(id.value()) + " is not registered");

@@ -55,7 +55,7 @@ SELECT 'k', k.i, t.deleted_up_to,
 FROM unnest($1, $2, $3) WITH ORDINALITY AS k(tenant, ns, name, i)
 LEFT JOIN tombstones t ON t.tenant = k.tenant AND t.ns = k.ns AND t.name = k.name
 UNION ALL
-SELECT 'b', id, registered_seq, (last_heartbeat > now() - ($4 * interval '1 millisecond'))::int,
+SELECT 'b', id, registered_seq, (last_heartbeat > clock_timestamp() - ($4 * interval '1 millisecond'))::int,
   address, directory_id, version, array_to_string(features, ','), peer_address
 FROM brokers;
 PREPARE sl_advance_seq(bigint) AS

@@ -162,7 +162,7 @@ class PgMetaStore final : public MetadataStore {
   // at `deadline` (a writer cut off while it holds the lock, or waits for it, does not hold
   // every other instance's writes for longer than its own call may take).
   std::string batch_lock_sql(std::chrono::steady_clock::time_point deadline) const;
-  static std::string with_keepalives(const std::string& url);
+  static std::string with_keepalives(const std::string& url, std::chrono::milliseconds timeout);
   // BEGIN SERIALIZABLE and batch_lock_sql(deadline)
   std::string batch_head(std::chrono::steady_clock::time_point deadline) const;
   // For a WriteBatch: the statement that records one change, and the NOTIFY and prune

@@ -278,10 +278,14 @@ Result<T> PgMetaStore::run(Mode mode, F&& fn) {
           }
         } catch (const pqxx::in_doubt_error& e) {
           conn.reset();
-          return Error(Errc::timeout,
-                       "the database connection broke during commit; the change may or may not "
-                       "have been applied (" + clean(e.what()) + ")",
-                       Outcome::uncertain);
+          // A read changed nothing whatever its commit did: try again on a new connection,
+          // rather than tell the caller a change "may have been applied" (review finding).
+          if (mode != Mode::read)
+            return Error(Errc::timeout,
+                         "the database connection broke during commit; the change may or may not "
+                         "have been applied (" + clean(e.what()) + ")",
+                         Outcome::uncertain);
+          last = "connection lost at the end of a read: " + clean(e.what());
         } catch (const pqxx::broken_connection& e) {
           conn.reset();
           last = "connection lost: " + clean(e.what());

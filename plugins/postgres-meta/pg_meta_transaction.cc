@@ -62,7 +62,7 @@ std::vector<BrokerInfo> PgMetaStore::read_brokers(pqxx::transaction_base& tx, bo
   std::vector<BrokerInfo> out;
   auto rs = tx.exec_params(
       std::string("SELECT id, address, directory_id, version, array_to_string(features, ','), "
-                  "registered_seq, last_heartbeat > now() - ($1::bigint * interval '1 millisecond'), "
+                  "registered_seq, last_heartbeat > clock_timestamp() - ($1::bigint * interval '1 millisecond'), "
                   "peer_address FROM brokers ORDER BY id") +
           (lock ? " FOR SHARE" : ""),
       static_cast<std::int64_t>(cfg_.session_timeout.count()));

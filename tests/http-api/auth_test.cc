@@ -390,21 +390,31 @@ namespace sluice::http_api {
 namespace {
 
 // Cross-site WebSocket hijacking (review finding): browsers send Origin and apply no
-// same-origin policy to WebSockets; only the broker's own origin and the listed ones pass.
-TEST(WebSocketOrigin, OnlyTheBrokersOwnAndListedOriginsMayUpgrade) {
+// same-origin policy to WebSockets; only listed origins pass. An Origin naming the Host is
+// not enough: under DNS rebinding both are the attacker's name.
+TEST(WebSocketOrigin, OnlyListedOriginsMayUpgrade) {
   const std::vector<std::string> none;
-  EXPECT_TRUE(origin_allowed("", "broker:8080", none)) << "no Origin: not a browser";
-  EXPECT_TRUE(origin_allowed("http://broker:8080", "broker:8080", none));
-  EXPECT_TRUE(origin_allowed("HTTPS://Broker:8080", "broker:8080", none)) << "case-insensitive";
-  EXPECT_FALSE(origin_allowed("http://evil.example", "broker:8080", none));
-  EXPECT_FALSE(origin_allowed("http://broker:8081", "broker:8080", none)) << "another port is another origin";
-  EXPECT_FALSE(origin_allowed("http://broker:8080.evil.example", "broker:8080", none));
-  EXPECT_FALSE(origin_allowed("null", "broker:8080", none)) << "an opaque origin (a sandboxed page)";
-  EXPECT_FALSE(origin_allowed("http://broker:8080", "", none));
+  EXPECT_TRUE(origin_allowed("", none)) << "no Origin: not a browser";
+  EXPECT_FALSE(origin_allowed("http://127.0.0.1:8080", none));
+  EXPECT_FALSE(origin_allowed("http://evil.example", none));
+  EXPECT_FALSE(origin_allowed("null", none)) << "an opaque origin (a sandboxed page)";
   const std::vector<std::string> listed{"https://console.example"};
-  EXPECT_TRUE(origin_allowed("https://console.example", "broker:8080", listed));
-  EXPECT_FALSE(origin_allowed("http://console.example", "broker:8080", listed)) << "the scheme counts";
-  EXPECT_TRUE(origin_allowed("http://evil.example", "broker:8080", {"*"}));
+  EXPECT_TRUE(origin_allowed("https://console.example", listed));
+  EXPECT_TRUE(origin_allowed("HTTPS://Console.Example", listed)) << "case-insensitive";
+  EXPECT_FALSE(origin_allowed("http://console.example", listed)) << "the scheme counts";
+  EXPECT_FALSE(origin_allowed("https://console.example:444", listed)) << "the port counts";
+  EXPECT_TRUE(origin_allowed("http://evil.example", {"*"}));
+}
+
+// DNS rebinding (review finding): a node without auth answers only requests addressed to
+// the local machine; a rebound page sends its own name as the Host.
+TEST(LocalHostHeader, OnlyLoopbackNamesAreLocal) {
+  for (const char* local : {"", "127.0.0.1", "127.0.0.1:8080", "127.1.2.3:1", "localhost", "LOCALHOST:8080",
+                            "localhost.:8080", "[::1]", "[::1]:8080"})
+    EXPECT_TRUE(local_host_header(local)) << local;
+  for (const char* remote : {"evil.example", "evil.example:8080", "127.0.0.1.evil.example", "localhost.evil.example",
+                             "10.0.0.1:8080", "[::2]:8080", "[::1]x", "::1", "[::1", "0.0.0.0:8080"})
+    EXPECT_FALSE(local_host_header(remote)) << remote;
 }
 
 }  // namespace

@@ -533,7 +533,7 @@ TEST_F(HttpApiTest, BodyTooLarge) {
   const int before = node_.calls();
   Conn c(server_->port());
   // Headers announce more than the limit; the server answers without reading the body.
-  c.send_raw("POST " + kNs + "/streams/big/records HTTP/1.1\r\nHost: x\r\n"
+  c.send_raw("POST " + kNs + "/streams/big/records HTTP/1.1\r\nHost: localhost\r\n"
              "Content-Type: application/json\r\nContent-Length: 4096\r\n\r\n");
   auto r = c.read_response();
   expect_problem(r, 413, "body_too_large");
@@ -544,7 +544,7 @@ TEST_F(HttpApiTest, BodyTooLarge) {
   // A body that is actually sent in full (chunked, so the limit trips mid-body).
   Conn c2(server_->port());
   std::string chunk(600, 'x');
-  c2.send_raw("POST " + kNs + "/streams/big/records HTTP/1.1\r\nHost: x\r\n"
+  c2.send_raw("POST " + kNs + "/streams/big/records HTTP/1.1\r\nHost: localhost\r\n"
               "Content-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
               "258\r\n" + chunk + "\r\n258\r\n" + chunk + "\r\n0\r\n\r\n");
   expect_problem(c2.read_response(), 413, "body_too_large");
@@ -705,7 +705,7 @@ TEST_F(HttpApiTest, KeepAliveServesSeveralRequests) {
   Conn c(server_->port());
   for (int i = 0; i < 3; ++i) EXPECT_EQ(c.request("GET", "/healthz").status, 200);
   // Two requests pipelined in one write.
-  c.send_raw("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /nope HTTP/1.1\r\nHost: x\r\n\r\n");
+  c.send_raw("GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\nGET /nope HTTP/1.1\r\nHost: localhost\r\n\r\n");
   EXPECT_EQ(c.read_response().status, 200);
   EXPECT_EQ(c.read_response().status, 404);
 }
@@ -746,7 +746,7 @@ TEST_F(HttpApiTest, ExpectContinue) {
   make_stream("cont");
   Conn c(server_->port());
   const std::string body = R"({"records":[{"value":"after 100"}]})";
-  c.send_raw("POST " + kNs + "/streams/cont/records HTTP/1.1\r\nHost: x\r\n"
+  c.send_raw("POST " + kNs + "/streams/cont/records HTTP/1.1\r\nHost: localhost\r\n"
              "Content-Type: application/json\r\nExpect: 100-continue\r\nContent-Length: " +
              std::to_string(body.size()) + "\r\n\r\n");
   EXPECT_EQ(c.read_response().status, 100);  // interim, before we send the body
@@ -764,7 +764,7 @@ TEST_F(HttpApiTest, ACacheValueOverItsLimitIsRefusedBeforeTheBodyIsRead) {
   start({{"cache.max_value_bytes", "1024"}});
   {
     Conn c(server_->port());
-    c.send_raw("PUT " + kNs + "/caches/c/keys/k HTTP/1.1\r\nHost: x\r\n"
+    c.send_raw("PUT " + kNs + "/caches/c/keys/k HTTP/1.1\r\nHost: localhost\r\n"
                "Content-Type: application/octet-stream\r\nExpect: 100-continue\r\nContent-Length: 5000000\r\n\r\n");
     auto r = c.read_response();  // the 413 itself, not a 100 inviting the body
     expect_problem(r, 413, "body_too_large");
@@ -773,7 +773,7 @@ TEST_F(HttpApiTest, ACacheValueOverItsLimitIsRefusedBeforeTheBodyIsRead) {
   {
     Conn c(server_->port());
     const std::string chunk(2048, 'v');
-    c.send_raw("PUT " + kNs + "/caches/c/keys/k HTTP/1.1\r\nHost: x\r\n"
+    c.send_raw("PUT " + kNs + "/caches/c/keys/k HTTP/1.1\r\nHost: localhost\r\n"
                "Content-Type: application/octet-stream\r\nTransfer-Encoding: chunked\r\n\r\n800\r\n" +
                chunk + "\r\n0\r\n\r\n");
     expect_problem(c.read_response(), 413, "body_too_large");

@@ -19,10 +19,12 @@ class BadInput(unittest.TestCase):
     def tearDownClass(cls):
         cls.node.cleanup()
 
-    def curl(self, method, path, data=None, ctype="application/json"):
+    def curl(self, method, path, data=None, ctype="application/json", host=None):
         """Real curl; --path-as-is so that '..' reaches the server unnormalised."""
         args = ["curl", "-s", "--path-as-is", "-o", "-", "-w", "\n%{http_code}", "-X", method,
                 self.node.url + path]
+        if host is not None:
+            args += ["-H", "Host: " + host]
         if data is not None:
             args += ["-H", "Content-Type: " + ctype, "--data-binary", "@-"]
         p = subprocess.run(args, input=data if isinstance(data, bytes) else (data or "").encode(),
@@ -66,6 +68,24 @@ class BadInput(unittest.TestCase):
         self.assertEqual(self.disk_entries(), before)
         names = [s["name"] for s in self.node.request("GET", "/v1/tenants")["tenants"]]
         self.assertEqual(names, ["t"])
+
+    def test_a_node_without_auth_answers_only_requests_addressed_to_the_local_machine(self):
+        """Regression (review): DNS rebinding. A web page whose own name was rebound to
+        127.0.0.1 reached every route of a node without auth from the user's browser, deletes
+        included; its requests carry the page's name as the Host."""
+        port = self.node.http_port
+        for host in ("evil.example:%d" % port, "evil.example", "127.0.0.1.evil.example:%d" % port):
+            with self.subTest(host=host):
+                status, body = self.curl("DELETE", "/v1/tenants/t/namespaces/n/streams/ok", host=host)
+                self.assertProblem(status, body, 403, "forbidden")
+                self.assertIn("local machine", json.loads(body)["detail"])
+        status, _ = self.curl("GET", "/v1/tenants/t/namespaces/n/streams/ok", host="evil.example")
+        self.assertEqual(status, 403)
+        # The stream is still there; local names are served.
+        for host in ("localhost:%d" % port, "127.0.0.1:%d" % port, "LocalHost"):
+            with self.subTest(host=host):
+                status, body = self.curl("GET", "/v1/tenants/t/namespaces/n/streams/ok", host=host)
+                self.assertEqual(status, 200, body)
 
     def test_oversized_body_gets_413(self):
         status, body = self.curl("POST", "/v1/tenants/t/namespaces/n/streams/ok/records",

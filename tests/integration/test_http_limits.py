@@ -14,7 +14,7 @@ import urllib.request
 
 from harness import Node, encode_binary_batch, poll
 
-REQUEST_START = b"GET /v1/tenants HTTP/1.1\r\nHost: sluice\r\n"
+REQUEST_START = b"GET /v1/tenants HTTP/1.1\r\nHost: localhost\r\n"
 
 
 def metric(node, name):
@@ -40,7 +40,7 @@ def read_to_eof(s):
 def raw_get(port, path, timeout=10):
     """One GET on a fresh connection: (status, headers text, body)."""
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
-        s.sendall(("GET %s HTTP/1.1\r\nHost: sluice\r\nConnection: close\r\n\r\n" % path).encode())
+        s.sendall(("GET %s HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n" % path).encode())
         data = read_to_eof(s)
     head, _, body = data.partition(b"\r\n\r\n")
     status = int(head.split(b" ")[1]) if head else 0
@@ -154,7 +154,7 @@ class Limits(unittest.TestCase):
                 n.proc.send_signal(signal.SIGSTOP)
                 try:
                     honest = socket.create_connection(("127.0.0.1", n.http_port), timeout=30)
-                    honest.sendall(b"GET /readyz HTTP/1.1\r\nHost: sluice\r\nConnection: close\r\n\r\n")
+                    honest.sendall(b"GET /readyz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
                     for _ in range(40):
                         s = socket.create_connection(("127.0.0.1", n.http_port), timeout=10)
                         s.sendall(REQUEST_START)
@@ -193,7 +193,7 @@ class Limits(unittest.TestCase):
                 honest = socket.create_connection(("127.0.0.1", n.http_port), timeout=30)
                 for _ in range(2):  # the flood goes on, each connect needing a victim
                     held.append(socket.create_connection(("127.0.0.1", n.http_port), timeout=10))
-                honest.sendall(b"GET /readyz HTTP/1.1\r\nHost: sluice\r\nConnection: close\r\n\r\n")
+                honest.sendall(b"GET /readyz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
                 self.assert_answered_200(honest, "round %d" % round_)
         finally:
             close_all(held)

@@ -295,7 +295,7 @@ class WebSocketSubscribe(unittest.TestCase):
         for frame in (b"\x81\x05hello",  # text, FIN, not masked (RFC 6455 5.1)
                       b"\x83\x80\x00\x00\x00\x00"):  # reserved opcode 3, masked, empty
             with socket.create_connection(("127.0.0.1", self.node.http_port), timeout=DEADLINE_S) as s:
-                s.sendall(("GET %s/streams/bad/shards/0/subscribe HTTP/1.1\r\nHost: x\r\n"
+                s.sendall(("GET %s/streams/bad/shards/0/subscribe HTTP/1.1\r\nHost: localhost\r\n"
                            "Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
                            "Sec-WebSocket-Key: %s\r\n\r\n" % (self.node.ns_path(),
                                                                 base64.b64encode(os.urandom(16)).decode())).encode())
@@ -401,7 +401,8 @@ class WebSocketSubscribe(unittest.TestCase):
         status, _, problem = self.upgrade("%s/streams/web/groups/g/shards/0/subscribe" % n.ns_path(),
                                           origin="http://evil.example")
         self.assertEqual(status, 403)
-        # The broker's own origin (as the Host header names it) is allowed; so is no Origin.
+        # No Origin (not a browser) is allowed; the broker's own address as the Origin is not:
+        # under DNS rebinding a page's Origin and Host both name the attacker's site.
         async def opens(origin):
             try:
                 sock = await websockets.connect(self.ws_url("web"), origin=origin)
@@ -409,8 +410,8 @@ class WebSocketSubscribe(unittest.TestCase):
                 return e.status_code
             await sock.close()
             return 101
-        self.assertEqual(asyncio.run(opens("http://127.0.0.1:%d" % n.http_port)), 101)
         self.assertEqual(asyncio.run(opens(None)), 101)
+        self.assertEqual(asyncio.run(opens("http://127.0.0.1:%d" % n.http_port)), 403)
         self.assertEqual(asyncio.run(opens("http://evil.example")), 403)
         # An origin the operator lists is allowed.
         n.cleanup()
