@@ -138,7 +138,14 @@ void BrokerRuntime::heartbeat_loop() {
   while (!tasks_cv_.wait_for(lk, std::chrono::milliseconds(opts_.heartbeat_interval_ms),
                              [&] { return stopping_; })) {
     lk.unlock();
+    if (reregister_wanted_.exchange(false)) {
+      if (auto rr = register_self(); !rr) {
+        reregister_wanted_ = true;  // tried again at the next heartbeat
+        host_.log(LogLevel::warn, "broker", "registering again (peer address): " + rr.error().to_string());
+      }
+    }
     auto r = catalog_.heartbeat_broker(info_.node_id);
+    (void)known_brokers();  // keeps the list data calls read fresh (leaderless_reason)
     if (!r && r.error().code == Errc::conflict) {
       // Refused while running: stop serving at once, then let the node exit.
       host_.log(LogLevel::error, "broker", "the control plane refuses this broker: " + r.error().message);

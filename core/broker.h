@@ -276,11 +276,13 @@ class BrokerRuntime final : public Node {
   bool fenced();  // the control plane refused this broker (fenced_)
   // Why a leaderless shard has no leader (unavailable_reason, catalog_rules.h), from the
   // registered brokers read at most once a second (every call to such a shard asks).
-  std::string leaderless_reason(const Assignment& a) const;
+  // `may_ask` false: from the last list only (a data call, perhaps on an HTTP I/O thread,
+  // must not wait for the metadata store; the heartbeat thread keeps the list fresh).
+  std::string leaderless_reason(const Assignment& a, bool may_ask = true) const;
   void drop_replica(const ShardAction& d);
   // The registered brokers with their liveness, refreshed from the catalog at most once a
   // second (the reasons and progress the shards listing shows).
-  std::vector<BrokerInfo> known_brokers() const;
+  std::vector<BrokerInfo> known_brokers(bool may_ask = true) const;
   mutable std::mutex brokers_mu_;
   mutable std::vector<BrokerInfo> brokers_cache_;
   mutable std::chrono::steady_clock::time_point brokers_at_{};
@@ -373,6 +375,7 @@ class BrokerRuntime final : public Node {
   // replication.quorum_timeout_ms): their own pool, so they never hold up forwarded reads.
   std::unique_ptr<fwd::Workers> group_workers_;
   std::atomic<bool> closed_all_{false};  // close_all_shards() ran: find() knows nothing
+  std::atomic<bool> reregister_wanted_{false};  // the heartbeat thread registers this broker again
   std::mutex waits_mu_;
   std::map<std::uint64_t, std::shared_ptr<ForwardedWait>> waits_;  // forwarded notify handles
   std::uint64_t next_wait_ = 1ull << 62;  // above any storage handle

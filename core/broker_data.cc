@@ -81,7 +81,10 @@ Error BrokerRuntime::not_led_here(const StreamState& st, const StreamKey& key, s
     }
   const std::string what = "shard " + std::to_string(shard) + " of " + key.to_string();
   if (leader.value() == 0) {
-    std::string why = cur ? leaderless_reason(*cur) : std::string();
+    // From the last broker list only: this may be an HTTP I/O thread, and asking the
+    // metadata store (a network call on raft-meta) would stall every connection on it
+    // during the very failover that left the shard leaderless (review finding).
+    std::string why = cur ? leaderless_reason(*cur, false) : std::string();
     return Error(Errc::shard_unavailable, what + " has no leader" + (why.empty() ? "" : ": " + why),
                  Outcome::transient);
   }

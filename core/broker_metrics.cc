@@ -124,7 +124,7 @@ std::string BrokerRuntime::metrics_text() {
                           {"stream", st->info.key.name},
                           {"shard", std::to_string(a.shard.value())},
                           {"incarnation", std::to_string(st->info.incarnation.value())},
-                          {"reason", leaderless_reason(a)}};
+                          {"reason", leaderless_reason(a, false)}};  // /metrics is served on an I/O thread
       w.sample("sluice_shard_leaderless", labels, std::uint64_t{1});
     }
   // The leader's view of each replica.

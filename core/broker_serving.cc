@@ -444,6 +444,10 @@ void BrokerRuntime::apply_changes(const std::vector<ChangeEvent>& events) {
       case ChangeEvent::Kind::feature_finalized:
         // Changes only later decisions (what a delete removes; which creates are refused).
         host_.log(LogLevel::info, "broker", "feature " + ev.feature + " is finalized");
+        // A raft-meta group below level 16 stores no peer address (raft_meta_catalog.cc
+        // register_broker); once replicated_shards is finalized every member is at 16:
+        // register again so that peers can reach this broker's replicas.
+        if (ev.feature == kReplicatedShards && !opts_.peer_address.empty()) reregister_wanted_ = true;
         break;
       default:
         break;  // tenants, namespaces, brokers and caches hold no shard data here

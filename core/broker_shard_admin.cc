@@ -12,13 +12,13 @@
 
 namespace sluice::core {
 
-std::vector<BrokerInfo> BrokerRuntime::known_brokers() const {
+std::vector<BrokerInfo> BrokerRuntime::known_brokers(bool may_ask) const {
   std::vector<BrokerInfo> brokers;
   bool refresh = false;
   {
     std::lock_guard lk(brokers_mu_);
     const auto now = std::chrono::steady_clock::now();
-    if (now - brokers_at_ > std::chrono::seconds(1)) {
+    if (may_ask && now - brokers_at_ > std::chrono::seconds(1)) {
       brokers_at_ = now;  // one caller refreshes; the others use the last list meanwhile
       refresh = true;
     }
@@ -35,8 +35,8 @@ std::vector<BrokerInfo> BrokerRuntime::known_brokers() const {
   return brokers;
 }
 
-std::string BrokerRuntime::leaderless_reason(const Assignment& a) const {
-  return unavailable_reason(a, known_brokers());
+std::string BrokerRuntime::leaderless_reason(const Assignment& a, bool may_ask) const {
+  return unavailable_reason(a, known_brokers(may_ask));
 }
 
 Result<std::vector<ShardStatus>> BrokerRuntime::shards(const StreamKey& key) {

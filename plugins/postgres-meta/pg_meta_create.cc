@@ -201,6 +201,16 @@ void PgMetaStore::create_batch(const std::vector<PendingCreate*>& batch) {
                          "(POST /v1/features/replicated_shards/finalize)"));
         continue;
       }
+      // As raft-meta's check_replicated_create: without per-creation incarnations a delayed
+      // update_shard for a deleted replicated stream would pass its re-creation's
+      // compare-and-set (both incarnation 0, version 1).
+      if (replicated && !rd.finalized.count(kStreamIncarnations)) {
+        refuse(Error(Errc::conflict,
+                     "replication_factor " + std::to_string(spec.replication_factor) +
+                         " needs the fleet feature stream_incarnations, which is not finalized "
+                         "(POST /v1/features/stream_incarnations/finalize)"));
+        continue;
+      }
       if (!kr.ns_exists) {
         refuse(Error(Errc::not_found, "no namespace " + key.tenant + "/" + key.ns));
         continue;

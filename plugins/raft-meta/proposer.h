@@ -5,17 +5,23 @@
 // build of level N would" is checked once.
 //
 //   effective level E = min(own level, group level)
-//   create_stream  proposed = clock if stream_incarnations is finalized and E >= 10, else 0
+//   create_stream  proposed = clock if E >= 10, else 0 (finalized or not: apply ignores it
+//                  until stream_incarnations is finalized, and a view that has not seen a
+//                  finalize appended before this entry must not store the stream at 0)
 //                  flagged  = E >= 14
 //   create_cache   refused (409) if own >= 14 and group < 14 (the seed: an upgraded member
 //                  refuses cache creates while a member is below 14); a member below 14
 //                  proposes the old way: proposed 0, unflagged
-//                  proposed = clock if cache_incarnations is finalized and E >= 14, else 0
+//                  proposed = clock if E >= 14, else 0 (as for streams)
 //   deletes        flagged = E >= 14, proposed 0
 //   create_counter / delete_counter  refused (409) unless own and group are >= 18 and
 //                  `counters` is finalized (check_counters); a create proposes the clock
 //   batching       (level 19) name operations and shard updates share batch entries while
 //                  own and group are >= 19 (may_batch)
+//   register_broker peer_address only while the group is >= 16: it is a level-16 field of
+//                  an op older members apply without it (they would store none, members at
+//                  16 the address: states that differ for good). The broker registers again
+//                  once replicated_shards is finalized, which needs every member at 16.
 //
 // Thread-safety: pure functions.
 #pragma once
@@ -60,6 +66,21 @@ inline Result<void> check_replicated_shards(const ProposerView& v, std::string_v
     return Error(Errc::conflict, std::string(what) +
                                      " needs the fleet feature replicated_shards, which is not "
                                      "finalized (POST /v1/features/replicated_shards/finalize)");
+  return {};
+}
+
+// A replicated create also needs stream_incarnations finalized (review finding): before it,
+// every stream is incarnation 0 and a shard's version starts over at 1 on each create, so
+// an update_shard computed for a deleted replicated stream (incarnation 0, version 1) would
+// pass the compare-and-set of its re-creation and replace that one's leader and in-sync
+// set. With the finalize each creation has its own incarnation. Proposer-only: safe while
+// older members apply.
+inline Result<void> check_replicated_create(const ProposerView& v, std::string_view what) {
+  if (auto r = check_replicated_shards(v, what); !r) return r;
+  if (!v.stream_incarnations_finalized)
+    return Error(Errc::conflict, std::string(what) +
+                                     " needs the fleet feature stream_incarnations, which is not "
+                                     "finalized (POST /v1/features/stream_incarnations/finalize)");
   return {};
 }
 
@@ -120,8 +141,12 @@ inline Result<void> stamp_entry(Command& c, const ProposerView& v, std::int64_t 
   const bool flag = e >= kFlaggedEntriesLevel;
   switch (c.type) {
     case CommandType::create_stream:
-      c.proposed_incarnation =
-          e >= kStreamIncarnationsLevel ? propose_incarnation(v.stream_incarnations_finalized, clock_us) : 0;
+      // The clock whether or not this view has seen the finalize (review finding): a
+      // finalize appended but not yet applied here is applied before this entry, and a 0
+      // proposed from the stale view stored the stream at incarnation 0 after the finalize
+      // (refused by every broker). Apply ignores the clock until the finalize
+      // (decide_create_incarnation), on every member of level 10 and above.
+      c.proposed_incarnation = e >= kStreamIncarnationsLevel ? propose_incarnation(true, clock_us) : 0;
       c.incarnations = flag ? IncarnationRule::flagged : IncarnationRule::legacy;
       return {};
     case CommandType::create_cache:
@@ -130,8 +155,7 @@ inline Result<void> stamp_entry(Command& c, const ProposerView& v, std::int64_t 
                      "cache creates need every metadata member at level " +
                          std::to_string(kFlaggedEntriesLevel.value()) + "; the group is at level " +
                          std::to_string(v.group.value()) + " (upgrade every member first)");
-      c.proposed_incarnation =
-          e >= kFlaggedEntriesLevel ? propose_incarnation(v.cache_incarnations_finalized, clock_us) : 0;
+      c.proposed_incarnation = e >= kFlaggedEntriesLevel ? propose_incarnation(true, clock_us) : 0;
       c.incarnations = flag ? IncarnationRule::flagged : IncarnationRule::legacy;
       return {};
     case CommandType::create_counter:
@@ -140,6 +164,9 @@ inline Result<void> stamp_entry(Command& c, const ProposerView& v, std::int64_t 
       return {};
     case CommandType::delete_counter:
       return check_counters(v);
+    case CommandType::register_broker:
+      if (v.group < kReplicatedShardsLevel) c.broker.peer_address.clear();
+      return {};
     case CommandType::delete_stream:
     case CommandType::delete_cache:
       c.proposed_incarnation = 0;

@@ -163,7 +163,7 @@ Result<StreamInfo> RaftMetaStore::create_stream(const StreamKey& key, const Stre
   // Level 16 before forwarding: a member never hands a replicated create to a leader that
   // would not know what replication_factor means.
   if (spec.replication_factor > 1)
-    RAFT_META_TRY(check_replicated_shards(
+    RAFT_META_TRY(check_replicated_create(
         proposer_view(), "replication_factor " + std::to_string(spec.replication_factor)));
   if (auto f = leader_client()) return f->create_stream(key, spec);
   RAFT_META_TRY(validate_stream_key(key));
@@ -354,8 +354,10 @@ Result<BrokerInfo> RaftMetaStore::register_broker(const BrokerRegistration& reg)
   std::sort(sorted.features.begin(), sorted.features.end());
   sorted.features.erase(std::unique(sorted.features.begin(), sorted.features.end()),
                         sorted.features.end());
+  Command c = Command::register_broker(sorted);
+  (void)stamp_entry(c, proposer_view(), 0);  // peer_address only in a group at 16
   const std::uint64_t ended_before = finalizes_ended();
-  auto r = propose(Command::register_broker(sorted));
+  auto r = propose(std::move(c));
   if (!r.ok()) return r.error();
   if (!r->ok()) return *r->error;
   {

@@ -607,3 +607,60 @@ TEST(Counters, IncarnationsNeverRepeatAndASchema5ImageIsUpgraded) {
 
 }  // namespace
 }  // namespace sluice::raft_meta
+
+namespace sluice::raft_meta {
+namespace {
+
+// Regression (review): a create proposed from a view that had not seen a finalize appended
+// just before it proposed 0; applied after the finalize, it stored the stream at
+// incarnation 0 (refused by every broker). The proposer writes its clock whether or not it
+// has seen the finalize, and apply ignores it until the finalize.
+TEST(Incarnations, ACreateProposedBeforeItsViewSawTheFinalizeStillGetsAnIncarnation) {
+  CatalogFsm fsm;
+  Feeder f(fsm);
+  setup_namespace(f, {});
+  const ProposerView stale{MetadataLevel{14}, MetadataLevel{14}, /*stream_incarnations_finalized=*/false};
+  Command racing = Command::create_stream(kOrders, spec(), 1'700'000'000'000'000);
+  ASSERT_TRUE(stamp_entry(racing, stale, 1'700'000'000'000'000).ok());
+  Command before = Command::create_stream(StreamKey{"acme", "prod", "before"}, spec(), 1'700'000'000'000'000);
+  ASSERT_TRUE(stamp_entry(before, stale, 1'700'000'000'000'000).ok());
+  // Applied before the finalize, the clock is ignored: incarnation 0, as before.
+  ASSERT_EQ(f(before).stream.incarnation, Incarnation{0});
+  ASSERT_TRUE(f(Command::finalize_feature(kInc)).ok());
+  auto c = f(racing);
+  ASSERT_TRUE(c.ok()) << c.error->to_string();
+  EXPECT_EQ(c.stream.incarnation, Incarnation{1'700'000'000'000'000});
+}
+
+// Regression (review): peer_address is a level-16 field of register_broker, an op members
+// below 16 apply without it; written while such a member was recorded, members at 16 stored
+// it and the others did not, for good. It is written only while the group is at 16.
+TEST(Incarnations, ARegistrationCarriesItsPeerAddressOnlyInAGroupAtLevel16) {
+  BrokerRegistration reg;
+  reg.id = NodeId{3};
+  reg.address = "127.0.0.1:8080";
+  reg.peer_address = "127.0.0.1:7900";
+  Command low = Command::register_broker(reg);
+  ASSERT_TRUE(stamp_entry(low, ProposerView{MetadataLevel{16}, MetadataLevel{14}}, 0).ok());
+  EXPECT_EQ(low.broker.peer_address, "");
+  Command high = Command::register_broker(reg);
+  ASSERT_TRUE(stamp_entry(high, ProposerView{MetadataLevel{16}, MetadataLevel{16}}, 0).ok());
+  EXPECT_EQ(high.broker.peer_address, "127.0.0.1:7900");
+}
+
+// Regression (review): before stream_incarnations every creation is incarnation 0 with a
+// shard version starting at 1, so an update_shard computed for a deleted replicated stream
+// passed its re-creation's compare-and-set. Replicated creates need the finalize.
+TEST(Incarnations, AReplicatedCreateNeedsStreamIncarnationsFinalized) {
+  ProposerView v{MetadataLevel{16}, MetadataLevel{16}};
+  v.replicated_shards_finalized = true;
+  auto r = check_replicated_create(v, "replication_factor 3");
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::conflict);
+  EXPECT_NE(r.error().message.find("stream_incarnations"), std::string::npos) << r.error().message;
+  v.stream_incarnations_finalized = true;
+  EXPECT_TRUE(check_replicated_create(v, "replication_factor 3"));
+}
+
+}  // namespace
+}  // namespace sluice::raft_meta

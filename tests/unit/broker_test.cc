@@ -204,6 +204,37 @@ struct PendingDelete {
   }
 };
 
+// Regression (review): a finalize through the broker's catalog waited for the store's
+// status().applied, which on postgres-meta lags the store's own commit, so it could answer
+// before this node applied the finalize. It waits for the finalize's own change.
+TEST(Broker, a_finalize_answers_once_this_broker_applied_the_finalize_itself) {
+  sluice::testing::TestHost host;
+  ScriptedCatalog cat;
+  fs_storage::FsStorageEngine storage(host, std::make_shared<fs_storage::PosixFileSystem>());
+  cat.set_snapshot(catalog_with(10, I1));
+  auto b = make_broker(host, cat, storage);
+  ASSERT_TRUE(b->start());
+  cat.on_finalize = [](const std::string& name) -> Result<FeatureInfo> {
+    FeatureInfo f;
+    f.name = name;
+    f.finalized = true;
+    f.finalized_seq = ChangeSeq{11};  // committed; the change is not emitted (yet)
+    return f;
+  };
+  auto facade = make_catalog_facade(*b, cat, 300);
+  auto early = facade->finalize_feature("some_feature");
+  ASSERT_FALSE(early) << "answered before this broker applied change 11";
+  EXPECT_EQ(early.error().code, Errc::timeout);
+  ChangeEvent fin;
+  fin.kind = ChangeEvent::Kind::feature_finalized;
+  fin.seq = ChangeSeq{11};
+  fin.feature = "some_feature";
+  cat.emit(fin);
+  auto later = make_catalog_facade(*b, cat, 60000)->finalize_feature("some_feature");
+  EXPECT_TRUE(later) << later.error().to_string();
+  b->stop();
+}
+
 // Regression (review): a DELETE through the broker's catalog waited for the store's
 // status().applied, which on postgres-meta lags the store's own commit (the feed learns of
 // it later): the delete answered at once while this broker still served, and accepted
@@ -645,6 +676,58 @@ TEST(Broker, a_dead_letter_replay_names_its_incarnation_all_the_way_to_the_shard
   ASSERT_FALSE(same);  // it reached the shard: the group does not exist there
   EXPECT_EQ(same.error().code, Errc::not_found) << same.error().to_string();
   b->stop();
+}
+
+// Regression (review): a call to a leaderless shard named the reason from the registered
+// brokers, asking the metadata store for them (at most once a second) on the calling
+// thread: an HTTP I/O thread on publish and fetch, stalled for the store's timeout during
+// the very failover that left the shard leaderless. Data calls read the last list only.
+TEST(Broker, a_call_to_a_leaderless_shard_never_waits_for_the_metadata_store) {
+  sluice::testing::TestHost host;
+  ScriptedCatalog cat;
+  fs_storage::FsStorageEngine storage(host, std::make_shared<fs_storage::PosixFileSystem>());
+  auto snap = catalog_with(10, I1);
+  snap.assignments[0].leader = NodeId{0};
+  snap.assignments[0].replicas = {NodeId{1}, NodeId{2}, NodeId{3}};
+  cat.set_snapshot(snap);
+  auto b = make_broker(host, cat, storage);
+  ASSERT_TRUE(b->start());
+  cat.hold_list_brokers(true);
+  auto f = std::async(std::launch::async, [&] { return b->fetch(K, ShardIndex{0}, Offset{0}, 10, 1 << 20); });
+  const bool answered = f.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
+  cat.hold_list_brokers(false);
+  ASSERT_TRUE(answered) << "the fetch waited for list_brokers";
+  auto r = f.get();
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::shard_unavailable) << r.error().to_string();
+  b->stop();
+}
+
+// Regression (review): a raft-meta group below level 16 stores no peer address (members
+// below 16 would drop it and states would differ); the broker registers again once
+// replicated_shards is finalized, when every member is at 16.
+TEST(Broker, registers_again_with_its_peer_address_once_replicated_shards_is_finalized) {
+  sluice::testing::TestHost host;
+  ScriptedCatalog cat;
+  fs_storage::FsStorageEngine storage(host, std::make_shared<fs_storage::PosixFileSystem>());
+  cat.set_snapshot(catalog_with(20, I2));
+  auto b = make_broker(host, cat, storage, nullptr, [](BrokerOptions& o) { o.heartbeat_interval_ms = 20; });
+  ASSERT_TRUE(b->start());
+  ASSERT_EQ(cat.registrations(), 1);
+  ChangeEvent other;
+  other.kind = ChangeEvent::Kind::feature_finalized;
+  other.seq = ChangeSeq{21};
+  other.feature = "some_other_feature";
+  cat.emit(other);
+  ChangeEvent fin;
+  fin.kind = ChangeEvent::Kind::feature_finalized;
+  fin.seq = ChangeSeq{22};
+  fin.feature = std::string(kReplicatedShards);
+  cat.emit(fin);
+  ASSERT_TRUE(eventually([&] { return cat.registrations() == 2; }));
+  EXPECT_EQ(cat.last_registration().peer_address, "127.0.0.1:7902");
+  b->stop();
+  EXPECT_EQ(cat.registrations(), 2) << "registered again once, for the replicated_shards finalize only";
 }
 
 // The peer directory (docs/replication.md "Peer transport") follows the catalog: the broker

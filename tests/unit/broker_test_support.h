@@ -74,11 +74,16 @@ class ScriptedCatalog final : public MetadataStore {
     b.peer_address = reg.peer_address;
     std::lock_guard lk(mu_);
     last_registration_ = reg;
+    ++registrations_;
     return b;
   }
   BrokerRegistration last_registration() {
     std::lock_guard lk(mu_);
     return last_registration_;
+  }
+  int registrations() {
+    std::lock_guard lk(mu_);
+    return registrations_;
   }
   void emit(const ChangeEvent& ev) {
     std::function<void(const ChangeEvent&)> f;
@@ -120,15 +125,37 @@ class ScriptedCatalog final : public MetadataStore {
   std::vector<BrokerInfo> brokers;  // what list_brokers answers (set by a test)
   std::vector<ShardUpdate> updates;  // every update_shard asked (answered not_supported)
   Result<std::vector<BrokerInfo>> list_brokers() override {
+    {
+      // hold_list_brokers: the call waits, as on a metadata store that does not answer.
+      std::unique_lock lk(hold_mu_);
+      ++list_brokers_calls_;
+      hold_cv_.wait(lk, [&] { return !hold_list_brokers_; });
+    }
     std::lock_guard lk(mu_);
     return brokers;
+  }
+  void hold_list_brokers(bool on) {
+    {
+      std::lock_guard lk(hold_mu_);
+      hold_list_brokers_ = on;
+    }
+    hold_cv_.notify_all();
+  }
+  int list_brokers_calls() {
+    std::lock_guard lk(hold_mu_);
+    return list_brokers_calls_;
   }
   Result<Assignment> update_shard(const ShardUpdate& u) override {
     std::lock_guard lk(mu_);
     updates.push_back(u);
     return no();
   }
-  Result<FeatureInfo> finalize_feature(const std::string&) override { return no(); }
+  // on_finalize answers it when set (not_supported otherwise).
+  std::function<Result<FeatureInfo>(const std::string&)> on_finalize;
+  Result<FeatureInfo> finalize_feature(const std::string& name) override {
+    if (on_finalize) return on_finalize(name);
+    return no();
+  }
   Result<std::vector<Tombstone>> list_tombstones() override { return no(); }
 
  private:
@@ -137,6 +164,11 @@ class ScriptedCatalog final : public MetadataStore {
   std::function<void()> resync_;
   std::function<void(const ChangeEvent&)> on_change_;
   BrokerRegistration last_registration_;
+  int registrations_ = 0;
+  std::mutex hold_mu_;
+  std::condition_variable hold_cv_;
+  bool hold_list_brokers_ = false;
+  int list_brokers_calls_ = 0;
 };
 
 // The catalog holding K at `inc`, shard 0 led by node 1 (the test host's id).
