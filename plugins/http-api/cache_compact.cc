@@ -128,6 +128,9 @@ Result<void> CacheStore::compact(Shard& sh, const StreamInfo& si, ShardIndex s) 
   if (auto r = node_.roll_shard(si.key, s); !r) return r.error();
   std::string after;
   std::optional<std::uint64_t> first;
+  // No live key at all: the newest batch of kProducerId, read with the writer token held
+  // and the index at the log end (every later write lands above it).
+  std::uint64_t newest_own = UINT64_MAX;
   for (;;) {
     std::unique_lock lk(sh.mu);
     // Take the shard's writer token (as write() does): restate batches are decided and
@@ -136,14 +139,33 @@ Result<void> CacheStore::compact(Shard& sh, const StreamInfo& si, ShardIndex s) 
     if (stopping_) return Error(Errc::unavailable, "stopping");
     sh.writing = true;
     auto more = restate_chunk(sh, lk, si, s, after, first);
+    if (more && !*more && !first) newest_own = sh.last_own_batch;
     sh.writing = false;
     sh.cv.notify_all();
     if (!more) return more.error();
     if (!*more) break;
   }
-  // No live key: nothing restated, and nothing may be trimmed (the retained log must keep
-  // a batch of kProducerId for the writers' sequence).
-  if (!first) return {};
+  // No live key (a lock table, TTL sessions): nothing restated; everything below the newest
+  // batch of kProducerId is dead and goes, and that batch stays (the writers' sequence is
+  // read back from it). Before, nothing was trimmed: the log grew for ever, and the shard,
+  // still over the threshold, was rolled and walked again every second (review finding).
+  if (!first) {
+    auto st = node_.shard_stats(si.key, s);
+    if (newest_own != UINT64_MAX && st && newest_own > st->log_start.value()) {
+      if (auto t = node_.trim_shard(si.key, s, Offset{newest_own}); !t) return t.error();
+      compactions_.fetch_add(1, std::memory_order_relaxed);
+      auto post = node_.shard_stats(si.key, s);
+      if (post && post->size_bytes < st->size_bytes)
+        compacted_bytes_.fetch_add(st->size_bytes - post->size_bytes, std::memory_order_relaxed);
+      if (post) st = post;
+    }
+    // Not due again until it grew by compact_min_bytes, trimmed or not.
+    if (st) {
+      std::lock_guard lk(sh.mu);
+      sh.compact_floor = st->size_bytes;
+    }
+    return {};
+  }
   // restate_chunk returned once each batch was visible: below the high watermark, so
   // committed on a replicated shard.
   auto pre = node_.shard_stats(si.key, s);

@@ -151,6 +151,7 @@ Result<void> CacheStore::catch_up(Shard& sh, const StreamInfo& backing, ShardInd
     sh.index.clear();
     sh.end = 0;
     sh.next_seq = 0;
+    sh.last_own_batch = UINT64_MAX;
     sh.incarnation = backing.incarnation;
     sh.created_seq = backing.created_seq;
     sh.init = true;
@@ -171,10 +172,15 @@ Result<void> CacheStore::catch_up(Shard& sh, const StreamInfo& backing, ShardInd
         sh.index.clear();
         sh.end = st->log_start.value();
         sh.next_seq = 0;  // from the first producer batch read (a restate batch at the latest)
+        sh.last_own_batch = UINT64_MAX;
         continue;
       }
     }
     if (!fr) {
+      // A failure that says nothing of the index (a leader moving, a lost connection): keep
+      // it. Dropping it made every broker rebuild each active shard from the log start
+      // after every leader move, under the shard's lock (review finding).
+      if (fr.error().outcome != Outcome::definite) return fr.error();
       // A new leader whose high watermark still lags what this index holds (acknowledged
       // under the old leader): keep the index and try again shortly; rebuilding it now
       // would serve a state older than what was acknowledged.
@@ -209,7 +215,10 @@ Result<void> CacheStore::catch_up(Shard& sh, const StreamInfo& backing, ShardInd
         }
         sh.end = rv.offset + 1;
       }
-      if (h.producer_id == kProducerId && h.next_offset() <= sh.end) sh.next_seq = h.producer_seq + 1;
+      if (h.producer_id == kProducerId && h.next_offset() <= sh.end) {
+        sh.next_seq = h.producer_seq + 1;
+        sh.last_own_batch = h.base_offset;
+      }
     }
     if (fr->batches.empty() || sh.end >= fr->high_watermark.value()) return {};
   }

@@ -180,6 +180,7 @@ class CacheStore {
     ChangeSeq created_seq{0};
     std::uint64_t end = 0;       // next offset to index
     std::uint64_t next_seq = 0;  // kProducerId's next sequence
+    std::uint64_t last_own_batch = UINT64_MAX;  // base offset of the newest kProducerId batch indexed
     CacheIndex index;
     std::uint64_t watch_offset = UINT64_MAX;  // write_once: the nonce found at this offset
     std::uint64_t watch_nonce = 0;

@@ -200,6 +200,29 @@ TEST(CacheStore, AReadWhoseLeaderConnectionDiedIsRetried) {
   EXPECT_EQ(listed.error().outcome, Outcome::transient);
 }
 
+// Regression (review): a fetch that failed transiently (a leader moving, a lost
+// connection) dropped the whole index, so after every leader move every broker rebuilt
+// each active shard from the log start, under the shard's lock. The index is kept.
+TEST(CacheStore, AFetchThatFailsTransientlyKeepsTheIndex) {
+  FakeNode node;
+  ASSERT_TRUE(node.catalog().create_cache(kCache, CacheSpec{}).ok());
+  CacheConfig quick = one_shard();
+  quick.transient_retry = std::chrono::milliseconds(500);
+  CacheStore a(node, one_shard()), b(node, quick);
+  ASSERT_TRUE(put(a, "k", "v").ok());
+  ASSERT_TRUE(b.get(kCache, "k").ok());  // b's index is built
+  const int built = node.fetches_from_start();
+  ASSERT_TRUE(put(a, "k2", "v2").ok());
+  for (const Error& e : {Error(Errc::not_leader, "the leader moved", Outcome::transient),
+                         Error(Errc::unavailable, "the connection was closed", Outcome::uncertain)}) {
+    node.fail_next_fetches(1, e);
+    auto got = b.get(kCache, "k2");
+    ASSERT_TRUE(got.ok()) << got.error().message;
+    EXPECT_EQ(got->value, "v2");
+  }
+  EXPECT_EQ(node.fetches_from_start(), built) << "the index was rebuilt from the log start";
+}
+
 // Regression (review): compaction on the leader trimmed a write's batch before its broker
 // read the batch back; the rebuild from the log start never saw the batch's nonce, the
 // write took it for another broker's win and was decided and appended again: a counter add

@@ -298,6 +298,11 @@ class FakeNode : public Node {
     std::lock_guard lk(mu_);
     return failing_fetches_;
   }
+  // Fetches that asked for offset 0 (an index built from the log start).
+  int fetches_from_start() {
+    std::lock_guard lk(mu_);
+    return fetches_from_start_;
+  }
   std::size_t held_publishes() {
     std::lock_guard lk(mu_);
     return held_.size();
@@ -447,6 +452,7 @@ class FakeNode : public Node {
       ++blocked_remote_;
       remote_cv_.wait(lk, [&] { return !block_remote_; });
     }
+    if (from.value() == 0) ++fetches_from_start_;
     if (failing_fetches_ > 0) {
       --failing_fetches_;
       return fetch_error_;
@@ -653,6 +659,7 @@ class FakeNode : public Node {
   }
   std::vector<std::function<void()>> held_;
   int failing_fetches_ = 0;
+  int fetches_from_start_ = 0;
   std::function<void()> after_group_fetch_;
   Error fetch_error_{Errc::internal, "unset"};
   std::uint64_t last_handle_ = 0;
