@@ -180,9 +180,12 @@ Result<GroupDelivery> ConsumerGroup::fetch(std::uint32_t max_records, const Grou
 
   // 1. Redeliveries: nacked or timed out, oldest offset first.
   // Bounded like new records (review finding): one delivery holds about kMaxDeliveryBytes
-  // of batches, whatever the due offsets' spread. Dead-letter moves count toward both
-  // bounds (review finding): each is a replicated, synced append, and a consumer that never
-  // acked 100,000 records made one fetch move them all, holding the group's lock.
+  // of batches, whatever the due offsets' spread. Dead-letter moves are bounded too (review
+  // finding): each is a replicated, synced append, and a consumer that never acked 100,000
+  // records made one fetch move them all, holding the group's lock. At most
+  // max(max_records, kMaxDeadLetterMoves) per call, and their batches count toward the bytes.
+  constexpr std::size_t kMaxDeadLetterMoves = 100;
+  const std::size_t max_moves = std::max<std::size_t>(max_records, kMaxDeadLetterMoves);
   std::vector<std::uint64_t> due;
   for (auto& [off, o2] : outstanding_)
     if (o2.deadline_ms <= now && off < readable) due.push_back(off);
@@ -191,7 +194,8 @@ Result<GroupDelivery> ConsumerGroup::fetch(std::uint32_t max_records, const Grou
   };
   std::size_t moved = 0;  // dead-letter moves in this call
   for (std::uint64_t off : due) {
-    if (items.size() + moved >= max_records || (items.size() + moved > 0 && cached >= kMaxDeliveryBytes)) break;
+    if (items.size() >= max_records || moved >= max_moves || (items.size() + moved > 0 && cached >= kMaxDeliveryBytes))
+      break;
     auto& st = outstanding_[off];
     if (st.deliveries + 1 > o.max_deliveries) {
       const std::size_t before = cache.size();

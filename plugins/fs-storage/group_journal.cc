@@ -272,13 +272,20 @@ Result<void> ConsumerGroup::replay_journal(bool have_snap, std::uint64_t snap_ge
     if (auto r = journal_->truncate(pos); !r) return r;
     if (auto r = journal_->datasync(); !r) return r;
   }
-  if (pos < apply_from)  // compaction syncs the journal before the snapshot: not a crash
-    host_.log(LogLevel::warn, kComponent,
-              "group journal " + dir_ + "/journal ends at byte " + std::to_string(pos) +
-                  ", before the " + std::to_string(apply_from) + " bytes its snapshot covers");
   journal_size_ = pos;
   generation_ = gen;
   cursor_ = std::max(cursor_, committed_);
+  if (pos < apply_from) {
+    // Compaction syncs the journal before the snapshot, so a crash cannot do this: the disk
+    // lost bytes it had synced. Records appended at `pos` would land in the range the
+    // snapshot covers and be skipped at the next open, acknowledged acks with them (review
+    // finding). A snapshot of this state and a new journal generation come first.
+    host_.log(LogLevel::error, kComponent,
+              "group journal " + dir_ + "/journal ends at byte " + std::to_string(pos) + ", before the " +
+                  std::to_string(apply_from) + " bytes its snapshot covers (the disk lost synced bytes); "
+                  "starting a new journal generation from the snapshot");
+    if (auto r = compact(); !r) return r;
+  }
   return {};
 }
 

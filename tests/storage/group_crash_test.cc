@@ -196,6 +196,43 @@ TEST_F(GroupCrashTest, RecordsAfterTheSnapshotInTheSameGenerationAreReplayed) {
       << "8's delivery count (1 = max_deliveries) survived: it moved to dead letters";
 }
 
+// Regression (review): a journal that ends before the bytes its snapshot covers (a disk that
+// lost synced bytes) was only logged, and the group appended at its end: inside the range
+// the snapshot covers, which the next open skips, so an acknowledged ack was lost. A new
+// journal generation is started from the snapshot before anything is appended.
+TEST_F(GroupCrashTest, AJournalShorterThanItsSnapshotStartsANewGenerationFirst) {
+  compact_bytes_ = "1073741824";  // the whole state in the journal first
+  shard_.reset();
+  engine_.reset();
+  start();
+  build_state();
+  compact_bytes_ = "1";  // then one compaction, which covers all of it (no clean close,
+  fs_->crash(3, CrashOptions{});  // which would compact the journal first)
+  restart_after_crash();
+  crash_in_hook_ = false;
+  stop_repeatedly_ = true;
+  stop_at_ = "group.compact.after_snapshot";  // the snapshot covers the journal; no reset follows
+  ASSERT_TRUE(shard_->group_ack("g", offs({6})));
+  ASSERT_GE(stops_, 1);
+  stop_at_.clear();
+  const std::string journal = group_dir() + "/journal";
+  shard_.reset();
+  engine_.reset();
+  ASSERT_GT(std::filesystem::file_size(journal), 100u);
+  std::filesystem::resize_file(journal, 1);  // a torn first record: the journal ends at 0
+  compact_bytes_ = "1073741824";  // no compaction from here on: only the open's own
+  fs_->restart();
+  start();
+  ASSERT_EQ(pos().committed.value(), 7u) << "the snapshot's state";
+  EXPECT_EQ(offsets_of(fetch(1)), std::vector<std::uint64_t>{7});
+  ASSERT_TRUE(shard_->group_ack("g", offs({7})));
+  shard_.reset();
+  engine_.reset();
+  fs_->restart();
+  start();
+  EXPECT_EQ(pos().committed.value(), 8u) << "the ack written after the short journal was lost";
+}
+
 TEST_F(GroupCrashTest, ACorruptSnapshotFailsTheGroupLoudly) {
   build_state();
   ASSERT_TRUE(std::filesystem::exists(group_dir() + "/snapshot"));
