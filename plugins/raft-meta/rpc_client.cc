@@ -187,6 +187,11 @@ Result<std::string> RemoteMetadataStore::call_on(Conn& c, const std::string& met
   if (cid.empty() && method != "hello")
     return Error(Errc::unavailable, "not connected to a controller yet (start() first)");
   const std::string body = encode_request(Request{cid, method, json::parse(params_json), cfg_.forwarded});
+  // Nothing is sent: a definite refusal, not "unavailable, uncertain" (review finding).
+  if (body.size() > kMaxFrame)
+    return Error(Errc::invalid_argument, "the " + method + " request is " + std::to_string(body.size()) +
+                                             " bytes; a controller call carries at most " +
+                                             std::to_string(kMaxFrame) + " (nothing was sent)");
   std::string why;
   // One retry on a fresh connection: the old one may have been closed by the controller.
   // A request that changes the catalog and is not idempotent is re-sent only if it never

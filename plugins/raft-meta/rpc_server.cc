@@ -36,6 +36,25 @@ std::string peer_name(const sockaddr_in& sa) {
 
 constexpr std::string_view kComponent = "raft-meta-rpc";
 
+// Text a peer chose (its cluster id, what made its request malformed), for a log line:
+// control bytes escaped, at most 200 bytes, so nobody forges or floods log lines (review).
+std::string log_text(std::string_view s) {
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (std::size_t i = 0; i < s.size() && out.size() < 200; ++i) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    if (c >= 0x20 && c < 0x7f && c != '\\') {
+      out.push_back(static_cast<char>(c));
+    } else {
+      out += "\\x";
+      out.push_back(hex[c >> 4]);
+      out.push_back(hex[c & 15]);
+    }
+  }
+  if (out.size() >= 200) out += "...";
+  return out;
+}
+
 std::string ok_response(json::value result) {
   return json::serialize(json::object{{"ok", true}, {"result", std::move(result)}});
 }
@@ -218,7 +237,7 @@ void RpcServer::serve(int fd, const std::string& from) {
     std::string req, why;
     if (!read_frame(*io, req, &why)) {
       if (why != "closed" && !stopping_)
-        host_.log(LogLevel::warn, kComponent, "closing connection: " + why);
+        host_.log(LogLevel::warn, kComponent, "closing connection: " + log_text(why));
       break;
     }
     if (first) {
@@ -228,6 +247,16 @@ void RpcServer::serve(int fd, const std::string& from) {
     }
     bool close_after = false;
     std::string resp = handle(req, close_after);
+    if (resp.size() > kMaxFrame) {
+      // An answer over the frame limit (a snapshot or listing of a very large catalog) was
+      // dropped with the connection, silently: the caller saw "closed" and retried for ever
+      // (review finding). It gets an error naming the size instead, and the log says so.
+      const Error big(Errc::internal, "the answer is " + std::to_string(resp.size()) +
+                                          " bytes, above the controller call limit of " +
+                                          std::to_string(kMaxFrame));
+      host_.log(LogLevel::error, kComponent, big.message);
+      resp = error_response(big);
+    }
     if (!write_frame(*io, resp, &why)) break;
     if (close_after) break;
   }
@@ -246,7 +275,7 @@ std::string RpcServer::handle(const std::string& request, bool& close_after) {
   auto req = decode_request(request);
   if (!req) {
     close_after = true;
-    host_.log(LogLevel::warn, kComponent, "closing connection: " + req.error().message);
+    host_.log(LogLevel::warn, kComponent, "closing connection: " + log_text(req.error().message));
     return error_response(req.error());
   }
   try {
@@ -258,7 +287,7 @@ std::string RpcServer::handle(const std::string& request, bool& close_after) {
     if (cid != mine) {
       close_after = true;
       host_.log(LogLevel::warn, kComponent,
-                "refused a request for cluster " + cid + " (this is cluster " + mine + ")");
+                "refused a request for cluster " + log_text(cid) + " (this is cluster " + mine + ")");
       return error_response(Error(Errc::cluster_id_mismatch,
                                   "request names cluster '" + cid + "', this controller belongs to cluster '" +
                                       mine + "'"));
@@ -339,7 +368,7 @@ std::string RpcServer::handle(const std::string& request, bool& close_after) {
     return error_response(Error(Errc::invalid_argument, "unknown method '" + method + "'"));
   } catch (const std::exception& e) {
     close_after = true;
-    host_.log(LogLevel::warn, kComponent, std::string("closing connection: malformed request: ") + e.what());
+    host_.log(LogLevel::warn, kComponent, "closing connection: malformed request: " + log_text(e.what()));
     return error_response(Error(Errc::malformed_body, std::string("malformed request: ") + e.what()));
   }
 }

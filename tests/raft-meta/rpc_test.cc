@@ -370,6 +370,43 @@ TEST(ControllerRpc, AGarbageFrameClosesOnlyThatConnection) {
   EXPECT_TRUE(eventually([&] { return c.host.logged("not a JSON object"); }));
 }
 
+// Regression (review): text a peer chose reached the log raw: a cluster id with a newline
+// forged a log line. It is escaped (and cut at 200 bytes).
+TEST(ControllerRpc, APeersTextIsEscapedInTheLog) {
+  Controller c;
+  ASSERT_TRUE(c.store.start().ok());
+  int fd = dial(c.store.rpc_port());
+  ASSERT_GE(fd, 0);
+  rpc::Request forged;
+  forged.cluster_id = "evil\nERROR forged line " + std::string(500, 'x');
+  forged.method = "list_tenants";
+  ASSERT_TRUE(rpc::write_frame(fd, rpc::encode_request(forged), nullptr));
+  EXPECT_TRUE(closed_by_peer(fd));
+  ::close(fd);
+  ASSERT_TRUE(eventually([&] { return c.host.logged("refused a request for cluster evil\\x0aERROR forged line"); }));
+  EXPECT_FALSE(c.host.logged("evil\nERROR")) << "the newline reached the log";
+  EXPECT_FALSE(c.host.logged(std::string(300, 'x'))) << "not cut";
+}
+
+// Regression (review): a request above the frame limit was reported unavailable/uncertain,
+// as if it might have been sent; nothing is sent, and the answer is a definite refusal.
+TEST(ControllerRpc, ARequestAboveTheFrameLimitIsRefusedWithoutBeingSent) {
+  Controller c;
+  ASSERT_TRUE(c.store.start().ok());
+  TestHost bh(broker_config(c.address()));
+  RemoteMetadataStore remote(bh);
+  ASSERT_TRUE(remote.start().ok());
+  BrokerRegistration reg;
+  reg.id = NodeId{5};
+  reg.address = std::string(rpc::kMaxFrame + 1, 'a');
+  auto r = remote.register_broker(reg);
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::invalid_argument) << r.error().to_string();
+  EXPECT_EQ(r.error().outcome, Outcome::definite);
+  EXPECT_NE(r.error().message.find("nothing was sent"), std::string::npos) << r.error().message;
+  EXPECT_TRUE(remote.create_tenant("after").ok()) << "the connection still works";
+}
+
 // The pure codecs the server, the client and the fuzz target (tests/fuzz/) share.
 // Regression (review): a connection that sent nothing, or only a header announcing 8 MiB,
 // held its slot and thread for ever (the server allocated and zeroed the 8 MiB at once), so
