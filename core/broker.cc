@@ -82,6 +82,17 @@ Result<void> BrokerRuntime::start() {
     pthread_setname_np(pthread_self(), "heartbeat");
     heartbeat_loop();
   });
+  // Keeps the broker list data calls read fresh (leaderless_reason), on its own thread: a
+  // slow metadata store must not delay the heartbeats (late review).
+  if (storage_) brokers_refresh_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "brokers");
+    std::unique_lock lk(tasks_mu_);
+    while (!tasks_cv_.wait_for(lk, std::chrono::seconds(1), [&] { return stopping_; })) {
+      lk.unlock();
+      (void)known_brokers();
+      lk.lock();
+    }
+  });
   return {};
 }
 
@@ -94,6 +105,7 @@ void BrokerRuntime::stop() {
   tasks_cv_.notify_all();
   if (control_.joinable()) control_.join();
   if (heartbeat_.joinable()) heartbeat_.join();
+  if (brokers_refresh_.joinable()) brokers_refresh_.join();
   watch_.reset();  // after the joins: the control thread may have been resyncing
   // A stopping broker stays registered: its shards stay placed on it and are served again
   // when it comes back. It stops counting as serving once its heartbeats lapse
@@ -145,7 +157,6 @@ void BrokerRuntime::heartbeat_loop() {
       }
     }
     auto r = catalog_.heartbeat_broker(info_.node_id);
-    (void)known_brokers();  // keeps the list data calls read fresh (leaderless_reason)
     if (!r && r.error().code == Errc::conflict) {
       // Refused while running: stop serving at once, then let the node exit.
       host_.log(LogLevel::error, "broker", "the control plane refuses this broker: " + r.error().message);

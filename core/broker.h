@@ -277,7 +277,7 @@ class BrokerRuntime final : public Node {
   // Why a leaderless shard has no leader (unavailable_reason, catalog_rules.h), from the
   // registered brokers read at most once a second (every call to such a shard asks).
   // `may_ask` false: from the last list only (a data call, perhaps on an HTTP I/O thread,
-  // must not wait for the metadata store; the heartbeat thread keeps the list fresh).
+  // must not wait for the metadata store; a thread of its own keeps the list fresh).
   std::string leaderless_reason(const Assignment& a, bool may_ask = true) const;
   void drop_replica(const ShardAction& d);
   // The registered brokers with their liveness, refreshed from the catalog at most once a
@@ -350,6 +350,7 @@ class BrokerRuntime final : public Node {
   bool stopping_ = false;
   std::thread control_;
   std::thread heartbeat_;
+  std::thread brokers_refresh_;  // known_brokers() once a second
   std::unique_ptr<WatchHandle> watch_;
   std::atomic<bool> started_{false};
   std::atomic<bool> registered_{false};

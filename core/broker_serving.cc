@@ -377,6 +377,13 @@ Result<void> BrokerRuntime::resync() {
   }
   image_ = image_from_snapshot(*snap, features);
   if (opts_.peers) opts_.peers->replace_from_catalog(snap->brokers);
+  // The replicated_shards finalize may lie in what the resync skipped: register again if
+  // the catalog holds no (or another) peer address for this broker (apply_changes).
+  if (!opts_.peer_address.empty() &&
+      std::find(snap->finalized_features.begin(), snap->finalized_features.end(), kReplicatedShards) !=
+          snap->finalized_features.end())
+    for (const auto& b : snap->brokers)
+      if (b.id == info_.node_id && b.peer_address != opts_.peer_address) reregister_wanted_ = true;
   resync_pending_ = false;
   snapshot_seq_ = snap->seq;
   // The whole catalog against what is held and the floors: nothing is dropped before it is

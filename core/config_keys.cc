@@ -71,7 +71,7 @@ constexpr ConfigKey kConfigKeys[] = {
     {"http.fetch_max_bytes", "1048576", "Most batch bytes one fetch reads (at least one batch is returned)."},
     {"http.ws_idle_timeout_ms", "60000", "A WebSocket subscriber that sends nothing, not even a pong to the server's pings (sent at half this time), for this long is dropped (1000..86400000)."},
     {"http.ws_stall_timeout_ms", "30000", "A WebSocket subscriber without credit while records wait, or whose socket write has not completed, for this long is closed with 4408 (100..3600000)."},
-    {"http.ws_allowed_origins", "", "Comma-separated browser origins (scheme://host[:port]) whose pages may open a WebSocket here; * allows any. Another Origin gets 403 forbidden; clients that send no Origin are not affected."},
+    {"http.ws_allowed_origins", "", "Comma-separated browser origins (scheme://host[:port]) whose pages may open a WebSocket here, besides the broker's own address (an Origin naming the Host); * allows any. Another Origin gets 403 forbidden; clients that send no Origin are not affected."},
     {"http.ws_send_buffer_bytes", "1048576", "Frame bytes queued per WebSocket subscription; the broker reads no more until they are written (4096..1073741824)."},
     {"auth.enabled", "false", "Require a bearer token (auth.tokens_file) on every HTTP path but /healthz, /readyz and, with auth.metrics_open, /metrics (docs/security.md)."},
     {"auth.tokens_file", "", "The tokens file: one 'sha256:<hex> NAME ROLE[:SCOPE] ...' line per token, hashes only (`sluice token hash` prints a line). Re-read on SIGHUP; a malformed file keeps the previous tokens."},

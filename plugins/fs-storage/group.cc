@@ -184,6 +184,7 @@ Result<GroupDelivery> ConsumerGroup::fetch(std::uint32_t max_records, const Grou
   // finding): each is a replicated, synced append, and a consumer that never acked 100,000
   // records made one fetch move them all, holding the group's lock. At most
   // max(max_records, kMaxDeadLetterMoves) per call, and their batches count toward the bytes.
+  // A dead letter waiting for a later fetch is invisible to consumers: only its move waits.
   constexpr std::size_t kMaxDeadLetterMoves = 100;
   const std::size_t max_moves = std::max<std::size_t>(max_records, kMaxDeadLetterMoves);
   std::vector<std::uint64_t> due;
@@ -194,10 +195,12 @@ Result<GroupDelivery> ConsumerGroup::fetch(std::uint32_t max_records, const Grou
   };
   std::size_t moved = 0;  // dead-letter moves in this call
   for (std::uint64_t off : due) {
-    if (items.size() >= max_records || moved >= max_moves || (items.size() + moved > 0 && cached >= kMaxDeliveryBytes))
-      break;
+    if (items.size() >= max_records || (items.size() + moved > 0 && cached >= kMaxDeliveryBytes)) break;
     auto& st = outstanding_[off];
     if (st.deliveries + 1 > o.max_deliveries) {
+      // Past the bound the rest wait for a later fetch; redeliveries behind them are still
+      // gathered (late review: an empty answer here parks a long poll with records due).
+      if (moved >= max_moves) continue;
       const std::size_t before = cache.size();
       if (auto r = dead_letter(off, st.deliveries, cache); !r) return r.error();
       ++moved;

@@ -16,7 +16,7 @@
 
 namespace sluice::http_api {
 
-bool origin_allowed(std::string_view origin, const std::vector<std::string>& allowed) {
+bool origin_allowed(std::string_view origin, std::string_view host, const std::vector<std::string>& allowed) {
   if (origin.empty()) return true;
   auto same = [](std::string_view a, std::string_view b) {
     return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
@@ -25,7 +25,9 @@ bool origin_allowed(std::string_view origin, const std::vector<std::string>& all
   };
   for (const auto& a : allowed)
     if (a == "*" || same(a, origin)) return true;
-  return false;
+  const auto scheme = origin.find("://");
+  if (scheme == std::string_view::npos || host.empty()) return false;  // "null": an opaque origin
+  return same(origin.substr(scheme + 3), host);
 }
 
 bool is_loopback(const std::string& address) {

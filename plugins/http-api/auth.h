@@ -34,10 +34,12 @@ enum class Role { admin, metrics, tenant_admin, produce, consume };
 // May a WebSocket upgrade with this Origin header go on? Browsers apply no same-origin
 // policy to WebSockets, so without this any web page a user opens could subscribe, with
 // the user's network position (and, without auth, no token at all). Yes when there is no
-// Origin (not a browser), or when `allowed` lists it (ASCII case-insensitive) or holds "*".
-// An Origin equal to the Host header is not enough: the broker serves no pages, and under
-// DNS rebinding both name the attacker's site (review finding).
-bool origin_allowed(std::string_view origin, const std::vector<std::string>& allowed);
+// Origin, when it names the Host header's authority (several non-browser client libraries
+// send the URL as their Origin), or when `allowed` lists it (ASCII case-insensitive) or
+// holds "*". Under DNS rebinding Origin and Host both name the attacker's site; a node
+// without auth refuses such a Host before this (local_host_header), and a node with auth
+// has no ambient credential a page could use (tokens are not cookies).
+bool origin_allowed(std::string_view origin, std::string_view host, const std::vector<std::string>& allowed);
 
 // Does this Host header name the local machine (127.0.0.0/8, ::1, localhost, any port)?
 // A node without auth serves only such requests (Router::dispatch): a web page that

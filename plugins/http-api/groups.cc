@@ -124,6 +124,16 @@ Result<OffsetsBody> offsets_body(std::string_view body) {
   return out;
 }
 
+// A call naming an incarnation newer than the one this broker holds: its change feed lags
+// the broker that answered the client before (incarnations only grow). Transient, not
+// "deleted and created again", which would make the client drop live records (review).
+HttpResponse not_applied_yet(const StreamKey& key, Incarnation named, Incarnation held) {
+  return problem(Error(Errc::unavailable,
+                       "this broker has not applied incarnation " + std::to_string(named.value()) + " of " +
+                           key.to_string() + " yet (it holds " + std::to_string(held.value()) + "); retry",
+                       Outcome::transient));
+}
+
 // The stream's incarnation on this broker, for a group call to be pinned to.
 Result<Incarnation> current_incarnation(Node& n, const StreamKey& key) {
   auto si = n.stream(key);
@@ -338,6 +348,7 @@ void handle_groups(Node& node, const HttpConfig& cfg, const std::shared_ptr<Exch
       if (body.incarnation) {
         auto now = current_incarnation(node, key);
         if (!now) return with_leader(problem(now.error()), node, key, shard);
+        if (*now < *body.incarnation) return not_applied_yet(key, *body.incarnation, *now);
         if (*now != *body.incarnation)
           return problem(Error(Errc::conflict, "stream " + key.to_string() + " was deleted and created again "
                                                "(the offsets came from incarnation " +
@@ -387,6 +398,7 @@ void handle_groups(Node& node, const HttpConfig& cfg, const std::shared_ptr<Exch
       if (range.incarnation) {
         auto now = current_incarnation(node, key);
         if (!now) return with_leader(problem(now.error()), node, key, shard);
+        if (*now < *range.incarnation) return not_applied_yet(key, *range.incarnation, *now);
         if (*now != *range.incarnation)
           return problem(Error(Errc::conflict, "stream " + key.to_string() +
                                                    " was deleted and created again (the dead letters came from "

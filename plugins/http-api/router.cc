@@ -336,11 +336,11 @@ void Router::dispatch(const std::shared_ptr<Exchange>& ex) {
   ex->set_route(std::string(def->label));
   // A browser page from elsewhere opening a subscription (cross-site WebSocket hijacking):
   // auth.h origin_allowed.
-  if (req.websocket && !origin_allowed(req.origin, cfg_.ws_allowed_origins))
+  if (req.websocket && !origin_allowed(req.origin, req.host, cfg_.ws_allowed_origins))
     return ex->respond(problem(403, "forbidden", "Forbidden",
                                "a WebSocket from the web page origin " + req.origin.substr(0, 256) +
-                                   " is not allowed here: http.ws_allowed_origins does not list it "
-                                   "(docs/security.md)"));
+                                   " is not allowed here: it is not this broker's address and "
+                                   "http.ws_allowed_origins does not list it (docs/security.md)"));
   if (!method_allowed(def->allow, req.method)) {
     HttpResponse r = problem(405, "method_not_allowed", "Method not allowed",
                              "method " + req.method + " is not allowed here; allowed: " +

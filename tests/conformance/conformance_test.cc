@@ -413,9 +413,16 @@ TEST_P(Conformance, ReplicationIsRefusedUntilReplicatedShardsIsFinalized) {
                            LeaderEpoch{0}, {}});
   ASSERT_FALSE(u.ok());
   EXPECT_EQ(u.error().code, Errc::conflict);
-  // Finalized: replicated creates work.
+  // Finalized: replicated creates work, once stream_incarnations is finalized too (without
+  // it a re-created replicated stream would be incarnation 0 with its versions starting
+  // over, and a delayed update_shard for the deleted one would pass its compare-and-set).
   auto f = s.finalize_feature(kRepl);
   ASSERT_TRUE(f.ok()) << f.error().to_string();
+  auto without = s.create_stream({"acme", "prod", "copies"}, replicated(1, 3, 2));
+  ASSERT_FALSE(without.ok());
+  EXPECT_EQ(without.error().code, Errc::conflict);
+  EXPECT_NE(without.error().message.find("stream_incarnations"), std::string::npos) << without.error().message;
+  ASSERT_TRUE(s.finalize_feature(std::string(kStreamIncarnations)).ok());
   auto r = s.create_stream({"acme", "prod", "copies"}, replicated(1, 3, 2));
   ASSERT_TRUE(r.ok()) << r.error().to_string();
 }

@@ -390,20 +390,24 @@ namespace sluice::http_api {
 namespace {
 
 // Cross-site WebSocket hijacking (review finding): browsers send Origin and apply no
-// same-origin policy to WebSockets; only listed origins pass. An Origin naming the Host is
-// not enough: under DNS rebinding both are the attacker's name.
-TEST(WebSocketOrigin, OnlyListedOriginsMayUpgrade) {
+// same-origin policy to WebSockets; only the broker's own address (as the Host names it:
+// client libraries that send their URL as the Origin) and listed origins pass.
+TEST(WebSocketOrigin, OnlyTheBrokersOwnAndListedOriginsMayUpgrade) {
   const std::vector<std::string> none;
-  EXPECT_TRUE(origin_allowed("", none)) << "no Origin: not a browser";
-  EXPECT_FALSE(origin_allowed("http://127.0.0.1:8080", none));
-  EXPECT_FALSE(origin_allowed("http://evil.example", none));
-  EXPECT_FALSE(origin_allowed("null", none)) << "an opaque origin (a sandboxed page)";
+  EXPECT_TRUE(origin_allowed("", "127.0.0.1:8080", none)) << "no Origin";
+  EXPECT_TRUE(origin_allowed("http://127.0.0.1:8080", "127.0.0.1:8080", none)) << "the URL as the Origin";
+  EXPECT_TRUE(origin_allowed("HTTP://LocalHost:8080", "localhost:8080", none)) << "case-insensitive";
+  EXPECT_FALSE(origin_allowed("http://evil.example", "127.0.0.1:8080", none));
+  EXPECT_FALSE(origin_allowed("http://127.0.0.1:8081", "127.0.0.1:8080", none)) << "another port";
+  EXPECT_FALSE(origin_allowed("http://127.0.0.1:8080.evil.example", "127.0.0.1:8080", none));
+  EXPECT_FALSE(origin_allowed("null", "127.0.0.1:8080", none)) << "an opaque origin (a sandboxed page)";
+  EXPECT_FALSE(origin_allowed("http://127.0.0.1:8080", "", none));
   const std::vector<std::string> listed{"https://console.example"};
-  EXPECT_TRUE(origin_allowed("https://console.example", listed));
-  EXPECT_TRUE(origin_allowed("HTTPS://Console.Example", listed)) << "case-insensitive";
-  EXPECT_FALSE(origin_allowed("http://console.example", listed)) << "the scheme counts";
-  EXPECT_FALSE(origin_allowed("https://console.example:444", listed)) << "the port counts";
-  EXPECT_TRUE(origin_allowed("http://evil.example", {"*"}));
+  EXPECT_TRUE(origin_allowed("https://console.example", "127.0.0.1:8080", listed));
+  EXPECT_TRUE(origin_allowed("HTTPS://Console.Example", "127.0.0.1:8080", listed));
+  EXPECT_FALSE(origin_allowed("http://console.example", "127.0.0.1:8080", listed)) << "the scheme counts";
+  EXPECT_FALSE(origin_allowed("https://console.example:444", "127.0.0.1:8080", listed)) << "the port counts";
+  EXPECT_TRUE(origin_allowed("http://evil.example", "127.0.0.1:8080", {"*"}));
 }
 
 // DNS rebinding (review finding): a node without auth answers only requests addressed to

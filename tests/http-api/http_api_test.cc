@@ -453,6 +453,23 @@ TEST_F(HttpApiTest, AGroupLongPollAcrossARecreateIsTransient) {
   EXPECT_NE(obj(got)["detail"].as_string().find("created again"), std::string::npos) << got.body;
 }
 
+// Regression (late review): an ack or replay naming an incarnation newer than this broker
+// holds (its feed lags the broker that delivered) was answered 409 "deleted and created
+// again", and the client dropped live records. It is 503, transient; an older one stays 409.
+TEST_F(HttpApiTest, AnAckNamingAnIncarnationNotAppliedHereYetIsTransient) {
+  node_.catalog_for_test().distinct_incarnations = true;
+  make_stream("lag");
+  const auto inc = obj(req("GET", kNs + "/streams/lag"))["incarnation"].to_number<std::uint64_t>();
+  const std::string newer = std::to_string(inc + 1000), older = std::to_string(inc - 1);
+  for (const std::string path : {"/streams/lag/groups/g/shards/0/ack", "/streams/lag/groups/g/shards/0/nack"}) {
+    expect_problem(req("POST", kNs + path, R"({"offsets":[0],"incarnation":)" + newer + "}"), 503, "unavailable");
+    expect_problem(req("POST", kNs + path, R"({"offsets":[0],"incarnation":)" + older + "}"), 409, "conflict");
+  }
+  expect_problem(req("POST", kNs + "/streams/lag/groups/g/shards/0/dead-letters/replay",
+                     R"({"from":0,"to":1,"incarnation":)" + newer + "}"),
+                 503, "unavailable");
+}
+
 // Regression (review): a long poll that began on a shard served here read it as local when
 // it woke, even after the leader had moved: the read was forwarded on the HTTP I/O thread,
 // which stalled every connection on it for up to the forward timeout. One I/O thread here:

@@ -654,12 +654,15 @@ class Replication(unittest.TestCase):
         self.wipe_and_restart(leader_id)
         ask = self.nodes[other_id]
 
+        # The reason comes from the registered brokers as this broker last read them (at most
+        # a second old): poll until it names the new directory.
+        why = "the only in-sync replica, broker %d, came back with a new directory" % leader_id
+
         def leaderless():
             s = self.shard(ask)
-            return s if s["leader"] == 0 and "unavailable_reason" in s else None
-        info = poll(leaderless, "the controller to leave the shard without a leader")
-        self.assertIn("the only in-sync replica, broker %d, came back with a new directory" % leader_id,
-                      info["unavailable_reason"])
+            return s if s["leader"] == 0 and why in s.get("unavailable_reason", "") else None
+        info = poll(leaderless, "the controller to leave the shard without a leader, saying why")
+        self.assertIn(why, info["unavailable_reason"])
         self.assertGreaterEqual(info["leader_epoch"], 2, "the old leader's epoch is closed")
         with self.assertRaises(HttpError) as e:
             self.publish(ask, ["x"], timeout=30)

@@ -460,6 +460,30 @@ TEST_F(GroupTest, AFetchMovesABoundedNumberOfDeadLetters) {
   EXPECT_EQ(pos().committed.value(), 250u);
 }
 
+// Late review: a redelivery due behind more dead-letter candidates than one fetch moves was
+// not delivered by that fetch, whose empty answer parks a long poll for its whole wait.
+TEST_F(GroupTest, ARedeliveryBehindTheDeadLetterBoundIsStillDelivered) {
+  for (int i = 0; i < 15; ++i) ASSERT_TRUE(append_wait(*shard_, make_batch("b" + std::to_string(i), 10)));
+  GroupOptions o;
+  o.max_deliveries = 2;
+  o.ack_timeout_ms = 1000;
+  std::size_t delivered = 0;
+  for (int round = 0; round < 20 && delivered < 150; ++round) delivered += fetch(100, o).records.size();
+  ASSERT_EQ(delivered, 150u);
+  // 0..148 get their second delivery (nacked, due at once), 149 stays at its first.
+  std::vector<Offset> second;
+  for (std::uint64_t off = 0; off < 149; ++off) second.push_back(Offset(off));
+  ASSERT_TRUE(shard_->group_nack("g", second));
+  delivered = 0;
+  for (int round = 0; round < 20 && delivered < 149; ++round) delivered += fetch(100, o).records.size();
+  ASSERT_EQ(delivered, 149u);
+  now_ += 1000;  // all due: 0..148 for the dead letters (more than one fetch moves), 149 again
+  auto d = fetch(10, o);
+  EXPECT_EQ(offsets_of(d), std::vector<std::uint64_t>{149});
+  EXPECT_EQ(deliveries_of(d), std::vector<std::uint32_t>{2});
+  EXPECT_EQ(pos().dead_letter_end.value(), 100u);
+}
+
 // Regression (review): a fetch counted a redelivery before the steps that could still fail
 // (a dead-letter move behind it); the failed fetch handed nothing out, but the count stayed
 // raised, and the record reached the dead letters without max_deliveries deliveries.
