@@ -481,9 +481,21 @@ Result<GroupDelivery> BrokerRuntime::group_fetch(const StreamKey& key, ShardInde
   // Group calls on a replicated shard wait for a quorum commit on the leader: the forwarder
   // waits as long as a forwarded ack=quorum publish does, or it would answer `timeout`
   // (uncertain) where the leader's answer is definite (review finding).
-  auto a = forward(rt->leader, fwd::kGroupFetch, w.take(), quorum_forward_timeout_ms_);
+  std::string req = w.take();
+  auto a = forward(rt->leader, fwd::kGroupFetchMore, req, quorum_forward_timeout_ms_);
+  if (!a && a.error().code == Errc::not_supported) {
+    // A leader on an older build (a rolling upgrade) knows only kGroupFetch, whose answer
+    // does not say whether the fetch stopped at a bound. A delivery with records may have
+    // stopped at one: say `more`, and the caller's next fetch finds out (an empty answer is
+    // never `more` here, so nothing spins).
+    a = forward(rt->leader, fwd::kGroupFetch, std::move(req), quorum_forward_timeout_ms_);
+    if (!a) return a.error();
+    auto d = fwd::decode_delivery(*a, false);
+    if (d) d->more = !d->records.empty();
+    return d;
+  }
   if (!a) return a.error();
-  return fwd::decode_delivery(*a);
+  return fwd::decode_delivery(*a, true);
 }
 
 Result<void> BrokerRuntime::group_ack(const StreamKey& key, ShardIndex shard, const std::string& group,

@@ -280,7 +280,7 @@ void BrokerRuntime::serve_forwarded(PeerMessageType type, NodeId from, std::stri
   // Group calls that may wait for a quorum commit go to their own pool (the forwarder
   // waits quorum_forward_timeout_ms_ for them): two of them must not hold up every
   // forwarded read behind a slow follower (review finding).
-  const bool waits_for_quorum = type == fwd::kGroupFetch || type == fwd::kGroupAck ||
+  const bool waits_for_quorum = type == fwd::kGroupFetch || type == fwd::kGroupFetchMore || type == fwd::kGroupAck ||
                                 type == fwd::kGroupNack || type == fwd::kReplay;
   (waits_for_quorum ? group_workers_ : workers_)->post([this, type, h, payload = std::move(payload), res] {
     fwd::Reader rd(payload);
@@ -298,7 +298,8 @@ void BrokerRuntime::serve_forwarded(PeerMessageType type, NodeId from, std::stri
           if (!r) return r.error();
           return fwd::encode_fetch_result(*r);
         }
-        case fwd::kGroupFetch: {
+        case fwd::kGroupFetch:
+        case fwd::kGroupFetchMore: {
           const std::string group = rd.str();
           const std::uint32_t max = rd.u32();
           GroupOptions o;
@@ -310,7 +311,7 @@ void BrokerRuntime::serve_forwarded(PeerMessageType type, NodeId from, std::stri
           if (!log) return log.error();
           auto r = log.value()->group_fetch(group, max, o);
           if (!r) return r.error();
-          return fwd::encode_delivery(*r);
+          return fwd::encode_delivery(*r, type == fwd::kGroupFetchMore);
         }
         case fwd::kGroupAck:
         case fwd::kGroupNack: {

@@ -71,15 +71,16 @@ Result<ShardStats> decode_stats(std::string_view payload) {
   return s;
 }
 
-std::string encode_delivery(const GroupDelivery& d) {
-  Writer w(8 + batch_bytes(d.batches) + 12 * d.records.size());
+std::string encode_delivery(const GroupDelivery& d, bool with_more) {
+  Writer w(9 + batch_bytes(d.batches) + 12 * d.records.size());
   put_batches(w, d.batches);
   w.u32(static_cast<std::uint32_t>(d.records.size()));
   for (const auto& it : d.records) w.u64(it.offset.value()).u32(it.delivery);
+  if (with_more) w.u8(d.more ? 1 : 0);
   return w.take();
 }
 
-Result<GroupDelivery> decode_delivery(std::string_view payload) {
+Result<GroupDelivery> decode_delivery(std::string_view payload, bool with_more) {
   Reader r(payload);
   GroupDelivery d;
   d.batches = get_batches(r);
@@ -90,6 +91,7 @@ Result<GroupDelivery> decode_delivery(std::string_view payload) {
     it.delivery = r.u32();
     d.records.push_back(it);
   }
+  if (with_more) d.more = r.u8() != 0;
   if (auto c = r.check("group fetch answer"); !c) return c.error();
   return d;
 }

@@ -25,6 +25,9 @@
 //   0x001a  replay dead     str group | u64 from | u64 to                u64 replayed
 //   0x001b  cancel wait     u64 wait id (no ShardHeader)                 (empty); the held wait
 //                                                                        answers 0 at once
+//   0x001c  group fetch     as 0x0014                                    as 0x0014 | u8 more
+//           with more       (GroupDelivery::more; a leader on an older build answers
+//                           not_supported, and the forwarder asks again with 0x0014)
 //
 //   FetchResult: u64 next_offset | u64 high_watermark | u64 log_start | u32 n | n str batches
 //   Stats: u64 log_start | u64 high_watermark | u64 log_end | u64 leader_epoch | u8 leading |
@@ -67,9 +70,11 @@ inline constexpr PeerMessageType kGroupList = 0x0018;
 inline constexpr PeerMessageType kDeadLetters = 0x0019;
 inline constexpr PeerMessageType kReplay = 0x001a;
 inline constexpr PeerMessageType kCancelWait = 0x001b;
-inline constexpr PeerMessageType kAllTypes[] = {kPublish,   kFetch,       kStats,     kWait,
-                                                kGroupFetch, kGroupAck,   kGroupNack, kGroupPosition,
-                                                kGroupList, kDeadLetters, kReplay,    kCancelWait};
+inline constexpr PeerMessageType kGroupFetchMore = 0x001c;
+inline constexpr PeerMessageType kAllTypes[] = {kPublish,    kFetch,       kStats,     kWait,
+                                                kGroupFetch, kGroupAck,    kGroupNack, kGroupPosition,
+                                                kGroupList,  kDeadLetters, kReplay,    kCancelWait,
+                                                kGroupFetchMore};
 
 class Writer {
  public:
@@ -152,8 +157,9 @@ std::string encode_fetch_result(const FetchResult& f);
 Result<FetchResult> decode_fetch_result(std::string_view payload);
 std::string encode_stats(const ShardStats& s);
 Result<ShardStats> decode_stats(std::string_view payload);
-std::string encode_delivery(const GroupDelivery& d);
-Result<GroupDelivery> decode_delivery(std::string_view payload);
+// with_more: the kGroupFetchMore answer (a trailing u8 more); without: kGroupFetch's.
+std::string encode_delivery(const GroupDelivery& d, bool with_more);
+Result<GroupDelivery> decode_delivery(std::string_view payload, bool with_more);
 std::string encode_position(const GroupPosition& p);
 Result<GroupPosition> decode_position(std::string_view payload, const std::string& group);
 std::string encode_names(const std::vector<std::string>& names);

@@ -194,13 +194,24 @@ Result<GroupDelivery> ConsumerGroup::fetch(std::uint32_t max_records, const Grou
     if (cache.size() > before) cached += b->size();
   };
   std::size_t moved = 0;  // dead-letter moves in this call
+  // A bound stopped this fetch with more to do (GroupDelivery::more): the caller fetches
+  // again at once rather than waiting for a record beyond the high watermark. Each bound
+  // below is reached only after some progress (a delivery, a move, the cursor scanned
+  // forward), so fetching again while `more` is set always gets somewhere.
+  bool more = false;
   for (std::uint64_t off : due) {
-    if (items.size() >= max_records || (items.size() + moved > 0 && cached >= kMaxDeliveryBytes)) break;
+    if (items.size() >= max_records || (items.size() + moved > 0 && cached >= kMaxDeliveryBytes)) {
+      more = true;
+      break;
+    }
     auto& st = outstanding_[off];
     if (st.deliveries + 1 > o.max_deliveries) {
       // Past the bound the rest wait for a later fetch; redeliveries behind them are still
       // gathered (late review: an empty answer here parks a long poll with records due).
-      if (moved >= max_moves) continue;
+      if (moved >= max_moves) {
+        more = true;
+        continue;
+      }
       const std::size_t before = cache.size();
       if (auto r = dead_letter(off, st.deliveries, cache); !r) return r.error();
       ++moved;
@@ -227,11 +238,15 @@ Result<GroupDelivery> ConsumerGroup::fetch(std::uint32_t max_records, const Grou
   std::size_t scanned = 0;
   std::uint64_t cursor = cursor_;  // cursor_ once counted
   const auto room = [&] { return outstanding_.size() + (items.size() - redeliveries) < max_outstanding_; };
+  bool dry = false;  // a read at the cursor found nothing: not a bound, nothing to fetch again for
   while (items.size() < max_records && room() && cursor < readable && scanned < kMaxScanBytes &&
          (items.empty() || cached < kMaxDeliveryBytes)) {
     auto r = shard_.read(Offset(cursor), max_records - static_cast<std::uint32_t>(items.size()), kFetchBytes);
     if (!r) return r.error();
-    if (r->batches.empty()) break;
+    if (r->batches.empty()) {
+      dry = true;
+      break;
+    }
     for (auto& b : r->batches) {
       BatchHeader h = BatchHeader::decode(b.data());
       std::uint64_t off = std::max(cursor, h.base_offset);
@@ -250,6 +265,10 @@ Result<GroupDelivery> ConsumerGroup::fetch(std::uint32_t max_records, const Grou
       if (items.size() >= max_records || !room() || cached >= kMaxDeliveryBytes || scanned >= kMaxScanBytes) break;
     }
   }
+  // Stopped below the high watermark with room for more deliveries: a bound (records,
+  // bytes, scanned bytes), so more is readable now. At max outstanding, the caller waits for
+  // acks or an ack timeout instead.
+  if (!dry && cursor < readable && room()) more = true;
   std::sort(items.begin(), items.end(),
             [](const auto& a, const auto& b) { return a.offset < b.offset; });
   for (auto& it : items) {
@@ -270,6 +289,7 @@ Result<GroupDelivery> ConsumerGroup::fetch(std::uint32_t max_records, const Grou
   cursor_ = cursor;
   maybe_compact();
   GroupDelivery out;
+  out.more = more;
   out.records = std::move(items);
   for (auto& [base, b] : cache) {
     const BatchHeader h = BatchHeader::decode(b.data());

@@ -15,6 +15,7 @@
 // Answers about one shard carry Sluice-Leader (the leader's HTTP address) when known; a
 // shard another broker leads is served through it (the core forwards the call).
 
+#include <chrono>
 #include <optional>
 
 #include <boost/json/array.hpp>
@@ -66,6 +67,8 @@ json::object delivery_json(const GroupDelivery& d) {
   }
   json::object out;
   out["records"] = std::move(recs);
+  // A bound stopped the delivery with more ready (GroupDelivery::more): fetch again now.
+  out["more"] = d.more;
   return out;
 }
 
@@ -322,7 +325,14 @@ void handle_groups(Node& node, const HttpConfig& cfg, const std::shared_ptr<Exch
         if (!stats) return ex->respond(with_leader(problem(stats.error()), *n, key, shard));
       }
       auto r = n->group_fetch(key, shard, group, m, opts, *inc);
-      if (!r || !r->records.empty() || w.count() == 0) return ex->respond(pinned_delivery(*n, key, shard, *inc, r));
+      // Empty but stopped at a bound (acked batches scanned, dead letters moved): more is
+      // ready now, so fetch again rather than park on the high watermark for the whole
+      // wait. Each such fetch makes progress; the wait bounds the loop.
+      const auto until = std::chrono::steady_clock::now() + w;
+      while (r && r->records.empty() && r->more && std::chrono::steady_clock::now() < until)
+        r = n->group_fetch(key, shard, group, m, opts, *inc);
+      if (!r || !r->records.empty() || r->more || w.count() == 0)
+        return ex->respond(pinned_delivery(*n, key, shard, *inc, r));
       // Nothing to deliver: park until a new record or the timeout, then try once more.
       auto poll = std::make_shared<GroupPoll>(GroupPoll{ex, n, key, shard, group, m, opts, *inc});
       ex->post([poll, w, hwm = stats->high_watermark] {

@@ -322,9 +322,11 @@ class WsSession : public std::enable_shared_from_this<WsSession<NextLayer>> {
       body["incarnation"] = sub_.incarnation.value();  // as the group fetch answers
       enqueue(Frame{boost::json::serialize(body), false});
     }
-    // A full read may have left more; a short one delivered all there was below `hwm`:
-    // then wait for a record beyond it, a nack, or the redelivery of an expired one.
-    beyond_ = n >= max;
+    // A full read may have left more, and so may one a bound stopped (`more`: bytes,
+    // scanned bytes, dead-letter moves; read as caught up, records ready below `hwm` waited
+    // for an ack timeout). Otherwise it delivered all there was below `hwm`: wait for a
+    // record beyond it, a nack, or the redelivery of an expired one.
+    beyond_ = n >= max || r->more;
     hwm_known_ = true;
     hwm_ = hwm;
     next_ = hwm;

@@ -274,6 +274,34 @@ class WebSocketSubscribe(unittest.TestCase):
                 return closed.exception
         return asyncio.run(run())
 
+    def test_a_group_subscriber_gets_records_past_one_deliverys_byte_bound_at_once(self):
+        """Regression (review): one group delivery holds about 4 MiB of batches. A delivery
+        cut short by that bound was taken for "caught up", and the subscription waited for a
+        record beyond the high watermark: the rest came only after the ack timeout (ten
+        minutes here). The fetch now says `more`, and the subscription reads again at once."""
+        n = self.node
+        n.create_stream("large")
+        big = b"x" * (256 << 10)
+        for i in range(24):  # 6 MiB: more than one delivery holds
+            n.publish_binary("large", [(None, big)])
+        url = "ws://127.0.0.1:%d%s/streams/large/groups/g/shards/0/subscribe?ack_timeout_ms=600000" % (
+            n.http_port, n.ns_path())
+
+        async def run():
+            async with websockets.connect(url, max_size=None) as ws:
+                got, frames, more = [], 0, []
+                while len(got) < 24:
+                    body = json.loads(await asyncio.wait_for(ws.recv(), DEADLINE_S))
+                    frames += 1
+                    got += [r["offset"] for r in body["records"]]
+                    more.append(body["more"])
+                return got, frames, more
+        got, frames, more = asyncio.run(run())
+        self.assertEqual(got, list(range(24)))
+        self.assertGreater(frames, 1, "the byte bound split the delivery")
+        self.assertTrue(more[0], "the first delivery stopped at the byte bound")
+        self.assertFalse(more[-1], "the last one delivered all there was")
+
     def test_a_message_that_is_not_a_credit_grant_closes_with_4400(self):
         self.node.create_stream("bad")
         for message, why in (("not json", "not valid JSON"), ('{"credit": 0}', "credit"),

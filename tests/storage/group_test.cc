@@ -141,6 +141,97 @@ TEST_F(GroupTest, OutstandingDeliveriesAndADeliverysBytesAreBounded) {
   EXPECT_LT(bytes, std::size_t{5} << 20);
 }
 
+// Regression (review): a fetch that stopped at one of its bounds looked like one that
+// delivered all there was, and a WebSocket group subscription then waited for a record
+// beyond the high watermark with records ready below it, until an ack timeout. The fetch
+// now says `more` when a bound stopped it, and only then (ABI 24).
+TEST_F(GroupTest, AFetchStoppedByABoundSaysMoreAndOnlyThen) {
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(append_wait(*shard_, make_batch("r" + std::to_string(i), 3)));  // 12
+  auto d = fetch(5);
+  EXPECT_EQ(d.records.size(), 5u);
+  EXPECT_TRUE(d.more) << "max_records stopped it";
+  d = fetch(100);
+  EXPECT_EQ(d.records.size(), 7u);
+  EXPECT_FALSE(d.more) << "everything readable was delivered";
+  d = fetch(100);
+  EXPECT_TRUE(d.records.empty());
+  EXPECT_FALSE(d.more) << "idle: nothing due, nothing new";
+  ASSERT_TRUE(shard_->group_ack("g", offs({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11})));
+
+  // Bytes: 40 records of 512 KiB, one per batch (offsets 12..51). A delivery holds about
+  // 4 MiB, says `more` until the last, and fetching while it says so delivers them all.
+  const std::string big(512 << 10, 'x');
+  for (int i = 0; i < 40; ++i) {
+    BatchBuilder bb;
+    bb.add(std::nullopt, big, {}, 1000);
+    ASSERT_TRUE(append_wait(*shard_, bb.finish()));
+  }
+  std::size_t got = 0, fetches = 0;
+  do {
+    d = fetch(100);
+    got += d.records.size();
+    ++fetches;
+  } while (d.more && fetches < 20);
+  EXPECT_EQ(got, 40u);
+  EXPECT_GT(fetches, 1u) << "the byte bound stopped the first delivery";
+  EXPECT_FALSE(d.more);
+
+  // Redeliveries past the byte bound: all 40 nacked, redelivered over several fetches.
+  std::vector<Offset> all;
+  for (std::uint64_t o = 12; o < 52; ++o) all.push_back(Offset(o));
+  ASSERT_TRUE(shard_->group_nack("g", all));
+  got = fetches = 0;
+  do {
+    d = fetch(100);
+    got += d.records.size();
+    ++fetches;
+  } while (d.more && fetches < 20);
+  EXPECT_EQ(got, 40u);
+  EXPECT_GT(fetches, 1u);
+  ASSERT_TRUE(shard_->group_ack("g", all));
+
+  // Scanned bytes: a new group, its acks learned from the group log (as a new leader
+  // learns them) for everything but offset 12, delivered first. The next fetch scans
+  // acked batches only, stops at the scan bound with nothing to deliver, and says `more`.
+  d = *shard_->group_fetch("h", 13, GroupOptions{});
+  ASSERT_EQ(d.records.size(), 13u);
+  ASSERT_TRUE(shard_->group_ack("h", offs({0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11})));
+  auto impl = engine_->replica(test_ref());
+  ASSERT_TRUE(impl);
+  std::string ack;
+  ack.resize(4);
+  wire::put_u32(ack.data(), 39);  // 19.5 MiB of batches: more than one scan
+  for (std::uint64_t off = 13; off < 52; ++off) {
+    char b[8];
+    wire::put_u64(b, off);
+    ack.append(b, 8);
+  }
+  ASSERT_TRUE(impl->apply_group_op(GroupOp{"h", group_records::kAck, ack, {}}));
+  auto e = shard_->group_fetch("h", 100, GroupOptions{});
+  ASSERT_TRUE(e) << e.error().to_string();
+  EXPECT_TRUE(e->records.empty());
+  EXPECT_TRUE(e->more) << "stopped scanning acked batches below the high watermark";
+  fetches = 0;
+  while (e && e->more && ++fetches < 20) e = shard_->group_fetch("h", 100, GroupOptions{});
+  ASSERT_TRUE(e) << e.error().to_string();
+  EXPECT_FALSE(e->more) << "the scan reached the high watermark";
+}
+
+// At max outstanding the group waits for acks: not `more`, whatever is readable.
+TEST_F(GroupTest, AFetchAtMaxOutstandingIsNotMore) {
+  host_.set("storage.group_max_outstanding", "3");
+  shard_.reset();
+  engine_.reset();
+  start();
+  ASSERT_TRUE(append_wait(*shard_, make_batch("a", 6)));
+  auto d = fetch(100);
+  EXPECT_EQ(d.records.size(), 3u);
+  EXPECT_FALSE(d.more) << "the bound that stopped it is max outstanding: wait for acks";
+  d = fetch(100);
+  EXPECT_TRUE(d.records.empty());
+  EXPECT_FALSE(d.more);
+}
+
 TEST_F(GroupTest, CommittedStopsAtTheFirstUnackedOffset) {
   ASSERT_TRUE(append_wait(*shard_, make_batch("a", 5)));
   fetch(5);

@@ -447,10 +447,57 @@ TEST(Forwarding, codec_round_trips) {
   GroupDelivery d;
   d.batches = {"b"};
   d.records = {{Offset{3}, 2}};
-  auto e = fwd::decode_delivery(fwd::encode_delivery(d));
+  d.more = true;
+  auto e = fwd::decode_delivery(fwd::encode_delivery(d, true), true);
   ASSERT_TRUE(e);
   EXPECT_EQ(e->records[0].offset.value(), 3u);
   EXPECT_EQ(e->records[0].delivery, 2u);
+  EXPECT_TRUE(e->more);
+  // kGroupFetch's answer (an older leader's) has no `more`; each decoder refuses the other.
+  auto old = fwd::decode_delivery(fwd::encode_delivery(d, false), false);
+  ASSERT_TRUE(old);
+  EXPECT_FALSE(old->more);
+  EXPECT_FALSE(fwd::decode_delivery(fwd::encode_delivery(d, false), true));
+  EXPECT_FALSE(fwd::decode_delivery(fwd::encode_delivery(d, true), false));
+}
+
+// A forwarded group fetch that stopped at a bound says so (GroupDelivery::more, ABI 24):
+// read as "caught up", it stalled a WebSocket group subscription until an ack timeout. A
+// leader on an older build has no handler for kGroupFetchMore: the forwarder asks again
+// with kGroupFetch, and calls any delivery with records `more` (an empty one never).
+TEST(Forwarding, a_forwarded_group_fetch_says_when_it_stopped_at_a_bound_and_an_older_leader_still_answers) {
+  Pair p;
+  ASSERT_TRUE(p.b1->start());
+  ASSERT_TRUE(p.b2->start());
+  std::vector<PublishRecord> recs(5);
+  for (auto& r : recs) {
+    r.value = "v";
+    r.shard = 1;
+  }
+  ASSERT_TRUE(publish_sync(*p.b1, recs));
+  auto g = p.b1->group_fetch(K, ShardIndex{1}, "workers", 3, GroupOptions{});
+  ASSERT_TRUE(g) << g.error().to_string();
+  EXPECT_EQ(g->records.size(), 3u);
+  EXPECT_TRUE(g->more) << "stopped at max_records with 2 more readable";
+  g = p.b1->group_fetch(K, ShardIndex{1}, "workers", 3, GroupOptions{});
+  ASSERT_TRUE(g) << g.error().to_string();
+  EXPECT_EQ(g->records.size(), 2u);
+  EXPECT_FALSE(g->more) << "everything readable was delivered";
+  EXPECT_EQ(p.net.requests(fwd::kGroupFetch), 0);
+  EXPECT_EQ(p.net.requests(fwd::kGroupFetchMore), 2);
+
+  // Broker 2 as an older build: no handler for the new type.
+  p.port2.unhandle(fwd::kGroupFetchMore);
+  ASSERT_TRUE(publish_sync(*p.b1, recs));
+  g = p.b1->group_fetch(K, ShardIndex{1}, "workers", 10, GroupOptions{});
+  ASSERT_TRUE(g) << g.error().to_string();
+  EXPECT_EQ(g->records.size(), 5u);
+  EXPECT_TRUE(g->more) << "an older leader cannot say: a delivery with records may have more";
+  g = p.b1->group_fetch(K, ShardIndex{1}, "workers", 10, GroupOptions{});
+  ASSERT_TRUE(g) << g.error().to_string();
+  EXPECT_TRUE(g->records.empty());
+  EXPECT_FALSE(g->more) << "an empty delivery from an older leader is never more";
+  EXPECT_EQ(p.net.requests(fwd::kGroupFetch), 2);
 }
 
 // --- The leader's pool for forwarded calls is bounded (docs/replication.md "Forwarding") ---

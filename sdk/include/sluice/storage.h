@@ -59,6 +59,12 @@ struct GroupDelivery {
     std::uint32_t delivery = 1;  // 1 on first delivery
   };
   std::vector<Item> records;  // what to hand to the consumer, in offset order
+  // The fetch stopped at one of its bounds (max_records, bytes, records scanned, dead-letter
+  // moves) with more to do: fetch again at once, even if `records` is short or empty. False
+  // when it stopped because nothing more was due or readable (or max outstanding was
+  // reached): then wait for a new record, an ack or an ack timeout. An engine that cannot
+  // tell may leave it false (clients then wait as before), never set it when idle.
+  bool more = false;
 };
 
 struct GroupPosition {
