@@ -182,10 +182,12 @@ void ShardLogImpl::complete_dups(std::uint64_t acked_end) {
   std::vector<DupWaiter> ready;
   {
     std::lock_guard lk(mu_);
-    acked_end_ = acked_end;
+    // Never lowered here: set_in_sync passes the value it read, which a concurrent raise
+    // of the high watermark may have passed since.
+    acked_end_ = std::max(acked_end_, acked_end);
     if (dup_waiters_.empty()) return;
     auto it = std::partition(dup_waiters_.begin(), dup_waiters_.end(),
-                             [&](const DupWaiter& d) { return d.end > acked_end; });
+                             [&](const DupWaiter& d) { return !dup_ready(d); });
     ready.assign(std::make_move_iterator(it), std::make_move_iterator(dup_waiters_.end()));
     dup_waiters_.erase(it, dup_waiters_.end());
   }

@@ -58,7 +58,9 @@
 //     watermark reaches its batch's end while in_sync_count >= min_insync (set_in_sync);
 //     expire_quorum_waiters fails those past their deadline (set_quorum_timeout, taken at
 //     append); fence/become_follower fail them all with fenced. Duplicates of idempotent
-//     retries complete once the high watermark passes their original.
+//     retries complete once the high watermark passes their original, an ack=quorum one
+//     only while in_sync_count >= min_insync too (a retry must not be told "quorum" for a
+//     batch its original could not be); expire_quorum_waiters fails them at their deadline.
 //   * the follower path (append_replica, truncate_to, restart_at) and role changes run on
 //     the caller's thread, serialized by repl_mu_. While one writes it holds the flusher's
 //     token (scheduled_ = true, after waiting for a running flush to drain), so the
@@ -384,7 +386,16 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
     std::uint64_t end;  // original base + count
     AppendResult result;
     AppendCallback cb;
+    // Replicated shards: an ack=quorum retry also needs in_sync_count_ >= min_insync_, as
+    // its original's quorum waiter does; and every retry gives up at its deadline, as a
+    // quorum append does (expire_quorum_waiters), instead of waiting without end.
+    bool quorum = false;
+    std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
   };
+  // Under mu_: a duplicate waiting for `end` may be answered now.
+  bool dup_ready(const DupWaiter& d) const {
+    return d.end <= acked_end_ && (!d.quorum || in_sync_count_ >= min_insync_);
+  }
 
   Result<void> write_group();  // flusher: writes + syncs flushing_, publishing as it goes
   Result<void> write_run(Segment& seg, std::uint64_t at);

@@ -105,10 +105,16 @@ void ShardLogImpl::append_to(std::string batch, AckMode ack, AppendCallback cb, 
       if (c.verdict == ProducerTable::Verdict::duplicate) {
         const AppendResult orig{Offset(c.original.base), c.original.count, true};
         const std::uint64_t end = c.original.base + c.original.count;
-        if (end > acked_end_) {  // original still in flight: answer right after it
-          dup_waiters_.push_back(DupWaiter{end, orig, std::move(cb)});
+        DupWaiter d{end, orig, std::move(cb)};
+        if (replicated_) {
+          d.quorum = ack == AckMode::quorum;
+          d.deadline = std::chrono::steady_clock::now() + quorum_timeout_;
+        }
+        if (!dup_ready(d)) {  // original still in flight (or no quorum yet): answer right after it
+          dup_waiters_.push_back(std::move(d));
           return;
         }
+        cb = std::move(d.cb);
         lk.unlock();
         cb(orig);
         return;

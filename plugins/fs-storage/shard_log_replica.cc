@@ -94,12 +94,15 @@ void ShardLogImpl::complete_quorum() {
 
 void ShardLogImpl::set_in_sync(std::size_t in_sync_count, std::uint32_t min_insync) {
   if (!replicated_) return;
+  std::uint64_t acked;
   {
     std::lock_guard lk(mu_);
     in_sync_count_ = in_sync_count;
     min_insync_ = min_insync;
+    acked = acked_end_;
   }
   complete_quorum();
+  complete_dups(acked);  // ack=quorum retries held back only by min_insync
 }
 
 void ShardLogImpl::set_quorum_timeout(std::chrono::milliseconds timeout) {
@@ -109,6 +112,7 @@ void ShardLogImpl::set_quorum_timeout(std::chrono::milliseconds timeout) {
 
 void ShardLogImpl::expire_quorum_waiters(std::chrono::steady_clock::time_point now) {
   std::vector<QuorumWaiter> expired;
+  std::vector<DupWaiter> expired_dups;
   std::size_t in_sync;
   std::uint32_t min_insync;
   std::uint64_t hwm;
@@ -119,23 +123,31 @@ void ShardLogImpl::expire_quorum_waiters(std::chrono::steady_clock::time_point n
       expired.push_back(std::move(quorum_waiters_.front()));
       quorum_waiters_.pop_front();
     }
+    // Retries of idempotent producers are few (at most one per producer and batch in
+    // flight): a pass over them is cheap.
+    auto it = std::partition(dup_waiters_.begin(), dup_waiters_.end(),
+                             [&](const DupWaiter& d) { return d.deadline > now; });
+    expired_dups.assign(std::make_move_iterator(it), std::make_move_iterator(dup_waiters_.end()));
+    dup_waiters_.erase(it, dup_waiters_.end());
     in_sync = in_sync_count_;
     min_insync = min_insync_;
     hwm = hwm_.load(std::memory_order_acquire);
   }
-  for (auto& w : expired) {
+  const auto fail = [&](std::uint64_t end, const AppendCallback& cb) {
     const std::string at = "shard " + ref_.to_string() + ": the batch ending at offset " +
-                           std::to_string(w.end) + " was not replicated in time (high watermark " +
+                           std::to_string(end) + " was not replicated in time (high watermark " +
                            std::to_string(hwm) + ")";
     if (in_sync < min_insync)
-      w.cb(Error(Errc::not_enough_replicas,
-                 at + "; the in-sync set has " + std::to_string(in_sync) +
-                     " replica(s), min_insync is " + std::to_string(min_insync) +
-                     "; the write was not acknowledged",
-                 Outcome::uncertain));
+      cb(Error(Errc::not_enough_replicas,
+               at + "; the in-sync set has " + std::to_string(in_sync) +
+                   " replica(s), min_insync is " + std::to_string(min_insync) +
+                   "; the write was not acknowledged",
+               Outcome::uncertain));
     else
-      w.cb(Error(Errc::timeout, at, Outcome::uncertain));
-  }
+      cb(Error(Errc::timeout, at, Outcome::uncertain));
+  };
+  for (auto& w : expired) fail(w.end, w.cb);
+  for (auto& d : expired_dups) fail(d.end, d.cb);
 }
 
 // --- roles ---------------------------------------------------------------------------

@@ -497,6 +497,59 @@ TEST(ReplicaLogTest, QuorumAppendFailsNotEnoughReplicasOnceExpiredBelowMinInsync
   EXPECT_TRUE(q2.get());
 }
 
+// Regression (review): a retry of an idempotent producer's ack=quorum batch was answered
+// "done" once the high watermark passed its original, without the min_insync check its
+// original's quorum waiter makes. After an unclean election (in-sync set {leader},
+// min_insync 2) the original failed not_enough_replicas and its retry then got a quorum
+// ack backed by one copy. The retry now waits for min_insync too, and expires as the
+// original did.
+TEST(ReplicaLogTest, ARetryOfAQuorumAppendNeedsMinInsyncAsItsOriginalDid) {
+  Node n;
+  ASSERT_TRUE(n.log->become_leader(LeaderEpoch(1)));
+  n.log->set_in_sync(1, 2);
+  n.log->set_quorum_timeout(100ms);
+  const auto produced = [](std::uint64_t seq) {
+    BatchBuilder bb;
+    bb.add(std::nullopt, "p" + std::to_string(seq), {}, 1000);
+    bb.set_producer(7, seq);
+    return bb.finish();
+  };
+  auto q = start_append(*n.log, produced(0), AckMode::quorum);
+  wait_durable_beyond(*n.log, 0);
+  n.log->advance_high_watermark(Offset(1));  // the in-sync set is the leader alone
+  n.log->expire_quorum_waiters(std::chrono::steady_clock::now() + 1h);
+  ASSERT_TRUE(q.done());
+  auto r = q.get();
+  ASSERT_FALSE(r);
+  ASSERT_EQ(r.error().code, Errc::not_enough_replicas);
+
+  // The retry: below the high watermark, and still not acknowledged by a quorum.
+  auto retry = start_append(*n.log, produced(0), AckMode::quorum);
+  EXPECT_FALSE(retry.done()) << "a quorum ack for a batch the in-sync set cannot acknowledge";
+  n.log->expire_quorum_waiters(std::chrono::steady_clock::now() + 1h);
+  ASSERT_TRUE(retry.done()) << "a waiting retry expires as a quorum append does";
+  auto rr = retry.get();
+  ASSERT_FALSE(rr);
+  EXPECT_EQ(rr.error().code, Errc::not_enough_replicas);
+  EXPECT_EQ(rr.error().outcome, Outcome::uncertain);
+
+  // An ack=leader retry is answered from the high watermark, as before.
+  auto leader_retry = start_append(*n.log, produced(0), AckMode::leader);
+  auto lr = leader_retry.get();
+  ASSERT_TRUE(lr) << lr.error().to_string();
+  EXPECT_TRUE(lr->duplicate);
+
+  // Enough replicas again: a waiting quorum retry completes when the set grows.
+  auto again = start_append(*n.log, produced(0), AckMode::quorum);
+  EXPECT_FALSE(again.done());
+  n.log->set_in_sync(2, 2);
+  ASSERT_TRUE(again.done());
+  auto ar = again.get();
+  ASSERT_TRUE(ar) << ar.error().to_string();
+  EXPECT_TRUE(ar->duplicate);
+  EXPECT_EQ(ar->base_offset, Offset(0));
+}
+
 TEST(ReplicaLogTest, DeposedLeaderFailsPendingAndLaterQuorumAppendsWithFenced) {
   Node n;
   ASSERT_TRUE(n.log->become_leader(LeaderEpoch(4)));
