@@ -395,6 +395,19 @@ void ReplicaManager::check_now() {
   for (auto& s : shards) check_shard(s, now);
 }
 
+void ReplicaManager::expire_now() {
+  std::vector<std::shared_ptr<Shard>> shards;
+  {
+    std::lock_guard lk(mu_);
+    for (auto& [_, s] : shards_) shards.push_back(s);
+  }
+  const auto now = Clock::now();
+  for (auto& s : shards) {
+    std::lock_guard lk(s->mu);
+    if (s->role == Role::leader && !s->removed) s->log->expire_quorum_waiters(now);
+  }
+}
+
 void ReplicaManager::check_shard(const std::shared_ptr<Shard>& s, Clock::time_point now) {
   // The group log of a data log, looked up before any shard lock (lock order: the
   // manager's mu_, then a data log's entry, then its group log's).
@@ -688,7 +701,7 @@ void ReplicaManager::request_new_epoch(const std::shared_ptr<Shard>& s,
          name + ": asking for epoch " + std::to_string(u.leader_epoch.value()) + ": " +
              r.error().message + (conflict ? "" : " (retrying)"));
     if (!conflict && !s->removed)
-      after(opts_.retry_backoff, [this, s, ra] { post([this, s, ra] { request_new_epoch(s, ra); }); });
+      after(opts_.retry_backoff, [this, s, ra] { post_catalog([this, s, ra] { request_new_epoch(s, ra); }); });
     return;
   }
   log_(LogLevel::info, name + ": the catalog raised the epoch to " +

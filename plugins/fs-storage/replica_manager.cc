@@ -48,6 +48,10 @@ Result<void> ReplicaManager::start() {
     pthread_setname_np(pthread_self(), "repl-timer");
     timer_loop();
   });
+  catalog_ = std::thread([this] {
+    pthread_setname_np(pthread_self(), "repl-catalog");
+    catalog_loop();
+  });
   return {};
 }
 
@@ -64,15 +68,21 @@ void ReplicaManager::stop() {
   }
   exec_->q_cv.notify_all();
   exec_->timer_cv.notify_all();
+  exec_->catalog_cv.notify_all();
   for (auto& t : workers_) t.join();
   workers_.clear();
   if (timer_.joinable()) timer_.join();
+  if (catalog_.joinable()) catalog_.join();
+  std::deque<std::function<void()>> catalog_queued;
   {
     std::lock_guard lk(exec_->mu);
     queued.swap(exec_->queue);
     timers.swap(exec_->timers);
+    catalog_queued.swap(exec_->catalog_queue);
+    exec_->check_queued = exec_->expiry_queued = false;
   }
   queued.clear();  // their responders answer unavailable
+  catalog_queued.clear();
   timers.clear();
   std::map<Key, std::shared_ptr<Shard>> shards;
   {
@@ -88,6 +98,22 @@ void ReplicaManager::stop() {
 }
 
 void ReplicaManager::post(std::function<void()> fn) { exec_->post(std::move(fn)); }
+void ReplicaManager::post_catalog(std::function<void()> fn) { exec_->post_catalog(std::move(fn)); }
+
+void ReplicaManager::catalog_loop() {
+  auto& ex = *exec_;
+  for (;;) {
+    std::function<void()> fn;
+    {
+      std::unique_lock lk(ex.mu);
+      ex.catalog_cv.wait(lk, [&] { return ex.stopping || !ex.catalog_queue.empty(); });
+      if (ex.stopping) return;
+      fn = std::move(ex.catalog_queue.front());
+      ex.catalog_queue.pop_front();
+    }
+    fn();
+  }
+}
 
 ReplicaManager::TimerKey ReplicaManager::after(std::chrono::milliseconds delay,
                                                std::function<void()> fn) {
@@ -157,12 +183,30 @@ void ReplicaManager::timer_loop() {
       ex.timers.erase(ex.timers.begin());
       posted = true;
     }
+    bool check = false;
     if (opts_.check_interval.count() > 0 && now >= next_check) {
       next_check = now + opts_.check_interval;
-      ex.queue.push_back([this] { check_now(); });
-      posted = true;
+      // At most one of each queued or running: a check that waits on the metadata store
+      // for longer than the interval is not joined by more of itself.
+      if (!ex.check_queued) {
+        ex.check_queued = check = true;
+        ex.catalog_queue.push_back([this] {
+          check_now();
+          std::lock_guard lk(exec_->mu);
+          exec_->check_queued = false;
+        });
+      }
+      if (!ex.expiry_queued) {
+        ex.expiry_queued = posted = true;
+        ex.queue.push_back([this] {
+          expire_now();
+          std::lock_guard lk(exec_->mu);
+          exec_->expiry_queued = false;
+        });
+      }
     }
     if (posted) ex.q_cv.notify_all();
+    if (check) ex.catalog_cv.notify_one();
   }
 }
 
@@ -260,7 +304,7 @@ Result<void> ReplicaManager::assign(std::shared_ptr<ReplicaLog> log,
                                    " before this restart; asking the catalog for epoch " +
                                    std::to_string(ra.leader_epoch.value() + 1));
           auto self = s;
-          post([this, self, ra] { request_new_epoch(self, ra); });
+          post_catalog([this, self, ra] { request_new_epoch(self, ra); });
         }
         return {};
       }

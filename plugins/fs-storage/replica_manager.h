@@ -16,8 +16,9 @@
 //
 // It drives the log through the ReplicaLog seam, so the protocol is tested against a model
 // log and the real one alike. Threads: a few workers (disk work: catch-up fetch answers,
-// replica appends, catalog calls) and one timer thread (long-poll deadlines, retry backoff,
-// lag checks). Transport handlers and callbacks hand work to the workers, except on the
+// replica appends, quorum deadlines), one catalog thread (calls that wait on the metadata
+// store: the periodic lag and in-sync check, new-epoch requests) and one timer thread
+// (long-poll deadlines, retry backoff, queuing the checks). Transport handlers and callbacks hand work to the workers, except on the
 // steady-state path, where every hand-off is a thread wake-up (a context switch costs ~10 us
 // in this VM, more than the work): a follower's fetch at the tail is parked or answered on
 // the transport's thread, and a parked fetch is answered from the log's end notification
@@ -160,8 +161,12 @@ class ReplicaManager {
 
   // The leader's view of each replica (empty when this broker does not lead the shard).
   std::vector<ReplicaProgress> progress(const ShardRef& ref);
-  // Runs one lag and quorum-deadline check now (tests; the timer does it otherwise).
+  // Runs one lag and quorum-deadline check now, in-sync changes included (tests; the timer
+  // queues it on the catalog thread otherwise).
   void check_now();
+  // Fails quorum appends past their deadline on every led shard (the timer queues it on
+  // the workers, so deadlines hold while the catalog thread waits on the metadata store).
+  void expire_now();
   // Timers not yet due (tests: an answered parked fetch leaves none behind).
   std::size_t pending_timers();
 
@@ -249,6 +254,9 @@ class ReplicaManager {
   std::shared_ptr<Exec> exec_;
   std::vector<std::thread> workers_;
   std::thread timer_;
+  std::thread catalog_;  // runs Exec::catalog_queue
+  void catalog_loop();
+  void post_catalog(std::function<void()> fn);
   bool started_ = false;
 };
 

@@ -22,7 +22,15 @@ struct ReplicaManager::Exec {
   std::mutex mu;
   std::condition_variable q_cv;      // workers: a task was queued, or stopping
   std::condition_variable timer_cv;  // timer thread: a timer was added, or stopping
+  std::condition_variable catalog_cv;  // catalog thread: a task was queued, or stopping
   std::deque<std::function<void()>> queue;
+  // Work that waits on the metadata store (update_shard: the periodic check's in-sync
+  // changes, new-epoch requests), on its own thread: a metadata outage blocks it for up to
+  // the metadata timeout per call, and the workers serving fetches, follower appends and
+  // quorum deadlines must not wait behind it (review finding).
+  std::deque<std::function<void()>> catalog_queue;
+  bool check_queued = false;   // the periodic check is queued or running: never two
+  bool expiry_queued = false;  // the periodic quorum-deadline pass, likewise
   std::map<TimerKey, std::function<void()>> timers;  // by deadline, then id
   std::uint64_t next_timer = 0;
   bool stopping = false;
@@ -34,6 +42,14 @@ struct ReplicaManager::Exec {
       queue.push_back(std::move(fn));
     }
     q_cv.notify_one();
+  }
+  void post_catalog(std::function<void()> fn) {
+    {
+      std::lock_guard lk(mu);
+      if (stopping) return;
+      catalog_queue.push_back(std::move(fn));
+    }
+    catalog_cv.notify_one();
   }
 };
 

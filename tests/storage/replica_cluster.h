@@ -511,6 +511,13 @@ class Cluster {
 
   void start_manager(std::uint32_t b) {
     auto update = [this](const ShardUpdate& u) -> Result<Assignment> {
+      {
+        // A metadata store that does not answer (block_updates): the call waits.
+        std::unique_lock lk(cat_mu_);
+        ++update_calls_;
+        cat_cv_.notify_all();
+        cat_cv_.wait(lk, [&] { return !block_updates_; });
+      }
       std::lock_guard lk(cat_mu_);
       if (u.incarnation != shard_ref().incarnation) return Error(Errc::stale_route, "other");
       if (u.expected_version != catalog_.version)
@@ -569,7 +576,20 @@ class Cluster {
   std::map<std::uint32_t, FakeTransport*> raw_;
   std::map<std::uint32_t, std::shared_ptr<ModelLog>> logs_;
   std::map<std::uint32_t, std::unique_ptr<ReplicaManager>> managers_;
+  void block_updates(bool block) {
+    std::lock_guard lk(cat_mu_);
+    block_updates_ = block;
+    cat_cv_.notify_all();
+  }
+  int update_calls() {
+    std::lock_guard lk(cat_mu_);
+    return update_calls_;
+  }
+
   std::mutex cat_mu_;
+  std::condition_variable cat_cv_;
+  bool block_updates_ = false;  // under cat_mu_
+  int update_calls_ = 0;        // under cat_mu_: calls made, answered or not
   ReplicaAssignment catalog_;
   int updates_ = 0;
   bool lose_answers_ = false;  // under cat_mu_: update_shard applies, then answers timeout

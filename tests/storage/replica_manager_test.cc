@@ -520,6 +520,43 @@ TEST(ReplicaManager, ARoleChangeWaitingOnTheDiskDoesNotStallThePeerTransport) {
   EXPECT_EQ(t.error().code, Errc::fenced);
 }
 
+// Regression (review): the periodic check ran on the replication workers and called the
+// metadata store from there (an in-sync change), blocking for as long as the store took.
+// With the store down, the workers sat in those calls: quorum appends outlived their
+// deadline, and followers' fetches went unanswered. The check and its catalog calls have
+// their own thread now; deadlines and fetches stay on the workers.
+TEST(ReplicaManager, AMetadataStoreThatDoesNotAnswerStallsNeitherDeadlinesNorFollowers) {
+  auto o = Cluster::fast_options();
+  o.workers = 1;                // one worker: anything that blocks it shows
+  o.check_interval = 20ms;      // the timer runs the checks, as in production
+  Cluster c(3, o);
+  struct Unblock {  // a failed assertion must not leave stop() joining a blocked call
+    Cluster& c;
+    ~Unblock() { c.block_updates(false); }
+  } unblock{c};
+  c.tell();
+  ASSERT_TRUE(c.logs_[1]->append(1).get());
+  c.block_updates(true);
+  c.net_.cut[3][1] = true;  // broker 3 lags: after max_lag the check proposes to drop it
+  ASSERT_TRUE(eventually([&] { return c.update_calls() >= 1; })) << "the check never asked the catalog";
+  // The catalog call is waiting. A quorum append (broker 3 is still in the recorded set)
+  // expires at its deadline ...
+  auto q = c.logs_[1]->append(2, 200ms);
+  ASSERT_EQ(q.wait_for(30s), std::future_status::ready) << "no quorum deadline ran while the catalog call waited";
+  auto r = q.get();
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().code, Errc::not_enough_replicas);  // the model log's expiry answer
+  // ... and broker 2 still copies what the leader writes.
+  auto more = c.logs_[1]->append(3, 30s);
+  ASSERT_TRUE(eventually([&] { return c.logs_[2]->entries().size() == 3; }))
+      << "broker 2 stopped replicating while the catalog call waited";
+  c.block_updates(false);
+  ASSERT_TRUE(eventually([&] { return c.catalog().in_sync.size() == 2; }));
+  c.tell();
+  ASSERT_EQ(more.wait_for(30s), std::future_status::ready);
+  EXPECT_TRUE(more.get());
+}
+
 TEST(ReplicationWire, EveryTruncationAndTrailingByteIsMalformed) {
   FetchRequest req;
   req.env = Incarnated{shard_ref(), LeaderEpoch{3}, NodeId{2}, "dir-2"};
