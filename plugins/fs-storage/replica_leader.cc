@@ -184,7 +184,14 @@ void ReplicaManager::update_high_watermark(Shard& s) {
     for (const auto& m : *set) {
       if (m.broker == self_) continue;
       auto pos = member_position(m);
-      if (!pos) return;  // its position is unknown: the high watermark stays where it is
+      if (!pos) {
+        // Its position is unknown (not reported yet, or under another directory than
+        // recorded: a wiped disk): the high watermark stays where it is. The target too: one
+        // set while the member still counted would let the log go on raising the mark after
+        // its own syncs, acknowledging records the member no longer holds (review finding).
+        s.log->advance_high_watermark(s.log->high_watermark());
+        return;
+      }
       hwm = std::min(hwm, *pos);
     }
   }

@@ -275,6 +275,45 @@ TEST(ReplicaManager, AReplicaWithANewDirectoryCountsForNothingUntilRecorded) {
   EXPECT_TRUE(f.get());
 }
 
+// Regression (review): the leader's log raises its high watermark after each of its own
+// syncs, toward the last target the manager gave it. A member that came back with a new
+// directory (a wiped disk) made the manager return without a new target, and the old one,
+// set while the member still counted, went on acknowledging records it no longer held.
+TEST(ReplicaManager, AMemberBackWithANewDirectoryStopsTheHighWatermarkAtOnce) {
+  Cluster c(3);
+  c.tell();
+  ASSERT_TRUE(c.logs_[1]->append(1).get());
+  c.logs_[1]->hold_own_sync_at(Offset{1});  // the leader's own sync of what follows waits
+  auto a2 = c.logs_[1]->append(2);
+  auto reported = [&](std::uint32_t b, Offset at, const std::string& dir) {
+    for (const auto& p : c.managers_[1]->progress(shard_ref()))
+      if (p.broker == NodeId{b} && p.durable_end == at && p.directory_id == dir) return true;
+    return false;
+  };
+  ASSERT_TRUE(eventually([&] { return reported(2, Offset{2}, "dir-2") && reported(3, Offset{2}, "dir-3"); }));
+  ASSERT_EQ(c.logs_[1]->high_watermark(), Offset{1}) << "held by the leader's own sync";
+  // Broker 3 comes back with an empty disk under a new directory, and fetches.
+  c.managers_[3]->stop();
+  c.logs_[3] = std::make_shared<ModelLog>(shard_ref());
+  c.transports_[3]->set_dir("dir-3-new");
+  c.dirs_[3] = "dir-3-new";
+  c.start_manager(3);
+  c.tell({3});
+  ASSERT_TRUE(eventually([&] { return reported(3, Offset{2}, "dir-3-new"); }));
+  c.logs_[1]->finish_own_sync();
+  EXPECT_EQ(c.logs_[1]->high_watermark(), Offset{1})
+      << "acknowledged [1, 2) on a target set while broker 3's lost copy counted";
+  EXPECT_FALSE(ready(a2));
+  // Recorded under its new directory (it holds everything by now), the append completes.
+  ASSERT_TRUE(eventually([&] {
+    c.managers_[1]->check_now();
+    return c.catalog().in_sync.size() == 3 && c.catalog().in_sync.back().directory_id == "dir-3-new";
+  }));
+  c.tell();
+  ASSERT_EQ(a2.wait_for(30s), std::future_status::ready);
+  EXPECT_TRUE(a2.get());
+}
+
 // Seed kafka-15495: the catalog still names broker 1 leader, but broker 1 came back with
 // an empty disk (a new directory id). It must not lead: its empty log would become the truth.
 TEST(ReplicaManager, ABrokerBackWithANewDirectoryNeverLeadsOnTheCatalogsOldWord) {
