@@ -614,6 +614,38 @@ TEST(ReplicaLogTest, DeposedLeaderWithAnEmptyLogFailsAnInFlightQuorumAppend) {
   EXPECT_EQ(empty.log->durable_end(), Offset(0));
 }
 
+// Seed pulsar-fenced-empty-ledger-loss, the exact case: a replica that never held a record
+// is fenced (or told to follow) in a newer epoch, and the power goes. Its epoch must come
+// back from the disk, empty log or not: a fresh process that forgot it would take a write
+// from the deposed leader's epoch. fence and become_follower save an epoch history with no
+// entries (no data), and the reopen reads it.
+TEST(ReplicaLogTest, AnEmptyLogFencedOrFollowingKeepsItsEpochAcrossAPowerCut) {
+  for (const bool follow : {false, true}) {
+    SCOPED_TRACE(follow ? "become_follower" : "fence");
+    Node n;
+    ASSERT_EQ(n.log->durable_end(), Offset(0));
+    if (follow)
+      ASSERT_TRUE(n.log->become_follower(LeaderEpoch(3), NodeId(2)));
+    else
+      ASSERT_TRUE(n.log->fence(LeaderEpoch(3)));
+    n.fs->crash(1, CrashOptions{});  // only synced bytes (and synced directory entries) survive
+    n.restart();
+    EXPECT_EQ(n.log->leader_epoch(), LeaderEpoch(3));
+    EXPECT_TRUE(n.log->epoch_entries().empty());
+    for (auto e : {1, 2}) {
+      auto l = n.log->become_leader(LeaderEpoch(e));
+      ASSERT_FALSE(l) << "led epoch " << e << " after the restart";
+      EXPECT_EQ(l.error().code, Errc::fenced);
+      auto f = n.log->become_follower(LeaderEpoch(e), NodeId(1));
+      ASSERT_FALSE(f);
+      EXPECT_EQ(f.error().code, Errc::fenced);
+    }
+    auto a = append_wait(*n.log, batch("deposed"), AckMode::quorum);
+    ASSERT_FALSE(a);
+    EXPECT_EQ(n.log->durable_end(), Offset(0));
+  }
+}
+
 TEST(ReplicaLogTest, FencingByItsOwnEpochStopsALeader) {
   Node n;
   ASSERT_TRUE(n.log->become_leader(LeaderEpoch(3)));

@@ -219,6 +219,54 @@ TEST(ReplicaManager, DeposedLeaderWithAnEmptyLogAcknowledgesNothing) {
   deposed_leader_acknowledges_nothing(false);
 }
 
+// The harder case (seeds audit): above, both followers left the deposed leader, so no
+// fetch could raise its high watermark whatever it did. Here broker 3 has not heard of
+// epoch 2 and keeps fetching from broker 1 in epoch 1, caught up; only broker 2 (the new
+// leader) is cut off from it. Broker 1 may then drop broker 2 from its in-sync set and
+// acknowledge on {1, 3}: only the catalog's compare-and-set, which refuses its change
+// (the version moved on with epoch 2), stands between it and an acknowledged write that
+// epoch 2 does not hold.
+TEST(ReplicaManager, ADeposedLeaderWithAFollowerStillFetchingAcknowledgesNothing) {
+  Cluster c(3);
+  c.tell();
+  ASSERT_TRUE(c.logs_[1]->append(1).get());
+  c.net_.cut[1][2] = c.net_.cut[2][1] = true;
+  c.set_catalog([](ReplicaAssignment& a) {
+    a.leader = NodeId{2};
+    a.leader_epoch = LeaderEpoch{2};
+    a.in_sync = {{NodeId{2}, "dir-2"}, {NodeId{3}, "dir-3"}};
+  });
+  c.tell({2});
+  auto stale = c.logs_[1]->append(999, 2s);
+  ASSERT_TRUE(eventually([&] { return c.logs_[3]->durable_end() == Offset{2}; }))
+      << "broker 3 still copies from broker 1";
+  const int updates_before = [&] {
+    std::lock_guard lk(c.cat_mu_);
+    return c.updates_;
+  }();
+  // Past max_lag broker 1 proposes to drop broker 2; the catalog refuses (another version).
+  ASSERT_TRUE(eventually([&] {
+    c.managers_[1]->check_now();
+    return ready(stale);
+  }));
+  auto r = stale.get();
+  ASSERT_FALSE(r) << "a deposed leader acknowledged offset " << r->value() << " with a follower of its old epoch";
+  {
+    std::lock_guard lk(c.cat_mu_);
+    EXPECT_EQ(c.updates_, updates_before) << "the catalog took a change from the deposed leader";
+    EXPECT_EQ(c.catalog_.leader, NodeId{2});
+  }
+  // Broker 3 hears of epoch 2, then broker 1: the unacknowledged 999 is cut everywhere.
+  c.tell({3});
+  c.net_.cut[1][2] = c.net_.cut[2][1] = false;
+  c.tell({1});
+  ASSERT_TRUE(c.logs_[2]->append(42).get());
+  ASSERT_TRUE(eventually([&] {
+    return c.logs_[1]->entries() == c.logs_[2]->entries() && c.logs_[3]->entries() == c.logs_[2]->entries();
+  }));
+  for (auto& [epoch, v] : c.logs_[2]->entries()) EXPECT_NE(v, 999u);
+}
+
 TEST(ReplicaManager, AFollowerInANewerEpochFencesTheOldLeaderAndItsPendingAppends) {
   Cluster c(3);
   c.tell();
