@@ -45,6 +45,12 @@ class Incarnations(unittest.TestCase):
         g = n.request("GET", n.ns_path() + "/streams/orders/groups/workers/shards/0/records?max=3")
         self.assertEqual(len(g["records"]), 3)
         n.request("POST", n.ns_path() + "/streams/orders/groups/workers/shards/0/ack", {"offsets": [0, 1]})
+        # Record 2 nacked, then fetched with max_deliveries=1: it moves to the dead letters,
+        # so the new incarnation's empty dead letters below mean something (seeds audit).
+        n.request("POST", n.ns_path() + "/streams/orders/groups/workers/shards/0/nack", {"offsets": [2]})
+        n.request("GET", n.ns_path() + "/streams/orders/groups/workers/shards/0/records?max=1&max_deliveries=1")
+        old_dl = n.request("GET", n.ns_path() + "/streams/orders/groups/workers/shards/0/dead-letters")
+        self.assertEqual([record_value(r) for r in old_dl["records"]], [b"old-2"])
 
         deleted = n.request("DELETE", n.ns_path() + "/streams/orders")
         self.assertEqual(deleted["incarnation"], first["incarnation"])
