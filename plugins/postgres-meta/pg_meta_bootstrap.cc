@@ -169,19 +169,34 @@ Result<std::string> PgMetaStore::migrate(pqxx::connection& c) {
     tx.exec0("CREATE TABLE IF NOT EXISTS sluice_schema_version ("
              " version integer PRIMARY KEY, description text NOT NULL,"
              " applied_at timestamptz NOT NULL DEFAULT now())");
+    // Not a migration (no version of its own): a column older binaries never read, added
+    // by whichever build first starts with it.
+    tx.exec0("ALTER TABLE sluice_schema_version ADD COLUMN IF NOT EXISTS"
+             " older_binaries_ok boolean NOT NULL DEFAULT false");
     int have = tx.exec1("SELECT COALESCE(max(version), 0) FROM sluice_schema_version")[0].as<int>();
-    if (have > kSchemaVersion)
-      return Error(Errc::conflict,
-                   "the database schema " + cfg_.schema + " is at version " + std::to_string(have) +
-                       ", newer than this binary's schema version " +
-                       std::to_string(kSchemaVersion) +
-                       " (sluice_schema_version); upgrade sluiced before pointing it at this "
-                       "database");
+    if (have > kSchemaVersion) {
+      auto blocking = tx.exec_params(
+          "SELECT version, description FROM sluice_schema_version"
+          " WHERE version > $1 AND NOT older_binaries_ok ORDER BY version LIMIT 1",
+          kSchemaVersion);
+      if (!blocking.empty())
+        return Error(Errc::conflict,
+                     "the database schema " + cfg_.schema + " is at version " + std::to_string(have) +
+                         ", newer than this binary's schema version " + std::to_string(kSchemaVersion) +
+                         ", and migration " + blocking[0][0].as<std::string>() + " (" +
+                         blocking[0][1].as<std::string>() +
+                         ") is not usable by older binaries (sluice_schema_version); upgrade sluiced "
+                         "before pointing it at this database");
+      log(LogLevel::warn, "the database schema " + cfg_.schema + " is at version " + std::to_string(have) +
+                              ", newer than this binary's " + std::to_string(kSchemaVersion) +
+                              "; every newer migration is usable by older binaries, so this one runs on it");
+    }
     for (auto& m : migrations()) {
       if (m.version <= have) continue;
       tx.exec0(std::string(m.sql));
-      tx.exec_params("INSERT INTO sluice_schema_version(version, description) VALUES ($1, $2)",
-                     m.version, std::string(m.description));
+      tx.exec_params("INSERT INTO sluice_schema_version(version, description, older_binaries_ok)"
+                     " VALUES ($1, $2, $3)",
+                     m.version, std::string(m.description), m.older_binaries_ok);
       log(LogLevel::info, "applied schema migration " + std::to_string(m.version) + " (" +
                               std::string(m.description) + ") to " + cfg_.schema);
     }

@@ -6,13 +6,23 @@
 
 namespace sluice::postgres_meta {
 
-// The schema version this build knows. A database at a higher version is refused at start.
+// The schema version this build knows. A database at a higher version is refused at start,
+// unless every migration above this version says older binaries may use the schema it
+// leaves (sluice_schema_version.older_binaries_ok): then an older binary still starts
+// mid-upgrade, or after a rollback.
 inline constexpr int kSchemaVersion = 7;
 
 struct Migration {
   int version;
   std::string_view description;
   std::string_view sql;  // runs with search_path = the configured schema
+  // Whether a binary that knows only the versions below this one may run on the schema this
+  // migration leaves. True only for a purely additive migration: new tables, new nullable
+  // or defaulted columns, new functions. An older binary then neither reads nor writes the
+  // new parts, so everything it writes must stay valid without them (a new rule it does
+  // not know belongs in a trigger, which binds it too). Recorded in the row it inserts;
+  // binaries from before this column treat every newer version as incompatible.
+  bool older_binaries_ok = false;
 };
 
 // Every migration, in version order (1..kSchemaVersion).

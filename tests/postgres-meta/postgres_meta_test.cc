@@ -648,6 +648,31 @@ TEST(PostgresMeta, schema_newer_than_binary_refused_at_start) {
   EXPECT_FALSE(s.status().ready);
 }
 
+// Review finding: any newer schema version was refused, so once the first upgraded broker
+// had migrated, an older one that restarted mid-roll (or a rollback) could not start, even
+// on additive migrations. A migration may now say older binaries can use its schema.
+TEST(PostgresMeta, a_newer_schema_whose_migrations_allow_older_binaries_is_used) {
+  auto schema = test_schema();
+  { Node n(pgtest::config(schema)); }
+  pgtest::sql(schema, "INSERT INTO sluice_schema_version(version, description, older_binaries_ok)"
+                      " VALUES (" + std::to_string(kSchemaVersion + 1) + ", 'additive', true)");
+  {
+    Node n(pgtest::config(schema));  // starts (Node asserts it)
+    auto t = n->create_tenant("acme");
+    EXPECT_TRUE(t.ok()) << t.error().to_string();
+  }
+  pgtest::sql(schema, "INSERT INTO sluice_schema_version(version, description) VALUES (" +
+                          std::to_string(kSchemaVersion + 2) + ", 'reshapes a table')");
+  TestHost host;
+  PgMetaStore s(host, pgtest::config(schema));
+  auto r = s.start();
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("migration " + std::to_string(kSchemaVersion + 2) + " (reshapes a table)"),
+            std::string::npos)
+      << r.error().message;
+  EXPECT_FALSE(s.status().ready);
+}
+
 TEST(PostgresMeta, bad_url_or_password_fails_clearly_without_the_secret) {
   auto schema = test_schema();
   const std::string secret = "Wr0ngSecret-xyz";
