@@ -151,6 +151,19 @@ void ReplicaManager::record_progress(Shard& s, NodeId follower, const std::strin
     f.last_caught_up = s.leading_since;
     fresh = true;
   }
+  // A replica reports only what it synced, and within one leadership its log never gets
+  // shorter (truncation comes with a new epoch, and the map is cleared then): a shorter one
+  // lost data on its disk.
+  if (!fresh && f.reported && durable_end < f.durable_end) {
+    if (f.lost_below.value() == 0)
+      log_(LogLevel::warn, shard_name(s.ref, s.kind) + ": broker " + std::to_string(follower.value()) +
+                               " reports durable end " + std::to_string(durable_end.value()) +
+                               " after " + std::to_string(f.durable_end.value()) +
+                               " under the same directory: its copy lost data; it counts for nothing "
+                               "until it holds that again, and leaves the in-sync set");
+    f.lost_below = std::max(f.lost_below, f.durable_end);
+  }
+  if (f.lost_below.value() != 0 && durable_end >= f.lost_below) f.lost_below = Offset{0};
   // Kafka's rule: caught up now, or caught up to where the leader was at its last fetch.
   if (durable_end >= leader_end)
     f.last_caught_up = now;
@@ -176,7 +189,7 @@ void ReplicaManager::update_high_watermark(Shard& s) {
     auto it = s.followers.find(m.broker);
     // A member counts only with the directory the catalog recorded (seed kafka-15495).
     if (it == s.followers.end() || !it->second.reported ||
-        it->second.directory_id != m.directory_id)
+        it->second.directory_id != m.directory_id || it->second.lost_below.value() != 0)
       return std::nullopt;
     return it->second.durable_end;
   };
@@ -483,9 +496,10 @@ void ReplicaManager::check_shard(const std::shared_ptr<Shard>& s, Clock::time_po
     if (m.broker == self_) continue;
     auto it = s->followers.find(m.broker);
     const bool other_dir = it != s->followers.end() && it->second.directory_id != m.directory_id;
+    const bool lost_data = it != s->followers.end() && it->second.lost_below.value() != 0;
     const auto lag = lag_of(m.broker);
-    if (lag > opts_.max_lag || (other_dir && now - s->leading_since > opts_.max_lag))
-      out.emplace_back(lag, m.broker);
+    if (lag > opts_.max_lag || (other_dir && now - s->leading_since > opts_.max_lag) || lost_data)
+      out.emplace_back(lost_data ? std::chrono::milliseconds::max() : lag, m.broker);
   }
   std::sort(out.begin(), out.end(), [](auto& a, auto& b) { return a.first > b.first; });
   for (const auto& [lag, b] : out) {
@@ -494,7 +508,8 @@ void ReplicaManager::check_shard(const std::shared_ptr<Shard>& s, Clock::time_po
                               [&](const InSyncReplica& m) { return m.broker == b; }),
                next.end());
     changed = true;
-    why = "a member lagged longer than replication.max_lag_ms";
+    why = lag == std::chrono::milliseconds::max() ? "a member's copy lost data it had synced"
+                                                  : "a member lagged longer than replication.max_lag_ms";
   }
 
   // Grow: a replica whose disk holds everything up to the high watermark, and everything
@@ -511,7 +526,8 @@ void ReplicaManager::check_shard(const std::shared_ptr<Shard>& s, Clock::time_po
       const bool member = std::any_of(next.begin(), next.end(), [&](const InSyncReplica& m) {
         return m.broker == b && m.directory_id == f.directory_id;
       });
-      if (member || f.durable_end < std::max(hwm, s->epoch_start) || lag_of(b) > opts_.max_lag ||
+      if (member || f.lost_below.value() != 0 || f.durable_end < std::max(hwm, s->epoch_start) ||
+          lag_of(b) > opts_.max_lag ||
           !group_caught_up(b, f.directory_id))
         continue;
       next.erase(std::remove_if(next.begin(), next.end(),

@@ -75,6 +75,11 @@ struct ReplicaManager::Shard {
     Clock::time_point last_fetch;
     Offset leader_end_at_last_fetch;
     Offset hwm_sent;  // the high watermark the last answer told it
+    // Its durable end went backwards under the same directory during this leadership (its
+    // disk lost what it had synced: a repair, a damaged or removed shard directory): what it
+    // had reported. Until it holds that much again it counts for nothing and is dropped
+    // from the in-sync set, where it stays electable (review finding). 0: never.
+    Offset lost_below;
   };
   std::map<NodeId, Follower> followers;
   Clock::time_point leading_since;

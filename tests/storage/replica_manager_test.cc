@@ -362,6 +362,48 @@ TEST(ReplicaManager, AMemberBackWithANewDirectoryStopsTheHighWatermarkAtOnce) {
   EXPECT_TRUE(a2.get());
 }
 
+// Review finding: a member whose copy lost data under the same directory (a damaged or
+// removed shard directory beside a surviving meta.properties, a repair) reported a shorter
+// log and was taken at its word: it counted at its new position and stayed in the in-sync
+// set, electable, for up to max_lag. It now counts for nothing and leaves the set at the
+// next check, then joins again once it holds everything.
+TEST(ReplicaManager, AMemberWhoseLogWentBackwardsLeavesTheInSyncSetAtOnce) {
+  auto o = Cluster::fast_options();
+  o.max_lag = 60s;  // lag plays no part: the drop must not wait for it
+  Cluster c(3, o);
+  c.tell();
+  for (std::uint64_t i = 1; i <= 3; ++i) ASSERT_TRUE(c.logs_[1]->append(i).get());
+  auto at = [&](std::uint32_t b, Offset end) {
+    for (const auto& p : c.managers_[1]->progress(shard_ref()))
+      if (p.broker == NodeId{b} && p.durable_end == end) return true;
+    return false;
+  };
+  ASSERT_TRUE(eventually([&] { return at(2, Offset{3}); }));
+  // Broker 2 comes back with the same directory id and an empty shard log, and cannot
+  // catch up for now.
+  c.managers_[2]->stop();
+  c.logs_[2] = std::make_shared<ModelLog>(shard_ref());
+  c.logs_[2]->refuse_appends(true);
+  c.start_manager(2);
+  c.tell({2});
+  ASSERT_TRUE(eventually([&] { return at(2, Offset{0}); }));
+  auto q = c.logs_[1]->append(4);
+  EXPECT_NE(q.wait_for(200ms), std::future_status::ready) << "counted broker 2 at its word";
+  c.managers_[1]->check_now();
+  ASSERT_TRUE(eventually([&] { return c.catalog().in_sync.size() == 2; }))
+      << "broker 2 stayed in sync (electable) holding none of the acknowledged records";
+  for (const auto& m : c.catalog().in_sync) EXPECT_NE(m.broker, NodeId{2});
+  c.tell();
+  ASSERT_EQ(q.wait_for(30s), std::future_status::ready);
+  EXPECT_TRUE(q.get());
+  // It holds everything again: it joins.
+  c.logs_[2]->refuse_appends(false);
+  ASSERT_TRUE(eventually([&] {
+    c.managers_[1]->check_now();
+    return c.catalog().in_sync.size() == 3;
+  }));
+}
+
 // Seed kafka-15495: the catalog still names broker 1 leader, but broker 1 came back with
 // an empty disk (a new directory id). It must not lead: its empty log would become the truth.
 TEST(ReplicaManager, ABrokerBackWithANewDirectoryNeverLeadsOnTheCatalogsOldWord) {
