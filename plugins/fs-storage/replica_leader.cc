@@ -154,14 +154,20 @@ void ReplicaManager::record_progress(Shard& s, NodeId follower, const std::strin
   // A replica reports only what it synced, and within one leadership its log never gets
   // shorter (truncation comes with a new epoch, and the map is cleared then): a shorter one
   // lost data on its disk.
-  if (!fresh && f.reported && durable_end < f.durable_end) {
+  // One such report may be a stale one (a fetch handled after its retry): two in a row
+  // below the highest position it reported are not.
+  const Offset peak = f.peak;
+  if (!fresh && f.reported && durable_end < peak) ++f.reports_below;
+  else f.reports_below = 0;
+  f.peak = std::max(f.peak, durable_end);
+  if (f.reports_below >= 2) {
     if (f.lost_below.value() == 0)
       log_(LogLevel::warn, shard_name(s.ref, s.kind) + ": broker " + std::to_string(follower.value()) +
                                " reports durable end " + std::to_string(durable_end.value()) +
-                               " after " + std::to_string(f.durable_end.value()) +
+                               " after " + std::to_string(peak.value()) +
                                " under the same directory: its copy lost data; it counts for nothing "
                                "until it holds that again, and leaves the in-sync set");
-    f.lost_below = std::max(f.lost_below, f.durable_end);
+    f.lost_below = peak;
   }
   if (f.lost_below.value() != 0 && durable_end >= f.lost_below) f.lost_below = Offset{0};
   // Kafka's rule: caught up now, or caught up to where the leader was at its last fetch.
@@ -202,7 +208,7 @@ void ReplicaManager::update_high_watermark(Shard& s) {
         // recorded: a wiped disk): the high watermark stays where it is. The target too: one
         // set while the member still counted would let the log go on raising the mark after
         // its own syncs, acknowledging records the member no longer holds (review finding).
-        s.log->advance_high_watermark(s.log->high_watermark());
+        s.log->hold_high_watermark();
         return;
       }
       hwm = std::min(hwm, *pos);
@@ -496,7 +502,12 @@ void ReplicaManager::check_shard(const std::shared_ptr<Shard>& s, Clock::time_po
     if (m.broker == self_) continue;
     auto it = s->followers.find(m.broker);
     const bool other_dir = it != s->followers.end() && it->second.directory_id != m.directory_id;
-    const bool lost_data = it != s->followers.end() && it->second.lost_below.value() != 0;
+    // Its copy of either log lost data (the group log's ops are the shard's state too).
+    const bool lost_data = (it != s->followers.end() && it->second.lost_below.value() != 0) || [&] {
+      if (!g || g->role != Role::leader) return false;
+      auto gi = g->followers.find(m.broker);
+      return gi != g->followers.end() && gi->second.lost_below.value() != 0;
+    }();
     const auto lag = lag_of(m.broker);
     if (lag > opts_.max_lag || (other_dir && now - s->leading_since > opts_.max_lag) || lost_data)
       out.emplace_back(lost_data ? std::chrono::milliseconds::max() : lag, m.broker);
@@ -724,7 +735,7 @@ void ReplicaManager::request_new_epoch(const std::shared_ptr<Shard>& s,
          name + ": asking for epoch " + std::to_string(u.leader_epoch.value()) + ": " +
              r.error().message + (conflict ? "" : " (retrying)"));
     if (!conflict && !s->removed)
-      after(opts_.retry_backoff, [this, s, ra] { post_catalog([this, s, ra] { request_new_epoch(s, ra); }); });
+      after(opts_.retry_backoff, [this, s, ra] { post_catalog([this, s, ra] { request_new_epoch(s, ra); }, true); });
     return;
   }
   log_(LogLevel::info, name + ": the catalog raised the epoch to " +

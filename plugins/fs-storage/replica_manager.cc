@@ -98,7 +98,22 @@ void ReplicaManager::stop() {
 }
 
 void ReplicaManager::post(std::function<void()> fn) { exec_->post(std::move(fn)); }
-void ReplicaManager::post_catalog(std::function<void()> fn) { exec_->post_catalog(std::move(fn)); }
+void ReplicaManager::post_catalog(std::function<void()> fn, bool front) {
+  exec_->post_catalog(std::move(fn), front);
+}
+
+void ReplicaManager::queue_check_pass() {
+  std::vector<std::shared_ptr<Shard>> shards;
+  {
+    std::lock_guard lk(mu_);
+    for (auto& [_, s] : shards_) shards.push_back(s);
+  }
+  for (auto& s : shards) post_catalog([this, s] { check_shard(s, Clock::now()); });
+  post_catalog([this] {
+    std::lock_guard lk(exec_->mu);
+    exec_->check_queued = false;
+  });
+}
 
 void ReplicaManager::catalog_loop() {
   auto& ex = *exec_;
@@ -190,11 +205,7 @@ void ReplicaManager::timer_loop() {
       // for longer than the interval is not joined by more of itself.
       if (!ex.check_queued) {
         ex.check_queued = check = true;
-        ex.catalog_queue.push_back([this] {
-          check_now();
-          std::lock_guard lk(exec_->mu);
-          exec_->check_queued = false;
-        });
+        ex.catalog_queue.push_back([this] { queue_check_pass(); });
       }
       if (!ex.expiry_queued) {
         ex.expiry_queued = posted = true;
@@ -279,7 +290,13 @@ Result<void> ReplicaManager::assign(std::shared_ptr<ReplicaLog> log,
     want = Role::follower;
 
   if (want == s->role && ra.leader_epoch == s->epoch) {
-    if (want == Role::leader) update_high_watermark(*s);
+    if (want == Role::leader) {
+      // A broker taken off the replica list (a reassignment) removes its copy: what it
+      // reported is no longer true, and if it is added back it starts as a new follower.
+      for (auto it = s->followers.begin(); it != s->followers.end();)
+        it = holds(ra.replicas, it->first) ? std::next(it) : s->followers.erase(it);
+      update_high_watermark(*s);
+    }
     return {};
   }
 
@@ -304,7 +321,7 @@ Result<void> ReplicaManager::assign(std::shared_ptr<ReplicaLog> log,
                                    " before this restart; asking the catalog for epoch " +
                                    std::to_string(ra.leader_epoch.value() + 1));
           auto self = s;
-          post_catalog([this, self, ra] { request_new_epoch(self, ra); });
+          post_catalog([this, self, ra] { request_new_epoch(self, ra); }, true);
         }
         return {};
       }

@@ -85,6 +85,9 @@ class ReplicaLog {
   virtual Result<void> fence(LeaderEpoch newer) = 0;
   virtual void set_in_sync(std::size_t members, std::uint32_t min_insync) = 0;
   virtual void advance_high_watermark(Offset hwm) = 0;
+  // The target becomes the current high watermark, atomically with the log's own raises
+  // (a member's position became unknown: nothing more is acknowledged until it is known).
+  virtual void hold_high_watermark() = 0;
   virtual void expire_quorum_waiters(std::chrono::steady_clock::time_point now) = 0;
   // Whole batches from `from` (a batch boundary) up to the log end, at least one if any,
   // behind `headroom` bytes the caller fills in.
@@ -256,7 +259,10 @@ class ReplicaManager {
   std::thread timer_;
   std::thread catalog_;  // runs Exec::catalog_queue
   void catalog_loop();
-  void post_catalog(std::function<void()> fn);
+  void post_catalog(std::function<void()> fn, bool front = false);
+  // The periodic check: one catalog-thread step per shard, so a new-epoch request waits
+  // for at most one metadata call, not a whole pass.
+  void queue_check_pass();
   bool started_ = false;
 };
 

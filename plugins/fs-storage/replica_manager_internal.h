@@ -43,11 +43,14 @@ struct ReplicaManager::Exec {
     }
     q_cv.notify_one();
   }
-  void post_catalog(std::function<void()> fn) {
+  // `front`: ahead of the check's per-shard steps (a new-epoch request: its shard has no
+  // leader until it is answered).
+  void post_catalog(std::function<void()> fn, bool front = false) {
     {
       std::lock_guard lk(mu);
       if (stopping) return;
-      catalog_queue.push_back(std::move(fn));
+      if (front) catalog_queue.push_front(std::move(fn));
+      else catalog_queue.push_back(std::move(fn));
     }
     catalog_cv.notify_one();
   }
@@ -80,6 +83,10 @@ struct ReplicaManager::Shard {
     // had reported. Until it holds that much again it counts for nothing and is dropped
     // from the in-sync set, where it stays electable (review finding). 0: never.
     Offset lost_below;
+    // Reports in a row below what it had reported. One alone may be a stale request (a
+    // retried fetch's original handled late): lost_below needs two.
+    int reports_below = 0;
+    Offset peak;  // the highest durable end it reported in this leadership
   };
   std::map<NodeId, Follower> followers;
   Clock::time_point leading_since;

@@ -254,6 +254,8 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   // a member that joined the in-sync set lowers it), so a leader whose followers synced
   // first needs no further word from them once its own sync is done.
   void advance_high_watermark(Offset hwm);
+  // advance_high_watermark(high_watermark()), with no raise in between.
+  void hold_high_watermark();
   // The catalog's in-sync set size (this replica included) and min_insync. Starts at
   // (1, spec.min_insync). Completes quorum waiters that were held back only by it.
   void set_in_sync(std::size_t in_sync_count, std::uint32_t min_insync);

@@ -63,6 +63,12 @@ void ShardLogImpl::advance_high_watermark(Offset hwm) {
   raise_high_watermark();
 }
 
+void ShardLogImpl::hold_high_watermark() {
+  if (!replicated_) return;
+  std::lock_guard lk(mu_);
+  hwm_target_ = hwm_.load(std::memory_order_relaxed);
+}
+
 void ShardLogImpl::raise_high_watermark() {
   std::uint64_t now;
   {
@@ -147,7 +153,20 @@ void ShardLogImpl::expire_quorum_waiters(std::chrono::steady_clock::time_point n
       cb(Error(Errc::timeout, at, Outcome::uncertain));
   };
   for (auto& w : expired) fail(w.end, w.cb);
-  for (auto& d : expired_dups) fail(d.end, d.cb);
+  for (auto& d : expired_dups) {
+    if (d.end > hwm) {
+      fail(d.end, d.cb);
+      continue;
+    }
+    // Its original reached the high watermark (the replicas hold it): only min_insync is
+    // missing for a quorum answer (late review: "not acknowledged" misled here).
+    d.cb(Error(Errc::not_enough_replicas,
+               "shard " + ref_.to_string() + ": the batch ending at offset " + std::to_string(d.end) +
+                   " is below the high watermark, but the in-sync set has " + std::to_string(in_sync) +
+                   " replica(s) and min_insync is " + std::to_string(min_insync) +
+                   ": it cannot be acknowledged with quorum now",
+               Outcome::uncertain));
+  }
 }
 
 // --- roles ---------------------------------------------------------------------------

@@ -37,6 +37,7 @@ class ShardReplicaLog final : public ReplicaLog {
     log_->set_in_sync(members, min_insync);
   }
   void advance_high_watermark(Offset hwm) override { log_->advance_high_watermark(hwm); }
+  void hold_high_watermark() override { log_->hold_high_watermark(); }
   void expire_quorum_waiters(std::chrono::steady_clock::time_point now) override {
     log_->expire_quorum_waiters(now);
   }

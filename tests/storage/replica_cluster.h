@@ -91,6 +91,10 @@ class ModelLog : public ReplicaLog {
     min_insync_ = min_insync;
     complete_waiters();
   }
+  void hold_high_watermark() override {
+    std::lock_guard lk(mu_);
+    target_ = hwm_;
+  }
   void advance_high_watermark(Offset hwm) override {
     std::lock_guard lk(mu_);
     if (sync_before_lowering_ && hwm < target_) {  // the leader's own sync completes first (below)
