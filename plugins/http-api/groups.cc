@@ -331,11 +331,12 @@ void handle_groups(Node& node, const HttpConfig& cfg, const std::shared_ptr<Exch
       const auto until = std::chrono::steady_clock::now() + w;
       while (r && r->records.empty() && r->more && std::chrono::steady_clock::now() < until)
         r = n->group_fetch(key, shard, group, m, opts, *inc);
-      if (!r || !r->records.empty() || r->more || w.count() == 0)
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+      if (!r || !r->records.empty() || r->more || w.count() == 0 || left.count() <= 0)
         return ex->respond(pinned_delivery(*n, key, shard, *inc, r));
       // Nothing to deliver: park until a new record or the timeout, then try once more.
       auto poll = std::make_shared<GroupPoll>(GroupPoll{ex, n, key, shard, group, m, opts, *inc});
-      ex->post([poll, w, hwm = stats->high_watermark] {
+      ex->post([poll, w = left, hwm = stats->high_watermark] {
         poll->cancel_timer = poll->ex->start_timer(w, [poll] { poll->finish(); });
         std::weak_ptr<GroupPoll> weak = poll;
         auto nr = poll->node->notify_when_beyond(poll->key, poll->shard, hwm, [weak] {

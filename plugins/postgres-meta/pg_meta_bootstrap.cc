@@ -170,9 +170,14 @@ Result<std::string> PgMetaStore::migrate(pqxx::connection& c) {
              " version integer PRIMARY KEY, description text NOT NULL,"
              " applied_at timestamptz NOT NULL DEFAULT now())");
     // Not a migration (no version of its own): a column older binaries never read, added
-    // by whichever build first starts with it.
-    tx.exec0("ALTER TABLE sluice_schema_version ADD COLUMN IF NOT EXISTS"
-             " older_binaries_ok boolean NOT NULL DEFAULT false");
+    // by whichever build first starts with it. Looked up first: an ALTER, even one with
+    // nothing to do, needs the table's owner and its ACCESS EXCLUSIVE lock (late review).
+    if (tx.exec_params("SELECT 1 FROM information_schema.columns WHERE table_schema = $1"
+                       " AND table_name = 'sluice_schema_version' AND column_name = 'older_binaries_ok'",
+                       cfg_.schema)
+            .empty())
+      tx.exec0("ALTER TABLE sluice_schema_version ADD COLUMN IF NOT EXISTS"
+               " older_binaries_ok boolean NOT NULL DEFAULT false");
     int have = tx.exec1("SELECT COALESCE(max(version), 0) FROM sluice_schema_version")[0].as<int>();
     if (have > kSchemaVersion) {
       auto blocking = tx.exec_params(
