@@ -43,6 +43,11 @@ using namespace peerwire;
 namespace {
 // What one connection may hold queued for a peer that does not read (several maximal frames).
 constexpr std::size_t kMaxQueuedBytes = std::size_t{256} << 20;
+// Incoming connections from one address that have not finished their hello (TLS handshake
+// included) at once. Each lives at most setup_timeout; without a bound, anyone who can
+// reach the port could hold descriptors and memory without end. Peers open one connection
+// each, so only a burst of reconnects comes near it (loopback clusters share one address).
+constexpr std::size_t kMaxPendingPerAddress = 64;
 
 std::string type_name(PeerMessageType t) {
   char buf[16];
@@ -225,6 +230,8 @@ struct AsioPeerTransport::Impl : std::enable_shared_from_this<Impl> {
   };
   std::map<NodeId, Backoff> backoff;
   std::set<std::shared_ptr<Conn>> conns;
+  std::uint64_t refused_pending = 0;  // accepts refused at kMaxPendingPerAddress
+  std::chrono::steady_clock::time_point last_pending_warning{};
   std::uint64_t next_id = 1;
   Failpoints failpoints;
 
@@ -278,6 +285,7 @@ struct Conn : std::enable_shared_from_this<Conn> {
   bool outgoing;
   NodeId target;         // outgoing: the node we meant to reach
   std::string address;   // outgoing: where; incoming: the remote endpoint
+  std::string remote_ip;  // incoming: the remote address alone (kMaxPendingPerAddress)
   enum class State { connecting, hello_wait, ready, closed } state = State::connecting;
   PeerIdentity peer;
   unsigned char hdr[kHeaderBytes];
@@ -650,9 +658,30 @@ void AsioPeerTransport::Impl::accept() {
     if (!ec) {
       boost::system::error_code e2;
       auto ep = sock.remote_endpoint(e2);
-      std::string remote = e2 ? "?" : ep.address().to_string() + ":" + std::to_string(ep.port());
+      const std::string ip = e2 ? "?" : ep.address().to_string();
+      std::string remote = e2 ? "?" : ip + ":" + std::to_string(ep.port());
       ++self->accepted;
+      std::size_t pending = 0;
+      for (const auto& other : self->conns)
+        if (!other->outgoing && other->state != Conn::State::ready && other->state != Conn::State::closed &&
+            other->remote_ip == ip)
+          ++pending;
+      if (pending >= kMaxPendingPerAddress) {
+        ++self->refused_pending;
+        const auto now = std::chrono::steady_clock::now();
+        if (now - self->last_pending_warning >= std::chrono::seconds(10)) {
+          self->last_pending_warning = now;
+          self->log(LogLevel::warn, "refused a connection from " + remote + ": " + std::to_string(pending) +
+                                        " connections from " + ip + " have not finished their hello (at most " +
+                                        std::to_string(kMaxPendingPerAddress) + "; " +
+                                        std::to_string(self->refused_pending) + " refused so far)");
+        }
+        boost::system::error_code ignored;
+        sock.close(ignored);
+        return self->accept();
+      }
       auto c = std::make_shared<Conn>(*self, false, NodeId{0}, remote);
+      c->remote_ip = ip;
       c->sock = std::move(sock);
       self->conns.insert(c);
       c->begin();

@@ -240,6 +240,31 @@ TEST(PeerTransport, ADroppedResponderAnswersUncertain) {
 
 // Payloads are read into a buffer that grows with the bytes that came (1 MiB, then
 // doubling), not one sized from the header alone: large ones arrive whole and in order.
+// Regression (security review): incoming connections that never said hello were bounded
+// in time (setup_timeout) but not in number: anyone who could reach the port could hold
+// descriptors and memory without end. At most 64 from one address wait for their hello;
+// the next is closed at once, and the slots come back as they close.
+TEST(PeerTransportLimits, ConnectionsWaitingForTheirHelloAreBoundedPerAddress) {
+  TestNode b(2, "cluster-a", "", 300s);  // a long setup timeout: only the bound closes them
+  echo_handler(*b.t);
+  std::vector<std::unique_ptr<RawClient>> silent;
+  for (int i = 0; i < 64; ++i) silent.push_back(std::make_unique<RawClient>(b.t->port()));
+  ASSERT_TRUE(poll_until([&] { return b.t->accepted_connections() >= 64; }));
+  RawClient one_more(b.t->port());
+  EXPECT_TRUE(one_more.closed_by_peer()) << "the 65th connection without a hello was kept";
+  EXPECT_TRUE(poll_until([&] { return b.log->has("have not finished their hello"); })) << b.log->all();
+  // The silent ones go away: a real peer is served again.
+  silent.clear();
+  TestNode a(1);
+  a.knows(b);
+  bool served = poll_until([&] {
+    Answer ans;
+    a.t->request(NodeId{2}, kEcho, "x", 10s, ans.cb());
+    return ans.get().ok();
+  });
+  EXPECT_TRUE(served) << a.log->all();
+}
+
 TEST(PeerTransportLimits, LargePayloadsArriveWholeThroughTheGrowingBuffer) {
   TestNode a(1), b(2);
   a.knows(b);
