@@ -157,7 +157,7 @@ void ReplicaManager::record_progress(Shard& s, NodeId follower, const std::strin
   // One such report may be a stale one (a fetch handled after its retry): two in a row
   // below the highest position it reported are not.
   const Offset peak = f.peak;
-  if (!fresh && f.reported && durable_end < peak) ++f.reports_below;
+  if (!fresh && f.reported && durable_end < peak) f.reports_below = std::min(f.reports_below + 1, 2);
   else f.reports_below = 0;
   f.peak = std::max(f.peak, durable_end);
   if (f.reports_below >= 2) {
@@ -227,6 +227,19 @@ void ReplicaManager::serve_fetch(const std::shared_ptr<Shard>& s, FetchRequest r
   // have: its position says nothing about what it shares with this log, so it is not
   // recorded (it would count as caught up and, in the in-sync set, toward the high
   // watermark) until it has truncated.
+  // check_envelope looked under this lock, but released it: an assignment in between may
+  // have taken the sender off the replica list (and forgotten its progress) or begun
+  // another epoch. Recording this fetch then would bring back a position that no longer
+  // holds (late review).
+  if (s->epoch != req.env.leader_epoch)
+    return respond(Error(Errc::not_leader, "broker " + std::to_string(self_.value()) +
+                                               " no longer leads " + shard_name(s->ref, s->kind) +
+                                               " in epoch " +
+                                               std::to_string(req.env.leader_epoch.value())));
+  if (!holds(s->ra.replicas, req.env.sender))
+    return respond(Error(Errc::conflict, "broker " + std::to_string(req.env.sender.value()) +
+                                             " is no longer a replica of " +
+                                             shard_name(s->ref, s->kind)));
   const Offset end = s->log->written_end();
   if (req.fetch_offset > end || req.durable_end > end)
     return respond(Error(Errc::conflict, "fetch offset " +
@@ -488,6 +501,7 @@ void ReplicaManager::check_shard(const std::shared_ptr<Shard>& s, Clock::time_po
     if (g->role != Role::leader) return false;
     auto it = g->followers.find(b);
     return it != g->followers.end() && it->second.reported && it->second.directory_id == dir &&
+           it->second.lost_below.value() == 0 &&
            it->second.durable_end >= std::max(g->log->high_watermark(), g->epoch_start);
   };
 
@@ -574,7 +588,8 @@ void ReplicaManager::check_shard(const std::shared_ptr<Shard>& s, Clock::time_po
     const bool group_behind = [&, b = b] {
       if (!g || !glk.owns_lock() || g->role != Role::leader) return false;
       auto it = g->followers.find(b);
-      return it == g->followers.end() || it->second.durable_end < g->log->high_watermark();
+      return it == g->followers.end() || it->second.lost_below.value() != 0 ||
+             it->second.durable_end < g->log->high_watermark();
     }();
     if (end < raised || group_behind) {
       s->proposed_in_sync = std::move(was_proposed);

@@ -158,6 +158,12 @@ void ShardLogImpl::expire_quorum_waiters(std::chrono::steady_clock::time_point n
       fail(d.end, d.cb);
       continue;
     }
+    // The mark passed it between raise_high_watermark's store and its complete_dups (which
+    // runs without mu_): it is acknowledged, and the answer is its original's.
+    if (!d.quorum || in_sync >= min_insync) {
+      d.cb(d.result);
+      continue;
+    }
     // Its original reached the high watermark (the replicas hold it): only min_insync is
     // missing for a quorum answer (late review: "not acknowledged" misled here).
     d.cb(Error(Errc::not_enough_replicas,

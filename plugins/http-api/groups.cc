@@ -313,6 +313,8 @@ void handle_groups(Node& node, const HttpConfig& cfg, const std::shared_ptr<Exch
     const auto w = std::chrono::milliseconds(*wait);
     Node* n = &node;
     ex->run_blocking([n, ex, key, shard = *shard, group, m, opts, w] {
+      // The wait counts from here: time spent in the reads below is part of it.
+      const auto until = std::chrono::steady_clock::now() + w;
       // A poll that may wait reads the high watermark before it fetches: a record published
       // between the two is then either delivered by the fetch or beyond the mark waited
       // for. Read after an empty fetch, the mark could include a record the fetch missed,
@@ -328,7 +330,6 @@ void handle_groups(Node& node, const HttpConfig& cfg, const std::shared_ptr<Exch
       // Empty but stopped at a bound (acked batches scanned, dead letters moved): more is
       // ready now, so fetch again rather than park on the high watermark for the whole
       // wait. Each such fetch makes progress; the wait bounds the loop.
-      const auto until = std::chrono::steady_clock::now() + w;
       while (r && r->records.empty() && r->more && std::chrono::steady_clock::now() < until)
         r = n->group_fetch(key, shard, group, m, opts, *inc);
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());

@@ -387,9 +387,27 @@ TEST(ReplicaManager, AMemberWhoseLogWentBackwardsLeavesTheInSyncSetAtOnce) {
   c.start_manager(2);
   c.tell({2});
   ASSERT_TRUE(eventually([&] { return at(2, Offset{0}); }));
+  // While the catalog still records broker 2 in sync (its update is held), broker 2 counts,
+  // and for nothing: a record broker 3 holds is not acknowledged past it.
+  c.block_updates(true);
   auto q = c.logs_[1]->append(4);
+  // (A drop needs two reports below what it had: see below. The check waits on the held
+  // update, so it runs on a thread of its own.)
+  ASSERT_TRUE(eventually([&] { return at(3, Offset{4}); }));
+  std::thread check([&] {
+    for (int i = 0; i < 6000 && c.update_calls() == 0; ++i) {  // at most a minute
+      c.managers_[1]->check_now();
+      std::this_thread::sleep_for(10ms);
+    }
+  });
+  const bool proposed = eventually([&] { return c.update_calls() > 0; });
+  EXPECT_EQ(c.logs_[1]->high_watermark(), Offset{3}) << "the mark passed a record broker 2 lacks";
+  EXPECT_EQ(q.wait_for(0s), std::future_status::timeout);
+  c.block_updates(false);
+  check.join();
+  ASSERT_TRUE(proposed);
   ASSERT_TRUE(eventually([&] {
-    c.managers_[1]->check_now();  // (a drop needs two reports below what it had: see below)
+    c.managers_[1]->check_now();
     return c.catalog().in_sync.size() == 2;
   })) << "broker 2 stayed in sync (electable) holding none of the acknowledged records";
   for (const auto& m : c.catalog().in_sync) EXPECT_NE(m.broker, NodeId{2});

@@ -238,8 +238,6 @@ TEST(PeerTransport, ADroppedResponderAnswersUncertain) {
   EXPECT_EQ(r.error().outcome, Outcome::uncertain) << r.error().to_string();
 }
 
-// Payloads are read into a buffer that grows with the bytes that came (1 MiB, then
-// doubling), not one sized from the header alone: large ones arrive whole and in order.
 // Regression (security review): incoming connections that never said hello were bounded
 // in time (setup_timeout) but not in number: anyone who could reach the port could hold
 // descriptors and memory without end. At most 64 from one address wait for their hello;
@@ -265,6 +263,8 @@ TEST(PeerTransportLimits, ConnectionsWaitingForTheirHelloAreBoundedPerAddress) {
   EXPECT_TRUE(served) << a.log->all();
 }
 
+// Payloads are read into a buffer that grows with the bytes that came (1 MiB, then
+// doubling), not one sized from the header alone: large ones arrive whole and in order.
 TEST(PeerTransportLimits, LargePayloadsArriveWholeThroughTheGrowingBuffer) {
   TestNode a(1), b(2);
   a.knows(b);
