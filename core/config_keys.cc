@@ -100,6 +100,7 @@ constexpr ConfigKey kConfigKeys[] = {
     {"transport.tls.cert_file", "", "PEM certificate chain of this broker for the peer transport. With transport.tls.key_file and transport.tls.ca_file (all three or none): mutual TLS between brokers (docs/security.md \"TLS\")."},
     {"transport.tls.key_file", "", "PEM private key of transport.tls.cert_file."},
     {"transport.tls.ca_file", "", "PEM CA bundle every peer's certificate must chain to; a peer without one, or with another CA's, is refused."},
+    {"transport.tls.require_node_id", "false", "Every peer's certificate, and this broker's own, must name the node id its hello claims, as a URI subjectAltName sluice:node:<id> (docs/security.md \"A node's id in its certificate\"). Without it, a certificate that names nodes is still held to them; one that names none may claim any id."},
     {"broker.max_records_per_publish", "100000", "Largest number of records in one publish request."},
     {"cache.max_value_bytes", "1048576", "Largest cache value a PUT may store; larger gets 413 body_too_large (1..67108864; http.max_body_bytes bounds it too). Every broker keeps its caches' live values in memory."},
     {"cache.max_key_bytes", "512", "Longest cache key in bytes (1..4096); keys are visible ASCII."},

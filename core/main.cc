@@ -545,6 +545,7 @@ int main(int argc, char** argv) {
     topts.tls_cert_file = cfg->get_string("transport.tls.cert_file", "");
     topts.tls_key_file = cfg->get_string("transport.tls.key_file", "");
     topts.tls_ca_file = cfg->get_string("transport.tls.ca_file", "");
+    topts.tls_require_node_id = cfg->get_bool("transport.tls.require_node_id", false);
     topts.log = [&host](LogLevel l, const std::string& m) { host.log(l, "transport", m); };
     auto t = core::AsioPeerTransport::start(topts, peers);
     if (!t) die(1, "transport: " + t.error().message);

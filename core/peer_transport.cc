@@ -14,6 +14,7 @@
 #include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
+#include <openssl/x509v3.h>
 
 #include <boost/asio.hpp>
 #include <boost/asio/ssl.hpp>
@@ -124,11 +125,63 @@ Result<std::shared_ptr<ssl::context>> make_tls_context(const PeerTransportOption
   if (ec) return bad("transport.tls.key_file", o.tls_key_file);
   ctx->load_verify_file(o.tls_ca_file, ec);
   if (ec) return bad("transport.tls.ca_file", o.tls_ca_file);
+  // This node's own certificate must name this node when it names any (or always, with
+  // transport.tls.require_node_id): peers would refuse it otherwise, so it is refused here,
+  // at the start or the reload, where the operator sees why.
+  auto own = certificate_node_ids(SSL_CTX_get0_certificate(ctx->native_handle()));
+  if (!own) return Error(Errc::invalid_argument, "transport.tls.cert_file '" + o.tls_cert_file + "': " + own.error().message);
+  if (o.self.value() != 0 && (!own->empty() || o.tls_require_node_id) &&
+      std::find(own->begin(), own->end(), o.self.value()) == own->end()) {
+    std::string named;
+    for (auto id : *own) named += (named.empty() ? "" : ", ") + std::to_string(id);
+    return Error(Errc::invalid_argument,
+                 "transport.tls.cert_file '" + o.tls_cert_file + "' " +
+                     (own->empty() ? std::string("names no node (a URI subjectAltName sluice:node:<id>), and "
+                                                 "transport.tls.require_node_id is set")
+                                   : "names node " + named) +
+                     ", but this is node " + std::to_string(o.self.value()) + " (node.id)");
+  }
   ctx->set_verify_mode(ssl::verify_peer | ssl::verify_fail_if_no_peer_cert, ec);
   static const unsigned char kSid[] = "sluice-peer";
   SSL_CTX_set_session_id_context(ctx->native_handle(), kSid, sizeof kSid - 1);
   return ctx;
 }
+
+}  // namespace
+
+Result<std::vector<std::uint32_t>> certificate_node_ids(X509* cert) {
+  std::vector<std::uint32_t> out;
+  if (!cert) return out;
+  auto* names = static_cast<GENERAL_NAMES*>(X509_get_ext_d2i(cert, NID_subject_alt_name, nullptr, nullptr));
+  if (!names) return out;
+  static constexpr std::string_view kPrefix = "sluice:node:";
+  std::optional<Error> bad;
+  for (int i = 0; i < sk_GENERAL_NAME_num(names) && !bad; ++i) {
+    const GENERAL_NAME* n = sk_GENERAL_NAME_value(names, i);
+    if (n->type != GEN_URI) continue;
+    const std::string_view uri(reinterpret_cast<const char*>(ASN1_STRING_get0_data(n->d.uniformResourceIdentifier)),
+                               static_cast<std::size_t>(ASN1_STRING_length(n->d.uniformResourceIdentifier)));
+    if (uri.substr(0, kPrefix.size()) != kPrefix) continue;
+    const std::string_view digits = uri.substr(kPrefix.size());
+    std::uint64_t id = 0;
+    bool ok = !digits.empty() && digits.size() <= 10;
+    for (char ch : digits) {
+      if (ch < '0' || ch > '9') ok = false;
+      id = id * 10 + static_cast<unsigned>(ch - '0');
+    }
+    if (!ok || id == 0 || id > 0xffffffffu)
+      bad = Error(Errc::invalid_argument, "the certificate names node '" + printable(std::string(digits)) +
+                                              "' (" + printable(std::string(uri)) +
+                                              "): not a node id from 1 to 4294967295");
+    else
+      out.push_back(static_cast<std::uint32_t>(id));
+  }
+  GENERAL_NAMES_free(names);
+  if (bad) return *bad;
+  return out;
+}
+
+namespace {
 
 // transport.failpoint_file: "drop N" / "delay N MS" (test-only).
 struct Failpoints {
@@ -286,6 +339,9 @@ struct Conn : std::enable_shared_from_this<Conn> {
   NodeId target;         // outgoing: the node we meant to reach
   std::string address;   // outgoing: where; incoming: the remote endpoint
   std::string remote_ip;  // incoming: the remote address alone (kMaxPendingPerAddress)
+  // TLS: the node ids the peer's certificate names (certificate_node_ids); its hello must
+  // claim one of them, or, with none, any id unless transport.tls.require_node_id.
+  std::vector<std::uint32_t> cert_nodes;
   enum class State { connecting, hello_wait, ready, closed } state = State::connecting;
   PeerIdentity peer;
   unsigned char hdr[kHeaderBytes];
@@ -343,6 +399,15 @@ struct Conn : std::enable_shared_from_this<Conn> {
                              self->close(LogLevel::warn, "refused: " + why, self->lost(why));
                              return;
                            }
+                           X509* cert = SSL_get1_peer_certificate(self->tls->native_handle());
+                           auto ids = certificate_node_ids(cert);
+                           X509_free(cert);
+                           if (!ids) {
+                             const std::string why = "the peer's certificate: " + ids.error().message;
+                             self->close(LogLevel::error, "refused: " + why, self->lost(why));
+                             return;
+                           }
+                           self->cert_nodes = std::move(ids).value();
                            self->start_hello();
                          });
   }
@@ -549,6 +614,23 @@ struct Conn : std::enable_shared_from_this<Conn> {
                                 ", this node's id, with directory.id " + printable(hello->directory_id) +
                                 ": two nodes have the same node.id";
         close(LogLevel::error, "refused: " + msg, Error(Errc::conflict, msg));
+        return;
+      }
+      // A certificate names the nodes it may speak for (docs/security.md "A node's id in its
+      // certificate"): without the check, any holder of a certificate the CA signed could
+      // claim another node's id, fence its leaderships or report progress in its name. A
+      // probe (node 0) may only ping, so it needs no name.
+      if (tls && hello->node.value() != 0 &&
+          (!cert_nodes.empty() || t.opts.tls_require_node_id) &&
+          std::find(cert_nodes.begin(), cert_nodes.end(), hello->node.value()) == cert_nodes.end()) {
+        std::string named;
+        for (auto id : cert_nodes) named += (named.empty() ? "" : ", ") + std::to_string(id);
+        const std::string msg =
+            "the peer at " + address + " says it is node " + std::to_string(hello->node.value()) +
+            (cert_nodes.empty() ? ", but its certificate names no node (a URI subjectAltName sluice:node:<id>), "
+                                  "and transport.tls.require_node_id is set"
+                                : ", but its certificate names node " + named);
+        close(LogLevel::error, "refused: " + msg, Error(Errc::unauthorized, msg));
         return;
       }
       if (outgoing && target.value() != 0 && hello->node != target) {

@@ -34,11 +34,14 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "peer_directory.h"
 #include "peer_wire.h"
 #include "sluice/host.h"
 #include "sluice/transport.h"
+
+typedef struct x509_st X509;  // OpenSSL's, without its headers here
 
 namespace sluice::core {
 
@@ -65,7 +68,16 @@ struct PeerTransportOptions {
   // transport.tls.*: all three set, or none (plain TCP). PEM files: this node's certificate
   // chain and key, and the CA (bundle) every peer's certificate must chain to.
   std::string tls_cert_file, tls_key_file, tls_ca_file;
+  // transport.tls.require_node_id: a peer's certificate must name the node id its hello
+  // claims (a URI subjectAltName `sluice:node:<id>`). Without it, a certificate that names
+  // nodes is still held to them; one that names none may claim any id.
+  bool tls_require_node_id = false;
 };
+
+// The node ids a certificate names: its URI subjectAltNames `sluice:node:<id>`
+// (docs/security.md "A node's id in its certificate"). invalid_argument for such a name
+// whose id is not a number from 1 to 2^32-1.
+Result<std::vector<std::uint32_t>> certificate_node_ids(X509* cert);
 
 class AsioPeerTransport final : public PeerTransport {
  public:

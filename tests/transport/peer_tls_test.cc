@@ -15,7 +15,14 @@
 #include <thread>
 #include <vector>
 
+#include <sys/socket.h>
+#include <sys/time.h>
+
+#include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
+
 #include "peer_transport.h"
+#include "peer_wire.h"
 
 using namespace sluice;
 using namespace sluice::core;
@@ -82,8 +89,10 @@ struct Node {
   NodeId id;
 
   // cert: a name in g_dir ("" = plain TCP).
-  Node(std::uint32_t node, const std::string& cert) : id(node) {
-    auto r = AsioPeerTransport::start(options(node, cert, log), dir);
+  Node(std::uint32_t node, const std::string& cert, bool require_node_id = false) : id(node) {
+    auto o = options(node, cert, log);
+    o.tls_require_node_id = require_node_id;
+    auto r = AsioPeerTransport::start(o, dir);
     EXPECT_TRUE(r.ok()) << (r.ok() ? "" : r.error().to_string());
     t = std::move(r.value());
     EXPECT_TRUE(t->handle(kEcho, [](const PeerIdentity& from, std::string p, PeerResponder resp) {
@@ -121,6 +130,17 @@ class PeerTls : public ::testing::Test {
       sh("openssl req " + ec + " -keyout " + n + ".key -out " + n + ".csr -subj /CN=" + n);
       sh("openssl x509 -req -in " + n + ".csr -CA " + c + ".pem -CAkey " + c + ".key -CAcreateserial -out " + n +
          ".pem -days 2 -extfile peer.ext");
+    }
+    // Certificates that name their node (docs/security.md "A node's id in its certificate"),
+    // and one whose name is not a node id.
+    for (auto [name, uri] : {std::pair{"node1", "sluice:node:1"}, {"node2", "sluice:node:2"},
+                             {"badname", "sluice:node:x1"}}) {
+      const std::string n = name;
+      std::ofstream(g_dir + "/" + n + ".ext")
+          << "extendedKeyUsage=serverAuth,clientAuth\nsubjectAltName=URI:" << uri << "\n";
+      sh("openssl req " + ec + " -keyout " + n + ".key -out " + n + ".csr -subj /CN=" + n);
+      sh("openssl x509 -req -in " + n + ".csr -CA ca.pem -CAkey ca.key -CAcreateserial -out " + n +
+         ".pem -days 2 -extfile " + n + ".ext");
     }
   }
   static void TearDownTestSuite() {
@@ -221,3 +241,84 @@ TEST_F(PeerTls, PartialOrBadSettingsRefuseToStart) {
 }
 
 }  // namespace
+
+// A client that speaks for whichever node it likes, over TLS with a certificate of its
+// choosing: what a modified binary holding a certificate of the cluster's CA could do.
+// True if the node at `port` closed the connection instead of answering its echo.
+bool refuses_claim(std::uint16_t port, const std::string& cert, std::uint32_t claims) {
+  namespace asio = boost::asio;
+  namespace ssl = asio::ssl;
+  using boost::asio::ip::tcp;
+  asio::io_context io;
+  ssl::context ctx(ssl::context::tls);
+  ctx.use_certificate_chain_file(g_dir + "/" + cert + ".pem");
+  ctx.use_private_key_file(g_dir + "/" + cert + ".key", ssl::context::pem);
+  ctx.load_verify_file(g_dir + "/ca.pem");
+  ctx.set_verify_mode(ssl::verify_peer);
+  ssl::stream<tcp::socket> s(io, ctx);
+  s.next_layer().connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
+  timeval tv{30, 0};  // a bound on each read: the node answers or closes well before
+  ::setsockopt(s.next_layer().native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  boost::system::error_code ec;
+  s.handshake(ssl::stream_base::client, ec);
+  if (ec) return true;
+  using namespace peerwire;
+  asio::write(s, asio::buffer(encode_frame(Header{0, kHelloType, 0, 0},
+                                           encode_hello({NodeId{claims}, "cluster-a", "dir-x"}))), ec);
+  asio::write(s, asio::buffer(encode_frame(Header{0, kEcho, 1, 0}, "x")), ec);
+  for (int frames = 0; frames < 4; ++frames) {
+    unsigned char h[kHeaderBytes];
+    asio::read(s, asio::buffer(h), ec);
+    if (ec) return true;  // closed (or reset)
+    auto hdr = decode_header(h);
+    if (!hdr) return true;
+    std::string body(hdr->payload_len, '\0');
+    asio::read(s, asio::buffer(body), ec);
+    if (ec) return true;
+    if (hdr->flags & kFlagResponse) return false;  // answered: the claim was accepted
+  }
+  return false;
+}
+
+// Security review: any holder of a certificate the CA signed could claim another node's id
+// in its hello, and fence that node's leaderships or report replication progress in its
+// name. A certificate that names its node (URI sluice:node:<id>) binds the claim.
+TEST_F(PeerTls, ACertificateThatNamesANodeSpeaksForThatNodeAlone) {
+  Node a(1, "node1"), b(2, "node2");
+  auto r = a.echo(b, "hi");
+  ASSERT_TRUE(r.ok()) << r.error().to_string() << a.log->all() << b.log->all();
+  EXPECT_EQ(*r, "from 1: hi");
+  EXPECT_FALSE(refuses_claim(a.t->port(), "node2", 2)) << a.log->all();
+  EXPECT_TRUE(refuses_claim(a.t->port(), "node2", 3)) << "node 2's certificate spoke for node 3";
+  EXPECT_TRUE(poll_until([&] { return a.log->has("says it is node 3", "certificate names node 2"); }))
+      << a.log->all();
+  // A name that is not a node id is refused at the handshake's end, whatever the claim.
+  EXPECT_TRUE(refuses_claim(a.t->port(), "badname", 2));
+  EXPECT_TRUE(poll_until([&] { return a.log->has("not a node id"); })) << a.log->all();
+}
+
+TEST_F(PeerTls, WithRequireNodeIdACertificateWithoutANameIsRefused) {
+  Node a(1, "node1", true), p(2, "peer2");
+  auto r = p.echo(a, "x");
+  ASSERT_FALSE(r.ok()) << *r;
+  EXPECT_TRUE(poll_until([&] { return a.log->has("names no node", "require_node_id"); })) << a.log->all();
+  r = a.echo(p, "x");  // and as the side that dialled
+  ASSERT_FALSE(r.ok()) << *r;
+  EXPECT_EQ(r.error().code, Errc::unauthorized) << r.error().to_string();
+  Node c(2, "node2", true);  // named: served
+  r = c.echo(a, "y");
+  ASSERT_TRUE(r.ok()) << r.error().to_string() << a.log->all();
+}
+
+TEST_F(PeerTls, ABrokerWhoseCertificateNamesAnotherNodeDoesNotStart) {
+  auto log = std::make_shared<Log>();
+  auto r = AsioPeerTransport::start(options(3, "node2", log), std::make_shared<PeerDirectory>());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, Errc::invalid_argument);
+  EXPECT_NE(r.error().message.find("names node 2, but this is node 3"), std::string::npos) << r.error().message;
+  auto o = options(1, "peer1", log);
+  o.tls_require_node_id = true;
+  r = AsioPeerTransport::start(o, std::make_shared<PeerDirectory>());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("names no node"), std::string::npos) << r.error().message;
+}
