@@ -132,6 +132,94 @@ Result<void> DataDirIdentity::adopt_cluster_id(const std::string& cid) {
   return {};
 }
 
+std::string DataDirIdentity::bind_storage_dir(const std::string& storage_dir) {
+  std::lock_guard lk(mu_);
+  const fs::path marker = fs::path(storage_dir) / "storage.properties";
+  // Any error but "not there" stops the start with the identity untouched: an unreadable
+  // storage.dir (permissions after a restore, EIO) is not an empty one.
+  auto fail = [&](const std::string& what, const std::error_code& ec) {
+    throw std::runtime_error(what + ": " + ec.message() + " (directory.id " + directory_id_ + " unchanged)");
+  };
+  auto missing = [](const std::error_code& ec) { return ec == std::errc::no_such_file_or_directory; };
+  std::error_code ec;
+  const auto st = fs::status(storage_dir, ec);
+  if (ec && !missing(ec)) fail("cannot inspect storage.dir " + storage_dir, ec);
+  const bool exists = fs::exists(st);
+  if (exists && !fs::is_directory(st))
+    throw std::runtime_error("storage.dir " + storage_dir + " is not a directory");
+  bool has_copies = false;
+  if (exists) {
+    const auto ms = fs::status(marker, ec);
+    if (ec && !missing(ec)) fail("cannot inspect " + marker.string(), ec);
+    if (fs::exists(ms)) {
+      std::ifstream in(marker);
+      if (!in) throw std::runtime_error("cannot read " + marker.string());
+      std::string line, recorded;
+      while (std::getline(in, line))
+        if (line.rfind("directory.id=", 0) == 0) recorded = line.substr(13);
+      if (recorded == directory_id_) return "";
+      throw std::runtime_error(
+          "storage.dir " + storage_dir + " holds the shard copies of directory.id " +
+          (recorded.empty() ? std::string("(none recorded)") : recorded) + " (" + marker.string() +
+          "), but data.dir " + dir_ + " is directory.id " + directory_id_ +
+          ": two nodes share a storage.dir, or disks were swapped; refusing to start. If the copies "
+          "are this node's (its data.dir was lost and formatted again), remove " + marker.string() +
+          " and start again: they are then this directory's, and rejoin as a new replica's");
+    }
+    // Copies are fs-storage's tenant directories; its own bookkeeping (.clean-shutdown,
+    // .deleted, .delete-pending, .corrupt) holds none, and neither does a new file
+    // system's lost+found. So `rm -rf storage.dir/*` reads as empty, as it is.
+    fs::directory_iterator it(storage_dir, ec);
+    if (ec) fail("cannot list storage.dir " + storage_dir, ec);
+    for (; it != fs::directory_iterator(); it.increment(ec)) {
+      const auto name = it->path().filename().string();
+      if (name.empty() || name[0] == '.' || name == "lost+found") continue;
+      const bool dir = it->is_directory(ec);
+      if (ec) fail("cannot inspect " + it->path().string(), ec);
+      if (dir) has_copies = true;
+    }
+    if (ec) fail("cannot list storage.dir " + storage_dir, ec);
+  }
+  // What can fail comes before the id changes: the directory, and the marker's next
+  // content, written durably beside it and renamed into place last. A crash anywhere only
+  // repeats this at the next start (no marker yet).
+  if (auto made = create_directories_durably(storage_dir); !made)
+    throw std::runtime_error("cannot create storage.dir " + storage_dir + ": " + made.error().message +
+                             " (directory.id " + directory_id_ + " unchanged)");
+  const bool lost = !has_copies && !fresh_;
+  const std::string old = directory_id_;
+  const std::string next = lost ? random_uuid_v4() : directory_id_;
+  std::ostringstream o;
+  o << "# Sluice: whose shard copies this storage directory holds. Do not edit or copy.\n"
+    << "version=1\n"
+    << "node.id=" << node_id_.value() << "\n"
+    << "directory.id=" << next << "\n";
+  const std::string staged = marker.string() + ".next";
+  write_file_durably(staged, o.str());
+  if (lost) {
+    directory_id_ = next;
+    try {
+      write_locked();
+    } catch (...) {
+      directory_id_ = old;
+      throw;
+    }
+  }
+  if (::rename(staged.c_str(), marker.c_str()) != 0)
+    throw std::system_error(errno, std::generic_category(), "rename " + staged);
+  fsync_path(storage_dir, O_RDONLY | O_DIRECTORY);
+  if (lost)
+    return "storage.dir " + storage_dir + " holds no shard copies under data.dir " + dir_ +
+           ", which was formatted before: this broker's shard copies are gone (a replaced or wiped disk). "
+           "New directory.id " + directory_id_ + " (was " + old +
+           "): it rejoins each shard as a new replica, and the control plane no longer takes it for "
+           "the copies it recorded under the old id";
+  if (has_copies)
+    return "storage.dir " + storage_dir + " holds shard copies but no storage.properties (an older build, or "
+           "a data.dir formatted now): they are recorded as the copies of directory.id " + directory_id_;
+  return "";
+}
+
 void DataDirIdentity::write_locked() {
   std::ostringstream o;
   o << "# Sluice node identity. Do not edit: directory.id says which disk this is.\n"

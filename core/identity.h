@@ -7,9 +7,10 @@
 //   cluster.id=0b8e...-....          absent until learned from the metadata store
 //
 // Rules:
-//   * node.id and directory.id exist from the first start; directory.id never changes.
-//     A replica whose directory was wiped comes back with a new directory.id, which is how
-//     the control plane tells it is not the old replica (seed: kafka-15495).
+//   * node.id and directory.id exist from the first start. A replica whose directory was
+//     wiped comes back with a new directory.id, which is how the control plane tells it is
+//     not the old replica (seed: kafka-15495). So does one whose storage.dir lost its shard
+//     copies (bind_storage_dir): otherwise directory.id never changes.
 //   * cluster.id is learned from the metadata store and written (fsync'ed, atomically via
 //     rename) *before* anything uses it. Once written it never changes: a store offering
 //     another id is refused with an error naming both.
@@ -42,6 +43,18 @@ class DataDirIdentity {
   // Persists the id (if new) before returning ok. cluster_id_mismatch if another id is
   // already recorded.
   Result<void> adopt_cluster_id(const std::string& id);
+
+  // Ties storage.dir, where the shard copies are, to this directory.id, through
+  // <storage.dir>/storage.properties (docs/operations.md "Storage directory identity").
+  // Called once at start, before the directory id is used. storage.dir may be a disk of its
+  // own: replaced or wiped, it comes back empty while meta.properties keeps the directory.id
+  // that the catalog records beside its replicas, and the broker would lead with empty
+  // copies (seed kafka-15495). So a storage.dir that is missing or empty (lost+found aside)
+  // under a data directory formatted by an earlier start gets a new directory.id, written to
+  // meta.properties before the marker. One with entries but no marker (made by an older
+  // build) is adopted. Returns a line for the log ("" when there was nothing to do). Throws
+  // std::runtime_error when the marker names another directory.id or cannot be written.
+  std::string bind_storage_dir(const std::string& storage_dir);
 
   DataDirIdentity(DataDirIdentity&& o) noexcept
       : dir_(std::move(o.dir_)), node_id_(o.node_id_), directory_id_(std::move(o.directory_id_)),

@@ -442,6 +442,10 @@ int main(int argc, char** argv) {
   // held: a start that loses the lock to another process must not remove that process's
   // directory. Admin commands need an existing data directory and create nothing of this.
   core::FreshPaths fresh;
+  const std::string storage_dir = [&] {
+    const std::string d = cfg->get_string("storage.dir", "");
+    return d.empty() ? (fs::path(data_dir) / "shards").string() : d;
+  }();
   if (admin.empty()) {
     fresh.note(data_dir);
     fresh.note((fs::path(data_dir) / ".lock").string());
@@ -454,8 +458,8 @@ int main(int argc, char** argv) {
     fresh.note(meta.string());
     const std::string raft_dir = cfg->get_string("raft.dir", "");
     fresh.note(raft_dir.empty() ? (fs::path(data_dir) / "raft").string() : raft_dir);
-    const std::string storage_dir = cfg->get_string("storage.dir", "");
-    fresh.note(storage_dir.empty() ? (fs::path(data_dir) / "shards").string() : storage_dir);
+    fresh.note(storage_dir);
+    fresh.note((fs::path(storage_dir) / "storage.properties").string());  // bind_storage_dir's
     g_fresh = &fresh;
   }
 
@@ -469,6 +473,21 @@ int main(int argc, char** argv) {
     log_line(LogLevel::info, "sluiced",
              "formatted data directory " + data_dir + " (node.id " + std::to_string(node_id.value()) +
                  ", directory.id " + identity->directory_id() + ")");
+
+  // Brokers hold shard copies; a controller-only node has none to lose.
+  if (admin.empty() && roles_have(cfg->get_string("node.roles", "controller,broker"), "broker")) {
+    try {
+      const std::string before = identity->directory_id();
+      const std::string what = identity->bind_storage_dir(storage_dir);
+      // A new directory.id, or old copies under a new data.dir, is news; an adoption is not.
+      if (!what.empty())
+        log_line(identity->directory_id() != before || identity->freshly_formatted() ? LogLevel::warn
+                                                                                     : LogLevel::info,
+                 "sluiced", what);
+    } catch (const std::exception& e) {
+      die(1, e.what());
+    }
+  }
 
   core::NodeHost host(*cfg, *identity);
   core::PluginLoader loader(plugins_dir);

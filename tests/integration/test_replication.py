@@ -716,6 +716,40 @@ class Replication(unittest.TestCase):
                 logs += fh.read()
         self.assertIn("UNCLEAN election", logs)
 
+    def test_a_leader_whose_shard_directory_was_wiped_does_not_lead_on_its_old_word(self):
+        """Seed kafka-15495 through storage.dir: the shard copies may live on a disk of their
+        own. Wiped (a replaced disk), they come back empty beside a meta.properties that kept
+        its directory.id. The broker must get a new directory.id, and must not lead with an
+        empty log as the only in-sync replica the catalog recorded."""
+        leader_id, f_id, other_id, acked = self.two_replica_stream(min_insync=1)
+        self.nodes[f_id].kill()
+        self.wait_in_sync([leader_id])
+        n = self.nodes[leader_id]
+        old_dir = n.request("GET", "/v1/cluster")["directory_id"]
+        n.kill()
+        shutil.rmtree(os.path.join(n.data_dir, "shards"))
+        self.assertTrue(os.path.exists(os.path.join(n.data_dir, "meta.properties")))
+        n.start()
+        new_dir = n.request("GET", "/v1/cluster")["directory_id"]
+        self.assertNotEqual(new_dir, old_dir, "empty shard copies kept the recorded directory.id")
+        with open(n.log_path) as fh:
+            self.assertIn("shard copies are gone", fh.read())
+        why = "the only in-sync replica, broker %d, came back with a new directory" % leader_id
+        ask = self.nodes[other_id]
+        poll(lambda: self.shard(ask)["leader"] == 0 and why in self.shard(ask).get("unavailable_reason", ""),
+             "the controller to leave the shard without a leader, saying why")
+        with self.assertRaises(HttpError) as e:
+            self.publish(ask, ["x"], timeout=30)
+        self.assertEqual((e.exception.status, e.exception.problem.get("code")), (503, "shard_unavailable"))
+        # The follower still holds the acknowledged records: an operator can elect it.
+        f = self.nodes[f_id]
+        f.start()
+        poll(lambda: self.shard(f) and self.shard(f).get("log_end") == 5, "the follower to reopen its 5 records")
+        done = self.cli(ask, "shard", "elect", "t/n/r", "0", "--unclean", "--broker", str(f_id), "--yes")
+        self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
+        self.wait_serving(f_id)
+        self.assertEqual([record_value(r).decode() for r in f.fetch_all("r", 0)], ["r-%d" % i for i in range(5)])
+
     def test_default_min_insync_keeps_the_follower_eligible(self):
         """The same steps with the default min_insync (2 of 2): the in-sync set never shrinks
         to the leader, so when the wiped leader returns the follower is elected without an

@@ -2,6 +2,8 @@
 // identity.
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <map>
@@ -391,6 +393,111 @@ TEST(Identity, ClusterIdPersistedBeforeUseAndNeverChanges) {
   EXPECT_NE(r.error().message.find(a), std::string::npos);
   EXPECT_NE(r.error().message.find(b), std::string::npos);
   EXPECT_EQ(core::DataDirIdentity::open_or_format(dir, NodeId{1}).cluster_id(), a);
+}
+
+// Seed kafka-15495 through storage.dir: the shard copies may live on a disk of their own.
+// Replaced or wiped, that disk comes back empty while meta.properties keeps the directory.id
+// the catalog records beside its replicas; the broker must come back as a new replica.
+TEST(Identity, AStorageDirThatLostItsCopiesGetsANewDirectoryId) {
+  sluice::testing::TestHost tmp;
+  const std::string dir = tmp.data_dir() + "/d", storage = tmp.data_dir() + "/disk2";
+  std::string first;
+  {
+    auto id = core::DataDirIdentity::open_or_format(dir, NodeId{1});
+    first = id.directory_id();
+    EXPECT_EQ(id.bind_storage_dir(storage), "");  // a new data.dir: nothing lost
+    std::ofstream(storage + "/a-shard") << "x";
+  }
+  {
+    auto id = core::DataDirIdentity::open_or_format(dir, NodeId{1});
+    EXPECT_EQ(id.bind_storage_dir(storage), "");
+    EXPECT_EQ(id.directory_id(), first) << "a storage.dir that kept its copies changed the id";
+  }
+  std::filesystem::remove_all(storage);
+  std::filesystem::create_directories(storage + "/lost+found");  // a freshly made file system
+  std::string second;
+  {
+    auto id = core::DataDirIdentity::open_or_format(dir, NodeId{1});
+    const std::string what = id.bind_storage_dir(storage);
+    second = id.directory_id();
+    EXPECT_NE(second, first) << "empty shard copies kept the directory.id the catalog records";
+    EXPECT_NE(what.find("shard copies are gone"), std::string::npos) << what;
+  }
+  // Persisted in meta.properties, before the marker.
+  auto id = core::DataDirIdentity::open_or_format(dir, NodeId{1});
+  EXPECT_EQ(id.directory_id(), second);
+  EXPECT_EQ(id.bind_storage_dir(storage), "");
+  EXPECT_EQ(id.directory_id(), second);
+}
+
+// Review: `rm -rf storage.dir/*` leaves fs-storage's dotfiles (.clean-shutdown, .deleted)
+// and removes the marker; those hold no copy, so the directory is not adopted as one an
+// older build made. And an unreadable storage.dir is an error, not an empty one.
+TEST(Identity, AStorageDirWithOnlyBookkeepingLeftHasNoCopiesAndAnUnreadableOneIsAnError) {
+  sluice::testing::TestHost tmp;
+  const std::string dir = tmp.data_dir() + "/d", storage = tmp.data_dir() + "/s";
+  std::string first;
+  {
+    auto id = core::DataDirIdentity::open_or_format(dir, NodeId{1});
+    first = id.directory_id();
+    id.bind_storage_dir(storage);
+  }
+  std::filesystem::remove(storage + "/storage.properties");
+  std::ofstream(storage + "/.clean-shutdown") << "";
+  std::filesystem::create_directories(storage + "/.deleted");
+  {
+    auto id = core::DataDirIdentity::open_or_format(dir, NodeId{1});
+    id.bind_storage_dir(storage);
+    EXPECT_NE(id.directory_id(), first) << "bookkeeping files were taken for shard copies";
+    first = id.directory_id();
+  }
+  std::filesystem::remove(storage + "/storage.properties");
+  std::filesystem::create_directories(storage + "/t/n/s");  // copies again (an older build's)
+  std::filesystem::permissions(storage, std::filesystem::perms::none);
+  {
+    auto id = core::DataDirIdentity::open_or_format(dir, NodeId{1});
+    if (::geteuid() == 0) {
+      // root reads it anyway: adopted, the id kept.
+      id.bind_storage_dir(storage);
+    } else {
+      EXPECT_THROW(id.bind_storage_dir(storage), std::runtime_error);
+    }
+    EXPECT_EQ(id.directory_id(), first);
+  }
+  std::filesystem::permissions(storage, std::filesystem::perms::owner_all);
+  auto id = core::DataDirIdentity::open_or_format(dir, NodeId{1});
+  EXPECT_EQ(id.directory_id(), first) << "an unreadable storage.dir changed the id";
+  // A storage.dir that is a file is an error too, the id untouched.
+  std::ofstream(tmp.data_dir() + "/file") << "x";
+  EXPECT_THROW(id.bind_storage_dir(tmp.data_dir() + "/file"), std::runtime_error);
+  EXPECT_EQ(id.directory_id(), first);
+}
+
+TEST(Identity, AStorageDirOfAnOlderBuildIsAdoptedAndAnotherDirectorysIsRefused) {
+  sluice::testing::TestHost tmp;
+  const std::string a = tmp.data_dir() + "/a", b = tmp.data_dir() + "/b", storage = tmp.data_dir() + "/s";
+  std::string id_a;
+  {
+    auto id = core::DataDirIdentity::open_or_format(a, NodeId{1});
+    id_a = id.directory_id();
+  }
+  // Shard copies written by a build without the marker: kept, same id.
+  std::filesystem::create_directories(storage + "/t");
+  {
+    auto id = core::DataDirIdentity::open_or_format(a, NodeId{1});
+    EXPECT_NE(id.bind_storage_dir(storage).find("older build"), std::string::npos);
+    EXPECT_EQ(id.directory_id(), id_a);
+  }
+  // Another node's data.dir pointed at the same storage.dir: refused, naming both ids.
+  auto other = core::DataDirIdentity::open_or_format(b, NodeId{2});
+  try {
+    other.bind_storage_dir(storage);
+    FAIL() << "a storage.dir holding another directory's copies was taken";
+  } catch (const std::runtime_error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find(id_a), std::string::npos) << m;
+    EXPECT_NE(m.find(other.directory_id()), std::string::npos) << m;
+  }
 }
 
 TEST(Identity, MalformedMetaPropertiesRefused) {
