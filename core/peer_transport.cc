@@ -152,16 +152,33 @@ Result<std::shared_ptr<ssl::context>> make_tls_context(const PeerTransportOption
 Result<std::vector<std::uint32_t>> certificate_node_ids(X509* cert) {
   std::vector<std::uint32_t> out;
   if (!cert) return out;
-  auto* names = static_cast<GENERAL_NAMES*>(X509_get_ext_d2i(cert, NID_subject_alt_name, nullptr, nullptr));
-  if (!names) return out;
+  // crit: -1 no such extension, -2 more than one; NULL with an extension present: it does
+  // not decode. Either of the latter would otherwise read as "names no node" (fail open).
+  int crit = -1;
+  auto* names = static_cast<GENERAL_NAMES*>(X509_get_ext_d2i(cert, NID_subject_alt_name, &crit, nullptr));
+  if (!names) {
+    if (crit == -1) return out;
+    return Error(Errc::invalid_argument, crit == -2 ? "the certificate has more than one subjectAltName extension"
+                                                    : "the certificate's subjectAltName extension does not decode");
+  }
   static constexpr std::string_view kPrefix = "sluice:node:";
+  // The scheme is case-insensitive (RFC 3986 3.1), the rest is compared as written.
+  auto has_prefix = [](std::string_view uri) {
+    if (uri.size() < kPrefix.size()) return false;
+    for (std::size_t i = 0; i < kPrefix.size(); ++i) {
+      const char c = uri[i];
+      const char l = (c >= 'A' && c <= 'Z' && i < 6) ? static_cast<char>(c - 'A' + 'a') : c;
+      if (l != kPrefix[i]) return false;
+    }
+    return true;
+  };
   std::optional<Error> bad;
   for (int i = 0; i < sk_GENERAL_NAME_num(names) && !bad; ++i) {
     const GENERAL_NAME* n = sk_GENERAL_NAME_value(names, i);
     if (n->type != GEN_URI) continue;
     const std::string_view uri(reinterpret_cast<const char*>(ASN1_STRING_get0_data(n->d.uniformResourceIdentifier)),
                                static_cast<std::size_t>(ASN1_STRING_length(n->d.uniformResourceIdentifier)));
-    if (uri.substr(0, kPrefix.size()) != kPrefix) continue;
+    if (!has_prefix(uri)) continue;
     const std::string_view digits = uri.substr(kPrefix.size());
     std::uint64_t id = 0;
     bool ok = !digits.empty() && digits.size() <= 10;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -16,7 +17,6 @@
 #include <vector>
 
 #include <sys/socket.h>
-#include <sys/time.h>
 
 #include <boost/asio.hpp>
 #include <boost/asio/ssl.hpp>
@@ -244,8 +244,11 @@ TEST_F(PeerTls, PartialOrBadSettingsRefuseToStart) {
 
 // A client that speaks for whichever node it likes, over TLS with a certificate of its
 // choosing: what a modified binary holding a certificate of the cluster's CA could do.
-// True if the node at `port` closed the connection instead of answering its echo.
-bool refuses_claim(std::uint16_t port, const std::string& cert, std::uint32_t claims) {
+// kRefused if the node at `port` closed the connection instead of answering its echo,
+// kAccepted if it answered, kNoAnswer if it did neither within kWait (a watchdog shuts the
+// socket down: blocking Asio reads ignore SO_RCVTIMEO).
+enum Claim { kAccepted, kRefused, kNoAnswer };
+Claim claim(std::uint16_t port, const std::string& cert, std::uint32_t claims) {
   namespace asio = boost::asio;
   namespace ssl = asio::ssl;
   using boost::asio::ip::tcp;
@@ -257,27 +260,44 @@ bool refuses_claim(std::uint16_t port, const std::string& cert, std::uint32_t cl
   ctx.set_verify_mode(ssl::verify_peer);
   ssl::stream<tcp::socket> s(io, ctx);
   s.next_layer().connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
-  timeval tv{30, 0};  // a bound on each read: the node answers or closes well before
-  ::setsockopt(s.next_layer().native_handle(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  boost::system::error_code ec;
-  s.handshake(ssl::stream_base::client, ec);
-  if (ec) return true;
-  using namespace peerwire;
-  asio::write(s, asio::buffer(encode_frame(Header{0, kHelloType, 0, 0},
-                                           encode_hello({NodeId{claims}, "cluster-a", "dir-x"}))), ec);
-  asio::write(s, asio::buffer(encode_frame(Header{0, kEcho, 1, 0}, "x")), ec);
-  for (int frames = 0; frames < 4; ++frames) {
-    unsigned char h[kHeaderBytes];
-    asio::read(s, asio::buffer(h), ec);
-    if (ec) return true;  // closed (or reset)
-    auto hdr = decode_header(h);
-    if (!hdr) return true;
-    std::string body(hdr->payload_len, '\0');
-    asio::read(s, asio::buffer(body), ec);
-    if (ec) return true;
-    if (hdr->flags & kFlagResponse) return false;  // answered: the claim was accepted
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false, fired = false;
+  std::thread watchdog([&] {
+    std::unique_lock lk(mu);
+    if (!cv.wait_for(lk, kWait, [&] { return done; })) {
+      fired = true;
+      ::shutdown(s.next_layer().native_handle(), SHUT_RDWR);
+    }
+  });
+  auto result = [&]() -> Claim {
+    boost::system::error_code ec;
+    s.handshake(ssl::stream_base::client, ec);
+    if (ec) return kRefused;
+    using namespace peerwire;
+    asio::write(s, asio::buffer(encode_frame(Header{0, kHelloType, 0, 0},
+                                             encode_hello({NodeId{claims}, "cluster-a", "dir-x"}))), ec);
+    asio::write(s, asio::buffer(encode_frame(Header{0, kEcho, 1, 0}, "x")), ec);
+    for (int frames = 0; frames < 4; ++frames) {  // its hello, then the answer
+      unsigned char h[kHeaderBytes];
+      asio::read(s, asio::buffer(h), ec);
+      if (ec) return kRefused;  // closed (or reset)
+      auto hdr = decode_header(h);
+      if (!hdr) return kRefused;
+      std::string body(hdr->payload_len, '\0');
+      asio::read(s, asio::buffer(body), ec);
+      if (ec) return kRefused;
+      if (hdr->flags & kFlagResponse) return kAccepted;
+    }
+    return kAccepted;
+  }();
+  {
+    std::lock_guard lk(mu);
+    done = true;
   }
-  return false;
+  cv.notify_all();
+  watchdog.join();
+  return fired ? kNoAnswer : result;
 }
 
 // Security review: any holder of a certificate the CA signed could claim another node's id
@@ -288,12 +308,12 @@ TEST_F(PeerTls, ACertificateThatNamesANodeSpeaksForThatNodeAlone) {
   auto r = a.echo(b, "hi");
   ASSERT_TRUE(r.ok()) << r.error().to_string() << a.log->all() << b.log->all();
   EXPECT_EQ(*r, "from 1: hi");
-  EXPECT_FALSE(refuses_claim(a.t->port(), "node2", 2)) << a.log->all();
-  EXPECT_TRUE(refuses_claim(a.t->port(), "node2", 3)) << "node 2's certificate spoke for node 3";
+  EXPECT_EQ(claim(a.t->port(), "node2", 2), kAccepted) << a.log->all();
+  EXPECT_EQ(claim(a.t->port(), "node2", 3), kRefused) << "node 2's certificate spoke for node 3";
   EXPECT_TRUE(poll_until([&] { return a.log->has("says it is node 3", "certificate names node 2"); }))
       << a.log->all();
   // A name that is not a node id is refused at the handshake's end, whatever the claim.
-  EXPECT_TRUE(refuses_claim(a.t->port(), "badname", 2));
+  EXPECT_EQ(claim(a.t->port(), "badname", 2), kRefused);
   EXPECT_TRUE(poll_until([&] { return a.log->has("not a node id"); })) << a.log->all();
 }
 
