@@ -223,10 +223,6 @@ void ReplicaManager::serve_fetch(const std::shared_ptr<Shard>& s, FetchRequest r
   if (s->role != Role::leader)
     return respond(Error(Errc::not_leader, "broker " + std::to_string(self_.value()) +
                                                " no longer leads " + shard_name(s->ref, s->kind)));
-  // A follower that holds more than this leader wrote holds a tail this leader does not
-  // have: its position says nothing about what it shares with this log, so it is not
-  // recorded (it would count as caught up and, in the in-sync set, toward the high
-  // watermark) until it has truncated.
   // check_envelope looked under this lock, but released it: an assignment in between may
   // have taken the sender off the replica list (and forgotten its progress) or begun
   // another epoch. Recording this fetch then would bring back a position that no longer
@@ -240,6 +236,10 @@ void ReplicaManager::serve_fetch(const std::shared_ptr<Shard>& s, FetchRequest r
     return respond(Error(Errc::conflict, "broker " + std::to_string(req.env.sender.value()) +
                                              " is no longer a replica of " +
                                              shard_name(s->ref, s->kind)));
+  // A follower that holds more than this leader wrote holds a tail this leader does not
+  // have: its position says nothing about what it shares with this log, so it is not
+  // recorded (it would count as caught up and, in the in-sync set, toward the high
+  // watermark) until it has truncated.
   const Offset end = s->log->written_end();
   if (req.fetch_offset > end || req.durable_end > end)
     return respond(Error(Errc::conflict, "fetch offset " +

@@ -460,6 +460,41 @@ TEST(ReplicaManager, OneStaleReportDoesNotDropAMemberTwoInARowDo) {
   ASSERT_TRUE(eventually([&] { return c.catalog().in_sync.size() == 2; }));
 }
 
+// Seed felix-incarnations-postmortem: "Leaders also keep follower positions and quorum
+// marks per incarnation. A recreate at the same generation can't inherit the old stream's
+// progress." The shard is deleted and created again (incarnation 8) under the same name,
+// with the same leader, epoch and replicas; the followers have not heard of it yet. Their
+// positions in incarnation 7 must neither show in incarnation 8's progress nor raise its
+// high watermark: its records would be acknowledged as replicated while only the leader
+// holds them.
+TEST(ReplicaManager, ARecreatedShardInheritsNoFollowerProgressFromTheOldIncarnation) {
+  Cluster c(3);
+  c.tell();
+  for (std::uint64_t i = 1; i <= 3; ++i) ASSERT_TRUE(c.logs_[1]->append(i).get());
+  auto both_at = [&](const ShardRef& ref, Offset end) {
+    int n = 0;
+    for (const auto& p : c.managers_[1]->progress(ref))
+      if (p.broker != NodeId{1} && p.durable_end == end) ++n;
+    return n == 2;
+  };
+  ASSERT_TRUE(eventually([&] { return both_at(shard_ref(), Offset{3}); }));
+  c.managers_[2]->stop();
+  c.managers_[3]->stop();
+  auto recreated = std::make_shared<ModelLog>(shard_ref(8));
+  ASSERT_TRUE(c.managers_[1]->assign(recreated, c.catalog()));
+  auto q = recreated->append(1);
+  (void)recreated->append(2);
+  auto third = recreated->append(3);
+  c.managers_[1]->check_now();
+  EXPECT_TRUE(c.managers_[1]->progress(shard_ref()).empty()) << "incarnation 7 is still led";
+  for (const auto& p : c.managers_[1]->progress(shard_ref(8)))
+    if (p.broker != NodeId{1}) EXPECT_EQ(p.durable_end, Offset{0}) << "broker " << p.broker.value();
+  EXPECT_FALSE(both_at(shard_ref(8), Offset{3}));
+  EXPECT_EQ(recreated->high_watermark(), Offset{0})
+      << "incarnation 8's mark rose on the followers' word about incarnation 7";
+  EXPECT_EQ(q.wait_for(0s), std::future_status::timeout) << "a record only the leader holds was acknowledged";
+}
+
 // Seed kafka-15495: the catalog still names broker 1 leader, but broker 1 came back with
 // an empty disk (a new directory id). It must not lead: its empty log would become the truth.
 TEST(ReplicaManager, ABrokerBackWithANewDirectoryNeverLeadsOnTheCatalogsOldWord) {
