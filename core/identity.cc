@@ -15,6 +15,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <system_error>
+#include <utility>
 
 namespace sluice::core {
 
@@ -99,6 +100,7 @@ DataDirIdentity DataDirIdentity::open_or_format(const std::string& dir, NodeId c
   if (!is_uuid(id.directory_id_))
     throw std::runtime_error(path + ": missing or malformed directory.id");
   id.cluster_id_ = kv["cluster.id"];
+  id.marked_ = kv["storage.marked"] == "true";
   if (!id.cluster_id_.empty() && !is_uuid(id.cluster_id_))
     throw std::runtime_error(path + ": malformed cluster.id '" + id.cluster_id_ + "'");
   if (id.node_id_ != configured)
@@ -132,7 +134,7 @@ Result<void> DataDirIdentity::adopt_cluster_id(const std::string& cid) {
   return {};
 }
 
-std::string DataDirIdentity::bind_storage_dir(const std::string& storage_dir) {
+std::string DataDirIdentity::bind_storage_dir(const std::string& storage_dir, bool configured) {
   std::lock_guard lk(mu_);
   const fs::path marker = fs::path(storage_dir) / "storage.properties";
   // Any error but "not there" stops the start with the identity untouched: an unreadable
@@ -141,12 +143,20 @@ std::string DataDirIdentity::bind_storage_dir(const std::string& storage_dir) {
     throw std::runtime_error(what + ": " + ec.message() + " (directory.id " + directory_id_ + " unchanged)");
   };
   auto missing = [](const std::error_code& ec) { return ec == std::errc::no_such_file_or_directory; };
+  const bool marked_before = marked_;
   std::error_code ec;
   const auto st = fs::status(storage_dir, ec);
   if (ec && !missing(ec)) fail("cannot inspect storage.dir " + storage_dir, ec);
   const bool exists = fs::exists(st);
   if (exists && !fs::is_directory(st))
     throw std::runtime_error("storage.dir " + storage_dir + " is not a directory");
+  // A configured storage.dir that does not exist is a disk not mounted or a typo, not a
+  // lost disk: a replaced disk is an empty directory (docs/operations.md).
+  if (!exists && configured && !fresh_)
+    throw std::runtime_error("storage.dir " + storage_dir + " does not exist, and data.dir " + dir_ +
+                             " was formatted before (directory.id " + directory_id_ +
+                             "): is its disk mounted? If this broker's shard copies are gone, create it "
+                             "empty: the broker then gets a new directory.id and rejoins as a new replica");
   bool has_copies = false;
   if (exists) {
     const auto ms = fs::status(marker, ec);
@@ -157,14 +167,20 @@ std::string DataDirIdentity::bind_storage_dir(const std::string& storage_dir) {
       std::string line, recorded;
       while (std::getline(in, line))
         if (line.rfind("directory.id=", 0) == 0) recorded = line.substr(13);
-      if (recorded == directory_id_) return "";
+      if (recorded == directory_id_) {
+        pending_storage_dir_ = storage_dir;  // records storage.marked if a crash lost it
+        return "";
+      }
       throw std::runtime_error(
           "storage.dir " + storage_dir + " holds the shard copies of directory.id " +
           (recorded.empty() ? std::string("(none recorded)") : recorded) + " (" + marker.string() +
-          "), but data.dir " + dir_ + " is directory.id " + directory_id_ +
-          ": two nodes share a storage.dir, or disks were swapped; refusing to start. If the copies "
-          "are this node's (its data.dir was lost and formatted again), remove " + marker.string() +
-          " and start again: they are then this directory's, and rejoin as a new replica's");
+          "), but data.dir " + dir_ + " is directory.id " + directory_id_ + "; refusing to start. " +
+          (fresh_ ? "If the copies are this node's (its data.dir was lost and formatted now), remove " +
+                        marker.string() + " and start again: they are then this directory's, and rejoin "
+                        "as a new replica's; if another node uses this storage.dir, fix storage.dir"
+                  : "They are not this directory's: another node's, or this broker's from before it got "
+                    "a new directory.id (a disk mounted again after its replacement). Move them aside "
+                    "and start with an empty storage.dir"));
     }
     // Copies are fs-storage's tenant directories; its own bookkeeping (.clean-shutdown,
     // .deleted, .delete-pending, .corrupt) holds none, and neither does a new file
@@ -180,24 +196,22 @@ std::string DataDirIdentity::bind_storage_dir(const std::string& storage_dir) {
     }
     if (ec) fail("cannot list storage.dir " + storage_dir, ec);
   }
-  // What can fail comes before the id changes: the directory, and the marker's next
-  // content, written durably beside it and renamed into place last. A crash anywhere only
-  // repeats this at the next start (no marker yet).
-  if (auto made = create_directories_durably(storage_dir); !made)
-    throw std::runtime_error("cannot create storage.dir " + storage_dir + ": " + made.error().message +
-                             " (directory.id " + directory_id_ + " unchanged)");
+  // Copies without a marker are adopted only before this data.dir ever marked one (an older
+  // build made them). After, they are no one's known copies: a disk from before a
+  // replacement, say, whose records this directory.id does not vouch for.
+  if (has_copies && marked_)
+    throw std::runtime_error("storage.dir " + storage_dir + " holds shard copies but no storage.properties, "
+                             "and data.dir " + dir_ + " (directory.id " + directory_id_ +
+                             ") marked its storage.dir before: these copies are not known to be this "
+                             "directory's (a disk from before a replacement?). Move them aside and start "
+                             "with an empty storage.dir; refusing to start");
+  // The marker is written later, by commit_storage_dir, once the start cannot be refused any
+  // more (a refused start leaves no marker behind); the new id now, before anything uses it.
   const bool lost = !has_copies && !fresh_;
   const std::string old = directory_id_;
-  const std::string next = lost ? random_uuid_v4() : directory_id_;
-  std::ostringstream o;
-  o << "# Sluice: whose shard copies this storage directory holds. Do not edit or copy.\n"
-    << "version=1\n"
-    << "node.id=" << node_id_.value() << "\n"
-    << "directory.id=" << next << "\n";
-  const std::string staged = marker.string() + ".next";
-  write_file_durably(staged, o.str());
   if (lost) {
-    directory_id_ = next;
+    directory_id_ = random_uuid_v4();
+    marked_ = false;  // no marker names the new id yet
     try {
       write_locked();
     } catch (...) {
@@ -205,19 +219,45 @@ std::string DataDirIdentity::bind_storage_dir(const std::string& storage_dir) {
       throw;
     }
   }
-  if (::rename(staged.c_str(), marker.c_str()) != 0)
-    throw std::system_error(errno, std::generic_category(), "rename " + staged);
-  fsync_path(storage_dir, O_RDONLY | O_DIRECTORY);
+  pending_storage_dir_ = storage_dir;
   if (lost)
     return "storage.dir " + storage_dir + " holds no shard copies under data.dir " + dir_ +
-           ", which was formatted before: this broker's shard copies are gone (a replaced or wiped disk). "
-           "New directory.id " + directory_id_ + " (was " + old +
+           ", which was formatted before: this broker's shard copies are gone (a replaced or wiped disk" +
+           (!marked_before ? std::string(", or a broker that held none when it was upgraded to this build") : "") +
+           "). New directory.id " + directory_id_ + " (was " + old +
            "): it rejoins each shard as a new replica, and the control plane no longer takes it for "
-           "the copies it recorded under the old id";
+           "the copies it recorded under the old id. Single-replica shards it held are empty now";
   if (has_copies)
     return "storage.dir " + storage_dir + " holds shard copies but no storage.properties (an older build, or "
            "a data.dir formatted now): they are recorded as the copies of directory.id " + directory_id_;
   return "";
+}
+
+void DataDirIdentity::commit_storage_dir() {
+  std::lock_guard lk(mu_);
+  if (pending_storage_dir_.empty()) return;
+  const std::string storage_dir = std::exchange(pending_storage_dir_, std::string());
+  if (auto made = create_directories_durably(storage_dir); !made)
+    throw std::runtime_error("cannot create storage.dir " + storage_dir + ": " + made.error().message);
+  const fs::path marker = fs::path(storage_dir) / "storage.properties";
+  std::error_code ec;
+  if (!fs::exists(marker, ec)) {
+    std::ostringstream o;
+    o << "# Sluice: whose shard copies this storage directory holds. Do not edit or copy.\n"
+      << "version=1\n"
+      << "node.id=" << node_id_.value() << "\n"
+      << "directory.id=" << directory_id_ << "\n";
+    write_file_durably(marker.string(), o.str());  // the file, then its directory, synced
+  }
+  if (!marked_) {
+    marked_ = true;
+    try {
+      write_locked();
+    } catch (...) {
+      marked_ = false;
+      throw;
+    }
+  }
 }
 
 void DataDirIdentity::write_locked() {
@@ -227,6 +267,8 @@ void DataDirIdentity::write_locked() {
     << "node.id=" << node_id_.value() << "\n"
     << "directory.id=" << directory_id_ << "\n";
   if (!cluster_id_.empty()) o << "cluster.id=" << cluster_id_ << "\n";
+  // bind_storage_dir wrote storage.properties into storage.dir (older builds ignore it).
+  if (marked_) o << "storage.marked=true\n";
   write_file_durably((fs::path(dir_) / "meta.properties").string(), o.str());
 }
 

@@ -54,11 +54,19 @@ class DataDirIdentity {
   // meta.properties before the marker. One with entries but no marker (made by an older
   // build) is adopted. Returns a line for the log ("" when there was nothing to do). Throws
   // std::runtime_error when the marker names another directory.id or cannot be written.
-  std::string bind_storage_dir(const std::string& storage_dir);
+  // `configured`: storage.dir was set (a missing one is then refused, not taken for lost).
+  // Copies without a marker are adopted only while meta.properties has no storage.marked
+  // (the first start of this build); after, they are refused (a disk from before a
+  // replacement). The marker itself is written by commit_storage_dir.
+  std::string bind_storage_dir(const std::string& storage_dir, bool configured = false);
+  // Once the start can no longer be refused (before any shard opens): creates storage.dir,
+  // writes its storage.properties durably, then storage.marked. Throws on I/O failure.
+  void commit_storage_dir();
 
   DataDirIdentity(DataDirIdentity&& o) noexcept
       : dir_(std::move(o.dir_)), node_id_(o.node_id_), directory_id_(std::move(o.directory_id_)),
-        cluster_id_(std::move(o.cluster_id_)), fresh_(o.fresh_) {}
+        cluster_id_(std::move(o.cluster_id_)), fresh_(o.fresh_), marked_(o.marked_),
+        pending_storage_dir_(std::move(o.pending_storage_dir_)) {}
 
  private:
   DataDirIdentity() = default;
@@ -69,6 +77,8 @@ class DataDirIdentity {
   std::string directory_id_;
   std::string cluster_id_;
   bool fresh_ = false;
+  bool marked_ = false;  // meta.properties storage.marked: a storage.properties names this id
+  std::string pending_storage_dir_;  // bind_storage_dir's, for commit_storage_dir
   mutable std::mutex mu_;
 };
 

@@ -459,7 +459,6 @@ int main(int argc, char** argv) {
     const std::string raft_dir = cfg->get_string("raft.dir", "");
     fresh.note(raft_dir.empty() ? (fs::path(data_dir) / "raft").string() : raft_dir);
     fresh.note(storage_dir);
-    fresh.note((fs::path(storage_dir) / "storage.properties").string());  // bind_storage_dir's
     g_fresh = &fresh;
   }
 
@@ -478,7 +477,8 @@ int main(int argc, char** argv) {
   if (admin.empty() && roles_have(cfg->get_string("node.roles", "controller,broker"), "broker")) {
     try {
       const std::string before = identity->directory_id();
-      const std::string what = identity->bind_storage_dir(storage_dir);
+      const std::string what =
+          identity->bind_storage_dir(storage_dir, !cfg->get_string("storage.dir", "").empty());
       // A new directory.id, or old copies under a new data.dir, is news; an adoption is not.
       if (!what.empty())
         log_line(identity->directory_id() != before || identity->freshly_formatted() ? LogLevel::warn
@@ -533,6 +533,12 @@ int main(int argc, char** argv) {
   // or bootstrapped counts toward commits): nothing it wrote is taken back any more.
   g_fresh = nullptr;
   fresh.forget();
+  // Now that the start stands, before any shard opens: storage.dir's marker.
+  try {
+    identity->commit_storage_dir();
+  } catch (const std::exception& e) {
+    die(1, std::string("storage.dir: ") + e.what());
+  }
 
   NodeInfo info;
   info.cluster_id = host.cluster_id();

@@ -161,14 +161,16 @@ Result<std::vector<std::uint32_t>> certificate_node_ids(X509* cert) {
     return Error(Errc::invalid_argument, crit == -2 ? "the certificate has more than one subjectAltName extension"
                                                     : "the certificate's subjectAltName extension does not decode");
   }
+  static constexpr std::string_view kScheme = "sluice:";
   static constexpr std::string_view kPrefix = "sluice:node:";
-  // The scheme is case-insensitive (RFC 3986 3.1), the rest is compared as written.
-  auto has_prefix = [](std::string_view uri) {
-    if (uri.size() < kPrefix.size()) return false;
-    for (std::size_t i = 0; i < kPrefix.size(); ++i) {
+  // The scheme is case-insensitive (RFC 3986 3.1). Any other sluice: URI is an error, not
+  // "no name": a certificate meant to name its node must not fail open on a typo.
+  auto is_sluice = [](std::string_view uri) {
+    if (uri.size() < kScheme.size()) return false;
+    for (std::size_t i = 0; i < kScheme.size(); ++i) {
       const char c = uri[i];
-      const char l = (c >= 'A' && c <= 'Z' && i < 6) ? static_cast<char>(c - 'A' + 'a') : c;
-      if (l != kPrefix[i]) return false;
+      const char l = (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
+      if (l != kScheme[i]) return false;
     }
     return true;
   };
@@ -178,7 +180,12 @@ Result<std::vector<std::uint32_t>> certificate_node_ids(X509* cert) {
     if (n->type != GEN_URI) continue;
     const std::string_view uri(reinterpret_cast<const char*>(ASN1_STRING_get0_data(n->d.uniformResourceIdentifier)),
                                static_cast<std::size_t>(ASN1_STRING_length(n->d.uniformResourceIdentifier)));
-    if (!has_prefix(uri)) continue;
+    if (!is_sluice(uri)) continue;
+    if (uri.substr(kScheme.size(), kPrefix.size() - kScheme.size()) != kPrefix.substr(kScheme.size())) {
+      bad = Error(Errc::invalid_argument, "the certificate names '" + printable(std::string(uri)) +
+                                              "': a sluice: name must be sluice:node:<id>");
+      break;
+    }
     const std::string_view digits = uri.substr(kPrefix.size());
     std::uint64_t id = 0;
     bool ok = !digits.empty() && digits.size() <= 10;

@@ -134,7 +134,7 @@ class PeerTls : public ::testing::Test {
     // Certificates that name their node (docs/security.md "A node's id in its certificate"),
     // and one whose name is not a node id.
     for (auto [name, uri] : {std::pair{"node1", "sluice:node:1"}, {"node2", "sluice:node:2"},
-                             {"badname", "sluice:node:x1"}}) {
+                             {"badname", "sluice:node:x1"}, {"typo", "sluice:Node:2"}}) {
       const std::string n = name;
       std::ofstream(g_dir + "/" + n + ".ext")
           << "extendedKeyUsage=serverAuth,clientAuth\nsubjectAltName=URI:" << uri << "\n";
@@ -315,6 +315,9 @@ TEST_F(PeerTls, ACertificateThatNamesANodeSpeaksForThatNodeAlone) {
   // A name that is not a node id is refused at the handshake's end, whatever the claim.
   EXPECT_EQ(claim(a.t->port(), "badname", 2), kRefused);
   EXPECT_TRUE(poll_until([&] { return a.log->has("not a node id"); })) << a.log->all();
+  // So is a misspelt one: it must not read as "names no node" (and so any node).
+  EXPECT_EQ(claim(a.t->port(), "typo", 7), kRefused);
+  EXPECT_TRUE(poll_until([&] { return a.log->has("must be sluice:node:<id>"); })) << a.log->all();
 }
 
 TEST_F(PeerTls, WithRequireNodeIdACertificateWithoutANameIsRefused) {

@@ -398,79 +398,83 @@ TEST(Identity, ClusterIdPersistedBeforeUseAndNeverChanges) {
 // Seed kafka-15495 through storage.dir: the shard copies may live on a disk of their own.
 // Replaced or wiped, that disk comes back empty while meta.properties keeps the directory.id
 // the catalog records beside its replicas; the broker must come back as a new replica.
+namespace {
+std::string start_with(const std::string& dir, const std::string& storage, std::string* id_out,
+                       bool configured = true) {
+  auto id = core::DataDirIdentity::open_or_format(dir, NodeId{1});
+  std::string what = id.bind_storage_dir(storage, configured);
+  id.commit_storage_dir();
+  if (id_out) *id_out = id.directory_id();
+  return what;
+}
+}  // namespace
+
 TEST(Identity, AStorageDirThatLostItsCopiesGetsANewDirectoryId) {
   sluice::testing::TestHost tmp;
   const std::string dir = tmp.data_dir() + "/d", storage = tmp.data_dir() + "/disk2";
-  std::string first;
-  {
-    auto id = core::DataDirIdentity::open_or_format(dir, NodeId{1});
-    first = id.directory_id();
-    EXPECT_EQ(id.bind_storage_dir(storage), "");  // a new data.dir: nothing lost
-    std::ofstream(storage + "/a-shard") << "x";
-  }
-  {
-    auto id = core::DataDirIdentity::open_or_format(dir, NodeId{1});
-    EXPECT_EQ(id.bind_storage_dir(storage), "");
-    EXPECT_EQ(id.directory_id(), first) << "a storage.dir that kept its copies changed the id";
-  }
+  std::string first, again, second, third;
+  EXPECT_EQ(start_with(dir, storage, &first), "");  // a new data.dir: nothing lost
+  EXPECT_TRUE(std::filesystem::exists(storage + "/storage.properties"));
+  std::filesystem::create_directories(storage + "/t/n/s");
+  EXPECT_EQ(start_with(dir, storage, &again), "");
+  EXPECT_EQ(again, first) << "a storage.dir that kept its copies changed the id";
   std::filesystem::remove_all(storage);
   std::filesystem::create_directories(storage + "/lost+found");  // a freshly made file system
-  std::string second;
-  {
-    auto id = core::DataDirIdentity::open_or_format(dir, NodeId{1});
-    const std::string what = id.bind_storage_dir(storage);
-    second = id.directory_id();
-    EXPECT_NE(second, first) << "empty shard copies kept the directory.id the catalog records";
-    EXPECT_NE(what.find("shard copies are gone"), std::string::npos) << what;
+  const std::string what = start_with(dir, storage, &second);
+  EXPECT_NE(second, first) << "empty shard copies kept the directory.id the catalog records";
+  EXPECT_NE(what.find("shard copies are gone"), std::string::npos) << what;
+  // Persisted in meta.properties, and the marker names it.
+  EXPECT_EQ(start_with(dir, storage, &third), "");
+  EXPECT_EQ(third, second);
+}
+
+// Review: a configured storage.dir that does not exist is a disk not mounted (or a typo),
+// refused with the id untouched. And once a marker was written, copies without one (a disk
+// from before a replacement, mounted again) are refused, not adopted under the new id.
+TEST(Identity, AMissingConfiguredStorageDirAndUnmarkedCopiesAfterAMarkAreRefused) {
+  sluice::testing::TestHost tmp;
+  const std::string dir = tmp.data_dir() + "/d", storage = tmp.data_dir() + "/disk2";
+  std::string first;
+  start_with(dir, storage, &first);
+  std::filesystem::remove_all(storage);
+  try {
+    start_with(dir, storage, nullptr);
+    FAIL() << "a configured storage.dir that does not exist was taken for a lost disk";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("is its disk mounted"), std::string::npos) << e.what();
   }
-  // Persisted in meta.properties, before the marker.
-  auto id = core::DataDirIdentity::open_or_format(dir, NodeId{1});
-  EXPECT_EQ(id.directory_id(), second);
-  EXPECT_EQ(id.bind_storage_dir(storage), "");
-  EXPECT_EQ(id.directory_id(), second);
+  EXPECT_EQ(core::DataDirIdentity::open_or_format(dir, NodeId{1}).directory_id(), first)
+      << "a refused start changed the id";
+  // The old disk comes back without its marker but with copies: not adopted.
+  std::filesystem::create_directories(storage + "/t/n/s");
+  EXPECT_THROW(start_with(dir, storage, nullptr), std::runtime_error);
+  auto again = core::DataDirIdentity::open_or_format(dir, NodeId{1});
+  EXPECT_EQ(again.directory_id(), first);
 }
 
 // Review: `rm -rf storage.dir/*` leaves fs-storage's dotfiles (.clean-shutdown, .deleted)
-// and removes the marker; those hold no copy, so the directory is not adopted as one an
-// older build made. And an unreadable storage.dir is an error, not an empty one.
-TEST(Identity, AStorageDirWithOnlyBookkeepingLeftHasNoCopiesAndAnUnreadableOneIsAnError) {
+// and removes the marker; those hold no copy. And an unreadable storage.dir, or a file in
+// its place, is an error that leaves the id alone.
+TEST(Identity, AStorageDirWithOnlyBookkeepingLeftHasNoCopiesAndBadOnesAreErrors) {
   sluice::testing::TestHost tmp;
   const std::string dir = tmp.data_dir() + "/d", storage = tmp.data_dir() + "/s";
-  std::string first;
-  {
-    auto id = core::DataDirIdentity::open_or_format(dir, NodeId{1});
-    first = id.directory_id();
-    id.bind_storage_dir(storage);
-  }
+  std::string first, second;
+  start_with(dir, storage, &first);
   std::filesystem::remove(storage + "/storage.properties");
   std::ofstream(storage + "/.clean-shutdown") << "";
   std::filesystem::create_directories(storage + "/.deleted");
-  {
-    auto id = core::DataDirIdentity::open_or_format(dir, NodeId{1});
-    id.bind_storage_dir(storage);
-    EXPECT_NE(id.directory_id(), first) << "bookkeeping files were taken for shard copies";
-    first = id.directory_id();
-  }
-  std::filesystem::remove(storage + "/storage.properties");
-  std::filesystem::create_directories(storage + "/t/n/s");  // copies again (an older build's)
-  std::filesystem::permissions(storage, std::filesystem::perms::none);
-  {
-    auto id = core::DataDirIdentity::open_or_format(dir, NodeId{1});
-    if (::geteuid() == 0) {
-      // root reads it anyway: adopted, the id kept.
-      id.bind_storage_dir(storage);
-    } else {
-      EXPECT_THROW(id.bind_storage_dir(storage), std::runtime_error);
-    }
-    EXPECT_EQ(id.directory_id(), first);
-  }
-  std::filesystem::permissions(storage, std::filesystem::perms::owner_all);
+  start_with(dir, storage, &second);
+  EXPECT_NE(second, first) << "bookkeeping files were taken for shard copies";
   auto id = core::DataDirIdentity::open_or_format(dir, NodeId{1});
-  EXPECT_EQ(id.directory_id(), first) << "an unreadable storage.dir changed the id";
-  // A storage.dir that is a file is an error too, the id untouched.
   std::ofstream(tmp.data_dir() + "/file") << "x";
-  EXPECT_THROW(id.bind_storage_dir(tmp.data_dir() + "/file"), std::runtime_error);
-  EXPECT_EQ(id.directory_id(), first);
+  EXPECT_THROW(id.bind_storage_dir(tmp.data_dir() + "/file", true), std::runtime_error);
+  EXPECT_EQ(id.directory_id(), second);
+  if (::geteuid() != 0) {  // root reads anything
+    std::filesystem::permissions(storage, std::filesystem::perms::none);
+    EXPECT_THROW(id.bind_storage_dir(storage, true), std::runtime_error);
+    std::filesystem::permissions(storage, std::filesystem::perms::owner_all);
+    EXPECT_EQ(id.directory_id(), second);
+  }
 }
 
 TEST(Identity, AStorageDirOfAnOlderBuildIsAdoptedAndAnotherDirectorysIsRefused) {
@@ -485,13 +489,14 @@ TEST(Identity, AStorageDirOfAnOlderBuildIsAdoptedAndAnotherDirectorysIsRefused) 
   std::filesystem::create_directories(storage + "/t");
   {
     auto id = core::DataDirIdentity::open_or_format(a, NodeId{1});
-    EXPECT_NE(id.bind_storage_dir(storage).find("older build"), std::string::npos);
+    EXPECT_NE(id.bind_storage_dir(storage, true).find("older build"), std::string::npos);
+    id.commit_storage_dir();
     EXPECT_EQ(id.directory_id(), id_a);
   }
   // Another node's data.dir pointed at the same storage.dir: refused, naming both ids.
   auto other = core::DataDirIdentity::open_or_format(b, NodeId{2});
   try {
-    other.bind_storage_dir(storage);
+    other.bind_storage_dir(storage, true);
     FAIL() << "a storage.dir holding another directory's copies was taken";
   } catch (const std::runtime_error& e) {
     const std::string m = e.what();
