@@ -3,6 +3,8 @@
 // groups per shard incarnation.
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include <atomic>
 
 #include "group.h"
@@ -166,12 +168,17 @@ TEST_F(GroupTest, AFetchStoppedByABoundSaysMoreAndOnlyThen) {
     bb.add(std::nullopt, big, {}, 1000);
     ASSERT_TRUE(append_wait(*shard_, bb.finish()));
   }
-  std::size_t got = 0, fetches = 0;
-  do {
-    d = fetch(100);
-    got += d.records.size();
-    ++fetches;
-  } while (d.more && fetches < 20);
+  // Fetches while the answer says more (at most 20): the records delivered and the fetches.
+  auto drain = [&] {
+    std::size_t got = 0, fetches = 0;
+    do {
+      d = fetch(100);
+      got += d.records.size();
+      ++fetches;
+    } while (d.more && fetches < 20);
+    return std::pair{got, fetches};
+  };
+  auto [got, fetches] = drain();
   EXPECT_EQ(got, 40u);
   EXPECT_GT(fetches, 1u) << "the byte bound stopped the first delivery";
   EXPECT_FALSE(d.more);
@@ -180,12 +187,7 @@ TEST_F(GroupTest, AFetchStoppedByABoundSaysMoreAndOnlyThen) {
   std::vector<Offset> all;
   for (std::uint64_t o = 12; o < 52; ++o) all.push_back(Offset(o));
   ASSERT_TRUE(shard_->group_nack("g", all));
-  got = fetches = 0;
-  do {
-    d = fetch(100);
-    got += d.records.size();
-    ++fetches;
-  } while (d.more && fetches < 20);
+  std::tie(got, fetches) = drain();
   EXPECT_EQ(got, 40u);
   EXPECT_GT(fetches, 1u);
   ASSERT_TRUE(shard_->group_ack("g", all));

@@ -362,23 +362,36 @@ TEST(ReplicaManager, AMemberBackWithANewDirectoryStopsTheHighWatermarkAtOnce) {
   EXPECT_TRUE(a2.get());
 }
 
+// Whether the leader, broker 1, reports broker `b` at durable end `end`.
+bool reported_at(Cluster& c, std::uint32_t b, Offset end) {
+  for (const auto& p : c.managers_[1]->progress(shard_ref()))
+    if (p.broker == NodeId{b} && p.durable_end == end) return true;
+  return false;
+}
+
+// Three brokers, lag playing no part (a drop must not wait for it), records 1..3 acknowledged
+// and broker 2 reported at 3.
+void three_records_on_three(Cluster& c) {
+  c.tell();
+  for (std::uint64_t i = 1; i <= 3; ++i) ASSERT_TRUE(c.logs_[1]->append(i).get());
+  ASSERT_TRUE(eventually([&] { return reported_at(c, 2, Offset{3}); }));
+}
+
+ReplicaOptions no_lag_drops() {
+  auto o = Cluster::fast_options();
+  o.max_lag = 60s;
+  return o;
+}
+
 // Review finding: a member whose copy lost data under the same directory (a damaged or
 // removed shard directory beside a surviving meta.properties, a repair) reported a shorter
 // log and was taken at its word: it counted at its new position and stayed in the in-sync
 // set, electable, for up to max_lag. It now counts for nothing and leaves the set at the
 // next check, then joins again once it holds everything.
 TEST(ReplicaManager, AMemberWhoseLogWentBackwardsLeavesTheInSyncSetAtOnce) {
-  auto o = Cluster::fast_options();
-  o.max_lag = 60s;  // lag plays no part: the drop must not wait for it
-  Cluster c(3, o);
-  c.tell();
-  for (std::uint64_t i = 1; i <= 3; ++i) ASSERT_TRUE(c.logs_[1]->append(i).get());
-  auto at = [&](std::uint32_t b, Offset end) {
-    for (const auto& p : c.managers_[1]->progress(shard_ref()))
-      if (p.broker == NodeId{b} && p.durable_end == end) return true;
-    return false;
-  };
-  ASSERT_TRUE(eventually([&] { return at(2, Offset{3}); }));
+  Cluster c(3, no_lag_drops());
+  three_records_on_three(c);
+  auto at = [&](std::uint32_t b, Offset end) { return reported_at(c, b, end); };
   // Broker 2 comes back with the same directory id and an empty shard log, and cannot
   // catch up for now.
   c.managers_[2]->stop();
@@ -426,17 +439,9 @@ TEST(ReplicaManager, AMemberWhoseLogWentBackwardsLeavesTheInSyncSetAtOnce) {
 // the retry that replaced it): it alone does not drop the member (late review). Two in a row
 // do.
 TEST(ReplicaManager, OneStaleReportDoesNotDropAMemberTwoInARowDo) {
-  auto o = Cluster::fast_options();
-  o.max_lag = 60s;
-  Cluster c(3, o);
-  c.tell();
-  for (std::uint64_t i = 1; i <= 3; ++i) ASSERT_TRUE(c.logs_[1]->append(i).get());
-  auto at = [&](std::uint32_t b, Offset end) {
-    for (const auto& p : c.managers_[1]->progress(shard_ref()))
-      if (p.broker == NodeId{b} && p.durable_end == end) return true;
-    return false;
-  };
-  ASSERT_TRUE(eventually([&] { return at(2, Offset{3}); }));
+  Cluster c(3, no_lag_drops());
+  three_records_on_three(c);
+  auto at = [&](std::uint32_t b, Offset end) { return reported_at(c, b, end); };
   c.managers_[2]->stop();  // only the fetches below reach the leader for broker 2
   auto report = [&](Offset durable_end) {
     FetchRequest req;
