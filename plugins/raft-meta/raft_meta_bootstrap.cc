@@ -232,11 +232,31 @@ Result<void> RaftMetaStore::start() {
   }
 
   // Wait until the group has a leader and this member has the catalog: the leader applies
-  // everything in its log (a barrier); a follower waits until it applied what the leader
-  // had committed when it first heard from it. Then its own member record and the group's
-  // level floor are current, so a member restarted below the floor is refused (or found
-  // held) here, at start, rather than after it served a stale catalog (docs/upgrades.md).
-  std::uint64_t catch_up_to = 0;
+  // everything in its log (a barrier); a follower waits until it applied what the other
+  // members had applied when it asked them (a read index, over the controller RPC). Then
+  // its own member record and the group's level floor are current, so a member restarted
+  // below the floor is refused (or found held) here, at start, rather than after it served
+  // a stale catalog (docs/upgrades.md). The follower's own commit index is no such target:
+  // right after a restart it is what its log alone proves (0 without a snapshot) until the
+  // leader's first append is processed, which may come after the leader is known.
+  std::uint64_t catch_up_to = 0;    // the fallback target: a raft index
+  std::uint64_t catch_up_seq = 0;   // the read index: a change sequence (applied() of a member)
+  int read_index_rounds = 0;
+  auto next_read_index = std::chrono::steady_clock::now();
+  auto fsm_applied_seq = [&] {
+    std::lock_guard lk(fsm_mu_);
+    return fsm_.applied().value();
+  };
+  auto group_read_index = [&]() -> std::optional<std::uint64_t> {
+    std::optional<std::uint64_t> best;
+    for (const auto& addr : peer_rpc_addresses()) {
+      auto budget = std::clamp(remaining(), std::chrono::milliseconds(1), std::chrono::milliseconds(1000));
+      auto st = probe_member_status(addr, host_, budget, cfg_.rpc_tls);
+      if (!st.ok() || st->id == host_.node_id()) continue;
+      best = std::max(best.value_or(0), st->applied.value());
+    }
+    return best;
+  };
   for (;;) {
     if (held_error()) break;  // a held member still announces itself (and is refused)
     const RaftRole role = n->role();
@@ -246,9 +266,24 @@ Result<void> RaftMetaStore::start() {
       if (b.error().code != Errc::not_leader && b.error().code != Errc::unavailable)
         return fail(b.error());
     } else if (role == RaftRole::follower && n->leader_id() != 0) {
-      if (catch_up_to == 0) catch_up_to = std::max<std::uint64_t>(n->commit_index(), 1);
+      if (catch_up_to == 0 && catch_up_seq == 0 && std::chrono::steady_clock::now() >= next_read_index) {
+        if (auto ri = group_read_index()) {
+          catch_up_seq = std::max<std::uint64_t>(*ri, 1);
+        } else if (++read_index_rounds >= 10) {
+          // No other member answers its controller RPC (addresses recorded by an older
+          // start, say): the commit index is all there is. Raft still holds this member
+          // if it applies an entry above its level; only the refusal comes later.
+          catch_up_to = std::max<std::uint64_t>(n->commit_index(), 1);
+          log(LogLevel::warn, "no other member answered for a read index; catching up to the commit index " +
+                                  std::to_string(catch_up_to) + " known here");
+        } else {
+          next_read_index = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+        }
+      }
       std::lock_guard lk(fsm_mu_);
-      if (!fsm_.cluster_id().empty() && n->last_applied() >= catch_up_to) break;
+      if (!fsm_.cluster_id().empty() && ((catch_up_seq != 0 && fsm_.applied().value() >= catch_up_seq) ||
+                                         (catch_up_to != 0 && n->last_applied() >= catch_up_to)))
+        break;
     }
     if (remaining().count() <= 0)
       return fail(Error(Errc::unavailable,
@@ -257,6 +292,9 @@ Result<void> RaftMetaStore::start() {
                             std::string(to_string(n->role())) + ", applied " +
                             std::to_string(n->last_applied()) +
                             (catch_up_to ? " of " + std::to_string(catch_up_to) + " committed" : std::string()) +
+                            (catch_up_seq ? ", change " + std::to_string(fsm_applied_seq()) + " of " +
+                                                std::to_string(catch_up_seq) + " the group applied"
+                                          : std::string()) +
                             ")"));
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
