@@ -172,6 +172,35 @@ Result<RecoveredLog> fresh_log(FileSystem& fs, const std::string& ldir) {
   out.snapshot_end = 0;
   return out;
 }
+// An empty file made durable: created, synced, and its directory entry synced.
+Result<void> write_empty_durably(FileSystem& fs, const std::string& path) {
+  auto f = fs.open(path, OpenMode::create_truncate);
+  if (!f) return f.error();
+  if (auto r = (*f)->datasync(); !r) return r;
+  return sync_parent_dir(fs, path);
+}
+
+// A replicated copy's registration on this disk (docs/replication.md "A lost shard copy").
+// Returns whether the copy at `dir` is a lost one: its mark says this storage.dir created it,
+// and its log is gone (`had_log` false) or an earlier open found it gone (lost-copy). A copy
+// without a mark is new, or an older build's (adopted as it is): the mark is written, with
+// every directory leading to it synced, before the caller creates the copy's directories.
+// So a crash in between leaves a mark without a copy: read as lost, which costs that copy a
+// catch-up and nothing else.
+Result<bool> check_replica_mark(FileSystem& fs, const std::string& root, const ShardRef& ref,
+                                const std::string& dir, bool had_log) {
+  auto mark = replica_mark(root, ref);
+  if (!mark) return mark.error();
+  auto marked = fs.exists(*mark);
+  if (!marked) return marked.error();
+  if (*marked) {
+    if (!had_log) return true;
+    return fs.exists(dir + "/" + std::string(kLostCopyFile));
+  }
+  if (auto r = make_dirs(fs, parent_dir(*mark)); !r) return r.error();
+  if (auto r = write_empty_durably(fs, *mark); !r) return r.error();
+  return false;
+}
 }  // namespace
 
 Result<std::shared_ptr<ShardLog>> FsStorageEngine::open_shard(const ShardRef& ref,
@@ -253,11 +282,45 @@ Result<std::shared_ptr<ShardLogImpl>> FsStorageEngine::open_unlocked(const Shard
     if (p == opts_.dir || p == "/" || p == ".") break;
   }
   deferred.add(parent_dir(opts_.dir));
+  bool copy_lost = false;
+  if (spec.replication_factor > 1) {
+    auto lost = check_replica_mark(*fs_, opts_.dir, ref, dir, *had_log);
+    if (!lost) {
+      host_.log(LogLevel::error, kComponent,
+                "cannot open shard " + ref.to_string() + ": its mark in " + std::string(kReplicasDir) + ": " +
+                    lost.error().message);
+      return lost.error();
+    }
+    copy_lost = *lost;
+  }
+  // A lost copy says so durably before its log directory exists: a restart that finds a
+  // log (empty, or refilled by fetches) must still know it is not the copy the catalog
+  // counted, and a crash before this leaves no log, which reads as lost again.
+  if (copy_lost && !*had_log) {
+    host_.log(LogLevel::error, kComponent,
+              "shard " + ref.to_string() + ": this storage.dir held a copy of it and its log is gone "
+              "(deleted or lost with its directory); it starts empty as a lost copy, which never leads "
+              "and takes itself out of the in-sync set until it has caught up (docs/replication.md "
+              "\"A lost shard copy\")");
+    DirSyncList chain;  // the shard directory's entry and every one above it
+    for (std::string p = dir; p.size() >= opts_.dir.size(); p = parent_dir(p)) {
+      chain.add(parent_dir(p));
+      if (p == opts_.dir || p == "/" || p == ".") break;
+    }
+    Result<void> r = fs_storage::make_dirs(*fs_, dir);
+    if (r) r = chain.sync(*fs_);
+    if (r) r = write_empty_durably(*fs_, dir + "/" + std::string(kLostCopyFile));
+    if (!r) {
+      host_.log(LogLevel::error, kComponent, "cannot open shard " + ref.to_string() + ": " + r.error().message);
+      return r.error();
+    }
+  }
   if (auto r = fs_storage::make_dirs(*fs_, ldir, &deferred); !r) return r.error();
   if (!defer) {
     if (auto r = deferred.sync(*fs_); !r) return r.error();
   }
   ReplicaSetup replica;
+  replica.copy_lost = copy_lost;
   if (spec.replication_factor > 1) {
     // Before anything else: the epochs this replica has acted in (persistent fencing).
     auto history = EpochHistory::load(*fs_, dir);
@@ -426,7 +489,7 @@ Result<void> FsStorageEngine::assign(const ShardRef& ref, const ReplicaAssignmen
   auto* ops = shard->group_ops();
   if (!ops) return {};
   ops->log()->set_quorum_timeout(std::chrono::milliseconds(opts_.replication_quorum_timeout_ms));
-  return (*m)->assign(std::make_shared<ShardReplicaLog>(ops->log()), a, LogKind::groups);
+  return (*m)->assign(std::make_shared<ShardReplicaLog>(ops->log(), shard), a, LogKind::groups);
 }
 
 void FsStorageEngine::close_shard(const ShardRef& ref) {

@@ -303,6 +303,28 @@ Result<void> FsStorageEngine::finish_marker(const std::string& marker, const std
   }
   for (const auto& p : parents)
     if (auto r = fs_->sync_dir(p); !r) return r;
+  // The copies are gone for good: so are their marks (layout.h kReplicasDir), and a name's
+  // mark directory once empty. Not synced: a mark that comes back after a crash reads its
+  // copy as lost if the shard is ever opened here again (a reassignment back), which costs
+  // that copy a catch-up.
+  // (The empty directory goes under mu_ and not while an open of the name is writing a mark
+  // in it, as delete_doomed's remove_if_empty.)
+  for (const auto& rel : rel_dirs) {
+    const std::string mark = opts_.dir + "/" + std::string(kReplicasDir) + "/" + rel;
+    if (auto r = fs_->remove(mark); !r) {
+      host_.log(LogLevel::warn, kComponent, "cannot remove " + mark + ": " + r.error().message);
+      continue;
+    }
+    std::vector<std::string> parts;  // <tenant>/<ns>/<stream>/<shard dir>, as the marker holds
+    for (std::size_t b = 0, e; b <= rel.size(); b = e + 1) {
+      e = std::min(rel.find('/', b), rel.size());
+      parts.push_back(rel.substr(b, e - b));
+    }
+    if (parts.size() != 4) continue;
+    std::lock_guard lk(mu_);
+    if (opening_stream(StreamKey{parts[0], parts[1], parts[2]})) continue;
+    if (auto left = fs_->list(parent_dir(mark)); left && left->empty()) (void)fs_->remove_dir(parent_dir(mark));
+  }
   if (stop_at("storage.delete.after_move"))
     return Error(Errc::internal, "delete stopped after the move (test hook)");
 

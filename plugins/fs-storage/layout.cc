@@ -26,6 +26,10 @@ Result<std::string> shard_dir(const std::string& root, const ShardRef& ref) {
          shard_dir_name(ref.shard, ref.incarnation);
 }
 
+Result<std::string> replica_mark(const std::string& root, const ShardRef& ref) {
+  return shard_dir(root + "/" + std::string(kReplicasDir), ref);
+}
+
 std::optional<std::pair<ShardIndex, Incarnation>> parse_shard_dir_name(std::string_view name) {
   const auto dash = name.find('-');
   const std::string_view dec = name.substr(0, dash);

@@ -12,6 +12,9 @@
 //           producers.snapshot             idempotent-producer state at a segment boundary
 //         groups/<group>/journal           one consumer group (group.h)
 //         groups/<group>/dead-letters/log/ its dead-letter log (same segment format)
+//         lost-copy                        this disk held the replicated shard and lost
+//                                          its log (docs/replication.md "A lost shard copy")
+//     .replicas/<t>/<n>/<s>/<shard>        empty file: a replicated copy was created here
 //     .delete-pending/<id>.marker          an unfinished delete (engine.h, delete protocol)
 //     .deleted/<id>/<t>/<n>/<s>/<shard>    moved-away incarnations, garbage to remove
 //
@@ -57,6 +60,13 @@ std::optional<std::pair<ShardIndex, Incarnation>> parse_shard_dir_name(std::stri
 // digit or '_', so these can never collide with a tenant.
 inline constexpr std::string_view kDeletedDir = ".deleted";
 inline constexpr std::string_view kDeletePendingDir = ".delete-pending";
+inline constexpr std::string_view kReplicasDir = ".replicas";
+
+// Beside the shard's directories, on the same disk: <root>/.replicas/<t>/<n>/<s>/<shard dir
+// name>, whose presence says this storage.dir created a copy of the replicated shard. The
+// copy's log directory missing while this exists is a lost copy, not a new one.
+Result<std::string> replica_mark(const std::string& root, const ShardRef& ref);
+inline constexpr std::string_view kLostCopyFile = "lost-copy";
 
 inline std::string log_dir(const std::string& shard_dir) { return shard_dir + "/log"; }
 

@@ -758,6 +758,44 @@ void ReplicaManager::request_new_epoch(const std::shared_ptr<Shard>& s,
                            std::to_string(r->version.value()) + ")");
 }
 
+void ReplicaManager::request_leave_in_sync(const std::shared_ptr<Shard>& s, const ReplicaAssignment& ra) {
+  ShardUpdate u;
+  {
+    std::lock_guard lk(s->mu);
+    if (s->removed || s->ra.version != ra.version) return;  // the shard moved on meanwhile
+    u.key = s->ref.stream;
+    u.shard = s->ref.shard;
+    u.incarnation = s->ref.incarnation;
+  }
+  u.expected_version = ra.version;
+  u.leader = ra.leader;
+  u.leader_epoch = ra.leader_epoch;
+  if (ra.leader == self_) {
+    // Leaderless in the next epoch: the controller elects an in-sync replica, or says why
+    // it cannot (an empty set: the acknowledged records are on no counted copy).
+    u.leader = NodeId{0};
+    u.leader_epoch = LeaderEpoch{ra.leader_epoch.value() + 1};
+  }
+  for (const auto& m : ra.in_sync)
+    if (m.broker != self_) u.in_sync.push_back(m);
+  auto r = update_shard_(u);  // blocks for at most the metadata timeout; no lock held
+  std::lock_guard lk(s->mu);
+  const auto name = shard_name(s->ref, s->kind);
+  if (!r) {
+    // As request_new_epoch: a conflict means a newer assignment is on its way, and assign()
+    // asks again if it still counts this copy.
+    const bool conflict = r.error().code == Errc::conflict || r.error().code == Errc::stale_route;
+    log_(conflict ? LogLevel::info : LogLevel::warn,
+         name + ": leaving the in-sync set: " + r.error().message + (conflict ? "" : " (retrying)"));
+    if (!conflict && !s->removed)
+      after(opts_.retry_backoff,
+            [this, s, ra] { post_catalog([this, s, ra] { request_leave_in_sync(s, ra); }, true); });
+    return;
+  }
+  log_(LogLevel::info, name + ": this lost copy left the in-sync set (version " +
+                           std::to_string(r->version.value()) + ")");
+}
+
 void ReplicaManager::fence_group_log(Shard& data, const std::shared_ptr<Shard>& g,
                                      LeaderEpoch newer) {
   // Called with data.mu held (lock order: the manager's mu_, data, then groups; `g` was

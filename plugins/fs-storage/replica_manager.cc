@@ -277,7 +277,37 @@ Result<void> ReplicaManager::assign(std::shared_ptr<ReplicaLog> log,
   const bool recorded = std::any_of(ra.in_sync.begin(), ra.in_sync.end(), [&](const InSyncReplica& m) {
     return m.broker == self_ && m.directory_id == directory_id_;
   });
-  if (ra.leader == self_ && !recorded) {
+  // A copy this disk lost (docs/replication.md "A lost shard copy") is a new replica under
+  // the old directory id, so the catalog's record of it is not its own: while the catalog
+  // counts it, it leads nothing and asks to leave the in-sync set; once the catalog no
+  // longer counts it, it is an ordinary follower, and the leader's rule brings it back
+  // once it has caught up. It may follow meanwhile: a leader counts its position, so its
+  // short log only holds the high watermark back.
+  bool lost = s->log->copy_lost();
+  if (lost && !recorded) {
+    if (auto r = s->log->forget_copy_lost(); !r)
+      log_(LogLevel::warn, shard_name(ref, kind) + ": " + r.error().message);
+    else
+      log_(LogLevel::info, shard_name(ref, kind) + ": the catalog no longer counts this lost copy in the "
+                                                   "in-sync set; it follows as a new replica");
+    lost = false;
+  }
+  if (lost && kind == LogKind::data && s->leave_asked_at != ra.version) {
+    s->leave_asked_at = ra.version;
+    log_(LogLevel::error, shard_name(ref, kind) + ": this disk lost its copy, which the catalog still counts in "
+                          "the in-sync set (version " + std::to_string(ra.version.value()) +
+                          "); asking to leave it" +
+                          (ra.leader == self_ ? " and the leadership of epoch " +
+                                                    std::to_string(ra.leader_epoch.value())
+                                              : std::string()));
+    auto self = s;
+    post_catalog([this, self, ra] { request_leave_in_sync(self, ra); }, true);
+  }
+  if (ra.leader == self_ && lost) {
+    if (s->role != Role::none || s->epoch != ra.leader_epoch)
+      log_(LogLevel::error, shard_name(ref, kind) + ": the catalog names this broker leader in epoch " +
+                                std::to_string(ra.leader_epoch.value()) + ", but its copy was lost: not leading");
+  } else if (ra.leader == self_ && !recorded) {
     if (s->role != Role::none || s->epoch != ra.leader_epoch)
       log_(LogLevel::error,
            shard_name(ref, kind) + ": the catalog names this broker leader in epoch " +

@@ -80,6 +80,11 @@ class ReplicaLog {
   virtual Result<void> become_leader(LeaderEpoch epoch) = 0;
   // It led `epoch` before it was reopened: it may not lead `epoch` again (a new one first).
   virtual bool led_before_reopen(LeaderEpoch epoch) = 0;
+  // This disk held a copy of the shard once and lost it (docs/replication.md "A lost shard
+  // copy"): it must not lead, and takes itself out of the in-sync set; once the catalog no
+  // longer counts it, forget_copy_lost() makes it an ordinary follower.
+  virtual bool copy_lost() { return false; }
+  virtual Result<void> forget_copy_lost() { return {}; }
   virtual Result<void> become_follower(LeaderEpoch epoch, NodeId leader) = 0;
   // Deposed: a newer epoch exists. Pending and later quorum appends fail with fenced.
   virtual Result<void> fence(LeaderEpoch newer) = 0;
@@ -229,6 +234,10 @@ class ReplicaManager {
   // The catalog names this replica leader in an epoch it led before it was reopened: ask
   // for the next epoch (same leader, same in-sync set); the new assignment arrives as usual.
   void request_new_epoch(const std::shared_ptr<Shard>& s, const ReplicaAssignment& ra);
+  // A lost copy the catalog still counts: this broker out of the in-sync set, and out of
+  // the leadership (leader 0, the next epoch) if it has it (docs/replication.md "A lost
+  // shard copy").
+  void request_leave_in_sync(const std::shared_ptr<Shard>& s, const ReplicaAssignment& ra);
   // A data log's leader learned of a newer epoch: its group op log stops leading too.
   void fence_group_log(Shard& data, const std::shared_ptr<Shard>& group_log, LeaderEpoch newer);
 

@@ -105,6 +105,9 @@ struct ReplicaManager::Shard {
   // The assignment version at which this replica asked the catalog for a new epoch
   // because it led the current one before it was reopened (request_new_epoch).
   std::optional<ShardVersion> new_epoch_asked_at;
+  // The assignment version at which this lost copy asked to leave the in-sync set
+  // (request_leave_in_sync).
+  std::optional<ShardVersion> leave_asked_at;
 
   // Follower.
   bool truncated = false;  // the epoch-end truncation ran in this generation

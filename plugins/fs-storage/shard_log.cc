@@ -31,11 +31,18 @@ ShardLogImpl::ShardLogImpl(ShardRef ref, RetentionPolicy retention, std::string 
                      : recovered.next_offset),
       written_producers_(std::move(recovered.producers)),
       segments_(std::move(recovered.segments)), retention_(retention),
-      replicated_(replica.replicated), history_(std::move(replica.history)),
+      replicated_(replica.replicated), copy_lost_(replica.copy_lost), history_(std::move(replica.history)),
       hwm_(acked_end_), durable_end_(recovered.next_offset), written_end_(recovered.next_offset),
       snapshot_end_(recovered.snapshot_end) {}
 
 ShardLogImpl::~ShardLogImpl() = default;
+
+Result<void> ShardLogImpl::forget_copy_lost() {
+  if (!copy_lost_.load(std::memory_order_acquire)) return {};
+  if (auto r = fs_->remove(dir_ + "/" + std::string(kLostCopyFile)); !r) return r;
+  copy_lost_.store(false, std::memory_order_release);
+  return {};
+}
 
 void ShardLogImpl::flush() {
   std::string failed_already;

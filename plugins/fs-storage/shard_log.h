@@ -107,6 +107,7 @@ struct ReplicaSetup {
   std::uint32_t min_insync = 1;
   EpochHistory history;         // loaded before recovery; replicated shards only
   Offset hwm_checkpoint;        // the high watermark it closed with (capped at the log end)
+  bool copy_lost = false;       // <dir>/lost-copy exists (engine.cc check_replica_mark)
 };
 
 // read_raw's answer: whole stored batches, byte for byte as on disk.
@@ -237,6 +238,13 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   // calls, append_replica and truncate_to answer not_supported, and advance_high_watermark,
   // set_in_sync, set_quorum_timeout and expire_quorum_waiters change nothing.
   bool replicated() const { return replicated_; }
+  // This disk created a copy of the shard and lost its log (docs/replication.md "A lost
+  // shard copy"): the copy never leads, and counts in no in-sync set, until the catalog no
+  // longer counts it; then forget_copy_lost() removes <dir>/lost-copy and it is an ordinary
+  // follower. Not synced: a crash before the removal is durable finds it lost again, which
+  // costs a catch-up.
+  bool copy_lost() const { return copy_lost_.load(std::memory_order_acquire); }
+  Result<void> forget_copy_lost();
   // End of fdatasync'd data (every batch below it survives a crash).
   Offset durable_end() const { return Offset(durable_end_.load(std::memory_order_acquire)); }
   // End of written data, synced or not (docs/replication.md "Shipping before the leader's
@@ -546,6 +554,7 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   VerifyLater verify_later_;
 
   const bool replicated_;
+  std::atomic<bool> copy_lost_;
   std::mutex repl_mu_;   // role changes, append_replica, truncate_to, restart_at; history writes
   std::mutex epoch_mu_;  // history_ (readers copy under it; written under repl_mu_ too)
   EpochHistory history_;

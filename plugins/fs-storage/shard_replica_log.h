@@ -16,7 +16,10 @@ namespace sluice::fs_storage {
 
 class ShardReplicaLog final : public ReplicaLog {
  public:
-  explicit ShardReplicaLog(std::shared_ptr<ShardLogImpl> log) : log_(std::move(log)) {}
+  // `owner`: the data log whose directory this log lives in (a group op log's shard), which
+  // answers for a lost copy; by default the log itself.
+  explicit ShardReplicaLog(std::shared_ptr<ShardLogImpl> log, std::shared_ptr<ShardLogImpl> owner = nullptr)
+      : log_(std::move(log)), owner_(owner ? std::move(owner) : log_) {}
   const std::shared_ptr<ShardLogImpl>& shard() const { return log_; }
 
   const ShardRef& ref() const override { return log_->ref(); }
@@ -29,6 +32,8 @@ class ShardReplicaLog final : public ReplicaLog {
   Result<EpochEnd> end_offset_for(LeaderEpoch e) override { return log_->end_offset_for(e); }
   Result<void> become_leader(LeaderEpoch e) override { return log_->become_leader(e); }
   bool led_before_reopen(LeaderEpoch e) override { return log_->led_before_reopen(e); }
+  bool copy_lost() override { return owner_->copy_lost(); }
+  Result<void> forget_copy_lost() override { return owner_->forget_copy_lost(); }
   Result<void> become_follower(LeaderEpoch e, NodeId leader) override {
     return log_->become_follower(e, leader);
   }
@@ -63,6 +68,7 @@ class ShardReplicaLog final : public ReplicaLog {
 
  private:
   std::shared_ptr<ShardLogImpl> log_;
+  std::shared_ptr<ShardLogImpl> owner_;
 };
 
 }  // namespace sluice::fs_storage

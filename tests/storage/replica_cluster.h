@@ -77,6 +77,16 @@ class ModelLog : public ReplicaLog {
   }
   Result<void> become_leader(LeaderEpoch e) override { return take_epoch(e, true); }
   bool led_before_reopen(LeaderEpoch) override { return false; }  // the model never reopens
+  bool copy_lost() override { return lost_.load(); }
+  Result<void> forget_copy_lost() override {
+    lost_.store(false);
+    return {};
+  }
+  void set_lost() { lost_.store(true); }  // a copy its disk lost (docs/replication.md)
+  bool ever_led() {
+    std::lock_guard lk(mu_);
+    return ever_led_;
+  }
   Result<void> become_follower(LeaderEpoch e, NodeId) override { return take_epoch(e, false); }
   Result<void> fence(LeaderEpoch e) override {
     std::lock_guard lk(mu_);
@@ -321,6 +331,7 @@ class ModelLog : public ReplicaLog {
     if (!lead) fail_waiters(Error(Errc::fenced, "now a follower"));
     epoch_ = e;
     leading_ = lead;
+    ever_led_ = ever_led_ || lead;
     return {};
   }
   // Like the real log, end notifications run with no lock of the log held (the manager may
@@ -364,6 +375,8 @@ class ModelLog : public ReplicaLog {
   bool refuse_appends_ = false;
   LeaderEpoch epoch_{0};
   bool leading_ = false;
+  bool ever_led_ = false;
+  std::atomic<bool> lost_{false};
   std::size_t members_ = 1;
   std::uint32_t min_insync_ = 1;
   std::deque<Waiter> waiters_;

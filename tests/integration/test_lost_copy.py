@@ -1,0 +1,116 @@
+"""A lost shard copy (docs/replication.md "A lost shard copy"): seed kafka-15495 for one
+shard. A broker's copy of one replicated shard is gone (its directory deleted, or removed
+after damage) while the rest of its storage.dir, and so its directory.id, survive. The
+catalog still records that copy as in sync. It must never lead or be elected from the empty
+copy: it takes itself out of the in-sync set, follows as a new replica, and comes back once
+it has caught up. Every acknowledged record survives.
+
+Three real brokers, on one PostgreSQL (LostCopy) and on three raft-meta controllers
+(RaftLostCopy)."""
+import glob
+import os
+import shutil
+import unittest
+
+import test_replication as base
+import test_replication_raft as raft
+from harness import HttpError, poll, record_value
+
+
+class LostCopyTests:
+    def remove_shard_dir(self, node_id, stream="r"):
+        """Kills the broker and deletes its copy of shard 0 of `stream`, nothing else."""
+        n = self.nodes[node_id]
+        n.kill()
+        dirs = glob.glob(os.path.join(n.data_dir, "shards", "t", "n", stream, "0-*"))
+        self.assertEqual(len(dirs), 1, dirs)
+        shutil.rmtree(dirs[0])
+        # The rest of storage.dir stays: its marks, and so the broker's directory.id.
+        self.assertTrue(os.path.isdir(os.path.join(n.data_dir, "shards", ".replicas")))
+
+    def log_of(self, node_id):
+        with open(self.nodes[node_id].log_path, "rb") as f:
+            return f.read().decode(errors="replace")
+
+    def test_a_leader_whose_copy_of_one_shard_was_lost_does_not_lead_it(self):
+        """RF 2, min_insync 1: the in-sync set shrinks to the leader, whose copy of the shard
+        is then deleted. Back with the same directory.id, it must not lead from the empty
+        copy (the catalog still names it leader and only in-sync member): it gives up the
+        leadership and the in-sync set, so the shard has no leader and publishes fail. The
+        follower still holds the 5 acknowledged records; an operator elects it, and the
+        lost copy catches up from it."""
+        leader_id, f_id, other_id, acked = self.two_replica_stream(min_insync=1)
+        self.nodes[f_id].kill()
+        self.wait_in_sync([leader_id])
+        n = self.nodes[leader_id]
+        old_dir = n.request("GET", "/v1/cluster")["directory_id"]
+        self.remove_shard_dir(leader_id)
+        n.start()
+        self.assertEqual(n.request("GET", "/v1/cluster")["directory_id"], old_dir,
+                         "one lost shard copy changed the broker's directory.id")
+        ask = self.nodes[other_id]
+        poll(lambda: (lambda s: s["leader"] == 0 and s["in_sync"] == [])(self.shard(ask)),
+             "the lost copy to give up the leadership and the in-sync set")
+        log = self.log_of(leader_id)
+        self.assertIn("its log is gone", log)
+        self.assertIn("asking to leave it and the leadership", log)
+        with self.assertRaises(HttpError) as e:
+            self.publish(ask, ["x"], timeout=30)
+        self.assertEqual((e.exception.status, e.exception.problem.get("code")), (503, "shard_unavailable"))
+        f = self.nodes[f_id]
+        f.start()
+        poll(lambda: self.shard(f) and self.shard(f).get("log_end") == 5, "the follower to reopen its 5 records")
+        done = self.cli(ask, "shard", "elect", "t/n/r", "0", "--unclean", "--broker", str(f_id), "--yes")
+        self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
+        self.wait_serving(f_id)
+        self.assertEqual([record_value(r).decode() for r in f.fetch_all("r", 0)], ["r-%d" % i for i in range(5)])
+        for res in self.publish(f, ["after"]):
+            acked[res["offset"]] = "after"
+        # The lost copy follows as a new replica, and the leader brings it back once caught up.
+        self.wait_in_sync([leader_id, f_id])
+        self.wait_caught_up()
+        self.check_replicas(acked)
+        self.assertNotIn("leading in epoch", self.log_of(leader_id).split("its log is gone")[1])
+
+    def test_a_lost_follower_copy_is_never_elected(self):
+        """RF 2, min_insync 2: the follower's copy is deleted, then the leader dies too. The
+        follower comes back first, under the directory id the in-sync set records: it takes
+        itself out of the set instead of being elected from the empty copy, so the shard
+        waits for the old leader, which still holds the 5 acknowledged records."""
+        leader_id, f_id, other_id, acked = self.two_replica_stream(min_insync=2)
+        self.remove_shard_dir(f_id)
+        self.nodes[leader_id].kill()
+        self.nodes[f_id].start()
+        ask = self.nodes[other_id]
+        poll(lambda: sorted(m["broker"] for m in self.shard(ask)["in_sync"]) == [leader_id],
+             "the lost copy to leave the in-sync set")
+        poll(lambda: "asking to leave it" in self.log_of(f_id), "the lost copy to say so")
+        self.assertNotIn("leading in epoch", self.log_of(f_id).split("its log is gone")[1])
+        self.assertIn(self.shard(ask)["leader"], (0, leader_id))
+        self.nodes[leader_id].start()
+        self.wait_serving(leader_id)
+        self.assertEqual([record_value(r).decode() for r in self.nodes[leader_id].fetch_all("r", 0)],
+                         ["r-%d" % i for i in range(5)])
+        for res in self.publish(self.nodes[leader_id], ["after"]):
+            acked[res["offset"]] = "after"
+        self.wait_in_sync([leader_id, f_id])
+        self.wait_caught_up()
+        self.check_replicas(acked)
+
+
+class LostCopy(LostCopyTests, base.Replication):
+    pass
+
+
+class RaftLostCopy(LostCopyTests, raft.RaftReplication):
+    pass
+
+
+def load_tests(loader, tests, pattern):
+    """Only the tests of this file (the replication tests it builds on run in their own)."""
+    names = [n for n in dir(LostCopyTests) if n.startswith("test_")]
+    return unittest.TestSuite([cls(n) for cls in (LostCopy, RaftLostCopy) for n in names])
+
+
+if __name__ == "__main__":
+    unittest.main()

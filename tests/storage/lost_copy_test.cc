@@ -1,0 +1,136 @@
+// fs-storage's side of a lost shard copy (docs/replication.md "A lost shard copy"): a
+// replicated copy is marked in <storage.dir>/.replicas before its directories exist, so a
+// copy whose log is gone while its mark stays opens as a lost copy, durably, until the
+// replication manager forgets it.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "layout.h"
+#include "replica_node.h"
+
+namespace sluice::fs_storage::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string storage_root(Node& n) {
+  // <root>/<tenant>/<ns>/<stream>/<shard dir>
+  return fs::path(n.shard_dir()).parent_path().parent_path().parent_path().parent_path().string();
+}
+
+std::string mark_of(Node& n) { return replica_mark(storage_root(n), n.ref).value(); }
+
+void write_committed(Node& n) {
+  ASSERT_TRUE(n.log->become_leader(LeaderEpoch(1)));
+  n.log->set_in_sync(1, 1);
+  ASSERT_TRUE(append_wait(*n.log, batch("a"), AckMode::leader));
+  ASSERT_GT(n.log->durable_end().value(), 0u);
+}
+
+// The shard's directory gone (deleted, or removed after damage) while storage.dir and its
+// mark survive: the open starts the copy empty and says it is lost, across restarts, until
+// forget_copy_lost().
+TEST(LostCopy, AReplicatedCopyWhoseDirectoryIsGoneOpensLostUntilForgotten) {
+  Node n;
+  EXPECT_FALSE(n.log->copy_lost());
+  EXPECT_TRUE(fs::exists(mark_of(n))) << "a replicated copy is marked at its first open";
+  write_committed(n);
+  const std::string dir = n.shard_dir();
+  n.log.reset();
+  n.engine.reset();
+  fs::remove_all(dir);
+  n.open();
+  EXPECT_TRUE(n.log->copy_lost());
+  EXPECT_EQ(n.log->durable_end(), Offset(0));
+  EXPECT_TRUE(fs::exists(dir + "/" + std::string(kLostCopyFile)));
+  // Refilled by a fetch, or not: a restart still knows it is not the copy the catalog
+  // counted.
+  n.restart();
+  EXPECT_TRUE(n.log->copy_lost());
+  ASSERT_TRUE(n.log->forget_copy_lost());
+  EXPECT_FALSE(n.log->copy_lost());
+  EXPECT_FALSE(fs::exists(dir + "/" + std::string(kLostCopyFile)));
+  n.restart();
+  EXPECT_FALSE(n.log->copy_lost());
+}
+
+// A power cut at any step of the open that finds the copy lost (its directories and the
+// lost-copy file written, entries not yet synced undone): the next open still finds it lost,
+// never an empty copy taken for the one the catalog counted.
+TEST(LostCopy, APowerCutAtAnyStepOfALostCopysOpenLeavesItLost) {
+  bool finished = false;
+  for (int k = 0; k < 200 && !finished; ++k) {
+    SCOPED_TRACE("crash before mutating operation " + std::to_string(k + 1));
+    Node n;
+    write_committed(n);
+    const std::string dir = n.shard_dir();
+    n.log.reset();
+    n.engine.reset();
+    fs::remove_all(dir);
+    n.fs->restart();
+    CrashOptions opt;
+    opt.lose_unsynced_entries = true;
+    n.engine = std::make_unique<FsStorageEngine>(n.host, n.fs);
+    n.fs->crash_after(k, 1000 + k, opt);
+    (void)n.engine->open_shard(n.ref, n.spec);
+    finished = !n.fs->crashed();
+    n.engine.reset();
+    if (!finished) n.fs->crash(2000 + k, opt);
+    n.fs->restart();
+    n.open();
+    EXPECT_TRUE(n.log->copy_lost());
+    EXPECT_EQ(n.log->durable_end(), Offset(0));
+  }
+  EXPECT_TRUE(finished) << "the open never completed within 200 operations";
+}
+
+// Only the log directory gone (the epoch history and checkpoint left): lost all the same.
+TEST(LostCopy, ACopyWhoseLogDirectoryAloneIsGoneIsLost) {
+  Node n;
+  write_committed(n);
+  const std::string ldir = n.log_dir();
+  n.log.reset();
+  n.engine.reset();
+  fs::remove_all(ldir);
+  n.open();
+  EXPECT_TRUE(n.log->copy_lost());
+}
+
+// A copy an older build made (a log, no mark) is adopted as it is and marked; a single
+// replica is never marked (nobody else holds its records).
+TEST(LostCopy, AnUnmarkedCopyIsAdoptedAndASingleReplicaIsNotMarked) {
+  Node n;
+  write_committed(n);
+  const std::string mark = mark_of(n);
+  fs::remove(mark);
+  n.restart();
+  EXPECT_FALSE(n.log->copy_lost());
+  EXPECT_TRUE(fs::exists(mark));
+
+  Node single(kIncarnation, StreamSpec{});
+  EXPECT_FALSE(single.log->copy_lost());
+  EXPECT_FALSE(fs::exists(mark_of(single)));
+}
+
+// A copy removed on purpose (the replica list no longer names this broker) takes its mark
+// with it, so a later reassignment back opens a new copy, not a lost one.
+TEST(LostCopy, RemovingAReplicaRemovesItsMark) {
+  Node n;
+  write_committed(n);
+  const std::string mark = mark_of(n);
+  n.log.reset();
+  auto removed = n.engine->remove_replica(n.ref);
+  ASSERT_TRUE(removed) << removed.error().to_string();
+  EXPECT_TRUE(*removed);
+  EXPECT_FALSE(fs::exists(mark));
+  EXPECT_FALSE(fs::exists(fs::path(mark).parent_path())) << "the name's empty mark directory goes too";
+  auto s = n.engine->open_shard(n.ref, n.spec);
+  ASSERT_TRUE(s) << s.error().to_string();
+  n.log = n.engine->replica(n.ref);
+  EXPECT_FALSE(n.log->copy_lost());
+  EXPECT_TRUE(fs::exists(mark));
+}
+
+}  // namespace
+}  // namespace sluice::fs_storage::testing
