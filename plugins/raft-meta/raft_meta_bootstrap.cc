@@ -27,6 +27,9 @@ namespace sluice::raft_meta {
 
 namespace {
 
+// How long a restarted follower asks for the leader's read index before it settles for less.
+constexpr std::chrono::milliseconds kReadIndexPatience{3000};
+
 constexpr std::string_view kComponent = "raft-meta";
 
 std::string join_list(const std::vector<std::string>& v) {
@@ -232,22 +235,44 @@ Result<void> RaftMetaStore::start() {
   }
 
   // Wait until the group has a leader and this member has the catalog: the leader applies
-  // everything in its log (a barrier); a follower waits until it applied what the other
-  // members had applied when it asked them (a read index, over the controller RPC). Then
-  // its own member record and the group's level floor are current, so a member restarted
-  // below the floor is refused (or found held) here, at start, rather than after it served
-  // a stale catalog (docs/upgrades.md). The follower's own commit index is no such target:
-  // right after a restart it is what its log alone proves (0 without a snapshot) until the
-  // leader's first append is processed, which may come after the leader is known.
-  std::uint64_t catch_up_to = 0;    // the fallback target: a raft index
-  std::uint64_t catch_up_seq = 0;   // the read index: a change sequence (applied() of a member)
-  int read_index_rounds = 0;
-  auto next_read_index = std::chrono::steady_clock::now();
+  // everything in its log (a barrier); a follower waits until it applied the leader's read
+  // index (RaftMetaStore::read_index: what the leader had applied once a barrier of its term
+  // committed), asked over the controller RPC. Then its own member record and the group's
+  // level floor are current, so a member restarted below the floor is refused (or found
+  // held) here, at start, rather than after it served a stale catalog (docs/upgrades.md).
+  // The follower's own commit index is no such target: right after a restart it is what its
+  // log alone proves (0 without a snapshot) until the leader's first append is processed,
+  // which may come after the leader is known; nor are the other followers' applied
+  // changes after a whole-group restart.
+  std::uint64_t catch_up_to = 0;    // the last resort: a raft index
+  std::uint64_t catch_up_seq = 0;   // a change sequence (the read index, or the fallback)
+  std::optional<std::chrono::steady_clock::time_point> asking_since;
+  auto next_ask = std::chrono::steady_clock::now();
   auto fsm_applied_seq = [&] {
     std::lock_guard lk(fsm_mu_);
     return fsm_.applied().value();
   };
-  auto group_read_index = [&]() -> std::optional<std::uint64_t> {
+  auto leader_read_index = [&]() -> std::optional<std::uint64_t> {
+    std::vector<std::string> via;  // the leader's recorded address first; the others move on
+    {
+      std::lock_guard lk(fsm_mu_);
+      if (auto m = fsm_.member(NodeId{static_cast<std::uint32_t>(n->leader_id())}); m && !m->rpc_address.empty())
+        via.push_back(m->rpc_address);
+    }
+    for (auto& a : peer_rpc_addresses())
+      if (std::find(via.begin(), via.end(), a) == via.end()) via.push_back(a);
+    if (via.empty()) return std::nullopt;
+    RemoteConfig rc;
+    rc.controllers = via;
+    rc.timeout = std::clamp(remaining(), std::chrono::milliseconds(1), std::chrono::milliseconds(1000));
+    rc.tls = cfg_.rpc_tls;
+    RemoteMetadataStore c(host_, rc);
+    if (!c.start().ok()) return std::nullopt;
+    auto r = c.read_index();
+    if (!r.ok()) return std::nullopt;
+    return r->value();
+  };
+  auto others_applied = [&]() -> std::optional<std::uint64_t> {
     std::optional<std::uint64_t> best;
     for (const auto& addr : peer_rpc_addresses()) {
       auto budget = std::clamp(remaining(), std::chrono::milliseconds(1), std::chrono::milliseconds(1000));
@@ -256,6 +281,31 @@ Result<void> RaftMetaStore::start() {
       best = std::max(best.value_or(0), st->applied.value());
     }
     return best;
+  };
+  auto choose_target = [&] {
+    const auto now = std::chrono::steady_clock::now();
+    if (!asking_since) asking_since = now;
+    if (auto ri = leader_read_index()) {
+      catch_up_seq = std::max<std::uint64_t>(*ri, 1);
+      return;
+    }
+    if (std::chrono::steady_clock::now() - *asking_since < kReadIndexPatience) {
+      next_ask = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+      return;
+    }
+    // No leader answers a read index (a build without it, or addresses recorded by an older
+    // start): the highest change the other members applied, else the commit index known
+    // here. Raft still holds this member if it applies an entry above its level; only the
+    // refusal may come later.
+    if (auto g = others_applied()) {
+      catch_up_seq = std::max<std::uint64_t>(*g, 1);
+      log(LogLevel::warn, "no leader answered for a read index; catching up to change " +
+                              std::to_string(catch_up_seq) + ", the highest the other members applied");
+    } else {
+      catch_up_to = std::max<std::uint64_t>(n->commit_index(), 1);
+      log(LogLevel::warn, "no other member answered over the controller RPC; catching up to the commit index " +
+                              std::to_string(catch_up_to) + " known here");
+    }
   };
   for (;;) {
     if (held_error()) break;  // a held member still announces itself (and is refused)
@@ -266,20 +316,7 @@ Result<void> RaftMetaStore::start() {
       if (b.error().code != Errc::not_leader && b.error().code != Errc::unavailable)
         return fail(b.error());
     } else if (role == RaftRole::follower && n->leader_id() != 0) {
-      if (catch_up_to == 0 && catch_up_seq == 0 && std::chrono::steady_clock::now() >= next_read_index) {
-        if (auto ri = group_read_index()) {
-          catch_up_seq = std::max<std::uint64_t>(*ri, 1);
-        } else if (++read_index_rounds >= 10) {
-          // No other member answers its controller RPC (addresses recorded by an older
-          // start, say): the commit index is all there is. Raft still holds this member
-          // if it applies an entry above its level; only the refusal comes later.
-          catch_up_to = std::max<std::uint64_t>(n->commit_index(), 1);
-          log(LogLevel::warn, "no other member answered for a read index; catching up to the commit index " +
-                                  std::to_string(catch_up_to) + " known here");
-        } else {
-          next_read_index = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
-        }
-      }
+      if (catch_up_to == 0 && catch_up_seq == 0 && std::chrono::steady_clock::now() >= next_ask) choose_target();
       std::lock_guard lk(fsm_mu_);
       if (!fsm_.cluster_id().empty() && ((catch_up_seq != 0 && fsm_.applied().value() >= catch_up_seq) ||
                                          (catch_up_to != 0 && n->last_applied() >= catch_up_to)))

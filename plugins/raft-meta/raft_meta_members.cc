@@ -201,6 +201,15 @@ Result<MemberInfo> RaftMetaStore::announce(const std::vector<std::string>& via) 
   return c.join_member(JoinRequest{host_.node_id(), cfg_.address, advertised_rpc_, cfg_.level});
 }
 
+Result<ChangeSeq> RaftMetaStore::read_index() {
+  auto n = node();
+  if (!n || !ready_.load()) return Error(Errc::unavailable, "raft-meta is not started");
+  if (n->role() != RaftRole::leader) return not_leader_error();
+  if (auto b = n->barrier(cfg_.timeout); !b.ok()) return b.error();
+  std::lock_guard lk(fsm_mu_);
+  return fsm_.applied();
+}
+
 MemberInfo RaftMetaStore::local_member_status() {
   MemberInfo m;
   m.id = host_.node_id();

@@ -143,6 +143,11 @@ class RaftMetaStore final : public MetadataStore {
   Result<void> remove_member(NodeId id) override;
   // This member's own view (never forwarded): role, level, held state, applied index.
   MemberInfo local_member_status();
+  // On the leader only (never forwarded): the change sequence applied once a barrier has
+  // committed, which covers everything committed before the call (a read index: Raft
+  // thesis 6.4). Elsewhere not_leader. Restarted followers catch up to it before they check
+  // their level (raft_meta_bootstrap.cc).
+  Result<ChangeSeq> read_index();
   // Set while the catalog is held (CatalogFsm::held): the member serves nothing from its
   // state, the change feed included.
   std::optional<Error> held_error();

@@ -136,6 +136,9 @@ class RemoteMetadataStore final : public MetadataStore {
   Result<void> remove_member(NodeId id) override;
   // The answering member's own status (never forwarded).
   Result<MemberInfo> member_status();
+  // The leader's read index (RaftMetaStore::read_index); another member answers
+  // not_leader, and the call moves on to the next controller.
+  Result<ChangeSeq> read_index();
   std::unique_ptr<WatchHandle> watch(ChangeSeq after, std::function<void(const ChangeEvent&)> on_change,
                                      std::function<void()> resync) override;
 

@@ -162,7 +162,7 @@ namespace {
 // Methods whose repetition changes nothing more than the first call did.
 bool idempotent_method(const std::string& m) {
   static const char* const kSafe[] = {
-      "hello", "status", "member_status", "list_tenants", "list_namespaces", "get_stream",
+      "hello", "status", "member_status", "read_index", "list_tenants", "list_namespaces", "get_stream",
       "list_streams", "snapshot", "list_brokers", "list_features", "list_tombstones",
       "changes_after", "get_cache", "list_caches", "get_counter", "list_counters", "list_members", "heartbeat_broker",
       "register_broker", "finalize_feature", "join_member"};
@@ -457,6 +457,11 @@ Result<void> RemoteMetadataStore::remove_member(NodeId id) {
 }
 Result<MemberInfo> RemoteMetadataStore::member_status() {
   return decode<MemberInfo>(call("member_status", "{}"), member_from);
+}
+Result<ChangeSeq> RemoteMetadataStore::read_index() {
+  return decode<ChangeSeq>(call("read_index", "{}"), [](const json::value& v) {
+    return ChangeSeq{v.as_object().at("applied").to_number<std::uint64_t>()};
+  });
 }
 
 Result<MemberInfo> probe_member_status(const std::string& rpc_address, PluginHost& host,

@@ -352,6 +352,11 @@ std::string RpcServer::handle(const std::string& request, bool& close_after) {
       return respond(store_.join_member(join_from(po.at("member"))), [](auto& x) { return to_json(x); });
     if (method == "remove_member") return respond_void(store_.remove_member(node()));
     if (method == "member_status") return ok_response(to_json(store_.local_member_status()));
+    if (method == "read_index") {
+      auto r = store_.read_index();
+      if (!r.ok()) return error_response(r.error());
+      return ok_response(json::object{{"applied", r->value()}});
+    }
     if (method == "changes_after") {
       // A held member serves nothing from its state: a broker following it must move on.
       if (auto h = store_.held_error()) return error_response(*h);
