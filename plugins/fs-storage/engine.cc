@@ -172,6 +172,17 @@ Result<RecoveredLog> fresh_log(FileSystem& fs, const std::string& ldir) {
   out.snapshot_end = 0;
   return out;
 }
+// Syncs the entry of `dir` in its parent and of every directory above it up to and
+// including `root` (whoever created them, and whether or not that was synced).
+Result<void> sync_entries_up_to(FileSystem& fs, const std::string& dir, const std::string& root) {
+  DirSyncList chain;
+  for (std::string p = dir; p.size() >= root.size(); p = parent_dir(p)) {
+    chain.add(parent_dir(p));
+    if (p == root || p == "/" || p == ".") break;
+  }
+  return chain.sync(fs);
+}
+
 // An empty file made durable: created, synced, and its directory entry synced.
 Result<void> write_empty_durably(FileSystem& fs, const std::string& path) {
   auto f = fs.open(path, OpenMode::create_truncate);
@@ -183,10 +194,12 @@ Result<void> write_empty_durably(FileSystem& fs, const std::string& path) {
 // A replicated copy's registration on this disk (docs/replication.md "A lost shard copy").
 // Returns whether the copy at `dir` is a lost one: its mark says this storage.dir created it,
 // and its log is gone (`had_log` false) or an earlier open found it gone (lost-copy). A copy
-// without a mark is new, or an older build's (adopted as it is): the mark is written, with
-// every directory leading to it synced, before the caller creates the copy's directories.
-// So a crash in between leaves a mark without a copy: read as lost, which costs that copy a
-// catch-up and nothing else.
+// without a mark is new, or an older build's (adopted as it is). A new copy's mark is
+// written, with every directory leading to it synced, before the caller creates the copy's
+// directories; so a crash in between leaves a mark without a copy: read as lost, which
+// costs that copy a catch-up and nothing else. An adopted copy's mark is not synced (the
+// first start after an upgrade marks every copy): lost to a power cut, it is written again
+// at the next open.
 Result<bool> check_replica_mark(FileSystem& fs, const std::string& root, const ShardRef& ref,
                                 const std::string& dir, bool had_log) {
   auto mark = replica_mark(root, ref);
@@ -197,7 +210,17 @@ Result<bool> check_replica_mark(FileSystem& fs, const std::string& root, const S
     if (!had_log) return true;
     return fs.exists(dir + "/" + std::string(kLostCopyFile));
   }
+  if (had_log) {
+    DirSyncList unsynced;  // left to the kernel
+    if (auto r = make_dirs(fs, parent_dir(*mark), &unsynced); !r) return r.error();
+    auto f = fs.open(*mark, OpenMode::create_truncate);
+    if (!f) return f.error();
+    return false;
+  }
+  // Every entry above the mark, not only those created now: an adoption may have created
+  // them unsynced.
   if (auto r = make_dirs(fs, parent_dir(*mark)); !r) return r.error();
+  if (auto r = sync_entries_up_to(fs, parent_dir(*mark), root); !r) return r.error();
   if (auto r = write_empty_durably(fs, *mark); !r) return r.error();
   return false;
 }
@@ -302,13 +325,8 @@ Result<std::shared_ptr<ShardLogImpl>> FsStorageEngine::open_unlocked(const Shard
               "(deleted or lost with its directory); it starts empty as a lost copy, which never leads "
               "and takes itself out of the in-sync set until it has caught up (docs/replication.md "
               "\"A lost shard copy\")");
-    DirSyncList chain;  // the shard directory's entry and every one above it
-    for (std::string p = dir; p.size() >= opts_.dir.size(); p = parent_dir(p)) {
-      chain.add(parent_dir(p));
-      if (p == opts_.dir || p == "/" || p == ".") break;
-    }
     Result<void> r = fs_storage::make_dirs(*fs_, dir);
-    if (r) r = chain.sync(*fs_);
+    if (r) r = sync_entries_up_to(*fs_, dir, opts_.dir);
     if (r) r = write_empty_durably(*fs_, dir + "/" + std::string(kLostCopyFile));
     if (!r) {
       host_.log(LogLevel::error, kComponent, "cannot open shard " + ref.to_string() + ": " + r.error().message);

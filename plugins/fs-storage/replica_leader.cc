@@ -724,45 +724,14 @@ void ReplicaManager::change_in_sync(const std::shared_ptr<Shard>& s,
   }
 }
 
-void ReplicaManager::request_new_epoch(const std::shared_ptr<Shard>& s,
-                                       const ReplicaAssignment& ra) {
+bool ReplicaManager::ask_catalog(const std::shared_ptr<Shard>& s, const ReplicaAssignment& ra,
+                                 const std::function<void(ShardUpdate&)>& fill, const std::string& what,
+                                 void (ReplicaManager::*again)(const std::shared_ptr<Shard>&,
+                                                               const ReplicaAssignment&)) {
   ShardUpdate u;
   {
     std::lock_guard lk(s->mu);
-    if (s->removed || s->ra.version != ra.version) return;  // the shard moved on meanwhile
-    u.key = s->ref.stream;
-    u.shard = s->ref.shard;
-    u.incarnation = s->ref.incarnation;
-  }
-  u.expected_version = ra.version;
-  u.leader = self_;
-  u.leader_epoch = LeaderEpoch{ra.leader_epoch.value() + 1};
-  u.in_sync = ra.in_sync;
-  auto r = update_shard_(u);  // blocks for at most the metadata timeout; no lock held
-  std::lock_guard lk(s->mu);
-  const auto name = shard_name(s->ref, s->kind);
-  if (!r) {
-    // A conflict: the data log and the group op log both ask, or the controller moved the
-    // shard; either way a newer assignment is on its way. Anything else (the catalog is
-    // unreachable) is retried while the assignment stays the same.
-    const bool conflict = r.error().code == Errc::conflict || r.error().code == Errc::stale_route;
-    log_(conflict ? LogLevel::info : LogLevel::warn,
-         name + ": asking for epoch " + std::to_string(u.leader_epoch.value()) + ": " +
-             r.error().message + (conflict ? "" : " (retrying)"));
-    if (!conflict && !s->removed)
-      after(opts_.retry_backoff, [this, s, ra] { post_catalog([this, s, ra] { request_new_epoch(s, ra); }, true); });
-    return;
-  }
-  log_(LogLevel::info, name + ": the catalog raised the epoch to " +
-                           std::to_string(r->leader_epoch.value()) + " (version " +
-                           std::to_string(r->version.value()) + ")");
-}
-
-void ReplicaManager::request_leave_in_sync(const std::shared_ptr<Shard>& s, const ReplicaAssignment& ra) {
-  ShardUpdate u;
-  {
-    std::lock_guard lk(s->mu);
-    if (s->removed || s->ra.version != ra.version) return;  // the shard moved on meanwhile
+    if (s->removed || s->ra.version != ra.version) return false;  // the shard moved on meanwhile
     u.key = s->ref.stream;
     u.shard = s->ref.shard;
     u.incarnation = s->ref.incarnation;
@@ -770,30 +739,63 @@ void ReplicaManager::request_leave_in_sync(const std::shared_ptr<Shard>& s, cons
   u.expected_version = ra.version;
   u.leader = ra.leader;
   u.leader_epoch = ra.leader_epoch;
-  if (ra.leader == self_) {
-    // Leaderless in the next epoch: the controller elects an in-sync replica, or says why
-    // it cannot (an empty set: the acknowledged records are on no counted copy).
-    u.leader = NodeId{0};
-    u.leader_epoch = LeaderEpoch{ra.leader_epoch.value() + 1};
-  }
-  for (const auto& m : ra.in_sync)
-    if (m.broker != self_) u.in_sync.push_back(m);
+  u.in_sync = ra.in_sync;
+  fill(u);
   auto r = update_shard_(u);  // blocks for at most the metadata timeout; no lock held
   std::lock_guard lk(s->mu);
   const auto name = shard_name(s->ref, s->kind);
   if (!r) {
-    // As request_new_epoch: a conflict means a newer assignment is on its way, and assign()
-    // asks again if it still counts this copy.
+    // A conflict: the data log and the group op log both ask, or the controller moved the
+    // shard; either way a newer assignment is on its way (and assign() asks again if it
+    // still needs to). Anything else (the catalog is unreachable) is retried while the
+    // assignment stays the same.
     const bool conflict = r.error().code == Errc::conflict || r.error().code == Errc::stale_route;
     log_(conflict ? LogLevel::info : LogLevel::warn,
-         name + ": leaving the in-sync set: " + r.error().message + (conflict ? "" : " (retrying)"));
+         name + ": " + what + ": " + r.error().message + (conflict ? "" : " (retrying)"));
     if (!conflict && !s->removed)
-      after(opts_.retry_backoff,
-            [this, s, ra] { post_catalog([this, s, ra] { request_leave_in_sync(s, ra); }, true); });
-    return;
+      after(opts_.retry_backoff, [this, s, ra, again] { post_catalog([this, s, ra, again] { (this->*again)(s, ra); }, true); });
+    return false;
   }
-  log_(LogLevel::info, name + ": this lost copy left the in-sync set (version " +
-                           std::to_string(r->version.value()) + ")");
+  log_(LogLevel::info, name + ": " + what + ": done, the catalog is at version " +
+                           std::to_string(r->version.value()) + " (leader " + std::to_string(r->leader.value()) +
+                           " in epoch " + std::to_string(r->leader_epoch.value()) + ")");
+  return true;
+}
+
+void ReplicaManager::request_new_epoch(const std::shared_ptr<Shard>& s, const ReplicaAssignment& ra) {
+  ask_catalog(
+      s, ra,
+      [&](ShardUpdate& u) {
+        u.leader = self_;
+        u.leader_epoch = LeaderEpoch{ra.leader_epoch.value() + 1};
+      },
+      "asking for epoch " + std::to_string(ra.leader_epoch.value() + 1), &ReplicaManager::request_new_epoch);
+}
+
+void ReplicaManager::request_leave_in_sync(const std::shared_ptr<Shard>& s, const ReplicaAssignment& ra) {
+  const bool left = ask_catalog(
+      s, ra,
+      [&](ShardUpdate& u) {
+        if (ra.leader == self_) {
+          // Leaderless in the next epoch: the controller elects an in-sync replica, or says
+          // why it cannot (an empty set: the acknowledged records are on no counted copy).
+          u.leader = NodeId{0};
+          u.leader_epoch = LeaderEpoch{ra.leader_epoch.value() + 1};
+        }
+        u.in_sync.clear();
+        for (const auto& m : ra.in_sync)
+          if (m.broker != self_) u.in_sync.push_back(m);
+      },
+      "this lost copy leaving the in-sync set", &ReplicaManager::request_leave_in_sync);
+  if (!left) return;
+  // The catalog no longer counts this copy from that version on: anything later that counts
+  // it again is the leader's lag check after a real catch-up (assign() resets the record of
+  // a member that left). Forgotten here, not at the next assignment, which a watch may merge
+  // with that later one.
+  std::lock_guard lk(s->mu);
+  if (s->removed || !s->log) return;
+  if (auto r = s->log->forget_copy_lost(); !r)
+    log_(LogLevel::warn, shard_name(s->ref, s->kind) + ": " + r.error().message);
 }
 
 void ReplicaManager::fence_group_log(Shard& data, const std::shared_ptr<Shard>& g,

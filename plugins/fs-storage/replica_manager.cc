@@ -259,6 +259,13 @@ Result<void> ReplicaManager::assign(std::shared_ptr<ReplicaLog> log,
 
   std::lock_guard lk(s->mu);
   if (s->log && ra.version < s->ra.version) return {};  // an older word than one applied
+  // A member the catalog no longer counts reports afresh before the lag check may add it
+  // back: the record may hold a position from before its copy was lost (a lost copy leaves
+  // the in-sync set at once, and its old record would bring it back before its first
+  // fetch; docs/replication.md "A lost shard copy").
+  for (const auto& m : s->ra.in_sync)
+    if (std::none_of(ra.in_sync.begin(), ra.in_sync.end(), [&](const InSyncReplica& x) { return x.broker == m.broker; }))
+      s->followers.erase(m.broker);
   s->log = std::move(log);
   s->ra = ra;
   s->log->set_in_sync(ra.in_sync.size(), ra.min_insync);

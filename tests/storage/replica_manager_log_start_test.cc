@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <future>
-#include <numeric>
 
 #include "replica_cluster.h"
 #include "replica_manager.h"
@@ -12,12 +11,6 @@
 
 namespace sluice::fs_storage::replica_test {
 namespace {
-
-std::vector<std::uint64_t> values(std::uint64_t from, std::uint64_t to) {
-  std::vector<std::uint64_t> v(to - from);
-  std::iota(v.begin(), v.end(), from);
-  return v;
-}
 
 // The leader wrote [0, 20) in epoch 1, all of it committed, and its retention removed
 // everything below 12. It alone is in sync.
