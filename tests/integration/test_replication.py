@@ -633,6 +633,21 @@ class Replication(unittest.TestCase):
         self.assertEqual(sorted(acked), [0, 1, 2, 3, 4])
         return leader_id, f_id, other_id, acked
 
+    def assert_unavailable_then_elect_uncleanly(self, ask, f_id):
+        """The shard has no leader: a publish is refused (503). The follower f_id, down until
+        now, still holds the 5 acknowledged records of two_replica_stream: it is started and
+        an operator elects it (shard elect --unclean), after which it serves them."""
+        with self.assertRaises(HttpError) as e:
+            self.publish(ask, ["x"], timeout=30)
+        self.assertEqual((e.exception.status, e.exception.problem.get("code")), (503, "shard_unavailable"))
+        f = self.nodes[f_id]
+        f.start()
+        poll(lambda: self.shard(f) and self.shard(f).get("log_end") == 5, "the follower to reopen its 5 records")
+        done = self.cli(ask, "shard", "elect", "t/n/r", "0", "--unclean", "--broker", str(f_id), "--yes")
+        self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
+        self.wait_serving(f_id)
+        self.assertEqual([record_value(r).decode() for r in f.fetch_all("r", 0)], ["r-%d" % i for i in range(5)])
+
     def wipe_and_restart(self, node_id):
         n = self.nodes[node_id]
         n.kill()
@@ -738,17 +753,7 @@ class Replication(unittest.TestCase):
         ask = self.nodes[other_id]
         poll(lambda: self.shard(ask)["leader"] == 0 and why in self.shard(ask).get("unavailable_reason", ""),
              "the controller to leave the shard without a leader, saying why")
-        with self.assertRaises(HttpError) as e:
-            self.publish(ask, ["x"], timeout=30)
-        self.assertEqual((e.exception.status, e.exception.problem.get("code")), (503, "shard_unavailable"))
-        # The follower still holds the acknowledged records: an operator can elect it.
-        f = self.nodes[f_id]
-        f.start()
-        poll(lambda: self.shard(f) and self.shard(f).get("log_end") == 5, "the follower to reopen its 5 records")
-        done = self.cli(ask, "shard", "elect", "t/n/r", "0", "--unclean", "--broker", str(f_id), "--yes")
-        self.assertEqual(done.returncode, 0, done.stdout + done.stderr)
-        self.wait_serving(f_id)
-        self.assertEqual([record_value(r).decode() for r in f.fetch_all("r", 0)], ["r-%d" % i for i in range(5)])
+        self.assert_unavailable_then_elect_uncleanly(ask, f_id)
 
     def test_default_min_insync_keeps_the_follower_eligible(self):
         """The same steps with the default min_insync (2 of 2): the in-sync set never shrinks
