@@ -220,6 +220,7 @@ std::string DataDirIdentity::bind_storage_dir(const std::string& storage_dir, bo
     }
   }
   pending_storage_dir_ = storage_dir;
+  drop_copy_marks_ = lost;
   if (lost)
     return "storage.dir " + storage_dir + " holds no shard copies under data.dir " + dir_ +
            ", which was formatted before: this broker's shard copies are gone (a replaced or wiped disk" +
@@ -237,6 +238,10 @@ void DataDirIdentity::commit_storage_dir() {
   std::lock_guard lk(mu_);
   if (pending_storage_dir_.empty()) return;
   const std::string storage_dir = std::exchange(pending_storage_dir_, std::string());
+  if (std::exchange(drop_copy_marks_, false)) {
+    std::error_code ignored;  // best effort: a mark left behind costs its copy a catch-up
+    fs::remove_all(fs::path(storage_dir) / ".replicas", ignored);
+  }
   if (auto made = create_directories_durably(storage_dir); !made)
     throw std::runtime_error("cannot create storage.dir " + storage_dir + ": " + made.error().message);
   const fs::path marker = fs::path(storage_dir) / "storage.properties";

@@ -66,7 +66,7 @@ class DataDirIdentity {
   DataDirIdentity(DataDirIdentity&& o) noexcept
       : dir_(std::move(o.dir_)), node_id_(o.node_id_), directory_id_(std::move(o.directory_id_)),
         cluster_id_(std::move(o.cluster_id_)), fresh_(o.fresh_), marked_(o.marked_),
-        pending_storage_dir_(std::move(o.pending_storage_dir_)) {}
+        pending_storage_dir_(std::move(o.pending_storage_dir_)), drop_copy_marks_(o.drop_copy_marks_) {}
 
  private:
   DataDirIdentity() = default;
@@ -79,6 +79,10 @@ class DataDirIdentity {
   bool fresh_ = false;
   bool marked_ = false;  // meta.properties storage.marked: a storage.properties names this id
   std::string pending_storage_dir_;  // bind_storage_dir's, for commit_storage_dir
+  // The copies were lost and the id is new: commit_storage_dir removes fs-storage's marks
+  // of the old copies (<storage.dir>/.replicas, docs/replication.md "A lost shard copy"),
+  // which would otherwise make every new copy read as a lost one.
+  bool drop_copy_marks_ = false;
   mutable std::mutex mu_;
 };
 

@@ -210,17 +210,15 @@ Result<bool> check_replica_mark(FileSystem& fs, const std::string& root, const S
     if (!had_log) return true;
     return fs.exists(dir + "/" + std::string(kLostCopyFile));
   }
+  // The directories above a mark are synced as they are created (once per name, so a new
+  // copy's mark rests on durable entries whoever made them); an adopted copy's mark itself
+  // is not.
+  if (auto r = make_dirs(fs, parent_dir(*mark)); !r) return r.error();
   if (had_log) {
-    DirSyncList unsynced;  // left to the kernel
-    if (auto r = make_dirs(fs, parent_dir(*mark), &unsynced); !r) return r.error();
     auto f = fs.open(*mark, OpenMode::create_truncate);
     if (!f) return f.error();
     return false;
   }
-  // Every entry above the mark, not only those created now: an adoption may have created
-  // them unsynced.
-  if (auto r = make_dirs(fs, parent_dir(*mark)); !r) return r.error();
-  if (auto r = sync_entries_up_to(fs, parent_dir(*mark), root); !r) return r.error();
   if (auto r = write_empty_durably(fs, *mark); !r) return r.error();
   return false;
 }
@@ -363,6 +361,21 @@ Result<std::shared_ptr<ShardLogImpl>> FsStorageEngine::open_unlocked(const Shard
     host_.log(LogLevel::error, kComponent,
               "cannot open shard " + ref.to_string() + ": " + recovered.error().message);
     return recovered.error();
+  }
+  // A log that ends below the high watermark it closed with lost records it held as
+  // committed (its log files deleted or emptied, a repair's cut): nothing else may take
+  // those back, so it is a lost copy as well (docs/replication.md "A lost shard copy").
+  if (replica.replicated && !replica.copy_lost && replica.hwm_checkpoint.value() > recovered->next_offset) {
+    host_.log(LogLevel::error, kComponent,
+              "shard " + ref.to_string() + ": its log ends at " + std::to_string(recovered->next_offset) +
+                  ", below the high watermark " + std::to_string(replica.hwm_checkpoint.value()) +
+                  " it closed with: a lost copy, which never leads and takes itself out of the in-sync set "
+                  "until it has caught up");
+    if (auto r = write_empty_durably(*fs_, dir + "/" + std::string(kLostCopyFile)); !r) {
+      host_.log(LogLevel::error, kComponent, "cannot open shard " + ref.to_string() + ": " + r.error().message);
+      return r.error();
+    }
+    replica.copy_lost = true;
   }
   // Recovery may have cut a torn tail below an entry that was written before its data.
   if (replica.replicated) replica.history.forget_beyond(Offset(recovered->next_offset));

@@ -724,14 +724,14 @@ void ReplicaManager::change_in_sync(const std::shared_ptr<Shard>& s,
   }
 }
 
-bool ReplicaManager::ask_catalog(const std::shared_ptr<Shard>& s, const ReplicaAssignment& ra,
+std::optional<ShardVersion> ReplicaManager::ask_catalog(const std::shared_ptr<Shard>& s, const ReplicaAssignment& ra,
                                  const std::function<void(ShardUpdate&)>& fill, const std::string& what,
                                  void (ReplicaManager::*again)(const std::shared_ptr<Shard>&,
                                                                const ReplicaAssignment&)) {
   ShardUpdate u;
   {
     std::lock_guard lk(s->mu);
-    if (s->removed || s->ra.version != ra.version) return false;  // the shard moved on meanwhile
+    if (s->removed || s->ra.version != ra.version) return std::nullopt;  // the shard moved on meanwhile
     u.key = s->ref.stream;
     u.shard = s->ref.shard;
     u.incarnation = s->ref.incarnation;
@@ -754,12 +754,12 @@ bool ReplicaManager::ask_catalog(const std::shared_ptr<Shard>& s, const ReplicaA
          name + ": " + what + ": " + r.error().message + (conflict ? "" : " (retrying)"));
     if (!conflict && !s->removed)
       after(opts_.retry_backoff, [this, s, ra, again] { post_catalog([this, s, ra, again] { (this->*again)(s, ra); }, true); });
-    return false;
+    return std::nullopt;
   }
   log_(LogLevel::info, name + ": " + what + ": done, the catalog is at version " +
                            std::to_string(r->version.value()) + " (leader " + std::to_string(r->leader.value()) +
                            " in epoch " + std::to_string(r->leader_epoch.value()) + ")");
-  return true;
+  return r->version;
 }
 
 void ReplicaManager::request_new_epoch(const std::shared_ptr<Shard>& s, const ReplicaAssignment& ra) {
@@ -773,7 +773,7 @@ void ReplicaManager::request_new_epoch(const std::shared_ptr<Shard>& s, const Re
 }
 
 void ReplicaManager::request_leave_in_sync(const std::shared_ptr<Shard>& s, const ReplicaAssignment& ra) {
-  const bool left = ask_catalog(
+  const auto left = ask_catalog(
       s, ra,
       [&](ShardUpdate& u) {
         if (ra.leader == self_) {
@@ -790,12 +790,11 @@ void ReplicaManager::request_leave_in_sync(const std::shared_ptr<Shard>& s, cons
   if (!left) return;
   // The catalog no longer counts this copy from that version on: anything later that counts
   // it again is the leader's lag check after a real catch-up (assign() resets the record of
-  // a member that left). Forgotten here, not at the next assignment, which a watch may merge
-  // with that later one.
+  // a member that left). Not forgotten here but by assign() at that version or a later one,
+  // which a watch may merge with the re-add: here it would race the group log's assign() of
+  // the older version, which would then lead from the lost copy.
   std::lock_guard lk(s->mu);
-  if (s->removed || !s->log) return;
-  if (auto r = s->log->forget_copy_lost(); !r)
-    log_(LogLevel::warn, shard_name(s->ref, s->kind) + ": " + r.error().message);
+  s->left_in_sync_at = *left;
 }
 
 void ReplicaManager::fence_group_log(Shard& data, const std::shared_ptr<Shard>& g,

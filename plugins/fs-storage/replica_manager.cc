@@ -291,7 +291,7 @@ Result<void> ReplicaManager::assign(std::shared_ptr<ReplicaLog> log,
   // once it has caught up. It may follow meanwhile: a leader counts its position, so its
   // short log only holds the high watermark back.
   bool lost = s->log->copy_lost();
-  if (lost && !recorded) {
+  if (lost && (!recorded || (s->left_in_sync_at && ra.version >= *s->left_in_sync_at))) {
     if (auto r = s->log->forget_copy_lost(); !r)
       log_(LogLevel::warn, shard_name(ref, kind) + ": " + r.error().message);
     else

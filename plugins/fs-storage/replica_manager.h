@@ -235,9 +235,9 @@ class ReplicaManager {
   // for the next epoch (same leader, same in-sync set); the new assignment arrives as usual.
   void request_new_epoch(const std::shared_ptr<Shard>& s, const ReplicaAssignment& ra);
   // One update_shard for this replica's own sake (catalog thread): `fill` changes the
-  // assignment `ra` as it stands; retried through `again` unless refused. True once the
-  // catalog applied it.
-  bool ask_catalog(const std::shared_ptr<Shard>& s, const ReplicaAssignment& ra,
+  // assignment `ra` as it stands; retried through `again` unless refused. The catalog's
+  // version once it applied it.
+  std::optional<ShardVersion> ask_catalog(const std::shared_ptr<Shard>& s, const ReplicaAssignment& ra,
                    const std::function<void(ShardUpdate&)>& fill, const std::string& what,
                    void (ReplicaManager::*again)(const std::shared_ptr<Shard>&, const ReplicaAssignment&));
   // A lost copy the catalog still counts: this broker out of the in-sync set, and out of

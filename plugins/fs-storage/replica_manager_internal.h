@@ -108,6 +108,9 @@ struct ReplicaManager::Shard {
   // The assignment version at which this lost copy asked to leave the in-sync set
   // (request_leave_in_sync).
   std::optional<ShardVersion> leave_asked_at;
+  // The version at which the catalog applied that leave: from it on, the catalog's word
+  // counts this copy only once the lag check added it back, so assign() forgets the loss.
+  std::optional<ShardVersion> left_in_sync_at;
 
   // Follower.
   bool truncated = false;  // the epoch-end truncation ran in this generation

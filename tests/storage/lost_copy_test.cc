@@ -97,6 +97,26 @@ TEST(LostCopy, ACopyWhoseLogDirectoryAloneIsGoneIsLost) {
   EXPECT_TRUE(n.log->copy_lost());
 }
 
+// The log directory is there but its segments are gone (or a repair cut below what was
+// committed): the log ends below the high watermark the copy closed with, so it lost
+// records it held as committed, and is a lost copy too.
+TEST(LostCopy, ALogThatEndsBelowTheHighWatermarkItClosedWithIsLost) {
+  Node n;
+  write_committed(n);
+  n.log->advance_high_watermark(n.log->durable_end());
+  ASSERT_GT(n.log->high_watermark().value(), 0u);
+  n.restart();  // a clean close: the checkpoint holds the high watermark
+  EXPECT_FALSE(n.log->copy_lost());
+  const std::string ldir = n.log_dir();
+  n.log.reset();
+  n.engine.reset();
+  for (const auto& e : fs::directory_iterator(ldir)) fs::remove(e.path());
+  n.fs->restart();
+  n.open();
+  EXPECT_TRUE(n.log->copy_lost());
+  EXPECT_TRUE(fs::exists(n.shard_dir() + "/" + std::string(kLostCopyFile)));
+}
+
 // A copy an older build made (a log, no mark) is adopted as it is and marked; a single
 // replica is never marked (nobody else holds its records).
 TEST(LostCopy, AnUnmarkedCopyIsAdoptedAndASingleReplicaIsNotMarked) {

@@ -420,9 +420,12 @@ TEST(Identity, AStorageDirThatLostItsCopiesGetsANewDirectoryId) {
   EXPECT_EQ(again, first) << "a storage.dir that kept its copies changed the id";
   std::filesystem::remove_all(storage);
   std::filesystem::create_directories(storage + "/lost+found");  // a freshly made file system
+  // `rm -rf storage.dir/*` leaves fs-storage's marks of the old copies: they go with the id.
+  std::filesystem::create_directories(storage + "/.replicas/t/n/s");
   const std::string what = start_with(dir, storage, &second);
   EXPECT_NE(second, first) << "empty shard copies kept the directory.id the catalog records";
   EXPECT_NE(what.find("shard copies are gone"), std::string::npos) << what;
+  EXPECT_FALSE(std::filesystem::exists(storage + "/.replicas")) << "the old copies' marks outlived them";
   // Persisted in meta.properties, and the marker names it.
   EXPECT_EQ(start_with(dir, storage, &third), "");
   EXPECT_EQ(third, second);
