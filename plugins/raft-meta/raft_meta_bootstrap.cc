@@ -261,16 +261,17 @@ Result<void> RaftMetaStore::start() {
     }
     for (auto& a : peer_rpc_addresses())
       if (std::find(via.begin(), via.end(), a) == via.end()) via.push_back(a);
-    if (via.empty()) return std::nullopt;
-    RemoteConfig rc;
-    rc.controllers = via;
-    rc.timeout = std::clamp(remaining(), std::chrono::milliseconds(1), std::chrono::milliseconds(1000));
-    rc.tls = cfg_.rpc_tls;
-    RemoteMetadataStore c(host_, rc);
-    if (!c.start().ok()) return std::nullopt;
-    auto r = c.read_index();
-    if (!r.ok()) return std::nullopt;
-    return r->value();
+    for (const auto& addr : via) {  // another member answers not_leader: the next one
+      RemoteConfig rc;
+      rc.controllers = {addr};
+      rc.timeout = std::clamp(remaining(), std::chrono::milliseconds(1), std::chrono::milliseconds(1000));
+      rc.tls = cfg_.rpc_tls;
+      rc.quiet = true;
+      RemoteMetadataStore c(host_, rc);
+      if (!c.start().ok()) continue;
+      if (auto r = c.read_index(); r.ok()) return r->value();
+    }
+    return std::nullopt;
   };
   auto others_applied = [&]() -> std::optional<std::uint64_t> {
     std::optional<std::uint64_t> best;

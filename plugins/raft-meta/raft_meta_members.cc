@@ -205,6 +205,7 @@ Result<ChangeSeq> RaftMetaStore::read_index() {
   auto n = node();
   if (!n || !ready_.load()) return Error(Errc::unavailable, "raft-meta is not started");
   if (n->role() != RaftRole::leader) return not_leader_error();
+  if (auto h = held_error()) return *h;  // its applied state stopped: no read index
   if (auto b = n->barrier(cfg_.timeout); !b.ok()) return b.error();
   std::lock_guard lk(fsm_mu_);
   return fsm_.applied();

@@ -90,6 +90,8 @@ struct RemoteConfig {
   bool forwarded = false;
   // metadata.rpc_tls.*: null for plain TCP (rpc_tls.h).
   std::shared_ptr<RpcTls> tls;
+  // A short-lived probe (a member's status, a read index): no "connected" line per call.
+  bool quiet = false;
   static RemoteConfig from_host(const PluginHost& host);
 };
 
@@ -137,7 +139,7 @@ class RemoteMetadataStore final : public MetadataStore {
   // The answering member's own status (never forwarded).
   Result<MemberInfo> member_status();
   // The leader's read index (RaftMetaStore::read_index); another member answers
-  // not_leader, and the call moves on to the next controller.
+  // not_leader.
   Result<ChangeSeq> read_index();
   std::unique_ptr<WatchHandle> watch(ChangeSeq after, std::function<void(const ChangeEvent&)> on_change,
                                      std::function<void()> resync) override;

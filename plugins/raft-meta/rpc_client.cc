@@ -277,7 +277,7 @@ Result<void> RemoteMetadataStore::start() {
     cluster_id_ = id;
   }
   started_ = true;
-  host_.log(LogLevel::info, "raft-meta-remote", "connected to cluster " + id);
+  if (!cfg_.quiet) host_.log(LogLevel::info, "raft-meta-remote", "connected to cluster " + id);
   return {};
 }
 
@@ -471,6 +471,7 @@ Result<MemberInfo> probe_member_status(const std::string& rpc_address, PluginHos
   rc.controllers = {rpc_address};
   rc.timeout = timeout;
   rc.tls = std::move(tls);
+  rc.quiet = true;
   RemoteMetadataStore c(host, rc);
   if (auto r = c.start(); !r.ok()) return r.error();
   return c.member_status();
