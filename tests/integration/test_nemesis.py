@@ -6,6 +6,8 @@ throughout, and one fault per round, chosen by the seed:
   stop       SIGSTOP a broker for a while, then SIGCONT;
   partition  cut a broker off on the peer transport (failpoints), then heal;
   wipe       SIGKILL a broker, delete its data directory (a new directory.id), restart it;
+  lose_copy  SIGKILL a broker, delete its copy of the shard alone (the same directory.id: a
+             lost copy, docs/replication.md "A lost shard copy"), restart it;
   controller (RaftNemesis only) SIGKILL the raft-meta leader, where the controller loop
              runs, and restart it later. On PostgreSQL the controller is the broker holding
              the lease, so kill9 and stop hit it whenever they hit that broker.
@@ -19,6 +21,7 @@ never goes back. SLUICE_NEMESIS_SEED=n reruns one seed; SLUICE_NEMESIS_ROUNDS=n 
 `./dev nemesis --rounds 100` for the long form). Every load loop is bounded in count and
 time; nothing sleeps to wait for a condition (waits poll), only to let a fault last.
 """
+import glob
 import os
 import random
 import shutil
@@ -37,7 +40,7 @@ SEED = int(os.environ.get("SLUICE_NEMESIS_SEED", str(random.randrange(1 << 30)))
 
 
 class Nemesis(base.Replication):
-    FAULTS = ["kill9", "stop", "partition", "wipe"]
+    FAULTS = ["kill9", "stop", "partition", "wipe", "lose_copy"]
 
     def inject(self, fault, victim, hold):
         """One fault for `hold` seconds, then its end (the caller heals and SIGCONTs)."""
@@ -57,6 +60,13 @@ class Nemesis(base.Replication):
         elif fault == "wipe":
             n.kill()
             shutil.rmtree(n.data_dir)
+            time.sleep(hold)
+            n.start()
+        elif fault == "lose_copy":
+            n.kill()
+            dirs = glob.glob(os.path.join(n.data_dir, "shards", "t", "n", "r", "0-*"))
+            self.assertEqual(len(dirs), 1, "the broker's copy of the shard: %s" % dirs)
+            shutil.rmtree(dirs[0])
             time.sleep(hold)
             n.start()
         else:
