@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <functional>
 
 #include "layout.h"
 #include "replica_node.h"
@@ -20,6 +21,15 @@ std::string storage_root(Node& n) {
 }
 
 std::string mark_of(Node& n) { return replica_mark(storage_root(n), n.ref).value(); }
+
+// The process stops, `damage` happens to its disk, and a new process opens the shard.
+void reopen_after(Node& n, const std::function<void()>& damage) {
+  n.log.reset();
+  n.engine.reset();
+  damage();
+  n.fs->restart();
+  n.open();
+}
 
 void write_committed(Node& n) {
   ASSERT_TRUE(n.log->become_leader(LeaderEpoch(1)));
@@ -37,10 +47,7 @@ TEST(LostCopy, AReplicatedCopyWhoseDirectoryIsGoneOpensLostUntilForgotten) {
   EXPECT_TRUE(fs::exists(mark_of(n))) << "a replicated copy is marked at its first open";
   write_committed(n);
   const std::string dir = n.shard_dir();
-  n.log.reset();
-  n.engine.reset();
-  fs::remove_all(dir);
-  n.open();
+  reopen_after(n, [&] { fs::remove_all(dir); });
   EXPECT_TRUE(n.log->copy_lost());
   EXPECT_EQ(n.log->durable_end(), Offset(0));
   EXPECT_TRUE(fs::exists(dir + "/" + std::string(kLostCopyFile)));
@@ -90,10 +97,7 @@ TEST(LostCopy, ACopyWhoseLogDirectoryAloneIsGoneIsLost) {
   Node n;
   write_committed(n);
   const std::string ldir = n.log_dir();
-  n.log.reset();
-  n.engine.reset();
-  fs::remove_all(ldir);
-  n.open();
+  reopen_after(n, [&] { fs::remove_all(ldir); });
   EXPECT_TRUE(n.log->copy_lost());
 }
 
@@ -108,11 +112,9 @@ TEST(LostCopy, ALogThatEndsBelowTheHighWatermarkItClosedWithIsLost) {
   n.restart();  // a clean close: the checkpoint holds the high watermark
   EXPECT_FALSE(n.log->copy_lost());
   const std::string ldir = n.log_dir();
-  n.log.reset();
-  n.engine.reset();
-  for (const auto& e : fs::directory_iterator(ldir)) fs::remove(e.path());
-  n.fs->restart();
-  n.open();
+  reopen_after(n, [&] {
+    for (const auto& e : fs::directory_iterator(ldir)) fs::remove(e.path());
+  });
   EXPECT_TRUE(n.log->copy_lost());
   EXPECT_TRUE(fs::exists(n.shard_dir() + "/" + std::string(kLostCopyFile)));
 }
