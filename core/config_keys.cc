@@ -47,7 +47,7 @@ constexpr ConfigKey kConfigKeys[] = {
     {"storage.verify_on_start", "checkpoint", "checkpoint: only the active segment beyond its recovery point, nothing after a clean shutdown (fast restarts; what is skipped is checked in the background, storage.verify_in_background); tail: only the active segment; all: CRC-check every segment before serving (docs/architecture.md \"Restart\")."},
     {"storage.verify_in_background", "true", "After a start that skipped CRC checks (checkpoint, tail), CRC-check what it skipped in the background; a corrupt batch stops the node and every later start until storage.repair (docs/operations.md \"Recovery and corruption\")."},
     {"storage.verify_mb_per_sec", "128", "Read rate of the background verification in MiB/s (0: unlimited)."},
-    {"storage.repair", "false", "Operator flag: truncate at the first corrupt batch instead of refusing to start (implies verify_on_start = all)."},
+    {"storage.repair", "false", "Operator flag: truncate at the first corrupt batch instead of refusing to start (implies verify_on_start = all); also opens empty a single-replica shard whose log directory is gone (docs/operations.md \"Recovery and corruption\")."},
     {"storage.retention_interval_ms", "30000", "How often retention by size and age runs (0 disables it)."},
     {"storage.flush_threads", "2", "Group-commit flusher threads serving all shards (1..8)."},
     {"storage.preallocate_segments", "true", "A shard whose syncs average at most 64 KiB rolls into a next segment written ahead as zeros by a background thread, so its syncs overwrite blocks instead of growing the file (ignored with storage.fsync = never; docs/architecture.md \"Preallocated segments\")."},

@@ -304,6 +304,31 @@ Result<std::shared_ptr<ShardLogImpl>> FsStorageEngine::open_unlocked(const Shard
   }
   deferred.add(parent_dir(opts_.dir));
   bool copy_lost = false;
+  std::string single_mark;  // a single replica's mark, written once its directories are durable
+  if (spec.replication_factor <= 1) {
+    // A single replica's mark is written at its first flush (ShardLogImpl::sync_deferred_dirs),
+    // once its directories are durable: so a mark without a log is a copy that held
+    // acknowledged records and lost them, which nothing else holds. Refused, rather than
+    // opened empty at offset 0 again, unless storage.repair accepts the loss.
+    auto mark = replica_mark(opts_.dir, ref);
+    if (!mark) return mark.error();
+    auto marked = fs_->exists(*mark);
+    if (!marked) return marked.error();
+    if (*marked && !*had_log) {
+      const std::string what = "shard " + ref.to_string() + ": this storage.dir held its only copy, and its log "
+                               "is gone (deleted, or lost with its directory): the records acknowledged in it "
+                               "are lost";
+      if (!opts_.repair) {
+        host_.log(LogLevel::error, kComponent,
+                  what + ". Refusing to open it empty, which would hand out its offsets again; set "
+                         "storage.repair=true to accept the loss and open it empty (docs/replication.md "
+                         "\"A lost shard copy\")");
+        return Error(Errc::corrupt_data, what + "; storage.repair=true opens it empty");
+      }
+      host_.log(LogLevel::warn, kComponent, what + "; storage.repair: opening it empty, from offset 0");
+    }
+    if (!*marked) single_mark = *mark;
+  }
   if (spec.replication_factor > 1) {
     auto lost = check_replica_mark(*fs_, opts_.dir, ref, dir, *had_log);
     if (!lost) {
@@ -401,7 +426,7 @@ Result<std::shared_ptr<ShardLogImpl>> FsStorageEngine::open_unlocked(const Shard
   auto shard = std::make_shared<ShardLogImpl>(ref, spec.retention, dir, opts_, fs_, host_, pool_,
                                               std::move(recovered).value(), std::move(replica));
   verify_later("shard " + ref.to_string(), ldir, shard, std::move(unverified));
-  if (!deferred.empty()) shard->defer_dir_syncs(std::move(deferred));
+  if (!deferred.empty()) shard->defer_dir_syncs(std::move(deferred), std::move(single_mark));
   if (group_clock_) shard->set_group_clock(group_clock_);
   if (group_step_hook_) shard->set_group_step_hook(group_step_hook_);
   shard->set_verify_later([this](const std::string& what, const std::string& log_dir,

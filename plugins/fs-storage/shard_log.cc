@@ -170,9 +170,10 @@ void ShardLogImpl::cut_unpublished_tail() {
                 seg->log_path() + " (never acknowledged)");
 }
 
-void ShardLogImpl::defer_dir_syncs(DirSyncList dirs) {
+void ShardLogImpl::defer_dir_syncs(DirSyncList dirs, std::string mark) {
   std::lock_guard lk(deferred_mu_);
   deferred_dirs_ = std::move(dirs);
+  deferred_mark_ = std::move(mark);
   dirs_pending_.store(!deferred_dirs_.empty(), std::memory_order_release);
 }
 
@@ -182,6 +183,16 @@ Result<void> ShardLogImpl::sync_deferred_dirs() {
   if (deferred_dirs_.empty()) return {};
   if (auto r = deferred_dirs_.sync(*fs_); !r) return r;
   dirs_pending_.store(false, std::memory_order_release);
+  if (!deferred_mark_.empty()) {
+    // Best effort: without it a later loss of this copy goes unnoticed, as before marks.
+    const std::string mark = std::exchange(deferred_mark_, std::string());
+    Result<void> r = make_dirs(*fs_, parent_dir(mark));
+    if (r) {
+      auto f = fs_->open(mark, OpenMode::create_truncate);
+      if (!f) r = f.error();
+    }
+    if (!r) host_.log(LogLevel::warn, kComponent, "shard " + ref_.to_string() + ": cannot write " + mark + ": " + r.error().message);
+  }
   return {};
 }
 

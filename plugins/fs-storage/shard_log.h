@@ -172,7 +172,10 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   // and by a consumer group's first open; never at close, where nothing depends on them
   // (docs/architecture.md "Deferred directory syncs of a new shard"). Set before the shard
   // is shared.
-  void defer_dir_syncs(DirSyncList dirs);
+  // `mark`: a single replica's mark in <storage.dir>/.replicas (engine.cc), created once
+  // these directories are durable (not synced itself: lost, it is written at a later open's
+  // first flush).
+  void defer_dir_syncs(DirSyncList dirs, std::string mark = {});
   // Syncs them now if any are left (any thread; one flag load when none are).
   Result<void> sync_deferred_dirs();
   // The next close() skips the clean state (the shard's directory is about to be deleted:
@@ -588,6 +591,7 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   std::atomic<bool> spare_is_ready_{false};  // spare_ == ready (one load per group)
   std::mutex deferred_mu_;
   DirSyncList deferred_dirs_;                 // deferred_mu_
+  std::string deferred_mark_;                 // deferred_mu_
   std::atomic<bool> dirs_pending_{false};     // deferred_dirs_ is not empty
 };
 

@@ -1,6 +1,7 @@
 """Acceptance 3: a flipped byte in a sealed segment stops the node with the file and the
 position; a torn, never-acknowledged tail is truncated with a log line saying so."""
 import os
+import shutil
 import struct
 import unittest
 
@@ -65,6 +66,22 @@ class Corruption(unittest.TestCase):
         # What survives is a dense prefix of the log.
         recs = self.node.fetch_all("c", 0)
         self.assertEqual([r["offset"] for r in recs], list(range(len(recs))))
+
+    def test_a_single_replica_whose_log_directory_is_gone_stops_the_start_until_repair(self):
+        """Its only copy deleted by hand while the rest of storage.dir stays: opened empty, it
+        would hand out offsets 0.. again for other records. The start stops (exit 3, naming
+        the shard), and storage.repair accepts the loss."""
+        shard_dir = os.path.dirname(os.path.dirname(self.segs[0]))
+        shutil.rmtree(shard_dir)
+        code, out = self.node.start_expect_failure()
+        self.assertEqual(code, 3, out[-2000:])
+        self.assertIn("held its only copy, and its log is gone", out)
+        self.assertIn("storage.repair", out)
+        self.node.extra["storage.repair"] = "true"
+        self.node.start()
+        self.assertEqual(self.node.fetch_all("c", 0), [])
+        res = self.node.publish_binary("c", [(None, b"after")])
+        self.assertEqual(res[0]["offset"], 0, res)
 
     def test_torn_unacknowledged_tail_is_truncated_with_a_log_line(self):
         active = self.segs[-1]

@@ -120,8 +120,8 @@ TEST(LostCopy, ALogThatEndsBelowTheHighWatermarkItClosedWithIsLost) {
 }
 
 // A copy an older build made (a log, no mark) is adopted as it is and marked; a single
-// replica is never marked (nobody else holds its records).
-TEST(LostCopy, AnUnmarkedCopyIsAdoptedAndASingleReplicaIsNotMarked) {
+// replica is not marked before its first flush (its directories are not durable before).
+TEST(LostCopy, AnUnmarkedCopyIsAdoptedAndANeverFlushedSingleReplicaIsNotMarked) {
   Node n;
   write_committed(n);
   const std::string mark = mark_of(n);
@@ -133,6 +133,31 @@ TEST(LostCopy, AnUnmarkedCopyIsAdoptedAndASingleReplicaIsNotMarked) {
   Node single(kIncarnation, StreamSpec{});
   EXPECT_FALSE(single.log->copy_lost());
   EXPECT_FALSE(fs::exists(mark_of(single)));
+}
+
+// A single replica is marked at its first flush. Its log gone under the mark, the records it
+// acknowledged are lost with nothing else holding them: the open is refused rather than
+// handing out offsets 0.. again, until storage.repair accepts the loss.
+TEST(LostCopy, ASingleReplicaWhoseLogIsGoneIsRefusedUntilRepair) {
+  Node n(kIncarnation, StreamSpec{});
+  ASSERT_TRUE(append_wait(*n.log, batch("a"), AckMode::leader));
+  const std::string mark = mark_of(n);
+  EXPECT_TRUE(fs::exists(mark)) << "marked once its directories were synced";
+  const std::string dir = n.shard_dir();
+  n.log.reset();
+  n.engine.reset();
+  fs::remove_all(dir);
+  n.fs->restart();
+  n.engine = std::make_unique<FsStorageEngine>(n.host, n.fs);
+  auto s = n.engine->open_shard(n.ref, n.spec);
+  ASSERT_FALSE(s) << "a single replica's lost log opened empty";
+  EXPECT_EQ(s.error().code, Errc::corrupt_data) << s.error().to_string();
+  EXPECT_NE(s.error().message.find("storage.repair"), std::string::npos) << s.error().message;
+  n.engine.reset();
+  n.host.set("storage.repair", "true");
+  n.open();
+  EXPECT_EQ(n.log->durable_end(), Offset(0));
+  EXPECT_TRUE(fs::exists(mark));
 }
 
 // A copy removed on purpose (the replica list no longer names this broker) takes its mark
