@@ -239,8 +239,16 @@ void DataDirIdentity::commit_storage_dir() {
   if (pending_storage_dir_.empty()) return;
   const std::string storage_dir = std::exchange(pending_storage_dir_, std::string());
   if (std::exchange(drop_copy_marks_, false)) {
-    std::error_code ignored;  // best effort: a mark left behind costs its copy a catch-up
-    fs::remove_all(fs::path(storage_dir) / ".replicas", ignored);
+    // A mark left behind would make a new replicated copy read as lost, and refuse a new
+    // single-replica one (docs/operations.md "Storage directory identity"): removed durably,
+    // before any shard opens.
+    std::error_code ec;
+    fs::remove_all(fs::path(storage_dir) / ".replicas", ec);
+    if (ec)
+      throw std::runtime_error("cannot remove the shard copies' marks " + storage_dir + "/.replicas: " +
+                               ec.message());
+    if (auto s = fsync_directory(storage_dir); !s)
+      throw std::runtime_error("cannot sync storage.dir " + storage_dir + ": " + s.error().message);
   }
   if (auto made = create_directories_durably(storage_dir); !made)
     throw std::runtime_error("cannot create storage.dir " + storage_dir + ": " + made.error().message);

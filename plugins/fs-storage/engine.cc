@@ -320,12 +320,22 @@ Result<std::shared_ptr<ShardLogImpl>> FsStorageEngine::open_unlocked(const Shard
                                "are lost";
       if (!opts_.repair) {
         host_.log(LogLevel::error, kComponent,
-                  what + ". Refusing to open it empty, which would hand out its offsets again; set "
-                         "storage.repair=true to accept the loss and open it empty (docs/replication.md "
-                         "\"A lost shard copy\")");
-        return Error(Errc::corrupt_data, what + "; storage.repair=true opens it empty");
+                  what + ". Refusing to open it empty, which would hand out its offsets again. To accept "
+                         "the loss: storage.repair=true (the whole node), or remove " + *mark +
+                         " (this shard alone); docs/operations.md \"Recovery and corruption\"");
+        return Error(Errc::corrupt_data, what + "; storage.repair=true, or removing " + *mark + ", opens it empty");
       }
       host_.log(LogLevel::warn, kComponent, what + "; storage.repair: opening it empty, from offset 0");
+      // The loss is accepted: the mark goes, durably, and comes back at the first flush, once
+      // the new directories are durable (otherwise a power cut before that would bring back
+      // "a mark, no log" for a shard that acknowledged nothing since).
+      Result<void> r = fs_->remove(*mark);
+      if (r) r = sync_parent_dir(*fs_, *mark);
+      if (!r) {
+        host_.log(LogLevel::error, kComponent, "cannot open shard " + ref.to_string() + ": " + r.error().message);
+        return r.error();
+      }
+      *marked = false;
     }
     if (!*marked) single_mark = *mark;
   }

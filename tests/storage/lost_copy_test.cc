@@ -157,7 +157,18 @@ TEST(LostCopy, ASingleReplicaWhoseLogIsGoneIsRefusedUntilRepair) {
   n.host.set("storage.repair", "true");
   n.open();
   EXPECT_EQ(n.log->durable_end(), Offset(0));
+  // The loss accepted, the mark waits for the new directories to be durable.
+  EXPECT_FALSE(fs::exists(mark));
+  ASSERT_TRUE(append_wait(*n.log, batch("b"), AckMode::leader));
   EXPECT_TRUE(fs::exists(mark));
+
+  // For this shard alone: its mark removed by hand, it opens empty without the flag.
+  n.host.set("storage.repair", "false");
+  reopen_after(n, [&] {
+    fs::remove_all(dir);
+    fs::remove(mark);
+  });
+  EXPECT_EQ(n.log->durable_end(), Offset(0));
 }
 
 // A copy removed on purpose (the replica list no longer names this broker) takes its mark
