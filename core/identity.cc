@@ -238,20 +238,20 @@ void DataDirIdentity::commit_storage_dir() {
   std::lock_guard lk(mu_);
   if (pending_storage_dir_.empty()) return;
   const std::string storage_dir = std::exchange(pending_storage_dir_, std::string());
+  if (auto made = create_directories_durably(storage_dir); !made)
+    throw std::runtime_error("cannot create storage.dir " + storage_dir + ": " + made.error().message);
   if (std::exchange(drop_copy_marks_, false)) {
     // A mark left behind would make a new replicated copy read as lost, and refuse a new
     // single-replica one (docs/operations.md "Storage directory identity"): removed durably,
     // before any shard opens.
-    std::error_code ec;
-    fs::remove_all(fs::path(storage_dir) / ".replicas", ec);
-    if (ec)
+    std::error_code rm_ec;  // (storage.dir exists now: created above if it was gone)
+    fs::remove_all(fs::path(storage_dir) / ".replicas", rm_ec);
+    if (rm_ec)
       throw std::runtime_error("cannot remove the shard copies' marks " + storage_dir + "/.replicas: " +
-                               ec.message());
+                               rm_ec.message());
     if (auto s = fsync_directory(storage_dir); !s)
       throw std::runtime_error("cannot sync storage.dir " + storage_dir + ": " + s.error().message);
   }
-  if (auto made = create_directories_durably(storage_dir); !made)
-    throw std::runtime_error("cannot create storage.dir " + storage_dir + ": " + made.error().message);
   const fs::path marker = fs::path(storage_dir) / "storage.properties";
   std::error_code ec;
   if (!fs::exists(marker, ec)) {

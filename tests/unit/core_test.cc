@@ -429,6 +429,14 @@ TEST(Identity, AStorageDirThatLostItsCopiesGetsANewDirectoryId) {
   // Persisted in meta.properties, and the marker names it.
   EXPECT_EQ(start_with(dir, storage, &third), "");
   EXPECT_EQ(third, second);
+  // The default storage.dir gone altogether (`rm -rf data/shards`): a new id, and the start
+  // stands (it once failed syncing the directory it had not created yet).
+  std::string fourth, fifth;
+  start_with(dir, storage, &fourth, /*configured=*/false);
+  std::filesystem::create_directories(storage + "/t/n/s");
+  std::filesystem::remove_all(storage);
+  EXPECT_NO_THROW(start_with(dir, storage, &fifth, /*configured=*/false));
+  EXPECT_NE(fifth, fourth);
 }
 
 // Review: a configured storage.dir that does not exist is a disk not mounted (or a typo),
