@@ -121,6 +121,22 @@ class FsStorageEngine final : public StorageEngine {
   // open_shard's work outside mu_ (the shard is in opening_).
   Result<std::shared_ptr<ShardLogImpl>> open_unlocked(const ShardRef& ref, const StreamSpec& spec,
                                                       const std::string& dir);
+  // What the copy's mark in .replicas says at an open (copy_marks.cc; docs/replication.md
+  // "A lost shard copy"): a replicated copy that this disk lost (lost-copy then written,
+  // durably), or a single replica's mark to write at its first flush. A single replica
+  // whose mark outlived its log is refused (corrupt_data) unless storage.repair.
+  struct CopyMarks {
+    bool copy_lost = false;
+    std::string single_mark;
+  };
+  Result<CopyMarks> check_copy_marks(const ShardRef& ref, const StreamSpec& spec, const std::string& dir,
+                                     bool had_log);
+  // Marks a single replica whose log holds records and has no mark yet (not synced).
+  void adopt_single_mark(const ShardRef& ref, const std::string& mark);
+  // A replicated log that recovered to an end below the high watermark it closed with is a
+  // lost copy too: says so (lost-copy, durably) and answers true.
+  Result<bool> lost_below_high_watermark(const ShardRef& ref, const std::string& dir, Offset hwm_checkpoint,
+                                         Offset log_end);
   Result<std::unique_ptr<GroupOps>> open_group_log(const ShardRef& ref,
                                                    const std::string& shard_dir,
                                                    std::uint32_t min_insync);

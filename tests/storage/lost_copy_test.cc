@@ -171,6 +171,27 @@ TEST(LostCopy, ASingleReplicaWhoseLogIsGoneIsRefusedUntilRepair) {
   EXPECT_EQ(n.log->durable_end(), Offset(0));
 }
 
+// Regression (stop 42, left open): a single replica with records but no mark (an older
+// build's, or one not appended to since this build first opened it) was marked only at its
+// next flush, so a loss of its log before any append went unnoticed and it opened empty,
+// handing out offsets 0.. again. It is marked at the open that finds its records.
+TEST(LostCopy, AnUnmarkedSingleReplicaWithRecordsIsMarkedAtOpen) {
+  Node n(kIncarnation, StreamSpec{});
+  ASSERT_TRUE(append_wait(*n.log, batch("a"), AckMode::leader));
+  const std::string mark = mark_of(n);
+  const std::string dir = n.shard_dir();
+  reopen_after(n, [&] { fs::remove(mark); });  // as an older build left it
+  EXPECT_TRUE(fs::exists(mark)) << "an open that found records did not mark the shard";
+  n.log.reset();
+  n.engine.reset();
+  fs::remove_all(dir);
+  n.fs->restart();
+  n.engine = std::make_unique<FsStorageEngine>(n.host, n.fs);
+  auto s = n.engine->open_shard(n.ref, n.spec);
+  ASSERT_FALSE(s) << "a single replica's lost log opened empty";
+  EXPECT_EQ(s.error().code, Errc::corrupt_data) << s.error().to_string();
+}
+
 // A copy removed on purpose (the replica list no longer names this broker) takes its mark
 // with it, so a later reassignment back opens a new copy, not a lost one.
 TEST(LostCopy, RemovingAReplicaRemovesItsMark) {
