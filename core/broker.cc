@@ -8,6 +8,7 @@
 
 #include "broker_catalog_facade.h"
 #include "serving_floors.h"
+#include "sluice/features.h"
 
 namespace sluice::core {
 
@@ -31,6 +32,12 @@ BrokerRuntime::BrokerRuntime(NodeInfo info, MetadataStore& catalog, StorageEngin
 }
 
 BrokerRuntime::~BrokerRuntime() { stop(); }
+
+std::vector<std::string> implemented_features() {
+  std::vector<std::string> all;
+  for (const auto& f : known_features()) all.emplace_back(f.name);
+  return all;
+}
 
 Error BrokerRuntime::no_broker_role() const {
   return Error(Errc::unavailable, "node " + std::to_string(info_.node_id.value()) +

@@ -13,9 +13,12 @@
 //               ├─ 2. apply EVERY delete word: delete incarnations <= it on disk (a broker
 //               │     that slept through a delete and a recreate removes the old data
 //               │     before it serves anything)
-//               ├─ 3. register with the features it implements (refused -> node exits)
+//               ├─ 3. check the registration's rule (a missing finalized feature: exit)
 //               ├─ 4. open the shards assigned to this broker (recovery runs here)
-//               └─ 5. watch(snapshot.seq), heartbeat thread
+//               ├─ 5. a copy this disk lost leaves the in-sync set (ShardLog::copy_lost)
+//               ├─ 6. register with the features it implements (refused -> node exits);
+//               │     only now is the broker live, so eligible for the controller to elect
+//               └─ 7. watch(snapshot.seq), heartbeat thread
 //
 //   change feed (metadata thread) ──enqueue──> control thread, in seq order:
 //     each change   replay it into the image, plan the name it touches, apply the plan
@@ -71,12 +74,17 @@
 
 namespace sluice::core {
 
+// Every fleet feature this build implements (sluice/features.h known_features).
+std::vector<std::string> implemented_features();
+
 struct BrokerOptions {
   std::uint32_t max_records_per_publish = 100000;
   std::int64_t catalog_timeout_ms = 10000;
   std::int64_t heartbeat_interval_ms = 2000;
   std::string advertised_address;      // host:port of this node's API, for not_leader answers
-  std::vector<std::string> features;   // what this broker reports (sorted)
+  // What this broker reports (sorted): every feature this build implements, unless
+  // `broker.features` names a subset (main.cc).
+  std::vector<std::string> features = implemented_features();
   std::string peer_address;            // transport.address, registered as its peer_address
   // Filled from the catalog's broker registrations (snapshots and changes); may be null.
   std::shared_ptr<PeerDirectory> peers;
@@ -237,8 +245,8 @@ class BrokerRuntime final : public Node {
   void fire_forwarded_wait(std::uint64_t id);
   HeldStreams held();
   ServingNode serving_node() const;
-  // Applies a plan (serving_plan.h) in its order. `registration`: at start, register between
-  // the deletes and the opens. Fails if the floors cannot be persisted (then nothing was
+  // Applies a plan (serving_plan.h) in its order. `registration`: at start, register after
+  // the deletes and the opens, once the lost copies left their in-sync sets. Fails if the floors cannot be persisted (then nothing was
   // acted on) or, only with Registration::at_start, if registration or a delete fails or
   // a shard's data is damaged. Otherwise a shard that does not open is a failure of that
   // shard alone: the name's other shards are served, the node is not ready, and the name is
@@ -302,6 +310,11 @@ class BrokerRuntime final : public Node {
   void settle_opens(const ServingPlan& plan, const std::map<ShardRef, std::shared_ptr<ShardLog>>& opened,
                     const std::map<ShardRef, std::string>& open_errors);
   Error no_broker_role() const;
+  // At start, before registering: the lost copies (ShardLog::copy_lost) that the catalog
+  // counts in the in-sync set leave it (broker_shard_admin.cc). Answers each such shard's
+  // assignment as the catalog last answered, newer than the plan's.
+  std::map<ShardRef, Assignment> leave_in_sync_sets_of_lost_copies(
+      const ServingPlan& plan, const std::map<ShardRef, std::shared_ptr<ShardLog>>& opened);
 
   NodeInfo info_;
   MetadataStore& catalog_;

@@ -12,6 +12,7 @@
 #include "broker.h"
 #include "serving_floors.h"
 #include "sluice/failpoint.h"
+#include "sluice/features.h"
 
 namespace sluice::core {
 
@@ -174,18 +175,28 @@ Result<void> BrokerRuntime::apply_plan(const ServingPlan& plan, Registration reg
   for (const auto& c : plan.close) close_shard(c);
   std::map<ShardRef, std::shared_ptr<ShardLog>> opened;
   std::map<ShardRef, std::string> open_errors;  // shards that did not open: served by no one here
+  std::map<ShardRef, Assignment> left_at_start;  // as the catalog answered a lost copy's leave
   if (at_start) {
     // 3. Delete, on the control plane's word only.
     for (const auto& d : plan.remove)
       if (auto r = delete_data(d); !r) return r;
     for (const auto& d : plan.drop) drop_replica(d);
-    // 4. Register before serving: a refusal stops the node.
-    if (storage_ && !registered_)
-      if (auto r = register_self(); !r) return r;
-    // 5. Open. Damaged data stops the start, naming the file and the position: the operator
-    // decides (storage.repair cuts it; docs/operations.md). Any other failure to open a
-    // shard (a full disk, a file in the way, a half-finished delete) is that shard's alone:
-    // the node starts, serves the rest, is not ready, and retries it (retry_failed()).
+    // 4. The registration's own check, before the data is touched: a build that lacks a
+    // finalized feature opens nothing (the catalog refuses it below, by the same rule).
+    if (storage_ && !registered_) {
+      std::set<std::string, std::less<>> finalized;
+      for (const auto& [name, at] : image_.finalized) finalized.insert(name);
+      if (auto a = admit_broker(opts_.features, finalized); !a)
+        return Error(a.error().code, "broker " + std::to_string(info_.node_id.value()) + ": " + a.error().message);
+    }
+    failpoint("broker.start.before_open");  // tests: a start held before its opens
+    // 5. Open, before registering: until it registers the broker is not live, so the
+    // controller cannot elect it from a copy this disk lost before step 6 takes that copy
+    // out of the in-sync set. Damaged data stops the start, naming the file and the
+    // position: the operator decides (storage.repair cuts it; docs/operations.md). Any other
+    // failure to open a shard (a full disk, a file in the way, a half-finished delete) is
+    // that shard's alone: the node starts, serves the rest, is not ready, and retries it
+    // (retry_failed()).
     for (const auto& o : plan.open) {
       if (!storage_) continue;
       auto log = storage_->open_shard(o.ref, plan.streams.at(o.ref.stream).info.spec);
@@ -198,6 +209,11 @@ Result<void> BrokerRuntime::apply_plan(const ServingPlan& plan, Registration reg
       }
       opened[o.ref] = std::move(log.value());
     }
+    // 6. Lost copies leave the in-sync set, then 7. register before serving: a refusal
+    // stops the node.
+    if (storage_) left_at_start = leave_in_sync_sets_of_lost_copies(plan, opened);
+    if (storage_ && !registered_)
+      if (auto r = register_self(); !r) return r;
   } else {
     // 3.-5. for a batch of changes: each name's deletes, drops and opens in that order, the
     // names side by side (they share nothing; the storage engine's syncs for different
@@ -212,6 +228,8 @@ Result<void> BrokerRuntime::apply_plan(const ServingPlan& plan, Registration reg
     auto st = std::make_shared<StreamState>();
     st->info = sv.info;
     st->assignments = sv.assignments;
+    for (auto& a : st->assignments)
+      if (auto l = left_at_start.find(ShardRef{key, a.shard, a.incarnation}); l != left_at_start.end()) a = l->second;
     st->refused = sv.refused;
     st->held.resize(sv.info.spec.shards);
     st->shards.resize(sv.info.spec.shards);
@@ -232,7 +250,7 @@ Result<void> BrokerRuntime::apply_plan(const ServingPlan& plan, Registration reg
       }
       if (!st->held[i]) continue;
       const Assignment* now = nullptr;
-      for (const auto& a : sv.assignments)
+      for (const auto& a : st->assignments)
         if (a.shard.value() == i) now = &a;
       // The engine learns the shard's replica state after it opens and after every change.
       if (now && (!was || was->version != now->version || was->leader != now->leader ||

@@ -5,6 +5,8 @@
 // the shard has moved on since.
 #include <algorithm>
 #include <chrono>
+#include <optional>
+#include <thread>
 
 #include "broker.h"
 #include "sluice/catalog_rules.h"
@@ -211,6 +213,81 @@ Result<DrainPlan> BrokerRuntime::drain_broker(NodeId broker) {
             "operator's drain of broker " + std::to_string(broker.value()) + ": " + std::to_string(started) +
                 " reassignment(s) started, " + std::to_string(plan.moves.size() - started) + " refused");
   return plan;
+}
+
+// Step 6 of a start (apply_plan): a copy this disk lost (docs/replication.md "A lost shard
+// copy") that the catalog still counts in the in-sync set leaves it before the broker
+// registers. Registered, the broker is live, and the controller could elect it from the
+// empty copy before the storage engine's own request ran: with min_insync 1 that election
+// also takes the dead old leader out of the set, so when the lost copy then gave the
+// leadership up, no counted copy was left and the shard waited for an operator's unclean
+// election. A conflict (the controller moved the shard meanwhile) reads the shard again;
+// a catalog that does not answer within broker.catalog_timeout_ms leaves the request to the
+// storage engine, which asks again once the shard is assigned.
+std::map<ShardRef, Assignment> BrokerRuntime::leave_in_sync_sets_of_lost_copies(
+    const ServingPlan& plan, const std::map<ShardRef, std::shared_ptr<ShardLog>>& opened) {
+  std::map<ShardRef, Assignment> left;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(opts_.catalog_timeout_ms);
+  for (const auto& [ref, log] : opened) {
+    if (!log || !log->copy_lost()) continue;
+    auto sv = plan.streams.find(ref.stream);
+    if (sv == plan.streams.end()) continue;
+    std::optional<Assignment> a;
+    for (const auto& x : sv->second.assignments)
+      if (x.shard == ref.shard && x.incarnation == ref.incarnation) a = x;
+    const auto counted = [&] {
+      return std::any_of(a->in_sync.begin(), a->in_sync.end(), [&](const InSyncReplica& m) {
+        return m.broker == info_.node_id && m.directory_id == info_.directory_id;
+      });
+    };
+    while (a && counted()) {
+      ShardUpdate u;
+      u.key = ref.stream;
+      u.shard = ref.shard;
+      u.incarnation = ref.incarnation;
+      u.expected_version = a->version;
+      u.leader = a->leader;
+      u.leader_epoch = a->leader_epoch;
+      u.in_sync = a->in_sync;
+      leave_in_sync(u, info_.node_id);
+      auto r = catalog_.update_shard(u);
+      if (r) {
+        host_.log(LogLevel::warn, "broker",
+                  "shard " + ref.to_string() + ": this disk lost its copy, which the catalog counted in the "
+                  "in-sync set; it left the set before this broker registered (version " +
+                      std::to_string(r->version.value()) + ", leader " + std::to_string(r->leader.value()) +
+                      " in epoch " + std::to_string(r->leader_epoch.value()) + ")");
+        a = *r;
+        left[ref] = *r;
+        break;
+      }
+      const bool moved = r.error().code == Errc::conflict;
+      if (std::chrono::steady_clock::now() >= deadline || !(moved || r.error().outcome == Outcome::transient ||
+                                                            r.error().code == Errc::unavailable ||
+                                                            r.error().code == Errc::timeout)) {
+        host_.log(LogLevel::error, "broker",
+                  "shard " + ref.to_string() + ": this disk lost its copy, and it could not leave the in-sync "
+                  "set before this broker registered (" + r.error().to_string() +
+                      "); the storage engine asks again once the shard is assigned");
+        break;
+      }
+      if (!moved) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        continue;
+      }
+      // The shard moved on (the controller's failover, say): its state as stored now.
+      auto snap = catalog_.snapshot();
+      if (!snap) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        continue;
+      }
+      a.reset();
+      for (const auto& x : snap->assignments)
+        if (x.key == ref.stream && x.shard == ref.shard && x.incarnation == ref.incarnation) a = x;
+      if (a) left[ref] = *a;  // newer than the plan's, whatever happens next
+    }
+  }
+  return left;
 }
 
 }  // namespace sluice::core

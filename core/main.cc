@@ -166,9 +166,7 @@ bool roles_have(const std::string& roles, const std::string& role) {
 // The features this broker reports: every feature the build implements, unless
 // `broker.features` names a subset (how an older build is emulated in upgrade tests).
 std::vector<std::string> parse_features(const core::Config& cfg) {
-  std::vector<std::string> all;
-  for (const auto& f : known_features()) all.emplace_back(f.name);
-  if (!cfg.has("broker.features")) return all;
+  if (!cfg.has("broker.features")) return core::implemented_features();
   auto want = sorted_list(cfg.get_string("broker.features", ""));
   for (const auto& f : want)
     if (!find_feature(f))

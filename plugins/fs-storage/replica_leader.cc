@@ -6,6 +6,8 @@
 #include <optional>
 #include <utility>
 
+#include "sluice/catalog_rules.h"
+
 namespace sluice::fs_storage {
 
 using namespace std::chrono_literals;
@@ -775,17 +777,7 @@ void ReplicaManager::request_new_epoch(const std::shared_ptr<Shard>& s, const Re
 void ReplicaManager::request_leave_in_sync(const std::shared_ptr<Shard>& s, const ReplicaAssignment& ra) {
   const auto left = ask_catalog(
       s, ra,
-      [&](ShardUpdate& u) {
-        if (ra.leader == self_) {
-          // Leaderless in the next epoch: the controller elects an in-sync replica, or says
-          // why it cannot (an empty set: the acknowledged records are on no counted copy).
-          u.leader = NodeId{0};
-          u.leader_epoch = LeaderEpoch{ra.leader_epoch.value() + 1};
-        }
-        u.in_sync.clear();
-        for (const auto& m : ra.in_sync)
-          if (m.broker != self_) u.in_sync.push_back(m);
-      },
+      [&](ShardUpdate& u) { leave_in_sync(u, self_); },
       "this lost copy leaving the in-sync set", &ReplicaManager::request_leave_in_sync);
   if (!left) return;
   // The catalog no longer counts this copy from that version on: anything later that counts

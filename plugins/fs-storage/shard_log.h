@@ -107,7 +107,7 @@ struct ReplicaSetup {
   std::uint32_t min_insync = 1;
   EpochHistory history;         // loaded before recovery; replicated shards only
   Offset hwm_checkpoint;        // the high watermark it closed with (capped at the log end)
-  bool copy_lost = false;       // <dir>/lost-copy exists (engine.cc check_replica_mark)
+  bool copy_lost = false;       // <dir>/lost-copy exists (copy_marks.cc)
 };
 
 // read_raw's answer: whole stored batches, byte for byte as on disk.
@@ -172,7 +172,7 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   // and by a consumer group's first open; never at close, where nothing depends on them
   // (docs/architecture.md "Deferred directory syncs of a new shard"). Set before the shard
   // is shared.
-  // `mark`: a single replica's mark in <storage.dir>/.replicas (engine.cc), created once
+  // `mark`: a single replica's mark in <storage.dir>/.replicas (copy_marks.cc), created once
   // these directories are durable (not synced itself: lost, it is written at a later open's
   // first flush).
   void defer_dir_syncs(DirSyncList dirs, std::string mark = {});
@@ -246,7 +246,7 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   // longer counts it; then forget_copy_lost() removes <dir>/lost-copy and it is an ordinary
   // follower. Not synced: a crash before the removal is durable finds it lost again, which
   // costs a catch-up.
-  bool copy_lost() const { return copy_lost_.load(std::memory_order_acquire); }
+  bool copy_lost() const override { return copy_lost_.load(std::memory_order_acquire); }
   Result<void> forget_copy_lost();
   // End of fdatasync'd data (every batch below it survives a crash).
   Offset durable_end() const { return Offset(durable_end_.load(std::memory_order_acquire)); }

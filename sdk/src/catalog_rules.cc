@@ -180,6 +180,14 @@ std::string shard_what(const Assignment& a) {
 }
 }  // namespace
 
+void leave_in_sync(ShardUpdate& u, NodeId self) {
+  if (u.leader == self) {
+    u.leader = NodeId{0};
+    u.leader_epoch = LeaderEpoch{u.leader_epoch.value() + 1};
+  }
+  std::erase_if(u.in_sync, [&](const InSyncReplica& m) { return m.broker == self; });
+}
+
 bool eligible(const InSyncReplica& m, const std::vector<BrokerInfo>& brokers) {
   const BrokerInfo* b = find_broker(brokers, m.broker);
   return b && b->live && b->directory_id == m.directory_id;

@@ -23,6 +23,11 @@ const std::string& armed() {
 void failpoint(std::string_view name) {
   const std::string& list = armed();
   if (list.empty()) return;
+  if (list.find("," + std::string(name) + ":stop,") != std::string::npos) {
+    log_line(LogLevel::warn, "failpoint", "reached " + std::string(name) + ": stopping the process until SIGCONT");
+    ::kill(::getpid(), SIGSTOP);
+    return;
+  }
   if (list.find("," + std::string(name) + ",") == std::string::npos) return;
   log_line(LogLevel::warn, "failpoint", "reached " + std::string(name) + ": killing the process");
   ::kill(::getpid(), SIGKILL);

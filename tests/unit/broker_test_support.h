@@ -75,6 +75,7 @@ class ScriptedCatalog final : public MetadataStore {
     std::lock_guard lk(mu_);
     last_registration_ = reg;
     ++registrations_;
+    calls_.push_back("register_broker");
     return b;
   }
   BrokerRegistration last_registration() {
@@ -145,10 +146,20 @@ class ScriptedCatalog final : public MetadataStore {
     std::lock_guard lk(hold_mu_);
     return list_brokers_calls_;
   }
+  // on_update answers it when set (not_supported otherwise); called without the lock.
+  std::function<Result<Assignment>(const ShardUpdate&)> on_update;
   Result<Assignment> update_shard(const ShardUpdate& u) override {
+    {
+      std::lock_guard lk(mu_);
+      updates.push_back(u);
+      calls_.push_back("update_shard");
+    }
+    return on_update ? on_update(u) : no();
+  }
+  // register_broker and update_shard, in the order they were called.
+  std::vector<std::string> calls() {
     std::lock_guard lk(mu_);
-    updates.push_back(u);
-    return no();
+    return calls_;
   }
   // on_finalize answers it when set (not_supported otherwise).
   std::function<Result<FeatureInfo>(const std::string&)> on_finalize;
@@ -165,6 +176,7 @@ class ScriptedCatalog final : public MetadataStore {
   std::function<void(const ChangeEvent&)> on_change_;
   BrokerRegistration last_registration_;
   int registrations_ = 0;
+  std::vector<std::string> calls_;
   std::mutex hold_mu_;
   std::condition_variable hold_cv_;
   bool hold_list_brokers_ = false;

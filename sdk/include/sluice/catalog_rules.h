@@ -66,6 +66,12 @@ Result<void> start_replicated_shard(Assignment& a, const std::vector<BrokerInfo>
 // them, which is issue 11's unclean election, not a move).
 Result<ShardUpdate> plan_leader_move(const Assignment& current, NodeId broker);
 
+// A lost copy leaving the in-sync set (docs/replication.md "A lost shard copy"): `u`, which
+// holds the shard's leader, leader_epoch and in_sync as stored, without `self` in the set,
+// and leaderless in the next epoch if `self` leads (the controller then elects an in-sync
+// replica, or says why it cannot). Both the broker at start and the storage engine use it.
+void leave_in_sync(ShardUpdate& u, NodeId self);
+
 // --- the controller's rules (docs/replication.md "The controller") ----------------------
 // A replica is eligible to lead when its broker is registered and live and its current
 // directory.id equals the one the in-sync set recorded (seed kafka-15495).

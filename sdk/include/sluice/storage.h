@@ -150,6 +150,14 @@ class ShardLog {
 
   virtual ShardStats stats() = 0;
 
+  // A replicated copy that this disk once held and lost (its log deleted, or ending below
+  // the high watermark it closed with): it holds none of what the catalog's in-sync set
+  // counts it for. At start the broker takes such a copy out of the in-sync set before it
+  // registers (docs/replication.md "A lost shard copy"), so the controller never elects it
+  // from the empty log; the engine must never lead it meanwhile. Default: false (an engine
+  // that cannot tell).
+  virtual bool copy_lost() const { return false; }
+
   // --- consumer groups (per shard incarnation) ---------------------------------------
   // A group delivers every record at least once. A delivered record is outstanding until
   // acked; it is delivered again after a nack or once ack_timeout_ms passes without an
