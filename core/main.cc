@@ -581,7 +581,16 @@ int main(int argc, char** argv) {
   }
   core::systemd_notify("STATUS=opening this node's shards (recovery)");
   auto broker = std::make_unique<core::BrokerRuntime>(info, *metadata, storage.get(), bopts, host);
-  if (auto r = broker->start(); !r) die(start_failure_status(r.error()), "broker: " + r.error().message);
+  if (auto r = broker->start(); !r) {
+    // The shards this start opened close cleanly, so the clean-shutdown marker it took goes
+    // back (storage shutdown): the next start, once the operator has acted, is as fast as
+    // this one would have been. The marker is a hint; recovery still checks each log's
+    // recovery point against its files (docs/architecture.md "Restart").
+    if (transport) transport->stop();
+    broker->stop();
+    if (storage) storage->shutdown();
+    die(start_failure_status(r.error()), "broker: " + r.error().message);
+  }
   if (transport) transport->handlers_registered();
   if (auto r = api->start(*broker); !r) die(1, "api: " + r.error().message);
 

@@ -77,6 +77,10 @@ class Corruption(unittest.TestCase):
         self.assertEqual(code, 3, out[-2000:])
         self.assertIn("held its only copy, and its log is gone", out)
         self.assertIn("storage.repair", out)
+        # The refused start put back the clean-shutdown marker it took (the node stopped
+        # cleanly in setUp): the next start reads no log's tail again.
+        self.assertTrue(os.path.exists(os.path.join(self.node.data_dir, "shards", ".clean-shutdown")),
+                        "a refused start consumed the clean-shutdown marker")
         self.node.extra["storage.repair"] = "true"
         self.node.start()
         self.assertEqual(self.node.fetch_all("c", 0), [])
