@@ -146,6 +146,32 @@ void FsStorageEngine::adopt_single_mark(const ShardRef& ref, const std::string& 
   if (!r) host_.log(LogLevel::warn, kComponent, "shard " + ref.to_string() + ": cannot write " + mark + ": " + r.error().message);
 }
 
+// A copy whose directory was already gone when the delete ran (lost by hand, say) left its
+// mark: finish_marker removes the marks of the directories it moved only. So the delete
+// removes every mark `doomed` covers that is still there, and the name's mark directory
+// once empty (under mu_, not while an open of the name writes a mark in it). Not synced, as
+// finish_marker's removals: a mark that comes back names a deleted incarnation, which is
+// never opened here again, or (remove_replica) costs that copy a catch-up.
+void FsStorageEngine::remove_orphan_marks(const Doomed& doomed) {
+  const StreamKey& k = doomed.stream;
+  const std::string dir = opts_.dir + "/" + std::string(kReplicasDir) + "/" + k.tenant + "/" + k.ns + "/" + k.name;
+  auto there = fs_->is_directory(dir);
+  if (!there || !*there) return;
+  auto names = fs_->list(dir);
+  if (!names) return;
+  for (const auto& n : *names) {
+    auto parsed = parse_shard_dir_name(n);
+    if (!parsed || !doomed.covers_dir(parsed->first, parsed->second)) continue;
+    if (auto r = fs_->remove(dir + "/" + n); !r)
+      host_.log(LogLevel::warn, kComponent, "cannot remove " + dir + "/" + n + ": " + r.error().message);
+    else
+      host_.log(LogLevel::info, kComponent, "removed the mark " + dir + "/" + n + " of a deleted copy whose directory was already gone");
+  }
+  std::lock_guard lk(mu_);
+  if (opening_stream(k)) return;
+  if (auto left = fs_->list(dir); left && left->empty()) (void)fs_->remove_dir(dir);
+}
+
 Result<bool> FsStorageEngine::lost_below_high_watermark(const ShardRef& ref, const std::string& dir,
                                                         Offset hwm_checkpoint, Offset log_end) {
   // A log that ends below the high watermark it closed with lost records it held as

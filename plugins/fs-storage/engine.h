@@ -194,6 +194,8 @@ class FsStorageEngine final : public StorageEngine {
   };
   // Steps 0-4 of the delete protocol for what `d` covers; answers the directories moved.
   Result<std::uint32_t> delete_doomed(const Doomed& d, const std::string& what);
+  // The marks `d` covers that its delete did not move a directory for (copy_marks.cc).
+  void remove_orphan_marks(const Doomed& d);
   std::vector<Doomed> deleting_;  // at most one per stream name (same-name deletes wait)
   // Deletes whose durable marker this process could not finish: their shards are not
   // opened again until the marker is finished, by the next delete of the name or the next

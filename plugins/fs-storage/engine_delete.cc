@@ -201,7 +201,10 @@ Result<std::uint32_t> FsStorageEngine::delete_doomed(const Doomed& doomed, const
   const std::string stream_dir = opts_.dir + "/" + rel_stream;
   auto exists = fs_->is_directory(stream_dir);
   if (!exists) return exists.error();
-  if (!*exists) return std::uint32_t{0};
+  if (!*exists) {
+    remove_orphan_marks(doomed);
+    return std::uint32_t{0};
+  }
   auto names = fs_->list(stream_dir);
   if (!names) return names.error();
   std::vector<std::string> rel_dirs;
@@ -222,6 +225,7 @@ Result<std::uint32_t> FsStorageEngine::delete_doomed(const Doomed& doomed, const
     if (auto left = fs_->list(stream_dir); left && left->empty()) (void)fs_->remove_dir(stream_dir);
   };
   if (rel_dirs.empty()) {
+    remove_orphan_marks(doomed);
     remove_if_empty();
     return std::uint32_t{0};
   }
@@ -257,6 +261,7 @@ Result<std::uint32_t> FsStorageEngine::delete_doomed(const Doomed& doomed, const
   if (stop_at("storage.delete.after_marker"))
     return half_done(Error(Errc::internal, "delete stopped after the marker (test hook)"));
   if (auto r = finish_marker(marker, id, rel_dirs, doomed.shard.has_value()); !r) return half_done(r.error());
+  remove_orphan_marks(doomed);
   remove_if_empty();
   host_.log(LogLevel::info, kComponent,
             "deleted " + std::to_string(rel_dirs.size()) + " shard director" +

@@ -211,5 +211,27 @@ TEST(LostCopy, RemovingAReplicaRemovesItsMark) {
   EXPECT_TRUE(fs::exists(mark));
 }
 
+// Regression (stop 42, left open): a copy whose directory was already gone when its stream
+// was deleted kept its mark for ever (the delete removed the marks of the directories it
+// moved only). Now the delete removes every mark it covers, and the empty mark directory.
+TEST(LostCopy, ADeleteRemovesTheMarkOfACopyWhoseDirectoryWasAlreadyGone) {
+  for (const bool whole_stream_dir : {false, true}) {
+    SCOPED_TRACE(whole_stream_dir ? "the stream's directory gone" : "the shard's directory gone");
+    Node n;
+    write_committed(n);
+    const std::string mark = mark_of(n);
+    const std::string dir = n.shard_dir();
+    n.log.reset();
+    n.engine->close_shard(n.ref);
+    fs::remove_all(whole_stream_dir ? fs::path(dir).parent_path() : fs::path(dir));
+    ASSERT_TRUE(fs::exists(mark));
+    auto deleted = n.engine->delete_incarnations(n.ref.stream, n.ref.incarnation);
+    ASSERT_TRUE(deleted) << deleted.error().to_string();
+    EXPECT_EQ(*deleted, 0u);
+    EXPECT_FALSE(fs::exists(mark)) << "the mark of a deleted copy stayed";
+    EXPECT_FALSE(fs::exists(fs::path(mark).parent_path())) << "the name's empty mark directory stayed";
+  }
+}
+
 }  // namespace
 }  // namespace sluice::fs_storage::testing
