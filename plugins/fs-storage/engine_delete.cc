@@ -172,26 +172,22 @@ Result<std::uint32_t> FsStorageEngine::delete_doomed(const Doomed& doomed, const
   }
 
   // An earlier delete of this name stopped after its marker: finished first, so its
-  // shards may open again (and its marker cannot delete them later).
+  // shards may open again (and its marker cannot delete them later). Each stays in
+  // half_deleted_, so its shards stay refused, until its marker is finished: an open of one
+  // of them meanwhile (this delete may cover other shards) would recover the directory the
+  // marker is moving away (DeleteTest.AnEarlierStoppedDeleteKeepsItsShardsClosedUntilFinished).
   {
     std::vector<HalfDeleted> earlier;
     {
       std::lock_guard lk(mu_);
-      for (auto it = half_deleted_.begin(); it != half_deleted_.end();) {
-        if (it->doomed.stream == stream) {
-          earlier.push_back(std::move(*it));
-          it = half_deleted_.erase(it);
-        } else {
-          ++it;
-        }
-      }
+      for (const auto& h : half_deleted_)
+        if (h.doomed.stream == stream) earlier.push_back(h);
     }
-    for (std::size_t i = 0; i < earlier.size(); ++i) {
-      const auto& h = earlier[i];
-      if (auto r = finish_marker(h.marker, h.id, h.rel_dirs, h.doomed.shard.has_value()); !r) {
+    for (const auto& h : earlier) {
+      if (auto r = finish_marker(h.marker, h.id, h.rel_dirs, h.doomed.shard.has_value()); !r) return r.error();
+      {
         std::lock_guard lk(mu_);
-        for (std::size_t j = i; j < earlier.size(); ++j) half_deleted_.push_back(std::move(earlier[j]));
-        return r.error();
+        std::erase_if(half_deleted_, [&](const HalfDeleted& x) { return x.id == h.id; });
       }
       host_.log(LogLevel::info, kComponent, "finished the earlier stopped delete " + h.id);
     }

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <optional>
 #include <thread>
 
 #include "layout.h"
@@ -237,6 +238,39 @@ TEST_F(DeleteTest, AStoppedDeleteIsFinishedByTheNextDeleteOfTheName) {
   auto kept = e.open_shard(test_ref(0, 2), StreamSpec{});
   ASSERT_TRUE(kept);
   EXPECT_EQ(read_all(**kept).size(), 4u);
+}
+
+// Regression (stop 42, left open): the next delete of a name took an earlier stopped
+// delete out of half_deleted_ before finishing its marker, so while that marker moved its
+// shard's directory away an open of that shard (not covered by the new delete: another
+// shard's removal) went ahead, recovering or recreating the directory being deleted. The
+// shard now stays refused until the earlier marker is finished.
+TEST_F(DeleteTest, AnEarlierStoppedDeleteKeepsItsShardsClosedUntilFinished) {
+  auto e = make_engine();
+  fill(*e, test_ref(0, 0));
+  fill(*e, test_ref(1, 0));
+  e->set_delete_step_hook([&](std::string_view s) { return s == "storage.delete.after_marker"; });
+  ASSERT_FALSE(e->remove_replica(test_ref(0, 0)));
+  std::optional<bool> opened_meanwhile;  // an open of shard 0 while its marker was finished
+  Errc refused_with{};
+  e->set_delete_step_hook([&](std::string_view s) {
+    if (s == "storage.delete.after_move" && !opened_meanwhile) {
+      auto o = e->open_shard(test_ref(0, 0), StreamSpec{});
+      opened_meanwhile = bool(o);
+      if (o) e->close_shard(test_ref(0, 0));
+      else refused_with = o.error().code;
+    }
+    return false;
+  });
+  auto removed = e->remove_replica(test_ref(1, 0));
+  ASSERT_TRUE(removed) << removed.error().to_string();
+  ASSERT_TRUE(opened_meanwhile.has_value()) << "the earlier delete was not finished first";
+  EXPECT_FALSE(*opened_meanwhile) << "the shard of an unfinished delete opened";
+  EXPECT_EQ(refused_with, Errc::storage_failure);
+  e->set_delete_step_hook(nullptr);
+  auto reopened = e->open_shard(test_ref(0, 0), StreamSpec{});
+  ASSERT_TRUE(reopened) << reopened.error().to_string();
+  EXPECT_TRUE(read_all(**reopened).empty());
 }
 
 // The partial state of a crash in the middle of step 2, built by hand: one listed dir
