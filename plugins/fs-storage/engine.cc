@@ -73,6 +73,7 @@ FsStorageEngine::FsStorageEngine(PluginHost& host, std::shared_ptr<FileSystem> f
   if (!clean)
     throw std::runtime_error("cannot remove the clean-shutdown marker in " + opts_.dir + ": " +
                              clean.error().message);
+  took_clean_marker_ = *clean;
   clean_start_ = *clean && opts_.verify_on_start == VerifyOnStart::checkpoint;
   if (clean_start_)
     host_.log(LogLevel::info, kComponent,
@@ -222,6 +223,7 @@ Result<std::shared_ptr<ShardLog>> FsStorageEngine::open_shard(const ShardRef& re
   }
   opening_.erase(ref);
   if (made) shards_.emplace(ref, *made);
+  if (made && !took_clean_marker_) opened_this_run_.insert(ref);
   closed_cv_.notify_all();
   if (!made) return made.error();
   return std::shared_ptr<ShardLog>(std::move(made).value());
@@ -509,6 +511,22 @@ void FsStorageEngine::shutdown() {
   delete_cv_.notify_all();
   pool_.stop();
   for (const auto& sh : shards) clean = clean && sh->closed_clean();
+  if (clean && !took_clean_marker_) {
+    // This run started without a marker: the one it writes vouches for every log on disk,
+    // so only if it opened each of them (a start refused halfway, or shards that failed to
+    // open, leave logs whose tails only an unclean start reads from disk).
+    auto on_disk = list_on_disk();
+    if (!on_disk) clean = false;
+    std::lock_guard lk(mu_);
+    for (const auto& r : on_disk ? *on_disk : std::vector<ShardRef>{})
+      if (!opened_this_run_.count(r)) {
+        host_.log(LogLevel::info, kComponent,
+                  "no clean-shutdown marker: shard " + r.to_string() +
+                      " was not opened since the last unclean stop, so the next start reads its tail");
+        clean = false;
+        break;
+      }
+  }
   if (clean) {
     // Only now: every segment (and with checkpoint, .idx, producer snapshot and recovery
     // point) is synced. In every verify mode: a start after a clean stop syncs no tail.

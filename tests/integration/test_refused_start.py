@@ -16,8 +16,9 @@ def tree(root, skip=("sluiced.log",)):
     """{relative path: (kind, digest)} of everything under root.
 
     fs-storage's clean-shutdown marker is left out: the storage engine takes it when it is
-    constructed, before a later plugin or the metadata store refuses the start, so such a
-    start costs the next one its fast path (a full recovery scan), never data. (Since every
+    constructed, before a later plugin or the metadata store refuses the start; a start the
+    broker refuses puts it back, other refusals cost the next start its fast path (a full
+    recovery scan), never data. (Since every
     broker's start makes storage.dir, for its storage.properties, a stopped node without
     streams has the marker too.)"""
     out = {}

@@ -99,6 +99,42 @@ TEST_F(RecoveryPointTest, CleanShutdownWritesTheMarkerLastAndTheNextStartTakesIt
   expect_acked(**s);
 }
 
+// Review (a refused start puts the marker back): a run that started without a marker (after
+// a crash) and stopped cleanly wrote one though it never opened some shard, so the next start
+// trusted that shard's tail as if it had been closed cleanly (no reading it from disk). Such
+// a run writes the marker only if it opened every shard on disk.
+TEST_F(RecoveryPointTest, ARunAfterACrashWritesTheMarkerOnlyIfItOpenedEveryShard) {
+  const ShardRef a = test_ref(0), b = test_ref(1);
+  {
+    FsStorageEngine e(host_, std::make_shared<PosixFileSystem>());
+    for (const auto& r : {a, b}) {
+      auto s = e.open_shard(r, StreamSpec{});
+      ASSERT_TRUE(s);
+      append(**s, "x", 3);
+    }
+  }
+  ASSERT_TRUE(fsys::exists(marker()));
+  fsys::remove(marker());  // as a crash leaves it
+  {
+    FsStorageEngine e(host_, std::make_shared<PosixFileSystem>());
+    ASSERT_FALSE(e.clean_start());
+    ASSERT_TRUE(e.open_shard(a, StreamSpec{}));  // b is never opened (a start refused halfway)
+  }
+  EXPECT_FALSE(fsys::exists(marker())) << "the marker vouched for a shard this run never opened";
+  {
+    FsStorageEngine e(host_, std::make_shared<PosixFileSystem>());
+    ASSERT_FALSE(e.clean_start());
+    ASSERT_TRUE(e.open_shard(a, StreamSpec{}));
+    ASSERT_TRUE(e.open_shard(b, StreamSpec{}));
+  }
+  EXPECT_TRUE(fsys::exists(marker())) << "a run that opened every shard wrote no marker";
+  {
+    FsStorageEngine e(host_, std::make_shared<PosixFileSystem>());
+    ASSERT_TRUE(e.clean_start());  // a run that took the marker puts it back whatever it opened
+  }
+  EXPECT_TRUE(fsys::exists(marker()));
+}
+
 // Closing a shard that never held a batch writes no clean state (the broker closes a
 // stream's shards before deleting them, and five syncs per shard halved the create + delete
 // pairs: docs/benchmarks.md "Create + delete pairs"), and still counts as clean: the
