@@ -152,6 +152,27 @@ Result<void> BrokerRuntime::register_self() {
   return {};
 }
 
+// At start the registration comes after the opens, which may take longer than start()'s
+// window for transient catalog errors (a metadata leader change meanwhile): it gets a window
+// of its own (broker.catalog_timeout_ms). A refusal stops the start at once.
+Result<void> BrokerRuntime::register_at_start() {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(opts_.catalog_timeout_ms);
+  for (bool logged = false;;) {
+    auto r = register_self();
+    if (r) return r;
+    const auto& e = r.error();
+    const bool transient = e.outcome == Outcome::transient || e.code == Errc::not_leader ||
+                           e.code == Errc::unavailable || e.code == Errc::timeout;
+    if (!transient || std::chrono::steady_clock::now() >= deadline) return r;
+    if (!logged)
+      host_.log(LogLevel::warn, "broker", "registering: the catalog is not ready yet, retrying until " +
+                                              std::to_string(opts_.catalog_timeout_ms) + " ms have passed: " +
+                                              e.to_string());
+    logged = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+}
+
 void BrokerRuntime::heartbeat_loop() {
   std::unique_lock lk(tasks_mu_);
   while (!tasks_cv_.wait_for(lk, std::chrono::milliseconds(opts_.heartbeat_interval_ms),

@@ -13,7 +13,8 @@
 //               ├─ 2. apply EVERY delete word: delete incarnations <= it on disk (a broker
 //               │     that slept through a delete and a recreate removes the old data
 //               │     before it serves anything)
-//               ├─ 3. check the registration's rule (a missing finalized feature: exit)
+//               ├─ 3. check the registration's rule (a missing finalized feature: exit);
+//               │     a broker back with another directory registers here
 //               ├─ 4. open the shards assigned to this broker (recovery runs here)
 //               ├─ 5. a copy this disk lost leaves the in-sync set (ShardLog::copy_lost)
 //               ├─ 6. register with the features it implements (refused -> node exits);
@@ -310,6 +311,11 @@ class BrokerRuntime final : public Node {
   void settle_opens(const ServingPlan& plan, const std::map<ShardRef, std::shared_ptr<ShardLog>>& opened,
                     const std::map<ShardRef, std::string>& open_errors);
   Error no_broker_role() const;
+  // register_self() at start, retried on transient errors for broker.catalog_timeout_ms.
+  Result<void> register_at_start();
+  // At start: the catalog records this broker under another directory (set by the first
+  // resync); it then registers before its opens (apply_plan).
+  bool register_before_opens_ = false;
   // At start, before registering: the lost copies (ShardLog::copy_lost) that the catalog
   // counts in the in-sync set leave it (broker_shard_admin.cc). Answers each such shard's
   // assignment as the catalog last answered, newer than the plan's.

@@ -176,6 +176,12 @@ Result<void> BrokerRuntime::apply_plan(const ServingPlan& plan, Registration reg
   std::map<ShardRef, std::shared_ptr<ShardLog>> opened;
   std::map<ShardRef, std::string> open_errors;  // shards that did not open: served by no one here
   std::map<ShardRef, Assignment> left_at_start;  // as the catalog answered a lost copy's leave
+  // A start that fails after its opens closes them: a retried start plans afresh, and a
+  // shard it no longer wants must not stay open in the engine, held by nothing.
+  const auto close_opened = [&] {
+    for (const auto& [ref, log] : opened) storage_->close_shard(ref);
+    opened.clear();
+  };
   if (at_start) {
     // 3. Delete, on the control plane's word only.
     for (const auto& d : plan.remove)
@@ -189,6 +195,11 @@ Result<void> BrokerRuntime::apply_plan(const ServingPlan& plan, Registration reg
       if (auto a = admit_broker(opts_.features, finalized); !a)
         return Error(a.error().code, "broker " + std::to_string(info_.node_id.value()) + ": " + a.error().message);
     }
+    // A broker the catalog records under another directory (back with a new or replaced
+    // disk) holds no copy an in-sync set counts, so it has nothing to leave: it registers
+    // first, as that makes the old record's in-sync entries ineligible at once.
+    if (storage_ && !registered_ && register_before_opens_)
+      if (auto r = register_at_start(); !r) return r;
     failpoint("broker.start.before_open");  // tests: a start held before its opens
     // 5. Open, before registering: until it registers the broker is not live, so the
     // controller cannot elect it from a copy this disk lost before step 6 takes that copy
@@ -200,9 +211,11 @@ Result<void> BrokerRuntime::apply_plan(const ServingPlan& plan, Registration reg
     for (const auto& o : plan.open) {
       if (!storage_) continue;
       auto log = storage_->open_shard(o.ref, plan.streams.at(o.ref.stream).info.spec);
-      if (!log && log.error().code == Errc::corrupt_data)
+      if (!log && log.error().code == Errc::corrupt_data) {
+        close_opened();
         return Error(log.error().code, "cannot open stream " + o.ref.stream.to_string() + ": " + log.error().message,
                      log.error().outcome);
+      }
       if (!log) {
         open_errors[o.ref] = log.error().message;
         continue;
@@ -213,7 +226,10 @@ Result<void> BrokerRuntime::apply_plan(const ServingPlan& plan, Registration reg
     // stops the node.
     if (storage_) left_at_start = leave_in_sync_sets_of_lost_copies(plan, opened);
     if (storage_ && !registered_)
-      if (auto r = register_self(); !r) return r;
+      if (auto r = register_at_start(); !r) {
+        close_opened();
+        return r;
+      }
   } else {
     // 3.-5. for a batch of changes: each name's deletes, drops and opens in that order, the
     // names side by side (they share nothing; the storage engine's syncs for different
@@ -404,6 +420,10 @@ Result<void> BrokerRuntime::resync() {
       if (b.id == info_.node_id && b.peer_address != opts_.peer_address) reregister_wanted_ = true;
   resync_pending_ = false;
   snapshot_seq_ = snap->seq;
+  if (!started_)
+    register_before_opens_ = std::any_of(snap->brokers.begin(), snap->brokers.end(), [&](const BrokerInfo& b) {
+      return b.id == info_.node_id && b.directory_id != info_.directory_id;
+    });
   // The whole catalog against what is held and the floors: nothing is dropped before it is
   // planned, so the guard holds across a resync (a lower incarnation is refused, not served).
   auto plan = plan_serving(image_, serving_node(), held(), floors_);

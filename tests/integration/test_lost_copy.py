@@ -114,6 +114,7 @@ class LostCopyTests:
         self.nodes[leader_id].kill()
         # The follower's start begins inside the old leader's 3 s session (a registration
         # made now would outlive it by about as long as this pause), and the failpoint holds it.
+        # The pause only makes the old order fail reliably; the new order passes whatever it is.
         time.sleep(1)
         f = self.nodes[f_id]
         f.env["SLUICE_FAILPOINTS"] = "broker.start.before_open:stop"

@@ -16,8 +16,12 @@ const ShardRef kRef{K, ShardIndex{0}, Incarnation{I1}};
 // host has no peer transport for the replication manager).
 class RecordingAssign final : public StorageEngine {
  public:
-  explicit RecordingAssign(StorageEngine& inner) : inner_(inner) {}
+  RecordingAssign(StorageEngine& inner, ScriptedCatalog& cat) : inner_(inner), cat_(cat) {}
   Result<std::shared_ptr<ShardLog>> open_shard(const ShardRef& ref, const StreamSpec& spec) override {
+    {
+      std::lock_guard lk(mu_);
+      registrations_at_open.push_back(cat_.registrations());
+    }
     return inner_.open_shard(ref, spec);
   }
   Result<void> assign(const ShardRef&, const ReplicaAssignment& a) override {
@@ -36,9 +40,15 @@ class RecordingAssign final : public StorageEngine {
     std::lock_guard lk(mu_);
     return assigned;
   }
+  std::vector<int> registrations_when_opening() {
+    std::lock_guard lk(mu_);
+    return registrations_at_open;
+  }
 
  private:
   StorageEngine& inner_;
+  ScriptedCatalog& cat_;
+  std::vector<int> registrations_at_open;  // how many registrations each open_shard came after
   std::mutex mu_;
   std::vector<ReplicaAssignment> assigned;
 };
@@ -96,10 +106,11 @@ TEST(BrokerStart, a_lost_copy_leaves_the_in_sync_set_before_the_broker_registers
   Assignment stored = snap.assignments[0];
   cat.set_snapshot(snap);
   cat.on_update = [&](const ShardUpdate& u) { return apply_update(stored, u); };
-  RecordingAssign storage(fs);
+  RecordingAssign storage(fs, cat);
   auto b = make_broker(host, cat, storage);
   ASSERT_TRUE(b->start());
   EXPECT_EQ(cat.calls(), (std::vector<std::string>{"update_shard", "register_broker"}));
+  EXPECT_EQ(storage.registrations_when_opening(), std::vector<int>{0}) << "opened after registering";
   ASSERT_EQ(cat.updates.size(), 1u);
   const auto& u = cat.updates[0];
   EXPECT_EQ(u.expected_version, ShardVersion{7});
@@ -140,7 +151,7 @@ TEST(BrokerStart, a_lost_copys_leave_that_meets_a_newer_version_asks_again_again
     }
     return apply_update(stored, u);
   };
-  RecordingAssign storage(fs);
+  RecordingAssign storage(fs, cat);
   auto b = make_broker(host, cat, storage);
   ASSERT_TRUE(b->start());
   EXPECT_EQ(cat.calls(), (std::vector<std::string>{"update_shard", "update_shard", "register_broker"}));
@@ -150,6 +161,31 @@ TEST(BrokerStart, a_lost_copys_leave_that_meets_a_newer_version_asks_again_again
   EXPECT_EQ(cat.updates[1].leader_epoch, LeaderEpoch{4});
   ASSERT_EQ(stored.in_sync.size(), 1u);
   EXPECT_EQ(stored.in_sync[0].broker, NodeId{2});
+  auto assigned = storage.assigned_so_far();
+  ASSERT_FALSE(assigned.empty());
+  EXPECT_EQ(assigned.front().version, ShardVersion{10}) << "the engine was given an older word";
+  b->stop();
+}
+
+// A broker the catalog records under another directory (back with a new or replaced disk)
+// holds no copy an in-sync set counts: it registers before its opens, as that makes the
+// old record's in-sync entries ineligible at once, and asks nothing.
+TEST(BrokerStart, a_broker_back_with_another_directory_registers_before_it_opens) {
+  sluice::testing::TestHost host;
+  ScriptedCatalog cat;
+  fs_storage::FsStorageEngine fs(host, std::make_shared<fs_storage::PosixFileSystem>());
+  auto snap = two_replicas();
+  snap.assignments[0].in_sync[1].directory_id = "the-old-disk";
+  BrokerInfo me;
+  me.id = NodeId{1};
+  me.directory_id = "the-old-disk";
+  snap.brokers = {me};
+  cat.set_snapshot(snap);
+  RecordingAssign storage(fs, cat);
+  auto b = make_broker(host, cat, storage);
+  ASSERT_TRUE(b->start());
+  EXPECT_EQ(cat.calls(), (std::vector<std::string>{"register_broker"}));
+  EXPECT_EQ(storage.registrations_when_opening(), std::vector<int>{1}) << "opened before registering";
   b->stop();
 }
 
@@ -169,7 +205,7 @@ TEST(BrokerStart, a_copy_that_is_not_lost_or_not_counted_asks_nothing) {
       snap.assignments[0].in_sync.pop_back();
     }
     cat.set_snapshot(snap);
-    RecordingAssign storage(fs);
+    RecordingAssign storage(fs, cat);
     auto b = make_broker(host, cat, storage);
     ASSERT_TRUE(b->start());
     EXPECT_EQ(cat.calls(), (std::vector<std::string>{"register_broker"}));
@@ -186,7 +222,7 @@ TEST(BrokerStart, a_broker_the_catalog_would_refuse_opens_nothing) {
   auto snap = catalog_with(10, I1);
   snap.finalized_features.push_back("a_feature_of_a_newer_build");
   cat.set_snapshot(snap);
-  RecordingAssign storage(fs);
+  RecordingAssign storage(fs, cat);
   auto b = make_broker(host, cat, storage);
   auto r = b->start();
   ASSERT_FALSE(r);
