@@ -154,7 +154,7 @@ Result<void> BrokerRuntime::register_self() {
 
 // At start the registration comes after the opens, which may take longer than start()'s
 // window for transient catalog errors (a metadata leader change meanwhile): it gets a window
-// of its own (broker.catalog_timeout_ms). A refusal stops the start at once.
+// of its own (metadata.timeout_ms). A refusal stops the start at once.
 Result<void> BrokerRuntime::register_at_start() {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(opts_.catalog_timeout_ms);
   for (bool logged = false;;) {

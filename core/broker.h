@@ -311,7 +311,7 @@ class BrokerRuntime final : public Node {
   void settle_opens(const ServingPlan& plan, const std::map<ShardRef, std::shared_ptr<ShardLog>>& opened,
                     const std::map<ShardRef, std::string>& open_errors);
   Error no_broker_role() const;
-  // register_self() at start, retried on transient errors for broker.catalog_timeout_ms.
+  // register_self() at start, retried on transient errors for metadata.timeout_ms.
   Result<void> register_at_start();
   // At start: the catalog records this broker under another directory (set by the first
   // resync); it then registers before its opens (apply_plan).

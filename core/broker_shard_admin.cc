@@ -222,7 +222,7 @@ Result<DrainPlan> BrokerRuntime::drain_broker(NodeId broker) {
 // also takes the dead old leader out of the set, so when the lost copy then gave the
 // leadership up, no counted copy was left and the shard waited for an operator's unclean
 // election. A conflict (the controller moved the shard meanwhile) reads the shard again;
-// a catalog that does not answer within broker.catalog_timeout_ms leaves the request to the
+// a catalog that does not answer within metadata.timeout_ms leaves the request to the
 // storage engine, which asks again once the shard is assigned.
 std::map<ShardRef, Assignment> BrokerRuntime::leave_in_sync_sets_of_lost_copies(
     const ServingPlan& plan, const std::map<ShardRef, std::shared_ptr<ShardLog>>& opened) {
@@ -230,6 +230,15 @@ std::map<ShardRef, Assignment> BrokerRuntime::leave_in_sync_sets_of_lost_copies(
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(opts_.catalog_timeout_ms);
   for (const auto& [ref, log] : opened) {
     if (!log || !log->copy_lost()) continue;
+    // Each request may wait up to the metadata timeout: once the window is spent, the rest
+    // are left to the storage engine rather than holding the registration up further.
+    if (std::chrono::steady_clock::now() >= deadline) {
+      host_.log(LogLevel::error, "broker",
+                "shard " + ref.to_string() + ": this disk lost its copy; no time is left to take it out of the "
+                "in-sync set before this broker registers (metadata.timeout_ms); the storage engine asks once "
+                "the shard is assigned");
+      continue;
+    }
     auto sv = plan.streams.find(ref.stream);
     if (sv == plan.streams.end()) continue;
     std::optional<Assignment> a;

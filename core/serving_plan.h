@@ -5,8 +5,10 @@
 //                                               what each name is served as}
 //
 // No I/O. The broker applies a plan in this order: persist the raised floors (fsync), close,
-// delete, drop, (register, at start), open. Because the floors are durable before anything is
-// acted on, a restart or a resync can never undo them.
+// delete, drop, open, then at start (lost copies leave their in-sync sets and) register; a
+// broker the catalog records under another directory registers before it opens (broker.h).
+// Because the floors are durable before anything is acted on, a restart or a resync can
+// never undo them.
 //
 // Rules, per name (tenant, namespace, stream):
 //

@@ -131,7 +131,7 @@ Result<FsStorageEngine::CopyMarks> FsStorageEngine::check_copy_marks(const Shard
 
 // Its directories are durable: the flush that acknowledged its records synced their entries
 // first (an older build synced them at creation), and recovery syncs them with an unsynced
-// tail it keeps. So, as at a first flush, a mark without a log can only mean the log was
+// tail it keeps (not with storage.fsync=never, where the caller marks nothing). So, as at a first flush, a mark without a log can only mean the log was
 // lost. Neither the mark nor the directories above it are synced: the first start after an
 // upgrade marks every such shard, and must not cost an fsync per name; a mark lost to a
 // power cut is written again at the next open. Best effort, as at a first flush: without

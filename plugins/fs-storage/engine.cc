@@ -319,7 +319,8 @@ Result<std::shared_ptr<ShardLogImpl>> FsStorageEngine::open_unlocked(const Shard
   }
   // A single replica whose log holds records but has no mark (an older build's, or one not
   // appended to since this build first opened it) is marked now (copy_marks.cc).
-  if (!single_mark.empty() && *had_log && recovered->next_offset > 0) {
+  // Not with storage.fsync=never: nothing ever makes its directory entries durable.
+  if (!single_mark.empty() && *had_log && recovered->next_offset > 0 && opts_.fsync != FsyncPolicy::never) {
     adopt_single_mark(ref, single_mark);
     single_mark.clear();
   }
@@ -511,22 +512,14 @@ void FsStorageEngine::shutdown() {
   delete_cv_.notify_all();
   pool_.stop();
   for (const auto& sh : shards) clean = clean && sh->closed_clean();
-  if (clean && !took_clean_marker_) {
-    // This run started without a marker: the one it writes vouches for every log on disk,
-    // so only if it opened each of them (a start refused halfway, or shards that failed to
-    // open, leave logs whose tails only an unclean start reads from disk).
-    auto on_disk = list_on_disk();
-    if (!on_disk) clean = false;
-    std::lock_guard lk(mu_);
-    for (const auto& r : on_disk ? *on_disk : std::vector<ShardRef>{})
-      if (!opened_this_run_.count(r)) {
-        host_.log(LogLevel::info, kComponent,
-                  "no clean-shutdown marker: shard " + r.to_string() +
-                      " was not opened since the last unclean stop, so the next start reads its tail");
-        clean = false;
-        break;
-      }
+  // A sync that failed in this run may have left pages in the page cache, clean but never
+  // written, which only an unclean start reads from disk (docs/architecture.md "A failed
+  // sync"); a shard closed earlier in the run is not among `shards`.
+  if (clean && fs_->failed_under(opts_.dir)) {
+    host_.log(LogLevel::warn, kComponent, "no clean-shutdown marker: a sync failed in this run");
+    clean = false;
   }
+  if (clean && !took_clean_marker_) clean = drop_cache_of_unopened();
   if (clean) {
     // Only now: every segment (and with checkpoint, .idx, producer snapshot and recovery
     // point) is synced. In every verify mode: a start after a clean stop syncs no tail.
@@ -535,6 +528,42 @@ void FsStorageEngine::shutdown() {
       if (auto r = write_clean_marker(*fs_, opts_.dir); !r)
         host_.log(LogLevel::warn, kComponent, "no clean-shutdown marker: " + r.error().message);
   }
+}
+
+// A run that started without a marker writes one that vouches for every log on disk, also
+// for those it never opened (a name deleted before the stream_incarnations finalize keeps
+// its data; a copy whose removal failed): an earlier run's failed sync may have left their
+// pages in the page cache, clean but never written. An unclean start drops the cache of a
+// log's tail before reading it; for these logs that happens here, for every segment (only
+// clean pages go: a killed run's dirty ones stay, and the next open syncs a kept tail
+// whatever the marker says). False if a log could not be reached: then no marker.
+bool FsStorageEngine::drop_cache_of_unopened() {
+  auto on_disk = list_on_disk();
+  if (!on_disk) return false;
+  std::set<ShardRef> opened;
+  {
+    std::lock_guard lk(mu_);
+    opened = opened_this_run_;
+  }
+  for (const auto& ref : *on_disk) {
+    if (opened.count(ref)) continue;
+    auto dir = shard_dir(opts_.dir, ref);
+    if (!dir) return false;
+    for (const std::string& ld : {log_dir(*dir), *dir + "/" + std::string(kGroupLogDir) + "/log"}) {
+      auto there = fs_->is_directory(ld);
+      if (!there) return false;
+      if (!*there) continue;
+      auto names = fs_->list(ld);
+      if (!names) return false;
+      for (const auto& n : *names) {
+        if (!n.ends_with(".log")) continue;
+        auto f = fs_->open(ld + "/" + n, OpenMode::read_write);
+        if (!f) return false;
+        (*f)->drop_cache(0, 0);
+      }
+    }
+  }
+  return true;
 }
 
 // --- delete protocol -----------------------------------------------------------------

@@ -216,12 +216,12 @@ class FsStorageEngine final : public StorageEngine {
   // The constructor took a clean-shutdown marker (storage.verify_on_start=checkpoint):
   // recovery may trust each log's clean state (recovery_point.h).
   bool clean_start_ = false;
-  // The constructor found a marker (in any verify mode). Without one, shutdown writes it only
-  // if this run opened every shard on disk (opened_this_run_, kept only then): the marker
-  // vouches for every log, and a log this run never opened may still hold the tail of a
-  // killed run, or pages whose sync failed, that only an unclean start reads from disk.
+  // The constructor found a marker (in any verify mode). Without one, the marker shutdown
+  // writes also vouches for the logs this run never opened: their page cache is dropped
+  // first (drop_cache_of_unopened; opened_this_run_ is kept only then).
   bool took_clean_marker_ = false;
   std::set<ShardRef> opened_this_run_;  // under mu_
+  bool drop_cache_of_unopened();
 
   // The replication manager, created by the first replicated assign(); stopped first at
   // shutdown. Guarded by manager_mu_ (never taken under mu_).

@@ -4,6 +4,7 @@
 // beyond it is cut, and a torn or corrupt recovery point is ignored (everything is checked).
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 
@@ -100,39 +101,62 @@ TEST_F(RecoveryPointTest, CleanShutdownWritesTheMarkerLastAndTheNextStartTakesIt
 }
 
 // Review (a refused start puts the marker back): a run that started without a marker (after
-// a crash) and stopped cleanly wrote one though it never opened some shard, so the next start
-// trusted that shard's tail as if it had been closed cleanly (no reading it from disk). Such
-// a run writes the marker only if it opened every shard on disk.
-TEST_F(RecoveryPointTest, ARunAfterACrashWritesTheMarkerOnlyIfItOpenedEveryShard) {
+// a crash) and stopped cleanly wrote one that also vouched for a shard it never opened, so
+// the next start trusted that log as closed cleanly and read it through the page cache,
+// where an earlier run's failed sync may have left pages never written (an unclean start
+// drops them first). Such a run now drops the page cache of every log it never opened
+// before it writes the marker; a run that took a marker, or saw a sync fail, does not need
+// to, or writes none.
+TEST_F(RecoveryPointTest, ARunAfterACrashDropsTheCacheOfTheShardsItNeverOpenedBeforeTheMarker) {
+  auto fs = std::make_shared<FaultFileSystem>();
   const ShardRef a = test_ref(0), b = test_ref(1);
+  std::string b_log;
   {
-    FsStorageEngine e(host_, std::make_shared<PosixFileSystem>());
+    FsStorageEngine e(host_, fs);
     for (const auto& r : {a, b}) {
       auto s = e.open_shard(r, StreamSpec{});
       ASSERT_TRUE(s);
       append(**s, "x", 3);
     }
+    b_log = e.shard_directory(b).value() + "/log/" + segment_file_name(0);
   }
   ASSERT_TRUE(fsys::exists(marker()));
   fsys::remove(marker());  // as a crash leaves it
+  const auto drops_of_b = [&] {
+    std::size_t n = 0;
+    for (const auto& d : fs->cache_drops())
+      if (d.path == b_log && d.offset == 0 && d.len == 0) ++n;
+    return n;
+  };
   {
-    FsStorageEngine e(host_, std::make_shared<PosixFileSystem>());
+    FsStorageEngine e(host_, fs);
     ASSERT_FALSE(e.clean_start());
     ASSERT_TRUE(e.open_shard(a, StreamSpec{}));  // b is never opened (a start refused halfway)
   }
-  EXPECT_FALSE(fsys::exists(marker())) << "the marker vouched for a shard this run never opened";
-  {
-    FsStorageEngine e(host_, std::make_shared<PosixFileSystem>());
-    ASSERT_FALSE(e.clean_start());
-    ASSERT_TRUE(e.open_shard(a, StreamSpec{}));
-    ASSERT_TRUE(e.open_shard(b, StreamSpec{}));
-  }
-  EXPECT_TRUE(fsys::exists(marker())) << "a run that opened every shard wrote no marker";
-  {
-    FsStorageEngine e(host_, std::make_shared<PosixFileSystem>());
-    ASSERT_TRUE(e.clean_start());  // a run that took the marker puts it back whatever it opened
-  }
+  EXPECT_EQ(drops_of_b(), 1u) << "the marker vouched for a log whose page cache was not dropped";
   EXPECT_TRUE(fsys::exists(marker()));
+  {
+    FsStorageEngine e(host_, fs);
+    ASSERT_TRUE(e.clean_start());  // took the marker: puts it back, nothing to drop
+  }
+  EXPECT_EQ(drops_of_b(), 1u);
+  EXPECT_TRUE(fsys::exists(marker()));
+  {
+    FsStorageEngine e(host_, fs);
+    auto s = e.open_shard(a, StreamSpec{});
+    ASSERT_TRUE(s);
+    fs->fail_syncs(true);
+    std::atomic<bool> done{false};
+    (*s)->append(make_batch("y", 1), AckMode::leader, [&](Result<AppendResult> r) {
+      EXPECT_FALSE(r) << "acknowledged with its sync failing";
+      done = true;
+    });
+    ASSERT_TRUE(eventually([&] { return done.load(); }));
+    s->reset();
+    e.close_shard(a);  // closed mid-run: not among the shards shutdown closes
+    fs->fail_syncs(false);
+  }
+  EXPECT_FALSE(fsys::exists(marker())) << "a run whose sync failed wrote the marker";
 }
 
 // Closing a shard that never held a batch writes no clean state (the broker closes a
