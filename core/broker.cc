@@ -69,21 +69,7 @@ Result<void> BrokerRuntime::start() {
   // The first resync may meet a control plane between leaders (a raft-meta member that was
   // just restarted while the others elect): transient answers are retried for up to the
   // catalog timeout before the start gives up; anything else stops the start at once.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(opts_.catalog_timeout_ms);
-  for (bool logged = false;;) {
-    auto r = resync();
-    if (r) break;
-    const auto& e = r.error();
-    const bool transient = e.outcome == Outcome::transient || e.code == Errc::not_leader ||
-                           e.code == Errc::unavailable || e.code == Errc::timeout;
-    if (!transient || std::chrono::steady_clock::now() >= deadline) return r;
-    if (!logged)
-      host_.log(LogLevel::warn, "broker", "the catalog is not ready yet, retrying until " +
-                                              std::to_string(opts_.catalog_timeout_ms) + " ms have passed: " +
-                                              e.to_string());
-    logged = true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
+  if (auto r = while_transient("the catalog is not ready yet", [this] { return resync(); }); !r) return r;
   started_ = true;
   if (storage_) heartbeat_ = std::thread([this] {
     pthread_setname_np(pthread_self(), "heartbeat");
@@ -156,18 +142,23 @@ Result<void> BrokerRuntime::register_self() {
 // window for transient catalog errors (a metadata leader change meanwhile): it gets a window
 // of its own (metadata.timeout_ms). A refusal stops the start at once.
 Result<void> BrokerRuntime::register_at_start() {
+  return while_transient("registering: the catalog is not ready yet", [this] { return register_self(); });
+}
+
+bool transient_catalog_error(const Error& e) {
+  return e.outcome == Outcome::transient || e.code == Errc::not_leader || e.code == Errc::unavailable ||
+         e.code == Errc::timeout;
+}
+
+Result<void> BrokerRuntime::while_transient(const std::string& what, const std::function<Result<void>()>& step) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(opts_.catalog_timeout_ms);
   for (bool logged = false;;) {
-    auto r = register_self();
+    auto r = step();
     if (r) return r;
-    const auto& e = r.error();
-    const bool transient = e.outcome == Outcome::transient || e.code == Errc::not_leader ||
-                           e.code == Errc::unavailable || e.code == Errc::timeout;
-    if (!transient || std::chrono::steady_clock::now() >= deadline) return r;
+    if (!transient_catalog_error(r.error()) || std::chrono::steady_clock::now() >= deadline) return r;
     if (!logged)
-      host_.log(LogLevel::warn, "broker", "registering: the catalog is not ready yet, retrying until " +
-                                              std::to_string(opts_.catalog_timeout_ms) + " ms have passed: " +
-                                              e.to_string());
+      host_.log(LogLevel::warn, "broker", what + ", retrying until " + std::to_string(opts_.catalog_timeout_ms) +
+                                              " ms have passed: " + r.error().to_string());
     logged = true;
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }

@@ -75,6 +75,10 @@
 
 namespace sluice::core {
 
+// A catalog answer worth asking again: a transient outcome, or a metadata store between
+// leaders, unreachable or slow.
+bool transient_catalog_error(const Error& e);
+
 // Every fleet feature this build implements (sluice/features.h known_features).
 std::vector<std::string> implemented_features();
 
@@ -313,6 +317,9 @@ class BrokerRuntime final : public Node {
   Error no_broker_role() const;
   // register_self() at start, retried on transient errors for metadata.timeout_ms.
   Result<void> register_at_start();
+  // Runs `step` until it succeeds, fails for good (not transient_catalog_error), or
+  // metadata.timeout_ms has passed; the first transient failure is logged as `what`.
+  Result<void> while_transient(const std::string& what, const std::function<Result<void>()>& step);
   // At start: the catalog records this broker under another directory (set by the first
   // resync); it then registers before its opens (apply_plan).
   bool register_before_opens_ = false;

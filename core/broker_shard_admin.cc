@@ -271,9 +271,7 @@ std::map<ShardRef, Assignment> BrokerRuntime::leave_in_sync_sets_of_lost_copies(
         break;
       }
       const bool moved = r.error().code == Errc::conflict;
-      if (std::chrono::steady_clock::now() >= deadline || !(moved || r.error().outcome == Outcome::transient ||
-                                                            r.error().code == Errc::unavailable ||
-                                                            r.error().code == Errc::timeout)) {
+      if (std::chrono::steady_clock::now() >= deadline || !(moved || transient_catalog_error(r.error()))) {
         host_.log(LogLevel::error, "broker",
                   "shard " + ref.to_string() + ": this disk lost its copy, and it could not leave the in-sync "
                   "set before this broker registered (" + r.error().to_string() +

@@ -30,6 +30,19 @@ class LostCopyTests:
         # The rest of storage.dir stays: its marks, and so the broker's directory.id.
         self.assertTrue(os.path.isdir(os.path.join(n.data_dir, "shards", ".replicas")))
 
+    def old_leader_returns_and_the_lost_copy_catches_up(self, leader_id, f_id, acked):
+        """The old leader, which kept the 5 acknowledged records, comes back and leads; the
+        lost copy follows it as a new replica and rejoins the in-sync set once caught up."""
+        self.nodes[leader_id].start()
+        self.wait_serving(leader_id)
+        self.assertEqual([record_value(r).decode() for r in self.nodes[leader_id].fetch_all("r", 0)],
+                         ["r-%d" % i for i in range(5)])
+        for res in self.publish(self.nodes[leader_id], ["after"]):
+            acked[res["offset"]] = "after"
+        self.wait_in_sync([leader_id, f_id])
+        self.wait_caught_up()
+        self.check_replicas(acked)
+
     def log_of(self, node_id):
         with open(self.nodes[node_id].log_path, "rb") as f:
             return f.read().decode(errors="replace")
@@ -81,15 +94,7 @@ class LostCopyTests:
         poll(lambda: "it left the set before this broker registered" in self.log_of(f_id), "the lost copy to say so")
         self.assertNotIn("leading in epoch", self.log_of(f_id).split("its log is gone")[1])
         self.assertIn(self.shard(ask)["leader"], (0, leader_id))
-        self.nodes[leader_id].start()
-        self.wait_serving(leader_id)
-        self.assertEqual([record_value(r).decode() for r in self.nodes[leader_id].fetch_all("r", 0)],
-                         ["r-%d" % i for i in range(5)])
-        for res in self.publish(self.nodes[leader_id], ["after"]):
-            acked[res["offset"]] = "after"
-        self.wait_in_sync([leader_id, f_id])
-        self.wait_caught_up()
-        self.check_replicas(acked)
+        self.old_leader_returns_and_the_lost_copy_catches_up(leader_id, f_id, acked)
 
     def test_a_lost_copy_is_not_elected_in_the_gap_before_its_shards_open(self):
         """RF 2, min_insync 1: the follower's copy is deleted, the leader dies, and the
@@ -129,15 +134,7 @@ class LostCopyTests:
              "the lost copy to leave the in-sync set, and the old leader to stay in it")
         self.assertIn("it left the set before this broker registered", self.log_of(f_id))
         self.assertNotIn("leading in epoch", self.log_of(f_id).split("its log is gone")[1])
-        self.nodes[leader_id].start()
-        self.wait_serving(leader_id)
-        self.assertEqual([record_value(r).decode() for r in self.nodes[leader_id].fetch_all("r", 0)],
-                         ["r-%d" % i for i in range(5)])
-        for res in self.publish(self.nodes[leader_id], ["after"]):
-            acked[res["offset"]] = "after"
-        self.wait_in_sync([leader_id, f_id])
-        self.wait_caught_up()
-        self.check_replicas(acked)
+        self.old_leader_returns_and_the_lost_copy_catches_up(leader_id, f_id, acked)
 
 
 class LostCopy(LostCopyTests, base.Replication):

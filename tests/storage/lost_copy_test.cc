@@ -31,6 +31,17 @@ void reopen_after(Node& n, const std::function<void()>& damage) {
   n.open();
 }
 
+// The process stops, `dir` (the shard's directory) is deleted, and a new engine opens the
+// shard: what that open answers.
+Result<std::shared_ptr<ShardLog>> open_after_losing(Node& n, const std::string& dir) {
+  n.log.reset();
+  n.engine.reset();
+  fs::remove_all(dir);
+  n.fs->restart();
+  n.engine = std::make_unique<FsStorageEngine>(n.host, n.fs);
+  return n.engine->open_shard(n.ref, n.spec);
+}
+
 void write_committed(Node& n) {
   ASSERT_TRUE(n.log->become_leader(LeaderEpoch(1)));
   n.log->set_in_sync(1, 1);
@@ -144,12 +155,7 @@ TEST(LostCopy, ASingleReplicaWhoseLogIsGoneIsRefusedUntilRepair) {
   const std::string mark = mark_of(n);
   EXPECT_TRUE(fs::exists(mark)) << "marked once its directories were synced";
   const std::string dir = n.shard_dir();
-  n.log.reset();
-  n.engine.reset();
-  fs::remove_all(dir);
-  n.fs->restart();
-  n.engine = std::make_unique<FsStorageEngine>(n.host, n.fs);
-  auto s = n.engine->open_shard(n.ref, n.spec);
+  auto s = open_after_losing(n, dir);
   ASSERT_FALSE(s) << "a single replica's lost log opened empty";
   EXPECT_EQ(s.error().code, Errc::corrupt_data) << s.error().to_string();
   EXPECT_NE(s.error().message.find("storage.repair"), std::string::npos) << s.error().message;
@@ -182,12 +188,7 @@ TEST(LostCopy, AnUnmarkedSingleReplicaWithRecordsIsMarkedAtOpen) {
   const std::string dir = n.shard_dir();
   reopen_after(n, [&] { fs::remove(mark); });  // as an older build left it
   EXPECT_TRUE(fs::exists(mark)) << "an open that found records did not mark the shard";
-  n.log.reset();
-  n.engine.reset();
-  fs::remove_all(dir);
-  n.fs->restart();
-  n.engine = std::make_unique<FsStorageEngine>(n.host, n.fs);
-  auto s = n.engine->open_shard(n.ref, n.spec);
+  auto s = open_after_losing(n, dir);
   ASSERT_FALSE(s) << "a single replica's lost log opened empty";
   EXPECT_EQ(s.error().code, Errc::corrupt_data) << s.error().to_string();
 }
