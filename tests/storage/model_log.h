@@ -120,6 +120,10 @@ class ModelLog : public ReplicaLog {
     own_sync_at_.reset();
     raise_locked();
   }
+  bool own_sync_held() {
+    std::lock_guard lk(mu_);
+    return own_sync_at_.has_value();
+  }
   // Holds every become_leader / become_follower at its epoch-history save until reopened.
   void block_epoch_changes() {
     std::lock_guard lk(gate_mu_);
