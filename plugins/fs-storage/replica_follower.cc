@@ -217,6 +217,7 @@ void ReplicaManager::fetch_step(const std::shared_ptr<Shard>& s, std::uint64_t g
             counters_.bytes_appended += resp->chunk.size();
           }
           log->advance_high_watermark(std::min(resp->high_watermark, log->durable_end()));
+          if (log->copy_lost()) lost_copy_fetched(s, asked_in, resp->log_end);
           // The leader dropped old segments (retention, or a cache compaction that restated
           // their live state at the log end): drop ours below min(its log start, our high
           // watermark) too (docs/architecture.md "Cache compaction"). A failure only keeps
@@ -235,6 +236,57 @@ void ReplicaManager::fetch_step(const std::shared_ptr<Shard>& s, std::uint64_t g
           fetch_step(s, gen);
         });
       });
+}
+
+void ReplicaManager::lost_copy_fetched(const std::shared_ptr<Shard>& s, LeaderEpoch asked_in,
+                                       Offset leader_end) {
+  // Both logs of the shard lost their copy with the directory, and each must hold what its
+  // leader held before the loss is forgotten. Lock order: the manager's mu_ (find), then
+  // the data log's entry, then its group log's.
+  auto d = s->kind == LogKind::data ? s : find(s->ref.stream, s->ref.shard, LogKind::data);
+  auto g = s->kind == LogKind::groups ? s : find(s->ref.stream, s->ref.shard, LogKind::groups);
+  if (!d) return;
+  std::shared_ptr<ReplicaLog> forget;
+  std::string name, what;
+  {
+    std::unique_lock dlk(d->mu);
+    std::unique_lock<std::mutex> glk;
+    if (g) glk = std::unique_lock(g->mu);
+    if (d->removed || d->ref.incarnation != s->ref.incarnation || !d->log || !d->log->copy_lost()) return;
+    // The leader's log end in the first answer of its epoch holds every record acknowledged
+    // so far: those acknowledged while this copy was counted (on what it really held, or on
+    // an older leader's record from before the loss, which lies below that end too). A new
+    // epoch takes the mark again: its leader may have cut what the last one had not
+    // committed.
+    if (!s->lost_catch_up_to || s->lost_catch_up_to->first != asked_in) {
+      s->lost_catch_up_to = std::make_pair(asked_in, leader_end);
+      s->lost_caught_up = false;
+    }
+    if (s->role == Role::follower && s->epoch == asked_in && s->log->durable_end() >= s->lost_catch_up_to->second)
+      s->lost_caught_up = true;
+    auto caught_up = [](const Shard& x) {
+      return !x.removed && x.log && x.lost_caught_up && x.role == Role::follower && x.lost_catch_up_to &&
+             x.lost_catch_up_to->first == x.epoch;
+    };
+    if (!caught_up(*d)) return;
+    // The group log is assigned right after the data log: not there yet, it has not caught up.
+    const bool group_expected = d->log->has_group_log();
+    if (group_expected && (!g || g->ref.incarnation != d->ref.incarnation || !caught_up(*g))) return;
+    forget = d->log;
+    name = shard_name(d->ref, d->kind);
+    what = name + ": this lost copy now holds everything its leader held when it began "
+           "to fetch in epoch " + std::to_string(d->epoch.value()) + " (offset " +
+           std::to_string(d->lost_catch_up_to->second.value()) +
+           (group_expected ? ", and its group log too" : "") +
+           "): it is an ordinary replica again, which the leader adds back to the in-sync set";
+  }
+  // Outside the locks (the removal syncs a directory). Safe whatever came meanwhile: the
+  // copy holds every record acknowledged while it was counted.
+  if (auto r = forget->forget_copy_lost(); !r) {
+    log_(LogLevel::warn, name + ": cannot forget the loss of this copy: " + r.error().message);
+    return;
+  }
+  log_(LogLevel::info, what);
 }
 
 }  // namespace sluice::fs_storage

@@ -775,16 +775,19 @@ void ReplicaManager::request_new_epoch(const std::shared_ptr<Shard>& s, const Re
 }
 
 void ReplicaManager::request_leave_in_sync(const std::shared_ptr<Shard>& s, const ReplicaAssignment& ra) {
+  {
+    std::lock_guard lk(s->mu);
+    if (!s->log || !s->log->copy_lost()) return;  // caught up meanwhile (lost_copy_fetched)
+  }
   const auto left = ask_catalog(
       s, ra,
       [&](ShardUpdate& u) { leave_in_sync(u, self_); },
       "this lost copy leaving the in-sync set", &ReplicaManager::request_leave_in_sync);
   if (!left) return;
-  // The catalog no longer counts this copy from that version on: anything later that counts
-  // it again is the leader's lag check after a real catch-up (assign() resets the record of
-  // a member that left). Not forgotten here but by assign() at that version or a later one,
-  // which a watch may merge with the re-add: here it would race the group log's assign() of
-  // the older version, which would then lead from the lost copy.
+  // The catalog no longer counts this copy from that version on. The loss is not forgotten
+  // here, nor by the assignment that follows, but once the copy has caught up
+  // (lost_copy_fetched): a leader of an older build may count it again on its record from
+  // before the loss, before its first fetch corrects that record.
   std::lock_guard lk(s->mu);
   s->left_in_sync_at = *left;
 }

@@ -285,25 +285,37 @@ Result<void> ReplicaManager::assign(std::shared_ptr<ReplicaLog> log,
     return m.broker == self_ && m.directory_id == directory_id_;
   });
   // A copy this disk lost (docs/replication.md "A lost shard copy") is a new replica under
-  // the old directory id, so the catalog's record of it is not its own: while the catalog
-  // counts it, it leads nothing and asks to leave the in-sync set; once the catalog no
-  // longer counts it, it is an ordinary follower, and the leader's rule brings it back
-  // once it has caught up. It may follow meanwhile: a leader counts its position, so its
-  // short log only holds the high watermark back.
+  // the old directory id, so the catalog's record of it is not its own. Until it holds
+  // everything its leader held when it began to fetch, in both logs (lost_copy_fetched), it
+  // leads nothing, and whenever the catalog counts it in the in-sync set it asks, once per
+  // assignment version, to leave it: also after the catalog counted it again too early (a
+  // leader of an older build, on its record from before the loss). It may follow
+  // meanwhile: a leader counts its position, so its short log only holds the high watermark
+  // back.
   bool lost = s->log->copy_lost();
-  if (lost && (!recorded || (s->left_in_sync_at && ra.version >= *s->left_in_sync_at))) {
-    if (auto r = s->log->forget_copy_lost(); !r)
-      log_(LogLevel::warn, shard_name(ref, kind) + ": " + r.error().message);
-    else
-      log_(LogLevel::info, shard_name(ref, kind) + ": the catalog no longer counts this lost copy in the "
-                                                   "in-sync set; it follows as a new replica");
-    lost = false;
+  if (lost && !recorded && kind == LogKind::data && !s->left_in_sync_at) s->left_in_sync_at = ra.version;
+  // With no leader to catch up from, a copy the catalog no longer counts forgets its loss
+  // at once: else an operator could not elect it uncleanly when every other copy is gone
+  // too. Safe: whoever leads next begins a new epoch with no record of this copy (the record
+  // that could count it again is a leader's that kept leading across the loss; the dead
+  // process's fetches carry an older epoch, which the new leader refuses). The group log
+  // shares the mark, and is assigned this version right after.
+  if (lost && !recorded && kind == LogKind::data && ra.leader.value() == 0) {
+    if (auto r = s->log->forget_copy_lost(); !r) {
+      log_(LogLevel::warn, shard_name(ref, kind) + ": cannot forget the loss of this copy: " + r.error().message);
+    } else {
+      log_(LogLevel::info, shard_name(ref, kind) + ": the catalog no longer counts this lost copy and names no "
+                                                   "leader: it is an ordinary replica again");
+      lost = false;
+    }
   }
-  if (lost && kind == LogKind::data && s->leave_asked_at != ra.version) {
+  if (lost && recorded && kind == LogKind::data && s->leave_asked_at != ra.version) {
+    const bool again = s->left_in_sync_at && ra.version > *s->left_in_sync_at;
     s->leave_asked_at = ra.version;
-    log_(LogLevel::error, shard_name(ref, kind) + ": this disk lost its copy, which the catalog still counts in "
-                          "the in-sync set (version " + std::to_string(ra.version.value()) +
-                          "); asking to leave it" +
+    log_(LogLevel::error, shard_name(ref, kind) + ": this disk lost its copy, which the catalog " +
+                              (again ? "counts again, before it caught up," : "still counts") +
+                              " in the in-sync set (version " + std::to_string(ra.version.value()) +
+                              "); asking to leave it" +
                           (ra.leader == self_ ? " and the leadership of epoch " +
                                                     std::to_string(ra.leader_epoch.value())
                                               : std::string()));

@@ -81,10 +81,13 @@ class ReplicaLog {
   // It led `epoch` before it was reopened: it may not lead `epoch` again (a new one first).
   virtual bool led_before_reopen(LeaderEpoch epoch) = 0;
   // This disk held a copy of the shard once and lost it (docs/replication.md "A lost shard
-  // copy"): it must not lead, and takes itself out of the in-sync set; once the catalog no
-  // longer counts it, forget_copy_lost() makes it an ordinary follower.
+  // copy"): it must not lead, and takes itself out of the in-sync set; once it holds what
+  // its leader held when it began to fetch, forget_copy_lost() makes it an ordinary follower.
   virtual bool copy_lost() { return false; }
   virtual Result<void> forget_copy_lost() { return {}; }
+  // A data log whose shard has a group op log, assigned right after it: a lost copy
+  // forgets its loss only once that log has caught up too.
+  virtual bool has_group_log() { return false; }
   virtual Result<void> become_follower(LeaderEpoch epoch, NodeId leader) = 0;
   // Deposed: a newer epoch exists. Pending and later quorum appends fail with fenced.
   virtual Result<void> fence(LeaderEpoch newer) = 0;
@@ -244,6 +247,9 @@ class ReplicaManager {
   // the leadership (leader 0, the next epoch) if it has it (docs/replication.md "A lost
   // shard copy").
   void request_leave_in_sync(const std::shared_ptr<Shard>& s, const ReplicaAssignment& ra);
+  // A lost copy's fetch answer: records how far it must catch up, and once both logs of
+  // the shard have, forgets the loss (docs/replication.md "A lost shard copy").
+  void lost_copy_fetched(const std::shared_ptr<Shard>& s, LeaderEpoch asked_in, Offset leader_end);
   // A data log's leader learned of a newer epoch: its group op log stops leading too.
   void fence_group_log(Shard& data, const std::shared_ptr<Shard>& group_log, LeaderEpoch newer);
 

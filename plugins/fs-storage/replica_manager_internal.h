@@ -108,9 +108,13 @@ struct ReplicaManager::Shard {
   // The assignment version at which this lost copy asked to leave the in-sync set
   // (request_leave_in_sync).
   std::optional<ShardVersion> leave_asked_at;
-  // The version at which the catalog applied that leave: from it on, the catalog's word
-  // counts this copy only once the lag check added it back, so assign() forgets the loss.
+  // The version at which the catalog applied that leave.
   std::optional<ShardVersion> left_in_sync_at;
+  // A lost copy forgets its loss once it holds everything its leader held at the first
+  // fetch answer of the leader's epoch (both logs; lost_copy_fetched): the
+  // leader's log end in that answer, and the epoch it was given in. Reset with the epoch.
+  std::optional<std::pair<LeaderEpoch, Offset>> lost_catch_up_to;
+  bool lost_caught_up = false;
 
   // Follower.
   bool truncated = false;  // the epoch-end truncation ran in this generation

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "dir_sync.h"
 #include "flush_pool.h"
 #include "layout.h"
 #include "sluice/names.h"
@@ -39,7 +40,11 @@ ShardLogImpl::~ShardLogImpl() = default;
 
 Result<void> ShardLogImpl::forget_copy_lost() {
   if (!copy_lost_.load(std::memory_order_acquire)) return {};
-  if (auto r = fs_->remove(dir_ + "/" + std::string(kLostCopyFile)); !r) return r;
+  // Synced: a removal a power cut undid would make a caught-up copy lost again, and with its
+  // leader's disk gone too, the one copy holding every record could not lead.
+  const std::string path = dir_ + "/" + std::string(kLostCopyFile);
+  if (auto r = fs_->remove(path); !r) return r;
+  if (auto r = sync_parent_dir(*fs_, path); !r) return r;
   copy_lost_.store(false, std::memory_order_release);
   return {};
 }

@@ -242,10 +242,9 @@ class ShardLogImpl final : public ShardLog, public std::enable_shared_from_this<
   // set_in_sync, set_quorum_timeout and expire_quorum_waiters change nothing.
   bool replicated() const { return replicated_; }
   // This disk created a copy of the shard and lost its log (docs/replication.md "A lost
-  // shard copy"): the copy never leads, and counts in no in-sync set, until the catalog no
-  // longer counts it; then forget_copy_lost() removes <dir>/lost-copy and it is an ordinary
-  // follower. Not synced: a crash before the removal is durable finds it lost again, which
-  // costs a catch-up.
+  // shard copy"): the copy never leads, and leaves any in-sync set that counts it, until it
+  // holds what its leader held when it began to fetch; then forget_copy_lost() removes
+  // <dir>/lost-copy, durably, and it is an ordinary follower.
   bool copy_lost() const override { return copy_lost_.load(std::memory_order_acquire); }
   Result<void> forget_copy_lost();
   // End of fdatasync'd data (every batch below it survives a crash).

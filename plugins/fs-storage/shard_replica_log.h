@@ -34,6 +34,7 @@ class ShardReplicaLog final : public ReplicaLog {
   bool led_before_reopen(LeaderEpoch e) override { return log_->led_before_reopen(e); }
   bool copy_lost() override { return owner_->copy_lost(); }
   Result<void> forget_copy_lost() override { return owner_->forget_copy_lost(); }
+  bool has_group_log() override { return owner_ == log_ && log_->group_ops() != nullptr; }
   Result<void> become_follower(LeaderEpoch e, NodeId leader) override {
     return log_->become_follower(e, leader);
   }

@@ -1,7 +1,7 @@
 // fs-storage's side of a lost shard copy (docs/replication.md "A lost shard copy"): a
 // replicated copy is marked in <storage.dir>/.replicas before its directories exist, so a
 // copy whose log is gone while its mark stays opens as a lost copy, durably, until the
-// replication manager forgets it.
+// replication manager forgets it (durably too).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -70,6 +70,26 @@ TEST(LostCopy, AReplicatedCopyWhoseDirectoryIsGoneOpensLostUntilForgotten) {
   EXPECT_FALSE(n.log->copy_lost());
   EXPECT_FALSE(fs::exists(dir + "/" + std::string(kLostCopyFile)));
   n.restart();
+  EXPECT_FALSE(n.log->copy_lost());
+}
+
+// Review finding: forgetting the loss removed lost-copy without syncing its directory, so
+// a power cut could bring the file back on a copy that had caught up; with its leader's
+// disk gone too, the one copy holding every record could then not lead.
+TEST(LostCopy, AForgottenLossStaysForgottenAfterAPowerCut) {
+  Node n;
+  write_committed(n);
+  const std::string dir = n.shard_dir();
+  reopen_after(n, [&] { fs::remove_all(dir); });
+  ASSERT_TRUE(n.log->copy_lost());
+  ASSERT_TRUE(n.log->forget_copy_lost());
+  CrashOptions opt;
+  opt.lose_unsynced_entries = true;
+  n.fs->crash(7, opt);  // the power goes before the process stops
+  n.log.reset();
+  n.engine.reset();
+  n.fs->restart();
+  n.open();
   EXPECT_FALSE(n.log->copy_lost());
 }
 

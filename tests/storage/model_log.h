@@ -64,12 +64,19 @@ class ModelLog : public ReplicaLog {
   }
   Result<void> become_leader(LeaderEpoch e) override { return take_epoch(e, true); }
   bool led_before_reopen(LeaderEpoch) override { return false; }  // the model never reopens
-  bool copy_lost() override { return lost_.load(); }
+  bool copy_lost() override { return owner_ ? owner_->copy_lost() : lost_.load(); }
   Result<void> forget_copy_lost() override {
+    if (owner_) return owner_->forget_copy_lost();
     lost_.store(false);
     return {};
   }
   void set_lost() { lost_.store(true); }  // a copy its disk lost (docs/replication.md)
+  // A group op log: its lost-copy mark is its data log's (as in fs-storage).
+  void group_log_of(std::shared_ptr<ModelLog> data) {
+    data->has_group_ = true;
+    owner_ = std::move(data);
+  }
+  bool has_group_log() override { return has_group_; }
   bool ever_led() {
     std::lock_guard lk(mu_);
     return ever_led_;
@@ -145,6 +152,11 @@ class ModelLog : public ReplicaLog {
     std::lock_guard lk(mu_);
     refuse_appends_ = on;
   }
+  // A follower that takes chunks below `at` only (nullopt: all).
+  void refuse_appends_from(std::optional<Offset> at) {
+    std::lock_guard lk(mu_);
+    refuse_from_ = at;
+  }
   void expire_quorum_waiters(Clock::time_point now) override {
     std::lock_guard lk(mu_);
     for (auto it = waiters_.begin(); it != waiters_.end();) {
@@ -185,7 +197,8 @@ class ModelLog : public ReplicaLog {
   }
   Result<void> append_replica(std::string_view chunk, Offset base, LeaderEpoch, LeaderEpoch) override {
     std::unique_lock lk(mu_);
-    if (refuse_appends_) return Error(Errc::storage_failure, "appends refused (test)");
+    if (refuse_appends_ || (refuse_from_ && base >= *refuse_from_))
+      return Error(Errc::storage_failure, "appends refused (test)");
     if (base.value() != end())
       return Error(Errc::conflict, "chunk at " + std::to_string(base.value()) + ", log end " +
                                        std::to_string(end()));
@@ -364,6 +377,9 @@ class ModelLog : public ReplicaLog {
   std::optional<Offset> own_sync_at_;
   bool sync_before_lowering_ = false;
   bool refuse_appends_ = false;
+  std::optional<Offset> refuse_from_;
+  std::shared_ptr<ModelLog> owner_;  // set before the log is shared (group_log_of)
+  bool has_group_ = false;           // likewise
   LeaderEpoch epoch_{0};
   bool leading_ = false;
   bool ever_led_ = false;

@@ -1,7 +1,8 @@
 // A lost shard copy (docs/replication.md "A lost shard copy"), against the model log: a
 // broker whose disk lost its copy of one shard, under a directory id the catalog still
-// records, never leads it and takes itself out of the in-sync set; once the catalog no
-// longer counts it, it follows as a new replica and the leader's rule brings it back.
+// records, never leads it and takes itself out of the in-sync set; it follows as a new
+// replica, forgets its loss once it holds what its leader held, and the leader's rule
+// brings it back.
 #include <gtest/gtest.h>
 
 #include <future>
@@ -40,8 +41,8 @@ TEST(ReplicaManager, ALostCopyTheCatalogNamesLeaderLeadsNothingAndGivesUpTheLead
   EXPECT_EQ(a.leader_epoch, LeaderEpoch{2}) << "a leadership given up raises the epoch";
   EXPECT_EQ(in_sync_brokers(a), (std::vector<std::uint32_t>{2, 3}));
   EXPECT_FALSE(c.logs_[1]->ever_led());
-  // Forgotten by the assignment of that version (or a later one): from it on, the catalog
-  // counts this copy only once it is added back after a catch-up.
+  // Counted no more, and with no leader to catch up from: forgotten at once, so that an
+  // operator could elect it uncleanly were every other copy gone too.
   EXPECT_TRUE(c.logs_[1]->copy_lost());
   c.tell();
   EXPECT_FALSE(c.logs_[1]->copy_lost());
@@ -54,6 +55,7 @@ TEST(ReplicaManager, ALostCopyTheCatalogNamesLeaderLeadsNothingAndGivesUpTheLead
   });
   c.tell();
   ASSERT_TRUE(eventually([&] { return c.logs_[1]->entries() == c.logs_[2]->entries(); }));
+  ASSERT_TRUE(eventually([&] { return !c.logs_[1]->copy_lost(); }));
   ASSERT_TRUE(eventually([&] {
     c.managers_[2]->check_now();
     return c.catalog().in_sync.size() == 3;
@@ -76,12 +78,144 @@ TEST(ReplicaManager, ALostFollowerCopyLeavesTheInSyncSetAndComesBackOnceCaughtUp
   EXPECT_EQ(c.catalog().leader, NodeId{1});
   EXPECT_EQ(c.catalog().leader_epoch, LeaderEpoch{1});
   c.tell();
-  EXPECT_FALSE(c.logs_[3]->copy_lost());
   ASSERT_TRUE(eventually([&] { return c.logs_[3]->entries() == c.logs_[1]->entries(); }));
+  ASSERT_TRUE(eventually([&] { return !c.logs_[3]->copy_lost(); }));
   ASSERT_TRUE(eventually([&] {
     c.managers_[1]->check_now();
     return c.catalog().in_sync.size() == 3;
   }));
+}
+
+// Review finding (stop 43): a leader of an older build keeps its record of a member that
+// left the in-sync set, so it may count a restarted lost copy again on the position the
+// copy reported before the loss, before the copy's first fetch corrects it. The copy
+// forgot its loss as soon as the catalog stopped counting it, so, counted again with an
+// empty log, it could be elected, and lead: its followers would cut acknowledged records to
+// match. It now stays lost until it holds what its leader held.
+TEST(ReplicaManager, ALostCopyCountedAgainBeforeItCaughtUpStillLeadsNothing) {
+  Cluster c(3);
+  for (std::uint32_t b : {1u, 2u}) {
+    c.logs_[b]->put_entries(LeaderEpoch{1}, values(0, 5));
+    c.logs_[b]->set_hwm(Offset{5});
+  }
+  c.logs_[3]->set_lost();
+  c.net_.cut[3][1] = c.net_.cut[3][2] = true;  // it cannot fetch anything yet
+  c.tell();
+  ASSERT_TRUE(eventually([&] { return in_sync_brokers(c.catalog()) == std::vector<std::uint32_t>{1, 2}; }));
+  c.tell();  // the catalog no longer counts it
+  EXPECT_TRUE(c.logs_[3]->copy_lost());
+  // The older leader counts it again; then that leader dies, and the controller elects
+  // broker 3 from the in-sync set.
+  c.set_catalog([&](ReplicaAssignment& r) {
+    r.in_sync = {InSyncReplica{NodeId{1}, c.dirs_[1]}, InSyncReplica{NodeId{2}, c.dirs_[2]},
+                 InSyncReplica{NodeId{3}, c.dirs_[3]}};
+  });
+  c.set_catalog([](ReplicaAssignment& r) {
+    r.leader = NodeId{3};
+    r.leader_epoch = LeaderEpoch{2};
+  });
+  c.tell({2, 3});
+  ASSERT_TRUE(eventually([&] { return c.catalog().leader == NodeId{0}; }))
+      << "the empty copy kept the leadership it was given";
+  EXPECT_FALSE(c.logs_[3]->ever_led());
+  EXPECT_EQ(in_sync_brokers(c.catalog()), (std::vector<std::uint32_t>{1, 2}));
+  EXPECT_TRUE(c.logs_[3]->copy_lost());
+  // The controller elects broker 2; broker 3 catches up from it, forgets its loss, and the
+  // leader's rule brings it back.
+  c.set_catalog([](ReplicaAssignment& r) {
+    r.leader = NodeId{2};
+    r.leader_epoch = LeaderEpoch{r.leader_epoch.value() + 1};
+  });
+  c.net_.cut[3][1] = c.net_.cut[3][2] = false;
+  c.tell();
+  ASSERT_TRUE(eventually([&] { return !c.logs_[3]->copy_lost(); }));
+  EXPECT_EQ(c.logs_[3]->entries(), c.logs_[2]->entries());
+  ASSERT_TRUE(eventually([&] {
+    c.managers_[2]->check_now();
+    return c.catalog().in_sync.size() == 3;
+  }));
+  EXPECT_FALSE(c.logs_[3]->ever_led());
+}
+
+// Whether the leader, broker `leader`, has broker `b`'s report of durable end `end`.
+bool reports(Cluster& c, std::uint32_t leader, std::uint32_t b, Offset end) {
+  for (const auto& p : c.managers_[leader]->progress(shard_ref()))
+    if (p.broker == NodeId{b} && p.directory_id == c.dirs_[b] && p.durable_end == end) return true;
+  return false;
+}
+
+// Review finding: the loss is forgotten once the copy holds what its leader held, not at
+// its first fetch answer: a copy a few chunks short, counted again, still leaves the set.
+TEST(ReplicaManager, ALostCopyShortOfItsLeadersLogEndStaysLostAcrossFetches) {
+  auto o = Cluster::fast_options();
+  o.fetch_max_bytes = 32;  // two model entries per chunk
+  o.max_lag = 60s;         // the leader's lag check plays no part
+  Cluster c(3, o);
+  for (std::uint32_t b : {1u, 2u}) {
+    c.logs_[b]->put_entries(LeaderEpoch{1}, values(0, 5));
+    c.logs_[b]->set_hwm(Offset{5});
+  }
+  c.logs_[3]->set_lost();
+  c.logs_[3]->refuse_appends_from(Offset{2});  // it takes its first chunk, [0, 2), only
+  c.tell();
+  ASSERT_TRUE(eventually([&] { return in_sync_brokers(c.catalog()) == std::vector<std::uint32_t>{1, 2}; }));
+  c.tell();
+  ASSERT_TRUE(eventually([&] { return reports(c, 1, 3, Offset{2}); }));  // answered twice since
+  EXPECT_TRUE(c.logs_[3]->copy_lost());
+  c.set_catalog([&](ReplicaAssignment& r) {  // counted again (an older leader's record)
+    r.in_sync.push_back(InSyncReplica{NodeId{3}, c.dirs_[3]});
+  });
+  c.tell();
+  ASSERT_TRUE(eventually([&] { return in_sync_brokers(c.catalog()) == std::vector<std::uint32_t>{1, 2}; }))
+      << "a copy holding 2 of the leader's 5 records stayed in the in-sync set";
+  EXPECT_TRUE(c.logs_[3]->copy_lost());
+  c.tell();
+  c.logs_[3]->refuse_appends_from(std::nullopt);
+  ASSERT_TRUE(eventually([&] { return !c.logs_[3]->copy_lost(); }));
+  EXPECT_EQ(c.logs_[3]->entries(), c.logs_[1]->entries());
+  ASSERT_TRUE(eventually([&] {
+    c.managers_[1]->check_now();
+    return c.catalog().in_sync.size() == 3;
+  }));
+}
+
+// Review finding: both logs of the shard went with the directory, and the group op log's
+// acks and dead letters are the shard's state as much as its records: a copy whose data
+// log caught up stays lost until its group log has too.
+TEST(ReplicaManager, ALostCopyForgetsItsLossOnlyOnceItsGroupLogHasCaughtUpToo) {
+  auto o = Cluster::fast_options();
+  o.max_lag = 60s;
+  Cluster c(3, o);
+  std::map<std::uint32_t, std::shared_ptr<ModelLog>> groups;
+  for (std::uint32_t b : {1u, 2u, 3u}) {
+    groups[b] = std::make_shared<ModelLog>(shard_ref());
+    groups[b]->group_log_of(c.logs_[b]);
+  }
+  for (std::uint32_t b : {1u, 2u}) {
+    c.logs_[b]->put_entries(LeaderEpoch{1}, values(0, 5));
+    c.logs_[b]->set_hwm(Offset{5});
+    groups[b]->put_entries(LeaderEpoch{1}, values(0, 3));
+    groups[b]->set_hwm(Offset{3});
+  }
+  c.logs_[3]->set_lost();
+  groups[3]->refuse_appends(true);
+  auto tell = [&] {  // as the engine does: the data log, then the group log
+    c.tell();
+    const auto ra = c.catalog();
+    for (std::uint32_t b : {1u, 2u, 3u}) ASSERT_TRUE(c.managers_[b]->assign(groups[b], ra, LogKind::groups));
+  };
+  tell();
+  ASSERT_TRUE(eventually([&] { return in_sync_brokers(c.catalog()) == std::vector<std::uint32_t>{1, 2}; }));
+  tell();
+  // Its data log holds all 5 records, and has fetched again since (the answer that got it
+  // there has been handled).
+  ASSERT_TRUE(eventually([&] { return reports(c, 1, 3, Offset{5}); }));
+  EXPECT_TRUE(c.logs_[3]->copy_lost()) << "forgotten while its group log held none of the 3 ops";
+  groups[3]->refuse_appends(false);
+  ASSERT_TRUE(eventually([&] { return !c.logs_[3]->copy_lost(); }));
+  EXPECT_EQ(groups[3]->entries(), groups[1]->entries());
+  EXPECT_FALSE(c.logs_[3]->ever_led());
+  EXPECT_FALSE(groups[3]->ever_led());
 }
 
 // Review finding: the leader's record of a member keeps the position it reported before its
