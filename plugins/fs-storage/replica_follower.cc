@@ -283,7 +283,13 @@ void ReplicaManager::lost_copy_fetched(const std::shared_ptr<Shard>& s, LeaderEp
   // Outside the locks (the removal syncs a directory). Safe whatever came meanwhile: the
   // copy holds every record acknowledged while it was counted.
   if (auto r = forget->forget_copy_lost(); !r) {
-    log_(LogLevel::warn, name + ": cannot forget the loss of this copy: " + r.error().message);
+    // Tried again at the next answer; said once per distinct error.
+    std::lock_guard lk(d->mu);
+    if (d->lost_forget_error != r.error().message) {
+      d->lost_forget_error = r.error().message;
+      log_(LogLevel::warn, name + ": cannot forget the loss of this copy (tried again at each fetch): " +
+                               r.error().message);
+    }
     return;
   }
   log_(LogLevel::info, what);

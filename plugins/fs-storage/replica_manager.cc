@@ -299,7 +299,8 @@ Result<void> ReplicaManager::assign(std::shared_ptr<ReplicaLog> log,
   // too. Safe: whoever leads next begins a new epoch with no record of this copy (the record
   // that could count it again is a leader's that kept leading across the loss; the dead
   // process's fetches carry an older epoch, which the new leader refuses). The group log
-  // shares the mark, and is assigned this version right after.
+  // shares the mark, and is assigned this version right after. The removal syncs a
+  // directory under this shard's lock, as become_leader's epoch save does: once per copy.
   if (lost && !recorded && kind == LogKind::data && ra.leader.value() == 0) {
     if (auto r = s->log->forget_copy_lost(); !r) {
       log_(LogLevel::warn, shard_name(ref, kind) + ": cannot forget the loss of this copy: " + r.error().message);
@@ -313,7 +314,7 @@ Result<void> ReplicaManager::assign(std::shared_ptr<ReplicaLog> log,
     const bool again = s->left_in_sync_at && ra.version > *s->left_in_sync_at;
     s->leave_asked_at = ra.version;
     log_(LogLevel::error, shard_name(ref, kind) + ": this disk lost its copy, which the catalog " +
-                              (again ? "counts again, before it caught up," : "still counts") +
+                              (again ? "counts before this copy caught up" : "still counts") +
                               " in the in-sync set (version " + std::to_string(ra.version.value()) +
                               "); asking to leave it" +
                           (ra.leader == self_ ? " and the leadership of epoch " +

@@ -115,6 +115,7 @@ struct ReplicaManager::Shard {
   // leader's log end in that answer, and the epoch it was given in. Reset with the epoch.
   std::optional<std::pair<LeaderEpoch, Offset>> lost_catch_up_to;
   bool lost_caught_up = false;
+  std::string lost_forget_error;  // the last failure to forget it, logged once
 
   // Follower.
   bool truncated = false;  // the epoch-end truncation ran in this generation
