@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "all_features.h"
 #include "pg_test_util.h"
 #include "raft_meta_store.h"
 #include "sluice/catalog_rules.h"
@@ -26,7 +27,6 @@ inline const std::string kRepl(kReplicatedShards);
 inline const std::string kReassign(kShardReassignment);
 inline const std::string kCacheInc(kCacheIncarnations);
 inline const std::string kCountersF(kCounters);
-inline const std::string kCompactF(kCacheCompaction);
 
 struct Options {
   bool hold_back_incarnations = false;  // a cluster bootstrapped without the finalize
@@ -58,8 +58,7 @@ inline std::unique_ptr<Instance> make_raft(const Options& o) {
   // Both backends also finalize cache_incarnations (level 14) and replicated_shards (16) at
   // bootstrap: held back alike.
   if (o.hold_back_incarnations)
-    cfg["metadata.bootstrap_hold_back"] =
-        kInc + "," + kCacheInc + "," + kRepl + "," + kReassign + "," + kCountersF + "," + kCompactF;
+    cfg["metadata.bootstrap_hold_back"] = sluice::testing::all_features_joined();
   in->host = std::make_unique<TestHost>(cfg);
   auto c = raft_meta::RaftMetaConfig::from_host(*in->host);
   if (o.change_retention) c.change_retention = o.change_retention;
@@ -73,7 +72,7 @@ inline std::unique_ptr<Instance> make_postgres(const Options& o) {
   auto in = std::make_unique<Instance>();
   in->host = std::make_unique<TestHost>();
   auto c = pgtest::config(pgtest::fresh_schema("conf_" + pgtest::current_test_name()));
-  if (o.hold_back_incarnations) c.bootstrap_hold_back = {kInc, kCacheInc, kRepl, kReassign, kCountersF, kCompactF};
+  if (o.hold_back_incarnations) c.bootstrap_hold_back = sluice::testing::all_features();
   if (o.change_retention) c.change_retention = static_cast<std::int64_t>(o.change_retention);
   if (c.url.empty()) c.start_timeout = std::chrono::milliseconds(1);  // already failed: say so fast
   in->store = std::make_unique<postgres_meta::PgMetaStore>(*in->host, c);
@@ -100,7 +99,7 @@ class Conformance : public ::testing::TestWithParam<Backend> {
     b.address = "127.0.0.1:" + std::to_string(9000 + id);
     b.directory_id = "dir-" + std::to_string(id);
     b.version = "test";
-    if (with_incarnations) b.features = {kInc, std::string(kCacheIncarnations), kRepl, kReassign, kCountersF, kCompactF};
+    if (with_incarnations) b.features = sluice::testing::all_features();
     return b;
   }
   static StreamSpec replicated(std::uint32_t shards, std::uint32_t rf, std::uint32_t min_insync) {

@@ -10,6 +10,7 @@
 #include <optional>
 #include <thread>
 
+#include "all_features.h"
 #include "raft_meta_store.h"
 #include "sluice/features.h"
 #include "test_host.h"
@@ -20,14 +21,8 @@ namespace {
 using sluice::testing::TestHost;
 using Clock = std::chrono::steady_clock;
 const std::string kInc(kStreamIncarnations);
-const std::string kCacheInc(kCacheIncarnations);
-// Both features held back: what a cluster upgraded from level 8 looks like.
-const std::string kRepl(kReplicatedShards);
-const std::string kReassign(kShardReassignment);
-const std::string kCountersF(kCounters);
-const std::string kCompactF(kCacheCompaction);
-const std::string kHoldBoth =
-    kInc + "," + kCacheInc + "," + kRepl + "," + kReassign + "," + kCountersF + "," + kCompactF;
+// Every feature held back: what a cluster upgraded from level 8 looks like.
+const std::string kHoldBoth = sluice::testing::all_features_joined();
 
 std::map<std::string, std::string> base_config() {
   return {{"raft.address", "127.0.0.1:0"}, {"metadata.rpc_address", "127.0.0.1:0"}, {"metadata.timeout_ms", "20000"}};
@@ -340,7 +335,7 @@ TEST(RaftMetaFleet, PlacementRoundRobinsOverLiveBrokersAndEventsCarryAssignments
   EXPECT_EQ(snap0->assignments[0].leader, NodeId{0});
 
   for (std::uint32_t id : {3u, 1u, 2u})
-    ASSERT_TRUE(store.register_broker({NodeId{id}, "h", "d", "v", {kInc, kCacheInc, kRepl, kReassign, kCountersF, kCompactF}}).ok());
+    ASSERT_TRUE(store.register_broker({NodeId{id}, "h", "d", "v", sluice::testing::all_features()}).ok());
   const StreamKey key{"acme", "prod", "orders"};
   auto s = store.create_stream(key, spec(6));
   ASSERT_TRUE(s.ok()) << s.error().to_string();
@@ -387,7 +382,7 @@ TEST(RaftMetaFleet, RestartKeepsTombstonesFeaturesAndBrokers) {
     RaftMetaStore store(host);
     ASSERT_TRUE(store.start().ok());
     make_namespace(store);
-    ASSERT_TRUE(store.register_broker({NodeId{4}, "h:4", "d4", "0.7.0", {kInc, kCacheInc, kRepl, kReassign, kCountersF, kCompactF}}).ok());
+    ASSERT_TRUE(store.register_broker({NodeId{4}, "h:4", "d4", "0.7.0", sluice::testing::all_features()}).ok());
     for (int i = 0; i < 4; ++i) {
       auto s = store.create_stream({"acme", "prod", "orders"}, spec(2));
       ASSERT_TRUE(s.ok()) << s.error().to_string();
@@ -406,7 +401,7 @@ TEST(RaftMetaFleet, RestartKeepsTombstonesFeaturesAndBrokers) {
   EXPECT_GT((*tombs)[0].deleted_up_to, first);
   auto bs = store.list_brokers();
   ASSERT_EQ(bs->size(), 1u);
-  EXPECT_EQ((*bs)[0].features, (std::vector<std::string>{kCompactF, kCacheInc, kCountersF, kRepl, kReassign, kInc}));
+  EXPECT_EQ((*bs)[0].features, sluice::testing::all_features());
   auto fs = store.list_features();
   EXPECT_TRUE(find(*fs, kInc)->finalized);
   auto s = store.create_stream({"acme", "prod", "orders"}, spec());

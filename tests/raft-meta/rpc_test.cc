@@ -16,6 +16,7 @@
 #include <atomic>
 #include <thread>
 
+#include "all_features.h"
 #include "raft_meta_store.h"
 #include "rpc.h"
 #include "rpc_codec.h"
@@ -108,7 +109,7 @@ TEST(ControllerRpc, RemoteCreateIsVisibleOnTheControllerAndViceVersa) {
   EXPECT_EQ(remote.get_stream({"acme", "prod", "nope"}).error().code, Errc::not_found);
 
   // Fleet methods.
-  auto b = remote.register_broker({NodeId{2}, "127.0.0.1:9002", "d2", "0.7.0", {"stream_incarnations", "cache_incarnations", "replicated_shards", "shard_reassignment", "counters", "cache_compaction"}});
+  auto b = remote.register_broker({NodeId{2}, "127.0.0.1:9002", "d2", "0.7.0", sluice::testing::all_features()});
   ASSERT_TRUE(b.ok()) << b.error().to_string();
   EXPECT_TRUE(remote.heartbeat_broker(NodeId{2}).ok());
   EXPECT_EQ(remote.heartbeat_broker(NodeId{9}).error().code, Errc::not_found);
@@ -144,7 +145,7 @@ TEST(ControllerRpc, ReplicatedShardsOverTheWire) {
   ASSERT_TRUE(remote.create_namespace("acme", "prod").ok());
   auto reg = [&](std::uint32_t id) {
     BrokerRegistration b{NodeId{id}, "127.0.0.1:900" + std::to_string(id), "d" + std::to_string(id),
-                         "0.8.0", {"cache_compaction", "cache_incarnations", "counters", "replicated_shards", "shard_reassignment", "stream_incarnations"},
+                         "0.8.0", sluice::testing::all_features(),
                          "127.0.0.1:780" + std::to_string(id)};
     auto r = remote.register_broker(b);
     ASSERT_TRUE(r.ok()) << r.error().to_string();
