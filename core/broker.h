@@ -120,6 +120,10 @@ class BrokerRuntime final : public Node {
   Result<void> start();
   // Closes shards. The broker stays registered (its heartbeats lapse; see stop()).
   void stop();
+  // Whether the fleet feature is finalized in the catalog as this broker applied it (what
+  // PluginHost::feature_finalized answers plugins; known before start() opens a shard, and
+  // never taken back). Any thread.
+  bool feature_finalized(std::string_view feature) const;
 
   NodeInfo info() override;
   bool ready(std::string* why) override;
@@ -341,6 +345,10 @@ class BrokerRuntime final : public Node {
   // The catalog as applied, and the durable floors: the control thread's (and start()'s,
   // before the watch exists).
   CatalogImage image_;
+  // image_'s finalized features, for other threads (feature_finalized).
+  mutable std::mutex finalized_mu_;
+  std::set<std::string, std::less<>> finalized_;
+  void publish_finalized();  // control thread: image_.finalized into finalized_
   ServingFloors floors_;
   std::string floors_path_;  // empty without the broker role
   bool floors_appendable_ = false;  // the file exists whole: appends may follow (serving_floors.h)

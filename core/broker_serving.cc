@@ -394,6 +394,16 @@ void BrokerRuntime::skip_removes_without_data(ServingPlan& plan) {
   });
 }
 
+void BrokerRuntime::publish_finalized() {
+  std::lock_guard lk(finalized_mu_);
+  for (const auto& [name, at] : image_.finalized) finalized_.insert(name);
+}
+
+bool BrokerRuntime::feature_finalized(std::string_view feature) const {
+  std::lock_guard lk(finalized_mu_);
+  return finalized_.find(feature) != finalized_.end();
+}
+
 Result<void> BrokerRuntime::resync() {
   watch_.reset();
   auto snap = catalog_.snapshot();
@@ -410,6 +420,7 @@ Result<void> BrokerRuntime::resync() {
     features = std::move(f.value());
   }
   image_ = image_from_snapshot(*snap, features);
+  publish_finalized();
   if (opts_.peers) opts_.peers->replace_from_catalog(snap->brokers);
   // The replicated_shards finalize may lie in what the resync skipped: register again if
   // the catalog holds no (or another) peer address for this broker (apply_changes).
@@ -489,6 +500,7 @@ void BrokerRuntime::apply_changes(const std::vector<ChangeEvent>& events) {
       case ChangeEvent::Kind::feature_finalized:
         // Changes only later decisions (what a delete removes; which creates are refused).
         host_.log(LogLevel::info, "broker", "feature " + ev.feature + " is finalized");
+        publish_finalized();
         // A raft-meta group below level 16 stores no peer address (raft_meta_catalog.cc
         // register_broker); once replicated_shards is finalized every member is at 16:
         // register again so that peers can reach this broker's replicas.

@@ -581,6 +581,7 @@ int main(int argc, char** argv) {
   }
   core::systemd_notify("STATUS=opening this node's shards (recovery)");
   auto broker = std::make_unique<core::BrokerRuntime>(info, *metadata, storage.get(), bopts, host);
+  host.set_feature_source([b = broker.get()](std::string_view f) { return b->feature_finalized(f); });
   if (auto r = broker->start(); !r) {
     // The shards this start opened close cleanly, so the clean-shutdown marker it took goes
     // back (storage shutdown): the next start, once the operator has acted, is as fast as
@@ -643,6 +644,7 @@ int main(int argc, char** argv) {
   metadata->stop();
   // Release in dependency order: storage may still hold callbacks whose code lives in the
   // API plugin (long-poll waiters), so the API library is unloaded only after storage.
+  host.set_feature_source(nullptr);
   broker.reset();
   storage.reset();
   host.set_peer_transport(nullptr);

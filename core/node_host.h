@@ -3,6 +3,8 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
+#include <mutex>
 
 #include "config.h"
 #include "identity.h"
@@ -40,6 +42,16 @@ class NodeHost final : public PluginHost {
     return m->update_shard(update);
   }
   void set_metadata(MetadataStore* m) { metadata_.store(m); }
+  // The broker's word on fleet features (BrokerRuntime::feature_finalized): set by main
+  // before the broker starts, cleared before it is destroyed. Without one: false.
+  bool feature_finalized(std::string_view feature) const override {
+    std::lock_guard lk(features_mu_);
+    return features_ && features_(feature);
+  }
+  void set_feature_source(std::function<bool(std::string_view)> source) {
+    std::lock_guard lk(features_mu_);
+    features_ = std::move(source);
+  }
   // Logs the reason and raises SIGTERM, which main's sigwait turns into the usual ordered
   // shutdown (a request during start-up waits, blocked, until the start finishes); main
   // then exits 1 (stop_requested()).
@@ -52,6 +64,8 @@ class NodeHost final : public PluginHost {
   std::atomic<PeerTransport*> transport_{nullptr};
   std::atomic<MetadataStore*> metadata_{nullptr};
   std::atomic<bool> stop_requested_{false};
+  mutable std::mutex features_mu_;
+  std::function<bool(std::string_view)> features_;
 };
 
 }  // namespace sluice::core

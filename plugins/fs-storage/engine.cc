@@ -14,6 +14,7 @@
 #include "recovery_point.h"
 #include "shard_replica_log.h"
 #include "sluice/failpoint.h"
+#include "sluice/features.h"
 #include "sluice/names.h"
 #include "sluice/record_batch.h"
 
@@ -421,6 +422,7 @@ Result<ReplicaManager*> FsStorageEngine::ensure_manager() {
   ro.fetch_max_bytes = static_cast<std::uint32_t>(opts_.replication_fetch_max_bytes);
   ro.quorum_timeout = std::chrono::milliseconds(opts_.replication_quorum_timeout_ms);
   ro.workers = opts_.replication_workers;
+  ro.lost_copy_fetch = [this] { return host_.feature_finalized(kLostCopyFetch); };
   auto mgr = std::make_unique<ReplicaManager>(
       *transport, host_.node_id(), host_.directory_id(),
       [this](const ShardUpdate& u) { return host_.update_shard(u); },

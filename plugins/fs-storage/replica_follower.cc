@@ -159,6 +159,8 @@ void ReplicaManager::fetch_step(const std::shared_ptr<Shard>& s, std::uint64_t g
   req.durable_end = req.fetch_offset;  // append_replica synced everything it wrote
   req.max_bytes = opts_.fetch_max_bytes;
   req.wait_ms = static_cast<std::uint32_t>(opts_.fetch_wait.count());
+  // Not before every serving broker can read it: an older leader refuses the flag.
+  req.copy_lost = log->copy_lost() && opts_.lost_copy_fetch && opts_.lost_copy_fetch();
   auto exec = exec_;
   transport_.request(
       leader, kReplicaFetch, encode(req), opts_.fetch_wait + opts_.request_timeout,

@@ -142,7 +142,7 @@ void ReplicaManager::on_epoch_end(const PeerIdentity& from, std::string payload,
 }
 
 void ReplicaManager::record_progress(Shard& s, NodeId follower, const std::string& dir,
-                                     Offset durable_end, Clock::time_point now) {
+                                     Offset durable_end, bool says_lost, Clock::time_point now) {
   const Offset leader_end = s.log->written_end();
   auto [it, fresh] = s.followers.try_emplace(follower);
   auto& f = it->second;
@@ -177,6 +177,13 @@ void ReplicaManager::record_progress(Shard& s, NodeId follower, const std::strin
     f.last_caught_up = now;
   else if (!fresh && f.reported && durable_end >= f.leader_end_at_last_fetch)
     f.last_caught_up = std::max(f.last_caught_up, f.last_fetch);
+  // A lost copy says so until it holds what this leader held when it began to fetch
+  // (lost_copy_fetched): it does not join before, even at the high watermark.
+  if (says_lost && !f.says_lost)
+    log_(LogLevel::info, shard_name(s.ref, s.kind) + ": broker " + std::to_string(follower.value()) +
+                             " says its copy was lost: it joins the in-sync set only once it has "
+                             "caught up and no longer says so");
+  f.says_lost = says_lost;
   f.durable_end = durable_end;
   f.reported = true;
   f.last_fetch = now;
@@ -249,7 +256,7 @@ void ReplicaManager::serve_fetch(const std::shared_ptr<Shard>& s, FetchRequest r
                                              " is beyond the leader's log end " +
                                              std::to_string(end.value()) + " of " +
                                              shard_name(s->ref, s->kind) + "; truncate first"));
-  record_progress(*s, req.env.sender, req.env.directory_id, req.durable_end, Clock::now());
+  record_progress(*s, req.env.sender, req.env.directory_id, req.durable_end, req.copy_lost, Clock::now());
   update_high_watermark(*s);
   // Anything below the end is answered at once, an offset below the log start included
   // (the log start is never above the end): answer_fetch tells that follower where the log
@@ -503,7 +510,7 @@ void ReplicaManager::check_shard(const std::shared_ptr<Shard>& s, Clock::time_po
     if (g->role != Role::leader) return false;
     auto it = g->followers.find(b);
     return it != g->followers.end() && it->second.reported && it->second.directory_id == dir &&
-           it->second.lost_below.value() == 0 &&
+           it->second.lost_below.value() == 0 && !it->second.says_lost &&
            it->second.durable_end >= std::max(g->log->high_watermark(), g->epoch_start);
   };
 
@@ -553,7 +560,7 @@ void ReplicaManager::check_shard(const std::shared_ptr<Shard>& s, Clock::time_po
       const bool member = std::any_of(next.begin(), next.end(), [&](const InSyncReplica& m) {
         return m.broker == b && m.directory_id == f.directory_id;
       });
-      if (member || f.lost_below.value() != 0 || f.durable_end < std::max(hwm, s->epoch_start) ||
+      if (member || f.lost_below.value() != 0 || f.says_lost || f.durable_end < std::max(hwm, s->epoch_start) ||
           lag_of(b) > opts_.max_lag ||
           !group_caught_up(b, f.directory_id))
         continue;

@@ -137,6 +137,10 @@ struct ReplicaOptions {
   unsigned workers = 2;                             // replication.workers
   // How often the leader checks lag and quorum deadlines; 0: only when told (tests).
   std::chrono::milliseconds check_interval{-1};     // -1: max_lag / 4, at most 1 s
+  // Whether the fleet feature lost_copy_fetch is finalized (asked at each fetch of a lost
+  // copy): its fetches then say that it is lost. Null: never (a leader of an older build
+  // refuses the longer request).
+  std::function<bool()> lost_copy_fetch;
 };
 
 // Set on the threads that never hold a lock of a ReplicaManager when a log's end
@@ -229,7 +233,7 @@ class ReplicaManager {
                                                            std::size_t& chunk_size);
   void count_fetch_served(std::size_t chunk_size);
   void record_progress(Shard& s, NodeId follower, const std::string& dir, Offset durable_end,
-                       Clock::time_point now);
+                       bool says_lost, Clock::time_point now);
   void update_high_watermark(Shard& s);
   void check_shard(const std::shared_ptr<Shard>& s, Clock::time_point now);
   void change_in_sync(const std::shared_ptr<Shard>& s, std::vector<InSyncReplica> in_sync,

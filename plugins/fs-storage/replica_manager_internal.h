@@ -87,6 +87,9 @@ struct ReplicaManager::Shard {
     // retried fetch's original handled late): lost_below needs two.
     int reports_below = 0;
     Offset peak;  // the highest durable end it reported in this leadership
+    // Its last fetch said that its copy was lost and has not caught up yet (the fleet
+    // feature lost_copy_fetch): it does not join the in-sync set.
+    bool says_lost = false;
   };
   std::map<NodeId, Follower> followers;
   Clock::time_point leading_since;

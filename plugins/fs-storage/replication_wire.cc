@@ -6,6 +6,8 @@
 namespace sluice::fs_storage {
 namespace {
 
+constexpr std::uint8_t kFetchFlagCopyLost = 0x01;
+
 class Writer {
  public:
   explicit Writer(std::size_t reserve) { out_.reserve(reserve); }
@@ -40,6 +42,7 @@ class Reader {
   bool u16(std::uint16_t& v) { return raw(&v, 2); }
   bool u32(std::uint32_t& v) { return raw(&v, 4); }
   bool u64(std::uint64_t& v) { return raw(&v, 8); }
+  std::size_t remaining() const { return in_.size(); }
   bool str(std::string& s) {
     std::uint16_t n = 0;
     if (!u16(n) || in_.size() < n) return fail("a string runs past the end");
@@ -130,6 +133,7 @@ std::string encode(const FetchRequest& m) {
   w.u64(m.durable_end.value());
   w.u32(m.max_bytes);
   w.u32(m.wait_ms);
+  if (m.copy_lost) w.u8(kFetchFlagCopyLost);
   return w.take();
 }
 
@@ -173,6 +177,11 @@ Result<FetchRequest> decode_fetch_request(std::string_view payload) {
   r.u64(durable);
   r.u32(m.max_bytes);
   r.u32(m.wait_ms);
+  // The optional flags byte (lost_copy_fetch): present only with a flag this build knows.
+  if (std::uint8_t flags = 0; r.remaining() == 1 && r.u8(flags)) {
+    if (flags != kFetchFlagCopyLost) r.fail("unknown fetch flags");
+    m.copy_lost = true;
+  }
   if (auto f = r.finish(); !f) return f.error();
   m.fetch_offset = Offset{fetch};
   m.durable_end = Offset{durable};

@@ -41,6 +41,11 @@ struct FetchRequest {
   Offset durable_end;    // synced on the follower's disk (== fetch_offset after each append)
   std::uint32_t max_bytes = 0;
   std::uint32_t wait_ms = 0;  // long poll: hold the request this long if nothing is new
+  // The follower's copy was lost and has not caught up yet (docs/replication.md "A lost
+  // shard copy"): the leader must not add it to the in-sync set. Sent only once the fleet
+  // feature lost_copy_fetch is finalized, as a trailing flags byte: a request without it is
+  // byte for byte what older builds send, and the only one they accept.
+  bool copy_lost = false;
 };
 
 struct FetchResponse {

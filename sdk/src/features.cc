@@ -24,6 +24,9 @@ constexpr FeatureSpec kKnown[] = {
     {kCacheCompaction, MetadataLevel{18},
      "cache and counter backing streams are compacted in the background: restate records at "
      "the log end, whole old segments dropped"},
+    {kLostCopyFetch, MetadataLevel{18},
+     "a lost shard copy says so in its fetches, and its leader adds it back to the in-sync "
+     "set only once it has caught up to where the leader was when it began to fetch"},
 };
 
 std::string join_ids(const std::vector<NodeId>& ids) {

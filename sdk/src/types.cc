@@ -80,6 +80,7 @@ Result<Assignment> PluginHost::update_shard(const ShardUpdate&) {
   return Error(Errc::not_supported, "this host does not offer catalog shard updates");
 }
 PeerTransport* PluginHost::peer_transport() { return nullptr; }
+bool PluginHost::feature_finalized(std::string_view) const { return false; }
 void PluginHost::stop_node(std::string_view reason) {
   log(LogLevel::error, "host", "a plugin asked to stop the node, and this host cannot: " + std::string(reason));
 }

@@ -19,7 +19,7 @@ import urllib.parse
 from harness import DEADLINE_S, SLUICE_CLI, Node, free_port, poll
 
 HOLD_BACK = {"metadata.bootstrap_hold_back": "stream_incarnations,cache_incarnations,replicated_shards,"
-                                              "shard_reassignment,counters,cache_compaction"}
+                                              "shard_reassignment,counters,cache_compaction,lost_copy_fetch"}
 
 
 def call(node, method, path, body=None, timeout=DEADLINE_S):

@@ -11,7 +11,7 @@ from harness import DEADLINE_S, SLUICE_CLI, cleanup_all, HttpError, Node, poll, 
 # replicated_shards (level 16) and shard_reassignment (17) too: the "older build" brokers below
 # report no feature.
 HOLD_BACK = {"metadata.bootstrap_hold_back": "stream_incarnations,cache_incarnations,replicated_shards,"
-                                              "shard_reassignment,counters,cache_compaction"}
+                                              "shard_reassignment,counters,cache_compaction,lost_copy_fetch"}
 
 
 def dirs(node, stream):

@@ -79,6 +79,25 @@ class LostCopyTests:
         self.check_replicas(acked)
         self.assertNotIn("leading in epoch", self.log_of(leader_id).split("its log is gone")[1])
 
+    def test_a_lost_follower_copy_says_so_in_its_fetches_until_it_has_caught_up(self):
+        """RF 2, min_insync 1: the follower's copy is deleted while the leader serves on.
+        Back under the directory id the in-sync set records, it leaves the set, and its
+        fetches say that its copy is lost (the fleet feature lost_copy_fetch, finalized at
+        bootstrap), so the leader adds it back only once it no longer says so. Every
+        acknowledged record, before and after, is on both copies."""
+        leader_id, f_id, other_id, acked = self.two_replica_stream(min_insync=1)
+        feats = {f["name"]: f for f in self.nodes[other_id].request("GET", "/v1/features")["features"]}
+        self.assertTrue(feats["lost_copy_fetch"]["finalized"], feats)
+        self.remove_shard_dir(f_id)
+        self.nodes[f_id].start()
+        poll(lambda: "says its copy was lost" in self.log_of(leader_id), "the leader to hear that the copy is lost")
+        for res in self.publish(self.nodes[leader_id], ["after"]):
+            acked[res["offset"]] = "after"
+        self.wait_in_sync([leader_id, f_id])
+        self.wait_caught_up()
+        self.check_replicas(acked)
+        self.assertIn("it is an ordinary replica again", self.log_of(f_id))
+
     def test_a_lost_follower_copy_is_never_elected(self):
         """RF 2, min_insync 2: the follower's copy is deleted, then the leader dies too. The
         follower comes back first, under the directory id the in-sync set records: it takes

@@ -148,5 +148,63 @@ TEST(ReplicationWire, TheEnvelopeNamesWhichLogOfTheShardItSpeaksOf) {
   EXPECT_NE(bad.error().message.find("unknown log kind"), std::string::npos) << bad.error().message;
 }
 
+// The lost_copy_fetch flag (docs/replication.md "Replication messages") is a trailing byte,
+// present only when set: a request without it is byte for byte the one older builds send
+// and the only one they accept, so nothing changes on the wire before the finalize.
+TEST(ReplicationWire, AFetchSaysItsCopyIsLostInATrailingByteOnlyWhenItIs) {
+  FetchRequest req;
+  req.env = Incarnated{shard_ref(), LeaderEpoch{3}, NodeId{2}, "dir-2"};
+  req.fetch_offset = Offset{10};
+  req.durable_end = Offset{10};
+  req.max_bytes = 1000;
+  req.wait_ms = 5;
+  const auto plain = encode(req);
+  // The format before the flag, field by field.
+  std::string old;
+  auto le = [&](std::uint64_t v, int n) {
+    for (int i = 0; i < n; ++i) old.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  };
+  auto str = [&](const std::string& v) {
+    le(v.size(), 2);
+    old += v;
+  };
+  str(req.env.ref.stream.tenant);
+  str(req.env.ref.stream.ns);
+  str(req.env.ref.stream.name);
+  le(req.env.ref.incarnation.value(), 8);
+  le(req.env.ref.shard.value(), 4);
+  le(3, 8);
+  le(2, 4);
+  str("dir-2");
+  le(0, 1);  // the data log
+  le(10, 8);
+  le(10, 8);
+  le(1000, 4);
+  le(5, 4);
+  EXPECT_EQ(plain, old);
+  auto back = decode_fetch_request(plain);
+  ASSERT_TRUE(back);
+  EXPECT_FALSE(back->copy_lost);
+
+  req.copy_lost = true;
+  const auto lost = encode(req);
+  EXPECT_EQ(lost, old + '\x01');
+  back = decode_fetch_request(lost);
+  ASSERT_TRUE(back) << back.error().to_string();
+  EXPECT_TRUE(back->copy_lost);
+  EXPECT_EQ(back->fetch_offset, Offset{10});
+  EXPECT_EQ(back->wait_ms, 5u);
+  // Flags this build does not know, and anything after the flags, are malformed.
+  for (int f : {0x00, 0x02, 0x03, 0x80, 0xff}) {
+    auto r = decode_fetch_request(old + static_cast<char>(f));
+    ASSERT_FALSE(r) << f;
+    EXPECT_EQ(r.error().code, Errc::malformed_body);
+    EXPECT_NE(r.error().message.find("unknown fetch flags"), std::string::npos) << r.error().message;
+  }
+  auto two = decode_fetch_request(lost + '\x01');
+  ASSERT_FALSE(two);
+  EXPECT_EQ(two.error().code, Errc::malformed_body);
+}
+
 }  // namespace
 }  // namespace sluice::fs_storage::replica_test

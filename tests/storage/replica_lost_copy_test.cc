@@ -273,5 +273,114 @@ TEST(ReplicaManager, TheOnlyInSyncMembersLostCopyLeavesTheShardLeaderless) {
   EXPECT_FALSE(c.logs_[1]->ever_led());
 }
 
+// The window the fleet feature lost_copy_fetch closes (docs/replication.md "A lost shard
+// copy"): under load a leader's high watermark lags its log end, so a lost copy can hold
+// the high watermark (the leader's rule for joining) before it holds its mark (the
+// leader's log end at its first fetch answer, its rule for forgetting the loss). Brokers 1
+// and 2 hold [0, 5), committed; broker 2 is cut off and the leader writes [5, 10), which
+// stays uncommitted (high watermark 5); broker 3's copy was lost, and it takes [0, 8) of
+// its mark 10 and no more, until the test lets it.
+void lost_copy_between_the_high_watermark_and_its_mark(Cluster& c) {
+  for (std::uint32_t b : {1u, 2u}) {
+    c.logs_[b]->put_entries(LeaderEpoch{1}, values(0, 5));
+    c.logs_[b]->set_hwm(Offset{5});
+  }
+  c.logs_[3]->set_lost();
+  c.net_.cut[3][1] = c.net_.cut[3][2] = true;
+  c.tell();
+  ASSERT_TRUE(eventually([&] { return in_sync_brokers(c.catalog()) == std::vector<std::uint32_t>{1, 2}; }));
+  c.tell();
+  ASSERT_TRUE(eventually([&] { return reports(c, 1, 2, Offset{5}); }));
+  c.net_.cut[2][1] = true;
+  for (std::uint64_t v = 5; v < 10; ++v) (void)c.logs_[1]->append(v, 1s);
+  ASSERT_EQ(c.logs_[1]->high_watermark(), Offset{5});
+  c.logs_[3]->refuse_appends_from(Offset{8});
+  c.net_.cut[3][1] = c.net_.cut[3][2] = false;
+  ASSERT_TRUE(eventually([&] { return reports(c, 1, 3, Offset{8}); }));  // answered twice since
+  ASSERT_TRUE(c.logs_[3]->copy_lost());
+}
+
+ReplicaOptions options_for_the_window(bool finalized) {
+  auto o = Cluster::fast_options();
+  o.fetch_max_bytes = 32;  // two model entries per chunk
+  o.max_lag = 60s;         // lag plays no part
+  if (finalized) o.lost_copy_fetch = [] { return true; };
+  return o;
+}
+
+TEST(ReplicaManager, ALostCopyThatSaysSoJoinsTheInSyncSetOnlyOnceItHasCaughtUp) {
+  Cluster c(3, options_for_the_window(true));
+  lost_copy_between_the_high_watermark_and_its_mark(c);
+  for (int i = 0; i < 20; ++i) {
+    c.managers_[1]->check_now();
+    ASSERT_EQ(in_sync_brokers(c.catalog()), (std::vector<std::uint32_t>{1, 2}))
+        << "a lost copy at the high watermark but short of its mark was added back";
+  }
+  c.logs_[3]->refuse_appends_from(std::nullopt);
+  ASSERT_TRUE(eventually([&] { return !c.logs_[3]->copy_lost(); }));
+  // Its next fetch no longer says so, and the leader's rule brings it back.
+  ASSERT_TRUE(eventually([&] {
+    c.managers_[1]->check_now();
+    return in_sync_brokers(c.catalog()) == std::vector<std::uint32_t>{1, 2, 3};
+  }));
+  EXPECT_EQ(c.logs_[3]->entries(), c.logs_[1]->entries());
+  EXPECT_FALSE(c.logs_[3]->ever_led());
+}
+
+// Until the feature is finalized a lost copy's fetches are what an older leader accepts,
+// without the flag, and the leader's rule is the high watermark alone: the copy comes back
+// short of its mark (and asks to leave again; the window above).
+TEST(ReplicaManager, ALostCopySaysSoInItsFetchesOnlyOnceTheFleetFeatureIsFinalized) {
+  Cluster c(3, options_for_the_window(false));
+  lost_copy_between_the_high_watermark_and_its_mark(c);
+  ASSERT_TRUE(eventually([&] {
+    c.managers_[1]->check_now();
+    return in_sync_brokers(c.catalog()) == std::vector<std::uint32_t>{1, 2, 3};
+  }));
+  EXPECT_TRUE(c.logs_[3]->copy_lost());
+}
+
+// The leader's rule reads the flag on either log of the shard: its group op log's fetches
+// are the copy's too (review finding: only the data log's flag was tested). Here only the
+// group log says so, a state the engine does not produce on its own (both logs share the
+// copy's loss), to see that half of the rule alone.
+TEST(ReplicaManager, AReplicaWhoseGroupLogSaysItIsLostDoesNotJoin) {
+  auto o = options_for_the_window(true);
+  Cluster c(3, o);
+  std::map<std::uint32_t, std::shared_ptr<ModelLog>> groups;
+  for (std::uint32_t b : {1u, 2u, 3u}) groups[b] = std::make_shared<ModelLog>(shard_ref());
+  for (std::uint32_t b : {1u, 2u}) {
+    c.logs_[b]->put_entries(LeaderEpoch{1}, values(0, 5));
+    c.logs_[b]->set_hwm(Offset{5});
+    groups[b]->put_entries(LeaderEpoch{1}, values(0, 3));
+    groups[b]->set_hwm(Offset{3});
+  }
+  groups[3]->set_lost();
+  c.set_catalog([&](ReplicaAssignment& r) {
+    r.in_sync = {InSyncReplica{NodeId{1}, c.dirs_[1]}, InSyncReplica{NodeId{2}, c.dirs_[2]}};
+  });
+  auto tell = [&] {  // as the engine does: the data log, then the group log
+    c.tell();
+    const auto ra = c.catalog();
+    for (std::uint32_t b : {1u, 2u, 3u}) ASSERT_TRUE(c.managers_[b]->assign(groups[b], ra, LogKind::groups));
+  };
+  tell();
+  ASSERT_TRUE(eventually([&] {
+    return c.logs_[3]->entries() == c.logs_[1]->entries() && groups[3]->entries() == groups[1]->entries();
+  }));
+  ASSERT_TRUE(eventually([&] { return reports(c, 1, 3, Offset{5}); }));
+  for (int i = 0; i < 20; ++i) {
+    c.managers_[1]->check_now();
+    ASSERT_EQ(in_sync_brokers(c.catalog()), (std::vector<std::uint32_t>{1, 2}))
+        << "joined while its group log's fetches said that its copy was lost";
+    std::this_thread::sleep_for(2ms);
+  }
+  ASSERT_TRUE(groups[3]->forget_copy_lost());
+  ASSERT_TRUE(eventually([&] {
+    c.managers_[1]->check_now();
+    return in_sync_brokers(c.catalog()) == std::vector<std::uint32_t>{1, 2, 3};
+  }));
+}
+
 }  // namespace
 }  // namespace sluice::fs_storage::replica_test

@@ -22,6 +22,7 @@ class RecordingAssign final : public StorageEngine {
       std::lock_guard lk(mu_);
       registrations_at_open.push_back(cat_.registrations());
     }
+    if (on_open) on_open();
     return inner_.open_shard(ref, spec);
   }
   Result<void> assign(const ShardRef&, const ReplicaAssignment& a) override {
@@ -40,6 +41,7 @@ class RecordingAssign final : public StorageEngine {
     std::lock_guard lk(mu_);
     return assigned;
   }
+  std::function<void()> on_open;  // called at each open_shard, before the inner engine's
   std::vector<int> registrations_when_opening() {
     std::lock_guard lk(mu_);
     return registrations_at_open;
@@ -250,4 +252,41 @@ TEST(CatalogRules, ALostCopyLeavingTheInSyncSetGivesUpOnlyItsOwnLeadership) {
   EXPECT_EQ(followed.leader_epoch, LeaderEpoch{5});
   ASSERT_EQ(followed.in_sync.size(), 1u);
   EXPECT_EQ(followed.in_sync[0].broker, NodeId{1});
+}
+
+// Plugins ask PluginHost::feature_finalized (sluice/host.h), which sluiced answers from the
+// broker: fs-storage's lost copies say so in their fetches once lost_copy_fetch is
+// finalized, from their first fetch on. So the broker knows what the catalog finalized
+// before it opens a shard, and learns what is finalized later from the change feed.
+TEST(BrokerStart, the_finalized_features_are_known_before_the_first_shard_opens) {
+  sluice::testing::TestHost host;
+  ScriptedCatalog cat;
+  fs_storage::FsStorageEngine fs(host, std::make_shared<fs_storage::PosixFileSystem>());
+  auto snap = catalog_with(10, I1);
+  snap.finalized_features.push_back(std::string(kLostCopyFetch));
+  cat.set_snapshot(snap);
+  FeatureInfo lost;
+  lost.name = std::string(kLostCopyFetch);
+  lost.finalized = true;
+  lost.finalized_seq = ChangeSeq{5};
+  cat.features = {lost};
+  RecordingAssign storage(fs, cat);
+  BrokerRuntime* broker = nullptr;
+  std::vector<bool> finalized_at_open;
+  storage.on_open = [&] { finalized_at_open.push_back(broker->feature_finalized(kLostCopyFetch)); };
+  auto b = make_broker(host, cat, storage);
+  broker = b.get();
+  EXPECT_FALSE(b->feature_finalized(kLostCopyFetch)) << "known before the catalog was read";
+  ASSERT_TRUE(b->start());
+  EXPECT_EQ(finalized_at_open, std::vector<bool>{true});
+  EXPECT_FALSE(b->feature_finalized(kCounters));
+  ChangeEvent fin;
+  fin.kind = ChangeEvent::Kind::feature_finalized;
+  fin.seq = ChangeSeq{11};
+  fin.feature = std::string(kCounters);
+  cat.emit(fin);
+  ASSERT_TRUE(eventually([&] { return b->feature_finalized(kCounters); }));
+  EXPECT_TRUE(b->feature_finalized(kLostCopyFetch));
+  EXPECT_FALSE(b->feature_finalized("no_such_feature"));
+  b->stop();
 }

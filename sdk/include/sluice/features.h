@@ -49,6 +49,11 @@ inline constexpr std::string_view kCounters = "counters";
 // compaction"): restate records and trimmed log starts. A broker compacts only once it is
 // finalized: an older broker would not understand restate records. No catalog change.
 inline constexpr std::string_view kCacheCompaction = "cache_compaction";
+// A replicated shard copy that was lost (docs/replication.md "A lost shard copy") says so in
+// its fetches, and its leader adds it back to the in-sync set only once it no longer does:
+// once it holds what its leader held when it began to fetch. No catalog change. Every
+// serving broker must report it, since a leader of an older build refuses the longer fetch.
+inline constexpr std::string_view kLostCopyFetch = "lost_copy_fetch";
 
 struct FeatureSpec {
   std::string_view name;

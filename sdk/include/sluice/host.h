@@ -54,6 +54,12 @@ class PluginHost {
   // how a shard leader shrinks or grows its in-sync set. Blocks for at most the metadata
   // timeout. Default: not_supported.
   virtual Result<Assignment> update_shard(const ShardUpdate& update);
+  // Whether the fleet feature `feature` (features.h) is finalized, as this node's broker
+  // has applied the catalog so far: a plugin switches on new wire behaviour only once
+  // every serving broker implements it (docs/upgrades.md). Known before the broker opens
+  // its first shard, and true for ever once true. Safe from any plugin thread. Default (a
+  // host without a broker): false.
+  virtual bool feature_finalized(std::string_view feature) const;
 
   // --- stopping the node ----------------------------------------------------------
   // Asks the node to stop because this plugin found something it must not serve on (a
