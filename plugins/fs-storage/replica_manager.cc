@@ -270,7 +270,7 @@ Result<void> ReplicaManager::assign(std::shared_ptr<ReplicaLog> log,
   s->ra = ra;
   s->log->set_in_sync(ra.in_sync.size(), ra.min_insync);
   // The catalog's word after an in-sync change whose outcome was unknown: it now says
-  // which members count (replica_leader.cc change_in_sync).
+  // which members count (replica_in_sync.cc change_in_sync).
   if (s->proposed_at && ra.version > *s->proposed_at) {
     s->proposed_at.reset();
     if (!s->in_sync_change_in_flight) s->proposed_in_sync.clear();

@@ -1,7 +1,8 @@
 // The replication manager's shared state (replica_manager.h): its work queue, and what it
 // keeps per shard. Included by replica_manager.cc (assignment, threads), replica_leader.cc
-// (answering followers, the high watermark, the in-sync set) and replica_follower.cc
-// (truncation and the fetch loop). Not part of the engine's interface.
+// (answering followers, the high watermark), replica_in_sync.cc (the lag check, in-sync
+// changes and this replica's own catalog requests) and replica_follower.cc (truncation and
+// the fetch loop). Not part of the engine's interface.
 #pragma once
 
 #include <algorithm>
