@@ -107,6 +107,10 @@ std::string BrokerRuntime::metrics_text() {
               [](const HeldRow& r) { return r.stats.leader_epoch.value(); });
   per_replica("sluice_shard_leading", "1 if this broker leads the shard, else 0.", MetricType::gauge,
               [](const HeldRow& r) { return r.stats.leading ? 1 : 0; });
+  per_replica("sluice_shard_copy_lost",
+              "1 if this broker's copy of the shard was lost (its directory gone) and has not caught up with its "
+              "leader yet: it leads nothing meanwhile (docs/replication.md \"A lost shard copy\").",
+              MetricType::gauge, [](const HeldRow& r) { return r.stats.copy_lost ? 1 : 0; });
   per_replica("sluice_shard_in_sync_replicas", "Members of the shard's in-sync set, as the catalog holds it.",
               MetricType::gauge, [](const HeldRow& r) { return r.in_sync; });
   per_replica("sluice_shard_under_replicated",

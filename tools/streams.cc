@@ -152,6 +152,7 @@ int elect(Client& c, const Words& words) {
   const auto broker = a.get_u64("broker", 0);
   const auto brokers = c.call_ok("GET", "/v1/brokers");
   std::optional<std::uint64_t> end, start;
+  bool lost = false;  // the named broker's copy is a lost one that has not caught up
   std::uint64_t best_hwm = 0;
   std::uint64_t best_from = 0;
   std::vector<std::uint64_t> unanswered;  // live brokers whose high watermark is unknown
@@ -191,6 +192,7 @@ int elect(Client& c, const Words& words) {
     if (id == broker) {
       end = so.at("log_end").to_number<std::uint64_t>();
       start = so.at("log_start").to_number<std::uint64_t>();
+      if (const auto* cl = so.if_contains("copy_lost"); cl && cl->is_bool()) lost = cl->get_bool();
     }
   }
   const std::string what = "shard " + std::to_string(shard) + " of " + p.tenant + "/" + p.ns + "/" + p.name;
@@ -209,6 +211,12 @@ int elect(Client& c, const Words& words) {
                   "acknowledged cannot be counted\n",
                   static_cast<unsigned long long>(*end));
   }
+  if (lost)
+    std::printf("LOST COPY: broker %llu's copy of %s was lost (its directory gone) and its broker has not "
+                "forgotten the loss yet: an election of it now is given back; once the in-sync set no longer "
+                "counts it and the shard has no leader, it forgets the loss, and an election holds "
+                "(docs/replication.md \"Runbook: a shard without a leader after a disk loss\", step 4)\n",
+                static_cast<unsigned long long>(broker), what.c_str());
   if (!unanswered.empty()) {
     std::string ids;
     for (auto id : unanswered) ids += (ids.empty() ? "" : ", ") + std::to_string(id);

@@ -624,6 +624,7 @@ ShardStats ShardLogImpl::stats() {
   }
   st.appended_records = appended_records_.load(std::memory_order_relaxed);
   st.syncs = syncs_.load(std::memory_order_relaxed);
+  st.copy_lost = copy_lost_.load(std::memory_order_acquire);
   std::function<std::vector<ReplicaProgress>()> progress;
   {
     std::lock_guard lk(progress_mu_);

@@ -181,6 +181,7 @@ json::object shard_status_json(const ShardStatus& s) {
     // This node's replica (a follower's figures are its own; the leader's include the others).
     o["log_end"] = s.stats.log_end.value();
     o["leading"] = s.stats.leading;
+    o["copy_lost"] = s.stats.copy_lost;
     if (!s.stats.replicas.empty()) {
       json::array prog;
       for (const auto& p : s.stats.replicas) {

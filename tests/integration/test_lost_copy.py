@@ -81,15 +81,29 @@ class LostCopyTests:
 
     def test_a_lost_follower_copy_says_so_in_its_fetches_until_it_has_caught_up(self):
         """RF 2, min_insync 1: the follower's copy is deleted while the leader serves on.
-        Back under the directory id the in-sync set records, it leaves the set, and its
-        fetches say that its copy is lost (the fleet feature lost_copy_fetch, finalized at
-        bootstrap), so the leader adds it back only once it no longer says so. Every
-        acknowledged record, before and after, is on both copies."""
+        Back under the directory id the in-sync set records, and cut off from its leader at
+        first, it shows that its copy is lost (shard status, metric, the unclean election's
+        dry run) and leaves the set. Then its fetches say that its copy is lost (the fleet
+        feature lost_copy_fetch, finalized at bootstrap), so the leader adds it back only
+        once it no longer says so. Every acknowledged record, before and after, is on both
+        copies."""
         leader_id, f_id, other_id, acked = self.two_replica_stream(min_insync=1)
-        feats = {f["name"]: f for f in self.nodes[other_id].request("GET", "/v1/features")["features"]}
+        ask = self.nodes[other_id]
+        feats = {f["name"]: f for f in ask.request("GET", "/v1/features")["features"]}
         self.assertTrue(feats["lost_copy_fetch"]["finalized"], feats)
         self.remove_shard_dir(f_id)
-        self.nodes[f_id].start()
+        self.partition(f_id)
+        f = self.nodes[f_id]
+        f.start()
+        poll(lambda: (self.shard(f) or {}).get("copy_lost") is True, "the follower to show its copy lost")
+        self.assertEqual(self.metric(f, "sluice_shard_copy_lost"), 1)
+        self.assertFalse(self.shard(self.nodes[leader_id])["copy_lost"])
+        dry = self.cli(ask, "shard", "elect", "t/n/r", "0", "--unclean", "--broker", str(f_id))
+        self.assertEqual(dry.returncode, 1, dry.stdout + dry.stderr)  # refused without --yes
+        self.assertIn("LOST COPY: broker %d's copy" % f_id, dry.stdout)
+        poll(lambda: sorted(m["broker"] for m in self.shard(ask)["in_sync"]) == [leader_id],
+             "the lost copy to leave the in-sync set")
+        self.heal()
         poll(lambda: "says its copy was lost" in self.log_of(leader_id), "the leader to hear that the copy is lost")
         for res in self.publish(self.nodes[leader_id], ["after"]):
             acked[res["offset"]] = "after"
@@ -97,6 +111,8 @@ class LostCopyTests:
         self.wait_caught_up()
         self.check_replicas(acked)
         self.assertIn("it is an ordinary replica again", self.log_of(f_id))
+        self.assertFalse(self.shard(f)["copy_lost"])
+        self.assertEqual(self.metric(f, "sluice_shard_copy_lost"), 0)
 
     def test_a_lost_follower_copy_is_never_elected(self):
         """RF 2, min_insync 2: the follower's copy is deleted, then the leader dies too. The

@@ -60,6 +60,7 @@ TEST(LostCopy, AReplicatedCopyWhoseDirectoryIsGoneOpensLostUntilForgotten) {
   const std::string dir = n.shard_dir();
   reopen_after(n, [&] { fs::remove_all(dir); });
   EXPECT_TRUE(n.log->copy_lost());
+  EXPECT_TRUE(n.log->stats().copy_lost) << "the shard status and sluice_shard_copy_lost show it";
   EXPECT_EQ(n.log->durable_end(), Offset(0));
   EXPECT_TRUE(fs::exists(dir + "/" + std::string(kLostCopyFile)));
   // Refilled by a fetch, or not: a restart still knows it is not the copy the catalog
@@ -68,6 +69,7 @@ TEST(LostCopy, AReplicatedCopyWhoseDirectoryIsGoneOpensLostUntilForgotten) {
   EXPECT_TRUE(n.log->copy_lost());
   ASSERT_TRUE(n.log->forget_copy_lost());
   EXPECT_FALSE(n.log->copy_lost());
+  EXPECT_FALSE(n.log->stats().copy_lost);
   EXPECT_FALSE(fs::exists(dir + "/" + std::string(kLostCopyFile)));
   n.restart();
   EXPECT_FALSE(n.log->copy_lost());

@@ -102,6 +102,9 @@ struct ShardStats {
   std::uint64_t segments = 0;
   std::uint64_t appended_records = 0;  // since open
   std::uint64_t syncs = 0;             // fdatasync calls since open
+  // This replica is a lost copy that has not caught up yet (ShardLog::copy_lost,
+  // docs/replication.md "A lost shard copy"). False for an engine that cannot tell.
+  bool copy_lost = false;
 };
 
 class ShardLog {
