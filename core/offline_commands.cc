@@ -84,6 +84,7 @@ int run_admin(const std::vector<std::string>& args, const Config& cfg, PluginHos
                                          PluginKind::storage, host);
   } catch (const std::exception& e) {
     die(1, e.what());
+    return 1;  // not reached: die exits (a function pointer cannot say [[noreturn]])
   }
   int rc = 0;
   if (cmd == "list-data" && args.size() == 2) {

@@ -286,6 +286,9 @@ int cmd_shards(Client& c, const Words& words) {
       std::printf("         NO LEADER: %s\n", std::string(why->get_string()).c_str());
     if (const auto* re = o.if_contains("reassignment"); re && re->is_string())
       std::printf("         REASSIGNING: %s\n", std::string(re->get_string()).c_str());
+    if (const auto* cl = o.if_contains("copy_lost"); cl && cl->is_bool() && cl->get_bool())
+      std::printf("         LOST COPY: this broker's copy was lost and has not caught up yet; it leads nothing "
+                  "meanwhile (docs/replication.md \"A lost shard copy\")\n");
     if (const auto* prog = o.if_contains("replica_progress"); prog && prog->is_array())
       for (const auto& p : prog->get_array()) {
         const auto& po = p.as_object();

@@ -82,11 +82,12 @@ class LostCopyTests:
     def test_a_lost_follower_copy_says_so_in_its_fetches_until_it_has_caught_up(self):
         """RF 2, min_insync 1: the follower's copy is deleted while the leader serves on.
         Back under the directory id the in-sync set records, and cut off from its leader at
-        first, it shows that its copy is lost (shard status, metric, the unclean election's
-        dry run) and leaves the set. Then its fetches say that its copy is lost (the fleet
-        feature lost_copy_fetch, finalized at bootstrap), so the leader adds it back only
-        once it no longer says so. Every acknowledged record, before and after, is on both
-        copies."""
+        first, it shows that its copy is lost (shard status, metric, `sluice shards`, the
+        unclean election's dry run) and leaves the set. Then its fetches say that its copy
+        is lost (the fleet feature lost_copy_fetch, finalized at bootstrap: the leader logs
+        it), and it comes back once caught up. Every acknowledged record, before and after,
+        is on both copies. That the leader holds it out while the flag is set, with its high
+        watermark short of its log end, is ReplicaManager.ALostCopyThatSaysSo... (unit)."""
         leader_id, f_id, other_id, acked = self.two_replica_stream(min_insync=1)
         ask = self.nodes[other_id]
         feats = {f["name"]: f for f in ask.request("GET", "/v1/features")["features"]}
@@ -101,6 +102,9 @@ class LostCopyTests:
         dry = self.cli(ask, "shard", "elect", "t/n/r", "0", "--unclean", "--broker", str(f_id))
         self.assertEqual(dry.returncode, 1, dry.stdout + dry.stderr)  # refused without --yes
         self.assertIn("LOST COPY: broker %d's copy" % f_id, dry.stdout)
+        table = self.cli(f, "shards", "t/n/r")
+        self.assertEqual(table.returncode, 0, table.stdout + table.stderr)
+        self.assertIn("LOST COPY: this broker's copy was lost", table.stdout)
         poll(lambda: sorted(m["broker"] for m in self.shard(ask)["in_sync"]) == [leader_id],
              "the lost copy to leave the in-sync set")
         self.heal()
