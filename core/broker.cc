@@ -289,24 +289,6 @@ void BrokerRuntime::note_failure(const std::string& what) {
   failure_ = what;
 }
 
-void BrokerRuntime::note_failed_delete(const DataDelete& d, const std::string& what) {
-  {
-    std::lock_guard lk(applied_mu_);  // noted before it is logged: a reader of the log sees it
-    auto& f = failed_deletes_[d.key];
-    if (f.first.up_to <= d.up_to) f.first = d;  // the highest word covers the lower ones
-    f.second = what;
-  }
-  host_.log(LogLevel::error, "broker", what);
-}
-
-void BrokerRuntime::note_failed_open(const ShardRef& ref, const std::string& what) {
-  {
-    std::lock_guard lk(applied_mu_);
-    failed_opens_[ref] = what;
-  }
-  host_.log(LogLevel::error, "broker", what);
-}
-
 void BrokerRuntime::mark_applied(ChangeSeq seq) {
   {
     std::lock_guard lk(applied_mu_);
