@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "sluice/levels.h"
+
 namespace sluice::core {
 
 namespace {

@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "sluice/features.h"
+#include "sluice/fleet_info.h"
 #include "sluice/metadata.h"
 
 namespace sluice::core {

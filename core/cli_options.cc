@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "config.h"
+#include "sluice/levels.h"
 #include "sluice/plugin.h"
 #include "sluice/types.h"
 

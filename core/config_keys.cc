@@ -85,7 +85,7 @@ constexpr ConfigKey kConfigKeys[] = {
     {"broker.session_timeout_ms", "10000", "A broker without a heartbeat for this long stops counting as serving; the controller then elects new leaders for the shards it led."},
     {"controller.interval_ms", "500", "How often the controller (the raft-meta leader, or the postgres-meta lease holder) checks every replicated shard's leader."},
     {"controller.preferred_leader_interval_ms", "300000", "How often the controller moves leadership back to each shard's first replica once it is an eligible in-sync replica again (0: never)."},
-    {"metadata.bootstrap_hold_back", "", "Features a new cluster does NOT finalize at bootstrap (comma list), to test upgrades from level 8."},
+    {"metadata.bootstrap_hold_back", "", "Features a new cluster does NOT finalize at bootstrap (comma list; * alone: every feature), to test upgrades from level 8."},
     {"metadata.rpc_address", "127.0.0.1:7801", "host:port a controller serves the metadata RPC on (brokers connect here; empty disables it)."},
     {"metadata.controllers", "127.0.0.1:7801", "Comma list of controller RPC addresses, for nodes without the controller role."},
     {"metadata.join", "", "Comma list of controller RPC addresses of an existing raft-meta group: a controller with an empty raft directory joins it instead of bootstrapping a new one."},

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "sluice/error.h"
-#include "sluice/features.h"
+#include "sluice/fleet_info.h"
 #include "sluice/types.h"
 
 namespace sluice::core {

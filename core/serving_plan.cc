@@ -1,6 +1,7 @@
 #include "serving_plan.h"
 
 #include "sluice/catalog_rules.h"
+#include "sluice/features.h"
 
 #include <algorithm>
 #include <iterator>

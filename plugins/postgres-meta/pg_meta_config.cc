@@ -13,7 +13,6 @@
 #include "codec.h"
 #include "schema.h"
 #include "sluice/catalog_rules.h"
-#include "sluice/strings.h"
 #include "sluice/features.h"
 #include "sluice/names.h"
 #include "sluice/uuid.h"
@@ -66,10 +65,11 @@ PgMetaConfig PgMetaConfig::from_host(const PluginHost& host) {
     throw std::invalid_argument(
         "metadata.level must be 8, 10, 14, 16, 17 or 18 with postgres-meta, got " +
         std::to_string(c.level.value()));
-  c.bootstrap_hold_back = split_list(host.config_string("metadata.bootstrap_hold_back", ""));
-  for (auto& f : c.bootstrap_hold_back)
-    if (!find_feature(f))
-      throw std::invalid_argument("metadata.bootstrap_hold_back names unknown feature '" + f + "'");
+  {
+    auto held = parse_feature_list(host.config_string("metadata.bootstrap_hold_back", ""));
+    if (!held) throw std::invalid_argument("metadata.bootstrap_hold_back: " + held.error().message);
+    c.bootstrap_hold_back = std::move(*held);
+  }
   c.timeout = std::chrono::milliseconds(checked(host, "metadata.timeout_ms", 10000, 1, 0x7fffffff));
   c.start_timeout =
       std::chrono::milliseconds(checked(host, "metadata.start_timeout_ms", 30000, 1, 0x7fffffff));

@@ -12,6 +12,7 @@
 
 #include <string>
 
+#include "sluice/levels.h"
 #include "sluice/types.h"
 
 namespace sluice::postgres_meta {

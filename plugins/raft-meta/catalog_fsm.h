@@ -54,6 +54,7 @@
 
 #include "command.h"
 #include "sluice/error.h"
+#include "sluice/levels.h"
 #include "sluice/metadata.h"
 #include "sluice/types.h"
 

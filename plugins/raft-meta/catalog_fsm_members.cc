@@ -3,6 +3,7 @@
 #include "catalog_fsm.h"
 
 #include "catalog_fsm_db.h"
+#include "sluice/levels.h"
 
 namespace sluice::raft_meta {
 

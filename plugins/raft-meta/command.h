@@ -77,6 +77,7 @@
 #include <vector>
 
 #include "sluice/error.h"
+#include "sluice/levels.h"
 #include "sluice/metadata.h"
 #include "sluice/types.h"
 

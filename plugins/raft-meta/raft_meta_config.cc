@@ -70,10 +70,11 @@ RaftMetaConfig RaftMetaConfig::from_host(const PluginHost& host) {
                                   std::to_string(lv));
     c.level = MetadataLevel{static_cast<std::uint32_t>(lv)};
   }
-  c.bootstrap_hold_back = split_list(host.config_string("metadata.bootstrap_hold_back", ""));
-  for (auto& f : c.bootstrap_hold_back)
-    if (!find_feature(f))
-      throw std::invalid_argument("metadata.bootstrap_hold_back names unknown feature '" + f + "'");
+  {
+    auto held = parse_feature_list(host.config_string("metadata.bootstrap_hold_back", ""));
+    if (!held) throw std::invalid_argument("metadata.bootstrap_hold_back: " + held.error().message);
+    c.bootstrap_hold_back = std::move(*held);
+  }
   c.rpc_address = host.config_string("metadata.rpc_address", "127.0.0.1:7801");
   c.join = split_list(host.config_string("metadata.join", ""));
   if (!c.join.empty() && c.rpc_address.empty())

@@ -48,6 +48,7 @@
 #include "proposer.h"
 #include "raft_node.h"
 #include "sluice/host.h"
+#include "sluice/levels.h"
 #include "sluice/metadata.h"
 #include "sluice/watch_registry.h"
 

@@ -1,6 +1,7 @@
 #include "sluice/features.h"
 
 #include "sluice/hash.h"
+#include "sluice/strings.h"
 
 #include <algorithm>
 
@@ -45,6 +46,20 @@ const FeatureSpec* find_feature(std::string_view name) {
   for (const auto& f : kKnown)
     if (f.name == name) return &f;
   return nullptr;
+}
+
+Result<std::vector<std::string>> parse_feature_list(std::string_view list) {
+  std::vector<std::string> names = split_list(list);
+  if (names.size() == 1 && names[0] == "*") {
+    names.clear();
+    for (const auto& f : kKnown) names.emplace_back(f.name);
+    return names;
+  }
+  for (const auto& n : names) {
+    if (n == "*") return Error(Errc::invalid_argument, "'*' (every feature) must stand alone");
+    if (!find_feature(n)) return Error(Errc::invalid_argument, "unknown feature '" + n + "'");
+  }
+  return names;
 }
 
 Result<void> check_finalize(std::string_view feature, MetadataLevel group_level,

@@ -1,6 +1,7 @@
 // The metadata conformance suite, caches: level 14, `cache_incarnations`
 // (docs/metadata-levels.md), on every backend (conformance_test.cc instantiates the suite).
 #include "conformance_fixture.h"
+#include "sluice/levels.h"
 
 namespace sluice::conformance {
 

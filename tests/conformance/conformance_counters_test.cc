@@ -1,6 +1,7 @@
 // The metadata conformance suite, counters: level 18, the fleet feature `counters`
 // (docs/metadata-levels.md), on every backend (conformance_test.cc instantiates the suite).
 #include "conformance_fixture.h"
+#include "sluice/levels.h"
 
 namespace sluice::conformance {
 

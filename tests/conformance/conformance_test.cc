@@ -10,6 +10,7 @@
 // feature's level after the finalize (a level-8 stream create, a level-10 cache create) is
 // stored at 0 by raft-meta (apply must not diverge) and refused by PostgreSQL's trigger.
 #include "conformance_fixture.h"
+#include "sluice/levels.h"
 
 namespace sluice::conformance {
 TEST_P(Conformance, IncarnationsStrictlyIncreaseAcrossDeleteAndRecreate) {

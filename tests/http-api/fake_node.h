@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "sluice/catalog_rules.h"
+#include "sluice/levels.h"
 #include "sluice/names.h"
 #include "sluice/node.h"
 #include "sluice/record_batch.h"

@@ -17,6 +17,7 @@
 #include "server.h"
 #include "subscribe.h"
 #include "test_host.h"
+#include "sluice/levels.h"
 
 namespace sluice::testing {
 namespace {

@@ -17,6 +17,7 @@
 
 #include "pg_meta_store_internal.h"
 #include "pg_test_util.h"
+#include "sluice/features.h"
 
 namespace sluice::postgres_meta {
 namespace {
@@ -429,6 +430,25 @@ TEST(PostgresMetaPool, pool_size_is_validated) {
   TestHost plain(std::map<std::string, std::string>{
       {"metadata.postgres.url", "host=127.0.0.1 port=1 dbname=x"}});
   EXPECT_EQ(PgMetaConfig::from_host(plain).pool_size, 8);
+}
+
+// metadata.bootstrap_hold_back goes through the SDK's parse_feature_list: "*" is every
+// feature (tests/integration hold them all back this way), an unknown name is refused.
+TEST(PostgresMetaConfig, bootstrap_hold_back_takes_names_or_a_star) {
+  auto make = [](const std::string& v) {
+    TestHost host({{"metadata.postgres.url", "host=127.0.0.1 port=1 dbname=x"},
+                   {"metadata.bootstrap_hold_back", v}});
+    return PgMetaConfig::from_host(host);
+  };
+  EXPECT_EQ(make("*").bootstrap_hold_back.size(), known_features().size());
+  EXPECT_EQ(make("counters").bootstrap_hold_back, std::vector<std::string>{"counters"});
+  try {
+    make("counters,nope");
+    ADD_FAILURE() << "an unknown feature was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("metadata.bootstrap_hold_back"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("nope"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

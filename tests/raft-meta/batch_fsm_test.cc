@@ -10,6 +10,7 @@
 #include "catalog_fsm.h"
 #include "command.h"
 #include "proposer.h"
+#include "sluice/levels.h"
 
 namespace sluice::raft_meta {
 namespace {

@@ -7,6 +7,7 @@
 
 #include "catalog_fsm.h"
 #include "command.h"
+#include "sluice/levels.h"
 
 namespace sluice::raft_meta {
 namespace {

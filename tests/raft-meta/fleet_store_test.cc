@@ -91,6 +91,21 @@ TEST(RaftMetaFleet, BootstrapFinalizesEveryKnownFeatureUnlessHeldBack) {
   }
 }
 
+// "*" holds back every feature: a cluster like a level-8 one, at this build's level.
+TEST(RaftMetaFleet, HoldingBackEveryFeatureBootstrapsNoneFinalized) {
+  TestHost host(base_config());
+  host.set("metadata.bootstrap_hold_back", "*");
+  RaftMetaStore store(host);
+  ASSERT_TRUE(store.start().ok());
+  EXPECT_TRUE(store.snapshot()->finalized_features.empty());
+  auto fs = store.list_features();
+  ASSERT_TRUE(fs.ok());
+  EXPECT_EQ(fs->size(), known_features().size());
+  for (auto& f : *fs) EXPECT_FALSE(f.finalized) << f.name;
+  make_namespace(store);
+  EXPECT_EQ(store.create_stream({"acme", "prod", "s"}, spec())->incarnation, Incarnation{0});
+}
+
 TEST(RaftMetaFleet, Level8MemberBootstrapsNoFeaturesAndProposesZero) {
   TestHost host(base_config());
   host.set("metadata.level", "8");

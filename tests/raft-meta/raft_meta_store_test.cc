@@ -10,6 +10,7 @@
 
 #include "raft_meta_store.h"
 #include "test_host.h"
+#include "sluice/levels.h"
 
 namespace sluice::raft_meta {
 namespace {

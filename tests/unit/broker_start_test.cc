@@ -7,6 +7,7 @@
 
 #include "broker_test_support.h"
 #include "sluice/catalog_rules.h"
+#include "sluice/levels.h"
 
 namespace {
 

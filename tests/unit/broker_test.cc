@@ -9,6 +9,7 @@
 
 #include "broker_test_support.h"
 #include "storage/fault_file_system.h"
+#include "sluice/levels.h"
 
 // Regression (issue: resync() dropped the stream before serve_stream checked it): a resync
 // onto a rewound catalog (a restored control plane) must not move the name to the lower

@@ -17,6 +17,7 @@
 #include "broker.h"
 #include "broker_catalog_facade.h"
 #include "engine.h"
+#include "sluice/levels.h"
 #include "sluice/record_batch.h"
 #include "test_host.h"
 

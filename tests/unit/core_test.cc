@@ -17,6 +17,7 @@
 #include "node_host.h"
 #include "partitioner.h"
 #include "sluice/catalog_rules.h"
+#include "sluice/features.h"
 #include "sluice/log.h"
 #include "sluice/names.h"
 #include "sluice/record_batch.h"

@@ -121,6 +121,39 @@ TEST(FeatureRules, KnownFeaturesHaveLevels) {
   EXPECT_EQ(find_feature("nope"), nullptr);
 }
 
+// metadata.bootstrap_hold_back's list: "*" alone is every known feature, in order, so the
+// tests (and upgrade rehearsals) that want a level-8 cluster need not name each feature,
+// and cannot miss the next one added.
+TEST(FeatureRules, AFeatureListIsNamesOrAStarForEveryFeature) {
+  auto all = parse_feature_list(" * ");
+  ASSERT_TRUE(all.ok()) << all.error().to_string();
+  ASSERT_EQ(all->size(), known_features().size());
+  for (std::size_t i = 0; i < all->size(); ++i) EXPECT_EQ((*all)[i], known_features()[i].name);
+
+  for (const char* empty : {"", " , ", ","}) {
+    auto none = parse_feature_list(empty);
+    ASSERT_TRUE(none.ok()) << empty;
+    EXPECT_TRUE(none->empty()) << empty;
+  }
+  // Empty items are dropped as everywhere in a comma list, so "*," is "*".
+  auto star_comma = parse_feature_list("*,");
+  ASSERT_TRUE(star_comma.ok());
+  EXPECT_EQ(star_comma->size(), known_features().size());
+  // A name twice holds it back once: the bootstraps look names up, so it is harmless.
+  auto twice = parse_feature_list("counters,counters");
+  ASSERT_TRUE(twice.ok());
+
+  auto two = parse_feature_list(" counters ,stream_incarnations");
+  ASSERT_TRUE(two.ok()) << two.error().to_string();
+  EXPECT_EQ(*two, (std::vector<std::string>{"counters", "stream_incarnations"}));
+
+  for (const char* bad : {"no_such_feature", "counters,nope", "*,counters", "counters,*", "*,*", "**", "all"}) {
+    auto r = parse_feature_list(bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.error().code, Errc::invalid_argument) << bad;
+  }
+}
+
 // Placement (both backends call this): never on a broker that lacks a finalized feature
 // (review: a paused old broker came back and was given an incarnated stream's shards).
 TEST(PlacementRules, SkipsBrokersLackingAFinalizedFeatureAndPrefersLiveOnes) {

@@ -7,6 +7,7 @@
 
 #include "catalog_image.h"
 #include "serving_plan.h"
+#include "sluice/levels.h"
 
 using namespace sluice;
 using namespace sluice::core;

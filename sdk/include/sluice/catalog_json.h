@@ -33,7 +33,7 @@
 #include <vector>
 
 #include "sluice/error.h"
-#include "sluice/features.h"
+#include "sluice/fleet_info.h"
 #include "sluice/metadata.h"
 #include "sluice/types.h"
 

@@ -28,32 +28,11 @@
 #include <vector>
 
 #include "sluice/error.h"
+#include "sluice/fleet_info.h"
+#include "sluice/levels.h"
 #include "sluice/types.h"
 
 namespace sluice {
-
-inline constexpr std::string_view kStreamIncarnations = "stream_incarnations";
-inline constexpr std::string_view kCacheIncarnations = "cache_incarnations";
-// Stream specs with replication_factor > 1 and update_shard (metadata level 16,
-// docs/replication.md). Until it is finalized, creates refuse replication factors above 1.
-inline constexpr std::string_view kReplicatedShards = "replicated_shards";
-// Shard compare-and-sets that change a shard's replica list: reassignment and broker
-// drains (metadata level 17, docs/replication.md "Reassignment"). Every serving broker must
-// report it, because a broker's storage has to follow a replica list that changes.
-inline constexpr std::string_view kShardReassignment = "shard_reassignment";
-// Counters (metadata level 18, docs/api.md "Counters"): create_counter/delete_counter
-// entries. Until it is finalized, counter creates are refused. Every serving broker must
-// report it: a broker that lacks it cannot serve a counter's keys.
-inline constexpr std::string_view kCounters = "counters";
-// Background compaction of cache and counter backing streams (docs/architecture.md "Cache
-// compaction"): restate records and trimmed log starts. A broker compacts only once it is
-// finalized: an older broker would not understand restate records. No catalog change.
-inline constexpr std::string_view kCacheCompaction = "cache_compaction";
-// A replicated shard copy that was lost (docs/replication.md "A lost shard copy") says so in
-// its fetches, and its leader adds it back to the in-sync set only once it no longer does:
-// once it holds what its leader held when it began to fetch. No catalog change. Every
-// serving broker must report it, since a leader of an older build refuses the longer fetch.
-inline constexpr std::string_view kLostCopyFetch = "lost_copy_fetch";
 
 struct FeatureSpec {
   std::string_view name;
@@ -69,29 +48,11 @@ std::span<const FeatureSpec> known_features();
 bool valid_feature_name(std::string_view name);
 const FeatureSpec* find_feature(std::string_view name);
 
-// A broker as the control plane sees it.
-struct BrokerInfo {
-  NodeId id;
-  std::string address;       // host:port of its API
-  std::string directory_id;  // the data directory it registered with
-  std::string version;
-  std::vector<std::string> features;  // what it implements (sorted)
-  bool live = false;                  // heartbeat within the session timeout (leader's view)
-  ChangeSeq registered_seq;
-  std::string peer_address;  // host:port of its peer transport; empty if it has none
-};
-
-struct FeatureInfo {
-  std::string name;
-  MetadataLevel required_level;
-  bool finalized = false;
-  ChangeSeq finalized_seq;             // 0 while not finalized
-  std::vector<NodeId> supported_by;    // serving brokers that implement it
-  std::vector<NodeId> lacking;         // serving brokers that do not
-};
-
-// The features a store has finalized, by name, with the change that finalized each.
-using FinalizedFeatures = std::map<std::string, ChangeSeq, std::less<>>;
+// A comma list of feature names as a config key takes it (metadata.bootstrap_hold_back):
+// blanks around names are ignored, and "*" alone means every feature this build knows, so
+// a test or an upgrade rehearsal that wants a level-8 cluster need not name them all.
+// invalid_argument for an unknown name (or "*" beside names); the names in list order.
+Result<std::vector<std::string>> parse_feature_list(std::string_view list);
 
 // One feature as GET /v1/features shows it: its required level (0 if this build does not
 // know it), whether it is finalized, and which of the `serving` brokers implement it.

@@ -32,7 +32,7 @@ namespace sluice {
 
 // Bump on any change to the descriptor or to any header in sdk/include/sluice, then run
 // `./dev abi-lock`: ctest (sdk.abi_lock) fails, naming the header, until both are done.
-inline constexpr std::uint32_t kPluginAbiVersion = 27;
+inline constexpr std::uint32_t kPluginAbiVersion = 28;
 inline constexpr const char* kSdkVersion = "0.1.0";
 
 enum class PluginKind : std::uint32_t { metadata = 1, storage = 2, api = 3 };

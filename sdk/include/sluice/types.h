@@ -52,34 +52,7 @@ using LeaderEpoch = Strong<struct LeaderEpochTag>;
 // epoch, in-sync set) is a compare-and-set on it, so a stale writer's change fails.
 using ShardVersion = Strong<struct ShardVersionTag>;
 
-// The metadata level this build implements (docs/metadata-levels.md). Level 8 is the
-// baseline (streams, caches, tenants, namespaces, fleet features; no incarnations); level
-// 10 lets `stream_incarnations` be finalized; level 14 adds `cache_incarnations` and the
-// per-entry `incarnations` flag; level 16 adds `replicated_shards`; level 17 adds
-// `shard_reassignment`; level 18 adds `counters`; level 19 adds batch entries (raft-meta).
-// A member may run lower (`metadata.level`).
-inline constexpr MetadataLevel kBuildMetadataLevel{19};
-inline constexpr MetadataLevel kLowestMetadataLevel{8};
-// The level that lets `stream_incarnations` be finalized.
-inline constexpr MetadataLevel kStreamIncarnationsLevel{10};
-// The level of `cache_incarnations` and of the per-entry `incarnations` flag: a proposer
-// flags an entry only when every member is at this level, and the first flagged entry
-// raises the group's level floor to it.
-inline constexpr MetadataLevel kFlaggedEntriesLevel{14};
-// The level of replicated shards (docs/metadata-levels.md): stream specs with a
-// replication factor above 1 and shard-state compare-and-set entries.
-inline constexpr MetadataLevel kReplicatedShardsLevel{16};
-// The level of shard reassignment (docs/metadata-levels.md): shard compare-and-sets that
-// change a shard's replica list (ShardUpdate::replicas).
-inline constexpr MetadataLevel kShardReassignmentLevel{17};
-// The level of counters (docs/metadata-levels.md): create_counter / delete_counter entries.
-// A member below it holds at the first one; proposals need every member at 18.
-inline constexpr MetadataLevel kCountersLevel{18};
-// The level of batch entries (docs/metadata-levels.md): one raft-meta entry carrying several
-// commands, each applied as it would be alone. A member below it holds at the first one; a
-// proposer batches only while every member is at 19, and the first batch applied raises the
-// group's level floor to 19. No fleet feature: brokers never see entries, only their changes.
-inline constexpr MetadataLevel kBatchedEntriesLevel{19};
+// The metadata levels this build knows are in sluice/levels.h.
 
 // (tenant, namespace, name). Validated by sluice::validate_name (names.h) before it is
 // ever used in a path.
