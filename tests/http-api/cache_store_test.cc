@@ -160,7 +160,7 @@ TEST(CacheStore, AReadWaitsForTheLeadersLogEndNotItsHighWatermark) {
   EXPECT_EQ(got->revision, fresh->revision);
 }
 
-// Regression (CI, test_cache.CacheBrokers.test_acknowledged_puts_survive_a_leader_kill): a
+// Regression (CI, test_cache_brokers.CacheBrokers.test_acknowledged_puts_survive_a_leader_kill): a
 // read whose fetch was forwarded to a leader that died mid-call failed with "unavailable,
 // uncertain" (the transport cannot know whether a call it lost took effect) and went to
 // the client as a 503 at once, because only "transient" errors were retried. A read changes

@@ -14,7 +14,7 @@ import time
 import unittest
 
 from harness import Node, poll
-from test_cache import CacheClient, create_cache
+from cache_support import CacheClient, create_cache
 
 COMPACT = {"cache.compact_min_bytes": "262144", "storage.segment_bytes": "65536", "cache.shards": "1",
            "cache.compact_sweep_ms": "1000"}
